@@ -1,0 +1,80 @@
+"""The errors redcrawl raises.
+
+Every error is a :class:`RedcrawlError`; Redis client exceptions are converted at the
+boundary (``raise ConnectionLost(...) from exc``) so callers never need to import
+``redis.exceptions``. Messages say what to do about the problem.
+
+::
+
+    RedcrawlError
+    ├── ConfigError            a setting is unknown, malformed or out of range
+    ├── EncodeError            a request cannot be stored (e.g. meta that isn't serialisable)
+    ├── DecodeError            a stored envelope is corrupt or from an unknown version
+    ├── ConnectionError_       Redis could not be reached or was lost
+    │   ├── RedisUnavailable   the configured server did not answer (names the URL)
+    │   └── ConnectionLost     the server went away and retries ran out
+    ├── LockError              a distributed lock was not held by its owner
+    └── FrontierError          the frontier refused a state change (e.g. unknown lease)
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConfigError",
+    "ConnectionError_",
+    "ConnectionLost",
+    "DecodeError",
+    "EncodeError",
+    "FrontierError",
+    "LockError",
+    "RedcrawlError",
+    "RedisUnavailable",
+]
+
+
+class RedcrawlError(Exception):
+    """Base class of every error raised by redcrawl."""
+
+
+class ConfigError(RedcrawlError, ValueError):
+    """A setting is unknown, malformed or out of range. The message names the setting."""
+
+    def __init__(self, setting: str, problem: str) -> None:
+        self.setting = setting
+        super().__init__(f"setting {setting}: {problem}")
+
+
+class EncodeError(RedcrawlError, ValueError):
+    """A request cannot be turned into an envelope; nothing was stored."""
+
+
+class DecodeError(RedcrawlError, ValueError):
+    """A stored envelope is corrupt or was written by an unknown (future) version."""
+
+
+class ConnectionError_(RedcrawlError, ConnectionError):
+    """Redis could not be reached or the connection was lost."""
+
+
+class RedisUnavailable(ConnectionError_):
+    """The configured Redis server did not answer."""
+
+    def __init__(self, url: str, cause: object) -> None:
+        self.url = url
+        super().__init__(
+            f"cannot reach Redis at {url} ({cause}). Check that the server is running and "
+            "that REDCRAWL_REDIS_URL / REDIS_URL point at it, or unset them to use the "
+            "embedded Redis."
+        )
+
+
+class ConnectionLost(ConnectionError_):
+    """The server went away during a crawl and the retries with backoff ran out."""
+
+
+class LockError(RedcrawlError):
+    """A distributed lock operation failed because the caller does not own the lock."""
+
+
+class FrontierError(RedcrawlError):
+    """The frontier refused a state change."""

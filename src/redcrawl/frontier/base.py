@@ -1,0 +1,150 @@
+"""The frontier interface every backend implements, and the records it returns.
+
+A request is in exactly one state — READY, DELAYED, IN-FLIGHT, DONE or DEAD — and every
+change of state is one atomic Redis step. The conservation law holds at every moment::
+
+    accepted == ready + delayed + in_flight + done + dead
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from redcrawl.codec import Envelope
+
+__all__ = [
+    "Counts",
+    "DeadInfo",
+    "Frontier",
+    "InflightInfo",
+    "Lease",
+    "PendingInfo",
+    "PushResult",
+    "fair_schedule",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A request handed to a worker. Ack or nack it with this object."""
+
+    id: str
+    token: str
+    """Delivery number of this lease; acks with a stale token are ignored."""
+    worker: str
+    envelope: Envelope
+
+    @property
+    def attempts(self) -> int:
+        """How many times the request has been delivered, this time included."""
+        return int(self.token)
+
+
+@dataclass(frozen=True, slots=True)
+class PushResult:
+    accepted: int
+    filtered: int
+    flags: tuple[bool, ...]
+    """One per pushed envelope: True if accepted, False if it was a duplicate."""
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """The terms of the conservation law, plus event counters."""
+
+    accepted: int
+    filtered: int
+    ready: int
+    delayed: int
+    in_flight: int
+    done: int
+    dead: int
+    retried: int = 0
+    reclaimed: int = 0
+    requeued: int = 0
+
+    @property
+    def pending(self) -> int:
+        """Requests that may still be processed: ready + delayed + in flight."""
+        return self.ready + self.delayed + self.in_flight
+
+    @property
+    def finished(self) -> bool:
+        """True when nothing is ready, delayed or in flight anywhere in the crawl."""
+        return self.pending == 0
+
+    @property
+    def conserved(self) -> bool:
+        return self.accepted == self.ready + self.delayed + self.in_flight + self.done + self.dead
+
+
+@dataclass(frozen=True, slots=True)
+class PendingInfo:
+    id: str
+    tier: int
+    url: str
+    priority: int
+
+
+@dataclass(frozen=True, slots=True)
+class InflightInfo:
+    id: str
+    worker: str
+    attempts: int
+    since: float
+    """When it was leased (seconds since the epoch, server clock)."""
+    deadline: float
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeadInfo:
+    id: str
+    died_at: float
+    error: str
+    attempts: int
+    url: str
+
+
+@runtime_checkable
+class Frontier(Protocol):
+    """The operations of a crawl frontier. See :class:`redcrawl.frontier.ListsFrontier`."""
+
+    def push(self, envelopes: Sequence[Envelope]) -> PushResult: ...
+    def lease(self, worker: str, n: int, ttl: float | None = None) -> list[Lease]: ...
+    def ack(self, leases: Sequence[Lease]) -> int: ...
+    def nack(self, lease: Lease, error: str, *, retry: bool = True,
+             delay: float | None = None) -> str: ...
+    def renew(self, worker: str, ttl: float | None = None) -> None: ...
+    def release_worker(self, worker: str) -> int: ...
+    def maintain(self) -> tuple[int, int]: ...
+    def counts(self) -> Counts: ...
+    def pending(self, limit: int = 100) -> list[PendingInfo]: ...
+    def inflight(self, limit: int = 100) -> list[InflightInfo]: ...
+    def dead(self, limit: int = 100) -> list[DeadInfo]: ...
+    def requeue_dead(self, ids: Sequence[str] | None = None, *, limit: int = 1000) -> int: ...
+    def pause(self) -> None: ...
+    def resume(self) -> None: ...
+    def is_paused(self) -> bool: ...
+    def workers(self) -> dict[str, float]: ...
+    def purge(self) -> None: ...
+
+
+def fair_schedule(weights: Sequence[int]) -> str:
+    """Smooth weighted round robin over tiers: one hex digit per slot.
+
+    ``fair_schedule([5, 3, 2]) == "0102010201"``-like: each tier appears ``weight`` times
+    in ``sum(weights)`` slots, spread out, so that low tiers are served steadily.
+    """
+    current = [0] * len(weights)
+    total = sum(weights)
+    out = []
+    for _ in range(total):
+        for i, w in enumerate(weights):
+            current[i] += w
+        best = max(range(len(weights)), key=lambda i: current[i])
+        current[best] -= total
+        out.append(format(best, "x"))
+    return "".join(out)

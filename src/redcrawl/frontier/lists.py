@@ -1,0 +1,321 @@
+"""The lists backend: ready queues as Redis lists (or one sorted set for strict priority),
+delays and leases as sorted sets, every transition one Lua script (``lua/*.lua``).
+
+Layout of one crawl (see :class:`redcrawl.keys.CrawlKeys`): envelopes live once in a hash
+keyed by a per-crawl sequence id, as a record ``b"<priority>|" + envelope`` (the header
+lets the scripts requeue a request into its tier without decoding it); the state
+structures hold only ids. A lease is the id's
+entry in the ``inflight`` sorted set (score = deadline) plus an owner record
+``token|since|worker``. Workers heartbeat into the ``workers`` hash; a lease past its
+deadline is extended while its worker's heartbeat is alive, and reclaimed otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import redis
+import redis.exceptions
+
+from redcrawl import codec
+from redcrawl.codec import Envelope
+from redcrawl.errors import ConnectionLost, DecodeError, FrontierError
+from redcrawl.frontier.base import (
+    Counts,
+    DeadInfo,
+    InflightInfo,
+    Lease,
+    PendingInfo,
+    PushResult,
+    fair_schedule,
+)
+from redcrawl.keys import CrawlKeys
+from redcrawl.settings import Settings
+
+__all__ = ["ListsFrontier"]
+
+log = logging.getLogger(__name__)
+
+_SCRIPTS = ("push", "lease", "ack", "nack", "maintain", "requeue_dead", "release_worker", "renew")
+MAINTAIN_LIMIT = 1000
+"""Most delayed requests promoted and expired leases reclaimed by one script call."""
+
+
+@cache
+def _source(name: str, dedupe: str = "set") -> str:
+    lua = resources.files("redcrawl.frontier") / "lua"
+    parts = ["lib.lua", f"dedupe_{dedupe}.lua", f"{name}.lua"]
+    return "\n".join((lua / p).read_text(encoding="utf-8") for p in parts)
+
+
+@contextmanager
+def redis_errors(what: str) -> Iterator[None]:
+    """Convert Redis client exceptions into redcrawl's errors."""
+    try:
+        yield
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        raise ConnectionLost(
+            f"lost the Redis connection during {what} and the retries ran out ({exc}); "
+            "nothing was acknowledged that was not stored — restart the worker when Redis is "
+            "back and expired leases will be handed out again"
+        ) from exc
+    except redis.exceptions.ResponseError as exc:
+        raise FrontierError(f"Redis refused {what}: {exc}") from exc
+
+
+def record(env: Envelope) -> bytes:
+    """The stored form of a request: ``b"<priority>|"`` + its encoded envelope."""
+    return b"%d|%s" % (env.priority, codec.encode(env))
+
+
+def from_record(data: bytes) -> Envelope:
+    """Inverse of :func:`record`; :class:`DecodeError` if corrupt."""
+    head, sep, body = data.partition(b"|")
+    if not sep or not head.lstrip(b"-").isdigit():
+        raise DecodeError("stored record has no priority header")
+    return codec.decode(body)
+
+
+class ListsFrontier:
+    """A crawl frontier on Redis lists and sorted sets.
+
+    ``clock``, if given, returns the time in milliseconds used instead of the server's
+    clock (tests use it to move time; production uses the server's ``TIME`` so that the
+    workers' clocks never matter).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        settings: Settings,
+        crawl: str,
+        *,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        self.client = client
+        self.settings = settings
+        self.keys = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers)
+        self.crawl = crawl
+        self._clock = clock
+        self._keys = self.keys.script_keys()
+        self._common = [settings.ordering, ",".join(map(str, settings.tier_bounds))]
+        self._schedule = fair_schedule(settings.tier_weights)
+        self._scripts = {n: client.register_script(_source(n)) for n in _SCRIPTS}
+
+    # --- plumbing ------------------------------------------------------------------
+    def _run(self, name: str, args: Sequence[Any], client: Any = None) -> Any:
+        now = "" if self._clock is None else str(int(self._clock()))
+        with redis_errors(name):
+            return self._scripts[name](keys=self._keys, args=[*self._common, now, *args],
+                                       client=client or self.client)
+
+    def _ms(self, seconds: float | None, default: float) -> int:
+        return int(1000 * (default if seconds is None else seconds))
+
+    # --- transitions ---------------------------------------------------------------
+    def push(self, envelopes: Sequence[Envelope]) -> PushResult:
+        """Dedupe and enqueue; returns which were accepted. One round trip per batch."""
+        flags: list[bool] = []
+        step = self.settings.batch_size
+        for start in range(0, len(envelopes), step):
+            args: list[Any] = []
+            for env in envelopes[start:start + step]:
+                fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
+                args += (record(env), fp, env.priority)
+            if args:
+                flags += [c == ord("1") for c in self._run("push", args)]
+        accepted = sum(flags)
+        return PushResult(accepted, len(flags) - accepted, tuple(flags))
+
+    def lease(self, worker: str, n: int, ttl: float | None = None) -> list[Lease]:
+        """Hand up to ``n`` ready requests to ``worker`` for ``ttl`` seconds."""
+        if n <= 0:
+            return []
+        raw = self._run("lease", [worker, n, self._ms(ttl, self.settings.lease_ttl),
+                                  self.settings.max_attempts, self._schedule, MAINTAIN_LIMIT])
+        leases: list[Lease] = []
+        bad: list[tuple[str, str, str]] = []
+        for i in range(0, len(raw), 3):
+            rid, token, data = raw[i].decode(), raw[i + 1].decode(), raw[i + 2]
+            try:
+                env = from_record(data)
+            except DecodeError as exc:
+                bad.append((rid, token, f"undecodable envelope: {exc}"))
+                continue
+            leases.append(Lease(rid, token, worker, env))
+        if bad:
+            log.error("dead-lettering %d undecodable request(s) in crawl %s: %s",
+                      len(bad), self.crawl, bad[0][2])
+            self._nack_raw([(rid, token, why, -1) for rid, token, why in bad])
+        return leases
+
+    def ack(self, leases: Sequence[Lease]) -> int:
+        """IN-FLIGHT -> DONE. Stale leases (expired and handed out again) are ignored.
+        Returns how many were acked."""
+        done = 0
+        step = self.settings.batch_size
+        for start in range(0, len(leases), step):
+            args: list[Any] = []
+            for lease in leases[start:start + step]:
+                env = lease.envelope
+                fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
+                args += (lease.id, lease.token, fp)
+            done += bytes(self._run("ack", args)).count(b"1")
+        return done
+
+    def nack(self, lease: Lease, error: str, *, retry: bool = True,
+             delay: float | None = None) -> str:
+        """A failed attempt. With ``retry`` it goes to DELAYED for ``delay`` seconds
+        (default: exponential backoff by attempts) unless its attempts are used up;
+        otherwise to DEAD. Returns "retried", "dead" or "stale"."""
+        ms = -1 if not retry else self._ms(delay, self.settings.retry_delay(lease.attempts))
+        flag = self._nack_raw([(lease.id, lease.token, error, ms)])
+        return {"r": "retried", "d": "dead"}.get(flag, "stale")
+
+    def dead_letter(self, lease: Lease, error: str) -> str:
+        """IN-FLIGHT -> DEAD now (e.g. a request the worker can't ever process)."""
+        return self.nack(lease, error, retry=False)
+
+    def _nack_raw(self, quads: Sequence[tuple[str, str, str, int]]) -> str:
+        args: list[Any] = [self.settings.max_attempts]
+        for q in quads:
+            args += q
+        out: bytes = self._run("nack", args)
+        return out.decode()
+
+    def renew(self, worker: str, ttl: float | None = None) -> None:
+        """Heartbeat: ``worker`` and all its leases are alive for ``ttl`` more seconds."""
+        self._run("renew", [worker, self._ms(ttl, self.settings.lease_ttl)])
+
+    def release_worker(self, worker: str) -> int:
+        """Give up all of ``worker``'s leases now (force-reclaim / clean shutdown)."""
+        n = int(self._run("release_worker", [worker]))
+        self.maintain()
+        return n
+
+    def maintain(self) -> tuple[int, int]:
+        """Promote due delayed requests and reclaim expired leases.
+        Returns (promoted, reclaimed). ``lease`` does this too."""
+        promoted, reclaimed = self._run("maintain", [self.settings.max_attempts, MAINTAIN_LIMIT])
+        return int(promoted), int(reclaimed)
+
+    def requeue_dead(self, ids: Sequence[str] | None = None, *, limit: int = 1000) -> int:
+        """DEAD -> READY, with a fresh attempt budget: the given ids, or up to ``limit``."""
+        if ids is None:
+            return int(self._run("requeue_dead", ["*", limit]))
+        if not ids:
+            return 0
+        return int(self._run("requeue_dead", ["ids", *ids]))
+
+    # --- crawl-wide switches -------------------------------------------------------
+    def pause(self) -> None:
+        """Stop handing out requests (leases held stay valid; pushes still accepted)."""
+        with redis_errors("pause"):
+            self.client.hset(self.keys.control, "paused", "1")
+
+    def resume(self) -> None:
+        with redis_errors("resume"):
+            self.client.hdel(self.keys.control, "paused")
+
+    def is_paused(self) -> bool:
+        with redis_errors("is_paused"):
+            return self.client.hget(self.keys.control, "paused") == b"1"
+
+    def purge(self) -> None:
+        """Delete the crawl's whole frontier state: queues, leases, dead letters, dedupe."""
+        with redis_errors("purge"):
+            keys = self.keys
+            self.client.delete(*keys.script_keys(),
+                               *(CrawlKeys(keys.crawl, keys.prefix, 16).ready(t)
+                                 for t in range(keys.tiers, 16)))
+
+    # --- inspection ----------------------------------------------------------------
+    def counts(self) -> Counts:
+        """A consistent snapshot (one MULTI/EXEC) of the conservation terms."""
+        k = self.keys
+        with redis_errors("counts"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hmget(k.stats, "accepted", "filtered", "done", "retried", "reclaimed",
+                       "requeued")
+            for t in range(k.tiers):
+                if self.settings.ordering == "priority":
+                    pipe.zcard(k.ready(t))
+                else:
+                    pipe.llen(k.ready(t))
+            pipe.zcard(k.delayed)
+            pipe.zcard(k.inflight)
+            pipe.zcard(k.dead)
+            res = pipe.execute()
+        stats = [int(x or 0) for x in res[0]]
+        ready = sum(res[1:1 + k.tiers])
+        delayed, inflight, dead = res[1 + k.tiers:]
+        return Counts(accepted=stats[0], filtered=stats[1], ready=ready, delayed=delayed,
+                      in_flight=inflight, done=stats[2], dead=dead, retried=stats[3],
+                      reclaimed=stats[4], requeued=stats[5])
+
+    def _envelopes(self, ids: Sequence[bytes]) -> list[Envelope | None]:
+        if not ids:
+            return []
+        out: list[Envelope | None] = []
+        for data in self.client.hmget(self.keys.req, list(ids)):
+            try:
+                out.append(from_record(data) if data is not None else None)
+            except DecodeError:
+                out.append(None)
+        return out
+
+    def pending(self, limit: int = 100) -> list[PendingInfo]:
+        """Ready requests, next to be served first within each tier."""
+        out: list[PendingInfo] = []
+        with redis_errors("pending"):
+            for t in range(self.keys.tiers):
+                key = self.keys.ready(t)
+                if self.settings.ordering == "priority":
+                    ids = self.client.zrange(key, 0, limit - 1)
+                elif self.settings.ordering == "fifo":
+                    ids = self.client.lrange(key, -limit, -1)[::-1]
+                else:
+                    ids = self.client.lrange(key, 0, limit - 1)
+                for rid, env in zip(ids, self._envelopes(ids), strict=True):
+                    out.append(PendingInfo(rid.decode(), t, env.url if env else "?",
+                                           env.priority if env else 0))
+        return out[:limit]
+
+    def inflight(self, limit: int = 100) -> list[InflightInfo]:
+        """Leased requests: which worker, since when, until when."""
+        with redis_errors("inflight"):
+            rows = self.client.zrange(self.keys.inflight, 0, limit - 1, withscores=True)
+            ids = [r[0] for r in rows]
+            owners = self.client.hmget(self.keys.owner, ids) if ids else []
+            envs = self._envelopes(ids)
+        out = []
+        for (rid, deadline), rec, env in zip(rows, owners, envs, strict=True):
+            token, since, worker = (rec or b"0|0|?").decode().split("|", 2)
+            out.append(InflightInfo(rid.decode(), worker, int(token), int(since) / 1000,
+                                    deadline / 1000, env.url if env else "?"))
+        return out
+
+    def dead(self, limit: int = 100) -> list[DeadInfo]:
+        """Dead-lettered requests with their last error, oldest first."""
+        with redis_errors("dead"):
+            rows = self.client.zrange(self.keys.dead, 0, limit - 1, withscores=True)
+            ids = [r[0] for r in rows]
+            errs = self.client.hmget(self.keys.err, ids) if ids else []
+            atts = self.client.hmget(self.keys.att, ids) if ids else []
+            envs = self._envelopes(ids)
+        return [
+            DeadInfo(rid.decode(), ts / 1000, (e or b"").decode(errors="replace"),
+                     int(a or 0), env.url if env else "?")
+            for (rid, ts), e, a, env in zip(rows, errs, atts, envs, strict=True)
+        ]
+
+    def workers(self) -> dict[str, float]:
+        """Worker id -> heartbeat deadline (seconds since the epoch)."""
+        with redis_errors("workers"):
+            raw = self.client.hgetall(self.keys.workers)
+        return {k.decode(): int(v) / 1000 for k, v in raw.items()}

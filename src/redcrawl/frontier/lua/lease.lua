@@ -1,0 +1,71 @@
+-- lease.lua: hand up to n READY requests to a worker (READY -> IN-FLIGHT), after
+-- promoting due DELAYED requests and reclaiming expired leases, all in one step.
+-- KEYS, ARGV[1..3]: see lib.lua.
+-- ARGV[4] worker id   ARGV[5] n   ARGV[6] lease ttl (ms)   ARGV[7] max_attempts
+-- ARGV[8] weighted-fair schedule: one tier digit per slot (hex), e.g. "0102010201" for 5:3:2
+-- ARGV[9] most requests to promote / reclaim in this call
+-- Returns a flat list: id, token (= delivery number), record, ... (empty when paused).
+local worker, n, ttl = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
+local max_attempts, schedule, limit = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
+
+promote_due(limit)
+reclaim_expired(limit, max_attempts)
+
+local deadline = NOW + ttl
+local hb = tonumber(redis.call('HGET', K_WORKERS, worker) or '0')
+if deadline > hb then redis.call('HSET', K_WORKERS, worker, deadline) end
+
+if redis.call('HGET', K_CONTROL, 'paused') == '1' then return {} end
+
+local ids = {}
+if ORDERING == 'priority' then
+  local popped = redis.call('ZPOPMIN', ready_key(0), n)
+  for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+else
+  -- Plan the picks over the schedule, skipping empty tiers, then pop per tier.
+  local ntiers = #BOUNDS + 1
+  local avail, take = {}, {}
+  local total = 0
+  for t = 0, ntiers - 1 do
+    avail[t] = redis.call('LLEN', ready_key(t))
+    take[t] = 0
+    total = total + avail[t]
+  end
+  if n > total then n = total end
+  local cursor = tonumber(redis.call('HGET', K_CONTROL, 'cursor') or '0')
+  local slots = #schedule
+  local picked = 0
+  while picked < n do
+    local t = tonumber(string.sub(schedule, cursor % slots + 1, cursor % slots + 1), 16)
+    cursor = cursor + 1
+    if avail[t] > take[t] then
+      take[t] = take[t] + 1
+      picked = picked + 1
+    end
+  end
+  redis.call('HSET', K_CONTROL, 'cursor', cursor % (slots * 1000000))
+  for t = 0, ntiers - 1 do
+    if take[t] > 0 then
+      local got
+      if ORDERING == 'fifo' then
+        got = redis.call('RPOP', ready_key(t), take[t])
+      else
+        got = redis.call('LPOP', ready_key(t), take[t])
+      end
+      for _, id in ipairs(got) do ids[#ids + 1] = id end
+    end
+  end
+end
+
+local out = {}
+local since = tostring(NOW)
+for _, id in ipairs(ids) do
+  local env = redis.call('HGET', K_REQ, id)
+  local token = tostring(redis.call('HINCRBY', K_ATT, id, 1))
+  redis.call('ZADD', K_INFLIGHT, deadline, id)
+  redis.call('HSET', K_OWNER, id, token .. '|' .. since .. '|' .. worker)
+  out[#out + 1] = id
+  out[#out + 1] = token
+  out[#out + 1] = env or ''
+end
+return out

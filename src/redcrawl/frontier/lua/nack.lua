@@ -1,0 +1,26 @@
+-- nack.lua: a failed lease goes IN-FLIGHT -> DELAYED (retry after a delay) or -> DEAD.
+-- KEYS, ARGV[1..3]: see lib.lua.
+-- ARGV[4] max_attempts; ARGV[5..]: quads (id, token, error text, delay ms; "-1" = dead now).
+-- A request whose deliveries reached max_attempts goes to DEAD whatever the delay.
+-- Returns one character per lease: "r" retried, "d" dead, "0" stale (token mismatch).
+local max_attempts = tonumber(ARGV[4])
+local flags = {}
+for i = 5, #ARGV, 4 do
+  local id, token, why, delay = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
+  if owned(id, token) then
+    release(id)
+    local att = tonumber(redis.call('HGET', K_ATT, id) or '0')
+    if delay < 0 or att >= max_attempts then
+      kill(id, why)
+      flags[#flags + 1] = 'd'
+    else
+      redis.call('HSET', K_ERR, id, why)
+      redis.call('ZADD', K_DELAYED, NOW + delay, id)
+      redis.call('HINCRBY', K_STATS, 'retried', 1)
+      flags[#flags + 1] = 'r'
+    end
+  else
+    flags[#flags + 1] = '0'
+  end
+end
+return table.concat(flags)

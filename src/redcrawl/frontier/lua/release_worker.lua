@@ -1,0 +1,21 @@
+-- release_worker.lua: end a worker's heartbeat and make all its leases expire now, so the
+-- next lease/maintain call reclaims them (operator "force reclaim", or a clean shutdown).
+-- KEYS, ARGV[1..3]: see lib.lua.   ARGV[4] worker id
+-- Returns the number of leases released. Scans the owner hash: an operator action, not a
+-- hot path.
+local worker = ARGV[4]
+redis.call('HDEL', K_WORKERS, worker)
+local n = 0
+local cursor = '0'
+repeat
+  local r = redis.call('HSCAN', K_OWNER, cursor, 'COUNT', 1000)
+  cursor = r[1]
+  local kv = r[2]
+  for i = 1, #kv, 2 do
+    if string.match(kv[i + 1], '^[^|]*|[^|]*|(.*)$') == worker then
+      redis.call('ZADD', K_INFLIGHT, 0, kv[i])
+      n = n + 1
+    end
+  end
+until cursor == '0'
+return n

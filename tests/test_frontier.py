@@ -1,0 +1,342 @@
+"""Every state transition of the lists frontier, on real Redis servers (7.x and 6.2)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+
+import msgpack
+import pytest
+import redis
+
+from redcrawl.codec import Envelope
+from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier.base import fair_schedule
+
+from .conftest import Clock, FrontierFactory
+
+
+def env(url: str, priority: int = 0, dont_filter: bool = False) -> Envelope:
+    return Envelope(url=url, priority=priority, dont_filter=dont_filter,
+                    fingerprint=hashlib.sha1(url.encode()).digest())
+
+
+def urls(n: int, prefix: str = "http://example.com/p") -> list[Envelope]:
+    return [env(f"{prefix}{i}") for i in range(n)]
+
+
+def check(f: ListsFrontier) -> None:
+    c = f.counts()
+    assert c.conserved, c
+
+
+def test_push_dedupes_within_and_across_batches(make_frontier: FrontierFactory) -> None:
+    f = make_frontier()
+    r = f.push([env("http://a/1"), env("http://a/2"), env("http://a/1")])
+    assert (r.accepted, r.filtered, r.flags) == (2, 1, (True, True, False))
+    r = f.push([env("http://a/2"), env("http://a/3")])
+    assert r.flags == (False, True)
+    c = f.counts()
+    assert (c.accepted, c.filtered, c.ready) == (3, 2, 3)
+    check(f)
+
+
+def test_dont_filter_bypasses_dedupe(make_frontier: FrontierFactory) -> None:
+    f = make_frontier()
+    f.push([env("http://a/1")])
+    r = f.push([env("http://a/1", dont_filter=True), env("http://a/1", dont_filter=True)])
+    assert r.accepted == 2
+    assert f.counts().ready == 3
+
+
+def test_done_fingerprint_still_filters_but_queued_and_done_are_apart(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
+    f = make_frontier()
+    f.push([env("http://a/1"), env("http://a/2")])
+    leases = f.lease("w1", 1)
+    assert f.ack(leases) == 1
+    fp_done = hashlib.sha1(leases[0].envelope.url.encode()).digest()
+    assert redis_client.sismember(f.keys.fp_done, fp_done)
+    assert not redis_client.sismember(f.keys.fp_queued, fp_done)
+    assert redis_client.scard(f.keys.fp_queued) == 1
+    assert f.push([env(leases[0].envelope.url)]).accepted == 0  # done is still a duplicate
+
+
+def test_lease_ack_cycle_and_counts(make_frontier: FrontierFactory) -> None:
+    f = make_frontier()
+    f.push(urls(10))
+    leases = f.lease("w1", 4)
+    assert len(leases) == 4 and all(lease.attempts == 1 for lease in leases)
+    c = f.counts()
+    assert (c.ready, c.in_flight) == (6, 4)
+    check(f)
+    assert f.ack(leases) == 4
+    assert f.ack(leases) == 0  # acking twice does nothing
+    c = f.counts()
+    assert (c.ready, c.in_flight, c.done) == (6, 0, 4)
+    check(f)
+    assert not c.finished
+    f.ack(f.lease("w1", 100))
+    assert f.counts().finished
+
+
+def test_fifo_and_lifo_order(make_frontier: FrontierFactory) -> None:
+    fifo = make_frontier("fifo", ordering="fifo")
+    fifo.push(urls(5))
+    assert [lease.envelope.url[-1] for lease in fifo.lease("w", 5)] == list("01234")
+    lifo = make_frontier("lifo", ordering="lifo")
+    lifo.push(urls(5))
+    assert [lease.envelope.url[-1] for lease in lifo.lease("w", 5)] == list("43210")
+
+
+def test_strict_priority_order_fifo_among_equals(make_frontier: FrontierFactory) -> None:
+    f = make_frontier(ordering="priority")
+    f.push([env("http://x/a", 0), env("http://x/b", 5), env("http://x/c", -3),
+            env("http://x/d", 5), env("http://x/e", 100), env("http://x/f", 0)])
+    got = [lease.envelope.url[-1] for lease in f.lease("w", 6)]
+    assert got == list("ebdafc")
+
+
+def test_tiers_weighted_fair_choice(make_frontier: FrontierFactory) -> None:
+    f = make_frontier(tier_weights=(5, 3, 2), tier_bounds=(1, 0))
+    for tier_prio, name in ((5, "h"), (0, "m"), (-5, "l")):
+        f.push([env(f"http://{name}/{i}", tier_prio) for i in range(2000)])
+    seen: Counter[str] = Counter()
+    for _ in range(100):
+        for lease in f.lease("w", 10):
+            seen[lease.envelope.url[7]] += 1
+    assert seen == {"h": 500, "m": 300, "l": 200}
+    # Low priority is served steadily, not only after high is exhausted.
+    first = [lease.envelope.url[7] for lease in f.lease("w", 20)]
+    assert first.count("l") == 4
+
+
+def test_empty_tier_gives_its_share_to_others(make_frontier: FrontierFactory) -> None:
+    f = make_frontier()
+    f.push([env(f"http://l/{i}", -1) for i in range(30)])
+    f.push([env(f"http://h/{i}", 3) for i in range(5)])
+    got = [lease.envelope.url[7] for lease in f.lease("w", 35)]
+    assert Counter(got) == {"l": 30, "h": 5}
+    assert got[:5].count("h") >= 2  # high still comes early
+
+
+def test_fair_schedule_shape() -> None:
+    s = fair_schedule([5, 3, 2])
+    assert len(s) == 10 and Counter(s) == {"0": 5, "1": 3, "2": 2}
+    assert "22" not in s and "000" not in s
+    assert fair_schedule([1]) == "0"
+
+
+def test_lease_expires_and_is_reclaimed_once(make_frontier: FrontierFactory,
+                                             clock: Clock) -> None:
+    f = make_frontier(lease_ttl=10)
+    f.push(urls(3))
+    first = f.lease("w1", 3)
+    assert f.lease("w2", 3) == []
+    clock.advance(11)
+    again = f.lease("w2", 3)
+    assert sorted(x.id for x in again) == sorted(x.id for x in first)
+    assert all(x.attempts == 2 for x in again)
+    assert f.counts().reclaimed == 3
+    # the old worker's stale acks are ignored; the new owner's count
+    assert f.ack(first) == 0
+    assert f.counts().in_flight == 3
+    assert f.ack(again) == 3
+    check(f)
+
+
+def test_many_reclaimers_do_not_double_requeue(make_frontier: FrontierFactory,
+                                               clock: Clock) -> None:
+    f = make_frontier(lease_ttl=5)
+    f.push(urls(50))
+    f.lease("dead-worker", 50)
+    clock.advance(6)
+    for _ in range(10):
+        f.maintain()
+    c = f.counts()
+    assert (c.ready, c.in_flight, c.reclaimed) == (50, 0, 50)
+    check(f)
+    leased = f.lease("w", 100)
+    assert len({x.id for x in leased}) == 50 == len(leased)
+
+
+def test_heartbeat_keeps_leases_alive(make_frontier: FrontierFactory, clock: Clock) -> None:
+    f = make_frontier(lease_ttl=10)
+    f.push(urls(2))
+    held = f.lease("w1", 2)
+    for _ in range(5):
+        clock.advance(8)
+        f.renew("w1")
+        assert f.lease("w2", 2) == []
+    assert f.counts().in_flight == 2
+    clock.advance(11)  # heartbeats stop: the worker is gone
+    assert len(f.lease("w2", 2)) == 2
+    assert f.ack(held) == 0
+
+
+def test_nack_retries_with_delay_then_dead(make_frontier: FrontierFactory,
+                                           clock: Clock) -> None:
+    f = make_frontier(max_attempts=3)
+    f.push(urls(1))
+    lease = f.lease("w", 1)[0]
+    assert f.nack(lease, "HTTP 503", delay=30) == "retried"
+    c = f.counts()
+    assert (c.delayed, c.in_flight, c.retried) == (1, 0, 1)
+    check(f)
+    assert f.lease("w", 1) == []  # not due yet
+    clock.advance(31)
+    lease = f.lease("w", 1)[0]
+    assert lease.attempts == 2
+    assert f.nack(lease, "HTTP 503 again", delay=0) == "retried"
+    lease = f.lease("w", 1)[0]
+    assert lease.attempts == 3
+    assert f.nack(lease, "HTTP 500 final") == "dead"  # attempts used up
+    c = f.counts()
+    assert (c.dead, c.delayed, c.ready) == (1, 0, 0)
+    check(f)
+    (dead,) = f.dead()
+    assert dead.error == "HTTP 500 final" and dead.attempts == 3
+    assert dead.url == "http://example.com/p0"
+    assert f.nack(lease, "late") == "stale"
+
+
+def test_backoff_grows_exponentially(make_frontier: FrontierFactory, clock: Clock,
+                                     redis_client: redis.Redis) -> None:
+    f = make_frontier(max_attempts=10, retry_backoff=2.0, retry_backoff_max=5.0)
+    f.push(urls(1))
+    dues = []
+    for _ in range(3):
+        lease = f.lease("w", 1)[0]
+        f.nack(lease, "boom")
+        due = redis_client.zscore(f.keys.delayed, lease.id)
+        assert due is not None
+        dues.append((due - clock()) / 1000)
+        clock.advance(10)
+    assert dues == [2.0, 4.0, 5.0]
+
+
+def test_no_retry_goes_dead_and_requeue_dead(make_frontier: FrontierFactory) -> None:
+    f = make_frontier()
+    f.push(urls(3))
+    for lease in f.lease("w", 3):
+        assert f.dead_letter(lease, "poison") == "dead"
+    assert f.counts().dead == 3
+    dead_ids = [d.id for d in f.dead()]
+    assert f.requeue_dead([dead_ids[0], "no-such-id"]) == 1
+    c = f.counts()
+    assert (c.dead, c.ready, c.requeued) == (2, 1, 1)
+    assert f.requeue_dead() == 2
+    check(f)
+    leases = f.lease("w", 3)
+    assert all(x.attempts == 1 for x in leases)  # fresh attempt budget
+    assert f.dead() == []
+
+
+def test_expired_lease_counts_toward_max_attempts(make_frontier: FrontierFactory,
+                                                  clock: Clock) -> None:
+    f = make_frontier(max_attempts=2, lease_ttl=1)
+    f.push(urls(1))
+    for _ in range(2):
+        assert len(f.lease("crashy", 1)) == 1
+        clock.advance(2)
+    f.maintain()
+    (dead,) = f.dead()
+    assert "lease expired 2 times" in dead.error and "crashy" in dead.error
+    check(f)
+
+
+def test_malformed_envelopes_go_dead_not_loop(make_frontier: FrontierFactory,
+                                              redis_client: redis.Redis) -> None:
+    f = make_frontier()
+    f.push(urls(3))
+    # corrupt one stored envelope, make another a future version
+    redis_client.hset(f.keys.req, "1", b"0|\xc1garbage")
+    redis_client.hset(f.keys.req, "2", b"0|" + msgpack.packb({"v": 99, "u": "http://x/"}))
+    leases = f.lease("w", 3)
+    assert [x.id for x in leases] == ["3"]
+    dead = {d.id: d.error for d in f.dead()}
+    assert set(dead) == {"1", "2"}
+    assert "not valid msgpack" in dead["1"]
+    assert "version 99" in dead["2"]
+    assert f.lease("w", 3) == []
+    check(f)
+
+
+def test_pause_resume(make_frontier: FrontierFactory) -> None:
+    f = make_frontier()
+    f.push(urls(2))
+    f.pause()
+    assert f.is_paused() and f.lease("w", 2) == []
+    assert f.push(urls(3, "http://b/")).accepted == 3  # pushes still accepted
+    f.resume()
+    assert not f.is_paused() and len(f.lease("w", 10)) == 5
+
+
+def test_purge_removes_everything(make_frontier: FrontierFactory,
+                                  redis_client: redis.Redis) -> None:
+    f = make_frontier()
+    other = make_frontier("other")
+    other.push(urls(2))
+    f.push(urls(5))
+    f.lease("w", 2)
+    f.dead_letter(f.lease("w", 1)[0], "x")
+    f.pause()
+    f.purge()
+    assert redis_client.keys(f"rc:{{{f.crawl}}}:*") == []
+    assert f.counts() == make_frontier().counts()
+    assert f.push(urls(5)).accepted == 5  # fingerprints were purged too
+    assert other.counts().ready == 2  # other crawls untouched
+
+
+def test_inspection(make_frontier: FrontierFactory, clock: Clock) -> None:
+    f = make_frontier()
+    f.push([env("http://a/hi", 4), env("http://a/lo", -2), env("http://a/mid")])
+    pend = f.pending()
+    assert [(p.url, p.tier) for p in pend] == [("http://a/hi", 0), ("http://a/mid", 1),
+                                               ("http://a/lo", 2)]
+    lease = f.lease("worker-7", 1)[0]
+    (info,) = f.inflight()
+    assert info.worker == "worker-7" and info.id == lease.id and info.attempts == 1
+    assert info.since == clock() / 1000 and info.deadline == info.since + 10
+    assert f.workers() == {"worker-7": info.deadline}
+
+
+def test_release_worker_forces_reclaim(make_frontier: FrontierFactory) -> None:
+    f = make_frontier()
+    f.push(urls(4))
+    f.lease("w1", 3)
+    f.lease("w2", 1)
+    assert f.release_worker("w1") == 3
+    c = f.counts()
+    assert (c.ready, c.in_flight) == (3, 1)
+    assert "w1" not in f.workers()
+    check(f)
+
+
+def test_server_clock_is_used_without_test_clock(make_frontier: FrontierFactory) -> None:
+    f = make_frontier(use_clock=False, lease_ttl=0.2, heartbeat_interval=0.1)
+    f.push(urls(1))
+    assert len(f.lease("w1", 1)) == 1
+    import time
+
+    time.sleep(0.3)
+    assert len(f.lease("w2", 1)) == 1
+
+
+def test_priority_mode_requeue_keeps_order(make_frontier: FrontierFactory,
+                                           clock: Clock) -> None:
+    f = make_frontier(ordering="priority", lease_ttl=1)
+    f.push([env("http://x/hi", 10), env("http://x/lo", 1)])
+    f.lease("w", 1)  # takes hi
+    clock.advance(2)
+    assert [x.envelope.url for x in f.lease("w", 2)] == ["http://x/hi", "http://x/lo"]
+
+
+def test_crawls_are_isolated_and_keys_share_a_hash_tag(make_frontier: FrontierFactory) -> None:
+    a, b = make_frontier("a"), make_frontier("b")
+    a.push(urls(3))
+    assert b.counts().accepted == 0 and b.lease("w", 5) == []
+    from redis.crc import key_slot
+
+    assert len({key_slot(k.encode()) for k in a.keys.script_keys()}) == 1
