@@ -6,7 +6,6 @@ import hashlib
 from collections import Counter
 
 import msgpack
-import pytest
 import redis
 
 from redcrawl.codec import Envelope
@@ -57,9 +56,11 @@ def test_done_fingerprint_still_filters_but_queued_and_done_are_apart(
     leases = f.lease("w1", 1)
     assert f.ack(leases) == 1
     fp_done = hashlib.sha1(leases[0].envelope.url.encode()).digest()
+    assert leases[0].id == fp_done == leases[0].envelope.fingerprint
     assert redis_client.sismember(f.keys.fp_done, fp_done)
-    assert not redis_client.sismember(f.keys.fp_queued, fp_done)
-    assert redis_client.scard(f.keys.fp_queued) == 1
+    # "queued" is the request hash itself: the other request is there, the done one not
+    assert not redis_client.hexists(f.keys.req, fp_done)
+    assert redis_client.hkeys(f.keys.req) == [hashlib.sha1(b"http://a/2").digest()]
     assert f.push([env(leases[0].envelope.url)]).accepted == 0  # done is still a duplicate
 
 
@@ -249,16 +250,21 @@ def test_expired_lease_counts_toward_max_attempts(make_frontier: FrontierFactory
 def test_malformed_envelopes_go_dead_not_loop(make_frontier: FrontierFactory,
                                               redis_client: redis.Redis) -> None:
     f = make_frontier()
-    f.push(urls(3))
-    # corrupt one stored envelope, make another a future version
-    redis_client.hset(f.keys.req, "1", b"0|\xc1garbage")
-    redis_client.hset(f.keys.req, "2", b"0|" + msgpack.packb({"v": 99, "u": "http://x/"}))
-    leases = f.lease("w", 3)
-    assert [x.id for x in leases] == ["3"]
+    envs = urls(4)
+    f.push(envs)
+    ids = [e.fingerprint for e in envs]
+    assert all(isinstance(i, bytes) for i in ids)
+    # corrupt one stored envelope, make another a future version, strip a header
+    redis_client.hset(f.keys.req, ids[0], b"0|\xc1garbage")
+    redis_client.hset(f.keys.req, ids[1], b"0|" + msgpack.packb({"v": 99, "u": "http://x/"}))
+    redis_client.hset(f.keys.req, ids[2], msgpack.packb({"v": 1, "u": "http://x/"}))
+    leases = f.lease("w", 4)
+    assert [x.id for x in leases] == [ids[3]]
     dead = {d.id: d.error for d in f.dead()}
-    assert set(dead) == {"1", "2"}
-    assert "not valid msgpack" in dead["1"]
-    assert "version 99" in dead["2"]
+    assert set(dead) == {ids[0].hex(), ids[1].hex(), ids[2].hex()}
+    assert "not valid msgpack" in dead[ids[0].hex()]
+    assert "version 99" in dead[ids[1].hex()]
+    assert "no priority header" in dead[ids[2].hex()]
     assert f.lease("w", 3) == []
     check(f)
 
@@ -286,6 +292,7 @@ def test_purge_removes_everything(make_frontier: FrontierFactory,
     assert redis_client.keys(f"rc:{{{f.crawl}}}:*") == []
     assert f.counts() == make_frontier().counts()
     assert f.push(urls(5)).accepted == 5  # fingerprints were purged too
+    assert f.counts().ready == 5
     assert other.counts().ready == 2  # other crawls untouched
 
 
@@ -297,7 +304,7 @@ def test_inspection(make_frontier: FrontierFactory, clock: Clock) -> None:
                                                ("http://a/lo", 2)]
     lease = f.lease("worker-7", 1)[0]
     (info,) = f.inflight()
-    assert info.worker == "worker-7" and info.id == lease.id and info.attempts == 1
+    assert info.worker == "worker-7" and info.id == lease.id.hex() and info.attempts == 1
     assert info.since == clock() / 1000 and info.deadline == info.since + 10
     assert f.workers() == {"worker-7": info.deadline}
 
@@ -340,3 +347,20 @@ def test_crawls_are_isolated_and_keys_share_a_hash_tag(make_frontier: FrontierFa
     from redis.crc import key_slot
 
     assert len({key_slot(k.encode()) for k in a.keys.script_keys()}) == 1
+
+
+def test_stale_lease_cannot_ack_after_dead_and_requeue(make_frontier: FrontierFactory,
+                                                       clock: Clock) -> None:
+    """Tokens are unique per lease: a lease from before a requeue can't ack the new one."""
+    f = make_frontier(max_attempts=1, lease_ttl=1)
+    f.push(urls(1))
+    (old,) = f.lease("w1", 1)
+    clock.advance(2)
+    f.maintain()  # expired with attempts used up: DEAD
+    assert f.requeue_dead() == 1
+    (new,) = f.lease("w2", 1)
+    assert new.attempts == 1 and new.token != old.token
+    assert f.ack([old]) == 0
+    assert f.nack(old, "late") == "stale"
+    assert f.counts().in_flight == 1
+    assert f.ack([new]) == 1

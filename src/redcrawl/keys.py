@@ -53,7 +53,8 @@ class CrawlKeys:
     # --- request state -------------------------------------------------------------
     @property
     def req(self) -> str:
-        """HASH id -> envelope bytes, for every request not yet DONE."""
+        """HASH id -> record, for every request not yet DONE. A request's id is its
+        fingerprint (so the hash is also the "queued" side of dedupe), or ``#<seq>``."""
         return self._k("req")
 
     @property
@@ -102,11 +103,6 @@ class CrawlKeys:
         return self._k("control")
 
     @property
-    def fp_queued(self) -> str:
-        """Dedupe: fingerprints of requests accepted and not yet done."""
-        return self._k("fp:queued")
-
-    @property
     def fp_done(self) -> str:
         """Dedupe: fingerprints of requests done."""
         return self._k("fp:done")
@@ -139,7 +135,6 @@ class CrawlKeys:
             self.stats,
             self.workers,
             self.control,
-            self.fp_queued,
             self.fp_done,
             *(self.ready(t) for t in range(self.tiers)),
         ]

@@ -58,7 +58,7 @@ class CrawlLock:
 
     def renew(self, ttl: float | None = None) -> None:
         """Extend the lock; :class:`LockError` if it is no longer ours."""
-        ms = self.ttl_ms if ttl is None else int(ttl * 1000)
+        ms = self.ttl_ms if ttl is None else max(1, int(ttl * 1000))
         with redis_errors("lock renew"):
             ok = self._renew(keys=[self.key], args=[self.token, ms])
         if not ok:

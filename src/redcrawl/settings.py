@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -68,7 +69,7 @@ def _number(kind: type[int] | type[float], low: float, high: float | None = None
             n = kind(v) if kind is float or isinstance(v, int) else int(str(v).strip(), 10)
         except (TypeError, ValueError):
             raise ConfigError(name, f"{v!r} is not {'an integer' if kind is int else 'a number'}")
-        if n < low or (high is not None and n > high):
+        if not math.isfinite(n) or n < low or (high is not None and n > high):
             bound = f">= {low}" if high is None else f"between {low} and {high}"
             raise ConfigError(name, f"{n} is out of range; use a value {bound}")
         return n
@@ -236,6 +237,11 @@ class Settings:
     start_urls_batch_size: int = 16
 
     def __post_init__(self) -> None:
+        # Every field goes through its setting's parser, however the object was built.
+        for spec in _SPECS:
+            value = getattr(self, spec.field)
+            if value is not None:
+                object.__setattr__(self, spec.field, spec.parse(spec.name, value))
         w, b = self.tier_weights, self.tier_bounds
         if not w or any(x <= 0 for x in w):
             raise ConfigError("REDCRAWL_TIER_WEIGHTS", f"{w}: give one positive weight per tier")
@@ -326,7 +332,7 @@ class Settings:
     @property
     def heartbeat(self) -> float:
         """Seconds between worker heartbeats."""
-        return self.heartbeat_interval or self.lease_ttl / 3
+        return float(self.heartbeat_interval or self.lease_ttl / 3)
 
     @property
     def tiers(self) -> int:
@@ -334,6 +340,8 @@ class Settings:
 
     def tier_of(self, priority: int) -> int:
         """Tier index (0 = highest) of a request priority."""
+        if self.ordering == "priority":
+            return 0
         for i, bound in enumerate(self.tier_bounds):
             if priority >= bound:
                 return i
@@ -343,7 +351,7 @@ class Settings:
         """Exponential backoff: ``retry_backoff * 2**(attempts-1)``, capped."""
         if self.retry_backoff <= 0:
             return 0.0
-        return min(self.retry_backoff_max, self.retry_backoff * 2 ** max(0, attempts - 1))
+        return float(min(self.retry_backoff_max, self.retry_backoff * 2.0 ** max(0, attempts - 1)))
 
 
 def _keys(settings: Any) -> Iterable[Any]:
@@ -358,7 +366,17 @@ def ignored_setting_reason(name: str) -> str | None:
     return _IGNORED.get(name)
 
 
+def _show(value: Any) -> str:
+    if value is None:
+        return "unset"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    if isinstance(value, Path | str):
+        return str(value)
+    return json.dumps(value)
+
+
 SETTINGS_DOC: list[tuple[str, str, str, str]] = [
-    (s.name, ", ".join(s.aliases), repr(getattr(Settings(), s.field)), s.doc) for s in _SPECS
+    (s.name, ", ".join(s.aliases), _show(getattr(Settings(), s.field)), s.doc) for s in _SPECS
 ]
 """(name, scrapy-redis aliases, default, description) for every setting."""

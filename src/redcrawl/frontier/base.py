@@ -23,23 +23,38 @@ __all__ = [
     "PendingInfo",
     "PushResult",
     "fair_schedule",
+    "format_id",
+    "parse_id",
 ]
+
+
+def format_id(raw: bytes) -> str:
+    """Printable request id: a fingerprint id as 40 hex digits, else ``#<seq>``."""
+    return raw.hex() if len(raw) == 20 else raw.decode("ascii", "replace")
+
+
+def parse_id(text: str) -> bytes:
+    """Inverse of :func:`format_id`."""
+    if len(text) == 40:
+        try:
+            return bytes.fromhex(text)
+        except ValueError:
+            pass
+    return text.encode()
 
 
 @dataclass(frozen=True, slots=True)
 class Lease:
     """A request handed to a worker. Ack or nack it with this object."""
 
-    id: str
+    id: bytes
+    """The request's id: its fingerprint, or ``#<seq>`` for a request without one."""
     token: str
-    """Delivery number of this lease; acks with a stale token are ignored."""
+    """Unique in the crawl; acks and nacks with a stale token are ignored."""
     worker: str
+    attempts: int
+    """How many times the request has been delivered, this time included."""
     envelope: Envelope
-
-    @property
-    def attempts(self) -> int:
-        """How many times the request has been delivered, this time included."""
-        return int(self.token)
 
 
 @dataclass(frozen=True, slots=True)

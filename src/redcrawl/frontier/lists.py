@@ -33,6 +33,8 @@ from redcrawl.frontier.base import (
     PendingInfo,
     PushResult,
     fair_schedule,
+    format_id,
+    parse_id,
 )
 from redcrawl.keys import CrawlKeys
 from redcrawl.settings import Settings
@@ -69,8 +71,9 @@ def redis_errors(what: str) -> Iterator[None]:
 
 
 def record(env: Envelope) -> bytes:
-    """The stored form of a request: ``b"<priority>|"`` + its encoded envelope."""
-    return b"%d|%s" % (env.priority, codec.encode(env))
+    """The stored form of a request: ``b"<priority>|"`` + its encoded envelope (without
+    the fingerprint, which is the request's id)."""
+    return b"%d|%s" % (env.priority, codec.encode(env, fingerprint=False))
 
 
 def from_record(data: bytes) -> Envelope:
@@ -97,7 +100,8 @@ class ListsFrontier:
         *,
         clock: Callable[[], int] | None = None,
     ) -> None:
-        self.client = client
+        # redis-py's annotations mix its sync and async return types; treat replies as Any.
+        self.client: Any = client
         self.settings = settings
         self.keys = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers)
         self.crawl = crawl
@@ -139,15 +143,18 @@ class ListsFrontier:
         raw = self._run("lease", [worker, n, self._ms(ttl, self.settings.lease_ttl),
                                   self.settings.max_attempts, self._schedule, MAINTAIN_LIMIT])
         leases: list[Lease] = []
-        bad: list[tuple[str, str, str]] = []
-        for i in range(0, len(raw), 3):
-            rid, token, data = raw[i].decode(), raw[i + 1].decode(), raw[i + 2]
+        bad: list[tuple[bytes, str, str]] = []
+        for i in range(0, len(raw), 4):
+            rid, token = bytes(raw[i]), raw[i + 1].decode()
+            attempts, data = int(raw[i + 2]), bytes(raw[i + 3])
             try:
                 env = from_record(data)
             except DecodeError as exc:
                 bad.append((rid, token, f"undecodable envelope: {exc}"))
                 continue
-            leases.append(Lease(rid, token, worker, env))
+            if len(rid) == 20:
+                env.fingerprint = rid
+            leases.append(Lease(rid, token, worker, attempts, env))
         if bad:
             log.error("dead-lettering %d undecodable request(s) in crawl %s: %s",
                       len(bad), self.crawl, bad[0][2])
@@ -162,9 +169,7 @@ class ListsFrontier:
         for start in range(0, len(leases), step):
             args: list[Any] = []
             for lease in leases[start:start + step]:
-                env = lease.envelope
-                fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
-                args += (lease.id, lease.token, fp)
+                args += (lease.id, lease.token)
             done += bytes(self._run("ack", args)).count(b"1")
         return done
 
@@ -181,7 +186,7 @@ class ListsFrontier:
         """IN-FLIGHT -> DEAD now (e.g. a request the worker can't ever process)."""
         return self.nack(lease, error, retry=False)
 
-    def _nack_raw(self, quads: Sequence[tuple[str, str, str, int]]) -> str:
+    def _nack_raw(self, quads: Sequence[tuple[bytes, str, str, int]]) -> str:
         args: list[Any] = [self.settings.max_attempts]
         for q in quads:
             args += q
@@ -210,7 +215,7 @@ class ListsFrontier:
             return int(self._run("requeue_dead", ["*", limit]))
         if not ids:
             return 0
-        return int(self._run("requeue_dead", ["ids", *ids]))
+        return int(self._run("requeue_dead", ["ids", *map(parse_id, ids)]))
 
     # --- crawl-wide switches -------------------------------------------------------
     def pause(self) -> None:
@@ -224,7 +229,7 @@ class ListsFrontier:
 
     def is_paused(self) -> bool:
         with redis_errors("is_paused"):
-            return self.client.hget(self.keys.control, "paused") == b"1"
+            return bool(self.client.hget(self.keys.control, "paused") == b"1")
 
     def purge(self) -> None:
         """Delete the crawl's whole frontier state: queues, leases, dead letters, dedupe."""
@@ -282,7 +287,7 @@ class ListsFrontier:
                 else:
                     ids = self.client.lrange(key, 0, limit - 1)
                 for rid, env in zip(ids, self._envelopes(ids), strict=True):
-                    out.append(PendingInfo(rid.decode(), t, env.url if env else "?",
+                    out.append(PendingInfo(format_id(rid), t, env.url if env else "?",
                                            env.priority if env else 0))
         return out[:limit]
 
@@ -293,10 +298,11 @@ class ListsFrontier:
             ids = [r[0] for r in rows]
             owners = self.client.hmget(self.keys.owner, ids) if ids else []
             envs = self._envelopes(ids)
+            atts = self.client.hmget(self.keys.att, ids) if ids else []
         out = []
-        for (rid, deadline), rec, env in zip(rows, owners, envs, strict=True):
-            token, since, worker = (rec or b"0|0|?").decode().split("|", 2)
-            out.append(InflightInfo(rid.decode(), worker, int(token), int(since) / 1000,
+        for (rid, deadline), rec, att, env in zip(rows, owners, atts, envs, strict=True):
+            _token, since, worker = (rec or b"0|0|?").decode().split("|", 2)
+            out.append(InflightInfo(format_id(rid), worker, int(att or 0), int(since) / 1000,
                                     deadline / 1000, env.url if env else "?"))
         return out
 
@@ -309,7 +315,7 @@ class ListsFrontier:
             atts = self.client.hmget(self.keys.att, ids) if ids else []
             envs = self._envelopes(ids)
         return [
-            DeadInfo(rid.decode(), ts / 1000, (e or b"").decode(errors="replace"),
+            DeadInfo(format_id(rid), ts / 1000, (e or b"").decode(errors="replace"),
                      int(a or 0), env.url if env else "?")
             for (rid, ts), e, a, env in zip(rows, errs, atts, envs, strict=True)
         ]

@@ -1,23 +1,35 @@
 -- ack.lua: IN-FLIGHT -> DONE for a batch of leases.
 -- KEYS, ARGV[1..3]: see lib.lua.
--- ARGV[4..]: triples (id, token, fingerprint or "").
+-- ARGV[4..]: pairs (id, token).
 -- A lease whose token no longer matches (it expired and was handed out again, or was
 -- already acked) is left alone. Returns one character per lease: "1" acked, "0" stale.
+local ids, tokens = {}, {}
+for i = 4, #ARGV, 2 do
+  ids[#ids + 1] = ARGV[i]
+  tokens[#tokens + 1] = ARGV[i + 1]
+end
+local ok = owned(ids, tokens)
+local acked = {}
+if #ok > 0 then
+  release(ok)
+  bulk('HDEL', K_REQ, ok)
+  bulk('HDEL', K_ATT, ok)
+  bulk('HDEL', K_ERR, ok)
+  local fps = {}
+  for _, id in ipairs(ok) do
+    acked[id] = true
+    if is_fingerprint(id) then fps[#fps + 1] = id end
+  end
+  dd_mark_done(fps)
+  redis.call('HINCRBY', K_STATS, 'done', #ok)
+end
 local flags = {}
-local done = 0
-for i = 4, #ARGV, 3 do
-  local id, token, fp = ARGV[i], ARGV[i + 1], ARGV[i + 2]
-  if owned(id, token) then
-    release(id)
-    redis.call('HDEL', K_REQ, id)
-    redis.call('HDEL', K_ATT, id)
-    redis.call('HDEL', K_ERR, id)
-    if fp ~= '' then dd_done(fp) end
-    done = done + 1
-    flags[#flags + 1] = '1'
+for i, id in ipairs(ids) do
+  if acked[id] then
+    flags[i] = '1'
+    acked[id] = nil -- the same lease twice in one batch counts once
   else
-    flags[#flags + 1] = '0'
+    flags[i] = '0'
   end
 end
-if done > 0 then redis.call('HINCRBY', K_STATS, 'done', done) end
 return table.concat(flags)

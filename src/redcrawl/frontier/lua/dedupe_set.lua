@@ -1,15 +1,18 @@
--- dedupe_set.lua: exact dedupe on two Redis sets of binary fingerprints (prepended to the
--- frontier scripts after lib.lua). K_FPQ holds fingerprints accepted and not yet done,
--- K_FPD those done. A request is a duplicate if its fingerprint is in either.
+-- dedupe_set.lua: exact dedupe of DONE requests on a Redis set of binary fingerprints
+-- (prepended to the frontier scripts after lib.lua). Queued requests need no structure of
+-- their own: a queued request's fingerprint is its id in the req hash.
 
--- true if fp was new (and is now recorded as queued), false if it is a duplicate.
-local function dd_add(fp)
-  if redis.call('SISMEMBER', K_FPD, fp) == 1 then return false end
-  return redis.call('SADD', K_FPQ, fp) == 1
+-- For a list of fingerprints, a list of booleans: is it DONE?
+local function dd_done_flags(fps)
+  local out = {}
+  for i = 1, #fps, CHUNK do
+    local part = redis.call('SMISMEMBER', K_FPD, unpack(fps, i, math.min(i + CHUNK - 1, #fps)))
+    for _, v in ipairs(part) do out[#out + 1] = (v == 1) end
+  end
+  return out
 end
 
--- queued -> done
-local function dd_done(fp)
-  redis.call('SREM', K_FPQ, fp)
-  redis.call('SADD', K_FPD, fp)
+-- Record fingerprints as DONE.
+local function dd_mark_done(fps)
+  if #fps > 0 then bulk('SADD', K_FPD, fps) end
 end

@@ -4,7 +4,8 @@
 -- ARGV[4] worker id   ARGV[5] n   ARGV[6] lease ttl (ms)   ARGV[7] max_attempts
 -- ARGV[8] weighted-fair schedule: one tier digit per slot (hex), e.g. "0102010201" for 5:3:2
 -- ARGV[9] most requests to promote / reclaim in this call
--- Returns a flat list: id, token (= delivery number), record, ... (empty when paused).
+-- Returns a flat list: id, token, attempts, record, ... (empty when paused). The token is
+-- unique in the crawl (a counter), so a stale lease can never act on a later one.
 local worker, n, ttl = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local max_attempts, schedule, limit = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
 
@@ -23,10 +24,9 @@ if ORDERING == 'priority' then
   for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
 else
   -- Plan the picks over the schedule, skipping empty tiers, then pop per tier.
-  local ntiers = #BOUNDS + 1
   local avail, take = {}, {}
   local total = 0
-  for t = 0, ntiers - 1 do
+  for t = 0, NTIERS - 1 do
     avail[t] = redis.call('LLEN', ready_key(t))
     take[t] = 0
     total = total + avail[t]
@@ -43,8 +43,8 @@ else
       picked = picked + 1
     end
   end
-  redis.call('HSET', K_CONTROL, 'cursor', cursor % (slots * 1000000))
-  for t = 0, ntiers - 1 do
+  if n > 0 then redis.call('HSET', K_CONTROL, 'cursor', cursor % (slots * 1000000)) end
+  for t = 0, NTIERS - 1 do
     if take[t] > 0 then
       local got
       if ORDERING == 'fifo' then
@@ -58,14 +58,24 @@ else
 end
 
 local out = {}
+if #ids == 0 then return out end
 local since = tostring(NOW)
-for _, id in ipairs(ids) do
-  local env = redis.call('HGET', K_REQ, id)
-  local token = tostring(redis.call('HINCRBY', K_ATT, id, 1))
-  redis.call('ZADD', K_INFLIGHT, deadline, id)
-  redis.call('HSET', K_OWNER, id, token .. '|' .. since .. '|' .. worker)
+local base = redis.call('HINCRBY', K_STATS, 'leases', #ids) - #ids
+local recs = hmget(K_REQ, ids)
+local atts = hmget(K_ATT, ids)
+local zadd, owners, newatts = {}, {}, {}
+for i, id in ipairs(ids) do
+  local token = tostring(base + i)
+  local attempts = tonumber(atts[i] or '0') + 1
+  zadd[#zadd + 1] = deadline; zadd[#zadd + 1] = id
+  owners[#owners + 1] = id; owners[#owners + 1] = token .. '|' .. since .. '|' .. worker
+  newatts[#newatts + 1] = id; newatts[#newatts + 1] = attempts
   out[#out + 1] = id
   out[#out + 1] = token
-  out[#out + 1] = env or ''
+  out[#out + 1] = attempts
+  out[#out + 1] = recs[i] or ''
 end
+bulk('ZADD', K_INFLIGHT, zadd)
+bulk('HSET', K_OWNER, owners)
+bulk('HSET', K_ATT, newatts)
 return out

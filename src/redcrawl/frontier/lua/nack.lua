@@ -7,11 +7,11 @@ local max_attempts = tonumber(ARGV[4])
 local flags = {}
 for i = 5, #ARGV, 4 do
   local id, token, why, delay = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  if owned(id, token) then
-    release(id)
+  if #owned({id}, {token}) == 1 then
+    release({id})
     local att = tonumber(redis.call('HGET', K_ATT, id) or '0')
     if delay < 0 or att >= max_attempts then
-      kill(id, why)
+      kill({id}, {why})
       flags[#flags + 1] = 'd'
     else
       redis.call('HSET', K_ERR, id, why)

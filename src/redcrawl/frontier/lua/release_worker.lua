@@ -12,7 +12,7 @@ repeat
   cursor = r[1]
   local kv = r[2]
   for i = 1, #kv, 2 do
-    if string.match(kv[i + 1], '^[^|]*|[^|]*|(.*)$') == worker then
+    if worker_of(kv[i + 1]) == worker then
       redis.call('ZADD', K_INFLIGHT, 0, kv[i])
       n = n + 1
     end

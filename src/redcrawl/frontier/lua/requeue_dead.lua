@@ -2,21 +2,21 @@
 -- KEYS, ARGV[1..3]: see lib.lua.
 -- ARGV[4] "*" to requeue up to ARGV[5] dead requests (oldest first), else "ids" and
 -- ARGV[5..] the ids. Returns the number requeued.
-local ids
+local ids = {}
 if ARGV[4] == '*' then
   ids = redis.call('ZRANGE', K_DEAD, 0, tonumber(ARGV[5]) - 1)
 else
-  ids = {}
-  for i = 5, #ARGV do ids[#ids + 1] = ARGV[i] end
-end
-local n = 0
-for _, id in ipairs(ids) do
-  if redis.call('ZREM', K_DEAD, id) == 1 then
-    redis.call('HDEL', K_ATT, id)
-    redis.call('HDEL', K_ERR, id)
-    requeue(id)
-    n = n + 1
+  local seen = {}
+  for i = 5, #ARGV do
+    local id = ARGV[i]
+    if not seen[id] and redis.call('ZSCORE', K_DEAD, id) then ids[#ids + 1] = id end
+    seen[id] = true
   end
 end
-if n > 0 then redis.call('HINCRBY', K_STATS, 'requeued', n) end
-return n
+if #ids == 0 then return 0 end
+bulk('ZREM', K_DEAD, ids)
+bulk('HDEL', K_ATT, ids)
+bulk('HDEL', K_ERR, ids)
+requeue(ids)
+redis.call('HINCRBY', K_STATS, 'requeued', #ids)
+return #ids
