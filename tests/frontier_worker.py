@@ -1,0 +1,48 @@
+"""A worker process for the SIGKILL test: lease, "process", ack, until the crawl is done.
+
+``python -m tests.frontier_worker URL CRAWL WORKER LOGFILE``
+
+Before acking a batch it logs ``P <id> <token>`` for each lease (the work was done), after
+the ack returns ``A <acked> <batch size>``. Lines are flushed and fsynced, so after a
+SIGKILL the log shows exactly what this worker had done (written lines are in the OS's
+page cache, which a SIGKILL does not lose).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from redcrawl.connection import connect
+from redcrawl.frontier import ListsFrontier
+from redcrawl.settings import Settings
+
+
+def main(url: str, crawl: str, worker: str, logfile: str) -> None:
+    settings = Settings(redis_url=url, lease_ttl=1.5, batch_size=50)
+    frontier = ListsFrontier(connect(settings), settings, crawl)
+    with open(logfile, "a", buffering=1) as log:
+
+        def write(line: str) -> None:
+            log.write(line + "\n")
+            log.flush()
+
+        idle_since = None
+        while True:
+            leases = frontier.lease(worker, 50)
+            if not leases:
+                if frontier.counts().finished:
+                    if idle_since is None:
+                        idle_since = time.monotonic()
+                    elif time.monotonic() - idle_since > 0.5:
+                        break
+                time.sleep(0.05)
+                continue
+            idle_since = None
+            time.sleep(0.02)  # the "work": most of the time a worker holds leases
+            write("\n".join(f"P {x.id.hex()} {x.token}" for x in leases))
+            write(f"A {frontier.ack(leases)} {len(leases)}")
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:5])

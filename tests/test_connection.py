@@ -1,0 +1,411 @@
+"""connect(), URL redaction, ACL auth, the embedded Redis, and surviving a Redis outage."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import redis.exceptions
+import redis.retry
+from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.retry import Retry
+
+from redcrawl import connection
+from redcrawl.codec import Envelope
+from redcrawl.connection import EmbeddedRedis, connect, redact, redis_server_binary
+from redcrawl.errors import ConfigError, ConnectionLost, RedcrawlError, RedisUnavailable
+from redcrawl.frontier import ListsFrontier
+from redcrawl.settings import Settings
+
+from .conftest import RedisServer, _binary, _free_port
+
+
+def env(url: str) -> Envelope:
+    return Envelope(url=url, fingerprint=hashlib.sha1(url.encode()).digest())
+
+
+# --- connect() ---------------------------------------------------------------------------
+
+
+def test_connect_to_test_server(redis_server: RedisServer) -> None:
+    client = connect(Settings(redis_url=redis_server.url))
+    try:
+        assert client.ping()
+        client.set("rc-test-key", b"\x00\xff")
+        assert client.get("rc-test-key") == b"\x00\xff"  # binary-safe, no decoding
+        assert client.info("server")["redis_version"] == redis_server.version
+    finally:
+        client.delete("rc-test-key")
+        client.close()
+
+
+def test_connect_url_argument_overrides_settings(redis7: RedisServer) -> None:
+    client = connect(Settings(redis_url="redis://127.0.0.1:1/0"), url=redis7.url)
+    assert client.ping()
+    client.close()
+
+
+def test_redis_params_reach_the_client(redis7: RedisServer) -> None:
+    client = connect(Settings(redis_url=redis7.url, redis_params={"decode_responses": True}))
+    try:
+        client.set("rc-params", "v")
+        assert client.get("rc-params") == "v"
+    finally:
+        client.delete("rc-params")
+        client.close()
+
+
+def test_closed_port_is_redis_unavailable_naming_the_url() -> None:
+    url = f"redis://127.0.0.1:{_free_port()}/0"
+    with pytest.raises(RedisUnavailable) as info:
+        connect(Settings(redis_url=url))
+    assert url in str(info.value)
+    assert info.value.url == url
+    assert isinstance(info.value, RedcrawlError)
+    assert not isinstance(info.value, redis.exceptions.RedisError)
+
+
+def test_check_false_does_not_touch_the_server() -> None:
+    client = connect(Settings(redis_url=f"redis://127.0.0.1:{_free_port()}/0"), check=False)
+    assert isinstance(client, redis.Redis)
+    client.close()
+
+
+def test_password_is_redacted_in_the_error() -> None:
+    port = _free_port()
+    url = f"redis://user:secret@127.0.0.1:{port}/0"
+    with pytest.raises(RedisUnavailable) as info:
+        connect(Settings(redis_url=url))
+    assert "secret" not in str(info.value)
+    assert f"redis://user:***@127.0.0.1:{port}/0" in str(info.value)
+    assert "secret" not in info.value.url
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("redis://user:secret@h:1/0", "redis://user:***@h:1/0"),
+    ("redis://:secret@h/2", "redis://:***@h/2"),
+    ("rediss://u:p%40ss@h:6380", "rediss://u:***@h:6380"),
+    ("redis://h:1/0", "redis://h:1/0"),
+    ("redis://user@h:1/0", "redis://user@h:1/0"),
+    ("unix:///tmp/redis.sock", "unix:///tmp/redis.sock"),
+])
+def test_redact(url: str, expected: str) -> None:
+    assert redact(url) == expected
+
+
+def test_password_in_query_string_is_redacted() -> None:
+    url = f"redis://127.0.0.1:{_free_port()}/0?password=secret"
+    with pytest.raises(RedisUnavailable) as info:
+        connect(Settings(redis_url=url))
+    assert "secret" not in str(info.value)
+
+
+@pytest.mark.parametrize("url", ["http://x", "ftp://127.0.0.1/", "127.0.0.1:6379"])
+def test_malformed_url_is_config_error(url: str) -> None:
+    with pytest.raises(ConfigError, match="REDCRAWL_REDIS_URL"):
+        connect(Settings(redis_url=url))
+
+
+def test_malformed_port_with_password_is_config_error() -> None:
+    with pytest.raises(ConfigError) as info:
+        connect(Settings(redis_url="redis://user:secret@127.0.0.1:99999/0"))
+    assert "secret" not in str(info.value)
+
+
+def test_acl_user_password(redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    user = "rc_acl_user"
+    redis7_client.execute_command("ACL", "SETUSER", user, "reset", "on", ">s3cret-pass",
+                                  "~*", "&*", "+@all")
+    try:
+        good = redis7.url.replace("redis://", f"redis://{user}:s3cret-pass@")
+        client = connect(Settings(redis_url=good))
+        try:
+            assert client.acl_whoami() == user
+            client.set("acl-key", "1")
+            assert redis7_client.get("acl-key") == b"1"
+        finally:
+            client.close()
+
+        bad = redis7.url.replace("redis://", f"redis://{user}:wrong-pass@")
+        with pytest.raises(RedisUnavailable, match="authentication") as info:
+            connect(Settings(redis_url=bad))
+        assert "wrong-pass" not in str(info.value)
+        assert f"{user}:***@" in str(info.value)
+    finally:
+        redis7_client.execute_command("ACL", "DELUSER", user)
+
+
+# --- embedded Redis ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def embedded(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[EmbeddedRedis]]:
+    """Collects EmbeddedRedis objects and stops them (and any started server) at the end."""
+    # stop() waits in redis-py's retry backoff (test_embedded_stop_is_prompt): skip the waits.
+    monkeypatch.setattr(redis.retry, "sleep", lambda s: None)
+    servers: list[EmbeddedRedis] = []
+    yield servers
+    for server in servers:
+        server.stop()
+
+
+def test_redis_server_binary_is_executable() -> None:
+    assert os.access(redis_server_binary(), os.X_OK)
+
+
+def test_embedded_start_and_reuse(tmp_path: Path, embedded: list[EmbeddedRedis]) -> None:
+    first = EmbeddedRedis(tmp_path / "rc")
+    embedded.append(first)
+    url = first.start()
+    assert url == f"unix://{tmp_path / 'rc' / 'redis.sock'}"
+    assert first.proc is not None and first.proc.poll() is None
+    client = redis.Redis.from_url(url)
+    config = client.config_get("appendonly")
+    assert config == {"appendonly": "yes"}
+    client.set("k", "v")
+
+    second = EmbeddedRedis(tmp_path / "rc")
+    embedded.append(second)
+    assert second.start() == url
+    assert second.proc is None  # no second process
+    assert redis.Redis.from_url(second.url).get("k") == b"v"
+    second.stop()  # not its server: stays up
+    assert first.proc.poll() is None and client.ping()
+    client.close()
+
+
+def test_embedded_data_persists_across_stop_and_start(tmp_path: Path,
+                                                      embedded: list[EmbeddedRedis]) -> None:
+    server = EmbeddedRedis(tmp_path)
+    embedded.append(server)
+    client = redis.Redis.from_url(server.start())
+    client.rpush("queue", b"a\x00", b"b")
+    client.close()
+    proc = server.proc
+    server.stop()
+    assert proc is not None and proc.returncode is not None
+    assert not server._alive()
+
+    again = EmbeddedRedis(tmp_path)
+    embedded.append(again)
+    client = redis.Redis.from_url(again.start())
+    assert again.proc is not None and again.proc.pid != proc.pid
+    assert client.lrange("queue", 0, -1) == [b"a\x00", b"b"]
+    client.close()
+
+
+def test_embedded_restarts_after_a_crash(tmp_path: Path, embedded: list[EmbeddedRedis]) -> None:
+    server = EmbeddedRedis(tmp_path)
+    embedded.append(server)
+    client = redis.Redis.from_url(server.start())
+    client.config_set("appendfsync", "always")
+    client.set("survivor", "yes")
+    client.close()
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGKILL)
+    server.proc.wait()
+    assert server.socket.exists()  # stale socket left behind
+
+    again = EmbeddedRedis(tmp_path)
+    embedded.append(again)
+    client = redis.Redis.from_url(again.start())
+    assert again.proc is not None
+    assert client.get("survivor") == b"yes"
+    client.close()
+
+
+def test_resolve_url_without_url_starts_embedded(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection, "_embedded", {})
+    monkeypatch.setattr(redis.retry, "sleep", lambda s: None)  # see test_embedded_stop_is_prompt
+    directory = tmp_path / "emb"
+    try:
+        url = connection.resolve_url(Settings(embedded_dir=directory))
+        assert url == f"unix://{directory / 'redis.sock'}"
+        server = connection._embedded[directory.resolve()]
+        assert server.proc is not None and server.proc.poll() is None
+        # A second call in the same process reuses the same server object and process.
+        assert connection.resolve_url(Settings(embedded_dir=directory)) == url
+        assert connection._embedded == {directory.resolve(): server}
+        client = redis.Redis.from_url(url)
+        assert client.ping()
+        client.close()
+        # A configured URL never starts anything.
+        assert connection.resolve_url(Settings(redis_url="redis://h:1", embedded_dir=tmp_path /
+                                               "unused")) == "redis://h:1"
+        assert not (tmp_path / "unused").exists()
+    finally:
+        for server in connection._embedded.values():
+            server.stop()
+
+
+def test_connect_without_url_starts_embedded(tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(connection, "_embedded", {})
+    monkeypatch.setattr(redis.retry, "sleep", lambda s: None)  # see test_embedded_stop_is_prompt
+    directory = tmp_path / "emb"
+    try:
+        client = connect(Settings(embedded_dir=directory))
+        server = connection._embedded[directory.resolve()]
+        assert server.proc is not None and server.proc.poll() is None
+        assert client.ping()
+        assert client.connection_pool.connection_kwargs["path"] == str(directory / "redis.sock")
+        client.set("x", "1")
+        other = connect(Settings(embedded_dir=directory))
+        assert connection._embedded == {directory.resolve(): server}
+        assert other.get("x") == b"1"
+        other.close()
+        client.close()
+    finally:
+        for server in connection._embedded.values():
+            server.stop()
+
+
+def test_embedded_stop_is_prompt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    backoffs: list[float] = []
+    monkeypatch.setattr(redis.retry, "sleep", backoffs.append)  # record instead of sleeping
+    server = EmbeddedRedis(tmp_path)
+    server.start()
+    proc = server.proc
+    server.stop()
+    assert proc is not None and proc.returncode is not None
+    assert backoffs == []
+
+
+def test_embedded_long_directory_path(tmp_path: Path, embedded: list[EmbeddedRedis]) -> None:
+    directory = tmp_path / ("d" * 60) / ("e" * 60)
+    assert len(str(directory)) > 100
+    server = EmbeddedRedis(directory)
+    embedded.append(server)
+    url = server.start()
+    assert len(str(server.socket)) < 100
+    assert server.socket.parent != directory
+    client = redis.Redis.from_url(url)
+    client.set("long", "ok")
+    assert client.config_get("dir")["dir"] == str(directory.resolve())
+    client.close()
+
+    second = EmbeddedRedis(directory)
+    embedded.append(second)
+    assert second.start() == url and second.proc is None
+    client = redis.Redis.from_url(second.url)
+    assert client.get("long") == b"ok"
+    client.close()
+
+
+def test_embedded_bad_binary_is_redis_unavailable(tmp_path: Path) -> None:
+    server = EmbeddedRedis(tmp_path, binary="/bin/false")
+    with pytest.raises(RedisUnavailable, match="did not start"):
+        server.start(timeout=5)
+    assert server.proc is None
+
+
+# --- outages ---------------------------------------------------------------------------
+
+
+def _spawn(binary: str, port: int, directory: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+         "--appendonly", "yes", "--appendfsync", "always", "--dir", str(directory)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    probe = redis.Redis(port=port, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
+    while True:
+        try:
+            if probe.ping():
+                probe.close()
+                return proc
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            if time.monotonic() > deadline or proc.poll() is not None:
+                proc.kill()
+                raise RuntimeError(f"{binary} did not start on port {port}") from None
+            time.sleep(0.02)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+    proc.wait()
+
+
+@pytest.fixture(params=["7", "6.2"])
+def binary(request: pytest.FixtureRequest) -> str:
+    found = _binary(str(request.param))
+    if found is None:
+        pytest.skip(f"redis-server {request.param} not installed")
+    return found
+
+
+def test_brief_outage_blocks_retries_and_loses_nothing(binary: str, tmp_path: Path) -> None:
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    procs = [_spawn(binary, port, tmp_path)]
+    restarted = threading.Event()
+    try:
+        client = connect(Settings(redis_url=url))
+        frontier = ListsFrontier(client, Settings(), "c")
+        before = [env(f"http://example.com/{i}") for i in range(5)]
+        assert frontier.push(before).accepted == 5
+
+        procs[0].send_signal(signal.SIGKILL)  # no shutdown: only the fsynced AOF survives
+        procs[0].wait()
+        with pytest.raises(OSError):  # the server is really gone
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+        def restart() -> None:
+            time.sleep(1.0)
+            restarted.set()
+            procs.append(_spawn(binary, port, tmp_path))
+
+        thread = threading.Thread(target=restart)
+        thread.start()
+        try:
+            result = frontier.push([env("http://example.com/during-outage")])
+        finally:
+            thread.join()
+        assert restarted.is_set()  # the call could only succeed on the new server
+        assert len(procs) == 2
+        assert result.accepted == 1
+
+        counts = frontier.counts()
+        assert counts.accepted == 6 and counts.ready == 6
+        leased = frontier.lease("w", 10)
+        assert sorted(lease.envelope.url for lease in leased) == sorted(
+            [e.url for e in before] + ["http://example.com/during-outage"])
+        # Dedupe state survived too.
+        assert frontier.push(before).accepted == 0
+        client.close()
+    finally:
+        for proc in procs:
+            _kill(proc)
+
+
+def test_server_gone_for_good_is_connection_lost(binary: str, tmp_path: Path) -> None:
+    port = _free_port()
+    url = f"redis://127.0.0.1:{port}/0"
+    proc = _spawn(binary, port, tmp_path)
+    try:
+        client = connect(Settings(redis_url=url),
+                         retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), 2))
+        frontier = ListsFrontier(client, Settings(), "c")
+        assert frontier.push([env("http://example.com/1")]).accepted == 1
+    finally:
+        _kill(proc)
+
+    for call in (frontier.counts, lambda: frontier.push([env("http://example.com/2")]),
+                 lambda: frontier.lease("w", 1)):
+        with pytest.raises(ConnectionLost) as info:
+            call()
+        assert not isinstance(info.value, redis.exceptions.RedisError)
+        assert isinstance(info.value.__cause__, redis.exceptions.ConnectionError)
+    client.close()

@@ -1,0 +1,206 @@
+"""Property-based test: random interleavings of push / lease / ack / nack / expire /
+renew / requeue across simulated workers, on a real Redis.
+
+After every step the conservation law holds, the counters match a model, and a request is
+never handed to a second worker while an earlier lease of it may still be alive.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import pytest
+import redis
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+from redcrawl.codec import Envelope
+from redcrawl.frontier import Lease, ListsFrontier
+from redcrawl.settings import Settings
+
+from .conftest import Clock, RedisServer
+
+WORKERS = ("w1", "w2", "w3")
+TTL = 10.0
+MAX_ATTEMPTS = 3
+
+
+@dataclass
+class Held:
+    lease: Lease
+    deadline: int  # ms
+
+
+class FrontierMachine(RuleBasedStateMachine):
+    client: redis.Redis
+    ordering: str = "fifo"
+
+    @initialize()
+    def setup(self) -> None:
+        self.client.flushall()
+        self.clock = Clock()
+        self.f = ListsFrontier(
+            self.client,
+            Settings(lease_ttl=TTL, max_attempts=MAX_ATTEMPTS, retry_backoff=0.0,
+                     ordering=self.ordering),  # type: ignore[arg-type]
+            "prop",
+            clock=self.clock,
+        )
+        self.seen_fps: set[bytes] = set()
+        self.accepted = 0
+        self.done = 0
+        self.held: dict[str, list[Held]] = {w: [] for w in WORKERS}
+        self.heartbeat: dict[str, int] = dict.fromkeys(WORKERS, 0)
+        # id -> every lease ever handed out, for the "never two owners" check
+        self.history: dict[str, list[Held]] = {}
+        self.finished_ids: set[str] = set()
+        self.tokens: set[str] = set()
+
+    # --- rules -----------------------------------------------------------------------
+    @rule(urls=st.lists(st.integers(0, 40), min_size=1, max_size=8),
+          dont_filter=st.booleans(), priority=st.sampled_from([-2, 0, 0, 3]))
+    def push(self, urls: list[int], dont_filter: bool, priority: int) -> None:
+        envs = [Envelope(url=f"http://s/{u}", priority=priority, dont_filter=dont_filter,
+                         fingerprint=hashlib.sha1(str(u).encode()).digest()) for u in urls]
+        result = self.f.push(envs)
+        expected = 0
+        for e in envs:
+            if dont_filter:
+                expected += 1
+            elif e.fingerprint not in self.seen_fps:
+                assert e.fingerprint is not None
+                self.seen_fps.add(e.fingerprint)
+                expected += 1
+        assert result.accepted == expected
+        self.accepted += expected
+
+    def _expire(self) -> None:
+        """Mirror of the frontier's reclaim rule: a lease is gone once its deadline has
+        passed and its worker's heartbeat has run out, as seen by a lease/maintain call."""
+        now = self.clock()
+        for rid, leases in self.history.items():
+            self.history[rid] = [
+                h for h in leases
+                if not (now >= h.deadline and self.heartbeat[h.lease.worker] <= now)
+            ]
+
+    @rule(worker=st.sampled_from(WORKERS), n=st.integers(1, 6))
+    def lease(self, worker: str, n: int) -> None:
+        now = self.clock()
+        self._expire()
+        got = self.f.lease(worker, n, TTL)
+        for lease in got:
+            assert lease.id not in self.finished_ids, "a DONE request was handed out again"
+            alive = self.history.get(lease.id, [])
+            assert not alive, f"{lease.id} leased to {worker} while {alive} may be alive"
+            assert lease.token not in self.tokens, "a lease token was reused"
+            self.tokens.add(lease.token)
+            h = Held(lease, now + int(TTL * 1000))
+            self.history[lease.id] = [h]
+            self.held[worker].append(h)
+        self.heartbeat[worker] = max(self.heartbeat[worker], now + int(TTL * 1000))
+
+    def _take(self, worker: str, index: int) -> Held | None:
+        held = self.held[worker]
+        return held.pop(index % len(held)) if held else None
+
+    def _retire(self, h: Held) -> None:
+        self.history[h.lease.id] = [x for x in self.history.get(h.lease.id, []) if x is not h]
+
+    @rule(worker=st.sampled_from(WORKERS), index=st.integers(0, 10))
+    def ack(self, worker: str, index: int) -> None:
+        h = self._take(worker, index)
+        if h is None:
+            return
+        if self.f.ack([h.lease]) == 1:
+            self.done += 1
+            self.finished_ids.add(h.lease.id)
+        self._retire(h)
+
+    @rule(worker=st.sampled_from(WORKERS), index=st.integers(0, 10), retry=st.booleans(),
+          delay=st.sampled_from([0.0, 1.0, 30.0]))
+    def nack(self, worker: str, index: int, retry: bool, delay: float) -> None:
+        h = self._take(worker, index)
+        if h is None:
+            return
+        outcome = self.f.nack(h.lease, "boom", retry=retry, delay=delay)
+        if outcome == "dead":
+            assert not retry or h.lease.attempts >= MAX_ATTEMPTS
+        elif outcome == "retried":
+            assert retry and h.lease.attempts < MAX_ATTEMPTS
+        self._retire(h)
+
+    @rule(seconds=st.sampled_from([0.5, 5.0, 11.0, 40.0]))
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def renew(self, worker: str) -> None:
+        self.f.renew(worker, TTL)
+        self.heartbeat[worker] = self.clock() + int(TTL * 1000)
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def crash(self, worker: str) -> None:
+        """The worker forgets everything it held (its leases will expire)."""
+        self.held[worker] = []
+
+    @rule()
+    def maintain(self) -> None:
+        self._expire()
+        self.f.maintain()
+
+    @precondition(lambda self: self.f.counts().dead > 0)
+    @rule()
+    def requeue_dead(self) -> None:
+        assert self.f.requeue_dead() > 0
+
+    # --- invariants ------------------------------------------------------------------
+    @invariant()
+    def conservation(self) -> None:
+        c = self.f.counts()
+        assert c.conserved, c
+        assert c.accepted == self.accepted
+        assert c.done == self.done
+        assert c.in_flight == self.client.hlen(self.f.keys.owner)
+        assert c.accepted - c.done == self.client.hlen(self.f.keys.req)
+
+    def teardown(self) -> None:
+        if not hasattr(self, "f"):
+            return
+        # Drain: every accepted request ends DONE or DEAD, none is lost.
+        self.clock.advance(1000)
+        for _ in range(1000):
+            got = self.f.lease("drain", 50, TTL)
+            if not got:
+                self.clock.advance(1000)
+                if self.f.counts().finished:
+                    break
+                continue
+            self.f.ack(got)
+        c = self.f.counts()
+        assert c.finished and c.conserved and c.done + c.dead == self.accepted, c
+
+
+@pytest.mark.parametrize("ordering", ["fifo", "lifo", "priority"])
+def test_random_interleavings(redis7: RedisServer, ordering: str) -> None:
+    client = redis.Redis.from_url(redis7.url)
+
+    class Machine(FrontierMachine):
+        pass
+
+    Machine.client = client
+    Machine.ordering = ordering
+    Machine.TestCase.settings = settings(
+        max_examples=60, stateful_step_count=40, deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
+    Machine.TestCase().runTest()
+    client.close()

@@ -1,0 +1,118 @@
+"""Multi-process test: 4 worker processes lease and ack 20,000 requests from one frontier;
+one is SIGKILLed midway. Afterwards every request is DONE exactly once, and whatever the
+killed worker held was handed out again after its leases expired."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import redis
+
+from redcrawl.codec import Envelope
+from redcrawl.frontier import ListsFrontier
+from redcrawl.settings import Settings
+
+from .conftest import RedisServer
+
+N = 20_000
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _parse(log: Path) -> tuple[list[list[tuple[str, int]]], list[int]]:
+    """Batches of (id, token) processed, and the acked count of each batch that got one."""
+    batches: list[list[tuple[str, int]]] = []
+    acked: list[int] = []
+    current: list[tuple[str, int]] = []
+    for line in log.read_text().splitlines():
+        kind, a, b = line.split()
+        if kind == "P":
+            current.append((a, int(b)))
+        else:
+            batches.append(current)
+            acked.append(int(a))
+            assert int(b) == len(current)
+            current = []
+    if current:
+        batches.append(current)  # processed, never acked: the kill came in between
+    return batches, acked
+
+
+@pytest.mark.slow
+def test_sigkill_one_of_four_workers_loses_nothing(redis7: RedisServer, tmp_path: Path) -> None:
+    client = redis.Redis.from_url(redis7.url)
+    client.flushall()
+    crawl = "kill"
+    frontier = ListsFrontier(client, Settings(), crawl)
+    envs = [Envelope(url=f"http://site/{i}", fingerprint=hashlib.sha1(b"%d" % i).digest())
+            for i in range(N)]
+    assert frontier.push(envs).accepted == N
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    logs = [tmp_path / f"w{i}.log" for i in range(4)]
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "tests.frontier_worker", redis7.url, crawl,
+                          f"w{i}", str(logs[i])], cwd=ROOT, env=env)
+        for i in range(4)
+    ]
+    victim = procs[1]
+    deadline = time.monotonic() + 60
+    while frontier.counts().done < N // 3:
+        assert time.monotonic() < deadline, "workers made no progress"
+        time.sleep(0.01)
+    # Kill while the victim holds leases (the moment that matters).
+    while not any(x.worker == "w1" for x in frontier.inflight(limit=1000)):
+        assert time.monotonic() < deadline, "the victim never held a lease"
+    victim.send_signal(signal.SIGKILL)
+    victim.wait()
+    held_at_kill = frontier.inflight(limit=10_000)
+    for p in procs:
+        if p is not victim:
+            assert p.wait(timeout=120) == 0
+
+    c = frontier.counts()
+    assert (c.accepted, c.done, c.dead, c.pending) == (N, N, 0, 0), c
+    assert c.conserved
+    assert client.hlen(frontier.keys.req) == 0
+    assert client.scard(frontier.keys.fp_done) == N
+
+    processed: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    acked_ids: dict[str, list[str]] = defaultdict(list)
+    unacked_victim: set[str] = set()
+    for i, log in enumerate(logs):
+        batches, acked = _parse(log)
+        worker = f"w{i}"
+        for n, batch in enumerate(batches):
+            for rid, token in batch:
+                processed[rid].append((worker, token))
+            if n < len(acked):
+                # survivors never lose a lease: every batch they ack is fully theirs
+                if worker != "w1":
+                    assert acked[n] == len(batch)
+                if acked[n] == len(batch):
+                    for rid, _ in batch:
+                        acked_ids[rid].append(worker)
+            else:
+                assert worker == "w1", f"{worker} stopped without acking a batch"
+                unacked_victim |= {rid for rid, _ in batch}
+
+    assert len(processed) == N  # every request was processed by someone
+    twice = {rid: ws for rid, ws in acked_ids.items() if len(ws) > 1}
+    assert not twice, f"acked by two workers: {list(twice.items())[:5]}"
+    victim_held = {x.id for x in held_at_kill if x.worker == "w1"}
+    assert victim_held, "the kill came when the victim held nothing; the test proved little"
+    for rid in victim_held:
+        again = [(w, t) for w, t in processed[rid] if w != "w1"]
+        assert again, f"{rid} held by the killed worker was never handed out again"
+        assert rid in acked_ids
+    # Ids without an acked batch were the victim's last, unacknowledged work: re-leased.
+    for rid in set(processed) - set(acked_ids):
+        pytest.fail(f"{rid} was processed but never acknowledged by anyone")
+    assert unacked_victim <= victim_held | set(acked_ids)
