@@ -255,8 +255,8 @@ def test_malformed_envelopes_go_dead_not_loop(make_frontier: FrontierFactory,
     ids = [e.fingerprint for e in envs]
     assert all(isinstance(i, bytes) for i in ids)
     # corrupt one stored envelope, make another a future version, strip a header
-    redis_client.hset(f.keys.req, ids[0], b"0|\xc1garbage")
-    redis_client.hset(f.keys.req, ids[1], b"0|" + msgpack.packb({"v": 99, "u": "http://x/"}))
+    redis_client.hset(f.keys.req, ids[0], b"0|0||\xc1garbage")
+    redis_client.hset(f.keys.req, ids[1], b"0|0||" + msgpack.packb({"v": 99, "u": "http://x/"}))
     redis_client.hset(f.keys.req, ids[2], msgpack.packb({"v": 1, "u": "http://x/"}))
     leases = f.lease("w", 4)
     assert [x.id for x in leases] == [ids[3]]
@@ -264,7 +264,7 @@ def test_malformed_envelopes_go_dead_not_loop(make_frontier: FrontierFactory,
     assert set(dead) == {ids[0].hex(), ids[1].hex(), ids[2].hex()}
     assert "not valid msgpack" in dead[ids[0].hex()]
     assert "version 99" in dead[ids[1].hex()]
-    assert "no priority header" in dead[ids[2].hex()]
+    assert "no state header" in dead[ids[2].hex()]
     assert f.lease("w", 3) == []
     check(f)
 

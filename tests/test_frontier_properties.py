@@ -102,10 +102,11 @@ class FrontierMachine(RuleBasedStateMachine):
             alive = self.history.get(lease.id, [])
             assert not alive, f"{lease.id} leased to {worker} while {alive} may be alive"
             assert lease.token not in self.tokens, "a lease token was reused"
-            self.tokens.add(lease.token)
             h = Held(lease, now + int(TTL * 1000))
             self.history[lease.id] = [h]
             self.held[worker].append(h)
+        assert len({x.token for x in got}) <= 1, "one lease() call is one lease"
+        self.tokens |= {x.token for x in got}
         self.heartbeat[worker] = max(self.heartbeat[worker], now + int(TTL * 1000))
 
     def _take(self, worker: str, index: int) -> Held | None:
@@ -169,7 +170,8 @@ class FrontierMachine(RuleBasedStateMachine):
         assert c.conserved, c
         assert c.accepted == self.accepted
         assert c.done == self.done
-        assert c.in_flight == self.client.hlen(self.f.keys.owner)
+        held = [r for r in self.client.hvals(self.f.keys.req) if r.split(b"|", 3)[2]]
+        assert c.in_flight == len(held)
         assert c.accepted - c.done == self.client.hlen(self.f.keys.req)
 
     def teardown(self) -> None:

@@ -283,6 +283,16 @@ def _callback_name(spider: Any, func: Any, url: str, what: str) -> str | None:
     )
 
 
+_MISSING = object()
+
+
+def _peek(request: Any, name: str) -> Any:
+    """``request.<name>`` without making an empty container: Scrapy 2.13+ creates one on
+    first access to the public property, which costs more than the rest of encoding."""
+    value = getattr(request, "_" + name, _MISSING)
+    return getattr(request, name) if value is _MISSING else value
+
+
 def from_request(
     request: scrapy.Request, spider: scrapy.Spider | None = None, *,
     fingerprint: bytes | None = None,
@@ -302,20 +312,20 @@ def from_request(
                 "project"
             )
         extra = {a: getattr(request, a) for a in cls.attributes if a not in _BASE_ATTRS}
-    headers = request.headers
+    headers = _peek(request, "headers")
     return Envelope(
         url=request.url,
         method=request.method,
         headers=[(bytes(k), list(v)) for k, v in headers.items()] if headers else [],
         body=request.body,
-        cookies=request.cookies or None,
-        meta=request.meta if request.meta else {},
+        cookies=_peek(request, "cookies") or None,
+        meta=_peek(request, "meta") or {},
         callback=_callback_name(spider, request.callback, request.url, "callback"),
         errback=_callback_name(spider, request.errback, request.url, "errback"),
         priority=request.priority,
-        flags=request.flags,
+        flags=_peek(request, "flags") or [],
         dont_filter=request.dont_filter,
-        cb_kwargs=request.cb_kwargs if request.cb_kwargs else {},
+        cb_kwargs=_peek(request, "cb_kwargs") or {},
         encoding=request.encoding,
         request_class=cls_path,
         extra=extra,

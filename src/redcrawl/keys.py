@@ -53,24 +53,25 @@ class CrawlKeys:
     # --- request state -------------------------------------------------------------
     @property
     def req(self) -> str:
-        """HASH id -> record, for every request not yet DONE. A request's id is its
-        fingerprint (so the hash is also the "queued" side of dedupe), or ``#<seq>``."""
+        """HASH id -> record ``<priority>|<attempts>|<lease token>|<envelope>``, for every
+        request not yet DONE. A request's id is its fingerprint (so the hash is also the
+        "queued" side of dedupe), or ``#<seq>``."""
         return self._k("req")
 
     @property
-    def att(self) -> str:
-        """HASH id -> number of deliveries (leases) so far."""
-        return self._k("att")
-
-    @property
-    def owner(self) -> str:
-        """HASH id -> ``"<token>|<since_ms>|<worker>"`` for each IN-FLIGHT request."""
-        return self._k("owner")
-
-    @property
     def inflight(self) -> str:
-        """ZSET id -> lease deadline (ms)."""
+        """ZSET lease token -> lease deadline (ms): one entry per ``lease()`` call."""
         return self._k("inflight")
+
+    @property
+    def leases(self) -> str:
+        """HASH lease token -> msgpack ``[since_ms, worker, id, ...]``."""
+        return self._k("leases")
+
+    @property
+    def left(self) -> str:
+        """HASH lease token -> how many of its requests are still held."""
+        return self._k("left")
 
     @property
     def delayed(self) -> str:
@@ -89,7 +90,8 @@ class CrawlKeys:
 
     @property
     def stats(self) -> str:
-        """HASH of counters: seq, accepted, filtered, done, retried, reclaimed, died."""
+        """HASH of counters: seq, leases, inflight, accepted, filtered, done, retried,
+        reclaimed, died, requeued."""
         return self._k("stats")
 
     @property
@@ -126,9 +128,9 @@ class CrawlKeys:
         """KEYS of every frontier script, in the order ``lua/lib.lua`` expects."""
         return [
             self.req,
-            self.att,
-            self.owner,
             self.inflight,
+            self.leases,
+            self.left,
             self.delayed,
             self.dead,
             self.err,

@@ -19,6 +19,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import msgpack
 import redis
 import redis.exceptions
 
@@ -71,17 +72,25 @@ def redis_errors(what: str) -> Iterator[None]:
 
 
 def record(env: Envelope) -> bytes:
-    """The stored form of a request: ``b"<priority>|"`` + its encoded envelope (without
-    the fingerprint, which is the request's id)."""
-    return b"%d|%s" % (env.priority, codec.encode(env, fingerprint=False))
+    """The stored form of a new request: the state header ``<priority>|<attempts>|<lease
+    token>|`` and the encoded envelope (without the fingerprint, which is the id)."""
+    return b"%d|0||%s" % (env.priority, codec.encode(env, fingerprint=False))
+
+
+def parse_record(data: bytes) -> tuple[int, int, str, bytes]:
+    """(priority, attempts, lease token, envelope bytes) of a stored record."""
+    parts = data.split(b"|", 3)
+    try:
+        if len(parts) != 4:
+            raise ValueError
+        return int(parts[0]), int(parts[1]), parts[2].decode(), parts[3]
+    except (ValueError, UnicodeDecodeError):
+        raise DecodeError("stored record has no state header") from None
 
 
 def from_record(data: bytes) -> Envelope:
-    """Inverse of :func:`record`; :class:`DecodeError` if corrupt."""
-    head, sep, body = data.partition(b"|")
-    if not sep or not head.lstrip(b"-").isdigit():
-        raise DecodeError("stored record has no priority header")
-    return codec.decode(body)
+    """The envelope of a stored record; :class:`DecodeError` if corrupt."""
+    return codec.decode(parse_record(data)[3])
 
 
 class ListsFrontier:
@@ -144,9 +153,11 @@ class ListsFrontier:
                                   self.settings.max_attempts, self._schedule, MAINTAIN_LIMIT])
         leases: list[Lease] = []
         bad: list[tuple[bytes, str, str]] = []
-        for i in range(0, len(raw), 4):
-            rid, token = bytes(raw[i]), raw[i + 1].decode()
-            attempts, data = int(raw[i + 2]), bytes(raw[i + 3])
+        if not raw:
+            return leases
+        token = raw[0].decode()
+        for i in range(1, len(raw), 3):
+            rid, attempts, data = bytes(raw[i]), int(raw[i + 1]), bytes(raw[i + 2])
             try:
                 env = from_record(data)
             except DecodeError as exc:
@@ -246,21 +257,20 @@ class ListsFrontier:
         with redis_errors("counts"):
             pipe = self.client.pipeline(transaction=True)
             pipe.hmget(k.stats, "accepted", "filtered", "done", "retried", "reclaimed",
-                       "requeued")
+                       "requeued", "inflight")
             for t in range(k.tiers):
                 if self.settings.ordering == "priority":
                     pipe.zcard(k.ready(t))
                 else:
                     pipe.llen(k.ready(t))
             pipe.zcard(k.delayed)
-            pipe.zcard(k.inflight)
             pipe.zcard(k.dead)
             res = pipe.execute()
         stats = [int(x or 0) for x in res[0]]
         ready = sum(res[1:1 + k.tiers])
-        delayed, inflight, dead = res[1 + k.tiers:]
+        delayed, dead = res[1 + k.tiers:]
         return Counts(accepted=stats[0], filtered=stats[1], ready=ready, delayed=delayed,
-                      in_flight=inflight, done=stats[2], dead=dead, retried=stats[3],
+                      in_flight=stats[6], done=stats[2], dead=dead, retried=stats[3],
                       reclaimed=stats[4], requeued=stats[5])
 
     def _envelopes(self, ids: Sequence[bytes]) -> list[Envelope | None]:
@@ -292,18 +302,30 @@ class ListsFrontier:
         return out[:limit]
 
     def inflight(self, limit: int = 100) -> list[InflightInfo]:
-        """Leased requests: which worker, since when, until when."""
+        """Leased requests: which worker, since when, until when (soonest deadline first)."""
+        out: list[InflightInfo] = []
         with redis_errors("inflight"):
-            rows = self.client.zrange(self.keys.inflight, 0, limit - 1, withscores=True)
-            ids = [r[0] for r in rows]
-            owners = self.client.hmget(self.keys.owner, ids) if ids else []
-            envs = self._envelopes(ids)
-            atts = self.client.hmget(self.keys.att, ids) if ids else []
-        out = []
-        for (rid, deadline), rec, att, env in zip(rows, owners, atts, envs, strict=True):
-            _token, since, worker = (rec or b"0|0|?").decode().split("|", 2)
-            out.append(InflightInfo(format_id(rid), worker, int(att or 0), int(since) / 1000,
-                                    deadline / 1000, env.url if env else "?"))
+            leases = self.client.zrange(self.keys.inflight, 0, -1, withscores=True)
+            for token, deadline in leases:
+                raw = self.client.hget(self.keys.leases, token)
+                if raw is None:
+                    continue
+                since, worker, *ids = msgpack.unpackb(raw, raw=True)
+                recs = self.client.hmget(self.keys.req, ids) if ids else []
+                for rid, rec in zip(ids, recs, strict=True):
+                    if rec is None:
+                        continue
+                    try:
+                        _p, attempts, held_by, body = parse_record(rec)
+                        url = codec.decode(body).url
+                    except DecodeError:
+                        continue
+                    if held_by != token.decode():
+                        continue
+                    out.append(InflightInfo(format_id(rid), worker.decode(), attempts,
+                                            since / 1000, deadline / 1000, url))
+                    if len(out) >= limit:
+                        return out
         return out
 
     def dead(self, limit: int = 100) -> list[DeadInfo]:
@@ -312,13 +334,19 @@ class ListsFrontier:
             rows = self.client.zrange(self.keys.dead, 0, limit - 1, withscores=True)
             ids = [r[0] for r in rows]
             errs = self.client.hmget(self.keys.err, ids) if ids else []
-            atts = self.client.hmget(self.keys.att, ids) if ids else []
-            envs = self._envelopes(ids)
-        return [
-            DeadInfo(format_id(rid), ts / 1000, (e or b"").decode(errors="replace"),
-                     int(a or 0), env.url if env else "?")
-            for (rid, ts), e, a, env in zip(rows, errs, atts, envs, strict=True)
-        ]
+            recs = self.client.hmget(self.keys.req, ids) if ids else []
+        out = []
+        for (rid, ts), e, rec in zip(rows, errs, recs, strict=True):
+            attempts, url = 0, "?"
+            try:
+                if rec is not None:
+                    _p, attempts, _t, body = parse_record(rec)
+                    url = codec.decode(body).url
+            except DecodeError:
+                pass
+            out.append(DeadInfo(format_id(rid), ts / 1000, (e or b"").decode(errors="replace"),
+                                attempts, url))
+        return out
 
     def workers(self) -> dict[str, float]:
         """Worker id -> heartbeat deadline (seconds since the epoch)."""

@@ -1,11 +1,11 @@
--- lease.lua: hand up to n READY requests to a worker (READY -> IN-FLIGHT), after
--- promoting due DELAYED requests and reclaiming expired leases, all in one step.
+-- lease.lua: hand up to n READY requests to a worker (READY -> IN-FLIGHT) as one lease,
+-- after promoting due DELAYED requests and reclaiming expired leases, all in one step.
 -- KEYS, ARGV[1..3]: see lib.lua.
 -- ARGV[4] worker id   ARGV[5] n   ARGV[6] lease ttl (ms)   ARGV[7] max_attempts
 -- ARGV[8] weighted-fair schedule: one tier digit per slot (hex), e.g. "0102010201" for 5:3:2
--- ARGV[9] most requests to promote / reclaim in this call
--- Returns a flat list: id, token, attempts, record, ... (empty when paused). The token is
--- unique in the crawl (a counter), so a stale lease can never act on a later one.
+-- ARGV[9] most leases to reclaim / delayed requests to promote in this call
+-- Returns a flat list: token, then id, attempts, record for each request (empty when
+-- paused or nothing is ready).
 local worker, n, ttl = ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[6])
 local max_attempts, schedule, limit = tonumber(ARGV[7]), ARGV[8], tonumber(ARGV[9])
 
@@ -57,25 +57,30 @@ else
   end
 end
 
-local out = {}
-if #ids == 0 then return out end
-local since = tostring(NOW)
-local base = redis.call('HINCRBY', K_STATS, 'leases', #ids) - #ids
+if #ids == 0 then return {} end
+local token = tostring(redis.call('HINCRBY', K_STATS, 'leases', 1))
 local recs = hmget(K_REQ, ids)
-local atts = hmget(K_ATT, ids)
-local zadd, owners, newatts = {}, {}, {}
+local out, writes, kept, corrupt, whys = {token}, {}, {NOW, worker}, {}, {}
 for i, id in ipairs(ids) do
-  local token = tostring(base + i)
-  local attempts = tonumber(atts[i] or '0') + 1
-  zadd[#zadd + 1] = deadline; zadd[#zadd + 1] = id
-  owners[#owners + 1] = id; owners[#owners + 1] = token .. '|' .. since .. '|' .. worker
-  newatts[#newatts + 1] = id; newatts[#newatts + 1] = attempts
-  out[#out + 1] = id
-  out[#out + 1] = token
-  out[#out + 1] = attempts
-  out[#out + 1] = recs[i] or ''
+  local rec = recs[i]
+  local p, a, tk, env
+  if rec then p, a, tk, env = parse(rec) end
+  if rec and p == nil then
+    corrupt[#corrupt + 1] = id; whys[#whys + 1] = CORRUPT
+  elseif rec then
+    a = a + 1
+    rec = header(p, a, token, env)
+    writes[#writes + 1] = id; writes[#writes + 1] = rec
+    kept[#kept + 1] = id
+    out[#out + 1] = id; out[#out + 1] = a; out[#out + 1] = rec
+  end
 end
-bulk('ZADD', K_INFLIGHT, zadd)
-bulk('HSET', K_OWNER, owners)
-bulk('HSET', K_ATT, newatts)
+kill(corrupt, whys)
+local held = #kept - 2
+if held == 0 then return {} end
+bulk('HSET', K_REQ, writes)
+redis.call('ZADD', K_INFLIGHT, deadline, token)
+redis.call('HSET', K_LEASES, token, cmsgpack.pack(kept))
+redis.call('HSET', K_LEFT, token, held)
+redis.call('HINCRBY', K_STATS, 'inflight', held)
 return out

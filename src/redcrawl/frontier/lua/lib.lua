@@ -4,17 +4,22 @@
 -- queued?" is "is it a field of req?"; a request without one (dont_filter) gets
 -- "#<seq>" (never 20 bytes long).
 --
+-- A request's record carries its state header: "<priority>|<attempts>|<token>|<envelope>".
+-- <token> is empty unless the request is IN-FLIGHT; then it names the lease (one lease
+-- per lease() call, a crawl-wide counter, never reused). Keeping this in the record makes
+-- every per-request step an O(1) access to one big hash; the per-lease structures
+-- (inflight, leases, left) have one entry per lease() call, not per request.
+--
 -- KEYS (one fixed layout for every script, built by redcrawl.keys.CrawlKeys.script_keys):
---   1 req       HASH  id -> "<priority>|<envelope msgpack>" for every request not DONE
---   2 att       HASH  id -> deliveries so far
---   3 owner     HASH  id -> "<token>|<since_ms>|<worker>" while IN-FLIGHT (token: unique
---                     per lease in the crawl)
---   4 inflight  ZSET  id -> lease deadline (ms)
+--   1 req       HASH  id -> record (above), for every request not DONE
+--   2 inflight  ZSET  token -> lease deadline (ms)
+--   3 leases    HASH  token -> msgpack [since_ms, worker, id, id, ...]
+--   4 left      HASH  token -> how many of the lease's requests are still held
 --   5 delayed   ZSET  id -> due time (ms)
 --   6 dead      ZSET  id -> time of death (ms)
 --   7 err       HASH  id -> last error
---   8 stats     HASH  seq, leases, accepted, filtered, done, retried, reclaimed, died,
---                     requeued
+--   8 stats     HASH  seq, leases, inflight, accepted, filtered, done, retried, reclaimed,
+--                     died, requeued
 --   9 workers   HASH  worker -> heartbeat deadline (ms)
 --  10 control   HASH  paused ("1"), cursor (weighted-fair position)
 --  11 fpd       dedupe: fingerprints of DONE requests (see dedupe_*.lua)
@@ -25,7 +30,7 @@
 --   3 now_ms    "" to use the server clock (TIME), else the caller's clock in ms
 -- Script-specific ARGV start at 4.
 
-local K_REQ, K_ATT, K_OWNER, K_INFLIGHT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local K_REQ, K_INFLIGHT, K_LEASES, K_LEFT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_DELAYED, K_DEAD, K_ERR, K_STATS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_WORKERS, K_CONTROL, K_FPD = KEYS[9], KEYS[10], KEYS[11]
 local FIRST_TIER = 12
@@ -65,6 +70,18 @@ end
 
 local function is_fingerprint(id) return #id == 20 end
 
+-- priority, attempts, token, envelope of a record; nil for a record without a readable
+-- header (corrupt: it is dead-lettered wherever it is met).
+local function parse(rec)
+  local p, a, t, pos = string.match(rec, '^(-?%d+)|(%d+)|([^|]*)|()')
+  if not p then return nil end
+  return tonumber(p), tonumber(a), t, string.sub(rec, pos)
+end
+
+local CORRUPT = "stored record has no state header"
+
+local function header(p, a, t, env) return p .. '|' .. a .. '|' .. t .. '|' .. env end
+
 local function tier_of(priority)
   if ORDERING == 'priority' then return 0 end
   for i, b in ipairs(BOUNDS) do
@@ -97,20 +114,6 @@ local function ready_push(items, front)
   end
 end
 
--- Priority of a stored record, from its header (0 if unreadable).
-local function record_priority(rec)
-  return rec and tonumber(string.match(rec, '^(-?%d+)|')) or 0
-end
-
--- Back to READY (front of its tier) for ids whose record is stored.
-local function requeue(ids)
-  if #ids == 0 then return end
-  local recs = hmget(K_REQ, ids)
-  local items = {}
-  for i, id in ipairs(ids) do items[i] = {id, record_priority(recs[i]), 0} end
-  ready_push(items, true)
-end
-
 -- To DEAD with a reason each: ids and whys are aligned lists.
 local function kill(ids, whys)
   if #ids == 0 then return end
@@ -124,71 +127,108 @@ local function kill(ids, whys)
   redis.call('HINCRBY', K_STATS, 'died', #ids)
 end
 
+-- Back to READY (front of its tier). With reset, attempts start again from zero.
+local function requeue(ids, reset)
+  if #ids == 0 then return end
+  local recs = hmget(K_REQ, ids)
+  local items, writes, corrupt, whys = {}, {}, {}, {}
+  for i, id in ipairs(ids) do
+    local rec = recs[i]
+    if rec then
+      local p, a, _, env = parse(rec)
+      if p == nil then
+        corrupt[#corrupt + 1] = id; whys[#whys + 1] = CORRUPT
+      else
+        if reset then a = 0 end
+        writes[#writes + 1] = id; writes[#writes + 1] = header(p, a, '', env)
+        items[#items + 1] = {id, p, 0}
+      end
+    end
+  end
+  if #writes > 0 then bulk('HSET', K_REQ, writes) end
+  ready_push(items, true)
+  kill(corrupt, whys)
+end
+
 -- DELAYED -> READY for every request due by now (at most limit).
 local function promote_due(limit)
   local due = redis.call('ZRANGEBYSCORE', K_DELAYED, '-inf', NOW, 'LIMIT', 0, limit)
   if #due == 0 then return 0 end
   bulk('ZREM', K_DELAYED, due)
-  requeue(due)
+  requeue(due, false)
   return #due
 end
 
-local function worker_of(rec) return rec and string.match(rec, '^[^|]*|[^|]*|(.*)$') end
+-- A lease's requests were given back (acked, nacked or reclaimed): n fewer held.
+local function lease_release(token, n)
+  if redis.call('HINCRBY', K_LEFT, token, -n) <= 0 then
+    redis.call('ZREM', K_INFLIGHT, token)
+    redis.call('HDEL', K_LEASES, token)
+    redis.call('HDEL', K_LEFT, token)
+  end
+  redis.call('HINCRBY', K_STATS, 'inflight', -n)
+end
 
--- IN-FLIGHT leases past their deadline: extended if the owner's heartbeat is still
--- alive, else back to READY (or DEAD once max_attempts deliveries are used up).
+-- The lease's record: since, worker, ids (nil if the lease is gone).
+local function lease_info(token)
+  local raw = redis.call('HGET', K_LEASES, token)
+  if not raw then return nil end
+  local t = {cmsgpack.unpack(raw)}
+  if type(t[1]) == 'table' then t = t[1] end
+  local ids = {}
+  for i = 3, #t do ids[#ids + 1] = t[i] end
+  return t[1], t[2], ids
+end
+
+-- Of ids, those still IN-FLIGHT under token, with their records.
+local function still_held(ids, token)
+  local recs = hmget(K_REQ, ids)
+  local held, hrecs = {}, {}
+  for i, id in ipairs(ids) do
+    if recs[i] then
+      local p, _, t = parse(recs[i])
+      if p ~= nil and t == token then held[#held + 1] = id; hrecs[#hrecs + 1] = recs[i] end
+    end
+  end
+  return held, hrecs
+end
+
+-- Leases past their deadline: extended if the worker's heartbeat is still alive, else
+-- every request still held goes back to READY (or DEAD once max_attempts deliveries
+-- are used up). Returns the number of requests taken back.
 local function reclaim_expired(limit, max_attempts)
-  local ids = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
-  if #ids == 0 then return 0 end
-  local recs = hmget(K_OWNER, ids)
-  local hb = {}
-  local extend, gone, gone_workers = {}, {}, {}
-  for i, id in ipairs(ids) do
-    local w = worker_of(recs[i])
+  local tokens = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
+  local taken = 0
+  for _, token in ipairs(tokens) do
+    local _, worker, ids = lease_info(token)
     local alive = 0
-    if w then
-      if hb[w] == nil then hb[w] = tonumber(redis.call('HGET', K_WORKERS, w) or '0') end
-      alive = hb[w]
-    end
+    if worker then alive = tonumber(redis.call('HGET', K_WORKERS, worker) or '0') end
     if alive > NOW then
-      extend[#extend + 1] = alive; extend[#extend + 1] = id
+      redis.call('ZADD', K_INFLIGHT, alive, token)
     else
-      gone[#gone + 1] = id; gone_workers[#gone_workers + 1] = tostring(w)
+      local held, recs = {}, {}
+      if ids then held, recs = still_held(ids, token) end
+      local back, dead, whys, writes = {}, {}, {}, {}
+      for i, id in ipairs(held) do
+        local p, a, _, env = parse(recs[i])
+        writes[#writes + 1] = id; writes[#writes + 1] = header(p, a, '', env)
+        if a >= max_attempts then
+          dead[#dead + 1] = id
+          whys[#whys + 1] = 'lease expired ' .. a .. ' times (last worker: ' .. tostring(worker) .. ')'
+        else
+          back[#back + 1] = id
+        end
+      end
+      if #writes > 0 then bulk('HSET', K_REQ, writes) end
+      kill(dead, whys)
+      requeue(back, false)
+      if #back > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', #back) end
+      redis.call('ZREM', K_INFLIGHT, token)
+      redis.call('HDEL', K_LEASES, token)
+      redis.call('HDEL', K_LEFT, token)
+      if #held > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -#held) end
+      taken = taken + #held
     end
   end
-  if #extend > 0 then bulk('ZADD', K_INFLIGHT, extend) end
-  if #gone == 0 then return 0 end
-  bulk('ZREM', K_INFLIGHT, gone)
-  bulk('HDEL', K_OWNER, gone)
-  local atts = hmget(K_ATT, gone)
-  local back, dead, whys = {}, {}, {}
-  for i, id in ipairs(gone) do
-    local att = tonumber(atts[i] or '0')
-    if att >= max_attempts then
-      dead[#dead + 1] = id
-      whys[#whys + 1] = 'lease expired ' .. att .. ' times (last worker: ' .. gone_workers[i] .. ')'
-    else
-      back[#back + 1] = id
-    end
-  end
-  kill(dead, whys)
-  requeue(back)
-  if #back > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', #back) end
-  return #gone
-end
-
--- Of the (id, token) pairs, the ids whose lease is still held with that token.
-local function owned(ids, tokens)
-  local recs = hmget(K_OWNER, ids)
-  local ok = {}
-  for i, id in ipairs(ids) do
-    local rec = recs[i]
-    if rec and string.match(rec, '^([^|]*)|') == tokens[i] then ok[#ok + 1] = id end
-  end
-  return ok
-end
-
-local function release(ids)
-  bulk('ZREM', K_INFLIGHT, ids)
-  bulk('HDEL', K_OWNER, ids)
+  return taken
 end

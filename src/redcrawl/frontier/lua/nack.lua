@@ -1,16 +1,19 @@
--- nack.lua: a failed lease goes IN-FLIGHT -> DELAYED (retry after a delay) or -> DEAD.
+-- nack.lua: a failed request goes IN-FLIGHT -> DELAYED (retry after a delay) or -> DEAD.
 -- KEYS, ARGV[1..3]: see lib.lua.
 -- ARGV[4] max_attempts; ARGV[5..]: quads (id, token, error text, delay ms; "-1" = dead now).
 -- A request whose deliveries reached max_attempts goes to DEAD whatever the delay.
--- Returns one character per lease: "r" retried, "d" dead, "0" stale (token mismatch).
+-- Returns one character per request: "r" retried, "d" dead, "0" stale (not held).
 local max_attempts = tonumber(ARGV[4])
 local flags = {}
 for i = 5, #ARGV, 4 do
   local id, token, why, delay = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
-  if #owned({id}, {token}) == 1 then
-    release({id})
-    local att = tonumber(redis.call('HGET', K_ATT, id) or '0')
-    if delay < 0 or att >= max_attempts then
+  local rec = redis.call('HGET', K_REQ, id)
+  local p, a, t, env
+  if rec then p, a, t, env = parse(rec) end
+  if p ~= nil and t ~= '' and t == token then
+    redis.call('HSET', K_REQ, id, header(p, a, '', env))
+    lease_release(token, 1)
+    if delay < 0 or a >= max_attempts then
       kill({id}, {why})
       flags[#flags + 1] = 'd'
     else

@@ -1,7 +1,7 @@
 -- push.lua: dedupe and enqueue a batch of requests, atomically.
 -- KEYS, ARGV[1..3]: see lib.lua.
--- ARGV[4..]: triples (record "<priority>|<envelope>", fingerprint or "" for no dedupe,
---            priority).
+-- ARGV[4..]: triples (record "<priority>|0||<envelope>", fingerprint or "" for no
+--            dedupe, priority).
 -- A request is a duplicate if its fingerprint is DONE or already stored (READY, DELAYED,
 -- IN-FLIGHT or DEAD), earlier in this batch included.
 -- Returns a string with one character per request: "1" accepted (now READY), "0" duplicate.

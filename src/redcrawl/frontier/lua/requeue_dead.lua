@@ -15,8 +15,7 @@ else
 end
 if #ids == 0 then return 0 end
 bulk('ZREM', K_DEAD, ids)
-bulk('HDEL', K_ATT, ids)
 bulk('HDEL', K_ERR, ids)
-requeue(ids)
+requeue(ids, true)
 redis.call('HINCRBY', K_STATS, 'requeued', #ids)
 return #ids

