@@ -364,3 +364,32 @@ def test_stale_lease_cannot_ack_after_dead_and_requeue(make_frontier: FrontierFa
     assert f.nack(old, "late") == "stale"
     assert f.counts().in_flight == 1
     assert f.ack([new]) == 1
+
+
+def test_release_gives_back_without_spending_an_attempt(make_frontier: FrontierFactory) -> None:
+    f = make_frontier(max_attempts=1)
+    f.push(urls(3))
+    held = f.lease("w1", 3)
+    assert f.release(held[:2]) == 2
+    assert f.release(held[:2]) == 0  # already given back: stale
+    c = f.counts()
+    assert (c.ready, c.in_flight) == (2, 1)
+    check(f)
+    again = f.lease("w2", 2)
+    assert {x.id for x in again} == {x.id for x in held[:2]}
+    assert all(x.attempts == 1 for x in again)  # the given-back delivery did not count
+    assert f.ack(again + held[2:]) == 3
+    assert f.counts().finished
+
+
+def test_settle_stores_children_before_acking_parent(make_frontier: FrontierFactory) -> None:
+    f = make_frontier()
+    f.push(urls(1, "http://root/"))
+    (parent,) = f.lease("w", 1)
+    pushed, acked = f.settle(push=urls(3, "http://child/") + urls(1, "http://root/"),
+                             ack=[parent])
+    assert (pushed.accepted, pushed.filtered, acked) == (3, 1, 1)
+    c = f.counts()
+    assert (c.accepted, c.done, c.ready) == (4, 1, 3)
+    check(f)
+    assert f.settle() == (f.settle()[0], 0)

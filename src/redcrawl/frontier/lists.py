@@ -44,7 +44,8 @@ __all__ = ["ListsFrontier"]
 
 log = logging.getLogger(__name__)
 
-_SCRIPTS = ("push", "lease", "ack", "nack", "maintain", "requeue_dead", "release_worker", "renew")
+_SCRIPTS = ("push", "lease", "ack", "nack", "release", "maintain", "requeue_dead",
+            "release_worker", "renew")
 MAINTAIN_LIMIT = 1000
 """Most delayed requests promoted and expired leases reclaimed by one script call."""
 
@@ -133,17 +134,18 @@ class ListsFrontier:
     # --- transitions ---------------------------------------------------------------
     def push(self, envelopes: Sequence[Envelope]) -> PushResult:
         """Dedupe and enqueue; returns which were accepted. One round trip per batch."""
-        flags: list[bool] = []
-        step = self.settings.batch_size
+        return self.settle(push=envelopes)[0]
+
+    def _push_batches(self, envelopes: Sequence[Envelope], pipe: Any) -> int:
+        step, n = self.settings.batch_size, 0
         for start in range(0, len(envelopes), step):
             args: list[Any] = []
             for env in envelopes[start:start + step]:
                 fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
                 args += (record(env), fp, env.priority)
-            if args:
-                flags += [c == ord("1") for c in self._run("push", args)]
-        accepted = sum(flags)
-        return PushResult(accepted, len(flags) - accepted, tuple(flags))
+            self._run("push", args, client=pipe)
+            n += 1
+        return n
 
     def lease(self, worker: str, n: int, ttl: float | None = None) -> list[Lease]:
         """Hand up to ``n`` ready requests to ``worker`` for ``ttl`` seconds."""
@@ -175,14 +177,45 @@ class ListsFrontier:
     def ack(self, leases: Sequence[Lease]) -> int:
         """IN-FLIGHT -> DONE. Stale leases (expired and handed out again) are ignored.
         Returns how many were acked."""
-        done = 0
-        step = self.settings.batch_size
+        return self.settle(ack=leases)[1]
+
+    def _ack_batches(self, leases: Sequence[Lease], pipe: Any) -> int:
+        step, n = self.settings.batch_size, 0
         for start in range(0, len(leases), step):
             args: list[Any] = []
             for lease in leases[start:start + step]:
                 args += (lease.id, lease.token)
-            done += bytes(self._run("ack", args)).count(b"1")
-        return done
+            self._run("ack", args, client=pipe)
+            n += 1
+        return n
+
+    def release(self, leases: Sequence[Lease]) -> int:
+        """Give leased requests back unprocessed (IN-FLIGHT -> READY, served next), without
+        counting the delivery as an attempt. Returns how many were given back."""
+        if not leases:
+            return 0
+        args: list[Any] = []
+        for lease in leases:
+            args += (lease.id, lease.token)
+        return int(self._run("release", args))
+
+    def settle(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = ()) -> tuple[
+        PushResult, int
+    ]:
+        """Store ``push`` and then ack ``ack``, in one round trip (a pipeline on one
+        connection, so the pushes are stored before the acks are applied): how a worker
+        hands on a request's children and then finishes it."""
+        if not push and not ack:
+            return PushResult(0, 0, ()), 0
+        with redis_errors("settle"):
+            pipe = self.client.pipeline(transaction=False)
+            n_push = self._push_batches(push, pipe)
+            n_ack = self._ack_batches(ack, pipe)
+            replies = pipe.execute()
+        flags = [c == ord("1") for reply in replies[:n_push] for c in reply]
+        acked = sum(bytes(reply).count(b"1") for reply in replies[n_push:n_push + n_ack])
+        accepted = sum(flags)
+        return PushResult(accepted, len(flags) - accepted, tuple(flags)), acked
 
     def nack(self, lease: Lease, error: str, *, retry: bool = True,
              delay: float | None = None) -> str:
