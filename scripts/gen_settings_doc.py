@@ -26,7 +26,7 @@ def render() -> str:
         "default. scrapy-redis's names are accepted as aliases; an unknown `REDCRAWL_*` name "
         "is an error.",
         "",
-        "| setting | scrapy-redis alias | default | meaning |",
+        "| setting | also read from (scrapy-redis / Scrapy) | default | meaning |",
         "| --- | --- | --- | --- |",
     ]
     for name, aliases, default, doc in SETTINGS_DOC:

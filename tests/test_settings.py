@@ -29,7 +29,7 @@ def test_defaults() -> None:
     assert s.persist is True and s.flush_on_start is False and s.idle_before_close == 0.0
     assert s.dupefilter_key is None and s.canonicalize is False
     assert s.canonical_drop_params == ()
-    assert s.start_urls_key is None and s.start_urls_as_set is False
+    assert s.start_urls_key == "%(name)s:start_urls" and s.start_urls_as_set is False
     assert s.start_urls_batch_size == 16
     assert Settings.from_mapping({}) == s
     assert Settings.from_env({}) == s

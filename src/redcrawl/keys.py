@@ -109,6 +109,11 @@ class CrawlKeys:
         """Dedupe: fingerprints of requests done."""
         return self._k("fp:done")
 
+    @property
+    def fp_seen(self) -> str:
+        """SET of fingerprints seen by the standalone DupeFilter (another scheduler's)."""
+        return self._k("fp:seen")
+
     def ready(self, tier: int) -> str:
         """LIST (fifo/lifo) or ZSET (priority) of ready request ids in ``tier``."""
         if not 0 <= tier < self.tiers:
@@ -142,5 +147,8 @@ class CrawlKeys:
         ]
 
     def all_keys(self) -> list[str]:
-        """Every key of the crawl's frontier state (what ``purge`` deletes)."""
-        return self.script_keys()
+        """Every key of the crawl's frontier state (what ``purge`` deletes), for every
+        possible number of tiers."""
+        every_tier = CrawlKeys(self.crawl, self.prefix, 16)
+        return [*self.script_keys()[:-self.tiers], self.fp_seen,
+                *(every_tier.ready(t) for t in range(16))]

@@ -169,6 +169,14 @@ _SPECS: tuple[_Spec, ...] = (
           "attempt)."),
     _Spec("retry_backoff_max", _number(float, 0.0), "Upper bound of the retry delay."),
     _Spec("batch_size", _number(int, 1, 10_000), "Requests per push/lease/ack round trip."),
+    _Spec("prefetch", _number(int, 1, 10_000), "Requests a worker leases ahead of Scrapy's "
+          "demand (its local buffer)."),
+    _Spec("poll_interval", _number(float, 0.01), "Seconds between lease attempts while the "
+          "frontier has nothing ready for this worker."),
+    _Spec("retry_http_codes", _int_tuple, "HTTP statuses that, still failing after Scrapy's own "
+          "retries, send the request back with backoff (then to the dead letters). Default: "
+          "Scrapy's RETRY_HTTP_CODES.", ("RETRY_HTTP_CODES",)),
+    _Spec("worker_id", _opt_str, "This worker's id (default: host:pid:random)."),
     _Spec("persist", _bool, "Keep the frontier after the crawl closes.", ("SCHEDULER_PERSIST",)),
     _Spec("flush_on_start", _bool, "Empty the crawl's frontier once, when the crawl starts.",
           ("SCHEDULER_FLUSH_ON_START",)),
@@ -180,11 +188,14 @@ _SPECS: tuple[_Spec, ...] = (
           "before fingerprinting. Off: fingerprints equal Scrapy's."),
     _Spec("canonical_drop_params", _str_tuple, "Query parameters dropped by canonicalisation "
           "(glob patterns)."),
-    _Spec("start_urls_key", _opt_str, "Key template for RedisSpider start URLs.",
-          ("REDIS_START_URLS_KEY",)),
+    _Spec("start_urls_key", _str, "Key RedisSpider reads start URLs from (a template with "
+          "%(name)s, the spider's name; as in scrapy-redis).", ("REDIS_START_URLS_KEY",)),
     _Spec("start_urls_as_set", _bool, "Start URLs key is a set.", ("REDIS_START_URLS_AS_SET",)),
     _Spec("start_urls_batch_size", _number(int, 1, 100_000), "Start URLs read per batch.",
           ("REDIS_START_URLS_BATCH_SIZE",)),
+    _Spec("max_idle_time", _number(float, 0.0), "RedisSpider: seconds to wait for new start "
+          "URLs once the crawl is finished before closing; 0 waits forever (scrapy-redis's "
+          "default).", ("MAX_IDLE_TIME_BEFORE_CLOSE",)),
 )
 
 _BY_NAME: dict[str, _Spec] = {}
@@ -226,15 +237,20 @@ class Settings:
     retry_backoff: float = 1.0
     retry_backoff_max: float = 300.0
     batch_size: int = 100
+    prefetch: int = 16
+    poll_interval: float = 0.5
+    retry_http_codes: tuple[int, ...] = (500, 502, 503, 504, 522, 524, 408, 429)
+    worker_id: str | None = None
     persist: bool = True
     flush_on_start: bool = False
     idle_before_close: float = 0.0
     dupefilter_key: str | None = None
     canonicalize: bool = False
     canonical_drop_params: tuple[str, ...] = ()
-    start_urls_key: str | None = None
+    start_urls_key: str = "%(name)s:start_urls"
     start_urls_as_set: bool = False
     start_urls_batch_size: int = 16
+    max_idle_time: float = 0.0
 
     def __post_init__(self) -> None:
         # Every field goes through its setting's parser, however the object was built.

@@ -278,10 +278,7 @@ class ListsFrontier:
     def purge(self) -> None:
         """Delete the crawl's whole frontier state: queues, leases, dead letters, dedupe."""
         with redis_errors("purge"):
-            keys = self.keys
-            self.client.delete(*keys.script_keys(),
-                               *(CrawlKeys(keys.crawl, keys.prefix, 16).ready(t)
-                                 for t in range(keys.tiers, 16)))
+            self.client.delete(*self.keys.all_keys())
 
     # --- inspection ----------------------------------------------------------------
     def counts(self) -> Counts:

@@ -1,0 +1,357 @@
+"""The Scrapy scheduler on the shared frontier: ``SCHEDULER = "redcrawl.scrapy.Scheduler"``.
+
+How a request moves through one worker:
+
+* ``enqueue_request`` fingerprints and encodes the request at once (a request that can't
+  be stored is an error logged there, naming the key) and buffers it; buffered requests
+  are stored in the frontier in batches, always before any request is acknowledged.
+* ``next_request`` hands out one request from a small local prefetch buffer, refilled by
+  one ``lease`` call (never a blocking pop: Scrapy's reactor never waits on Redis).
+* When Scrapy is really done with a request (its callback's output consumed, its children
+  passed to ``enqueue_request``, its items through the pipelines: the engine's own
+  "request finished" point, see :mod:`redcrawl.scrapy.lifecycle`), the request is
+  acknowledged, or sent back for a retry or to the dead letters by its recorded outcome.
+  Children and acks go to Redis together, children first, in one round trip.
+* A heartbeat renews all of this worker's leases, so long callbacks keep them; a killed
+  worker's leases expire and their requests are handed out again.
+
+Outcomes (see ``docs/scrapy.md``): callback exception -> retry with backoff, then DEAD;
+download error still failing after Scrapy's retries -> retry with backoff, then DEAD;
+HTTP status in ``REDCRAWL_RETRY_HTTP_CODES`` after Scrapy's retries -> the same;
+anything else (2xx, 3xx handled by Scrapy, 404, ``IgnoreRequest``) -> DONE.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import socket
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, cast
+
+from scrapy import signals
+from scrapy.core.scheduler import BaseScheduler
+from scrapy.exceptions import DontCloseSpider
+from twisted.internet import task
+
+from redcrawl import codec
+from redcrawl.connection import connect
+from redcrawl.errors import ConnectionLost, DecodeError, EncodeError, RedcrawlError
+from redcrawl.fingerprint import Canonicalizer, request_fingerprint
+from redcrawl.frontier import Counts, Lease, ListsFrontier
+from redcrawl.lock import CrawlLock
+from redcrawl.scrapy import lifecycle
+from redcrawl.settings import Settings
+
+if TYPE_CHECKING:
+    import scrapy
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+    from twisted.python.failure import Failure
+
+    from redcrawl.scrapy.dupefilter import DupeFilter
+
+__all__ = ["Scheduler"]
+
+log = logging.getLogger(__name__)
+
+COUNTS_CACHE = 1.0
+"""Seconds the crawl-wide counts are reused by has_pending_requests()."""
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
+
+
+class Scheduler(BaseScheduler):
+    """A Scrapy scheduler whose queue is the crawl's shared frontier in Redis."""
+
+    def __init__(self, crawler: Crawler, settings: Settings,
+                 dupefilter: DupeFilter | None = None) -> None:
+        self.crawler = crawler
+        self.settings = settings
+        self.stats = crawler.stats
+        self.df = dupefilter
+        self.worker = settings.worker_id or default_worker_id()
+        self.canonicalizer = (
+            Canonicalizer.from_patterns(settings.canonical_drop_params)
+            if settings.canonicalize and settings.canonical_drop_params
+            else Canonicalizer() if settings.canonicalize else None
+        )
+        self.frontier: ListsFrontier | None = None
+        self.spider: scrapy.Spider | None = None
+        self._buffer: list[codec.Envelope] = []      # accepted locally, not yet stored
+        self._acks: list[Lease] = []                 # finished, not yet acknowledged
+        self._prefetch: deque[Lease] = deque()       # leased, not yet handed to Scrapy
+        self._handed_out: dict[int, tuple[scrapy.Request, Lease]] = {}
+        self._outcomes: dict[int, tuple[bool, str]] = {}   # id(request) -> (retry, error)
+        self._local_seen: set[bytes] = set()
+        self._counts: tuple[float, Counts] | None = None
+        self._next_lease_at = 0.0
+        self._finished_since: float | None = None
+        self._heartbeat: task.LoopingCall | None = None
+        self._unhook: Any = None
+        self._poll_call: Any = None
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> Scheduler:
+        settings = Settings.from_scrapy(crawler.settings)
+        dupefilter = None
+        df_path = crawler.settings.get("DUPEFILTER_CLASS")
+        if df_path:
+            from scrapy.utils.misc import build_from_crawler, load_object
+
+            dupefilter = build_from_crawler(load_object(df_path), crawler)
+        scheduler = cls(crawler, settings, dupefilter)
+        crawler.signals.connect(scheduler._on_spider_error, signals.spider_error)
+        crawler.signals.connect(scheduler._on_response, signals.response_received)
+        crawler.signals.connect(scheduler._on_idle, signals.spider_idle)
+        return scheduler
+
+    # --- lifecycle -------------------------------------------------------------------
+    def open(self, spider: scrapy.Spider) -> None:
+        self.spider = spider
+        crawl = self.settings.crawl_name(spider.name)
+        client = connect(self.settings)
+        self.frontier = ListsFrontier(client, self.settings, crawl)
+        if self.settings.flush_on_start:
+            self._flush_once()
+        self.frontier.renew(self.worker)
+        self._unhook = lifecycle.on_request_finished(self.crawler, self._on_finished)
+        lifecycle.install_outcome_middleware(self.crawler, self)
+        self._heartbeat = task.LoopingCall(self._beat)
+        self._heartbeat.start(self.settings.heartbeat, now=False)
+        log.info("redcrawl: worker %s on crawl %r (%s)", self.worker, crawl,
+                 self.settings.redis_url or f"embedded Redis in {self.settings.embedded_dir}")
+
+    def _flush_once(self) -> None:
+        """SCHEDULER_FLUSH_ON_START: empty the crawl once, by the first worker to start it
+        (under a crawl-level lock, and only while no other worker's heartbeat is alive)."""
+        assert self.frontier is not None
+        with CrawlLock(self.frontier.client, self.frontier.keys, "flush", ttl=30,
+                       wait=30) as lock:
+            if not lock.acquired:
+                raise RedcrawlError("could not take the crawl's flush lock within 30 s")
+            now = time.time()
+            alive = [w for w, until in self.frontier.workers().items() if until > now]
+            if alive:
+                log.info("redcrawl: not flushing: crawl already running (%d worker(s))",
+                         len(alive))
+            else:
+                self.frontier.purge()
+                log.info("redcrawl: flushed crawl %r on start", self.frontier.crawl)
+            self.frontier.renew(self.worker)
+
+    def close(self, reason: str) -> None:
+        if self._heartbeat is not None and self._heartbeat.running:
+            self._heartbeat.stop()
+        if self._poll_call is not None and self._poll_call.active():
+            self._poll_call.cancel()
+        if self._unhook is not None:
+            self._unhook()
+        if self.frontier is None:
+            return
+        try:
+            self._settle()
+            leftovers = list(self._prefetch) + [lease for _, lease in self._handed_out.values()]
+            if leftovers:
+                n = self.frontier.release(leftovers)
+                self.stats.inc_value("redcrawl/released", n)
+            self._prefetch.clear()
+            self._handed_out.clear()
+            if not self.settings.persist:
+                self._purge_if_last()
+            self.frontier.client.hdel(self.frontier.keys.workers, self.worker)
+        except RedcrawlError as exc:
+            log.error("redcrawl: could not hand back this worker's leases at close (%s); "
+                      "they come back by themselves when they expire", exc)
+        finally:
+            self.frontier.client.close()
+
+    def _purge_if_last(self) -> None:
+        """SCHEDULER_PERSIST = False: remove the crawl's state when the crawl is finished
+        and no other worker is alive (never under another worker's feet)."""
+        assert self.frontier is not None
+        now = time.time()
+        others = [w for w, until in self.frontier.workers().items()
+                  if until > now and w != self.worker]
+        if not others and self.frontier.counts().finished:
+            self.frontier.purge()
+            log.info("redcrawl: crawl finished and SCHEDULER_PERSIST is off: purged it")
+
+    # --- Scrapy's scheduler interface -------------------------------------------------
+    def enqueue_request(self, request: scrapy.Request) -> bool:
+        dont_filter = request.dont_filter and not request.meta.get("is_start_request")
+        fp = None if dont_filter else request_fingerprint(
+            request, canonicalizer=self.canonicalizer)
+        if fp is not None and fp in self._local_seen:
+            self._filtered(request)
+            return False
+        try:
+            env = codec.from_request(request, self.spider, fingerprint=fp)
+            env.dont_filter = fp is None
+            codec.encode(env)  # fail here, naming the key, not later in a batch
+        except EncodeError as exc:
+            log.error("redcrawl: dropped %s: %s", request, exc)
+            self.stats.inc_value("redcrawl/unstorable")
+            return False
+        if fp is not None:
+            if len(self._local_seen) >= 1_000_000:
+                self._local_seen.clear()
+            self._local_seen.add(fp)
+        self._buffer.append(env)
+        self.stats.inc_value("redcrawl/enqueued")
+        if len(self._buffer) >= self.settings.batch_size:
+            self._settle()
+        return True
+
+    def _filtered(self, request: scrapy.Request) -> None:
+        self.stats.inc_value("redcrawl/filtered")
+        if self.df is not None and self.spider is not None:
+            self.df.log(request, self.spider)
+
+    def next_request(self) -> scrapy.Request | None:
+        assert self.frontier is not None and self.spider is not None
+        self._settle()
+        while True:
+            if not self._prefetch and not self._refill():
+                return None
+            lease = self._prefetch.popleft()
+            try:
+                request = codec.to_request(lease.envelope, self.spider)
+            except DecodeError as exc:
+                self.frontier.dead_letter(lease, f"cannot rebuild the request: {exc}")
+                self.stats.inc_value("redcrawl/dead")
+                continue
+            self._handed_out[id(request)] = (request, lease)
+            return request
+
+    def _refill(self) -> bool:
+        assert self.frontier is not None
+        now = time.monotonic()
+        if now < self._next_lease_at:
+            return False
+        room = self.settings.prefetch - len(self._handed_out)
+        if room <= 0:
+            return False
+        leases = self.frontier.lease(self.worker, room)
+        if not leases:
+            self._next_lease_at = now + self.settings.poll_interval
+            self._poke_later()
+            return False
+        self._next_lease_at = 0.0
+        self._prefetch.extend(leases)
+        self.stats.inc_value("redcrawl/leased", len(leases))
+        return True
+
+    def _poke_later(self) -> None:
+        """Ask the engine for requests again after poll_interval (instead of its 5 s
+        heartbeat) while other workers may still produce work."""
+        from twisted.internet import reactor
+
+        if self._poll_call is None or not self._poll_call.active():
+            self._poll_call = cast(Any, reactor).callLater(
+                self.settings.poll_interval, lifecycle.wake_engine, self.crawler)
+
+    def has_pending_requests(self) -> bool:
+        if self._prefetch or self._buffer or self._handed_out or self._acks:
+            return True
+        return not self._global_counts().finished
+
+    def _global_counts(self, max_age: float = COUNTS_CACHE) -> Counts:
+        assert self.frontier is not None
+        now = time.monotonic()
+        if self._counts is None or now - self._counts[0] > max_age:
+            self._counts = (now, self.frontier.counts())
+        return self._counts[1]
+
+    def __len__(self) -> int:
+        return len(self._prefetch) + len(self._buffer)
+
+    # --- finishing requests -------------------------------------------------------------
+    def _on_finished(self, request: scrapy.Request) -> None:
+        """The engine is done with ``request`` (called from lifecycle's hook)."""
+        entry = self._handed_out.get(id(request))
+        if entry is None or entry[0] is not request:
+            return  # not ours (engine.download() requests, or already settled)
+        del self._handed_out[id(request)]
+        lease = entry[1]
+        outcome = self._outcomes.pop(id(request), None)
+        if outcome is None:
+            self._acks.append(lease)
+            if len(self._acks) >= self.settings.batch_size:
+                self._settle()
+            return
+        assert self.frontier is not None
+        retry, error = outcome
+        self._settle()  # children first
+        result = self.frontier.nack(lease, error, retry=retry)
+        self.stats.inc_value(f"redcrawl/{result}")
+        log.info("redcrawl: %s %s: %s", result, request.url, error)
+
+    def _settle(self) -> None:
+        """Store buffered requests, then acknowledge finished ones (one round trip)."""
+        if not self._buffer and not self._acks:
+            return
+        assert self.frontier is not None
+        push, acks = self._buffer, self._acks
+        try:
+            pushed, acked = self.frontier.settle(push=push, ack=acks)
+        except ConnectionLost as exc:
+            log.critical("redcrawl: Redis is gone (%s); stopping this worker without "
+                         "acknowledging anything: its leases will be handed out again", exc)
+            self._buffer, self._acks = [], []
+            self._handed_out.clear()
+            self._prefetch.clear()
+            lifecycle.stop_crawler(self.crawler, "redis_lost")
+            return
+        self._buffer, self._acks = [], []
+        if pushed.filtered:
+            self.stats.inc_value("redcrawl/filtered", pushed.filtered)
+            self.stats.inc_value("redcrawl/filtered_remote", pushed.filtered)
+        if pushed.accepted:
+            self.stats.inc_value("redcrawl/stored", pushed.accepted)
+        if acked:
+            self.stats.inc_value("redcrawl/acked", acked)
+        if len(acks) > acked:
+            self.stats.inc_value("redcrawl/stale_acks", len(acks) - acked)
+
+    def record_failure(self, request: scrapy.Request, error: str, *, retry: bool = True) -> None:
+        """Mark a handed-out request as failed: at its end it is nacked, not acked."""
+        if id(request) in self._handed_out and id(request) not in self._outcomes:
+            self._outcomes[id(request)] = (retry, error)
+
+    def _on_spider_error(self, failure: Failure, response: Response, spider: Any) -> None:
+        request = getattr(response, "request", None)
+        if request is not None:
+            exc = failure.value
+            self.record_failure(request, f"callback error: {type(exc).__name__}: {exc}")
+
+    def _on_response(self, response: Response, request: scrapy.Request, spider: Any) -> None:
+        if response.status in self.settings.retry_http_codes:
+            self.record_failure(request, f"HTTP {response.status} (after Scrapy's retries)")
+
+    # --- heartbeat and idleness ------------------------------------------------------------
+    def _beat(self) -> None:
+        assert self.frontier is not None
+        try:
+            self.frontier.renew(self.worker)
+            self._settle()
+        except RedcrawlError as exc:
+            log.warning("redcrawl: heartbeat failed (%s); retrying at the next beat", exc)
+
+    def _on_idle(self, spider: Any) -> None:
+        """The engine found nothing to do. Keep the spider open until the whole crawl has
+        been finished for ``idle_before_close`` seconds."""
+        counts = self._global_counts(max_age=0)
+        if not counts.finished:
+            self._finished_since = None
+            raise DontCloseSpider
+        now = time.monotonic()
+        if self._finished_since is None:
+            self._finished_since = now
+        if now - self._finished_since < self.settings.idle_before_close:
+            self._poke_later()
+            raise DontCloseSpider
