@@ -15,6 +15,7 @@ from it.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import os
@@ -193,6 +194,10 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("start_urls_as_set", _bool, "Start URLs key is a set.", ("REDIS_START_URLS_AS_SET",)),
     _Spec("start_urls_batch_size", _number(int, 1, 100_000), "Start URLs read per batch.",
           ("REDIS_START_URLS_BATCH_SIZE",)),
+    _Spec("items_uri", _str, "Where UpsertPipeline writes items: sqlite:///path.db or "
+          "postgresql://user:pass@host/db."),
+    _Spec("items_table", _str, "UpsertPipeline's table."),
+    _Spec("item_key", _str, "The item field that identifies an item (one row per value)."),
     _Spec("max_idle_time", _number(float, 0.0), "RedisSpider: seconds to wait for new start "
           "URLs once the crawl is finished before closing; 0 waits forever (scrapy-redis's "
           "default).", ("MAX_IDLE_TIME_BEFORE_CLOSE",)),
@@ -250,6 +255,9 @@ class Settings:
     start_urls_key: str = "%(name)s:start_urls"
     start_urls_as_set: bool = False
     start_urls_batch_size: int = 16
+    items_uri: str = "sqlite:///items.db"
+    items_table: str = "items"
+    item_key: str = "url"
     max_idle_time: float = 0.0
 
     def __post_init__(self) -> None:
@@ -295,8 +303,11 @@ class Settings:
             spec = _BY_NAME.get(name)
             if spec is None:
                 if strict_prefix and name.startswith("REDCRAWL_"):
-                    near = [n for n in _BY_NAME if n.startswith("REDCRAWL_")]
-                    raise ConfigError(name, "unknown setting; known ones: " + ", ".join(near))
+                    known = [n for n in _BY_NAME if n.startswith("REDCRAWL_")]
+                    near = difflib.get_close_matches(name, known, n=2)
+                    hint = f"did you mean {' or '.join(near)}? " if near else ""
+                    raise ConfigError(name, f"unknown setting; {hint}every setting is listed "
+                                            "in docs/settings.md")
                 continue
             if value is None and spec.field not in changes:
                 continue

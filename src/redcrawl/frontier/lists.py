@@ -378,6 +378,24 @@ class ListsFrontier:
                                 attempts, url))
         return out
 
+    def add_stats(self, **deltas: int) -> None:
+        """Add to crawl-wide counters outside the state machine (e.g. ``items=3`` from a
+        worker's item pipeline), for progress displays."""
+        deltas = {k: v for k, v in deltas.items() if v}
+        if not deltas:
+            return
+        with redis_errors("add_stats"):
+            pipe = self.client.pipeline(transaction=False)
+            for name, value in deltas.items():
+                pipe.hincrby(self.keys.stats, name, value)
+            pipe.execute()
+
+    def stats(self) -> dict[str, int]:
+        """Every crawl-wide counter (the conservation terms' counters and add_stats')."""
+        with redis_errors("stats"):
+            raw = self.client.hgetall(self.keys.stats)
+        return {k.decode(): int(v) for k, v in raw.items()}
+
     def workers(self) -> dict[str, float]:
         """Worker id -> heartbeat deadline (seconds since the epoch)."""
         with redis_errors("workers"):

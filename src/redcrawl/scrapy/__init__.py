@@ -8,6 +8,8 @@ In a project's ``settings.py``::
 
 from redcrawl.scrapy.dupefilter import DupeFilter
 from redcrawl.scrapy.lifecycle import OutcomeMiddleware
-from redcrawl.scrapy.scheduler import Scheduler
+from redcrawl.scrapy.scheduler import Scheduler, seed
+from redcrawl.scrapy.spiders import RedisCrawlSpider, RedisMixin, RedisSpider
 
-__all__ = ["DupeFilter", "OutcomeMiddleware", "Scheduler"]
+__all__ = ["DupeFilter", "OutcomeMiddleware", "RedisCrawlSpider", "RedisMixin", "RedisSpider",
+           "Scheduler", "seed"]

@@ -29,6 +29,7 @@ import secrets
 import socket
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from scrapy import signals
@@ -39,8 +40,8 @@ from twisted.internet import task
 from redcrawl import codec
 from redcrawl.connection import connect
 from redcrawl.errors import ConnectionLost, DecodeError, EncodeError, RedcrawlError
-from redcrawl.fingerprint import Canonicalizer, request_fingerprint
-from redcrawl.frontier import Counts, Lease, ListsFrontier
+from redcrawl.fingerprint import Canonicalizer, fingerprint, request_fingerprint
+from redcrawl.frontier import Counts, Lease, ListsFrontier, PushResult
 from redcrawl.lock import CrawlLock
 from redcrawl.scrapy import lifecycle
 from redcrawl.settings import Settings
@@ -53,12 +54,37 @@ if TYPE_CHECKING:
 
     from redcrawl.scrapy.dupefilter import DupeFilter
 
-__all__ = ["Scheduler"]
+__all__ = ["Scheduler", "seed"]
 
 log = logging.getLogger(__name__)
 
+TICK = 1.0
+"""Seconds between flushes of buffered requests, acks and counters when idle."""
+
 COUNTS_CACHE = 1.0
 """Seconds the crawl-wide counts are reused by has_pending_requests()."""
+
+
+def make_canonicalizer(settings: Settings) -> Canonicalizer | None:
+    """The URL canonicalizer the settings ask for (None: Scrapy's fingerprints)."""
+    if not settings.canonicalize:
+        return None
+    if settings.canonical_drop_params:
+        return Canonicalizer.from_patterns(settings.canonical_drop_params)
+    return Canonicalizer()
+
+
+def seed(urls: Iterable[str], *, settings: Settings, crawl: str,
+         callback: str | None = None, priority: int = 0,
+         client: Any = None) -> PushResult:
+    """Push start URLs straight into a crawl's frontier (durable, deduplicated the way
+    the scheduler dedupes). ``callback`` names a spider method (default: ``parse``)."""
+    canonicalizer = make_canonicalizer(settings)
+    envs = [codec.Envelope(url=u, callback=callback, priority=priority,
+                           fingerprint=fingerprint(u, canonicalizer=canonicalizer))
+            for u in urls]
+    frontier = ListsFrontier(client or connect(settings), settings, crawl)
+    return frontier.push(envs)
 
 
 def default_worker_id() -> str:
@@ -75,11 +101,7 @@ class Scheduler(BaseScheduler):
         self.stats = crawler.stats
         self.df = dupefilter
         self.worker = settings.worker_id or default_worker_id()
-        self.canonicalizer = (
-            Canonicalizer.from_patterns(settings.canonical_drop_params)
-            if settings.canonicalize and settings.canonical_drop_params
-            else Canonicalizer() if settings.canonicalize else None
-        )
+        self.canonicalizer = make_canonicalizer(settings)
         self.frontier: ListsFrontier | None = None
         self.spider: scrapy.Spider | None = None
         self._buffer: list[codec.Envelope] = []      # accepted locally, not yet stored
@@ -92,8 +114,10 @@ class Scheduler(BaseScheduler):
         self._next_lease_at = 0.0
         self._finished_since: float | None = None
         self._heartbeat: task.LoopingCall | None = None
+        self._ticker: task.LoopingCall | None = None
         self._unhook: Any = None
         self._poll_call: Any = None
+        self._pending_stats: dict[str, int] = {"items": 0, "filtered_local": 0}
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -108,6 +132,7 @@ class Scheduler(BaseScheduler):
         crawler.signals.connect(scheduler._on_spider_error, signals.spider_error)
         crawler.signals.connect(scheduler._on_response, signals.response_received)
         crawler.signals.connect(scheduler._on_idle, signals.spider_idle)
+        crawler.signals.connect(scheduler._on_item, signals.item_scraped)
         return scheduler
 
     # --- lifecycle -------------------------------------------------------------------
@@ -123,6 +148,8 @@ class Scheduler(BaseScheduler):
         lifecycle.install_outcome_middleware(self.crawler, self)
         self._heartbeat = task.LoopingCall(self._beat)
         self._heartbeat.start(self.settings.heartbeat, now=False)
+        self._ticker = task.LoopingCall(self._tick)
+        self._ticker.start(TICK, now=False)
         log.info("redcrawl: worker %s on crawl %r (%s)", self.worker, crawl,
                  self.settings.redis_url or f"embedded Redis in {self.settings.embedded_dir}")
 
@@ -145,8 +172,9 @@ class Scheduler(BaseScheduler):
             self.frontier.renew(self.worker)
 
     def close(self, reason: str) -> None:
-        if self._heartbeat is not None and self._heartbeat.running:
-            self._heartbeat.stop()
+        for loop in (self._heartbeat, self._ticker):
+            if loop is not None and loop.running:
+                loop.stop()
         if self._poll_call is not None and self._poll_call.active():
             self._poll_call.cancel()
         if self._unhook is not None:
@@ -155,6 +183,7 @@ class Scheduler(BaseScheduler):
             return
         try:
             self._settle()
+            self._publish_stats()
             leftovers = list(self._prefetch) + [lease for _, lease in self._handed_out.values()]
             if leftovers:
                 n = self.frontier.release(leftovers)
@@ -207,7 +236,11 @@ class Scheduler(BaseScheduler):
             self._settle()
         return True
 
+    def _on_item(self, item: Any, response: Any, spider: Any) -> None:
+        self._pending_stats["items"] += 1
+
     def _filtered(self, request: scrapy.Request) -> None:
+        self._pending_stats["filtered_local"] += 1
         self.stats.inc_value("redcrawl/filtered")
         if self.df is not None and self.spider is not None:
             self.df.log(request, self.spider)
@@ -291,6 +324,10 @@ class Scheduler(BaseScheduler):
         self.stats.inc_value(f"redcrawl/{result}")
         log.info("redcrawl: %s %s: %s", result, request.url, error)
 
+    def flush(self) -> None:
+        """Store buffered requests and acknowledge finished ones now."""
+        self._settle()
+
     def _settle(self) -> None:
         """Store buffered requests, then acknowledge finished ones (one round trip)."""
         if not self._buffer and not self._acks:
@@ -334,13 +371,27 @@ class Scheduler(BaseScheduler):
             self.record_failure(request, f"HTTP {response.status} (after Scrapy's retries)")
 
     # --- heartbeat and idleness ------------------------------------------------------------
+    def _publish_stats(self) -> None:
+        """Crawl-wide counters for progress displays (items, locally filtered)."""
+        assert self.frontier is not None
+        deltas, self._pending_stats = self._pending_stats, dict.fromkeys(self._pending_stats, 0)
+        self.frontier.add_stats(**deltas)
+
     def _beat(self) -> None:
+        """Heartbeat: this worker and all its leases are alive for another lease_ttl."""
         assert self.frontier is not None
         try:
             self.frontier.renew(self.worker)
-            self._settle()
         except RedcrawlError as exc:
             log.warning("redcrawl: heartbeat failed (%s); retrying at the next beat", exc)
+
+    def _tick(self) -> None:
+        """Every second: store what is buffered, ack what is finished, publish counters."""
+        try:
+            self._settle()
+            self._publish_stats()
+        except RedcrawlError as exc:
+            log.warning("redcrawl: periodic flush failed (%s); retrying", exc)
 
     def _on_idle(self, spider: Any) -> None:
         """The engine found nothing to do. Keep the spider open until the whole crawl has

@@ -1,0 +1,103 @@
+"""``redcrawl demo``: serve the shop site, crawl it with N workers, report.
+
+Everything is local: the site listens on 127.0.0.1, Redis is the embedded server (data in
+``<dir>/redis``), items go to ``<dir>/items.db`` (SQLite, one row per product, written
+idempotently by :class:`redcrawl.scrapy.pipelines.UpsertPipeline`).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from redcrawl.cli import run_workers
+from redcrawl.connection import connect, resolve_url
+from redcrawl.demo.site import ShopSite, SiteConfig
+from redcrawl.frontier import ListsFrontier
+from redcrawl.settings import Settings
+
+__all__ = ["run_demo"]
+
+CRAWL = "demo"
+SPIDER = Path(__file__).with_name("spider.py")
+
+
+def demo_worker_settings(items_db: Path) -> list[str]:
+    """Scrapy settings of the demo's workers (as ``NAME=VALUE``)."""
+    return [
+        "ITEM_PIPELINES={\"redcrawl.scrapy.pipelines.UpsertPipeline\": 300}",
+        f"REDCRAWL_ITEMS_URI=sqlite:///{items_db.resolve()}",
+        "REDCRAWL_ITEM_KEY=sku",
+        "REDCRAWL_CANONICALIZE=true",
+        "REDCRAWL_CANONICAL_DROP_PARAMS=utm_*,ref",
+        "REDCRAWL_MAX_ATTEMPTS=3",
+        "REDCRAWL_RETRY_BACKOFF=0.5",
+        "REDCRAWL_IDLE_BEFORE_CLOSE=1",
+        "REDCRAWL_LEASE_TTL=30",
+        "RETRY_TIMES=2",
+        "CONCURRENT_REQUESTS=16",
+        "DOWNLOAD_TIMEOUT=10",
+        "LOG_LEVEL=WARNING",
+        "TELNETCONSOLE_ENABLED=False",
+    ]
+
+
+def run_demo(*, workers: int = 4, products: int = 3000, directory: Path = Path(".redcrawl-demo"),
+             progress: bool = True) -> int:
+    console = Console()
+    directory.mkdir(parents=True, exist_ok=True)
+    items_db = directory / "items.db"
+    items_db.unlink(missing_ok=True)
+    config = SiteConfig.demo()
+    if products != config.products:
+        from dataclasses import replace
+
+        config = replace(config, products=products,
+                         always_fail=tuple(p for p in config.always_fail if p < products))
+    settings = Settings(embedded_dir=directory / "redis")
+    url = resolve_url(settings)
+    frontier = ListsFrontier(connect(settings, url=url), settings, CRAWL)
+    frontier.purge()
+    started = time.monotonic()
+    with ShopSite(config) as site:
+        console.print(f"demo shop: {site.url} ({config.pages:,} pages, {config.products:,} "
+                      f"products); {workers} workers; embedded Redis at {url}")
+        code = run_workers(str(SPIDER), workers=workers, settings=settings, crawl=CRAWL,
+                           settings_args=demo_worker_settings(items_db), progress=progress,
+                           spider_args=[f"url={site.url}"])
+        hits = site.hits()
+        expected = site.canonical_pages()
+    elapsed = time.monotonic() - started
+    c = frontier.counts()
+    stats = frontier.stats()
+    from redcrawl.scrapy.pipelines import read_items
+
+    items = read_items(f"sqlite:///{items_db.resolve()}") if items_db.exists() else {}
+    missing = expected - set(hits)
+    table = Table(title="redcrawl demo", show_header=False)
+    rows = [
+        ("pages fetched (distinct)", f"{len(set(hits) & expected):,} of {len(expected):,}"),
+        ("HTTP requests made", f"{sum(hits.values()):,}"),
+        ("requests done", f"{c.done:,}"),
+        ("items scraped", f"{stats.get('items', 0):,}"),
+        ("rows in SQLite", f"{len(items):,} ({items_db})"),
+        ("duplicates filtered", f"{c.filtered + stats.get('filtered_local', 0):,}"),
+        ("retries (redcrawl)", f"{c.retried:,}"),
+        ("dead letters", f"{c.dead:,}"),
+        ("finished", "yes" if c.finished else "no"),
+        ("conservation", "holds" if c.conserved else "VIOLATED"),
+        ("time", f"{elapsed:.1f} s"),
+    ]
+    for label, value in rows:
+        table.add_row(label, value)
+    console.print(table)
+    for d in frontier.dead(10):
+        console.print(f"  dead: {d.url} after {d.attempts} attempts: {d.error}")
+    if missing:
+        console.print(f"[red]{len(missing)} page(s) never fetched[/], e.g. "
+                      f"{sorted(missing)[:5]}")
+    ok = code == 0 and c.finished and c.conserved
+    return code if code else (0 if ok else 1)
