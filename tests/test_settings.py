@@ -222,7 +222,9 @@ def test_unknown_redcrawl_name_is_config_error() -> None:
     with pytest.raises(ConfigError, match="REDCRAWL_FOO") as info:
         Settings.from_mapping({"REDCRAWL_FOO": "1"})
     assert info.value.setting == "REDCRAWL_FOO"
-    assert "REDCRAWL_LEASE_TTL" in str(info.value)  # lists the known names
+    assert "docs/settings.md" in str(info.value)  # says where the known names are
+    with pytest.raises(ConfigError, match="did you mean REDCRAWL_LEASE_TTL"):
+        Settings.from_mapping({"REDCRAWL_LEASE_TTLL": "5"})
     with pytest.raises(ConfigError, match="REDCRAWL_FOO"):
         Settings.from_env({"REDCRAWL_FOO": "1"})
     assert Settings.from_mapping({"REDCRAWL_FOO": "1"}, strict_prefix=False) == Settings()
