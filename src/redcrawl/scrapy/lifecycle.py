@@ -76,6 +76,17 @@ def on_request_finished(crawler: Crawler,
     return unhook
 
 
+def build_component(cls: Any, crawler: Crawler) -> Any:
+    """Scrapy's way to build a component from the crawler (2.12+ and before)."""
+    try:
+        from scrapy.utils.misc import build_from_crawler
+    except ImportError:  # Scrapy < 2.12
+        from scrapy.utils.misc import create_instance  # type: ignore[attr-defined]
+
+        return create_instance(cls, crawler.settings, crawler)
+    return build_from_crawler(cls, crawler)
+
+
 def wake_engine(crawler: Crawler) -> None:
     """Make the engine ask the scheduler for requests now (not at its 5 s heartbeat)."""
     engine = crawler.engine

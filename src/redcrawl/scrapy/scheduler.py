@@ -125,9 +125,9 @@ class Scheduler(BaseScheduler):
         dupefilter = None
         df_path = crawler.settings.get("DUPEFILTER_CLASS")
         if df_path:
-            from scrapy.utils.misc import build_from_crawler, load_object
+            from scrapy.utils.misc import load_object
 
-            dupefilter = build_from_crawler(load_object(df_path), crawler)
+            dupefilter = lifecycle.build_component(load_object(df_path), crawler)
         scheduler = cls(crawler, settings, dupefilter)
         crawler.signals.connect(scheduler._on_spider_error, signals.spider_error)
         crawler.signals.connect(scheduler._on_response, signals.response_received)
