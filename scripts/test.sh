@@ -25,6 +25,11 @@ python3 -m ruff check .
 echo "== mypy"
 python3 -m mypy src --cache-dir "${TMPDIR:-/tmp}/redcrawl-mypy"
 
-echo "== pytest"
 export CI="${CI:-true}"
+if [ -z "${REDCRAWL_SKIP_MATRIX:-}" ]; then
+  echo "== older Scrapy versions"
+  bash scripts/scrapy_matrix.sh
+fi
+
+echo "== pytest (Scrapy $(python3 -c 'import scrapy; print(scrapy.__version__)'))"
 exec python3 -m pytest -q -p no:cacheprovider "$@"

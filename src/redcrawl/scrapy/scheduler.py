@@ -58,6 +58,9 @@ __all__ = ["Scheduler", "seed"]
 
 log = logging.getLogger(__name__)
 
+LOCAL_SEEN_MAX = 200_000
+"""Fingerprints a worker remembers to answer enqueue_request without Redis (~20 MB)."""
+
 TICK = 1.0
 """Seconds between flushes of buffered requests, acks and counters when idle."""
 
@@ -227,8 +230,8 @@ class Scheduler(BaseScheduler):
             self.stats.inc_value("redcrawl/unstorable")
             return False
         if fp is not None:
-            if len(self._local_seen) >= 1_000_000:
-                self._local_seen.clear()
+            if len(self._local_seen) >= LOCAL_SEEN_MAX:
+                self._local_seen.clear()  # a cache: Redis has the truth
             self._local_seen.add(fp)
         self._buffer.append(env)
         self.stats.inc_value("redcrawl/enqueued")

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Run the Scrapy-facing tests again on older Scrapy versions, each in its own venv
+# (.venv/scrapy-<version>): the engine internals redcrawl hooks differ between versions.
+# REDCRAWL_SCRAPY_VERSIONS="2.11.2 2.13.4" (the default) picks the versions; "" skips.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+versions="${REDCRAWL_SCRAPY_VERSIONS-2.11.2 2.13.4}"
+tests=(tests/test_codec.py tests/test_crawl_e2e.py tests/test_scheduler.py tests/test_migration.py)
+present=()
+for t in "${tests[@]}"; do [ -f "$t" ] && present+=("$t"); done
+for v in $versions; do
+  venv=".venv/scrapy-$v"
+  if [ ! -x "$venv/bin/python" ]; then
+    python3 -m venv "$venv"
+  fi
+  pins=("scrapy==$v")
+  case "$v" in 2.11.*) pins+=("w3lib<2.2" "Twisted<24.8");; esac
+  echo "== Scrapy $v"
+  "$venv/bin/pip" install -q --disable-pip-version-check "${pins[@]}" -e ".[test]" "${pins[@]}"
+  "$venv/bin/python" -m pytest -q -p no:cacheprovider "${present[@]}"
+done
