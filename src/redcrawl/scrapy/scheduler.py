@@ -215,7 +215,13 @@ class Scheduler(BaseScheduler):
 
     # --- Scrapy's scheduler interface -------------------------------------------------
     def enqueue_request(self, request: scrapy.Request) -> bool:
-        dont_filter = request.dont_filter and not request.meta.get("is_start_request")
+        meta = request.meta
+        # Start requests are dont_filter in Scrapy, but a crawl must not refetch its start
+        # URLs on every worker and every rerun: dedupe them (not their retry or redirect
+        # successors, which inherit the marker).
+        start = (meta.get("is_start_request") and not meta.get("retry_times")
+                 and not meta.get("redirect_times"))
+        dont_filter = request.dont_filter and not start
         fp = None if dont_filter else request_fingerprint(
             request, canonicalizer=self.canonicalizer)
         if fp is not None and fp in self._local_seen:

@@ -63,6 +63,7 @@ class RedisMixin:
         self._as_set = settings.start_urls_as_set
         self._idle_since = time.monotonic()
         crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
+        crawler.signals.connect(self._active, signal=signals.response_received)
         self.logger.info("Reading start URLs from redis key %r (batch size %d)",
                          self.redis_key, self.redis_batch_size)
 
@@ -140,9 +141,13 @@ class RedisMixin:
                 flush()  # into the frontier now: the entries are off the Redis key
         return n
 
+    def _active(self, *args: Any, **kwargs: Any) -> None:
+        self._idle_since = time.monotonic()
+
     def spider_idle(self) -> None:
-        """Fetch more start URLs; close only after ``max_idle_time`` seconds without any
-        (0: never, scrapy-redis's default)."""
+        """Fetch more start URLs; close only after ``max_idle_time`` seconds with neither
+        new start URLs nor responses, i.e. since the crawl went quiet (0: never,
+        scrapy-redis's default)."""
         if self.schedule_next_requests():
             self._idle_since = time.monotonic()
             raise DontCloseSpider

@@ -1,0 +1,352 @@
+"""redcrawl's Scrapy scheduler, end to end: real Scrapy crawls in subprocesses (Twisted's
+reactor can't restart in-process) on the demo shop site and a real Redis 7, each checked
+on the frontier's state afterwards (counts, dead letters, crawl-wide stats) and on
+Scrapy's stats and the site's hit counters.
+
+The spiders live in tests/scrapy_projects/; ``rc_testkit.Report`` writes what each
+process saw (stats, responses, dropped requests, open/close times) to a JSON file.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from redcrawl.demo import ShopSite, SiteConfig
+from redcrawl.frontier import ListsFrontier
+from tests.conftest import RedisServer
+from tests.scrapy_projects import outcomes_spider as oc
+from tests.scrapy_projects.harness import (
+    Run,
+    crawl_keys,
+    finished_state,
+    frontier,
+    run_spider,
+    start_spider,
+    wait_for,
+)
+
+SMALL = SiteConfig(products=30, per_page=5, categories=3, tracking_params=False)
+"""37 pages: home, 6 listing pages, 30 products; plain links (duplicates, no tracking)."""
+
+
+@pytest.fixture
+def small_site() -> Iterator[ShopSite]:
+    with ShopSite(SMALL) as site:
+        yield site
+
+
+def once_each(site: ShopSite) -> dict[str, int]:
+    return dict.fromkeys(site.canonical_pages(), 1)
+
+
+def crawl_shop(site: ShopSite, tmp_path: Path, redis7: RedisServer, crawl: str,
+               tag: str = "run", **settings: object) -> Run:
+    return run_spider("shop_spider.py", tmp_path, redis_url=redis7.url, crawl=crawl,
+                      tag=tag, settings=settings, args={"url": site.url + "/"})
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- 1. a small crawl -------------------------------------------------------------------
+
+def test_small_site_crawl_fetches_every_page_once(small_site: ShopSite, tmp_path: Path,
+                                                  redis7: RedisServer,
+                                                  redis7_client: redis.Redis) -> None:
+    run = crawl_shop(small_site, tmp_path, redis7, "small").ok()
+    pages = SMALL.pages
+
+    assert small_site.hits() == once_each(small_site)
+    c = frontier(redis7_client, "small").counts()
+    assert c.finished and c.conserved
+    assert (c.accepted, c.done, c.dead, c.retried, c.reclaimed) == (pages, pages, 0, 0, 0)
+    assert frontier(redis7_client, "small").inflight() == []
+    assert run.stats["redcrawl/acked"] == c.done
+    assert run.stats["redcrawl/stored"] == pages
+    assert "redcrawl/stale_acks" not in run.stats
+    assert frontier(redis7_client, "small").workers() == {}  # the worker signed off
+    # the site links the same pages many times: the duplicates were filtered (and shown
+    # as Scrapy's own dupefilter shows them)
+    assert c.filtered + frontier(redis7_client, "small").stats().get("filtered_local", 0) > 0
+    assert run.stats["dupefilter/filtered"] > 0
+
+
+# --- 2. duplicates ----------------------------------------------------------------------
+
+def test_tracking_variants_are_one_page_with_canonicalize(tmp_path: Path, redis7: RedisServer,
+                                                          redis7_client: redis.Redis) -> None:
+    """With tracking links (utm_*, ref) and canonicalisation on, every page is fetched
+    exactly once, and the variants were counted as filtered."""
+    config = SiteConfig(products=30, per_page=5, categories=3, tracking_params=True)
+    with ShopSite(config) as site:
+        run = crawl_shop(site, tmp_path, redis7, "canon", REDCRAWL_CANONICALIZE="true",
+                         REDCRAWL_CANONICAL_DROP_PARAMS="utm_*,ref").ok()
+        hits = site.hits()
+        expected = once_each(site)
+    # pages were reached through tracking links (the home page's featured products
+    # are linked only that way), and fetched once all the same
+    assert any("utm_" in url or "ref=" in url for url in run.urls)
+    assert hits == expected
+    f = frontier(redis7_client, "canon")
+    c = f.counts()
+    assert c.done == config.pages and c.finished and c.conserved and c.dead == 0
+    assert c.filtered + f.stats().get("filtered_local", 0) > 0
+    assert run.stats["redcrawl/filtered"] > 0
+
+
+# --- 3. outcomes ------------------------------------------------------------------------
+
+OUTCOMES = SiteConfig(products=30, error_every=5, always_fail=(7,), tracking_params=False)
+
+
+def test_outcomes(tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    """Callback error and persistent 500 and download error -> DEAD after
+    REDCRAWL_MAX_ATTEMPTS with the reason; 500-then-200 (Scrapy's own retry), 404 and
+    IgnoreRequest -> done."""
+    dead_port = closed_port()
+    with ShopSite(OUTCOMES) as site:
+        run = run_spider("outcomes_spider.py", tmp_path, redis_url=redis7.url,
+                         crawl="outcomes", settings={"REDCRAWL_MAX_ATTEMPTS": 2},
+                         args={"url": site.url, "dead": dead_port}).ok()
+        hits = site.hits()
+        base = site.url
+    f = frontier(redis7_client, "outcomes")
+    c = f.counts()
+    assert c.finished and c.conserved
+
+    dead = {d.url.removeprefix(base): d for d in f.dead()}
+    unreachable = f"http://127.0.0.1:{dead_port}/unreachable"
+    assert set(dead) == {oc.BOOM, oc.POISON, unreachable}, dead
+    assert all(d.attempts == 2 for d in dead.values()), dead
+    assert "callback error: ValueError" in dead[oc.BOOM].error
+    assert "HTTP 500" in dead[oc.POISON].error
+    assert "download error" in dead[unreachable].error
+    assert "ConnectionRefused" in dead[unreachable].error
+    assert c.dead == 3 and c.retried == 3
+    assert run.stats["redcrawl/dead"] == 3 and run.stats["redcrawl/retried"] == 3
+
+    # the callback ran once per delivery: two deliveries, then dead
+    assert hits[oc.BOOM] == 2
+    # Scrapy's own retries ran before redcrawl's (RETRY_TIMES=1)
+    assert hits[oc.POISON] >= 2
+    # 500 once, then 200 after Scrapy's own retry: done, not dead
+    assert hits[oc.FLAKY] == 2
+    assert [s for u, s, _ in run.report["responses"] if u.endswith(oc.FLAKY)] == [200]
+    # 404: fetched once, done
+    assert hits[oc.MISSING] == 1
+    # IgnoreRequest from a downloader middleware: never fetched, done
+    assert oc.DROPPED not in hits
+    assert hits[oc.FINE] == 1
+    # none of those was retried or dead-lettered
+    for path in (oc.FLAKY, oc.MISSING, oc.DROPPED, oc.FINE):
+        assert path not in dead
+    assert run.stats["redcrawl/acked"] == c.done
+
+
+def test_scrapy_retries_a_start_request(tmp_path: Path, redis7: RedisServer,
+                                        redis7_client: redis.Redis) -> None:
+    with ShopSite(OUTCOMES) as site:
+        run = run_spider("outcomes_spider.py", tmp_path, redis_url=redis7.url,
+                         crawl="startretry", settings={"REDCRAWL_MAX_ATTEMPTS": 2},
+                         args={"url": site.url, "start": f"{oc.FLAKY},{oc.POISON}"}).ok()
+        hits = site.hits()
+        base = site.url
+    assert run.report["dropped"] == []  # no retry refused by the scheduler
+    # 500 once, then 200 after Scrapy's own retry
+    assert hits[oc.FLAKY] == 2
+    assert [s for u, s, _ in run.report["responses"] if u.endswith(oc.FLAKY)] == [200]
+    # always 500: dead after the attempts
+    assert [d.url for d in frontier(redis7_client, "startretry").dead()] == [base + oc.POISON]
+
+
+# --- 4. enqueue_request's answer, unstorable meta -------------------------------------
+
+def test_enqueue_request_answers(small_site: ShopSite, tmp_path: Path, redis7: RedisServer,
+                                 redis7_client: redis.Redis) -> None:
+    run = run_spider("enqueue_spider.py", tmp_path, redis_url=redis7.url, crawl="enqueue",
+                     args={"url": small_site.url}).ok()
+    base = small_site.url
+    # called directly: True, then False for the same URL
+    assert run.report["spider"]["direct"] == [True, False]
+    # yielded twice: Scrapy got False for the second (request_dropped), and for the
+    # unstorable request
+    assert sorted(run.report["dropped"]) == [base + "/product/1", base + "/product/3"]
+    # the unstorable request: logged naming the key, counted, not stored, crawl finished
+    assert run.stats["redcrawl/unstorable"] == 1
+    errors = [line for line in run.stderr.splitlines() if "ERROR" in line]
+    assert any("meta['obj']" in line and "/product/3" in line for line in errors), errors
+    hits = small_site.hits()
+    assert "/product/3" not in hits
+    assert hits == {"/": 1, "/product/1": 1, "/product/2": 1, "/product/4": 1}
+    c = frontier(redis7_client, "enqueue").counts()
+    assert c.accepted == c.done == 4 and c.finished and c.conserved
+
+
+# --- 5. resume ----------------------------------------------------------------------------
+
+def test_second_run_of_a_finished_crawl_fetches_nothing(small_site: ShopSite, tmp_path: Path,
+                                                        redis7: RedisServer,
+                                                        redis7_client: redis.Redis) -> None:
+    crawl_shop(small_site, tmp_path, redis7, "again", tag="first").ok()
+    before = frontier(redis7_client, "again").counts()
+    small_site.reset_hits()
+
+    second = crawl_shop(small_site, tmp_path, redis7, "again", tag="second").ok()
+    assert small_site.hits() == {}  # the start URL is done: dont_filter didn't matter
+    assert second.urls == []
+    assert second.stats.get("redcrawl/filtered_remote") == 1
+    assert second.stats.get("redcrawl/acked", 0) == 0
+    after = frontier(redis7_client, "again").counts()
+    assert (after.accepted, after.done) == (before.accepted, before.done)
+    assert after.filtered == before.filtered + 1
+    # "at once": closing took about as long as a crawl that fetches nothing can take
+    assert second.report["closed_at"] - second.report["opened_at"] < 5
+
+
+# --- 6. SCHEDULER_FLUSH_ON_START --------------------------------------------------------
+
+def test_flush_on_start_restarts_a_finished_crawl_unless_a_worker_is_alive(
+        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    """Two finished crawls (without the flush their start URL is done and nothing is
+    fetched: test_second_run_of_a_finished_crawl_fetches_nothing), each run by one worker
+    with SCHEDULER_FLUSH_ON_START, side by side: "flush" starts again from scratch;
+    "busy", where another worker's heartbeat is alive, is kept as it is."""
+    with ShopSite(SMALL) as site_flush, ShopSite(SMALL) as site_busy:
+        finished_state(redis7_client, "flush", site_flush.url + "/")
+        finished_state(redis7_client, "busy", site_busy.url + "/")
+        busy = frontier(redis7_client, "busy")
+        busy.renew("other-worker", ttl=60)  # a live worker of this crawl
+        workers = [start_spider("shop_spider.py", tmp_path, redis_url=redis7.url, crawl=crawl,
+                                tag=crawl, settings={"SCHEDULER_FLUSH_ON_START": "True"},
+                                args={"url": site.url + "/"})
+                   for crawl, site in (("flush", site_flush), ("busy", site_busy))]
+        run_flush, run_busy = (w.wait().ok() for w in workers)
+        hits_flush, hits_busy = site_flush.hits(), site_busy.hits()
+        expected = once_each(site_flush)
+
+    assert "flushed crawl 'flush' on start" in run_flush.stderr
+    assert hits_flush == expected
+    c = frontier(redis7_client, "flush").counts()
+    assert c.accepted == c.done == SMALL.pages  # counters started again from zero
+    assert c.filtered == run_flush.stats.get("redcrawl/filtered_remote", 0)
+
+    assert "not flushing: crawl already running (1 worker(s))" in run_busy.stderr
+    assert "flushed crawl" not in run_busy.stderr
+    assert hits_busy == {}  # the start URL is still done
+    c = busy.counts()
+    assert (c.accepted, c.done, c.filtered) == (1, 1, 1)
+    assert set(busy.workers()) == {"other-worker"}
+
+
+def test_flush_on_start_happens_once_for_workers_starting_together(
+        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    """Two workers started together with flush-on-start on a finished crawl: one of them
+    flushes, the other joins the crawl it restarted; every page is fetched once."""
+    config = SiteConfig(products=30, per_page=5, categories=3, tracking_params=False,
+                        slow_every=30, slow_delay=3)  # the crawl lasts > 3 s
+    with ShopSite(config) as site:
+        finished_state(redis7_client, "together", site.url + "/")
+        workers = [start_spider("shop_spider.py", tmp_path, redis_url=redis7.url,
+                                crawl="together", tag=f"w{i}",
+                                settings={"SCHEDULER_FLUSH_ON_START": "True"},
+                                args={"url": site.url + "/"}) for i in range(2)]
+        runs = [w.wait().ok() for w in workers]
+        hits = site.hits()
+        expected = dict.fromkeys(site.canonical_pages(), 1)
+    logs = "".join(r.stderr for r in runs)
+    assert logs.count("flushed crawl 'together' on start") == 1, logs[-3000:]
+    assert logs.count("not flushing: crawl already running") == 1
+    assert hits == expected
+    c = frontier(redis7_client, "together").counts()
+    assert c.accepted == c.done == config.pages and c.conserved
+    assert all(r.stats.get("redcrawl/acked", 0) > 0 for r in runs)  # both worked
+
+
+# --- 7. SCHEDULER_PERSIST = False ----------------------------------------------------------
+
+def test_persist_false_purges_the_crawl_unless_another_worker_is_alive(
+        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    """SCHEDULER_PERSIST = False, two crawls side by side: "gone" (its only worker
+    finishes it) is deleted; "kept" (another worker's heartbeat is alive) is kept."""
+    frontier(redis7_client, "kept").renew("other-worker", ttl=60)
+    with ShopSite(SMALL) as site_gone, ShopSite(SMALL) as site_kept:
+        workers = [start_spider("shop_spider.py", tmp_path, redis_url=redis7.url, crawl=crawl,
+                                tag=crawl, settings={"SCHEDULER_PERSIST": "False"},
+                                args={"url": site.url + "/"})
+                   for crawl, site in (("gone", site_gone), ("kept", site_kept))]
+        for worker in workers:
+            worker.wait().ok()
+        assert site_gone.hits() == site_kept.hits() == once_each(site_gone)
+
+    assert crawl_keys(redis7_client, "gone") == []
+    assert crawl_keys(redis7_client, "kept") != []
+    kept = frontier(redis7_client, "kept")
+    c = kept.counts()
+    assert c.done == SMALL.pages and c.finished
+    assert set(kept.workers()) == {"other-worker"}
+
+
+# --- 8. global finishing -------------------------------------------------------------------
+
+def test_idle_worker_waits_for_children_of_another_workers_slow_request(
+        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    """Worker A fetches the start page, then one slow page (4 s) whose callback yields 50
+    more. Worker B starts while that page is in flight and nothing is ready: it must wait
+    for the crawl (not its own queue) to finish, and fetch some of A's late children."""
+    config = SiteConfig(products=60, slow_every=60, slow_delay=4, tracking_params=False)
+    with ShopSite(config) as site, start_spider(
+            "fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="global", tag="a",
+            args={"url": site.url},
+            # a slow consumer, so that B has work to take
+            settings={"REDCRAWL_PREFETCH": 1, "CONCURRENT_REQUESTS": 1,
+                      "DOWNLOAD_DELAY": 0.2}) as a:
+        wait_for(lambda: site.hits().get("/product/60", 0) > 0, what="the slow page")
+        f = frontier(redis7_client, "global")
+        c = f.counts()
+        assert (c.ready, c.delayed, c.in_flight) == (0, 0, 1)  # nothing ready for B
+        with start_spider("fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="global",
+                          tag="b", args={"url": site.url, "start": "0"},
+                          settings={"REDCRAWL_POLL_INTERVAL": 0.1}) as b:
+            run_a, run_b = a.wait().ok(), b.wait().ok()
+        hits = site.hits()
+    slow_done = next(t for u, _, t in run_a.report["responses"] if u.endswith("/product/60"))
+    assert run_b.report["opened_at"] < slow_done, "B opened too late to test anything"
+    leaves = {f"/product/{i}" for i in range(1, 51)}
+    assert hits == dict.fromkeys({"/", "/product/60", *leaves}, 1)
+    b_paths = set(run_b.paths())
+    assert b_paths and b_paths <= leaves  # B fetched some of A's late children...
+    assert run_b.report["closed_at"] > slow_done  # ...and didn't quit before they existed
+    c = f.counts()
+    assert c.finished and c.conserved and c.done == 52 and c.reclaimed == 0
+    assert run_a.stats["redcrawl/acked"] + run_b.stats["redcrawl/acked"] == 52
+
+
+# --- 9. lease renewal ----------------------------------------------------------------------
+
+def test_slow_download_keeps_its_lease(tmp_path: Path, redis7: RedisServer,
+                                       redis7_client: redis.Redis) -> None:
+    """LEASE_TTL 1 s (heartbeat every 1/3 s), a download of 3 s: the heartbeat keeps
+    the lease, the page is fetched once and nothing is reclaimed."""
+    config = SiteConfig(products=60, slow_every=60, slow_delay=3, tracking_params=False)
+    with ShopSite(config) as site:
+        started = time.monotonic()
+        run = run_spider("fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="lease",
+                         args={"url": site.url, "leaves": 0},
+                         settings={"REDCRAWL_LEASE_TTL": 1}).ok()
+        hits = site.hits()
+    assert time.monotonic() - started > 3
+    assert hits == {"/": 1, "/product/60": 1}
+    f: ListsFrontier = frontier(redis7_client, "lease")
+    c = f.counts()
+    assert c.reclaimed == 0 and c.done == 2 and c.finished and c.conserved
+    assert run.stats["redcrawl/acked"] == 2
+    assert "redcrawl/stale_acks" not in run.stats
