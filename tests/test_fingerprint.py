@@ -801,3 +801,21 @@ def test_canonicalizer_is_frozen() -> None:
         canonicalizer.strip_www = True  # type: ignore[misc]
     assert Canonicalizer() == Canonicalizer()
     assert Canonicalizer(strip_www=True) != Canonicalizer()
+
+
+@pytest.mark.parametrize("url", [
+    "http://127.0.0.1:54321/product/7?utm_source=x&b=1",
+    "http://127.0.0.1:65535/",
+    "http://127.0.0.1:65536/",
+    "https://example.com:99999/x",
+])
+def test_five_digit_ports_match_scrapy(url: str) -> None:
+    from scrapy.utils.request import fingerprint as scrapy_fingerprint
+
+    try:
+        expected = scrapy_fingerprint(scrapy.Request(url))
+    except ValueError:
+        with pytest.raises(ValueError):
+            fingerprint(url)
+        return
+    assert fingerprint(url) == expected

@@ -386,10 +386,20 @@ def test_settle_stores_children_before_acking_parent(make_frontier: FrontierFact
     f = make_frontier()
     f.push(urls(1, "http://root/"))
     (parent,) = f.lease("w", 1)
-    pushed, acked = f.settle(push=urls(3, "http://child/") + urls(1, "http://root/"),
-                             ack=[parent])
-    assert (pushed.accepted, pushed.filtered, acked) == (3, 1, 1)
+    out = f.settle(push=urls(3, "http://child/") + urls(1, "http://root/"), ack=[parent],
+                   lease=("w", 2))
+    assert (out.pushed.accepted, out.pushed.filtered, out.acked) == (3, 1, 1)
+    assert [x.envelope.url for x in out.leases] == ["http://child/0", "http://child/1"]
     c = f.counts()
-    assert (c.accepted, c.done, c.ready) == (4, 1, 3)
+    assert (c.accepted, c.done, c.ready, c.in_flight) == (4, 1, 1, 2)
     check(f)
-    assert f.settle() == (f.settle()[0], 0)
+    assert f.settle().acked == 0 and f.settle().leases == []
+
+
+def test_settle_in_batches_acks_after_every_push(make_frontier: FrontierFactory) -> None:
+    f = make_frontier(batch_size=2)
+    f.push(urls(1, "http://root/"))
+    (parent,) = f.lease("w", 1)
+    out = f.settle(push=urls(5, "http://child/"), ack=[parent])
+    assert (out.pushed.accepted, out.acked) == (5, 1)
+    assert f.counts().ready == 5

@@ -224,18 +224,21 @@ def crawl(
     crawl_name: CrawlName = None,
     setting: Annotated[list[str] | None, typer.Option(
         "--set", "-s", help="A Scrapy/redcrawl setting for the workers, NAME=VALUE.")] = None,
+    arg: Annotated[list[str] | None, typer.Option(
+        "--arg", "-a", help="A spider argument, NAME=VALUE (as scrapy crawl -a).")] = None,
     progress: Annotated[bool, typer.Option(help="Show the live progress line.")] = True,
 ) -> None:
     """Run SPIDER in N local worker processes on one shared frontier until the whole
     crawl is finished. Ctrl-C stops cleanly (a second Ctrl-C at once); run the same
     command again to resume."""
-    for item in setting or []:
-        if "=" not in item:
-            raise ConfigError("--set", f"{item!r} is not NAME=VALUE")
+    for flag, items in (("--set", setting), ("--arg", arg)):
+        for item in items or []:
+            if "=" not in item:
+                raise ConfigError(flag, f"{item!r} is not NAME=VALUE")
     settings = _settings(redis_url)
     name = crawl_name or settings.crawl_name(_spider_name(spider))
     code = run_workers(spider, workers=workers, settings=settings, crawl=name,
-                       settings_args=setting or [], progress=progress)
+                       settings_args=setting or [], spider_args=arg, progress=progress)
     _print_counts(_frontier(settings, name).counts(), name)
     raise typer.Exit(code)
 
@@ -370,6 +373,10 @@ def demo(
 
 def main() -> None:
     app()
+
+
+if __name__ == "__main__":
+    main()
 
 
 __all__ = ["app", "main", "run_workers"]

@@ -94,7 +94,7 @@ DEFAULT_TRACKING_PARAMS: tuple[str, ...] = (
 _SIMPLE_URL_RE = re.compile(
     r"(https?)://"
     r"([A-Za-z0-9._\-]+)"
-    r"(?::([1-9][0-9]{0,3}))?"
+    r"(?::([1-9][0-9]{0,4}))?"
     r"(/[A-Za-z0-9\-._~!$&'()*+,=:@/]*)?"
     r"(?:\?([A-Za-z0-9\-._~+=&]*))?"
     r"(?:#([A-Za-z0-9\-._~!$&'()*+,;=:@/?%]*))?"
@@ -124,6 +124,8 @@ def _split_simple(url: str) -> _SimpleURL | None:
     if match is None:
         return None
     scheme, host, port, path, query, fragment = match.groups()
+    if port is not None and int(port) > 65535:
+        return None  # w3lib's path decides what such a URL means
     if path is None:
         path = "/"
     elif "/." in path:

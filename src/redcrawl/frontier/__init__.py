@@ -8,6 +8,7 @@ from redcrawl.frontier.base import (
     Lease,
     PendingInfo,
     PushResult,
+    Settled,
 )
 from redcrawl.frontier.lists import ListsFrontier
 
@@ -20,4 +21,5 @@ __all__ = [
     "ListsFrontier",
     "PendingInfo",
     "PushResult",
+    "Settled",
 ]

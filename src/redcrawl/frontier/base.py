@@ -22,6 +22,7 @@ __all__ = [
     "Lease",
     "PendingInfo",
     "PushResult",
+    "Settled",
     "fair_schedule",
     "format_id",
     "parse_id",
@@ -63,6 +64,15 @@ class PushResult:
     filtered: int
     flags: tuple[bool, ...]
     """One per pushed envelope: True if accepted, False if it was a duplicate."""
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """What one :meth:`Frontier.settle` round trip did."""
+
+    pushed: PushResult
+    acked: int
+    leases: list[Lease]
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,8 +141,9 @@ class Frontier(Protocol):
     def lease(self, worker: str, n: int, ttl: float | None = None) -> list[Lease]: ...
     def ack(self, leases: Sequence[Lease]) -> int: ...
     def release(self, leases: Sequence[Lease]) -> int: ...
-    def settle(self, push: Sequence[Envelope] = (),
-               ack: Sequence[Lease] = ()) -> tuple[PushResult, int]: ...
+    def settle(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = (), *,
+               lease: tuple[str, int] | None = None,
+               ttl: float | None = None) -> Settled: ...
     def nack(self, lease: Lease, error: str, *, retry: bool = True,
              delay: float | None = None) -> str: ...
     def renew(self, worker: str, ttl: float | None = None) -> None: ...

@@ -33,6 +33,7 @@ from redcrawl.frontier.base import (
     Lease,
     PendingInfo,
     PushResult,
+    Settled,
     fair_schedule,
     format_id,
     parse_id,
@@ -44,7 +45,7 @@ __all__ = ["ListsFrontier"]
 
 log = logging.getLogger(__name__)
 
-_SCRIPTS = ("push", "lease", "ack", "nack", "release", "maintain", "requeue_dead",
+_SCRIPTS = ("push", "lease", "ack", "settle", "nack", "release", "maintain", "requeue_dead",
             "release_worker", "renew")
 MAINTAIN_LIMIT = 1000
 """Most delayed requests promoted and expired leases reclaimed by one script call."""
@@ -53,7 +54,7 @@ MAINTAIN_LIMIT = 1000
 @cache
 def _source(name: str, dedupe: str = "set") -> str:
     lua = resources.files("redcrawl.frontier") / "lua"
-    parts = ["lib.lua", f"dedupe_{dedupe}.lua", f"{name}.lua"]
+    parts = ["lib.lua", f"dedupe_{dedupe}.lua", "ops.lua", f"{name}.lua"]
     return "\n".join((lua / p).read_text(encoding="utf-8") for p in parts)
 
 
@@ -134,30 +135,65 @@ class ListsFrontier:
     # --- transitions ---------------------------------------------------------------
     def push(self, envelopes: Sequence[Envelope]) -> PushResult:
         """Dedupe and enqueue; returns which were accepted. One round trip per batch."""
-        return self.settle(push=envelopes)[0]
-
-    def _push_batches(self, envelopes: Sequence[Envelope], pipe: Any) -> int:
-        step, n = self.settings.batch_size, 0
-        for start in range(0, len(envelopes), step):
-            args: list[Any] = []
-            for env in envelopes[start:start + step]:
-                fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
-                args += (record(env), fp, env.priority)
-            self._run("push", args, client=pipe)
-            n += 1
-        return n
+        return self.settle(push=envelopes).pushed
 
     def lease(self, worker: str, n: int, ttl: float | None = None) -> list[Lease]:
         """Hand up to ``n`` ready requests to ``worker`` for ``ttl`` seconds."""
         if n <= 0:
             return []
-        raw = self._run("lease", [worker, n, self._ms(ttl, self.settings.lease_ttl),
-                                  self.settings.max_attempts, self._schedule, MAINTAIN_LIMIT])
+        raw = self._run("lease", self._lease_args(worker, n, ttl))
+        return self._leases(worker, raw)
+
+    def ack(self, leases: Sequence[Lease]) -> int:
+        """IN-FLIGHT -> DONE. Stale leases (expired and handed out again) are ignored.
+        Returns how many were acked."""
+        return self.settle(ack=leases).acked
+
+    def settle(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = (), *,
+               lease: tuple[str, int] | None = None, ttl: float | None = None) -> Settled:
+        """A worker's round trip, atomic and in this order: store ``push`` (deduped), ack
+        ``ack``, then (``lease=(worker, n)``) lease up to n more. Children are therefore
+        always stored before their parent is acknowledged. One script call per
+        ``batch_size`` pushes; the acks and the lease ride on the last one."""
+        pushed: list[bool] = []
+        acked = 0
         leases: list[Lease] = []
-        bad: list[tuple[bytes, str, str]] = []
+        step = self.settings.batch_size
+        starts = list(range(0, len(push), step)) or [0]
+        for i, start in enumerate(starts):
+            chunk = push[start:start + step]
+            last = i == len(starts) - 1
+            acks = ack if last else ()
+            want = lease if last and lease is not None else ("", 0)
+            if not chunk and not acks and not want[1]:
+                continue
+            worker, n, *rest = self._lease_args(want[0], want[1], ttl)
+            args: list[Any] = [len(chunk), len(acks), n, worker, *rest]
+            for env in chunk:
+                fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
+                args += (record(env), fp, env.priority)
+            for item in acks:
+                args += (item.id, item.token)
+            out_push, out_ack, out_lease = self._run("settle", args)
+            pushed += [c == ord("1") for c in out_push]
+            acked += bytes(out_ack).count(b"1")
+            if want[1]:
+                leases = self._leases(want[0], out_lease)
+        accepted = sum(pushed)
+        return Settled(PushResult(accepted, len(pushed) - accepted, tuple(pushed)), acked,
+                       leases)
+
+    def _lease_args(self, worker: str, n: int, ttl: float | None) -> list[Any]:
+        return [worker, n, self._ms(ttl, self.settings.lease_ttl), self.settings.max_attempts,
+                self._schedule, MAINTAIN_LIMIT]
+
+    def _leases(self, worker: str, raw: Sequence[Any]) -> list[Lease]:
+        """Lease objects from a lease reply; undecodable requests are dead-lettered."""
+        leases: list[Lease] = []
         if not raw:
             return leases
-        token = raw[0].decode()
+        bad: list[tuple[bytes, str, str]] = []
+        token = bytes(raw[0]).decode()
         for i in range(1, len(raw), 3):
             rid, attempts, data = bytes(raw[i]), int(raw[i + 1]), bytes(raw[i + 2])
             try:
@@ -174,21 +210,6 @@ class ListsFrontier:
             self._nack_raw([(rid, token, why, -1) for rid, token, why in bad])
         return leases
 
-    def ack(self, leases: Sequence[Lease]) -> int:
-        """IN-FLIGHT -> DONE. Stale leases (expired and handed out again) are ignored.
-        Returns how many were acked."""
-        return self.settle(ack=leases)[1]
-
-    def _ack_batches(self, leases: Sequence[Lease], pipe: Any) -> int:
-        step, n = self.settings.batch_size, 0
-        for start in range(0, len(leases), step):
-            args: list[Any] = []
-            for lease in leases[start:start + step]:
-                args += (lease.id, lease.token)
-            self._run("ack", args, client=pipe)
-            n += 1
-        return n
-
     def release(self, leases: Sequence[Lease]) -> int:
         """Give leased requests back unprocessed (IN-FLIGHT -> READY, served next), without
         counting the delivery as an attempt. Returns how many were given back."""
@@ -198,24 +219,6 @@ class ListsFrontier:
         for lease in leases:
             args += (lease.id, lease.token)
         return int(self._run("release", args))
-
-    def settle(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = ()) -> tuple[
-        PushResult, int
-    ]:
-        """Store ``push`` and then ack ``ack``, in one round trip (a pipeline on one
-        connection, so the pushes are stored before the acks are applied): how a worker
-        hands on a request's children and then finishes it."""
-        if not push and not ack:
-            return PushResult(0, 0, ()), 0
-        with redis_errors("settle"):
-            pipe = self.client.pipeline(transaction=False)
-            n_push = self._push_batches(push, pipe)
-            n_ack = self._ack_batches(ack, pipe)
-            replies = pipe.execute()
-        flags = [c == ord("1") for reply in replies[:n_push] for c in reply]
-        acked = sum(bytes(reply).count(b"1") for reply in replies[n_push:n_push + n_ack])
-        accepted = sum(flags)
-        return PushResult(accepted, len(flags) - accepted, tuple(flags)), acked
 
     def nack(self, lease: Lease, error: str, *, retry: bool = True,
              delay: float | None = None) -> str:

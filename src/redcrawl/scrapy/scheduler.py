@@ -115,6 +115,7 @@ class Scheduler(BaseScheduler):
         self._local_seen: set[bytes] = set()
         self._counts: tuple[float, Counts] | None = None
         self._next_lease_at = 0.0
+        self._concurrency = crawler.settings.getint("CONCURRENT_REQUESTS", 16)
         self._finished_since: float | None = None
         self._heartbeat: task.LoopingCall | None = None
         self._ticker: task.LoopingCall | None = None
@@ -256,7 +257,6 @@ class Scheduler(BaseScheduler):
 
     def next_request(self) -> scrapy.Request | None:
         assert self.frontier is not None and self.spider is not None
-        self._settle()
         while True:
             if not self._prefetch and not self._refill():
                 return None
@@ -271,21 +271,24 @@ class Scheduler(BaseScheduler):
             return request
 
     def _refill(self) -> bool:
-        assert self.frontier is not None
+        """One round trip: store what is buffered, ack what is finished, lease more."""
         now = time.monotonic()
-        if now < self._next_lease_at:
+        # Lease prefetch requests at a time, as long as this worker holds no more than
+        # CONCURRENT_REQUESTS + prefetch (Scrapy's own limits don't bound the requests
+        # still in the scraper).
+        room = min(self.settings.prefetch,
+                   self.settings.prefetch + self._concurrency - len(self._handed_out))
+        # While the crawl had nothing ready, poll only every poll_interval, unless this
+        # worker itself has new requests to store.
+        if room <= 0 or (now < self._next_lease_at and not self._buffer):
             return False
-        room = self.settings.prefetch - len(self._handed_out)
-        if room <= 0:
-            return False
-        leases = self.frontier.lease(self.worker, room)
+        leases = self._settle(lease=room)
         if not leases:
             self._next_lease_at = now + self.settings.poll_interval
             self._poke_later()
             return False
         self._next_lease_at = 0.0
         self._prefetch.extend(leases)
-        self.stats.inc_value("redcrawl/leased", len(leases))
         return True
 
     def _poke_later(self) -> None:
@@ -337,14 +340,16 @@ class Scheduler(BaseScheduler):
         """Store buffered requests and acknowledge finished ones now."""
         self._settle()
 
-    def _settle(self) -> None:
-        """Store buffered requests, then acknowledge finished ones (one round trip)."""
-        if not self._buffer and not self._acks:
-            return
+    def _settle(self, lease: int = 0) -> list[Lease]:
+        """Store buffered requests, acknowledge finished ones and (``lease`` > 0) lease
+        more, in one atomic round trip; returns the new leases."""
+        if not self._buffer and not self._acks and not lease:
+            return []
         assert self.frontier is not None
         push, acks = self._buffer, self._acks
         try:
-            pushed, acked = self.frontier.settle(push=push, ack=acks)
+            out = self.frontier.settle(push=push, ack=acks,
+                                       lease=(self.worker, lease) if lease else None)
         except ConnectionLost as exc:
             log.critical("redcrawl: Redis is gone (%s); stopping this worker without "
                          "acknowledging anything: its leases will be handed out again", exc)
@@ -352,17 +357,23 @@ class Scheduler(BaseScheduler):
             self._handed_out.clear()
             self._prefetch.clear()
             lifecycle.stop_crawler(self.crawler, "redis_lost")
-            return
+            return []
         self._buffer, self._acks = [], []
+        pushed, acked = out.pushed, out.acked
         if pushed.filtered:
             self.stats.inc_value("redcrawl/filtered", pushed.filtered)
             self.stats.inc_value("redcrawl/filtered_remote", pushed.filtered)
         if pushed.accepted:
             self.stats.inc_value("redcrawl/stored", pushed.accepted)
+            self._next_lease_at = 0.0  # new work: no reason to wait before leasing
+            self._counts = None
         if acked:
             self.stats.inc_value("redcrawl/acked", acked)
         if len(acks) > acked:
             self.stats.inc_value("redcrawl/stale_acks", len(acks) - acked)
+        if out.leases:
+            self.stats.inc_value("redcrawl/leased", len(out.leases))
+        return out.leases
 
     def record_failure(self, request: scrapy.Request, error: str, *, retry: bool = True) -> None:
         """Mark a handed-out request as failed: at its end it is nacked, not acked."""
