@@ -70,11 +70,11 @@ def test_three_workers_one_sigkilled_crawl_completes(redis7: RedisServer, tmp_pa
         deadline = time.monotonic() + 120
         # kill once a third of the crawl is done and the victim holds leases
         while (frontier.counts().done < 700
-               or not any(x.worker == "w1" for x in frontier.inflight(1000))):
+               or not any(x.worker.startswith("w1:") for x in frontier.inflight(1000))):
             assert time.monotonic() < deadline, "no progress"
             assert victim.poll() is None, (tmp_path / "w1.log").read_text()[-3000:]
             time.sleep(0.05)
-        held = [x for x in frontier.inflight(1000) if x.worker == "w1"]
+        held = [x for x in frontier.inflight(1000) if x.worker.startswith("w1:")]
         victim.send_signal(signal.SIGKILL)
         victim.wait()
         for i, p in enumerate(procs):

@@ -26,7 +26,8 @@ class Enqueue(scrapy.Spider):
             return
         yield scrapy.Request(self.base + "/product/1")
         yield scrapy.Request(self.base + "/product/1")
-        scheduler = self.crawler.engine._slot.scheduler
+        engine = self.crawler.engine
+        scheduler = (getattr(engine, "_slot", None) or engine.slot).scheduler  # 2.13+ / 2.11
         self.report["direct"] = [
             scheduler.enqueue_request(scrapy.Request(self.base + "/product/2")),
             scheduler.enqueue_request(scrapy.Request(self.base + "/product/2")),

@@ -1,13 +1,14 @@
 """The lists backend: ready queues as Redis lists (or one sorted set for strict priority),
 delays and leases as sorted sets, every transition one Lua script (``lua/*.lua``).
 
-Layout of one crawl (see :class:`redcrawl.keys.CrawlKeys`): envelopes live once in a hash
-keyed by a per-crawl sequence id, as a record ``b"<priority>|" + envelope`` (the header
-lets the scripts requeue a request into its tier without decoding it); the state
-structures hold only ids. A lease is the id's
-entry in the ``inflight`` sorted set (score = deadline) plus an owner record
-``token|since|worker``. Workers heartbeat into the ``workers`` hash; a lease past its
-deadline is extended while its worker's heartbeat is alive, and reclaimed otherwise.
+Layout of one crawl (see :class:`redcrawl.keys.CrawlKeys` and ``lua/lib.lua``): a request
+is identified by its fingerprint (or ``#<seq>`` without one) and stored once, in one hash,
+as ``<priority>|<attempts>|<lease token>|<msgpack envelope>``; the ready queues and the
+delayed and dead sets hold ids. One ``lease()`` call is one lease: a token (a crawl-wide
+counter) with a deadline in ``inflight``, the worker and ids in ``leases``, and the
+requests it covers carrying that token in their record. Workers heartbeat into
+``workers``; a lease past its deadline is extended while its worker's heartbeat is alive,
+and its requests are reclaimed otherwise.
 """
 
 from __future__ import annotations
@@ -381,9 +382,27 @@ class ListsFrontier:
                                 attempts, url))
         return out
 
+    def server_time(self) -> float:
+        """The Redis server's clock (seconds since the epoch): the clock of every deadline."""
+        with redis_errors("time"):
+            sec, usec = self.client.time()
+        return float(sec) + float(usec) / 1e6
+
+    def forget_worker(self, worker: str) -> None:
+        """Remove a worker's heartbeat (it is closing; its leases are already given back)."""
+        with redis_errors("forget_worker"):
+            self.client.hdel(self.keys.workers, worker)
+
+    _OWN_COUNTERS = frozenset(("seq", "leases", "inflight", "accepted", "filtered", "done",
+                               "retried", "reclaimed", "died", "requeued"))
+
     def add_stats(self, **deltas: int) -> None:
         """Add to crawl-wide counters outside the state machine (e.g. ``items=3`` from a
         worker's item pipeline), for progress displays."""
+        clash = self._OWN_COUNTERS & set(deltas)
+        if clash:
+            raise FrontierError(f"add_stats cannot change the state machine's own counters "
+                                f"({', '.join(sorted(clash))})")
         deltas = {k: v for k, v in deltas.items() if v}
         if not deltas:
             return

@@ -87,6 +87,31 @@ def build_component(cls: Any, crawler: Crawler) -> Any:
     return build_from_crawler(cls, crawler)
 
 
+def scheduler_of(crawler: Crawler) -> Any:
+    """The engine's scheduler, or None."""
+    engine = crawler.engine
+    slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+    return getattr(slot, "scheduler", None)
+
+
+def mark_start_requests(crawler: Crawler) -> None:
+    """Scrapy < 2.13 does not mark start requests (``meta["is_start_request"]``, set by
+    2.13's StartSpiderMiddleware); mark them the same way, so that a crawl's start URLs
+    are deduplicated across workers and reruns on every version."""
+    slot: Any = getattr(crawler.engine, "slot", None)
+    original = getattr(slot, "start_requests", None)
+    if slot is None or original is None:
+        return  # 2.13+: the engine reads start() itself, and marks what it yields
+
+    def marked() -> Any:
+        for request in original:
+            if hasattr(request, "meta"):
+                request.meta.setdefault("is_start_request", True)
+            yield request
+
+    slot.start_requests = marked()
+
+
 def wake_engine(crawler: Crawler) -> None:
     """Make the engine ask the scheduler for requests now (not at its 5 s heartbeat)."""
     engine = crawler.engine
@@ -127,9 +152,7 @@ class OutcomeMiddleware:
         return cls(crawler)
 
     def _scheduler(self) -> Any:
-        engine = getattr(self.crawler, "engine", None)
-        slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
-        return getattr(slot, "scheduler", None)
+        return scheduler_of(self.crawler) if self.crawler is not None else None
 
     def process_exception(self, request: scrapy.Request, exception: BaseException,
                           spider: Any = None) -> None:

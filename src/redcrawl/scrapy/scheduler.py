@@ -103,7 +103,10 @@ class Scheduler(BaseScheduler):
         self.settings = settings
         self.stats = crawler.stats
         self.df = dupefilter
-        self.worker = settings.worker_id or default_worker_id()
+        # Unique per process even when an id is configured: a restarted worker must not
+        # keep its predecessor's leases alive with its heartbeat.
+        self.worker = (f"{settings.worker_id}:{secrets.token_hex(3)}" if settings.worker_id
+                       else default_worker_id())
         self.canonicalizer = make_canonicalizer(settings)
         self.frontier: ListsFrontier | None = None
         self.spider: scrapy.Spider | None = None
@@ -137,6 +140,7 @@ class Scheduler(BaseScheduler):
         crawler.signals.connect(scheduler._on_response, signals.response_received)
         crawler.signals.connect(scheduler._on_idle, signals.spider_idle)
         crawler.signals.connect(scheduler._on_item, signals.item_scraped)
+        crawler.signals.connect(scheduler._on_item_error, signals.item_error)
         return scheduler
 
     # --- lifecycle -------------------------------------------------------------------
@@ -149,6 +153,7 @@ class Scheduler(BaseScheduler):
             self._flush_once()
         self.frontier.renew(self.worker)
         self._unhook = lifecycle.on_request_finished(self.crawler, self._on_finished)
+        lifecycle.mark_start_requests(self.crawler)
         lifecycle.install_outcome_middleware(self.crawler, self)
         self._heartbeat = task.LoopingCall(self._beat)
         self._heartbeat.start(self.settings.heartbeat, now=False)
@@ -164,8 +169,10 @@ class Scheduler(BaseScheduler):
         with CrawlLock(self.frontier.client, self.frontier.keys, "flush", ttl=30,
                        wait=30) as lock:
             if not lock.acquired:
-                raise RedcrawlError("could not take the crawl's flush lock within 30 s")
-            now = time.time()
+                raise RedcrawlError(
+                    "could not take the crawl's flush lock within 30 s: another worker is "
+                    f"flushing it; retry, or delete {lock.key} if a crashed worker left it")
+            now = self.frontier.server_time()
             alive = [w for w, until in self.frontier.workers().items() if until > now]
             if alive:
                 log.info("redcrawl: not flushing: crawl already running (%d worker(s))",
@@ -196,7 +203,7 @@ class Scheduler(BaseScheduler):
             self._handed_out.clear()
             if not self.settings.persist:
                 self._purge_if_last()
-            self.frontier.client.hdel(self.frontier.keys.workers, self.worker)
+            self.frontier.forget_worker(self.worker)
         except RedcrawlError as exc:
             log.error("redcrawl: could not hand back this worker's leases at close (%s); "
                       "they come back by themselves when they expire", exc)
@@ -207,7 +214,7 @@ class Scheduler(BaseScheduler):
         """SCHEDULER_PERSIST = False: remove the crawl's state when the crawl is finished
         and no other worker is alive (never under another worker's feet)."""
         assert self.frontier is not None
-        now = time.time()
+        now = self.frontier.server_time()
         others = [w for w, until in self.frontier.workers().items()
                   if until > now and w != self.worker]
         if not others and self.frontier.counts().finished:
@@ -386,8 +393,22 @@ class Scheduler(BaseScheduler):
             exc = failure.value
             self.record_failure(request, f"callback error: {type(exc).__name__}: {exc}")
 
+    def _on_item_error(self, item: Any, response: Response, spider: Any,
+                       failure: Failure) -> None:
+        """An item pipeline failed: the item was not stored, so the page must come back."""
+        request = getattr(response, "request", None)
+        if request is not None:
+            exc = failure.value
+            self.record_failure(request, f"item pipeline error: {type(exc).__name__}: {exc}")
+
     def _on_response(self, response: Response, request: scrapy.Request, spider: Any) -> None:
-        if response.status in self.settings.retry_http_codes:
+        if response.status not in self.settings.retry_http_codes:
+            return
+        meta = request.meta
+        handled = (meta.get("dont_retry") or meta.get("handle_httpstatus_all")
+                   or response.status in meta.get("handle_httpstatus_list", ())
+                   or response.status in getattr(spider, "handle_httpstatus_list", ()))
+        if not handled:
             self.record_failure(request, f"HTTP {response.status} (after Scrapy's retries)")
 
     # --- heartbeat and idleness ------------------------------------------------------------

@@ -29,6 +29,7 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.spiders import CrawlSpider, Spider
 
 from redcrawl.connection import connect
+from redcrawl.scrapy import lifecycle
 from redcrawl.settings import Settings
 
 __all__ = ["RedisCrawlSpider", "RedisMixin", "RedisSpider"]
@@ -135,7 +136,7 @@ class RedisMixin:
             self.crawler.engine.crawl(request)
             n += 1
         if n:
-            scheduler = getattr(getattr(self.crawler.engine, "_slot", None), "scheduler", None)
+            scheduler = lifecycle.scheduler_of(self.crawler)
             flush = getattr(scheduler, "flush", None)
             if flush is not None:
                 flush()  # into the frontier now: the entries are off the Redis key
