@@ -6,6 +6,7 @@ import hashlib
 from collections import Counter
 
 import msgpack
+import pytest
 import redis
 
 from redcrawl.codec import Envelope
@@ -289,7 +290,9 @@ def test_purge_removes_everything(make_frontier: FrontierFactory,
     f.dead_letter(f.lease("w", 1)[0], "x")
     f.pause()
     f.purge()
-    assert redis_client.keys(f"rc:{{{f.crawl}}}:*") == []
+    # only the counters that name ids and lease tokens remain
+    assert redis_client.keys(f"rc:{{{f.crawl}}}:*") == [f.keys.stats.encode()]
+    assert set(redis_client.hkeys(f.keys.stats)) == {b"seq", b"leases"}
     assert f.counts() == make_frontier().counts()
     assert f.push(urls(5)).accepted == 5  # fingerprints were purged too
     assert f.counts().ready == 5
@@ -403,3 +406,29 @@ def test_settle_in_batches_acks_after_every_push(make_frontier: FrontierFactory)
     out = f.settle(push=urls(5, "http://child/"), ack=[parent])
     assert (out.pushed.accepted, out.acked) == (5, 1)
     assert f.counts().ready == 5
+
+
+def test_purge_keeps_old_leases_stale(make_frontier: FrontierFactory) -> None:
+    f = make_frontier()
+    f.push(urls(1))
+    (old,) = f.lease("w1", 1)
+    f.purge()
+    f.push(urls(1))
+    (new,) = f.lease("w2", 1)
+    assert new.id == old.id and new.token != old.token
+    assert f.ack([old]) == 0 and f.counts().in_flight == 1
+
+
+def test_workers_with_another_layout_are_refused(make_frontier: FrontierFactory) -> None:
+    from redcrawl.errors import FrontierError
+
+    f = make_frontier(ordering="fifo")
+    f.push(urls(2))
+    other = make_frontier(ordering="priority")
+    with pytest.raises(FrontierError, match="REDCRAWL_ORDERING"):
+        other.lease("w", 1)
+    with pytest.raises(FrontierError, match="layout mismatch"):
+        make_frontier(tier_weights=(1, 1), tier_bounds=(0,)).push(urls(1, "http://x/"))
+    assert f.counts().ready == 2
+    f.purge()
+    assert other.push(urls(1)).accepted == 1  # a purged crawl takes a new layout

@@ -41,6 +41,9 @@ __all__ = ["EmbeddedRedis", "connect", "redact", "redis_server_binary"]
 
 log = logging.getLogger(__name__)
 
+SOCKET_TIMEOUT = 30.0
+"""Seconds a Redis reply may take (longer than any frontier script) before a retry."""
+
 RETRIES = 12
 """Retries of a failed command: with backoff capped at 5 s, about 30 s of outage."""
 
@@ -202,7 +205,10 @@ def connect(settings: Settings, *, url: str | None = None, check: bool = True,
         "retry": Retry(ExponentialBackoff(cap=5.0, base=0.05), RETRIES),
         "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
         "health_check_interval": 30,
-        **({} if url.startswith("unix:") else {"socket_keepalive": True}),
+        # never wait forever on a silent network (a partition without RST)
+        "socket_timeout": SOCKET_TIMEOUT,
+        **({} if url.startswith("unix:") else {"socket_keepalive": True,
+                                                 "socket_connect_timeout": 10}),
         **settings.redis_params,
         **overrides,
     }

@@ -122,6 +122,8 @@ class ListsFrontier:
         self._common = [settings.ordering, ",".join(map(str, settings.tier_bounds))]
         self._schedule = fair_schedule(settings.tier_weights)
         self._scripts = {n: client.register_script(_source(n)) for n in _SCRIPTS}
+        self._purge = client.register_script(
+            (resources.files("redcrawl.frontier") / "lua" / "purge.lua").read_text("utf-8"))
 
     # --- plumbing ------------------------------------------------------------------
     def _run(self, name: str, args: Sequence[Any], client: Any = None) -> Any:
@@ -280,9 +282,12 @@ class ListsFrontier:
             return bool(self.client.hget(self.keys.control, "paused") == b"1")
 
     def purge(self) -> None:
-        """Delete the crawl's whole frontier state: queues, leases, dead letters, dedupe."""
+        """Delete the crawl's whole frontier state: queues, leases, dead letters, dedupe
+        (only the id and token counters stay, so old leases stay stale)."""
+        keys = self.keys.all_keys()
+        keys.remove(self.keys.stats)
         with redis_errors("purge"):
-            self.client.delete(*self.keys.all_keys())
+            self._purge(keys=[self.keys.stats, *keys])
 
     # --- inspection ----------------------------------------------------------------
     def counts(self) -> Counts:

@@ -18,6 +18,7 @@ frontier. To seed a crawl durably, push URLs into the frontier itself instead:
 
 from __future__ import annotations
 
+import inspect
 import json
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -111,16 +112,25 @@ class RedisMixin:
             kwargs["method"] = str(kwargs["method"]).upper()
         for name in ("callback", "errback"):
             if params.get(name):
-                method = getattr(self, str(params[name]), None)
-                if not callable(method):
-                    raise ValueError(f"{name} {params[name]!r} is not a method of the spider")
-                kwargs[name] = method
+                kwargs[name] = self._entry_method(str(params[name]), name)
         formdata = params.get("formdata") or {
             k: v for k, v in params.items() if k not in _REQUEST_KEYS
         }
-        if formdata:
+        if formdata:  # as scrapy-redis: GET with a query string unless a method is given
+            kwargs.setdefault("method", "GET")
             return scrapy.FormRequest(params["url"], formdata=formdata, **kwargs)
         return scrapy.Request(params["url"], **kwargs)
+
+    def _entry_method(self, name: str, what: str) -> Any:
+        """A spider method named by a start entry: anyone who can write to the key picks
+        it, so only the spider's own public methods qualify (``parse`` included), never a
+        private one or one of Scrapy's or this mixin's."""
+        method = getattr(self, name, None)
+        inherited = (name != "parse" and any(
+            hasattr(base, name) for base in (Spider, CrawlSpider, RedisMixin)))
+        if name.startswith("_") or inherited or not inspect.ismethod(method):
+            raise ValueError(f"{what} {name!r} is not one of the spider's own methods")
+        return method
 
     # --- feeding the engine -------------------------------------------------------
     async def start(self) -> AsyncIterator[Any]:

@@ -21,7 +21,8 @@
 --   8 stats     HASH  seq, leases, inflight, accepted, filtered, done, retried, reclaimed,
 --                     died, requeued
 --   9 workers   HASH  worker -> heartbeat deadline (ms)
---  10 control   HASH  paused ("1"), cursor (weighted-fair position)
+--  10 control   HASH  paused ("1"), cursor (weighted-fair position), layout (ordering and
+--                     tier bounds the crawl was created with)
 --  11 fpd       dedupe: fingerprints of DONE requests (see dedupe_*.lua)
 --  12..         ready queue of each tier, highest first (LIST for fifo/lifo, ZSET for priority)
 -- ARGV (common to every script):
@@ -39,6 +40,19 @@ local ORDERING = ARGV[1]
 local BOUNDS = {}
 for b in string.gmatch(ARGV[2], '[^,]+') do BOUNDS[#BOUNDS + 1] = tonumber(b) end
 local NTIERS = (ORDERING == 'priority') and 1 or (#BOUNDS + 1)
+
+-- The layout a crawl was created with must not change under it: workers with another
+-- ordering or other tiers would read the queues wrongly.
+local LAYOUT = ARGV[1] .. ' ' .. ARGV[2]
+local CREATED = redis.call('HGET', K_CONTROL, 'layout')
+if not CREATED then
+  redis.call('HSET', K_CONTROL, 'layout', LAYOUT)
+elseif CREATED ~= LAYOUT then
+  return redis.error_reply('crawl layout mismatch: the crawl was created with ordering/tier ' ..
+    'bounds "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give every worker ' ..
+    'the same REDCRAWL_ORDERING (SCHEDULER_QUEUE_CLASS) and REDCRAWL_TIER_BOUNDS, or purge ' ..
+    'the crawl')
+end
 
 local NOW
 if ARGV[3] ~= '' then
