@@ -182,6 +182,7 @@ def run_workers(spider: str, *, workers: int, settings: Settings, crawl: str,
 
     previous = signal.signal(signal.SIGINT, on_sigint)
     view = Progress(frontier)
+    done = False
     try:
         with Live(view.render(), console=console, refresh_per_second=4,
                   transient=False) if progress else _nullcontext() as live:
@@ -189,8 +190,15 @@ def run_workers(spider: str, *, workers: int, settings: Settings, crawl: str,
                 time.sleep(0.25)
                 if live is not None:
                     live.update(view.render())
+        done = True
     finally:
         signal.signal(signal.SIGINT, previous)
+        if not done:  # this process failed: don't leave workers running without a parent
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                p.wait()
     failed = [p for p in procs if p.returncode not in (0, None)]
     if failed and progress:
         for p in failed:
@@ -235,7 +243,9 @@ def crawl(
         for item in items or []:
             if "=" not in item:
                 raise ConfigError(flag, f"{item!r} is not NAME=VALUE")
-    settings = _settings(redis_url)
+    # the workers' redcrawl settings given with --set apply here too (progress, counts)
+    settings = Settings.from_mapping(dict(item.split("=", 1) for item in setting or []),
+                                     base=_settings(redis_url))
     name = crawl_name or settings.crawl_name(_spider_name(spider))
     code = run_workers(spider, workers=workers, settings=settings, crawl=name,
                        settings_args=setting or [], spider_args=arg, progress=progress)
