@@ -290,7 +290,9 @@ def test_persist_false_purges_the_crawl_unless_another_worker_is_alive(
             worker.wait().ok()
         assert site_gone.hits() == site_kept.hits() == once_each(site_gone)
 
-    assert crawl_keys(redis7_client, "gone") == []
+    # purged: only the counters naming ids and lease tokens stay (so old leases stay stale)
+    assert crawl_keys(redis7_client, "gone") == [b"rc:{gone}:stats"]
+    assert set(redis7_client.hkeys("rc:{gone}:stats")) <= {b"seq", b"leases"}
     assert crawl_keys(redis7_client, "kept") != []
     kept = frontier(redis7_client, "kept")
     c = kept.counts()
