@@ -49,7 +49,14 @@ from pathlib import Path
 from typing import Any
 
 import redis
-from bench_frontier import RedisServer, environment, flushall, redis_cpu, server_binary
+from bench_frontier import (
+    RedisServer,
+    environment,
+    flushall,
+    markdown_table,
+    redis_cpu,
+    server_binary,
+)
 
 from redcrawl.demo.site import ShopSite, SiteConfig
 
@@ -370,15 +377,7 @@ def render_table(med: dict[str, dict[str, float | None]], fleet: int,
         rows.append(row)
     rows.append(["every canonical page fetched exactly once",
                  checks[MEM], checks[SR], checks[RC], "", ""])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-
-    def line(r: list[str]) -> str:
-        cells = [r[0].ljust(widths[0]), *(v.rjust(w) for v, w in zip(r[1:], widths[1:],
-                                                                        strict=True))]
-        return "| " + " | ".join(cells) + " |"
-
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(rows[0]), sep, *(line(r) for r in rows[1:])])
+    return markdown_table(rows)
 
 
 def fetch_checks(runs: dict[tuple[str, int], list[Run]]) -> dict[str, str]:

@@ -391,6 +391,19 @@ def medians(samples: dict[str, list[Sample]]) -> dict[str, dict[str, float]]:
     }
 
 
+def markdown_table(rows: list[list[str]]) -> str:
+    """A Markdown table: the first row is the header; numbers right-aligned."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+
+    def line(r: list[str]) -> str:
+        cells = [r[0].ljust(widths[0]), *(v.rjust(w) for v, w in zip(r[1:], widths[1:],
+                                                                        strict=True))]
+        return "| " + " | ".join(cells) + " |"
+
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    return "\n".join([line(rows[0]), sep, *(line(r) for r in rows[1:])])
+
+
 def render_table(med: dict[str, dict[str, float]]) -> str:
     head = ["metric", SCRAPY_REDIS, RC_FIFO, RC_PRIO, "ratio fifo/sr", "ratio prio/sr"]
     rows = [head]
@@ -400,15 +413,7 @@ def render_table(med: dict[str, dict[str, float]]) -> str:
         for c in (RC_FIFO, RC_PRIO):
             row.append(f"{med[c][m.attr] / base:.2f}x" if base else "-")
         rows.append(row)
-    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-
-    def line(r: list[str]) -> str:
-        cells = [r[0].ljust(widths[0]), *(v.rjust(w) for v, w in zip(r[1:], widths[1:],
-                                                                        strict=True))]
-        return "| " + " | ".join(cells) + " |"
-
-    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
-    return "\n".join([line(rows[0]), sep, *(line(r) for r in rows[1:])])
+    return markdown_table(rows)
 
 
 def targets(med: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
