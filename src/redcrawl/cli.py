@@ -22,6 +22,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from redcrawl.connection import connect, resolve_url
 from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
@@ -124,29 +125,23 @@ class Progress:
         self.start = time.monotonic()
         self.samples: list[tuple[float, int]] = []
 
-    def render(self) -> Table:
+    def render(self) -> Text:
         c = self.frontier.counts()
         stats = self.frontier.stats()
         now = time.monotonic()
         self.samples = [(t, d) for t, d in self.samples if now - t < 10] + [(now, c.done)]
         t0, d0 = self.samples[0]
         rate = (c.done - d0) / (now - t0) if now > t0 else 0.0
-        table = Table.grid(padding=(0, 2))
-        total = max(c.accepted, 1)
-        bar_width = 30
-        filled = int(bar_width * (c.done + c.dead) / total)
-        table.add_row(
-            f"[green]{'█' * filled}[/][dim]{'░' * (bar_width - filled)}[/]",
-            f"pages [bold]{c.done:,}[/]",
-            f"items [bold]{stats.get('items', 0):,}[/]",
-            f"queue {c.ready + c.delayed:,}",
-            f"in flight {c.in_flight:,}",
-            f"retries {c.retried:,}",
-            f"dead [red]{c.dead:,}[/]",
-            f"{rate:,.0f} pages/s",
-            f"{now - self.start:,.0f}s",
-        )
-        return table
+        width = 20
+        filled = int(width * (c.done + c.dead) / max(c.accepted, 1))
+        line = Text()
+        line.append("█" * filled, style="green")
+        line.append("░" * (width - filled), style="dim")
+        line.append(f" pages {c.done:,} | items {stats.get('items', 0):,} | "
+                    f"queue {c.ready + c.delayed:,} | in flight {c.in_flight:,} | "
+                    f"retries {c.retried:,} | dead {c.dead:,} | {rate:,.0f}/s | "
+                    f"{now - self.start:,.0f}s")
+        return line
 
 
 def run_workers(spider: str, *, workers: int, settings: Settings, crawl: str,

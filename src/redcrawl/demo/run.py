@@ -93,6 +93,7 @@ def run_demo(*, workers: int = 4, products: int = 3000, directory: Path = Path("
     ]
     for label, value in rows:
         table.add_row(label, value)
+    console.print()
     console.print(table)
     for d in frontier.dead(10):
         console.print(f"  dead: {d.url} after {d.attempts} attempts: {d.error}")
