@@ -1,7 +1,8 @@
 """The ``redcrawl`` command: run workers, watch a crawl, seed it, inspect its dead letters.
 
-Every command works on one crawl (``--crawl``, default: the spider's name) in one Redis
-(``--redis-url``, default: the embedded Redis in ``./.redcrawl``). Settings come from the
+Every command works on one crawl (``--crawl``; for ``crawl`` the default is the spider's
+name) in one Redis (``--redis-url``, default: the embedded Redis in ``./.redcrawl``).
+Settings come from the
 Scrapy project (when run inside one), then ``REDCRAWL_*`` environment variables, then
 flags. Exit codes: 0 ok, 1 the crawl or a worker failed, 2 bad usage or configuration,
 3 Redis unreachable, 130 interrupted.

@@ -14,7 +14,7 @@ boundary (``raise ConnectionLost(...) from exc``) so callers never need to impor
     │   ├── RedisUnavailable   the configured server did not answer (names the URL)
     │   └── ConnectionLost     the server went away and retries ran out
     ├── LockError              a distributed lock was not held by its owner
-    └── FrontierError          the frontier refused a state change (e.g. unknown lease)
+    └── FrontierError          Redis refused a frontier operation (e.g. a crawl layout mismatch)
 """
 
 from __future__ import annotations

@@ -28,10 +28,10 @@ import fnmatch
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii as _json_string
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote_plus
 
 from w3lib.url import canonicalize_url, parse_qsl_to_bytes, safe_url_string
@@ -110,6 +110,9 @@ _HeadersArg = (
 """Request headers: a value is one str/bytes or an iterable of them (as scrapy.Headers)."""
 
 _SimpleURL = tuple[str, str, str | None, str, list[tuple[str, str]], str | None]
+
+
+_Pair = TypeVar("_Pair", tuple[str, str], tuple[bytes, bytes])
 
 
 def _split_simple(url: str) -> _SimpleURL | None:
@@ -387,15 +390,8 @@ class Canonicalizer:
         if parts is None:
             return self._canonicalize_w3lib(url)
         scheme, host, port, path, pairs, fragment = parts
-        drop_re = self._drop_re
-        if drop_re is not None or self.remove_empty_params:
-            # No "%" on this path, so "+" is the only encoded character in a name.
-            pairs = [
-                (name, value)
-                for name, value in pairs
-                if not (self.remove_empty_params and not value)
-                and (drop_re is None or drop_re.match(name.replace("+", " ")) is None)
-            ]
+        # No "%" on this path, so "+" is the only encoded character in a name.
+        pairs = self._kept(pairs, lambda name: name.replace("+", " "))
         if self.sort_query and len(pairs) > 1:
             pairs.sort()  # same order as sorting decoded, see _canonical_url
         query = "&".join([f"{name}={value}" for name, value in pairs])
@@ -407,6 +403,16 @@ class Canonicalizer:
             path = path.rstrip("/") or "/"
         fragment = None if self.drop_fragment else fragment
         return _join(f"{scheme}://{netloc}{path}", query, fragment)
+
+    def _kept(self, pairs: list[_Pair], decoded: Callable[[Any], str]) -> list[_Pair]:
+        """The query pairs left after dropping tracking and (optionally) empty ones;
+        ``decoded`` gives a name as the drop patterns see it."""
+        drop_re = self._drop_re
+        if drop_re is None and not self.remove_empty_params:
+            return pairs
+        return [(name, value) for name, value in pairs
+                if not (self.remove_empty_params and not value)
+                and (drop_re is None or drop_re.match(decoded(name)) is None)]
 
     def _canonicalize_w3lib(self, url: str) -> str:
         try:
@@ -420,14 +426,7 @@ class Canonicalizer:
         # `base` is sorted). Parsing and re-encoding it is what canonicalize_url does.
         raw_query = safe.partition("#")[0].partition("?")[2]
         pairs = parse_qsl_to_bytes(raw_query, keep_blank_values=True) if raw_query else []
-        drop_re = self._drop_re
-        if drop_re is not None or self.remove_empty_params:
-            pairs = [
-                (name, value)
-                for name, value in pairs
-                if not (self.remove_empty_params and not value)
-                and (drop_re is None or drop_re.match(name.decode("utf-8", "replace")) is None)
-            ]
+        pairs = self._kept(pairs, lambda name: name.decode("utf-8", "replace"))
         if self.sort_query and len(pairs) > 1:
             pairs.sort()
         query = "&".join(
