@@ -432,3 +432,16 @@ def test_workers_with_another_layout_are_refused(make_frontier: FrontierFactory)
     assert f.counts().ready == 2
     f.purge()
     assert other.push(urls(1)).accepted == 1  # a purged crawl takes a new layout
+
+
+def test_push_with_delay_waits_in_delayed(make_frontier: FrontierFactory, clock: Clock) -> None:
+    f = make_frontier()
+    r = f.push([env("http://a/1"), env("http://a/2"), env("http://a/1")], delay=5)
+    assert r.flags == (True, True, False)
+    c = f.counts()
+    assert (c.ready, c.delayed) == (0, 2)
+    assert f.lease("w1", 10) == []
+    clock.advance(5.001)
+    got = f.lease("w1", 10)
+    assert sorted(x.envelope.url for x in got) == ["http://a/1", "http://a/2"]
+    check(f)

@@ -377,6 +377,24 @@ def demo(
                               progress=progress))
 
 
+@app.command()
+@_guard
+def serve(
+    redis_url: RedisUrl = None,
+    host: Annotated[str | None, typer.Option(
+        help="Address to bind (REDCRAWL_API_HOST, default 127.0.0.1). Binding beyond "
+        "loopback needs API tokens.")] = None,
+    port: Annotated[int | None, typer.Option(
+        help="Port (REDCRAWL_API_PORT, default 8700).")] = None,
+) -> None:
+    """Run the HTTP control plane: submit requests, inspect and steer crawls (/v1, OpenAPI
+    schema at /openapi.json). Tokens: REDCRAWL_API_TOKENS (read) and
+    REDCRAWL_API_ADMIN_TOKENS (admin)."""
+    from redcrawl.api import serve as run_server
+
+    run_server(_settings(redis_url, api_host=host, api_port=port))
+
+
 def main() -> None:
     app()
 

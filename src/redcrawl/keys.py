@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from redcrawl.errors import ConfigError
 
-__all__ = ["CrawlKeys", "validate_crawl_name"]
+__all__ = ["CrawlKeys", "crawl_of_stats_key", "stats_key_pattern", "validate_crawl_name"]
 
 _CRAWL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
 
@@ -152,3 +152,19 @@ class CrawlKeys:
         every_tier = CrawlKeys(self.crawl, self.prefix, 16)
         return [*self.script_keys()[:-self.tiers], self.fp_seen,
                 *(every_tier.ready(t) for t in range(16))]
+
+
+def stats_key_pattern(prefix: str = "rc") -> str:
+    """SCAN pattern matching the stats hash of every crawl under ``prefix`` (every crawl
+    that ever accepted a request has one)."""
+    return f"{prefix}:{{*}}:stats"
+
+
+def crawl_of_stats_key(key: bytes | str, prefix: str = "rc") -> str | None:
+    """The crawl name in a key matched by :func:`stats_key_pattern`, or None."""
+    text = key.decode() if isinstance(key, bytes) else key
+    head, tail = f"{prefix}:{{", "}:stats"
+    if not (text.startswith(head) and text.endswith(tail)):
+        return None
+    name = text[len(head):-len(tail)]
+    return name if _CRAWL_NAME.match(name) else None

@@ -124,6 +124,16 @@ def _ordering(name: str, v: Any) -> Ordering:
     return _QUEUE_CLASSES[s]
 
 
+def _choice(*options: str) -> Callable[[str, Any], str]:
+    def parse(name: str, v: Any) -> str:
+        s = str(v).strip().lower()
+        if s not in options:
+            raise ConfigError(name, f"{v!r} is not one of {', '.join(options)}")
+        return s
+
+    return parse
+
+
 def _path(name: str, v: Any) -> Path:
     return Path(str(v)).expanduser()
 
@@ -198,6 +208,35 @@ _SPECS: tuple[_Spec, ...] = (
           "postgresql://user:pass@host/db."),
     _Spec("items_table", _str, "UpsertPipeline's table."),
     _Spec("item_key", _str, "The item field that identifies an item (one row per value)."),
+    _Spec("dedupe", _choice("exact", "bloom"), "How DONE fingerprints "
+          "are remembered: exact (compact integer sets, ~9 B/URL, no false positives) or "
+          "bloom (~1.2 B/URL at 1%; may skip that fraction of new URLs). Fixed per crawl."),
+    _Spec("dedupe_capacity", _number(int, 1000), "URLs the crawl is expected to reach: sizes "
+          "the exact filter's buckets and the Bloom filter's first layer (both keep working "
+          "beyond it). Fixed per crawl."),
+    _Spec("dedupe_error_rate", _number(float, 1e-9, 0.5), "Bloom mode: false-positive rate "
+          "of the first layer (later layers are tighter, so the total stays below twice it)."),
+    _Spec("bloom_backend", _choice("auto", "redisbloom", "lua"),
+          "Bloom mode: the server's RedisBloom module (BF.*) or redcrawl's own bitmaps in "
+          "Lua; auto uses RedisBloom when the server has it loaded."),
+    _Spec("recrawl_after", _number(float, 0.0), "Seconds after which a DONE URL may be "
+          "crawled again (0: never). Fingerprints expire by time generations."),
+    _Spec("fingerprint_version_meta", _opt_str, "A meta key whose value joins the "
+          "fingerprint (e.g. a content version), so one URL can be crawled once per value."),
+    _Spec("configure_server", _bool, "At start, raise the server's set-max-intset-entries "
+          "when the exact filter needs it (CONFIG SET; skipped with a warning if refused)."),
+    _Spec("allow_eviction", _bool, "Start even though the server's maxmemory-policy may "
+          "evict frontier keys (requests and fingerprints would be lost silently)."),
+    _Spec("memory_warn_ratio", _number(float, 0.0, 1.0), "Warn when the server's used memory "
+          "crosses this fraction of maxmemory."),
+    _Spec("api_host", _str, "Address `redcrawl serve` binds to. Without API tokens it must "
+          "be a loopback address."),
+    _Spec("api_port", _number(int, 1, 65535), "Port of `redcrawl serve`."),
+    _Spec("api_tokens", _str_tuple, "Bearer tokens of the HTTP API with read access "
+          "(comma-separated)."),
+    _Spec("api_admin_tokens", _str_tuple, "Bearer tokens of the HTTP API with admin access: "
+          "submit, requeue, reclaim, pause, resume, purge (comma-separated)."),
+    _Spec("api_max_batch", _number(int, 1, 100_000), "Most requests in one submit call."),
     _Spec("max_idle_time", _number(float, 0.0), "RedisSpider: seconds to wait for new start "
           "URLs once the crawl is finished before closing; 0 waits forever (scrapy-redis's "
           "default).", ("MAX_IDLE_TIME_BEFORE_CLOSE",)),
@@ -258,6 +297,20 @@ class Settings:
     items_uri: str = "sqlite:///items.db"
     items_table: str = "items"
     item_key: str = "url"
+    dedupe: Literal["exact", "bloom"] = "exact"
+    dedupe_capacity: int = 100_000_000
+    dedupe_error_rate: float = 0.01
+    bloom_backend: Literal["auto", "redisbloom", "lua"] = "auto"
+    recrawl_after: float = 0.0
+    fingerprint_version_meta: str | None = None
+    configure_server: bool = True
+    allow_eviction: bool = False
+    memory_warn_ratio: float = 0.9
+    api_host: str = "127.0.0.1"
+    api_port: int = 8700
+    api_tokens: tuple[str, ...] = ()
+    api_admin_tokens: tuple[str, ...] = ()
+    api_max_batch: int = 1000
     max_idle_time: float = 0.0
 
     def __post_init__(self) -> None:

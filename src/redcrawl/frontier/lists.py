@@ -136,9 +136,27 @@ class ListsFrontier:
         return int(1000 * (default if seconds is None else seconds))
 
     # --- transitions ---------------------------------------------------------------
-    def push(self, envelopes: Sequence[Envelope]) -> PushResult:
-        """Dedupe and enqueue; returns which were accepted. One round trip per batch."""
-        return self.settle(push=envelopes).pushed
+    def push(self, envelopes: Sequence[Envelope], *, delay: float = 0.0) -> PushResult:
+        """Dedupe and enqueue; returns which were accepted. One round trip per batch.
+        With ``delay`` (seconds), accepted requests become READY only after that long."""
+        if delay <= 0:
+            return self.settle(push=envelopes).pushed
+        flags: list[bool] = []
+        step = self.settings.batch_size
+        for start in range(0, len(envelopes), step):
+            out = self._run("push", [self._ms(delay, 0), *self._push_args(
+                envelopes[start:start + step])])
+            flags += [c == ord("1") for c in out]
+        accepted = sum(flags)
+        return PushResult(accepted, len(flags) - accepted, tuple(flags))
+
+    @staticmethod
+    def _push_args(envelopes: Sequence[Envelope]) -> list[Any]:
+        args: list[Any] = []
+        for env in envelopes:
+            fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
+            args += (record(env), fp, env.priority)
+        return args
 
     def lease(self, worker: str, n: int, ttl: float | None = None) -> list[Lease]:
         """Hand up to ``n`` ready requests to ``worker`` for ``ttl`` seconds."""
@@ -171,10 +189,8 @@ class ListsFrontier:
             if not chunk and not acks and not want[1]:
                 continue
             worker, n, *rest = self._lease_args(want[0], want[1], ttl)
-            args: list[Any] = [len(chunk), len(acks), n, worker, *rest]
-            for env in chunk:
-                fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
-                args += (record(env), fp, env.priority)
+            args: list[Any] = [len(chunk), len(acks), n, worker, *rest,
+                               *self._push_args(chunk)]
             for item in acks:
                 args += (item.id, item.token)
             out_push, out_ack, out_lease = self._run("settle", args)

@@ -6,8 +6,9 @@
 -- fingerprint or "" for no dedupe, priority) starting at ARGV[first], n of them.
 -- A request is a duplicate if its fingerprint is DONE or already stored (READY, DELAYED,
 -- IN-FLIGHT or DEAD), earlier in this batch included.
--- Returns one character per request: "1" accepted (now READY), "0" duplicate.
-local function op_push(first, n)
+-- delay_ms > 0: accepted requests wait in DELAYED that long instead of going READY.
+-- Returns one character per request: "1" accepted, "0" duplicate.
+local function op_push(first, n, delay_ms)
   if n == 0 then return '' end
   local fps = {}
   for i = 0, n - 1 do
@@ -37,7 +38,13 @@ local function op_push(first, n)
     end
   end
   if #plain > 0 then bulk('HSET', K_REQ, plain) end
-  ready_push(items, false)
+  if delay_ms > 0 then
+    local z = {}
+    for _, it in ipairs(items) do z[#z + 1] = NOW + delay_ms; z[#z + 1] = it[1] end
+    if #z > 0 then bulk('ZADD', K_DELAYED, z) end
+  else
+    ready_push(items, false)
+  end
   if #items > 0 then redis.call('HINCRBY', K_STATS, 'accepted', #items) end
   if #items < n then redis.call('HINCRBY', K_STATS, 'filtered', n - #items) end
   return table.concat(flags)

@@ -7,7 +7,7 @@
 -- ARGV[12..]: n_push triples as in push.lua, then n_ack pairs as in ack.lua.
 -- Returns {push flags, ack flags, lease list (as lease.lua)}.
 local n_push, n_ack, n_lease = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
-local pushed = op_push(12, n_push)
+local pushed = op_push(12, n_push, 0)
 local acked = op_ack(12 + 3 * n_push, n_ack)
 local leased = {}
 if n_lease > 0 then
