@@ -445,3 +445,31 @@ def test_push_with_delay_waits_in_delayed(make_frontier: FrontierFactory, clock:
     got = f.lease("w1", 10)
     assert sorted(x.envelope.url for x in got) == ["http://a/1", "http://a/2"]
     check(f)
+
+
+def test_describe_follows_a_request_through_its_states(make_frontier: FrontierFactory,
+                                                       clock: Clock) -> None:
+    f = make_frontier(max_attempts=2)
+    f.push([env("http://a/1")])
+    rid = hashlib.sha1(b"http://a/1").hexdigest()
+    info = f.describe(rid)
+    assert info is not None and (info.state, info.attempts, info.worker) == ("ready", 0, None)
+    assert info.envelope is not None and info.envelope.url == "http://a/1"
+    [lease] = f.lease("w1", 1)
+    info = f.describe(rid)
+    assert info is not None and (info.state, info.worker) == ("in_flight", "w1")
+    assert f.nack(lease, "boom", delay=3) == "retried"
+    info = f.describe(rid)
+    assert info is not None and (info.state, info.error) == ("delayed", "boom")
+    assert info.due == pytest.approx(clock.ms / 1000 + 3)
+    clock.advance(3)
+    [lease] = f.lease("w1", 1)
+    assert f.nack(lease, "boom again") == "dead"
+    info = f.describe(rid)
+    assert info is not None and (info.state, info.attempts, info.error) == ("dead", 2,
+                                                                            "boom again")
+    f.requeue_dead([rid])
+    [lease] = f.lease("w1", 1)
+    f.ack([lease])
+    assert f.describe(rid) is None
+    assert f.describe("#999") is None

@@ -8,6 +8,7 @@ from redcrawl.frontier.base import (
     Lease,
     PendingInfo,
     PushResult,
+    RequestInfo,
     Settled,
 )
 from redcrawl.frontier.lists import ListsFrontier
@@ -21,5 +22,6 @@ __all__ = [
     "ListsFrontier",
     "PendingInfo",
     "PushResult",
+    "RequestInfo",
     "Settled",
 ]

@@ -22,6 +22,7 @@ __all__ = [
     "Lease",
     "PendingInfo",
     "PushResult",
+    "RequestInfo",
     "Settled",
     "fair_schedule",
     "format_id",
@@ -133,6 +134,24 @@ class DeadInfo:
     url: str
 
 
+@dataclass(frozen=True, slots=True)
+class RequestInfo:
+    """One stored request, wherever it is (see :meth:`Frontier.describe`)."""
+
+    id: str
+    state: str
+    """"ready", "delayed", "in_flight" or "dead"."""
+    attempts: int
+    envelope: Envelope | None
+    """None if the stored envelope cannot be decoded."""
+    worker: str | None = None
+    """The worker holding it (in flight)."""
+    due: float | None = None
+    """When it becomes ready (delayed), seconds since the epoch."""
+    error: str | None = None
+    """Its last error (retried or dead)."""
+
+
 @runtime_checkable
 class Frontier(Protocol):
     """The operations of a crawl frontier. See :class:`redcrawl.frontier.ListsFrontier`."""
@@ -153,6 +172,7 @@ class Frontier(Protocol):
     def pending(self, limit: int = 100) -> list[PendingInfo]: ...
     def inflight(self, limit: int = 100) -> list[InflightInfo]: ...
     def dead(self, limit: int = 100) -> list[DeadInfo]: ...
+    def describe(self, id: str) -> RequestInfo | None: ...
     def requeue_dead(self, ids: Sequence[str] | None = None, *, limit: int = 1000) -> int: ...
     def pause(self) -> None: ...
     def resume(self) -> None: ...

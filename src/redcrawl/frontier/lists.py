@@ -34,6 +34,7 @@ from redcrawl.frontier.base import (
     Lease,
     PendingInfo,
     PushResult,
+    RequestInfo,
     Settled,
     fair_schedule,
     format_id,
@@ -402,6 +403,37 @@ class ListsFrontier:
             out.append(DeadInfo(format_id(rid), ts / 1000, (e or b"").decode(errors="replace"),
                                 attempts, url))
         return out
+
+    def describe(self, id: str) -> RequestInfo | None:
+        """Where the request ``id`` (as printed by :func:`format_id`) is, or None if it is
+        not stored (unknown, or DONE)."""
+        rid = parse_id(id)
+        k = self.keys
+        with redis_errors("describe"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hget(k.req, rid)
+            pipe.zscore(k.delayed, rid)
+            pipe.zscore(k.dead, rid)
+            pipe.hget(k.err, rid)
+            rec, due, died, err = pipe.execute()
+            if rec is None:
+                return None
+            try:
+                _p, attempts, token, body = parse_record(rec)
+                env: Envelope | None = codec.decode(body)
+            except DecodeError:
+                attempts, token, env = 0, "", None
+            worker = None
+            if token:
+                raw = self.client.hget(k.leases, token)
+                worker = msgpack.unpackb(raw, raw=True)[1].decode() if raw else None
+        if env is not None and len(rid) == 20:
+            env.fingerprint = rid
+        state = ("in_flight" if token else "dead" if died is not None
+                 else "delayed" if due is not None else "ready")
+        return RequestInfo(id=format_id(rid), state=state, attempts=attempts, envelope=env,
+                           worker=worker, due=due / 1000 if due is not None else None,
+                           error=err.decode(errors="replace") if err else None)
 
     def server_time(self) -> float:
         """The Redis server's clock (seconds since the epoch): the clock of every deadline."""
