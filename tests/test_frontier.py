@@ -58,7 +58,7 @@ def test_done_fingerprint_still_filters_but_queued_and_done_are_apart(
     assert f.ack(leases) == 1
     fp_done = hashlib.sha1(leases[0].envelope.url.encode()).digest()
     assert leases[0].id == fp_done == leases[0].envelope.fingerprint
-    assert redis_client.sismember(f.keys.fp_done, fp_done)
+    assert f.done.contains([fp_done]) == [True]
     # "queued" is the request hash itself: the other request is there, the done one not
     assert not redis_client.hexists(f.keys.req, fp_done)
     assert redis_client.hkeys(f.keys.req) == [hashlib.sha1(b"http://a/2").digest()]

@@ -153,8 +153,17 @@ def run_workers(spider: str, *, workers: int, settings: Settings, crawl: str,
     Returns an exit code."""
     from rich.live import Live
 
+    from redcrawl.guard import check_server
+
     url = resolve_url(settings)  # starts the embedded Redis if that is what is configured
     frontier = ListsFrontier(connect(settings, url=url), settings, crawl)
+    try:
+        warnings = check_server(frontier)  # an evicting server: refused here, once
+    except ConfigError:
+        frontier.client.close()
+        raise
+    for warning in warnings:
+        console.print(f"[yellow]warning:[/] {warning}")
     base_env = {**os.environ, **(env or {}), "REDCRAWL_REDIS_URL": url, "REDCRAWL_CRAWL": crawl}
     cmd = _worker_command(spider, settings_args, spider_args)
     host = socket.gethostname()
@@ -341,6 +350,44 @@ def dead(
     if requeue and rows:
         n = frontier.requeue_dead([d.id for d in rows])
         typer.echo(f"requeued {n}")
+
+
+@app.command("import-dupefilter")
+@_guard
+def import_dupefilter(
+    key: Annotated[str, typer.Argument(
+        help="The scrapy-redis dupefilter set, e.g. myspider:dupefilter.")],
+    redis_url: RedisUrl = None,
+    crawl_name: CrawlName = None,
+    source_url: Annotated[str | None, typer.Option(
+        "--source-url", help="Redis holding the set (default: the crawl's Redis).")] = None,
+    batch: Annotated[int, typer.Option(min=1, max=100_000,
+                                       help="Fingerprints per round trip.")] = 10_000,
+) -> None:
+    """Load a scrapy-redis dupefilter (a set of hex SHA-1 fingerprints) into a crawl's
+    DONE filter, so a crawl moving over from scrapy-redis does not refetch what it has.
+    Streams with SSCAN (the source may be live); safe to run again after switching."""
+    from redcrawl.dedupe import import_hex_set
+
+    settings = _settings(redis_url)
+    frontier = _frontier(settings, _require_crawl(crawl_name))
+    if settings.canonicalize:
+        console.print("[yellow]warning:[/] REDCRAWL_CANONICALIZE is on: this crawl's "
+                      "fingerprints differ from scrapy-redis's, so imported ones will not "
+                      "match new requests")
+    source = frontier.client if source_url is None else connect(settings, url=source_url)
+    try:
+        result = import_hex_set(source, key, frontier.done, batch=batch,
+                                progress=lambda n: console.print(f"read {n:,}", end="\r"))
+    finally:
+        source.close()
+        frontier.client.close()
+    typer.echo(f"read {result.read:,} fingerprints from {key}: {result.added:,} added, "
+               f"{result.read - result.added - result.invalid:,} already there, "
+               f"{result.invalid:,} invalid")
+    if result.invalid:
+        console.print(f"[yellow]skipped {result.invalid:,} member(s) that are not 40 hex "
+                      f"digits, e.g. {result.example!r}[/]")
 
 
 @app.command()

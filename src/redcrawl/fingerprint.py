@@ -37,6 +37,7 @@ from urllib.parse import quote_plus
 from w3lib.url import canonicalize_url, parse_qsl_to_bytes, safe_url_string
 
 from redcrawl.errors import ConfigError
+from redcrawl.settings import Settings
 
 if TYPE_CHECKING:
     from scrapy import Request
@@ -45,6 +46,7 @@ __all__ = [
     "DEFAULT_TRACKING_PARAMS",
     "FINGERPRINT_SIZE",
     "Canonicalizer",
+    "canonicalizer_for",
     "fingerprint",
     "request_fingerprint",
 ]
@@ -492,3 +494,12 @@ def _restore_case(url: str, scheme: str, netloc: str) -> tuple[str, str]:
     if raw_hostport.lower() == hostport:
         netloc = f"{userinfo}{at}{raw_hostport}"
     return scheme, netloc
+
+
+def canonicalizer_for(settings: Settings) -> Canonicalizer | None:
+    """The URL canonicalizer the settings ask for (None: Scrapy's fingerprints)."""
+    if not settings.canonicalize:
+        return None
+    if settings.canonical_drop_params:
+        return Canonicalizer.from_patterns(settings.canonical_drop_params)
+    return Canonicalizer()

@@ -106,13 +106,15 @@ class CrawlKeys:
 
     @property
     def fp_done(self) -> str:
-        """Dedupe: fingerprints of requests done."""
-        return self._k("fp:done")
+        """Key base of the filter of DONE fingerprints: its keys are ``<fp_done>:…``
+        (buckets, generations, Bloom layers; see :mod:`redcrawl.dedupe`)."""
+        return self._k("fpd")
 
     @property
     def fp_seen(self) -> str:
-        """SET of fingerprints seen by the standalone DupeFilter (another scheduler's)."""
-        return self._k("fp:seen")
+        """Key base of the filter of fingerprints seen by the standalone DupeFilter
+        (used with another scheduler)."""
+        return self._k("fps")
 
     def ready(self, tier: int) -> str:
         """LIST (fifo/lifo) or ZSET (priority) of ready request ids in ``tier``."""
@@ -147,11 +149,11 @@ class CrawlKeys:
         ]
 
     def all_keys(self) -> list[str]:
-        """Every key of the crawl's frontier state (what ``purge`` deletes), for every
-        possible number of tiers."""
+        """Every fixed-name key of the crawl's frontier state (``purge`` deletes these,
+        then the dedupe filters' keys under :attr:`fp_done` and :attr:`fp_seen`), for
+        every possible number of tiers."""
         every_tier = CrawlKeys(self.crawl, self.prefix, 16)
-        return [*self.script_keys()[:-self.tiers], self.fp_seen,
-                *(every_tier.ready(t) for t in range(16))]
+        return [*self.script_keys()[:-self.tiers], *(every_tier.ready(t) for t in range(16))]
 
 
 def stats_key_pattern(prefix: str = "rc") -> str:

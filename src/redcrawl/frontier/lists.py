@@ -24,8 +24,9 @@ import msgpack
 import redis
 import redis.exceptions
 
-from redcrawl import codec
+from redcrawl import codec, dedupe
 from redcrawl.codec import Envelope
+from redcrawl.dedupe import DedupeSpec, Filter, Mode
 from redcrawl.errors import ConnectionLost, DecodeError, FrontierError
 from redcrawl.frontier.base import (
     Counts,
@@ -54,10 +55,10 @@ MAINTAIN_LIMIT = 1000
 
 
 @cache
-def _source(name: str, dedupe: str = "set") -> str:
+def _source(name: str, mode: Mode) -> str:
     lua = resources.files("redcrawl.frontier") / "lua"
-    parts = ["lib.lua", f"dedupe_{dedupe}.lua", "ops.lua", f"{name}.lua"]
-    return "\n".join((lua / p).read_text(encoding="utf-8") for p in parts)
+    text = [(lua / p).read_text(encoding="utf-8") for p in ("lib.lua", "ops.lua", f"{name}.lua")]
+    return "\n".join([text[0], dedupe.prelude(mode), *text[1:]])
 
 
 @contextmanager
@@ -120,13 +121,29 @@ class ListsFrontier:
         self.crawl = crawl
         self._clock = clock
         self._keys = self.keys.script_keys()
-        self._common = [settings.ordering, ",".join(map(str, settings.tier_bounds))]
+        self.dedupe: DedupeSpec = dedupe.resolve_spec(settings, client=client,
+                                                      created=self._created_dedupe())
+        self.done = Filter(client, self.dedupe, self.keys.fp_done, clock=clock)
+        """The filter of DONE fingerprints (health, memory; the scripts embed it)."""
+        self._common = [settings.ordering, ",".join(map(str, settings.tier_bounds)),
+                        self.dedupe.encode()]
         self._schedule = fair_schedule(settings.tier_weights)
-        self._scripts = {n: client.register_script(_source(n)) for n in _SCRIPTS}
+        self._scripts = {n: client.register_script(_source(n, self.dedupe.mode))
+                         for n in _SCRIPTS}
         self._purge = client.register_script(
             (resources.files("redcrawl.frontier") / "lua" / "purge.lua").read_text("utf-8"))
 
     # --- plumbing ------------------------------------------------------------------
+    def _created_dedupe(self) -> str | None:
+        """The dedupe spec the crawl was created with (needed only to resolve an
+        automatic Bloom backend), or None for a new crawl."""
+        if self.settings.dedupe != "bloom" or self.settings.bloom_backend != "auto":
+            return None
+        with redis_errors("reading the crawl layout"):
+            raw = self.client.hget(self.keys.control, "layout")
+        parts = raw.decode().split(" ", 2) if raw else []
+        return parts[2] if len(parts) == 3 else None
+
     def _run(self, name: str, args: Sequence[Any], client: Any = None) -> Any:
         now = "" if self._clock is None else str(int(self._clock()))
         with redis_errors(name):
@@ -137,15 +154,18 @@ class ListsFrontier:
         return int(1000 * (default if seconds is None else seconds))
 
     # --- transitions ---------------------------------------------------------------
-    def push(self, envelopes: Sequence[Envelope], *, delay: float = 0.0) -> PushResult:
+    def push(self, envelopes: Sequence[Envelope], *, delay: float = 0.0,
+             recrawl: bool = False) -> PushResult:
         """Dedupe and enqueue; returns which were accepted. One round trip per batch.
-        With ``delay`` (seconds), accepted requests become READY only after that long."""
-        if delay <= 0:
+        With ``delay`` (seconds), accepted requests become READY only after that long.
+        With ``recrawl``, requests already DONE are accepted again (a request still stored
+        — ready, delayed, in flight or dead — stays a duplicate)."""
+        if delay <= 0 and not recrawl:
             return self.settle(push=envelopes).pushed
         flags: list[bool] = []
         step = self.settings.batch_size
         for start in range(0, len(envelopes), step):
-            out = self._run("push", [self._ms(delay, 0), *self._push_args(
+            out = self._run("push", [self._ms(delay, 0), int(recrawl), *self._push_args(
                 envelopes[start:start + step])])
             flags += [c == ord("1") for c in out]
         accepted = sum(flags)
@@ -305,6 +325,8 @@ class ListsFrontier:
         keys.remove(self.keys.stats)
         with redis_errors("purge"):
             self._purge(keys=[self.keys.stats, *keys])
+            self.done.clear()
+            Filter(self.client, self.dedupe, self.keys.fp_seen).clear()
 
     # --- inspection ----------------------------------------------------------------
     def counts(self) -> Counts:

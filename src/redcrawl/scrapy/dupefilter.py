@@ -2,8 +2,9 @@
 
 With redcrawl's scheduler the frontier itself filters duplicates (in the same atomic step
 that enqueues), and this class only logs filtered requests the way Scrapy's own filter
-does. Used with another scheduler, ``request_seen`` is a shared, exact filter in Redis:
-the crawl's DONE fingerprints plus a set of fingerprints seen through this filter.
+does. Used with another scheduler, ``request_seen`` is a shared filter in Redis: the
+crawl's DONE fingerprints plus a filter (of the crawl's dedupe mode) of fingerprints seen
+through this class.
 """
 
 from __future__ import annotations
@@ -12,8 +13,9 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from redcrawl.connection import connect
-from redcrawl.fingerprint import request_fingerprint
-from redcrawl.keys import CrawlKeys
+from redcrawl.dedupe import Filter
+from redcrawl.fingerprint import canonicalizer_for, request_fingerprint
+from redcrawl.frontier import ListsFrontier
 from redcrawl.settings import Settings
 
 if TYPE_CHECKING:
@@ -33,7 +35,9 @@ class DupeFilter:
         self.crawler = crawler
         self.logdupes = True
         self._client: Any = None
-        self._keys: CrawlKeys | None = None
+        self._done: Filter | None = None
+        self._seen: Filter | None = None
+        self._canonicalizer = canonicalizer_for(settings)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DupeFilter:
@@ -49,17 +53,18 @@ class DupeFilter:
 
     def request_seen(self, request: scrapy.Request) -> bool:
         """True if a request with this fingerprint was seen before, anywhere in the crawl."""
-        if self._client is None:
+        if self._done is None or self._seen is None:
             spider = getattr(self.crawler, "spider", None)
             name = self.settings.crawl_name(getattr(spider, "name", None))
-            self._keys = CrawlKeys(name, prefix=self.settings.key_prefix,
-                                   tiers=self.settings.tiers)
             self._client = connect(self.settings)
-        assert self._keys is not None
-        fp = request_fingerprint(request)
-        if self._client.sismember(self._keys.fp_done, fp):
+            frontier = ListsFrontier(self._client, self.settings, name)
+            self._done = frontier.done
+            self._seen = Filter(self._client, frontier.dedupe, frontier.keys.fp_seen)
+        fp = request_fingerprint(request, canonicalizer=self._canonicalizer,
+                                 version_meta_key=self.settings.fingerprint_version_meta)
+        if self._done.contains([fp])[0]:
             return True
-        return not self._client.sadd(self._keys.fp_seen, fp)
+        return not self._seen.add([fp])[0]
 
     def log(self, request: scrapy.Request, spider: scrapy.Spider) -> None:
         if self.debug:

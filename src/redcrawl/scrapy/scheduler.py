@@ -40,8 +40,9 @@ from twisted.internet import task
 from redcrawl import codec
 from redcrawl.connection import connect
 from redcrawl.errors import ConnectionLost, DecodeError, EncodeError, RedcrawlError
-from redcrawl.fingerprint import Canonicalizer, fingerprint, request_fingerprint
+from redcrawl.fingerprint import canonicalizer_for, fingerprint, request_fingerprint
 from redcrawl.frontier import Counts, Lease, ListsFrontier, PushResult
+from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
 from redcrawl.scrapy import lifecycle
 from redcrawl.settings import Settings
@@ -68,21 +69,12 @@ COUNTS_CACHE = 1.0
 """Seconds the crawl-wide counts are reused by has_pending_requests()."""
 
 
-def make_canonicalizer(settings: Settings) -> Canonicalizer | None:
-    """The URL canonicalizer the settings ask for (None: Scrapy's fingerprints)."""
-    if not settings.canonicalize:
-        return None
-    if settings.canonical_drop_params:
-        return Canonicalizer.from_patterns(settings.canonical_drop_params)
-    return Canonicalizer()
-
-
 def seed(urls: Iterable[str], *, settings: Settings, crawl: str,
          callback: str | None = None, priority: int = 0,
          client: Any = None) -> PushResult:
     """Push start URLs straight into a crawl's frontier (durable, deduplicated the way
     the scheduler dedupes). ``callback`` names a spider method (default: ``parse``)."""
-    canonicalizer = make_canonicalizer(settings)
+    canonicalizer = canonicalizer_for(settings)
     envs = [codec.Envelope(url=u, callback=callback, priority=priority,
                            fingerprint=fingerprint(u, canonicalizer=canonicalizer))
             for u in urls]
@@ -107,7 +99,7 @@ class Scheduler(BaseScheduler):
         # keep its predecessor's leases alive with its heartbeat.
         self.worker = (f"{settings.worker_id}:{secrets.token_hex(3)}" if settings.worker_id
                        else default_worker_id())
-        self.canonicalizer = make_canonicalizer(settings)
+        self.canonicalizer = canonicalizer_for(settings)
         self.frontier: ListsFrontier | None = None
         self.spider: scrapy.Spider | None = None
         self._buffer: list[codec.Envelope] = []      # accepted locally, not yet stored
@@ -122,6 +114,7 @@ class Scheduler(BaseScheduler):
         self._finished_since: float | None = None
         self._heartbeat: task.LoopingCall | None = None
         self._ticker: task.LoopingCall | None = None
+        self._memory: MemoryWatch | None = None
         self._unhook: Any = None
         self._poll_call: Any = None
         self._pending_stats: dict[str, int] = {"items": 0, "filtered_local": 0}
@@ -149,6 +142,9 @@ class Scheduler(BaseScheduler):
         crawl = self.settings.crawl_name(spider.name)
         client = connect(self.settings)
         self.frontier = ListsFrontier(client, self.settings, crawl)
+        for warning in check_server(self.frontier):
+            log.warning("redcrawl: %s", warning)
+        self._memory = MemoryWatch(client, self.settings)
         if self.settings.flush_on_start:
             self._flush_once()
         self.frontier.renew(self.worker)
@@ -231,7 +227,8 @@ class Scheduler(BaseScheduler):
                  and not meta.get("redirect_times"))
         dont_filter = request.dont_filter and not start
         fp = None if dont_filter else request_fingerprint(
-            request, canonicalizer=self.canonicalizer)
+            request, canonicalizer=self.canonicalizer,
+            version_meta_key=self.settings.fingerprint_version_meta)
         if fp is not None and fp in self._local_seen:
             self._filtered(request)
             return False
@@ -431,6 +428,9 @@ class Scheduler(BaseScheduler):
         try:
             self._settle()
             self._publish_stats()
+            warning = self._memory.check() if self._memory is not None else None
+            if warning:
+                log.warning("redcrawl: %s", warning)
         except RedcrawlError as exc:
             log.warning("redcrawl: periodic flush failed (%s); retrying", exc)
 

@@ -23,13 +23,15 @@
 --   9 workers   HASH  worker -> heartbeat deadline (ms)
 --  10 control   HASH  paused ("1"), cursor (weighted-fair position), layout (ordering and
 --                     tier bounds the crawl was created with)
---  11 fpd       dedupe: fingerprints of DONE requests (see dedupe_*.lua)
+--  11 fpd       dedupe: key base of the DONE fingerprints' filter (see redcrawl/dedupe/lua;
+--                the filter's own keys are named after it, in the same hash tag)
 --  12..         ready queue of each tier, highest first (LIST for fifo/lifo, ZSET for priority)
 -- ARGV (common to every script):
 --   1 ordering  "fifo" | "lifo" | "priority"
 --   2 bounds    comma-separated lowest priority of each tier but the last, e.g. "1,0"
---   3 now_ms    "" to use the server clock (TIME), else the caller's clock in ms
--- Script-specific ARGV start at 4.
+--   3 dedupe    the dedupe spec (redcrawl.dedupe.DedupeSpec.encode), read by the prelude
+--   4 now_ms    "" to use the server clock (TIME), else the caller's clock in ms
+-- Script-specific ARGV start at 5.
 
 local K_REQ, K_INFLIGHT, K_LEASES, K_LEFT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_DELAYED, K_DEAD, K_ERR, K_STATS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
@@ -42,21 +44,23 @@ for b in string.gmatch(ARGV[2], '[^,]+') do BOUNDS[#BOUNDS + 1] = tonumber(b) en
 local NTIERS = (ORDERING == 'priority') and 1 or (#BOUNDS + 1)
 
 -- The layout a crawl was created with must not change under it: workers with another
--- ordering or other tiers would read the queues wrongly.
-local LAYOUT = ARGV[1] .. ' ' .. ARGV[2]
+-- ordering, other tiers or another dedupe would read the queues or the filter wrongly.
+local DD = ARGV[3]
+local LAYOUT = ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. DD
 local CREATED = redis.call('HGET', K_CONTROL, 'layout')
 if not CREATED then
   redis.call('HSET', K_CONTROL, 'layout', LAYOUT)
 elseif CREATED ~= LAYOUT then
-  return redis.error_reply('crawl layout mismatch: the crawl was created with ordering/tier ' ..
-    'bounds "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give every worker ' ..
-    'the same REDCRAWL_ORDERING (SCHEDULER_QUEUE_CLASS) and REDCRAWL_TIER_BOUNDS, or purge ' ..
-    'the crawl')
+  return redis.error_reply('crawl layout mismatch: the crawl was created with ordering, tier ' ..
+    'bounds and dedupe "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give ' ..
+    'every worker the same REDCRAWL_ORDERING (SCHEDULER_QUEUE_CLASS), REDCRAWL_TIER_BOUNDS, ' ..
+    'REDCRAWL_DEDUPE, REDCRAWL_DEDUPE_CAPACITY, REDCRAWL_DEDUPE_ERROR_RATE and ' ..
+    'REDCRAWL_RECRAWL_AFTER, or purge the crawl')
 end
 
 local NOW
-if ARGV[3] ~= '' then
-  NOW = tonumber(ARGV[3])
+if ARGV[4] ~= '' then
+  NOW = tonumber(ARGV[4])
 else
   local t = redis.call('TIME')
   NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

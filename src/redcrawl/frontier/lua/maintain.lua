@@ -1,5 +1,5 @@
 -- maintain.lua: promote due DELAYED requests and reclaim expired leases, without leasing.
--- KEYS, ARGV[1..3]: see lib.lua.   ARGV[4] max_attempts   ARGV[5] limit
+-- KEYS, ARGV[1..4]: see lib.lua.   ARGV[5] max_attempts   ARGV[6] limit
 -- Returns {promoted, reclaimed}.
-local max_attempts, limit = tonumber(ARGV[4]), tonumber(ARGV[5])
+local max_attempts, limit = tonumber(ARGV[5]), tonumber(ARGV[6])
 return {promote_due(limit), reclaim_expired(limit, max_attempts)}

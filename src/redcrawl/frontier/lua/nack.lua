@@ -1,11 +1,11 @@
 -- nack.lua: a failed request goes IN-FLIGHT -> DELAYED (retry after a delay) or -> DEAD.
--- KEYS, ARGV[1..3]: see lib.lua.
--- ARGV[4] max_attempts; ARGV[5..]: quads (id, token, error text, delay ms; "-1" = dead now).
+-- KEYS, ARGV[1..4]: see lib.lua.
+-- ARGV[5] max_attempts; ARGV[6..]: quads (id, token, error text, delay ms; "-1" = dead now).
 -- A request whose deliveries reached max_attempts goes to DEAD whatever the delay.
 -- Returns one character per request: "r" retried, "d" dead, "0" stale (not held).
-local max_attempts = tonumber(ARGV[4])
+local max_attempts = tonumber(ARGV[5])
 local flags = {}
-for i = 5, #ARGV, 4 do
+for i = 6, #ARGV, 4 do
   local id, token, why, delay = ARGV[i], ARGV[i + 1], ARGV[i + 2], tonumber(ARGV[i + 3])
   local rec = redis.call('HGET', K_REQ, id)
   local p, a, t, env

@@ -7,15 +7,17 @@
 -- A request is a duplicate if its fingerprint is DONE or already stored (READY, DELAYED,
 -- IN-FLIGHT or DEAD), earlier in this batch included.
 -- delay_ms > 0: accepted requests wait in DELAYED that long instead of going READY.
+-- recrawl: DONE fingerprints do not count as duplicates (stored ones still do).
 -- Returns one character per request: "1" accepted, "0" duplicate.
-local function op_push(first, n, delay_ms)
+local function op_push(first, n, delay_ms, recrawl)
   if n == 0 then return '' end
   local fps = {}
   for i = 0, n - 1 do
     local fp = ARGV[first + 3 * i + 1]
     if fp ~= '' then fps[#fps + 1] = fp end
   end
-  local done = dd_done_flags(fps)
+  local done = {}
+  if not recrawl then done = dd_done_flags(fps) end
   local seq = redis.call('HINCRBY', K_STATS, 'seq', n) - n
   local flags, items, plain = {}, {}, {}
   local j = 0

@@ -1,10 +1,10 @@
 -- release.lua: give leased requests back unprocessed (IN-FLIGHT -> READY, front of their
 -- tier), without counting the delivery as an attempt: a worker shutting down cleanly
 -- hands back what it prefetched but never started.
--- KEYS, ARGV[1..3]: see lib.lua.
--- ARGV[4..]: pairs (id, token). Returns how many were given back (stale ones are skipped).
+-- KEYS, ARGV[1..4]: see lib.lua.
+-- ARGV[5..]: pairs (id, token). Returns how many were given back (stale ones are skipped).
 local back, per_lease, writes, items, seen = 0, {}, {}, {}, {}
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local rec = redis.call('HGET', K_REQ, id)
   local p, a, t, env

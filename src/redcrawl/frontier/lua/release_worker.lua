@@ -1,9 +1,9 @@
 -- release_worker.lua: end a worker's heartbeat and make all its leases expire now, so the
 -- next lease/maintain call reclaims them (operator "force reclaim", or a clean shutdown).
--- KEYS, ARGV[1..3]: see lib.lua.   ARGV[4] worker id
+-- KEYS, ARGV[1..4]: see lib.lua.   ARGV[5] worker id
 -- Returns the number of requests those leases still hold. Scans the leases hash: an
 -- operator action, not a hot path.
-local worker = ARGV[4]
+local worker = ARGV[5]
 redis.call('HDEL', K_WORKERS, worker)
 local n = 0
 local cursor = '0'

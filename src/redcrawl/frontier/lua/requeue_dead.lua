@@ -1,13 +1,13 @@
 -- requeue_dead.lua: DEAD -> READY (operator action); attempts start again from zero.
--- KEYS, ARGV[1..3]: see lib.lua.
--- ARGV[4] "*" to requeue up to ARGV[5] dead requests (oldest first), else "ids" and
--- ARGV[5..] the ids. Returns the number requeued.
+-- KEYS, ARGV[1..4]: see lib.lua.
+-- ARGV[5] "*" to requeue up to ARGV[6] dead requests (oldest first), else "ids" and
+-- ARGV[6..] the ids. Returns the number requeued.
 local ids = {}
-if ARGV[4] == '*' then
-  ids = redis.call('ZRANGE', K_DEAD, 0, tonumber(ARGV[5]) - 1)
+if ARGV[5] == '*' then
+  ids = redis.call('ZRANGE', K_DEAD, 0, tonumber(ARGV[6]) - 1)
 else
   local seen = {}
-  for i = 5, #ARGV do
+  for i = 6, #ARGV do
     local id = ARGV[i]
     if not seen[id] and redis.call('ZSCORE', K_DEAD, id) then ids[#ids + 1] = id end
     seen[id] = true

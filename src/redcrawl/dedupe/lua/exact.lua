@@ -1,0 +1,95 @@
+-- exact.lua: the compact exact filter of DONE fingerprints (a dedupe prelude).
+--
+-- A 20-byte fingerprint becomes a bucket (the low DD_BITS bits of bytes 1-3) and a 63-bit
+-- integer (bytes 9-16, top bit cleared), stored in the bucket's set. Small sets of
+-- integers stay in Redis's intset encoding: 8 bytes per member plus the key, so about
+-- 9 bytes per URL, against ~88 for a set of hex strings. Effective width: 63 + DD_BITS
+-- bits. Every bucket must stay within the server's set-max-intset-entries (checked by
+-- redcrawl.dedupe.Filter.health), or it silently becomes a hash table (memory x7).
+--
+-- Expects K_FPD (key base), DD (spec), NOW (ms), CHUNK and bulk() from the script before it.
+-- DD = "exact <bucket bits> <generation ms> <generations>"; generation ms 0: no expiry,
+-- else DONE fingerprints are added to the current time generation's keys, which expire
+-- <generations> generations after it ends, and a lookup reads every live generation.
+
+local DD_BITS, DD_GEN_MS, DD_GENS
+do
+  local f = {}
+  for w in string.gmatch(DD, '%S+') do f[#f + 1] = w end
+  DD_BITS, DD_GEN_MS, DD_GENS = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
+end
+local DD_BUCKETS = 2 ^ DD_BITS
+local DD_GEN = (DD_GEN_MS > 0) and math.floor(NOW / DD_GEN_MS) or 0
+
+-- Key of a bucket in generation g.
+local function dd_key(g, bucket)
+  if DD_GEN_MS > 0 then return K_FPD .. ':' .. g .. ':' .. bucket end
+  return K_FPD .. ':' .. bucket
+end
+
+-- Bucket number and member (canonical decimal of a 63-bit integer) of a fingerprint.
+-- Lua numbers are doubles, so the integer is built in base-10^7 limbs, 16 bits at a time.
+local function dd_split(fp)
+  local b1, b2, b3 = string.byte(fp, 1, 3)
+  local c1, c2, c3, c4, c5, c6, c7, c8 = string.byte(fp, 9, 16)
+  local l0, l1, l2 = 0, 0, 0
+  local function step(chunk)
+    local v = l0 * 65536 + chunk
+    l0 = v % 10000000
+    v = l1 * 65536 + (v - l0) / 10000000
+    l1 = v % 10000000
+    l2 = l2 * 65536 + (v - l1) / 10000000
+  end
+  step((c1 % 128) * 256 + c2); step(c3 * 256 + c4); step(c5 * 256 + c6); step(c7 * 256 + c8)
+  local member
+  if l2 > 0 then member = string.format('%d%07d%07d', l2, l1, l0)
+  elseif l1 > 0 then member = string.format('%d%07d', l1, l0)
+  else member = string.format('%d', l0) end
+  return (b1 * 65536 + b2 * 256 + b3) % DD_BUCKETS, member
+end
+
+-- fps grouped by bucket: {bucket -> {members, positions}}.
+local function dd_group(fps)
+  local groups = {}
+  for i, fp in ipairs(fps) do
+    local bucket, member = dd_split(fp)
+    local g = groups[bucket]
+    if not g then g = {{}, {}}; groups[bucket] = g end
+    g[1][#g[1] + 1] = member
+    g[2][#g[2] + 1] = i
+  end
+  return groups
+end
+
+-- For a list of fingerprints, a list of booleans: is it DONE?
+local function dd_done_flags(fps)
+  local out = {}
+  for i = 1, #fps do out[i] = false end
+  local first = (DD_GEN_MS > 0) and (DD_GEN - DD_GENS) or 0
+  for bucket, g in pairs(dd_group(fps)) do
+    local members, at = g[1], g[2]
+    for gen = DD_GEN, first, -1 do
+      local key = dd_key(gen, bucket)
+      for i = 1, #members, CHUNK do
+        local last = math.min(i + CHUNK - 1, #members)
+        local hits = redis.call('SMISMEMBER', key, unpack(members, i, last))
+        for j, v in ipairs(hits) do
+          if v == 1 then out[at[i + j - 1]] = true end
+        end
+      end
+    end
+  end
+  return out
+end
+
+-- Record fingerprints as DONE (in the current generation).
+local function dd_mark_done(fps)
+  if #fps == 0 then return end
+  for bucket, g in pairs(dd_group(fps)) do
+    local key = dd_key(DD_GEN, bucket)
+    bulk('SADD', key, g[1])
+    if DD_GEN_MS > 0 then
+      redis.call('PEXPIREAT', key, (DD_GEN + DD_GENS + 1) * DD_GEN_MS)
+    end
+  end
+end

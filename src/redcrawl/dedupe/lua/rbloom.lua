@@ -1,0 +1,74 @@
+-- rbloom.lua: DONE fingerprints in the server's RedisBloom module (a dedupe prelude).
+--
+-- Fingerprints are spread over DD_SHARDS scalable Bloom filters (bytes 1-3 pick one), so
+-- each key stays of bounded size; each is created by BF.INSERT with the crawl's capacity
+-- share, error rate and EXPANSION 2 (RedisBloom adds tighter layers as it fills).
+--
+-- Expects K_FPD (key base), DD (spec), NOW (ms), CHUNK and bulk() from the script before it.
+-- DD = "rbloom <shards> <capacity per shard> <p> <generation ms> <generations>".
+
+local DD_SHARDS, DD_CAP, DD_P, DD_GEN_MS, DD_GENS
+do
+  local f = {}
+  for w in string.gmatch(DD, '%S+') do f[#f + 1] = w end
+  DD_SHARDS, DD_CAP, DD_P = tonumber(f[2]), f[3], f[4]
+  DD_GEN_MS, DD_GENS = tonumber(f[5]), tonumber(f[6])
+end
+local DD_GEN = (DD_GEN_MS > 0) and math.floor(NOW / DD_GEN_MS) or 0
+
+local function dd_key(g, shard)
+  if DD_GEN_MS > 0 then return K_FPD .. ':' .. g .. ':' .. shard end
+  return K_FPD .. ':' .. shard
+end
+
+-- fps grouped by shard: {shard -> {fps, positions}}.
+local function dd_group(fps)
+  local groups = {}
+  for i, fp in ipairs(fps) do
+    local b1, b2, b3 = string.byte(fp, 1, 3)
+    local shard = (b1 * 65536 + b2 * 256 + b3) % DD_SHARDS
+    local g = groups[shard]
+    if not g then g = {{}, {}}; groups[shard] = g end
+    g[1][#g[1] + 1] = fp
+    g[2][#g[2] + 1] = i
+  end
+  return groups
+end
+
+-- For a list of fingerprints, a list of booleans: is it (probably) DONE?
+local function dd_done_flags(fps)
+  local out = {}
+  for i = 1, #fps do out[i] = false end
+  local first = (DD_GEN_MS > 0) and (DD_GEN - DD_GENS) or 0
+  for shard, g in pairs(dd_group(fps)) do
+    local items, at = g[1], g[2]
+    for gen = DD_GEN, first, -1 do
+      local key = dd_key(gen, shard)
+      if redis.call('EXISTS', key) == 1 then
+        for i = 1, #items, CHUNK do
+          local last = math.min(i + CHUNK - 1, #items)
+          local hits = redis.call('BF.MEXISTS', key, unpack(items, i, last))
+          for j, v in ipairs(hits) do
+            if v == 1 then out[at[i + j - 1]] = true end
+          end
+        end
+      end
+    end
+  end
+  return out
+end
+
+-- Record fingerprints as DONE (in the current generation).
+local function dd_mark_done(fps)
+  if #fps == 0 then return end
+  for shard, g in pairs(dd_group(fps)) do
+    local key, items = dd_key(DD_GEN, shard), g[1]
+    for i = 1, #items, CHUNK do
+      redis.call('BF.INSERT', key, 'CAPACITY', DD_CAP, 'ERROR', DD_P, 'EXPANSION', 2,
+                 'ITEMS', unpack(items, i, math.min(i + CHUNK - 1, #items)))
+    end
+    if DD_GEN_MS > 0 then
+      redis.call('PEXPIREAT', key, (DD_GEN + DD_GENS + 1) * DD_GEN_MS)
+    end
+  end
+end

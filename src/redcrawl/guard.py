@@ -1,0 +1,94 @@
+"""Checks of the Redis server a crawl runs on, made when a worker or the API starts.
+
+* **Eviction.** With a ``maxmemory-policy`` that can evict frontier keys (any
+  ``allkeys-*``, or ``volatile-*`` while fingerprints expire by recrawl window), Redis would
+  silently drop requests and fingerprints when memory runs out: refused with a
+  :class:`~redcrawl.errors.ConfigError` unless ``REDCRAWL_ALLOW_EVICTION`` is set.
+* **Memory.** Used memory past ``REDCRAWL_MEMORY_WARN_RATIO`` of ``maxmemory``: a warning
+  (also checked periodically by :class:`MemoryWatch`).
+* **Dedupe encoding.** The exact filter's buckets need ``set-max-intset-entries``: raised
+  when allowed (``REDCRAWL_CONFIGURE_SERVER``), reported otherwise, and buckets that fell back
+  to hash tables are reported.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from redcrawl.errors import ConfigError
+from redcrawl.settings import Settings
+
+if TYPE_CHECKING:
+    from redcrawl.frontier import ListsFrontier
+
+__all__ = ["MemoryWatch", "check_eviction", "check_memory", "check_server"]
+
+
+def _memory_info(client: Any) -> tuple[str, int, int]:
+    info = client.info("memory")
+    return (str(info.get("maxmemory_policy", "noeviction")), int(info.get("maxmemory", 0)),
+            int(info.get("used_memory", 0)))
+
+
+def check_eviction(settings: Settings, policy: str, maxmemory: int) -> str | None:
+    """Raise :class:`ConfigError` if ``policy`` can evict frontier keys (unless allowed);
+    returns a warning for a policy that would once a maxmemory is set."""
+    ttl_keys = settings.recrawl_after > 0
+    evicts = policy.startswith("allkeys-") or (policy.startswith("volatile-") and ttl_keys)
+    if not evicts:
+        return None
+    what = ("evicts any key" if policy.startswith("allkeys-") else
+            "evicts keys with a TTL, and the crawl's DONE fingerprints expire by recrawl "
+            "window (REDCRAWL_RECRAWL_AFTER)")
+    message = (f"the Redis server's maxmemory-policy is {policy}, which {what}: when memory "
+               f"runs out, requests and fingerprints would vanish without an error. Set "
+               f"maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction) and give "
+               f"Redis enough memory, or set REDCRAWL_ALLOW_EVICTION=true to run anyway")
+    if maxmemory == 0:
+        return message.replace("when memory runs out", "once a maxmemory is set")
+    if settings.allow_eviction:
+        return message.replace(", or set REDCRAWL_ALLOW_EVICTION=true to run anyway",
+                               " (running anyway: REDCRAWL_ALLOW_EVICTION is set)")
+    raise ConfigError("REDCRAWL_ALLOW_EVICTION", message)
+
+
+def check_memory(settings: Settings, maxmemory: int, used: int) -> str | None:
+    """A warning when used memory is past the warning ratio of maxmemory."""
+    if maxmemory <= 0 or used < settings.memory_warn_ratio * maxmemory:
+        return None
+    return (f"Redis uses {used / 2**20:.0f} MiB of its maxmemory {maxmemory / 2**20:.0f} MiB "
+            f"({used / maxmemory:.0%}, warning at {settings.memory_warn_ratio:.0%}); at the "
+            f"limit writes fail (noeviction) and workers stop. Raise maxmemory, or use "
+            f"REDCRAWL_DEDUPE=bloom for a smaller fingerprint filter")
+
+
+def check_server(frontier: ListsFrontier) -> list[str]:
+    """Every start-time check for a crawl's frontier. Raises :class:`ConfigError` for an
+    evicting server; returns warnings to log."""
+    settings = frontier.settings
+    policy, maxmemory, used = _memory_info(frontier.client)
+    warnings = [check_eviction(settings, policy, maxmemory), check_memory(settings, maxmemory,
+                                                                          used)]
+    if settings.configure_server:
+        warnings.append(frontier.done.configure())
+    warnings += frontier.done.health()
+    return [w for w in warnings if w]
+
+
+class MemoryWatch:
+    """Warns at most once per ``interval`` seconds while memory stays past the ratio."""
+
+    def __init__(self, client: Any, settings: Settings, interval: float = 60.0) -> None:
+        self.client = client
+        self.settings = settings
+        self.interval = interval
+        self._next = 0.0
+
+    def check(self) -> str | None:
+        now = time.monotonic()
+        if now < self._next:
+            return None
+        self._next = now + self.interval
+        _policy, maxmemory, used = _memory_info(self.client)
+        return check_memory(self.settings, maxmemory, used)

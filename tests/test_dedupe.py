@@ -1,0 +1,235 @@
+"""The dedupe filters (exact, own Bloom, RedisBloom) on real Redis servers."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from redcrawl.codec import Envelope
+from redcrawl.dedupe import DedupeSpec, Filter, resolve_spec, split
+from redcrawl.errors import ConfigError, FrontierError
+from redcrawl.settings import Settings
+
+from .conftest import Clock, FrontierFactory, RedisServer
+
+
+def fps(prefix: str, n: int, start: int = 0) -> list[bytes]:
+    return [hashlib.sha1(f"{prefix}{i}".encode()).digest() for i in range(start, start + n)]
+
+
+def env(url: str, dont_filter: bool = False) -> Envelope:
+    return Envelope(url=url, dont_filter=dont_filter,
+                    fingerprint=hashlib.sha1(url.encode()).digest())
+
+
+def add_all(f: Filter, items: list[bytes], batch: int = 10_000) -> int:
+    return sum(sum(f.add(items[i:i + batch])) for i in range(0, len(items), batch))
+
+
+def count_present(f: Filter, items: list[bytes], batch: int = 10_000) -> int:
+    return sum(sum(f.contains(items[i:i + batch])) for i in range(0, len(items), batch))
+
+
+@pytest.fixture
+def intset_limit(redis_client: redis.Redis) -> Iterator[None]:
+    """Restore the server's set-max-intset-entries after a test changes it."""
+    before = redis_client.config_get("set-max-intset-entries")["set-max-intset-entries"]
+    yield
+    redis_client.config_set("set-max-intset-entries", before)
+
+
+# --- exact ------------------------------------------------------------------------------
+
+def test_exact_million_urls_no_false_positive_no_false_negative(redis7_client: redis.Redis,
+                                                               ) -> None:
+    spec = resolve_spec(Settings(dedupe_capacity=1_000_000))
+    f = Filter(redis7_client, spec, "t:{c}:fpd")
+    assert f.configure() is None
+    seen = fps("http://example.com/page/", 1_000_000)
+    assert add_all(f, seen) == len(seen)                 # all new, none collided
+    assert add_all(f, seen[:50_000]) == 0                # and now all known
+    assert count_present(f, seen) == len(seen)           # no false negative
+    assert count_present(f, fps("http://example.com/other/", 1_000_000)) == 0
+    per_url = f.memory() / len(seen)
+    assert per_url <= 10, f"{per_url:.2f} bytes per URL"
+    assert f.health() == []
+
+
+def test_exact_stores_63_bit_integers_in_intset_buckets(redis_client: redis.Redis) -> None:
+    spec = resolve_spec(Settings(dedupe_capacity=100_000))
+    f = Filter(redis_client, spec, "t:{c}:fpd")
+    f.configure()
+    items = fps("u", 20_000)
+    f.add(items)
+    for fp in items[:50]:
+        bucket, member = split(fp, spec.bucket_bits)
+        assert 0 <= member < 2 ** 63
+        assert redis_client.sismember(f"t:{{c}}:fpd:{bucket}", str(member))
+    keys = f.redis_keys()
+    assert len(keys) == 2 ** spec.bucket_bits
+    assert {redis_client.object("encoding", k) for k in keys} == {b"intset"}
+    assert sum(redis_client.scard(k) for k in keys) == len(items)
+
+
+def test_exact_detects_buckets_falling_back_to_hash_tables(
+    redis_client: redis.Redis, intset_limit: None
+) -> None:
+    redis_client.config_set("set-max-intset-entries", 64)
+    spec = resolve_spec(Settings(dedupe_capacity=100_000))  # 64 buckets of ~300 here
+    f = Filter(redis_client, spec, "t:{c}:fpd")
+    f.add(fps("u", 20_000))
+    problems = f.health()
+    assert len(problems) == 2, problems
+    assert "set-max-intset-entries is 64" in problems[0]
+    assert "no longer intsets" in problems[1]
+    # configure() fixes the limit for buckets still to come
+    assert f.configure() is None
+    assert int(redis_client.config_get("set-max-intset-entries")["set-max-intset-entries"]) \
+        == spec.intset_entries_needed
+    assert len(f.health()) == 1  # the converted buckets stay hash tables
+
+
+def test_exact_reports_when_the_server_refuses_config_set(
+    redis_client: redis.Redis, redis_server: RedisServer, intset_limit: None
+) -> None:
+    redis_client.config_set("set-max-intset-entries", 64)
+    redis_client.execute_command("ACL", "SETUSER", "worker", "on", ">pw", "~*", "&*", "+@all",
+                                 "-config")
+    try:
+        limited = redis.Redis.from_url(redis_server.url.replace("://", "://worker:pw@"))
+        f = Filter(limited, resolve_spec(Settings(dedupe_capacity=100_000)), "t:{c}:fpd")
+        warning = f.configure()
+        assert warning is not None and "set-max-intset-entries >= " in warning
+        assert "refused" in warning
+        f.add(fps("u", 20_000))
+        # without CONFIG GET the sampled encodings still tell
+        assert any("no longer intsets" in p for p in f.health())
+    finally:
+        redis_client.execute_command("ACL", "DELUSER", "worker")
+
+
+def test_collision_probability_documented_values() -> None:
+    spec = resolve_spec(Settings())  # the default capacity: 10^8
+    assert spec.width_bits == 79
+    assert spec.collision_probability(1e8) < 1e-8
+    assert spec.collision_probability(1e10) < 1e-4
+
+
+# --- Bloom ------------------------------------------------------------------------------
+
+def bloom(client: redis.Redis, capacity: int, backend: str = "lua", **kw: object) -> Filter:
+    spec = resolve_spec(Settings(dedupe="bloom", dedupe_capacity=capacity,
+                                 bloom_backend=backend, **kw), client=client)  # type: ignore[arg-type]
+    return Filter(client, spec, "t:{c}:fpd")
+
+
+def test_own_bloom_fpr_and_size_at_capacity(redis7_client: redis.Redis) -> None:
+    f = bloom(redis7_client, 200_000)
+    assert f.spec.mode == "bloom"
+    seen = fps("http://a/", 200_000)
+    add_all(f, seen)
+    assert count_present(f, seen) == len(seen)           # never a false negative
+    fpr = count_present(f, fps("http://b/", 200_000)) / 200_000
+    assert 0.008 <= fpr <= 0.012, fpr                    # configured 1%, within 20%
+    bits = sum(redis7_client.strlen(k) for k in f.redis_keys() if not k.endswith(b":n"))
+    assert bits / len(seen) <= 1.2                       # -ln(p)/ln(2)^2 bits per URL
+    assert f.memory() / len(seen) <= 1.35                # plus what the allocator adds
+
+
+def test_own_bloom_scales_with_layers_and_bounded_keys(redis_client: redis.Redis) -> None:
+    spec = DedupeSpec("bloom", 20_000, 0.01, segment_bits=16)  # 8 KiB keys
+    f = Filter(redis_client, spec, "t:{c}:fpd")
+    seen = fps("http://a/", 100_000)                     # 5x the first layer's capacity
+    add_all(f, seen, batch=5_000)
+    assert count_present(f, seen) == len(seen)
+    fpr = count_present(f, fps("http://b/", 100_000)) / 100_000
+    assert fpr < 0.02, fpr                               # layers keep it below 2p
+    keys = f.redis_keys()
+    assert len({k.split(b":")[3] for k in keys if not k.endswith(b":n")}) == 3  # layers 0-2
+    assert max(redis_client.strlen(k) for k in keys if not k.endswith(b":n")) <= 2 ** 16 // 8
+
+
+def test_auto_backend_without_redisbloom_is_own_bloom(redis7_client: redis.Redis) -> None:
+    assert resolve_spec(Settings(dedupe="bloom"), client=redis7_client).mode == "bloom"
+    with pytest.raises(ConfigError, match="REDCRAWL_BLOOM_BACKEND"):
+        resolve_spec(Settings(dedupe="bloom", bloom_backend="redisbloom"), client=redis7_client)
+
+
+def test_redisbloom_backend(redisbloom: RedisServer) -> None:
+    client = redis.Redis.from_url(redisbloom.url)
+    client.flushall()
+    f = bloom(client, 100_000, backend="auto")
+    assert f.spec.mode == "rbloom"
+    seen = fps("http://a/", 100_000)
+    add_all(f, seen)
+    assert count_present(f, seen) == len(seen)
+    fpr = count_present(f, fps("http://b/", 100_000)) / 100_000
+    assert fpr <= 0.012, fpr
+    [key] = f.redis_keys()
+    info = client.bf().info(key)
+    assert 0.95 * len(seen) <= info.insertedNum <= len(seen)
+    assert info.capacity >= len(seen)
+
+
+def test_frontier_on_redisbloom_keeps_its_backend(redisbloom: RedisServer) -> None:
+    client = redis.Redis.from_url(redisbloom.url)
+    client.flushall()
+    from redcrawl.frontier import ListsFrontier
+
+    own = ListsFrontier(client, Settings(dedupe="bloom", bloom_backend="lua"), "c1")
+    own.push([env("http://a/1")])
+    again = ListsFrontier(client, Settings(dedupe="bloom"), "c1")
+    assert again.dedupe.mode == "bloom"                  # created with own Bloom: stays
+    fresh = ListsFrontier(client, Settings(dedupe="bloom"), "c2")
+    assert fresh.dedupe.mode == "rbloom"
+    fresh.push([env("http://a/1"), env("http://a/2")])
+    fresh.ack(fresh.lease("w", 10))
+    assert fresh.push([env("http://a/1"), env("http://a/3")]).flags == (False, True)
+    assert fresh.done.contains([env("http://a/2").fingerprint or b""]) == [True]
+
+
+# --- the frontier with each filter ------------------------------------------------------
+
+MODES = [pytest.param({"dedupe": "exact"}, id="exact"),
+         pytest.param({"dedupe": "bloom", "bloom_backend": "lua"}, id="bloom")]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_done_filters_and_recrawl_bypasses_it(make_frontier: FrontierFactory,
+                                              mode: dict[str, str]) -> None:
+    f = make_frontier(**mode, dedupe_capacity=10_000)
+    f.push([env("http://a/1"), env("http://a/2")])
+    f.ack(f.lease("w", 1))
+    assert f.push([env("http://a/1"), env("http://a/2")]).accepted == 0  # done, queued
+    r = f.push([env("http://a/1"), env("http://a/2")], recrawl=True)
+    assert r.flags == (True, False)                       # queued still counts
+    assert f.push([env("http://a/1", dont_filter=True)]).accepted == 1
+    assert f.counts().conserved
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_recrawl_window_expires_done_fingerprints(make_frontier: FrontierFactory,
+                                                  clock: Clock, redis_client: redis.Redis,
+                                                  mode: dict[str, str]) -> None:
+    window = 7 * 24 * 3600.0
+    f = make_frontier(**mode, dedupe_capacity=10_000, recrawl_after=window)
+    f.push([env("http://a/1")])
+    f.ack(f.lease("w", 1))
+    for key in f.done.redis_keys():                            # whole keys expire, no scans
+        assert redis_client.pttl(key) > 0
+    clock.advance(window * 0.99)
+    assert f.push([env("http://a/1")]).accepted == 0
+    clock.advance(window * 0.27)                         # past W * (1 + 1/4)
+    assert f.push([env("http://a/1")]).accepted == 1
+    f.ack(f.lease("w", 1))
+    assert f.push([env("http://a/1")]).accepted == 0     # done again, in a new generation
+
+
+def test_a_crawl_keeps_its_dedupe_layout(make_frontier: FrontierFactory) -> None:
+    make_frontier(dedupe="exact").push([env("http://a/1")])
+    other = make_frontier(dedupe="bloom", bloom_backend="lua")
+    with pytest.raises(FrontierError, match="REDCRAWL_DEDUPE"):
+        other.push([env("http://a/2")])
