@@ -21,6 +21,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from redcrawl import codec
 from redcrawl.api import models as m
@@ -161,8 +162,8 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
         return _error(422, f"invalid request: {exc.loc}: {exc.msg}",
                       [m.ErrorItem(loc=exc.loc, msg=exc.msg)])
 
-    @app.exception_handler(HTTPException)
-    async def on_http(request: Request, exc: HTTPException) -> JSONResponse:
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return _error(exc.status_code, str(exc.detail), headers=exc.headers)
 
     def unavailable(exc: Exception) -> JSONResponse:
