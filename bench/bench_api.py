@@ -10,8 +10,9 @@ port, and ``redcrawl serve`` (uvicorn, one process, no tokens, loopback) in a su
 against it. One httpx client with keep-alive then submits N distinct requests per batch
 size, one ``POST /v1/crawls/{crawl}/requests`` per batch, sequentially, into a new crawl
 each time. Reported per batch size (median over rounds): requests/s, calls/s and the
-median call latency. Everything runs on one machine, so the client, the API process and
-Redis share its cores.
+median call latency; and, as the floor of the HTTP stack (client, uvicorn, FastAPI,
+no Redis), the calls/s of ``GET /v1/health``. Everything runs on one machine, so the
+client, the API process and Redis share its cores.
 """
 
 from __future__ import annotations
@@ -87,6 +88,14 @@ def run(client: httpx.Client, crawl: str, n: int, batch: int) -> tuple[float, fl
     return time.perf_counter() - t0, 1000 * statistics.median(latencies)
 
 
+def floor(client: httpx.Client, calls: int) -> float:
+    """Calls/s of GET /v1/health: the HTTP stack's own cost, without Redis."""
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        client.get("/v1/health").raise_for_status()
+    return calls / (time.perf_counter() - t0)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--n", type=int, default=5000, help="requests per batch size and round")
@@ -101,12 +110,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     redis_server = RedisServer(server_binary())
     api = ApiProcess(redis_server.url, max(batches))
     results: dict[int, list[tuple[float, float]]] = {b: [] for b in batches}
+    floors: list[float] = []
     try:
         with httpx.Client(base_url=api.url, timeout=60) as client:
             run(client, "warmup", 200, 50)
             for r in range(args.rounds):
                 for b in batches:
                     results[b].append(run(client, f"b{b}-r{r}", args.n, b))
+                floors.append(floor(client, 1000))
     finally:
         api.stop()
         redis_server.stop()
@@ -117,6 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         lat = statistics.median(ms for _, ms in results[b])
         calls = -(-args.n // b)
         rows.append([str(b), f"{args.n / secs:,.0f}", f"{calls / secs:,.0f}", f"{lat:.2f}"])
+    rows.append(["(GET /v1/health)", "-", f"{statistics.median(floors):,.0f}", "-"])
     print(f"redcrawl API submit throughput: {args.n} distinct requests per batch size, "
           f"median of {args.rounds} rounds, one uvicorn process, {os.cpu_count()} cores\n")
     print(markdown_table(rows))
