@@ -15,6 +15,7 @@ from typing import Annotated, Any
 
 import redis
 import redis.exceptions
+import scrapy
 from fastapi import Body, Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
@@ -205,13 +206,13 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
         return state["client"]
 
     @lru_cache(maxsize=256)
-    def frontier(crawl: str) -> Any:
+    def frontier(crawl: str) -> Frontier:
         return frontier_for(redis_client(), settings, crawl)
 
     def stats_key(crawl: str) -> str:
         return CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers).stats
 
-    def existing(crawl: str) -> Any:
+    def existing(crawl: str) -> Frontier:
         if not redis_client().exists(stats_key(crawl)):
             raise HTTPException(404, f"crawl {crawl!r} does not exist (no request was ever "
                                      "submitted to it); list crawls with GET /v1/crawls")
@@ -239,8 +240,6 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
 
     # --- submit ----------------------------------------------------------------------
     def envelope(i: int, item: m.RequestIn) -> Envelope:
-        import scrapy
-
         where = f"requests[{i}]"
         try:
             body = item.body_bytes()
@@ -373,7 +372,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
             except UnicodeDecodeError:
                 text, b64 = base64.b64encode(env.body).decode("ascii"), True
         return m.RequestDetail(
-            crawl=crawl, id=info.id, state=info.state,
+            crawl=crawl, id=info.id, state=info.state,  # type: ignore[arg-type]
             attempts=info.attempts, worker=info.worker, due=info.due,
             error=_clean(info.error) if info.error is not None else None,
             url=env.url if env else None, method=env.method if env else None,
@@ -412,7 +411,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
         n = existing(crawl).release_worker(worker)
         return m.ReclaimedOut(crawl=crawl, worker=worker, reclaimed=n)
 
-    def switch(crawl: str, action: Callable[[Any], None]) -> m.PausedOut:
+    def switch(crawl: str, action: Callable[[Frontier], None]) -> m.PausedOut:
         f = existing(crawl)
         action(f)
         return m.PausedOut(crawl=crawl, paused=f.is_paused())
