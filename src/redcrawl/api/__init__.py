@@ -1,13 +1,61 @@
-"""The HTTP control plane (FastAPI): ``redcrawl serve``. Being built (issue 4)."""
+"""The HTTP control plane (FastAPI): ``redcrawl serve``. See ``docs/api.md``.
+
+:func:`create_app` builds the app (tests pass their own Redis client); :func:`serve` runs
+it with uvicorn until interrupted.
+"""
 
 from __future__ import annotations
+
+import logging
+import sys
+from typing import TYPE_CHECKING
 
 from redcrawl.errors import ConfigError
 from redcrawl.settings import Settings
 
-__all__ = ["serve"]
+if TYPE_CHECKING:
+    import redis
+    from fastapi import FastAPI
+
+__all__ = ["check_bind", "create_app", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+def check_bind(settings: Settings) -> None:
+    """Refuse to serve an API without tokens beyond this machine."""
+    from redcrawl.api.auth import loopback_host, open_access
+
+    if open_access(settings) and not loopback_host(settings.api_host):
+        raise ConfigError(
+            "REDCRAWL_API_HOST",
+            f"{settings.api_host!r} is not a loopback address, and no API token is set, so "
+            "anyone who can reach it could submit, requeue and purge crawls. Set "
+            "REDCRAWL_API_ADMIN_TOKENS (and REDCRAWL_API_TOKENS for read-only access), or "
+            "bind 127.0.0.1",
+        )
+
+
+def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI:
+    """The FastAPI app (see :mod:`redcrawl.api.app`); FastAPI is imported only here."""
+    from redcrawl.api.app import create_app as build
+
+    return build(settings, client)
 
 
 def serve(settings: Settings) -> None:
-    """Run the control plane until interrupted."""
-    raise ConfigError("serve", "the HTTP control plane is not built yet")
+    """Run the control plane on ``api_host:api_port`` until interrupted."""
+    check_bind(settings)
+    import uvicorn
+
+    from redcrawl.api.app import create_app as build
+    from redcrawl.api.auth import open_access
+
+    if open_access(settings):
+        msg = (f"redcrawl API: no tokens configured: open WITHOUT authentication, on "
+               f"loopback only ({settings.api_host}:{settings.api_port}). Set "
+               "REDCRAWL_API_ADMIN_TOKENS to require tokens.")
+        log.warning(msg)
+        print(msg, file=sys.stderr, flush=True)
+    uvicorn.run(build(settings), host=settings.api_host, port=settings.api_port,
+                log_level="info", access_log=False)

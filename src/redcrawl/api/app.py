@@ -1,0 +1,451 @@
+"""The FastAPI application: ``create_app(settings, client=None)``.
+
+Endpoints are plain ``def`` functions, so FastAPI runs their blocking Redis calls in its
+threadpool. One Redis client serves the whole app: the one given to :func:`create_app`,
+or one made by :func:`redcrawl.connection.connect` at startup (with few retries, so a
+Redis outage answers 503 quickly instead of hanging requests).
+"""
+
+import base64
+import math
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
+from functools import lru_cache
+from typing import Annotated, Any
+
+import redis
+import redis.exceptions
+import scrapy
+from fastapi import Body, Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from redcrawl import codec
+from redcrawl.api import models as m
+from redcrawl.api.auth import require
+from redcrawl.api.rates import RateBook
+from redcrawl.codec import Envelope
+from redcrawl.connection import connect, redact
+from redcrawl.errors import (
+    ConfigError,
+    ConnectionError_,
+    EncodeError,
+    FrontierError,
+)
+from redcrawl.fingerprint import request_fingerprint
+from redcrawl.frontier import Counts, Frontier, ListsFrontier
+from redcrawl.keys import (
+    _CRAWL_NAME,
+    CrawlKeys,
+    crawl_of_stats_key,
+    stats_key_pattern,
+    validate_crawl_name,
+)
+from redcrawl.scrapy.scheduler import make_canonicalizer
+from redcrawl.settings import Settings
+
+__all__ = ["create_app", "frontier_for"]
+
+API_VERSION = "1"
+
+
+def frontier_for(client: redis.Redis, settings: Settings, crawl: str) -> Frontier:
+    """The frontier of ``crawl``: the one place that picks a backend."""
+    return ListsFrontier(client, settings, crawl)
+
+
+def _clean(text: str) -> str:
+    """``text`` safe to put in a JSON response (no lone surrogates)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _jsonable(value: Any) -> Any:
+    """Stored meta as JSON: bytes as text, non-finite floats as strings."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {_clean(str(k)): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, str):
+        return _clean(value)
+    return value
+
+
+def _error(status_code: int, detail: str, errors: list[m.ErrorItem] | None = None,
+           headers: Mapping[str, str] | None = None) -> JSONResponse:
+    body = m.ErrorOut(detail=_clean(detail), errors=errors)
+    return JSONResponse(body.model_dump(exclude_none=True), status_code,
+                        headers=dict(headers) if headers else None)
+
+
+class Invalid(Exception):
+    """A request the schema let through but redcrawl cannot store: answered with 422."""
+
+    def __init__(self, loc: str, msg: str) -> None:
+        self.loc, self.msg = loc, _clean(msg)
+        super().__init__(f"{loc}: {msg}")
+
+
+def _loc(parts: tuple[int | str, ...]) -> str:
+    """("body", "requests", 3, "url") -> "requests[3].url"."""
+    out = ""
+    for p in parts[1:] if parts and parts[0] in ("body", "path", "query") else parts:
+        out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
+    return out or "body"
+
+
+_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"model": m.ErrorOut, "description": "Missing or unknown bearer token."},
+    403: {"model": m.ErrorOut, "description": "A read-only token on an admin endpoint."},
+    404: {"model": m.ErrorOut, "description": "Unknown crawl (or request)."},
+    422: {"model": m.ErrorOut, "description": "Invalid input; the message names the field."},
+    503: {"model": m.ErrorOut, "description": "Redis is unreachable or refused the operation."},
+}
+
+
+def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
+    return {c: _RESPONSES[c] for c in codes}
+
+
+def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI:
+    """The control-plane app. ``client``: a Redis client to use (else one is connected at
+    startup and closed at shutdown)."""
+    state: dict[str, Any] = {"client": client}
+    rates = RateBook()
+    canonicalizer = make_canonicalizer(settings)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        own = state["client"] is None
+        if own:
+            state["client"] = connect(
+                settings, check=False, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+                socket_timeout=10, socket_connect_timeout=3)
+        try:
+            yield
+        finally:
+            if own:
+                state["client"].close()
+
+    app = FastAPI(
+        title="redcrawl control plane", version=API_VERSION, lifespan=lifespan,
+        description="Submit requests to crawl frontiers, inspect and steer crawls. "
+                    "See docs/api.md.",
+    )
+
+    # --- errors ----------------------------------------------------------------------
+    @app.exception_handler(RequestValidationError)
+    async def on_validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = []
+        for e in exc.errors():
+            loc = tuple(e.get("loc", ()))
+            msg = str(e.get("msg", "invalid")).removeprefix("Value error, ")
+            if loc[:2] == ("path", "crawl"):
+                try:
+                    validate_crawl_name(str(e.get("input", "")))
+                except ConfigError as bad:
+                    msg = str(bad)
+            errors.append(m.ErrorItem(loc=_clean(_loc(loc)), msg=_clean(msg)))
+        detail = "; ".join(f"{x.loc}: {x.msg}" for x in errors[:5])
+        if len(errors) > 5:
+            detail += f"; and {len(errors) - 5} more"
+        return _error(422, f"invalid request: {detail}", errors)
+
+    @app.exception_handler(Invalid)
+    async def on_invalid(request: Request, exc: Invalid) -> JSONResponse:
+        return _error(422, f"invalid request: {exc.loc}: {exc.msg}",
+                      [m.ErrorItem(loc=exc.loc, msg=exc.msg)])
+
+    @app.exception_handler(StarletteHTTPException)
+    async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        return _error(exc.status_code, str(exc.detail), headers=exc.headers)
+
+    def unavailable(exc: Exception) -> JSONResponse:
+        where = redact(settings.redis_url) if settings.redis_url else "the embedded Redis"
+        return _error(503, f"Redis ({where}) is unavailable: {exc}. Check that the server "
+                           "is running and reachable, then retry.")
+
+    @app.exception_handler(ConnectionError_)
+    async def on_lost(request: Request, exc: ConnectionError_) -> JSONResponse:
+        return unavailable(exc)
+
+    @app.exception_handler(redis.exceptions.ConnectionError)
+    async def on_redis_down(request: Request, exc: Exception) -> JSONResponse:
+        return unavailable(exc)
+
+    @app.exception_handler(redis.exceptions.TimeoutError)
+    async def on_redis_slow(request: Request, exc: Exception) -> JSONResponse:
+        return unavailable(exc)
+
+    @app.exception_handler(FrontierError)
+    async def on_refused(request: Request, exc: FrontierError) -> JSONResponse:
+        return _error(503, f"{exc}. Check the Redis server's state (memory, replica "
+                           "role, loading) and retry.")
+
+    @app.exception_handler(redis.exceptions.ResponseError)
+    async def on_redis_refused(request: Request, exc: Exception) -> JSONResponse:
+        return _error(503, f"Redis refused the operation: {exc}. Check the Redis server's "
+                           "state (memory, replica role, loading) and retry.")
+
+    @app.exception_handler(ConfigError)
+    async def on_config(request: Request, exc: ConfigError) -> JSONResponse:
+        return _error(422, str(exc))
+
+    # --- plumbing --------------------------------------------------------------------
+    read = [Depends(require(settings, "read"))]
+    admin = [Depends(require(settings, "admin"))]
+
+    def redis_client() -> Any:
+        return state["client"]
+
+    @lru_cache(maxsize=256)
+    def frontier(crawl: str) -> Frontier:
+        return frontier_for(redis_client(), settings, crawl)
+
+    def stats_key(crawl: str) -> str:
+        return CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers).stats
+
+    def existing(crawl: str) -> Frontier:
+        if not redis_client().exists(stats_key(crawl)):
+            raise HTTPException(404, f"crawl {crawl!r} does not exist (no request was ever "
+                                     "submitted to it); list crawls with GET /v1/crawls")
+        return frontier(crawl)
+
+    def summary(crawl: str, c: Counts) -> dict[str, Any]:
+        return {"crawl": crawl, "accepted": c.accepted, "filtered": c.filtered,
+                "ready": c.ready, "delayed": c.delayed, "in_flight": c.in_flight,
+                "done": c.done, "dead": c.dead, "retried": c.retried,
+                "reclaimed": c.reclaimed, "requeued": c.requeued, "finished": c.finished}
+
+    Crawl = Annotated[str, Path(pattern=_CRAWL_NAME.pattern, description="Crawl name.")]
+    Limit = Annotated[int, Query(ge=1, le=m.MAX_LIST_LIMIT, description="Most items returned.")]
+
+    # --- health ----------------------------------------------------------------------
+    @app.get("/v1/health", tags=["health"], summary="The API process is up")
+    def health() -> m.Health:
+        return m.Health(status="ok")
+
+    @app.get("/v1/ready", tags=["health"], summary="Redis answers",
+             responses=_responses(503))
+    def ready() -> m.Health:
+        redis_client().ping()
+        return m.Health(status="ok")
+
+    # --- submit ----------------------------------------------------------------------
+    def envelope(i: int, item: m.RequestIn) -> Envelope:
+        where = f"requests[{i}]"
+        try:
+            body = item.body_bytes()
+        except ValueError as exc:
+            raise Invalid(f"{where}.body", str(exc)) from None
+        try:
+            request = scrapy.Request(item.url, method=item.method.upper(),
+                                     headers=item.header_pairs(), body=body,
+                                     priority=item.priority, dont_filter=item.dont_filter,
+                                     meta=item.meta)
+            fp = None if item.dont_filter else request_fingerprint(
+                request, canonicalizer=canonicalizer,
+                version_meta_key=settings.fingerprint_version_meta)
+        except (ValueError, TypeError) as exc:
+            raise Invalid(f"{where}.url", f"cannot build a request from it: {exc}") from None
+        try:
+            env = codec.from_request(request, None, fingerprint=fp)
+            env.callback = item.callback
+            env.dont_filter = fp is None
+            codec.encode(env)  # nothing is written unless every request can be stored
+        except EncodeError as exc:
+            text = str(exc)
+            field = "meta" if text.startswith("meta") else "url" if "URL" in text else ""
+            raise Invalid(f"{where}.{field}" if field else where, text) from None
+        return env
+
+    @app.post("/v1/crawls/{crawl}/requests", tags=["requests"], dependencies=admin,
+              summary="Submit one request or a batch (deduplicated like the scheduler)",
+              responses=_responses(401, 403, 422, 503))
+    def submit(crawl: Crawl, payload: Annotated[m.SubmitIn, Body()]) -> m.SubmitOut:
+        items = payload.requests
+        if len(items) > settings.api_max_batch:
+            raise Invalid("requests", f"{len(items)} requests; send at most "
+                                      f"{settings.api_max_batch} per call "
+                                      "(REDCRAWL_API_MAX_BATCH)")
+        envs = [envelope(i, item) for i, item in enumerate(items)]
+        groups: dict[float, list[int]] = {}
+        for i, item in enumerate(items):
+            groups.setdefault(item.delay, []).append(i)
+        flags: list[bool] = [False] * len(items)
+        f = frontier(crawl)
+        for delay, idx in groups.items():
+            result = f.push([envs[i] for i in idx], delay=delay)
+            for i, flag in zip(idx, result.flags, strict=True):
+                flags[i] = flag
+        accepted = sum(flags)
+        out = [m.SubmitItem(accepted=flag, id=env.fingerprint.hex() if env.fingerprint
+                            else None) for flag, env in zip(flags, envs, strict=True)]
+        return m.SubmitOut(crawl=crawl, accepted=accepted, filtered=len(flags) - accepted,
+                           items=out)
+
+    # --- inspect ---------------------------------------------------------------------
+    @app.get("/v1/crawls", tags=["crawls"], dependencies=read,
+             summary="Crawls (every crawl that ever received a request) with their counts",
+             responses=_responses(401, 422, 503))
+    def list_crawls(limit: Limit = 100) -> m.CrawlList:
+        names: set[str] = set()
+        pattern = stats_key_pattern(settings.key_prefix)
+        for key in redis_client().scan_iter(match=pattern, count=1000):
+            name = crawl_of_stats_key(key, settings.key_prefix)
+            if name is not None:
+                names.add(name)
+        out = []
+        for name in sorted(names)[:limit]:
+            c = frontier(name).counts()
+            rates.observe(name, c.done, c.accepted)
+            out.append(m.CrawlSummary(**summary(name, c)))
+        return m.CrawlList(crawls=out)
+
+    @app.get("/v1/crawls/{crawl}", tags=["crawls"], dependencies=read,
+             summary="One crawl: counts, paused, workers alive, rates (per API process)",
+             responses=_responses(401, 404, 422, 503))
+    def crawl_detail(crawl: Crawl) -> m.CrawlDetail:
+        f = existing(crawl)
+        c = f.counts()
+        now = server_time()
+        alive = sum(1 for deadline in f.workers().values() if deadline > now)
+        return m.CrawlDetail(**summary(crawl, c), paused=f.is_paused(), workers_alive=alive,
+                             rates=rates.observe(crawl, c.done, c.accepted))
+
+    def server_time() -> float:
+        sec, usec = redis_client().time()
+        return float(sec) + float(usec) / 1e6
+
+    @app.get("/v1/crawls/{crawl}/pending", tags=["crawls"], dependencies=read,
+             summary="Ready requests, next served first within each tier",
+             responses=_responses(401, 404, 422, 503))
+    def pending(crawl: Crawl, limit: Limit = 100) -> m.PendingList:
+        items = existing(crawl).pending(limit)
+        return m.PendingList(crawl=crawl, items=[m.PendingItem(
+            id=p.id, tier=p.tier, url=p.url, priority=p.priority) for p in items])
+
+    @app.get("/v1/crawls/{crawl}/inflight", tags=["crawls"], dependencies=read,
+             summary="Leased requests: worker, since, deadline",
+             responses=_responses(401, 404, 422, 503))
+    def inflight(crawl: Crawl, limit: Limit = 100) -> m.InflightList:
+        items = existing(crawl).inflight(limit)
+        return m.InflightList(crawl=crawl, items=[m.InflightItem(
+            id=x.id, worker=x.worker, attempts=x.attempts, since=x.since,
+            deadline=x.deadline, url=x.url) for x in items])
+
+    @app.get("/v1/crawls/{crawl}/dead", tags=["crawls"], dependencies=read,
+             summary="Dead-lettered requests with their last error, oldest first",
+             responses=_responses(401, 404, 422, 503))
+    def dead(crawl: Crawl, limit: Limit = 100) -> m.DeadList:
+        items = existing(crawl).dead(limit)
+        return m.DeadList(crawl=crawl, items=[m.DeadItem(
+            id=x.id, died_at=x.died_at, error=_clean(x.error), attempts=x.attempts,
+            url=x.url) for x in items])
+
+    @app.get("/v1/crawls/{crawl}/requests/{request_id}", tags=["requests"],
+             dependencies=read, summary="Where one stored request is (404 if unknown or done)",
+             responses=_responses(401, 404, 422, 503))
+    def describe(crawl: Crawl,
+                 request_id: Annotated[str, Path(pattern=m.REQUEST_ID_PATTERN,
+                                                 description="40 hex digits or #<seq> "
+                                                             "(as %23<seq> in the URL).")],
+                 ) -> m.RequestDetail:
+        info = existing(crawl).describe(request_id)
+        if info is None:
+            raise HTTPException(404, f"request {request_id} is not stored in crawl {crawl!r}: "
+                                     "it is unknown, or done (done requests are only "
+                                     "remembered by their fingerprint)")
+        env = info.envelope
+        text: str | None = None
+        b64 = False
+        if env is not None:
+            try:
+                text = env.body.decode("utf-8")
+            except UnicodeDecodeError:
+                text, b64 = base64.b64encode(env.body).decode("ascii"), True
+        return m.RequestDetail(
+            crawl=crawl, id=info.id, state=info.state,  # type: ignore[arg-type]
+            attempts=info.attempts, worker=info.worker, due=info.due,
+            error=_clean(info.error) if info.error is not None else None,
+            url=env.url if env else None, method=env.method if env else None,
+            headers=[[k.decode("latin-1"), v.decode("latin-1")] for k, vs in env.headers
+                     for v in vs] if env else None,
+            body=text, body_base64=b64, meta=_jsonable(env.meta) if env else None,
+            callback=env.callback if env else None, priority=env.priority if env else None,
+            dont_filter=env.dont_filter if env else None)
+
+    @app.get("/v1/crawls/{crawl}/workers", tags=["workers"], dependencies=read,
+             summary="Workers that heartbeat into the crawl",
+             responses=_responses(401, 404, 422, 503))
+    def workers(crawl: Crawl) -> m.WorkerList:
+        beats = existing(crawl).workers()
+        now = server_time()
+        return m.WorkerList(crawl=crawl, server_time=now, workers=[
+            m.WorkerItem(worker=w, heartbeat_deadline=d, alive=d > now)
+            for w, d in sorted(beats.items())])
+
+    # --- steer -----------------------------------------------------------------------
+    @app.post("/v1/crawls/{crawl}/dead/requeue", tags=["requests"], dependencies=admin,
+              summary="Dead letters back to ready with a fresh attempt budget",
+              responses=_responses(401, 403, 404, 422, 503))
+    def requeue(crawl: Crawl,
+                payload: Annotated[m.RequeueIn | None, Body()] = None) -> m.RequeuedOut:
+        f = existing(crawl)
+        payload = payload or m.RequeueIn()
+        n = f.requeue_dead(payload.ids, limit=payload.limit)
+        return m.RequeuedOut(crawl=crawl, requeued=n)
+
+    @app.post("/v1/crawls/{crawl}/workers/{worker}/reclaim", tags=["workers"],
+              dependencies=admin, summary="Give a worker's leased requests back to the queue",
+              responses=_responses(401, 403, 404, 422, 503))
+    def reclaim(crawl: Crawl,
+                worker: Annotated[str, Path(min_length=1, max_length=512)]) -> m.ReclaimedOut:
+        n = existing(crawl).release_worker(worker)
+        return m.ReclaimedOut(crawl=crawl, worker=worker, reclaimed=n)
+
+    def switch(crawl: str, action: Callable[[Frontier], None]) -> m.PausedOut:
+        f = existing(crawl)
+        action(f)
+        return m.PausedOut(crawl=crawl, paused=f.is_paused())
+
+    @app.post("/v1/crawls/{crawl}/pause", tags=["crawls"], dependencies=admin,
+              summary="Stop handing out requests (pushes still accepted)",
+              responses=_responses(401, 403, 404, 422, 503))
+    def pause(crawl: Crawl) -> m.PausedOut:
+        return switch(crawl, lambda f: f.pause())
+
+    @app.post("/v1/crawls/{crawl}/resume", tags=["crawls"], dependencies=admin,
+              summary="Hand out requests again", responses=_responses(401, 403, 404, 422, 503))
+    def resume(crawl: Crawl) -> m.PausedOut:
+        return switch(crawl, lambda f: f.resume())
+
+    @app.delete("/v1/crawls/{crawl}", tags=["crawls"], dependencies=admin,
+                summary="Purge the crawl's frontier: queues, leases, dead letters, dedupe",
+                responses=_responses(401, 403, 404, 422, 503))
+    def purge(crawl: Crawl) -> m.PurgedOut:
+        existing(crawl).purge()
+        return m.PurgedOut(crawl=crawl, purged=True)
+
+    # --- schema: show the configured batch limit ---------------------------------------
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version,
+                                 description=app.description, routes=app.routes)
+            props = schema["components"]["schemas"]["SubmitIn"]["properties"]
+            props["requests"]["maxItems"] = settings.api_max_batch
+            props["requests"]["description"] = (
+                f"1 to {settings.api_max_batch} requests (REDCRAWL_API_MAX_BATCH).")
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+

@@ -1,0 +1,301 @@
+"""Request and response bodies of the HTTP API, with the limits the OpenAPI schema shows."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from redcrawl.settings import PRIORITY_LIMIT
+
+__all__ = [
+    "MAX_BODY_CHARS",
+    "MAX_DELAY",
+    "MAX_HEADERS",
+    "MAX_LIST_LIMIT",
+    "MAX_URL_LENGTH",
+    "REQUEST_ID_PATTERN",
+    "CrawlDetail",
+    "CrawlList",
+    "CrawlSummary",
+    "DeadItem",
+    "DeadList",
+    "ErrorItem",
+    "ErrorOut",
+    "Health",
+    "InflightItem",
+    "InflightList",
+    "PausedOut",
+    "PendingItem",
+    "PendingList",
+    "PurgedOut",
+    "Rates",
+    "ReclaimedOut",
+    "RequestDetail",
+    "RequestIn",
+    "RequeueIn",
+    "RequeuedOut",
+    "SubmitIn",
+    "SubmitItem",
+    "SubmitOut",
+    "WorkerItem",
+    "WorkerList",
+]
+
+MAX_URL_LENGTH = 8192
+MAX_BODY_CHARS = 1_000_000
+MAX_HEADERS = 100
+MAX_DELAY = 30 * 24 * 3600.0
+"""Longest delay of a submitted request: 30 days."""
+MAX_LIST_LIMIT = 1000
+MAX_REQUEUE_IDS = 10_000
+HARD_MAX_BATCH = 100_000
+"""The largest REDCRAWL_API_MAX_BATCH allows; the schema served shows the configured one."""
+REQUEST_ID_PATTERN = r"^([0-9a-fA-F]{40}|#[0-9]{1,20})$"
+CALLBACK_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+METHOD_PATTERN = r"^[A-Za-z]{1,16}$"
+HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$"
+
+HeaderName = Annotated[str, Field(pattern=HEADER_NAME_PATTERN)]
+HeaderValue = Annotated[str, Field(max_length=8192, pattern=r"^[^\r\n\x00]*$")]
+HeaderPair = Annotated[list[HeaderValue], Field(min_length=2, max_length=2)]
+HeaderMap = Annotated[dict[HeaderName, HeaderValue | list[HeaderValue]],
+                      Field(max_length=MAX_HEADERS)]
+HeaderList = Annotated[list[HeaderPair], Field(max_length=MAX_HEADERS)]
+RequestId = Annotated[str, Field(pattern=REQUEST_ID_PATTERN,
+                                 examples=["0123456789abcdef0123456789abcdef01234567"])]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RequestIn(_Strict):
+    """One request to add to a crawl's frontier."""
+
+    url: str = Field(min_length=1, max_length=MAX_URL_LENGTH,
+                     description="Absolute http:// or https:// URL.",
+                     examples=["https://example.com/page/1"])
+    method: str = Field(default="GET", pattern=METHOD_PATTERN, description="HTTP method.")
+    body: str = Field(default="", max_length=MAX_BODY_CHARS,
+                      description="Request body: text (sent as UTF-8), or base64 with "
+                                  "body_base64.")
+    body_base64: bool = Field(default=False, description="The body is base64-encoded bytes.")
+    headers: HeaderMap | HeaderList = Field(
+        default_factory=dict,
+        description="Headers: {name: value or [values]} or [[name, value], ...].")
+    meta: dict[str, Any] = Field(default_factory=dict,
+                                 description="Scrapy request meta (a JSON object).")
+    priority: int = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
+    callback: str | None = Field(default=None, pattern=CALLBACK_PATTERN, max_length=200,
+                                 description="Name of the spider method to call (default: "
+                                             "parse).")
+    dont_filter: bool = Field(default=False, description="Skip dedupe: always accepted.")
+    delay: float = Field(default=0.0, ge=0.0, le=MAX_DELAY, allow_inf_nan=False,
+                         description="Seconds before the request becomes ready.")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, url: str) -> str:
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:
+            raise ValueError(f"not a valid URL ({exc})") from None
+        if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+            raise ValueError("give an absolute http:// or https:// URL")
+        return url
+
+    @field_validator("headers")
+    @classmethod
+    def _header_names(cls, headers: Any) -> Any:
+        if isinstance(headers, list):
+            for i, (name, _value) in enumerate(headers):
+                if not re.match(HEADER_NAME_PATTERN, name):
+                    raise ValueError(f"header {i} has an invalid name {name!r}")
+        return headers
+
+    def body_bytes(self) -> bytes:
+        if not self.body_base64:
+            return self.body.encode("utf-8", "surrogatepass")
+        try:
+            return base64.b64decode(self.body, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"body is not valid base64 ({exc})") from None
+
+    def header_pairs(self) -> list[tuple[str, list[str]]]:
+        if isinstance(self.headers, list):
+            merged: dict[str, list[str]] = {}
+            for name, value in self.headers:
+                merged.setdefault(name, []).append(value)
+            return list(merged.items())
+        return [(k, v if isinstance(v, list) else [v]) for k, v in self.headers.items()]
+
+
+class SubmitIn(_Strict):
+    requests: list[RequestIn] = Field(min_length=1, max_length=HARD_MAX_BATCH,
+                                      description="1 to REDCRAWL_API_MAX_BATCH requests.")
+
+
+class SubmitItem(BaseModel):
+    accepted: bool = Field(description="False: a duplicate of a stored or done request.")
+    id: str | None = Field(description="The request id (its fingerprint), or null for "
+                                       "dont_filter requests (their id is assigned by Redis).")
+
+
+class SubmitOut(BaseModel):
+    crawl: str
+    accepted: int
+    filtered: int
+    items: list[SubmitItem] = Field(description="One per submitted request, in order.")
+
+
+class ErrorItem(BaseModel):
+    loc: str
+    msg: str
+
+
+class ErrorOut(BaseModel):
+    detail: str = Field(description="What went wrong and what to do about it.")
+    errors: list[ErrorItem] | None = Field(default=None,
+                                           description="Validation errors, one per bad field.")
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+
+
+class Rates(BaseModel):
+    """Per-second rates over (up to) the last minute, from samples this API process took
+    when its crawl endpoints were called; null until two samples a second apart exist."""
+
+    window: float | None = Field(description="Seconds covered by the samples.")
+    done_per_s: float | None
+    accepted_per_s: float | None
+
+
+class CrawlSummary(BaseModel):
+    crawl: str
+    accepted: int
+    filtered: int
+    ready: int
+    delayed: int
+    in_flight: int
+    done: int
+    dead: int
+    retried: int
+    reclaimed: int
+    requeued: int
+    finished: bool
+
+
+class CrawlList(BaseModel):
+    crawls: list[CrawlSummary]
+
+
+class CrawlDetail(CrawlSummary):
+    paused: bool
+    workers_alive: int
+    rates: Rates
+
+
+class PendingItem(BaseModel):
+    id: str
+    tier: int
+    url: str
+    priority: int
+
+
+class PendingList(BaseModel):
+    crawl: str
+    items: list[PendingItem]
+
+
+class InflightItem(BaseModel):
+    id: str
+    worker: str
+    attempts: int
+    since: float = Field(description="Leased at (seconds since the epoch, Redis clock).")
+    deadline: float = Field(description="Lease deadline (seconds since the epoch).")
+    url: str
+
+
+class InflightList(BaseModel):
+    crawl: str
+    items: list[InflightItem]
+
+
+class DeadItem(BaseModel):
+    id: str
+    died_at: float
+    error: str
+    attempts: int
+    url: str
+
+
+class DeadList(BaseModel):
+    crawl: str
+    items: list[DeadItem]
+
+
+class RequestDetail(BaseModel):
+    crawl: str
+    id: str
+    state: Literal["ready", "delayed", "in_flight", "dead"]
+    attempts: int
+    worker: str | None
+    due: float | None
+    error: str | None
+    url: str | None = Field(description="Null if the stored envelope cannot be decoded.")
+    method: str | None
+    headers: list[list[str]] | None = Field(description="[[name, value], ...]")
+    body: str | None
+    body_base64: bool
+    meta: dict[str, Any] | None
+    callback: str | None
+    priority: int | None
+    dont_filter: bool | None
+
+
+class RequeueIn(_Strict):
+    ids: list[RequestId] | None = Field(default=None, max_length=MAX_REQUEUE_IDS,
+                                        description="Dead request ids; null: all, up to "
+                                                    "limit.")
+    limit: int = Field(default=1000, ge=1, le=MAX_REQUEUE_IDS,
+                       description="Most requests requeued when ids is null.")
+
+
+class RequeuedOut(BaseModel):
+    crawl: str
+    requeued: int
+
+
+class ReclaimedOut(BaseModel):
+    crawl: str
+    worker: str
+    reclaimed: int = Field(description="Requests given back to the queue.")
+
+
+class WorkerItem(BaseModel):
+    worker: str
+    heartbeat_deadline: float = Field(description="Seconds since the epoch (Redis clock).")
+    alive: bool
+
+
+class WorkerList(BaseModel):
+    crawl: str
+    server_time: float
+    workers: list[WorkerItem]
+
+
+class PausedOut(BaseModel):
+    crawl: str
+    paused: bool
+
+
+class PurgedOut(BaseModel):
+    crawl: str
+    purged: bool
