@@ -100,3 +100,13 @@ def test_import_dupefilter_from_scrapy_redis_set(redis7_client: redis.Redis,
     assert "0 added" in runner.invoke(app, args).output      # running again is harmless
     missing = runner.invoke(app, [*args[:1], "nope:dupefilter", *args[2:]])
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_serve_refuses_an_evicting_server(memory_config: redis.Redis,
+                                          redis7: RedisServer) -> None:
+    from redcrawl.api import serve
+
+    memory_config.config_set("maxmemory", 2**30)
+    memory_config.config_set("maxmemory-policy", "allkeys-random")
+    with pytest.raises(ConfigError, match="allkeys-random"):
+        serve(Settings(redis_url=redis7.url, api_port=1))  # refused before binding

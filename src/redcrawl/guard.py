@@ -22,7 +22,8 @@ from redcrawl.settings import Settings
 if TYPE_CHECKING:
     from redcrawl.frontier import ListsFrontier
 
-__all__ = ["MemoryWatch", "check_eviction", "check_memory", "check_server"]
+__all__ = ["MemoryWatch", "check_eviction", "check_memory", "check_memory_policy",
+           "check_server"]
 
 
 def _memory_info(client: Any) -> tuple[str, int, int]:
@@ -63,13 +64,20 @@ def check_memory(settings: Settings, maxmemory: int, used: int) -> str | None:
             f"REDCRAWL_DEDUPE=bloom for a smaller fingerprint filter")
 
 
+def check_memory_policy(client: Any, settings: Settings) -> list[str]:
+    """The server-wide checks (eviction policy, memory use): raises :class:`ConfigError`
+    for an evicting server; returns warnings to log."""
+    policy, maxmemory, used = _memory_info(client)
+    warnings = [check_eviction(settings, policy, maxmemory),
+                check_memory(settings, maxmemory, used)]
+    return [w for w in warnings if w]
+
+
 def check_server(frontier: ListsFrontier) -> list[str]:
-    """Every start-time check for a crawl's frontier. Raises :class:`ConfigError` for an
-    evicting server; returns warnings to log."""
+    """Every start-time check for a crawl's frontier: :func:`check_memory_policy`, then the
+    dedupe filter's server limits and encoding. Returns warnings to log."""
     settings = frontier.settings
-    policy, maxmemory, used = _memory_info(frontier.client)
-    warnings = [check_eviction(settings, policy, maxmemory), check_memory(settings, maxmemory,
-                                                                          used)]
+    warnings: list[str | None] = [*check_memory_policy(frontier.client, settings)]
     if settings.configure_server:
         warnings.append(frontier.done.configure())
     warnings += frontier.done.health()

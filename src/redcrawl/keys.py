@@ -14,9 +14,12 @@ from dataclasses import dataclass
 
 from redcrawl.errors import ConfigError
 
-__all__ = ["CrawlKeys", "crawl_of_stats_key", "stats_key_pattern", "validate_crawl_name"]
+__all__ = ["CRAWL_NAME_PATTERN", "CrawlKeys", "crawl_of_stats_key", "stats_key_pattern",
+           "validate_crawl_name"]
 
-_CRAWL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
+CRAWL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
+"""What a crawl name may be (it is a Redis Cluster hash tag, so no braces)."""
+_CRAWL_NAME = re.compile(CRAWL_NAME_PATTERN)
 
 
 def validate_crawl_name(name: str) -> str:

@@ -50,7 +50,16 @@ def serve(settings: Settings) -> None:
 
     from redcrawl.api.app import create_app as build
     from redcrawl.api.auth import open_access
+    from redcrawl.connection import connect
+    from redcrawl.guard import check_memory_policy
 
+    client = connect(settings)
+    try:
+        for warning in check_memory_policy(client, settings):  # an evicting server: refused
+            log.warning("redcrawl API: %s", warning)
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
+    finally:
+        client.close()
     if open_access(settings):
         msg = (f"redcrawl API: no tokens configured: open WITHOUT authentication, on "
                f"loopback only ({settings.api_host}:{settings.api_port}). Set "

@@ -36,16 +36,15 @@ from redcrawl.errors import (
     EncodeError,
     FrontierError,
 )
-from redcrawl.fingerprint import request_fingerprint
+from redcrawl.fingerprint import canonicalizer_for, request_fingerprint
 from redcrawl.frontier import Counts, Frontier, ListsFrontier
 from redcrawl.keys import (
-    _CRAWL_NAME,
+    CRAWL_NAME_PATTERN,
     CrawlKeys,
     crawl_of_stats_key,
     stats_key_pattern,
     validate_crawl_name,
 )
-from redcrawl.scrapy.scheduler import make_canonicalizer
 from redcrawl.settings import Settings
 
 __all__ = ["create_app", "frontier_for"]
@@ -119,7 +118,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
     startup and closed at shutdown)."""
     state: dict[str, Any] = {"client": client}
     rates = RateBook()
-    canonicalizer = make_canonicalizer(settings)
+    canonicalizer = canonicalizer_for(settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -224,7 +223,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
                 "done": c.done, "dead": c.dead, "retried": c.retried,
                 "reclaimed": c.reclaimed, "requeued": c.requeued, "finished": c.finished}
 
-    Crawl = Annotated[str, Path(pattern=_CRAWL_NAME.pattern, description="Crawl name.")]
+    Crawl = Annotated[str, Path(pattern=CRAWL_NAME_PATTERN, description="Crawl name.")]
     Limit = Annotated[int, Query(ge=1, le=m.MAX_LIST_LIMIT, description="Most items returned.")]
 
     # --- health ----------------------------------------------------------------------
