@@ -105,14 +105,14 @@ def server_binary() -> str:
 class RedisServer:
     """A throw-away redis-server on 127.0.0.1, no persistence, killed by :meth:`stop`."""
 
-    def __init__(self, binary: str) -> None:
+    def __init__(self, binary: str, *extra: str) -> None:
         self.binary = binary
         self.port = _free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.dir = tempfile.mkdtemp(prefix="redcrawl-bench-")
         self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
             [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir, "--daemonize", "no"],
+             "--appendonly", "no", "--dir", self.dir, "--daemonize", "no", *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )
         atexit.register(self.stop)

@@ -74,6 +74,17 @@ def test_exact_stores_63_bit_integers_in_intset_buckets(redis_client: redis.Redi
     assert sum(redis_client.scard(k) for k in keys) == len(items)
 
 
+@pytest.mark.parametrize("value", [0, 1, 9_999_999, 10_000_000, 10**14 - 1, 10**14,
+                                   2**53 + 1, 2**63 - 1, 2**64 - 1])
+def test_exact_member_is_the_exact_integer(redis7_client: redis.Redis, value: int) -> None:
+    spec = resolve_spec(Settings(dedupe_capacity=100_000))
+    fp = b"\x01\x02\x03" + b"\x00" * 5 + value.to_bytes(8, "big") + b"\xff" * 4
+    bucket, member = split(fp, spec.bucket_bits)
+    assert member == value & (2**63 - 1)
+    Filter(redis7_client, spec, "t:{c}:fpd").add([fp])
+    assert redis7_client.smembers(f"t:{{c}}:fpd:{bucket}") == {str(member).encode()}
+
+
 def test_exact_detects_buckets_falling_back_to_hash_tables(
     redis_client: redis.Redis, intset_limit: None
 ) -> None:

@@ -89,16 +89,25 @@ local function dd_make_layer(base, i, expire_at)
   end
 end
 
--- Set fp's bits in layer i; returns true if any bit was new.
+-- Set fp's bits in layer i (one BITFIELD per bitmap key touched); returns true if any
+-- bit was new.
 local function dd_set_layer(base, i, h1, h2)
   local l = dd_layer(i)
   local m = l[1]
-  local new = false
+  local per_seg = {}
   for j = 0, l[2] - 1 do
     local pos = (h1 + j * h2) % m
     local seg = math.floor(pos / DD_SEG)
-    if redis.call('SETBIT', base .. ':' .. i .. ':' .. seg, pos - seg * DD_SEG, 1) == 0 then
-      new = true
+    local args = per_seg[seg]
+    if not args then args = {}; per_seg[seg] = args end
+    args[#args + 1] = 'SET'; args[#args + 1] = 'u1'
+    args[#args + 1] = pos - seg * DD_SEG; args[#args + 1] = 1
+  end
+  local new = false
+  for seg, args in pairs(per_seg) do
+    local old = redis.call('BITFIELD', base .. ':' .. i .. ':' .. seg, unpack(args))
+    for _, bit in ipairs(old) do
+      if bit == 0 then new = true end
     end
   end
   return new

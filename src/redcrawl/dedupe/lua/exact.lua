@@ -28,19 +28,28 @@ local function dd_key(g, bucket)
 end
 
 -- Bucket number and member (canonical decimal of a 63-bit integer) of a fingerprint.
--- Lua numbers are doubles, so the integer is built in base-10^7 limbs, 16 bits at a time.
+-- Lua numbers are doubles, so the integer is built in base-10^7 limbs, 16 bits at a time
+-- (every intermediate stays below 2^53).
+local E7 = 10000000
 local function dd_split(fp)
   local b1, b2, b3 = string.byte(fp, 1, 3)
   local c1, c2, c3, c4, c5, c6, c7, c8 = string.byte(fp, 9, 16)
-  local l0, l1, l2 = 0, 0, 0
-  local function step(chunk)
-    local v = l0 * 65536 + chunk
-    l0 = v % 10000000
-    v = l1 * 65536 + (v - l0) / 10000000
-    l1 = v % 10000000
-    l2 = l2 * 65536 + (v - l1) / 10000000
-  end
-  step((c1 % 128) * 256 + c2); step(c3 * 256 + c4); step(c5 * 256 + c6); step(c7 * 256 + c8)
+  -- after the first 16 bits: one limb
+  local l0 = (c1 % 128) * 256 + c2
+  -- next 16: l0 * 65536 + chunk may exceed 10^7: split
+  local v = l0 * 65536 + c3 * 256 + c4
+  l0 = v % E7
+  local l1 = (v - l0) / E7
+  v = l0 * 65536 + c5 * 256 + c6
+  l0 = v % E7
+  v = l1 * 65536 + (v - l0) / E7
+  l1 = v % E7
+  local l2 = (v - l1) / E7
+  v = l0 * 65536 + c7 * 256 + c8
+  l0 = v % E7
+  v = l1 * 65536 + (v - l0) / E7
+  l1 = v % E7
+  l2 = l2 * 65536 + (v - l1) / E7
   local member
   if l2 > 0 then member = string.format('%d%07d%07d', l2, l1, l0)
   elseif l1 > 0 then member = string.format('%d%07d', l1, l0)
@@ -61,11 +70,26 @@ local function dd_group(fps)
   return groups
 end
 
+-- Few fingerprints per bucket (the usual case: a batch is much smaller than the bucket
+-- count): one call per fingerprint, without building groups.
+local function dd_sparse(n) return n * 4 < DD_BUCKETS end
+
 -- For a list of fingerprints, a list of booleans: is it DONE?
 local function dd_done_flags(fps)
   local out = {}
-  for i = 1, #fps do out[i] = false end
   local first = (DD_GEN_MS > 0) and (DD_GEN - DD_GENS) or 0
+  if dd_sparse(#fps) then
+    for i, fp in ipairs(fps) do
+      local bucket, member = dd_split(fp)
+      local hit = false
+      for gen = DD_GEN, first, -1 do
+        if redis.call('SISMEMBER', dd_key(gen, bucket), member) == 1 then hit = true; break end
+      end
+      out[i] = hit
+    end
+    return out
+  end
+  for i = 1, #fps do out[i] = false end
   for bucket, g in pairs(dd_group(fps)) do
     local members, at = g[1], g[2]
     for gen = DD_GEN, first, -1 do
@@ -85,6 +109,13 @@ end
 -- Record fingerprints as DONE (in the current generation).
 local function dd_mark_done(fps)
   if #fps == 0 then return end
+  if DD_GEN_MS == 0 and dd_sparse(#fps) then
+    for _, fp in ipairs(fps) do
+      local bucket, member = dd_split(fp)
+      redis.call('SADD', dd_key(DD_GEN, bucket), member)
+    end
+    return
+  end
   for bucket, g in pairs(dd_group(fps)) do
     local key = dd_key(DD_GEN, bucket)
     bulk('SADD', key, g[1])
