@@ -127,6 +127,21 @@ def test_submit_one_then_its_duplicate(api: httpx.Client, frontier: ListsFrontie
     assert lease.id.hex() == expected_id
 
 
+def test_submit_recrawl_accepts_done_requests_only(api: httpx.Client,
+                                                  frontier: ListsFrontier) -> None:
+    url = "https://example.com/done"
+    assert submit(api, {"url": url}).json()["accepted"] == 1
+    frontier.ack(frontier.lease("w1", 5))
+    assert submit(api, {"url": url}).json()["accepted"] == 0           # done: a duplicate
+    again = api.post("/v1/crawls/c/requests", json={"requests": [{"url": url}],
+                                                      "recrawl": True})
+    assert again.status_code == 200 and again.json()["accepted"] == 1  # crawled again
+    queued = api.post("/v1/crawls/c/requests", json={"requests": [{"url": url}],
+                                                       "recrawl": True})
+    assert queued.json()["accepted"] == 0                             # but once: it is queued
+    assert counts(frontier) == (2, 2, 1, 0, 0, 0)
+
+
 def test_submit_batch_with_delays_and_dont_filter(api: httpx.Client,
                                                   frontier: ListsFrontier) -> None:
     body_b64 = "AAEC/w=="  # bytes 00 01 02 ff

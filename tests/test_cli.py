@@ -61,6 +61,15 @@ def test_seed_status_dead_requeue_purge(redis7: RedisServer, crawl: ListsFrontie
     assert code == 0 and crawl.counts().accepted == 0
 
 
+def test_seed_recrawl(redis7: RedisServer, crawl: ListsFrontier) -> None:
+    args = ["seed", "https://a.example/1", "--redis-url", redis7.url, "--crawl", "cli"]
+    assert "seeded 1" in invoke(*args)[1]
+    crawl.ack(crawl.lease("w", 5))
+    assert "seeded 0 URL(s); 1 already known" in invoke(*args)[1]
+    assert "seeded 1" in invoke(*args, "--recrawl")[1]
+    assert crawl.counts().ready == 1
+
+
 def test_bad_input_is_a_clear_error_and_writes_nothing(redis7: RedisServer,
                                                        crawl: ListsFrontier) -> None:
     code, out = invoke("seed", "https://ok.example/", "ftp://nope/", "--redis-url", redis7.url,

@@ -7,10 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+import scrapy
 
 from redcrawl.codec import Envelope
 from redcrawl.dedupe import DedupeSpec, Filter, resolve_spec, split
 from redcrawl.errors import ConfigError, FrontierError
+from redcrawl.fingerprint import fingerprint
+from redcrawl.frontier import ListsFrontier
+from redcrawl.scrapy.dupefilter import DupeFilter
 from redcrawl.settings import Settings
 
 from .conftest import Clock, FrontierFactory, RedisServer
@@ -188,8 +192,6 @@ def test_redisbloom_backend(redisbloom: RedisServer) -> None:
 def test_frontier_on_redisbloom_keeps_its_backend(redisbloom: RedisServer) -> None:
     client = redis.Redis.from_url(redisbloom.url)
     client.flushall()
-    from redcrawl.frontier import ListsFrontier
-
     own = ListsFrontier(client, Settings(dedupe="bloom", bloom_backend="lua"), "c1")
     own.push([env("http://a/1")])
     again = ListsFrontier(client, Settings(dedupe="bloom"), "c1")
@@ -244,3 +246,28 @@ def test_a_crawl_keeps_its_dedupe_layout(make_frontier: FrontierFactory) -> None
     other = make_frontier(dedupe="bloom", bloom_backend="lua")
     with pytest.raises(FrontierError, match="REDCRAWL_DEDUPE"):
         other.push([env("http://a/2")])
+
+
+# --- the standalone DupeFilter (another scheduler) ----------------------------------------
+
+@pytest.mark.parametrize("mode", MODES)
+def test_standalone_dupefilter_with_version_meta(redis7: RedisServer,
+                                                 redis7_client: redis.Redis,
+                                                 mode: dict[str, str]) -> None:
+    settings = Settings(redis_url=redis7.url, crawl="df", fingerprint_version_meta="v",
+                        dedupe_capacity=10_000, **mode)  # type: ignore[arg-type]
+    frontier = ListsFrontier(redis7_client, settings, "df")
+    frontier.push([Envelope(url="http://a/done", fingerprint=fingerprint("http://a/done"))])
+    frontier.ack(frontier.lease("w", 1))
+    df = DupeFilter(settings)
+    try:
+        assert df.request_seen(scrapy.Request("http://a/done"))          # done in the crawl
+        assert not df.request_seen(scrapy.Request("http://a/1", meta={"v": 1}))
+        assert not df.request_seen(scrapy.Request("http://a/1", meta={"v": 2}))  # new version
+        assert df.request_seen(scrapy.Request("http://a/1", meta={"v": 2}))
+        assert not df.request_seen(scrapy.Request("http://a/1"))         # no version
+    finally:
+        df.close("finished")
+    frontier.purge()
+    assert frontier.done.redis_keys() == []
+    assert redis7_client.keys("rc:{df}:fps:*") == []

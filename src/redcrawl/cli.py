@@ -312,6 +312,9 @@ def seed(
     callback: Annotated[str | None, typer.Option(
         help="Spider method to parse them with (default: parse).")] = None,
     priority: Annotated[int, typer.Option(help="Request priority.")] = 0,
+    recrawl: Annotated[bool, typer.Option(
+        "--recrawl", help="Crawl URLs again even if they are done (not if still queued).")
+    ] = False,
 ) -> None:
     """Put start URLs straight into a crawl's frontier (durable, deduplicated)."""
     from redcrawl.scrapy.scheduler import seed as push_seeds
@@ -327,7 +330,7 @@ def seed(
         raise ConfigError("URL", "give URLs as arguments or with --file")
     settings = _settings(redis_url)
     result = push_seeds(items, settings=settings, crawl=_require_crawl(crawl_name),
-                        callback=callback, priority=priority)
+                        callback=callback, priority=priority, recrawl=recrawl)
     typer.echo(f"seeded {result.accepted} URL(s); {result.filtered} already known")
 
 

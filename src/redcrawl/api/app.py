@@ -281,7 +281,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
         flags: list[bool] = [False] * len(items)
         f = frontier(crawl)
         for delay, idx in groups.items():
-            result = f.push([envs[i] for i in idx], delay=delay)
+            result = f.push([envs[i] for i in idx], delay=delay, recrawl=payload.recrawl)
             for i, flag in zip(idx, result.flags, strict=True):
                 flags[i] = flag
         accepted = sum(flags)

@@ -138,6 +138,8 @@ class RequestIn(_Strict):
 class SubmitIn(_Strict):
     requests: list[RequestIn] = Field(min_length=1, max_length=HARD_MAX_BATCH,
                                       description="1 to REDCRAWL_API_MAX_BATCH requests.")
+    recrawl: bool = Field(default=False, description="Accept requests that are already DONE "
+                          "(crawl them again); requests still stored stay duplicates.")
 
 
 class SubmitItem(BaseModel):

@@ -53,7 +53,7 @@ BUCKET_FILL = 2048
 INTSET_HEADROOM = 2.5
 """Exact mode: buckets must stay intsets up to this many times their planned fill."""
 SEGMENT_BITS = 25
-"""Own Bloom filter: bits per bitmap key (2^25 bits = 4 MiB)."""
+"""Own Bloom filter: bitmap keys hold 2^SEGMENT_BITS - 512 bits (just under 4 MiB)."""
 SHARD_CAPACITY = 1 << 24
 """RedisBloom: planned fingerprints per shard (one BF key each)."""
 
@@ -133,9 +133,8 @@ def resolve_spec(settings: Settings, *, client: Any = None,
     backend = settings.bloom_backend
     if backend == "auto":
         if created is not None and created.split(" ", 1)[0] in ("bloom", "rbloom"):
-            backend = "redisbloom" if created.startswith("rbloom") else "lua"
-        else:
-            backend = "redisbloom" if client is not None and has_redisbloom(client) else "lua"
+            return rbloom if created.startswith("rbloom") else spec
+        return rbloom if client is not None and has_redisbloom(client) else spec
     if backend == "redisbloom":
         if client is not None and not has_redisbloom(client):
             raise ConfigError("REDCRAWL_BLOOM_BACKEND", "redisbloom is asked for but the "

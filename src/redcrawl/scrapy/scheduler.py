@@ -71,15 +71,16 @@ COUNTS_CACHE = 1.0
 
 def seed(urls: Iterable[str], *, settings: Settings, crawl: str,
          callback: str | None = None, priority: int = 0,
-         client: Any = None) -> PushResult:
+         client: Any = None, recrawl: bool = False) -> PushResult:
     """Push start URLs straight into a crawl's frontier (durable, deduplicated the way
-    the scheduler dedupes). ``callback`` names a spider method (default: ``parse``)."""
+    the scheduler dedupes). ``callback`` names a spider method (default: ``parse``).
+    ``recrawl``: URLs already DONE are accepted again."""
     canonicalizer = canonicalizer_for(settings)
     envs = [codec.Envelope(url=u, callback=callback, priority=priority,
                            fingerprint=fingerprint(u, canonicalizer=canonicalizer))
             for u in urls]
     frontier = ListsFrontier(client or connect(settings), settings, crawl)
-    return frontier.push(envs)
+    return frontier.push(envs, recrawl=recrawl)
 
 
 def default_worker_id() -> str:

@@ -5,8 +5,10 @@
 -- layers together stay below 2p); a new layer starts when the one before is full. A
 -- layer of m bits with k hash functions uses the bit positions (h1 + j*h2) mod m,
 -- j = 0..k-1, with h1 and h2 two 48-bit numbers taken from the fingerprint (bytes 9-14
--- and 15-20). Bitmaps are split into keys of 2^DD_SEG bits each, so no key grows beyond
--- 2^DD_SEG / 8 bytes however large the crawl.
+-- and 15-20). Bitmaps are split into keys of 2^<segment bits> - 512 bits each, so no key
+-- grows beyond 2^<segment bits> / 8 bytes however large the crawl (64 bytes short of the
+-- power of two, so that a key with its header fits jemalloc's size class, not the next one
+-- up, 25% larger).
 --
 -- Expects K_FPD (key base), DD (spec), NOW (ms), CHUNK and bulk() from the script before it.
 -- DD = "bloom <n0> <p> <generation ms> <generations> <segment bits>"; generations as in
@@ -17,7 +19,7 @@ do
   local f = {}
   for w in string.gmatch(DD, '%S+') do f[#f + 1] = w end
   DD_N0, DD_P, DD_GEN_MS = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
-  DD_GENS, DD_SEG = tonumber(f[5]), 2 ^ tonumber(f[6])
+  DD_GENS, DD_SEG = tonumber(f[5]), 2 ^ tonumber(f[6]) - 512
 end
 local DD_GEN = (DD_GEN_MS > 0) and math.floor(NOW / DD_GEN_MS) or 0
 local LN2 = math.log(2)
