@@ -147,7 +147,8 @@ def resolve_spec(settings: Settings, *, client: Any = None,
 @cache
 def prelude(mode: Mode) -> str:
     """Lua source defining ``dd_done_flags`` and ``dd_mark_done`` for ``mode``."""
-    return (resources.files("redcrawl.dedupe") / "lua" / f"{mode}.lua").read_text("utf-8")
+    lua = resources.files("redcrawl.dedupe") / "lua"
+    return "\n".join((lua / f).read_text("utf-8") for f in ("common.lua", f"{mode}.lua"))
 
 
 @cache

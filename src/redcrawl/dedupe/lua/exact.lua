@@ -57,19 +57,6 @@ local function dd_split(fp)
   return (b1 * 65536 + b2 * 256 + b3) % DD_BUCKETS, member
 end
 
--- fps grouped by bucket: {bucket -> {members, positions}}.
-local function dd_group(fps)
-  local groups = {}
-  for i, fp in ipairs(fps) do
-    local bucket, member = dd_split(fp)
-    local g = groups[bucket]
-    if not g then g = {{}, {}}; groups[bucket] = g end
-    g[1][#g[1] + 1] = member
-    g[2][#g[2] + 1] = i
-  end
-  return groups
-end
-
 -- Few fingerprints per bucket (the usual case: a batch is much smaller than the bucket
 -- count): one call per fingerprint, without building groups.
 local function dd_sparse(n) return n * 4 < DD_BUCKETS end
@@ -90,17 +77,9 @@ local function dd_done_flags(fps)
     return out
   end
   for i = 1, #fps do out[i] = false end
-  for bucket, g in pairs(dd_group(fps)) do
-    local members, at = g[1], g[2]
+  for bucket, g in pairs(dd_group(fps, dd_split)) do
     for gen = DD_GEN, first, -1 do
-      local key = dd_key(gen, bucket)
-      for i = 1, #members, CHUNK do
-        local last = math.min(i + CHUNK - 1, #members)
-        local hits = redis.call('SMISMEMBER', key, unpack(members, i, last))
-        for j, v in ipairs(hits) do
-          if v == 1 then out[at[i + j - 1]] = true end
-        end
-      end
+      dd_mark_hits(out, 'SMISMEMBER', dd_key(gen, bucket), g[1], g[2])
     end
   end
   return out
@@ -116,7 +95,7 @@ local function dd_mark_done(fps)
     end
     return
   end
-  for bucket, g in pairs(dd_group(fps)) do
+  for bucket, g in pairs(dd_group(fps, dd_split)) do
     local key = dd_key(DD_GEN, bucket)
     bulk('SADD', key, g[1])
     if DD_GEN_MS > 0 then

@@ -21,18 +21,10 @@ local function dd_key(g, shard)
   return K_FPD .. ':' .. shard
 end
 
--- fps grouped by shard: {shard -> {fps, positions}}.
-local function dd_group(fps)
-  local groups = {}
-  for i, fp in ipairs(fps) do
-    local b1, b2, b3 = string.byte(fp, 1, 3)
-    local shard = (b1 * 65536 + b2 * 256 + b3) % DD_SHARDS
-    local g = groups[shard]
-    if not g then g = {{}, {}}; groups[shard] = g end
-    g[1][#g[1] + 1] = fp
-    g[2][#g[2] + 1] = i
-  end
-  return groups
+-- Shard of a fingerprint (bytes 1-3), and the item stored: the fingerprint itself.
+local function dd_shard(fp)
+  local b1, b2, b3 = string.byte(fp, 1, 3)
+  return (b1 * 65536 + b2 * 256 + b3) % DD_SHARDS, fp
 end
 
 -- For a list of fingerprints, a list of booleans: is it (probably) DONE?
@@ -40,18 +32,11 @@ local function dd_done_flags(fps)
   local out = {}
   for i = 1, #fps do out[i] = false end
   local first = (DD_GEN_MS > 0) and (DD_GEN - DD_GENS) or 0
-  for shard, g in pairs(dd_group(fps)) do
-    local items, at = g[1], g[2]
+  for shard, g in pairs(dd_group(fps, dd_shard)) do
     for gen = DD_GEN, first, -1 do
       local key = dd_key(gen, shard)
       if redis.call('EXISTS', key) == 1 then
-        for i = 1, #items, CHUNK do
-          local last = math.min(i + CHUNK - 1, #items)
-          local hits = redis.call('BF.MEXISTS', key, unpack(items, i, last))
-          for j, v in ipairs(hits) do
-            if v == 1 then out[at[i + j - 1]] = true end
-          end
-        end
+        dd_mark_hits(out, 'BF.MEXISTS', key, g[1], g[2])
       end
     end
   end
@@ -61,7 +46,7 @@ end
 -- Record fingerprints as DONE (in the current generation).
 local function dd_mark_done(fps)
   if #fps == 0 then return end
-  for shard, g in pairs(dd_group(fps)) do
+  for shard, g in pairs(dd_group(fps, dd_shard)) do
     local key, items = dd_key(DD_GEN, shard), g[1]
     for i = 1, #items, CHUNK do
       redis.call('BF.INSERT', key, 'CAPACITY', DD_CAP, 'ERROR', DD_P, 'EXPANSION', 2,

@@ -1,0 +1,27 @@
+-- common.lua: helpers shared by the dedupe preludes (prepended before each of them).
+
+-- Group fingerprints by bucket: {bucket -> {items, positions}}, with
+-- split(fp) -> bucket, item (what is stored for fp in that bucket).
+local function dd_group(fps, split)
+  local groups = {}
+  for i, fp in ipairs(fps) do
+    local bucket, item = split(fp)
+    local g = groups[bucket]
+    if not g then g = {{}, {}}; groups[bucket] = g end
+    g[1][#g[1] + 1] = item
+    g[2][#g[2] + 1] = i
+  end
+  return groups
+end
+
+-- One multi-item membership command (SMISMEMBER, BF.MEXISTS) over items in chunks; sets
+-- out[at[j]] = true for every item found.
+local function dd_mark_hits(out, cmd, key, items, at)
+  for i = 1, #items, CHUNK do
+    local last = math.min(i + CHUNK - 1, #items)
+    local hits = redis.call(cmd, key, unpack(items, i, last))
+    for j, v in ipairs(hits) do
+      if v == 1 then out[at[i + j - 1]] = true end
+    end
+  end
+end
