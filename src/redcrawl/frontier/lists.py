@@ -55,9 +55,15 @@ MAINTAIN_LIMIT = 1000
 
 
 @cache
-def _source(name: str, mode: Mode) -> str:
+def _source(name: str, mode: Mode, backend: str = "lists") -> str:
+    """A frontier script: lib.lua, the dedupe prelude, the backend's ready-queue layer
+    (``queue_<backend>.lua``), ops.lua, then the script (``<name>_<backend>.lua`` if the
+    backend has its own)."""
     lua = resources.files("redcrawl.frontier") / "lua"
-    text = [(lua / p).read_text(encoding="utf-8") for p in ("lib.lua", "ops.lua", f"{name}.lua")]
+    own = lua / f"{name}_{backend}.lua"
+    script = own if own.is_file() else lua / f"{name}.lua"
+    parts = [lua / "lib.lua", lua / f"queue_{backend}.lua", lua / "ops.lua", script]
+    text = [p.read_text(encoding="utf-8") for p in parts]
     return "\n".join([text[0], dedupe.prelude(mode), *text[1:]])
 
 
@@ -293,7 +299,8 @@ class ListsFrontier:
     def maintain(self) -> tuple[int, int]:
         """Promote due delayed requests and reclaim expired leases.
         Returns (promoted, reclaimed). ``lease`` does this too."""
-        promoted, reclaimed = self._run("maintain", [self.settings.max_attempts, MAINTAIN_LIMIT])
+        promoted, reclaimed = self._run("maintain", [self.settings.max_attempts, MAINTAIN_LIMIT,
+                                                     self._ms(None, self.settings.lease_ttl)])
         return int(promoted), int(reclaimed)
 
     def requeue_dead(self, ids: Sequence[str] | None = None, *, limit: int = 1000) -> int:
