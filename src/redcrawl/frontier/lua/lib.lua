@@ -55,9 +55,10 @@ local CREATED = redis.call('HGET', K_CONTROL, 'layout')
 if not CREATED then
   redis.call('HSET', K_CONTROL, 'layout', LAYOUT)
 elseif CREATED ~= LAYOUT then
-  return redis.error_reply('crawl layout mismatch: the crawl was created with ordering, tier ' ..
-    'bounds and dedupe "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give ' ..
-    'every worker the same REDCRAWL_ORDERING (SCHEDULER_QUEUE_CLASS), REDCRAWL_TIER_BOUNDS, ' ..
+  return redis.error_reply('crawl layout mismatch: the crawl was created with backend/ordering, ' ..
+    'tier bounds and dedupe "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give ' ..
+    'every worker the same REDCRAWL_BACKEND, REDCRAWL_SHARDS, REDCRAWL_ORDERING ' ..
+    '(SCHEDULER_QUEUE_CLASS), REDCRAWL_TIER_BOUNDS, ' ..
     'REDCRAWL_DEDUPE, REDCRAWL_DEDUPE_CAPACITY, REDCRAWL_DEDUPE_ERROR_RATE and ' ..
     'REDCRAWL_RECRAWL_AFTER, or purge the crawl')
 end
