@@ -37,7 +37,7 @@ from redcrawl.errors import (
     FrontierError,
 )
 from redcrawl.fingerprint import canonicalizer_for, request_fingerprint
-from redcrawl.frontier import Counts, Frontier, ListsFrontier
+from redcrawl.frontier import Counts, Frontier, open_frontier
 from redcrawl.keys import (
     CRAWL_NAME_PATTERN,
     CrawlKeys,
@@ -54,7 +54,7 @@ API_VERSION = "1"
 
 def frontier_for(client: redis.Redis, settings: Settings, crawl: str) -> Frontier:
     """The frontier of ``crawl``: the one place that picks a backend."""
-    return ListsFrontier(client, settings, crawl)
+    return open_frontier(client, settings, crawl)
 
 
 def _clean(text: str) -> str:
