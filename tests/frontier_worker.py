@@ -1,6 +1,6 @@
 """A worker process for the SIGKILL test: lease, "process", ack, until the crawl is done.
 
-``python -m tests.frontier_worker URL CRAWL WORKER LOGFILE``
+``python -m tests.frontier_worker URL CRAWL WORKER LOGFILE [BACKEND]``
 
 Before acking a batch it logs ``P <id> <token>`` for each lease (the work was done), after
 the ack returns ``A <acked> <batch size>``. Lines are flushed and fsynced, so after a
@@ -14,13 +14,14 @@ import sys
 import time
 
 from redcrawl.connection import connect
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
 
 
-def main(url: str, crawl: str, worker: str, logfile: str) -> None:
-    settings = Settings(redis_url=url, lease_ttl=1.5, batch_size=50)
-    frontier = ListsFrontier(connect(settings), settings, crawl)
+def main(url: str, crawl: str, worker: str, logfile: str, backend: str = "lists") -> None:
+    settings = Settings(redis_url=url, lease_ttl=1.5, batch_size=50,
+                        backend=backend)  # type: ignore[arg-type]
+    frontier = open_frontier(connect(settings), settings, crawl)
     with open(logfile, "a", buffering=1) as log:
 
         def write(line: str) -> None:
@@ -45,4 +46,4 @@ def main(url: str, crawl: str, worker: str, logfile: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])
