@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, Literal
 
 import redis
 import redis.exceptions
@@ -105,8 +105,7 @@ class ShardInfo:
     """One stream of a shard (see :meth:`StreamsFrontier.shards`)."""
 
     shard: int
-    stream: str
-    """"high" or "low"."""
+    stream: Literal["high", "low"]
     key: str
     length: int
     """Entries in the stream: ready + pending."""
@@ -232,9 +231,9 @@ class StreamsFrontier(ListsFrontier):
                       in_flight=in_flight, done=done, dead=dead, retried=retried,
                       reclaimed=reclaimed, requeued=requeued)
 
-    def _stream_rows(self) -> list[tuple[int, str, str]]:
+    def _stream_rows(self) -> list[tuple[int, Literal["high", "low"], str]]:
         """(shard, "high"/"low", key) of every stream, high streams first."""
-        rows = []
+        rows: list[tuple[int, Literal["high", "low"], str]] = []
         for high in (True, False):
             for s in range(self.settings.shards):
                 rows.append((s, "high" if high else "low", self.keys.stream(s, high)))
