@@ -162,23 +162,22 @@ BACKENDS = ("lists", "streams")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """A test that takes ``backend`` (directly or through ``make_frontier``) runs once per
-    frontier backend; ``@pytest.mark.backends("lists")`` narrows that (a test of a feature
-    only one backend has, e.g. lifo or weighted tiers)."""
-    explicit = any("backend" in str(m.args[0]) for m in
-                   metafunc.definition.iter_markers("parametrize"))
-    if "backend" in metafunc.fixturenames and not explicit:
+    """A test that takes ``frontier_backend`` (directly or through ``make_frontier``) runs
+    once per frontier backend; ``@pytest.mark.backends("lists")`` narrows that (a test of
+    a feature only one backend has, e.g. lifo or weighted tiers)."""
+    if "frontier_backend" in metafunc.fixturenames:
         marker = metafunc.definition.get_closest_marker("backends")
-        metafunc.parametrize("backend", marker.args if marker else BACKENDS)
+        metafunc.parametrize("frontier_backend", marker.args if marker else BACKENDS)
 
 
 @pytest.fixture
-def make_frontier(redis_client: redis.Redis, clock: Clock, backend: str) -> FrontierFactory:
+def make_frontier(redis_client: redis.Redis, clock: Clock,
+                  frontier_backend: str) -> FrontierFactory:
     """``make_frontier(crawl="c", **settings)``: a frontier of the test's backend on the
     test server with the test clock."""
 
     def make(crawl: str = "c", *, use_clock: bool = True, **settings: Any) -> ListsFrontier:
-        s = Settings(**{"retry_backoff": 0.0, "lease_ttl": 10.0, "backend": backend,
+        s = Settings(**{"retry_backoff": 0.0, "lease_ttl": 10.0, "backend": frontier_backend,
                         **settings})
         return open_frontier(redis_client, s, crawl, clock=clock if use_clock else None)
 

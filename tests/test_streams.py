@@ -49,7 +49,7 @@ def consumers(client: redis.Redis, f: StreamsFrontier) -> set[str]:
 
 
 def test_open_frontier_picks_the_backend_and_streams_need_fifo(
-    redis_client: redis.Redis, backend: str
+    redis_client: redis.Redis, frontier_backend: str
 ) -> None:
     f = open_frontier(redis_client, Settings(backend="streams"), "c")
     assert isinstance(f, StreamsFrontier) and f.BACKEND == "streams"

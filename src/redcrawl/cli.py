@@ -64,7 +64,7 @@ def _settings(redis_url: str | None, **changes: Any) -> Settings:
 
 
 def _frontier(settings: Settings, crawl: str) -> ListsFrontier:
-    return open_frontier(connect(settings), settings, crawl)
+    return open_frontier(connect(settings), settings, crawl, follow_layout=True)
 
 
 def _fail(message: str, code: int) -> typer.Exit:
