@@ -237,7 +237,7 @@ local function reclaim(cands, max_attempts, ttl, worker, want)
         back = back + 1
         taken = taken + 1
       end
-    elseif r[1] == nil then
+    elseif not (r[1] and r[1][1]) then
       redis.pcall('XACK', key, S_GROUP, eid)  -- pending, but the entry is gone
     end
   end
