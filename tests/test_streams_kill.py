@@ -66,7 +66,9 @@ def test_http_producer_four_consumers_two_sigkilled(redis7: RedisServer,
                                                     tmp_path: Path) -> None:
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
-    rng = random.Random(os.environ.get("RC_KILL_SEED", str(time.time_ns())))
+    seed = os.environ.get("RC_KILL_SEED", str(time.time_ns()))
+    print(f"kill moments: RC_KILL_SEED={seed}")  # shown if the test fails
+    rng = random.Random(seed)
     server, base = _serve(redis7.url, tmp_path / "serve.log")
     frontier = open_frontier(client, Settings(backend="streams"), CRAWL)
     assert isinstance(frontier, StreamsFrontier)
