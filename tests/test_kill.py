@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from redcrawl.codec import Envelope
-from redcrawl.frontier import open_frontier
+from redcrawl.frontier import InflightInfo, ListsFrontier, open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
@@ -45,6 +45,25 @@ def _parse(log: Path) -> tuple[list[list[tuple[str, str]]], list[int]]:
     return batches, acked
 
 
+def kill_while_holding(proc: subprocess.Popen[bytes], worker: str, frontier: ListsFrontier,
+                       deadline: float) -> list[InflightInfo]:
+    """SIGKILL ``proc`` at a moment it holds leases, and return them. It is frozen first
+    (SIGSTOP) and a command it had already sent is given time to finish, so what is seen
+    held is what it holds when killed; if it holds nothing, it runs on a little and the
+    next moment is tried."""
+    while True:
+        assert time.monotonic() < deadline, f"{worker} never held a lease"
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.05)
+        held = [x for x in frontier.inflight(limit=10_000) if x.worker == worker]
+        if held:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return held
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.003)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["lists", "streams"])
 def test_sigkill_one_of_four_workers_loses_nothing(redis7: RedisServer, tmp_path: Path,
@@ -70,11 +89,7 @@ def test_sigkill_one_of_four_workers_loses_nothing(redis7: RedisServer, tmp_path
         assert time.monotonic() < deadline, "workers made no progress"
         time.sleep(0.01)
     # Kill while the victim holds leases (the moment that matters).
-    while not any(x.worker == "w1" for x in frontier.inflight(limit=1000)):
-        assert time.monotonic() < deadline, "the victim never held a lease"
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    held_at_kill = frontier.inflight(limit=10_000)
+    held_at_kill = kill_while_holding(victim, "w1", frontier, deadline)
     for p in procs:
         if p is not victim:
             assert p.wait(timeout=120) == 0

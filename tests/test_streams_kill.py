@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import random
-import signal
 import socket
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from redcrawl.frontier import StreamsFrontier, open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
-from .test_kill import _parse
+from .test_kill import _parse, kill_while_holding
 
 N = 20_000
 BATCH = 1000
@@ -109,19 +108,11 @@ def test_http_producer_four_consumers_two_sigkilled(redis7: RedisServer,
         deadline = time.monotonic() + 50
         for v, at in zip(victims, moments, strict=True):
             name = f"w{v}"
-            while True:
+            while frontier.counts().done < at:
                 assert time.monotonic() < deadline, "no progress"
                 assert not errors, errors
-                if frontier.counts().done >= at:
-                    mine = {x.id for x in frontier.inflight(limit=5000) if x.worker == name}
-                    if mine:
-                        break
                 time.sleep(0.005)
-            procs[v].send_signal(signal.SIGKILL)
-            procs[v].wait()
-            # what it held at the moment of death (it may have acked the snapshot's batch)
-            held[name] = {x.id for x in frontier.inflight(limit=5000) if x.worker == name}
-            assert held[name], f"{name} held nothing when killed; the test proved little"
+            held[name] = {x.id for x in kill_while_holding(procs[v], name, frontier, deadline)}
         producer.join(60)
         assert not producer.is_alive() and not errors, errors
         for i, p in enumerate(procs):

@@ -279,7 +279,7 @@ class StreamsFrontier(ListsFrontier):
             sec, usec = res[0]
             server_ms = int(sec) * 1000 + int(usec) // 1000
             now_ms = self._now_ms(server_ms)
-            out: list[ShardInfo] = []
+            found: list[tuple[int, Literal["high", "low"], str, int, int, int, list[Any]]] = []
             for i, (s, cls, key) in enumerate(rows):
                 length, summary, entries, consumers = res[1 + 4 * i:5 + 4 * i]
                 if not isinstance(length, int) or (length == 0 and not isinstance(summary,
@@ -287,14 +287,18 @@ class StreamsFrontier(ListsFrontier):
                     continue
                 if not isinstance(summary, dict):
                     summary, entries, consumers = {"pending": 0}, [], []
-                eids = [e["message_id"] for e in entries]
-                rids = self._entry_ids(key, eids)
-                out.append(ShardInfo(
-                    shard=s, stream=cls, key=key, length=length,
-                    pending=int(summary["pending"]), consumers=len(consumers),
-                    entries=[self._entry(e, rid, server_ms, now_ms)
-                             for e, rid in zip(entries, rids, strict=True)],
-                ))
+                found.append((s, cls, key, length, int(summary["pending"]), len(consumers),
+                              entries))
+            rids = self._entry_ids([(f[2], e["message_id"]) for f in found for e in f[6]])
+        out: list[ShardInfo] = []
+        at = 0
+        for s, cls, key, length, pending, consumers, entries in found:
+            mine = rids[at:at + len(entries)]
+            at += len(entries)
+            out.append(ShardInfo(shard=s, stream=cls, key=key, length=length, pending=pending,
+                                 consumers=consumers,
+                                 entries=[self._entry(e, rid, server_ms, now_ms)
+                                          for e, rid in zip(entries, mine, strict=True)]))
         return out
 
     def _entry(self, e: dict[str, Any], rid: bytes | None, server_ms: int,
@@ -306,12 +310,13 @@ class StreamsFrontier(ListsFrontier):
                             consumer=e["consumer"].decode(), idle=(now_ms - since) / 1000,
                             since=since / 1000, deliveries=int(e["times_delivered"]))
 
-    def _entry_ids(self, key: str, eids: Sequence[bytes]) -> list[bytes | None]:
-        """The request id of each stream entry (None if the entry is gone)."""
-        if not eids:
+    def _entry_ids(self, entries: Sequence[tuple[str, bytes]]) -> list[bytes | None]:
+        """The request id of each (stream, entry id) (None if the entry is gone), in one
+        round trip."""
+        if not entries:
             return []
         pipe = self.client.pipeline(transaction=False)
-        for eid in eids:
+        for key, eid in entries:
             pipe.xrange(key, eid, eid)
         out: list[bytes | None] = []
         for r in pipe.execute():
@@ -323,26 +328,24 @@ class StreamsFrontier(ListsFrontier):
         when (that + the lease ttl), oldest entries first."""
         out: list[InflightInfo] = []
         ttl = self.settings.lease_ttl
-        for info in self.shards(limit):
-            if not info.entries:
+        entries = [e for info in self.shards(limit) for e in info.entries if e.id != "?"]
+        if not entries:
+            return out
+        with redis_errors("inflight"):
+            recs = self.client.hmget(self.keys.req, [parse_id(e.id) for e in entries])
+        for e, rec in zip(entries, recs, strict=True):
+            if rec is None:
                 continue
-            rids = [parse_id(e.id) for e in info.entries]
-            with redis_errors("inflight"):
-                recs = self.client.hmget(self.keys.req, rids)
-            for e, rec in zip(info.entries, recs, strict=True):
-                if rec is None:
-                    continue
-                try:
-                    _p, attempts, token, body = parse_record(rec)
-                    url = codec.decode(body).url
-                except DecodeError:
-                    continue
-                if not token.endswith("/" + e.entry):
-                    continue
-                out.append(InflightInfo(e.id, e.consumer, attempts, e.since, e.since + ttl,
-                                        url))
-                if len(out) >= limit:
-                    return out
+            try:
+                _p, attempts, token, body = parse_record(rec)
+                url = codec.decode(body).url
+            except DecodeError:
+                continue
+            if not token.endswith("/" + e.entry):
+                continue
+            out.append(InflightInfo(e.id, e.consumer, attempts, e.since, e.since + ttl, url))
+            if len(out) >= limit:
+                break
         return out
 
     def describe(self, id: str) -> RequestInfo | None:
