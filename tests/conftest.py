@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import redis
 
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import ListsFrontier, open_frontier
 from redcrawl.settings import Settings
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
@@ -158,15 +158,28 @@ def clock() -> Clock:
 
 FrontierFactory = Callable[..., ListsFrontier]
 
+BACKENDS = ("lists", "streams")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test that takes ``frontier_backend`` (directly or through ``make_frontier``) runs
+    once per frontier backend; ``@pytest.mark.backends("lists")`` narrows that (a test of
+    a feature only one backend has, e.g. lifo or weighted tiers)."""
+    if "frontier_backend" in metafunc.fixturenames:
+        marker = metafunc.definition.get_closest_marker("backends")
+        metafunc.parametrize("frontier_backend", marker.args if marker else BACKENDS)
+
 
 @pytest.fixture
-def make_frontier(redis_client: redis.Redis, clock: Clock) -> FrontierFactory:
-    """``make_frontier(crawl="c", **settings)``: a frontier on the test server with the
-    test clock."""
+def make_frontier(redis_client: redis.Redis, clock: Clock,
+                  frontier_backend: str) -> FrontierFactory:
+    """``make_frontier(crawl="c", **settings)``: a frontier of the test's backend on the
+    test server with the test clock."""
 
     def make(crawl: str = "c", *, use_clock: bool = True, **settings: Any) -> ListsFrontier:
-        s = Settings(**{"retry_backoff": 0.0, "lease_ttl": 10.0, **settings})
-        return ListsFrontier(redis_client, s, crawl, clock=clock if use_clock else None)
+        s = Settings(**{"retry_backoff": 0.0, "lease_ttl": 10.0, "backend": frontier_backend,
+                        **settings})
+        return open_frontier(redis_client, s, crawl, clock=clock if use_clock else None)
 
     return make
 

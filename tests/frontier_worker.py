@@ -1,6 +1,9 @@
 """A worker process for the SIGKILL test: lease, "process", ack, until the crawl is done.
 
-``python -m tests.frontier_worker URL CRAWL WORKER LOGFILE``
+``python -m tests.frontier_worker URL CRAWL WORKER LOGFILE [BACKEND [UNTIL_KEY]]``
+
+With UNTIL_KEY the worker stops only once that Redis key exists (the producer is done)
+and the crawl is finished.
 
 Before acking a batch it logs ``P <id> <token>`` for each lease (the work was done), after
 the ack returns ``A <acked> <batch size>``. Lines are flushed and fsynced, so after a
@@ -14,13 +17,16 @@ import sys
 import time
 
 from redcrawl.connection import connect
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
 
 
-def main(url: str, crawl: str, worker: str, logfile: str) -> None:
-    settings = Settings(redis_url=url, lease_ttl=1.5, batch_size=50)
-    frontier = ListsFrontier(connect(settings), settings, crawl)
+def main(url: str, crawl: str, worker: str, logfile: str, backend: str = "lists",
+         until_key: str = "") -> None:
+    settings = Settings(redis_url=url, lease_ttl=1.5, batch_size=50,
+                        backend=backend)  # type: ignore[arg-type]
+    client = connect(settings)
+    frontier = open_frontier(client, settings, crawl)
     with open(logfile, "a", buffering=1) as log:
 
         def write(line: str) -> None:
@@ -31,7 +37,7 @@ def main(url: str, crawl: str, worker: str, logfile: str) -> None:
         while True:
             leases = frontier.lease(worker, 50)
             if not leases:
-                if frontier.counts().finished:
+                if frontier.counts().finished and (not until_key or client.exists(until_key)):
                     if idle_since is None:
                         idle_since = time.monotonic()
                     elif time.monotonic() - idle_since > 0.5:
@@ -45,4 +51,4 @@ def main(url: str, crawl: str, worker: str, logfile: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:7])

@@ -529,3 +529,39 @@ def test_openapi_documents_limits_and_errors(api: httpx.Client) -> None:
     assert {"401", "403", "422", "503"} <= set(op["responses"])
     assert "404" in schema["paths"]["/v1/crawls/{crawl}"]["get"]["responses"]
     assert "bearer" in str(schema["components"]["securitySchemes"]).lower()
+
+
+def test_streams_crawl_shards_and_counts(api: httpx.Client, frontier: ListsFrontier,
+                                         redis_client: redis.Redis) -> None:
+    """The API follows the backend a crawl was created with (a streams crawl with 4
+    shards here, whatever the API's own settings), and shows its shards."""
+    from redcrawl.frontier import StreamsFrontier, open_frontier
+    from redcrawl.frontier.streams import shard_of
+
+    worker = open_frontier(redis_client, api_settings("redis://unused", backend="streams",
+                                                      shards=4), "s")
+    assert isinstance(worker, StreamsFrontier)
+    seed(["https://a.example/0"], settings=worker.settings, crawl="s", client=redis_client)
+    r = submit(api, *({"url": f"https://a.example/{i}", "priority": 2 if i == 3 else 0}
+                      for i in range(1, 4)), crawl="s")
+    assert r.json()["accepted"] == 3
+    (lease,) = worker.lease("w1", 1)  # the high-priority one comes first
+    assert lease.envelope.url == "https://a.example/3"
+    d = api.get("/v1/crawls/s").json()
+    assert (d["accepted"], d["ready"], d["in_flight"]) == (4, 3, 1)
+    body = api.get("/v1/crawls/s/shards").json()
+    assert body["shards"] == 4
+    shard = shard_of("https://a.example/", 4)
+    rows = {(s["shard"], s["stream"]): s for s in body["streams"]}
+    assert set(rows) == {(shard, "high"), (shard, "low")}
+    high, low = rows[(shard, "high")], rows[(shard, "low")]
+    assert (high["length"], high["pending"], high["ready"]) == (1, 1, 0)
+    assert (low["length"], low["pending"], low["ready"]) == (3, 0, 3)
+    (entry,) = high["entries"]
+    assert (entry["id"], entry["consumer"], entry["deliveries"]) == (lease.id.hex(), "w1", 1)
+    assert 0 <= entry["idle"] < 5
+    assert api.get("/v1/crawls/s/inflight").json()["items"][0]["worker"] == "w1"
+    # a lists crawl has no shards
+    submit(api, {"url": "https://example.com/"})
+    r = api.get("/v1/crawls/c/shards")
+    assert r.status_code == 409 and "lists backend" in r.json()["detail"]

@@ -22,7 +22,7 @@ import redis
 
 from redcrawl.demo.run import SPIDER, demo_worker_settings
 from redcrawl.demo.site import ShopSite, SiteConfig
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import ListsFrontier, open_frontier
 from redcrawl.frontier.base import parse_id
 from redcrawl.settings import Settings
 
@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _worker(url: str, crawl: str, site: ShopSite, items_db: Path, name: str,
-            log: Path) -> subprocess.Popen[bytes]:
+            log: Path, backend: str = "lists") -> subprocess.Popen[bytes]:
     """A `scrapy runspider` worker process; its log goes to ``log``."""
     cmd = [sys.executable, "-m", "scrapy", "runspider", str(SPIDER), "-a", f"url={site.url}",
            "-s", "SCHEDULER=redcrawl.scrapy.Scheduler",
@@ -41,7 +41,8 @@ def _worker(url: str, crawl: str, site: ShopSite, items_db: Path, name: str,
                  "REDCRAWL_RETRY_BACKOFF=0.1", "LOG_LEVEL=INFO"]:
         cmd += ["-s", item]
     env = {**os.environ, "REDCRAWL_REDIS_URL": url, "REDCRAWL_CRAWL": crawl,
-           "REDCRAWL_WORKER_ID": name}
+           "REDCRAWL_WORKER_ID": name, "REDCRAWL_BACKEND": backend,
+           "PYTHONPATH": str(ROOT / "src")}  # this checkout's redcrawl
     with log.open("wb") as out:
         return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=out,
                                 cwd=items_db.parent)
@@ -54,18 +55,20 @@ def _rows(db: Path) -> tuple[int, int]:
 
 
 @pytest.mark.slow
-def test_three_workers_one_sigkilled_crawl_completes(redis7: RedisServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["lists", "streams"])
+def test_three_workers_one_sigkilled_crawl_completes(redis7: RedisServer, tmp_path: Path,
+                                                     backend: str) -> None:
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
     crawl = "e2e-kill"
-    frontier = ListsFrontier(client, Settings(), crawl)
+    frontier = open_frontier(client, Settings(backend=backend), crawl)  # type: ignore[arg-type]
     config = SiteConfig(products=1900, per_page=20, categories=10, error_every=97,
                         throttle_every=89, slow_every=50, slow_delay=0.2)
     items_db = tmp_path / "items.db"
     with ShopSite(config) as site:
         assert 1990 <= len(site.canonical_pages()) <= 2100
-        procs = [_worker(redis7.url, crawl, site, items_db, f"w{i}", tmp_path / f"w{i}.log")
-                 for i in range(3)]
+        procs = [_worker(redis7.url, crawl, site, items_db, f"w{i}", tmp_path / f"w{i}.log",
+                         backend) for i in range(3)]
         victim = procs[1]
         deadline = time.monotonic() + 120
         # kill once a third of the crawl is done and the victim holds leases

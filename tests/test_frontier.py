@@ -1,4 +1,7 @@
-"""Every state transition of the lists frontier, on real Redis servers (7.x and 6.2)."""
+"""Every state transition of the frontier, on real Redis servers (7.x and 6.2), for both
+backends (lists and streams: see ``make_frontier`` in conftest.py). Tests of what only the
+lists backend has (lifo, strict priority, weighted tiers) are marked ``backends("lists")``;
+the streams backend's own tests are in test_streams.py."""
 
 from __future__ import annotations
 
@@ -83,6 +86,7 @@ def test_lease_ack_cycle_and_counts(make_frontier: FrontierFactory) -> None:
     assert f.counts().finished
 
 
+@pytest.mark.backends("lists")  # lifo / strict priority / weighted tiers: lists only
 def test_fifo_and_lifo_order(make_frontier: FrontierFactory) -> None:
     fifo = make_frontier("fifo", ordering="fifo")
     fifo.push(urls(5))
@@ -92,6 +96,7 @@ def test_fifo_and_lifo_order(make_frontier: FrontierFactory) -> None:
     assert [lease.envelope.url[-1] for lease in lifo.lease("w", 5)] == list("43210")
 
 
+@pytest.mark.backends("lists")  # lifo / strict priority / weighted tiers: lists only
 def test_strict_priority_order_fifo_among_equals(make_frontier: FrontierFactory) -> None:
     f = make_frontier(ordering="priority")
     f.push([env("http://x/a", 0), env("http://x/b", 5), env("http://x/c", -3),
@@ -100,6 +105,7 @@ def test_strict_priority_order_fifo_among_equals(make_frontier: FrontierFactory)
     assert got == list("ebdafc")
 
 
+@pytest.mark.backends("lists")  # lifo / strict priority / weighted tiers: lists only
 def test_tiers_weighted_fair_choice(make_frontier: FrontierFactory) -> None:
     f = make_frontier(tier_weights=(5, 3, 2), tier_bounds=(1, 0))
     for tier_prio, name in ((5, "h"), (0, "m"), (-5, "l")):
@@ -303,13 +309,19 @@ def test_inspection(make_frontier: FrontierFactory, clock: Clock) -> None:
     f = make_frontier()
     f.push([env("http://a/hi", 4), env("http://a/lo", -2), env("http://a/mid")])
     pend = f.pending()
-    assert [(p.url, p.tier) for p in pend] == [("http://a/hi", 0), ("http://a/mid", 1),
-                                               ("http://a/lo", 2)]
+    if f.BACKEND == "lists":
+        assert [(p.url, p.tier) for p in pend] == [("http://a/hi", 0), ("http://a/mid", 1),
+                                                   ("http://a/lo", 2)]
+    else:  # a high and a low stream, arrival order in each
+        assert [(p.url, p.tier) for p in pend] == [("http://a/hi", 0), ("http://a/lo", 1),
+                                                   ("http://a/mid", 1)]
     lease = f.lease("worker-7", 1)[0]
     (info,) = f.inflight()
     assert info.worker == "worker-7" and info.id == lease.id.hex() and info.attempts == 1
-    assert info.since == clock() / 1000 and info.deadline == info.since + 10
-    assert f.workers() == {"worker-7": info.deadline}
+    # streams: derived from the entry's idle time, to the server's millisecond
+    assert info.since == pytest.approx(clock() / 1000, abs=0.005)
+    assert info.deadline == pytest.approx(info.since + 10)
+    assert f.workers() == {"worker-7": pytest.approx(info.deadline, abs=0.005)}
 
 
 def test_release_worker_forces_reclaim(make_frontier: FrontierFactory) -> None:
@@ -334,6 +346,7 @@ def test_server_clock_is_used_without_test_clock(make_frontier: FrontierFactory)
     assert len(f.lease("w2", 1)) == 1
 
 
+@pytest.mark.backends("lists")  # lifo / strict priority / weighted tiers: lists only
 def test_priority_mode_requeue_keeps_order(make_frontier: FrontierFactory,
                                            clock: Clock) -> None:
     f = make_frontier(ordering="priority", lease_ttl=1)
@@ -419,6 +432,7 @@ def test_purge_keeps_old_leases_stale(make_frontier: FrontierFactory) -> None:
     assert f.ack([old]) == 0 and f.counts().in_flight == 1
 
 
+@pytest.mark.backends("lists")  # streams: test_streams.py
 def test_workers_with_another_layout_are_refused(make_frontier: FrontierFactory) -> None:
     from redcrawl.errors import FrontierError
 

@@ -1,6 +1,6 @@
-"""Multi-process test: 4 worker processes lease and ack 20,000 requests from one frontier;
-one is SIGKILLed midway. Afterwards every request is DONE exactly once, and whatever the
-killed worker held was handed out again after its leases expired."""
+"""Multi-process test: 4 worker processes lease and ack 20,000 requests from one frontier
+(each backend); one is SIGKILLed midway. Afterwards every request is DONE exactly once,
+and whatever the killed worker held was handed out again after its leases expired."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from redcrawl.codec import Envelope
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import InflightInfo, ListsFrontier, open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
@@ -26,15 +26,15 @@ N = 20_000
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _parse(log: Path) -> tuple[list[list[tuple[str, int]]], list[int]]:
+def _parse(log: Path) -> tuple[list[list[tuple[str, str]]], list[int]]:
     """Batches of (id, token) processed, and the acked count of each batch that got one."""
-    batches: list[list[tuple[str, int]]] = []
+    batches: list[list[tuple[str, str]]] = []
     acked: list[int] = []
-    current: list[tuple[str, int]] = []
+    current: list[tuple[str, str]] = []
     for line in log.read_text().splitlines():
         kind, a, b = line.split()
         if kind == "P":
-            current.append((a, int(b)))
+            current.append((a, b))
         else:
             batches.append(current)
             acked.append(int(a))
@@ -45,12 +45,33 @@ def _parse(log: Path) -> tuple[list[list[tuple[str, int]]], list[int]]:
     return batches, acked
 
 
+def kill_while_holding(proc: subprocess.Popen[bytes], worker: str, frontier: ListsFrontier,
+                       deadline: float) -> list[InflightInfo]:
+    """SIGKILL ``proc`` at a moment it holds leases, and return them. It is frozen first
+    (SIGSTOP) and a command it had already sent is given time to finish, so what is seen
+    held is what it holds when killed; if it holds nothing, it runs on a little and the
+    next moment is tried."""
+    while True:
+        assert time.monotonic() < deadline, f"{worker} never held a lease"
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.05)
+        held = [x for x in frontier.inflight(limit=10_000) if x.worker == worker]
+        if held:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return held
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.003)
+
+
 @pytest.mark.slow
-def test_sigkill_one_of_four_workers_loses_nothing(redis7: RedisServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["lists", "streams"])
+def test_sigkill_one_of_four_workers_loses_nothing(redis7: RedisServer, tmp_path: Path,
+                                                   backend: str) -> None:
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
     crawl = "kill"
-    frontier = ListsFrontier(client, Settings(), crawl)
+    frontier = open_frontier(client, Settings(backend=backend), crawl)  # type: ignore[arg-type]
     envs = [Envelope(url=f"http://site/{i}", fingerprint=hashlib.sha1(b"%d" % i).digest())
             for i in range(N)]
     assert frontier.push(envs).accepted == N
@@ -59,7 +80,7 @@ def test_sigkill_one_of_four_workers_loses_nothing(redis7: RedisServer, tmp_path
     logs = [tmp_path / f"w{i}.log" for i in range(4)]
     procs = [
         subprocess.Popen([sys.executable, "-m", "tests.frontier_worker", redis7.url, crawl,
-                          f"w{i}", str(logs[i])], cwd=ROOT, env=env)
+                          f"w{i}", str(logs[i]), backend], cwd=ROOT, env=env)
         for i in range(4)
     ]
     victim = procs[1]
@@ -68,11 +89,7 @@ def test_sigkill_one_of_four_workers_loses_nothing(redis7: RedisServer, tmp_path
         assert time.monotonic() < deadline, "workers made no progress"
         time.sleep(0.01)
     # Kill while the victim holds leases (the moment that matters).
-    while not any(x.worker == "w1" for x in frontier.inflight(limit=1000)):
-        assert time.monotonic() < deadline, "the victim never held a lease"
-    victim.send_signal(signal.SIGKILL)
-    victim.wait()
-    held_at_kill = frontier.inflight(limit=10_000)
+    held_at_kill = kill_while_holding(victim, "w1", frontier, deadline)
     for p in procs:
         if p is not victim:
             assert p.wait(timeout=120) == 0
@@ -83,7 +100,7 @@ def test_sigkill_one_of_four_workers_loses_nothing(redis7: RedisServer, tmp_path
     assert client.hlen(frontier.keys.req) == 0
     assert frontier.done.contains([e.fingerprint for e in envs if e.fingerprint]) == [True] * N
 
-    processed: dict[str, list[tuple[str, int]]] = defaultdict(list)
+    processed: dict[str, list[tuple[str, str]]] = defaultdict(list)
     acked_ids: dict[str, list[str]] = defaultdict(list)
     unacked_victim: set[str] = set()
     for i, log in enumerate(logs):

@@ -59,24 +59,32 @@ def closed_port() -> int:
 
 # --- 1. a small crawl -------------------------------------------------------------------
 
+@pytest.mark.parametrize("backend", ["lists", "streams"])
 def test_small_site_crawl_fetches_every_page_once(small_site: ShopSite, tmp_path: Path,
                                                   redis7: RedisServer,
-                                                  redis7_client: redis.Redis) -> None:
-    run = crawl_shop(small_site, tmp_path, redis7, "small").ok()
+                                                  redis7_client: redis.Redis,
+                                                  backend: str) -> None:
+    run = crawl_shop(small_site, tmp_path, redis7, "small", REDCRAWL_BACKEND=backend).ok()
     pages = SMALL.pages
+    f = frontier(redis7_client, "small", backend=backend)
 
     assert small_site.hits() == once_each(small_site)
-    c = frontier(redis7_client, "small").counts()
+    c = f.counts()
     assert c.finished and c.conserved
     assert (c.accepted, c.done, c.dead, c.retried, c.reclaimed) == (pages, pages, 0, 0, 0)
-    assert frontier(redis7_client, "small").inflight() == []
+    assert f.inflight() == []
     assert run.stats["redcrawl/acked"] == c.done
     assert run.stats["redcrawl/stored"] == pages
     assert "redcrawl/stale_acks" not in run.stats
-    assert frontier(redis7_client, "small").workers() == {}  # the worker signed off
+    assert f.workers() == {}  # the worker signed off
+    layout = redis7_client.hget(f.keys.control, "layout") or b""
+    assert layout.startswith(b"streams/8 " if backend == "streams" else b"fifo ")
+    if backend == "streams":  # the streams were used, and emptied by the acks
+        assert redis7_client.keys("rc:{small}:s:*")
+        assert sum(redis7_client.xlen(k) for k in redis7_client.keys("rc:{small}:s:*")) == 0
     # the site links the same pages many times: the duplicates were filtered (and shown
     # as Scrapy's own dupefilter shows them)
-    assert c.filtered + frontier(redis7_client, "small").stats().get("filtered_local", 0) > 0
+    assert c.filtered + f.stats().get("filtered_local", 0) > 0
     assert run.stats["dupefilter/filtered"] > 0
 
 

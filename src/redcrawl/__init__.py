@@ -16,7 +16,15 @@ from redcrawl.errors import (
     RedcrawlError,
     RedisUnavailable,
 )
-from redcrawl.frontier import Counts, Frontier, Lease, ListsFrontier, PushResult
+from redcrawl.frontier import (
+    Counts,
+    Frontier,
+    Lease,
+    ListsFrontier,
+    PushResult,
+    StreamsFrontier,
+    open_frontier,
+)
 from redcrawl.lock import CrawlLock
 from redcrawl.settings import Settings
 
@@ -39,6 +47,8 @@ __all__ = [
     "RedcrawlError",
     "RedisUnavailable",
     "Settings",
+    "StreamsFrontier",
     "__version__",
     "connect",
+    "open_frontier",
 ]

@@ -27,7 +27,7 @@ from rich.text import Text
 
 from redcrawl.connection import connect, resolve_url
 from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
-from redcrawl.frontier import Counts, ListsFrontier
+from redcrawl.frontier import Counts, ListsFrontier, open_frontier
 from redcrawl.settings import Settings
 
 app = typer.Typer(
@@ -64,7 +64,7 @@ def _settings(redis_url: str | None, **changes: Any) -> Settings:
 
 
 def _frontier(settings: Settings, crawl: str) -> ListsFrontier:
-    return ListsFrontier(connect(settings), settings, crawl)
+    return open_frontier(connect(settings), settings, crawl, follow_layout=True)
 
 
 def _fail(message: str, code: int) -> typer.Exit:
@@ -156,7 +156,7 @@ def run_workers(spider: str, *, workers: int, settings: Settings, crawl: str,
     from redcrawl.guard import check_server
 
     url = resolve_url(settings)  # starts the embedded Redis if that is what is configured
-    frontier = ListsFrontier(connect(settings, url=url), settings, crawl)
+    frontier = open_frontier(connect(settings, url=url), settings, crawl)
     try:
         warnings = check_server(frontier)  # an evicting server: refused here, once
     except ConfigError:

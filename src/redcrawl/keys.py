@@ -125,6 +125,21 @@ class CrawlKeys:
             raise IndexError(tier)
         return self._k(f"ready:{tier}")
 
+    def stream(self, shard: int, high: bool) -> str:
+        """STREAM of the ready and leased request ids of ``shard`` (streams backend), one for
+        high priority and one for the rest; consumer group ``g`` (one per crawl)."""
+        if not 0 <= shard < 1024:
+            raise IndexError(shard)
+        return self._k(f"s:{shard}:{'h' if high else 'l'}")
+
+    def streams(self, shards: int) -> list[str]:
+        """Every stream of a crawl with ``shards`` shards: shard 0 high, shard 0 low, ..."""
+        return [self.stream(s, h) for s in range(shards) for h in (True, False)]
+
+    def stream_pattern(self) -> str:
+        """SCAN pattern of every stream of the crawl, whatever its shard count."""
+        return self._k("s:*")
+
     def lock(self, name: str) -> str:
         """STRING holding the owner token of the crawl-level lock ``name``."""
         return self._k(f"lock:{name}")
@@ -134,8 +149,11 @@ class CrawlKeys:
         return self._k(f"start:{name}")
 
     # --- layouts -------------------------------------------------------------------
-    def script_keys(self) -> list[str]:
-        """KEYS of every frontier script, in the order ``lua/lib.lua`` expects."""
+    def script_keys(self, shards: int | None = None) -> list[str]:
+        """KEYS of every frontier script, in the order ``lua/lib.lua`` expects: the fixed
+        keys, then the ready tiers (lists) or, given ``shards``, the streams (streams)."""
+        if shards is not None:
+            return [*self.script_keys()[:-self.tiers], *self.streams(shards)]
         return [
             self.req,
             self.inflight,

@@ -164,6 +164,12 @@ _SPECS: tuple[_Spec, ...] = (
           "spider's name (scrapy-redis's SCHEDULER_QUEUE_KEY template is honoured).",
           ("SCHEDULER_QUEUE_KEY",)),
     _Spec("key_prefix", _str, "Prefix of every Redis key."),
+    _Spec("backend", _choice("lists", "streams"), "Frontier backend: lists (tiered Redis "
+          "lists, weighted fair tiers, fifo/lifo/priority) or streams (Redis Streams sharded by "
+          "domain, consumer groups, high/low priority streams; needs Redis 6.2+ and ordering "
+          "fifo). Fixed per crawl; see docs/streams.md."),
+    _Spec("shards", _number(int, 1, 1024), "Streams backend: number of shards (a request goes "
+          "to the shard of a hash of its URL's host). Fixed per crawl."),
     _Spec("ordering", _ordering, "fifo, lifo or priority (strict). scrapy-redis queue "
           "classes map onto them.", ("SCHEDULER_QUEUE_CLASS",)),
     _Spec("tier_weights", _int_tuple, "Weights of the priority tiers, highest first, popped "
@@ -272,6 +278,8 @@ class Settings:
     embedded_dir: Path = Path(".redcrawl")
     crawl: str | None = None
     key_prefix: str = "rc"
+    backend: Literal["lists", "streams"] = "lists"
+    shards: int = 8
     ordering: Ordering = "fifo"
     tier_weights: tuple[int, ...] = (5, 3, 2)
     tier_bounds: tuple[int, ...] = (1, 0)
@@ -333,6 +341,13 @@ class Settings:
             )
         elif list(b) != sorted(b, reverse=True) or len(set(b)) != len(b):
             raise ConfigError("REDCRAWL_TIER_BOUNDS", f"{b} must be strictly decreasing")
+        if self.backend == "streams" and self.ordering != "fifo":
+            raise ConfigError(
+                "REDCRAWL_ORDERING",
+                f"{self.ordering!r} is not available with REDCRAWL_BACKEND=streams: streams are "
+                "read in arrival order (high-priority streams first); use ordering fifo or the "
+                "lists backend",
+            )
         if self.crawl is not None and "%(" not in self.crawl:
             validate_crawl_name(self.crawl)
         if self.heartbeat_interval is not None and self.heartbeat_interval >= self.lease_ttl:

@@ -18,7 +18,7 @@ import redis
 
 from redcrawl.codec import Envelope
 from redcrawl.fingerprint import fingerprint
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import ListsFrontier, open_frontier
 from redcrawl.settings import Settings
 
 HERE = Path(__file__).resolve().parent
@@ -43,7 +43,8 @@ def clean_env(**extra: str) -> dict[str, str]:
     (they would override the test's settings), the spiders' folder on PYTHONPATH."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k != "PYTHONPATH"}
-    env["PYTHONPATH"] = str(HERE)
+    # this checkout's redcrawl, whatever copy is installed
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent.parent / "src")])
     env.update(extra)
     return env
 
@@ -146,7 +147,7 @@ def run_spider(spider: str, directory: Path, **kwargs: Any) -> Run:
 
 def frontier(client: redis.Redis, crawl: str, **settings: Any) -> ListsFrontier:
     """The crawl's frontier, for inspection from the test."""
-    return ListsFrontier(client, Settings(**settings), crawl)
+    return open_frontier(client, Settings(**settings), crawl)
 
 
 def crawl_keys(client: redis.Redis, crawl: str) -> list[bytes]:

@@ -37,7 +37,7 @@ from redcrawl.errors import (
     FrontierError,
 )
 from redcrawl.fingerprint import canonicalizer_for, request_fingerprint
-from redcrawl.frontier import Counts, Frontier, ListsFrontier
+from redcrawl.frontier import Counts, Frontier, StreamsFrontier, open_frontier
 from redcrawl.keys import (
     CRAWL_NAME_PATTERN,
     CrawlKeys,
@@ -54,7 +54,7 @@ API_VERSION = "1"
 
 def frontier_for(client: redis.Redis, settings: Settings, crawl: str) -> Frontier:
     """The frontier of ``crawl``: the one place that picks a backend."""
-    return ListsFrontier(client, settings, crawl)
+    return open_frontier(client, settings, crawl, follow_layout=True)
 
 
 def _clean(text: str) -> str:
@@ -104,6 +104,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"model": m.ErrorOut, "description": "Missing or unknown bearer token."},
     403: {"model": m.ErrorOut, "description": "A read-only token on an admin endpoint."},
     404: {"model": m.ErrorOut, "description": "Unknown crawl (or request)."},
+    409: {"model": m.ErrorOut, "description": "Not available on the crawl's backend."},
     422: {"model": m.ErrorOut, "description": "Invalid input; the message names the field."},
     503: {"model": m.ErrorOut, "description": "Redis is unreachable or refused the operation."},
 }
@@ -339,6 +340,21 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
         return m.InflightList(crawl=crawl, items=[m.InflightItem(
             id=x.id, worker=x.worker, attempts=x.attempts, since=x.since,
             deadline=x.deadline, url=x.url) for x in items])
+
+    @app.get("/v1/crawls/{crawl}/shards", tags=["crawls"], dependencies=read,
+             summary="Streams backend: per shard and stream, length, pending entries with "
+                     "their consumer, idle time and delivery count",
+             responses=_responses(401, 404, 409, 422, 503))
+    def shards(crawl: Crawl, limit: Limit = 100) -> m.ShardList:
+        f = existing(crawl)
+        if not isinstance(f, StreamsFrontier):
+            raise HTTPException(409, f"crawl {crawl!r} uses the lists backend; shards exist "
+                                     "only on the streams backend (REDCRAWL_BACKEND=streams)")
+        return m.ShardList(crawl=crawl, shards=f.settings.shards, streams=[m.ShardItem(
+            shard=s.shard, stream=s.stream, key=s.key, length=s.length, ready=s.ready,
+            pending=s.pending, consumers=s.consumers, entries=[m.PendingEntryItem(
+                entry=e.entry, id=e.id, consumer=e.consumer, idle=e.idle, since=e.since,
+                deliveries=e.deliveries) for e in s.entries]) for s in f.shards(limit)])
 
     @app.get("/v1/crawls/{crawl}/dead", tags=["crawls"], dependencies=read,
              summary="Dead-lettered requests with their last error, oldest first",

@@ -230,6 +230,34 @@ class InflightList(BaseModel):
     items: list[InflightItem]
 
 
+class PendingEntryItem(BaseModel):
+    entry: str = Field(description="Stream entry id.")
+    id: str = Field(description="Request id (\"?\" if the entry is gone).")
+    consumer: str = Field(description="The worker holding it.")
+    idle: float = Field(description="Seconds since it was delivered or its lease extended.")
+    since: float = Field(description="When that was (seconds since the epoch).")
+    deliveries: int = Field(description="Delivery count: the request's attempts.")
+
+
+class ShardItem(BaseModel):
+    shard: int
+    stream: Literal["high", "low"]
+    key: str
+    length: int = Field(description="Entries: ready + pending.")
+    ready: int
+    pending: int = Field(description="Delivered, not yet acknowledged (in flight).")
+    consumers: int
+    entries: list[PendingEntryItem] = Field(description="Pending entries, oldest first "
+                                                        "(at most `limit`).")
+
+
+class ShardList(BaseModel):
+    crawl: str
+    shards: int = Field(description="The crawl's shard count (REDCRAWL_SHARDS).")
+    streams: list[ShardItem] = Field(description="Streams that were ever written, high "
+                                                 "streams first.")
+
+
 class DeadItem(BaseModel):
     id: str
     died_at: float

@@ -16,7 +16,7 @@ from rich.table import Table
 from redcrawl.cli import run_workers
 from redcrawl.connection import connect, resolve_url
 from redcrawl.demo.site import ShopSite, SiteConfig
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
 
 __all__ = ["run_demo"]
@@ -59,7 +59,7 @@ def run_demo(*, workers: int = 4, products: int = 3000, directory: Path = Path("
                          always_fail=tuple(p for p in config.always_fail if p < products))
     settings = Settings(embedded_dir=directory / "redis")
     url = resolve_url(settings)
-    frontier = ListsFrontier(connect(settings, url=url), settings, CRAWL)
+    frontier = open_frontier(connect(settings, url=url), settings, CRAWL)
     frontier.purge()
     started = time.monotonic()
     with ShopSite(config) as site:

@@ -1,5 +1,10 @@
 """The crawl frontier: a request state machine on Redis. See :mod:`.base` for the interface."""
 
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
 from redcrawl.frontier.base import (
     Counts,
     DeadInfo,
@@ -11,7 +16,9 @@ from redcrawl.frontier.base import (
     RequestInfo,
     Settled,
 )
-from redcrawl.frontier.lists import ListsFrontier
+from redcrawl.frontier.lists import ListsFrontier, redis_errors
+from redcrawl.frontier.streams import StreamsFrontier
+from redcrawl.settings import Settings
 
 __all__ = [
     "Counts",
@@ -24,4 +31,37 @@ __all__ = [
     "PushResult",
     "RequestInfo",
     "Settled",
+    "StreamsFrontier",
+    "open_frontier",
 ]
+
+
+def open_frontier(client: redis.Redis, settings: Settings, crawl: str, *,
+                  clock: Callable[[], int] | None = None,
+                  follow_layout: bool = False) -> ListsFrontier:
+    """The frontier of ``crawl`` with the backend ``settings.backend`` chooses
+    (``REDCRAWL_BACKEND``): :class:`ListsFrontier` or :class:`StreamsFrontier` (which
+    extends it, so every caller gets the lists backend's full API either way).
+
+    With ``follow_layout`` an existing crawl is opened with the backend (and shard count
+    or ordering) it was created with, whatever ``settings`` say: for tools that serve
+    every crawl, like the HTTP API. Workers don't follow: one with another layout is
+    refused with an error naming the settings."""
+    if follow_layout:
+        settings = _created_layout(client, settings, crawl)
+    cls = StreamsFrontier if settings.backend == "streams" else ListsFrontier
+    return cls(client, settings, crawl, clock=clock)
+
+
+def _created_layout(client: redis.Redis, settings: Settings, crawl: str) -> Settings:
+    from redcrawl.keys import CrawlKeys
+
+    key = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers).control
+    with redis_errors("reading the crawl layout"):
+        raw: Any = client.hget(key, "layout")
+    head = raw.decode(errors="replace").split(" ", 1)[0] if raw else ""
+    if head.startswith("streams/") and head[8:].isdigit():
+        return settings.replace(backend="streams", shards=int(head[8:]), ordering="fifo")
+    if head in ("fifo", "lifo", "priority"):
+        return settings.replace(backend="lists", ordering=head)
+    return settings

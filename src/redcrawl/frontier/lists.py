@@ -55,9 +55,15 @@ MAINTAIN_LIMIT = 1000
 
 
 @cache
-def _source(name: str, mode: Mode) -> str:
+def _source(name: str, mode: Mode, backend: str = "lists") -> str:
+    """A frontier script: lib.lua, the dedupe prelude, the backend's ready-queue layer
+    (``queue_<backend>.lua``), ops.lua, then the script (``<name>_<backend>.lua`` if the
+    backend has its own)."""
     lua = resources.files("redcrawl.frontier") / "lua"
-    text = [(lua / p).read_text(encoding="utf-8") for p in ("lib.lua", "ops.lua", f"{name}.lua")]
+    own = lua / f"{name}_{backend}.lua"
+    script = own if own.is_file() else lua / f"{name}.lua"
+    parts = [lua / "lib.lua", lua / f"queue_{backend}.lua", lua / "ops.lua", script]
+    text = [p.read_text(encoding="utf-8") for p in parts]
     return "\n".join([text[0], dedupe.prelude(mode), *text[1:]])
 
 
@@ -106,6 +112,8 @@ class ListsFrontier:
     workers' clocks never matter).
     """
 
+    BACKEND = "lists"
+
     def __init__(
         self,
         client: redis.Redis,
@@ -120,20 +128,27 @@ class ListsFrontier:
         self.keys = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers)
         self.crawl = crawl
         self._clock = clock
-        self._keys = self.keys.script_keys()
+        self._keys = self._script_keys()
         self.dedupe: DedupeSpec = dedupe.resolve_spec(settings, client=client,
                                                       created=self._created_dedupe())
         self.done = Filter(client, self.dedupe, self.keys.fp_done, clock=clock)
         """The filter of DONE fingerprints (health, memory; the scripts embed it)."""
-        self._common = [settings.ordering, ",".join(map(str, settings.tier_bounds)),
+        self._common = [self._layout(), ",".join(map(str, settings.tier_bounds)),
                         self.dedupe.encode()]
         self._schedule = fair_schedule(settings.tier_weights)
-        self._scripts = {n: client.register_script(_source(n, self.dedupe.mode))
+        self._scripts = {n: client.register_script(_source(n, self.dedupe.mode, self.BACKEND))
                          for n in _SCRIPTS}
         self._purge = client.register_script(
             (resources.files("redcrawl.frontier") / "lua" / "purge.lua").read_text("utf-8"))
 
     # --- plumbing ------------------------------------------------------------------
+    def _script_keys(self) -> list[str]:
+        return self.keys.script_keys()
+
+    def _layout(self) -> str:
+        """ARGV[1] of every script: the queue layout (part of the crawl's fixed layout)."""
+        return self.settings.ordering
+
     def _created_dedupe(self) -> str | None:
         """The dedupe spec the crawl was created with (needed only to resolve an
         automatic Bloom backend), or None for a new crawl."""
@@ -171,8 +186,7 @@ class ListsFrontier:
         accepted = sum(flags)
         return PushResult(accepted, len(flags) - accepted, tuple(flags))
 
-    @staticmethod
-    def _push_args(envelopes: Sequence[Envelope]) -> list[Any]:
+    def _push_args(self, envelopes: Sequence[Envelope]) -> list[Any]:
         args: list[Any] = []
         for env in envelopes:
             fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
@@ -293,7 +307,8 @@ class ListsFrontier:
     def maintain(self) -> tuple[int, int]:
         """Promote due delayed requests and reclaim expired leases.
         Returns (promoted, reclaimed). ``lease`` does this too."""
-        promoted, reclaimed = self._run("maintain", [self.settings.max_attempts, MAINTAIN_LIMIT])
+        promoted, reclaimed = self._run("maintain", [self.settings.max_attempts, MAINTAIN_LIMIT,
+                                                     self._ms(None, self.settings.lease_ttl)])
         return int(promoted), int(reclaimed)
 
     def requeue_dead(self, ids: Sequence[str] | None = None, *, limit: int = 1000) -> int:
@@ -321,12 +336,16 @@ class ListsFrontier:
     def purge(self) -> None:
         """Delete the crawl's whole frontier state: queues, leases, dead letters, dedupe
         (only the id and token counters stay, so old leases stay stale)."""
-        keys = self.keys.all_keys()
+        keys = [*self.keys.all_keys(), *self._extra_keys()]
         keys.remove(self.keys.stats)
         with redis_errors("purge"):
             self._purge(keys=[self.keys.stats, *keys])
             self.done.clear()
             Filter(self.client, self.dedupe, self.keys.fp_seen).clear()
+
+    def _extra_keys(self) -> list[str]:
+        """Keys of the crawl's state beyond :meth:`CrawlKeys.all_keys` (purge deletes them)."""
+        return []
 
     # --- inspection ----------------------------------------------------------------
     def counts(self) -> Counts:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from redcrawl.connection import connect
 from redcrawl.dedupe import Filter
 from redcrawl.fingerprint import canonicalizer_for, request_fingerprint
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
 
 if TYPE_CHECKING:
@@ -57,7 +57,7 @@ class DupeFilter:
             spider = getattr(self.crawler, "spider", None)
             name = self.settings.crawl_name(getattr(spider, "name", None))
             self._client = connect(self.settings)
-            frontier = ListsFrontier(self._client, self.settings, name)
+            frontier = open_frontier(self._client, self.settings, name)
             self._done = frontier.done
             self._seen = Filter(self._client, frontier.dedupe, frontier.keys.fp_seen)
         fp = request_fingerprint(request, canonicalizer=self._canonicalizer,

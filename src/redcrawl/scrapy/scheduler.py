@@ -41,7 +41,7 @@ from redcrawl import codec
 from redcrawl.connection import connect
 from redcrawl.errors import ConnectionLost, DecodeError, EncodeError, RedcrawlError
 from redcrawl.fingerprint import canonicalizer_for, fingerprint, request_fingerprint
-from redcrawl.frontier import Counts, Lease, ListsFrontier, PushResult
+from redcrawl.frontier import Counts, Lease, ListsFrontier, PushResult, open_frontier
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
 from redcrawl.scrapy import lifecycle
@@ -79,7 +79,7 @@ def seed(urls: Iterable[str], *, settings: Settings, crawl: str,
     envs = [codec.Envelope(url=u, callback=callback, priority=priority,
                            fingerprint=fingerprint(u, canonicalizer=canonicalizer))
             for u in urls]
-    frontier = ListsFrontier(client or connect(settings), settings, crawl)
+    frontier = open_frontier(client or connect(settings), settings, crawl)
     return frontier.push(envs, recrawl=recrawl)
 
 
@@ -142,7 +142,7 @@ class Scheduler(BaseScheduler):
         self.spider = spider
         crawl = self.settings.crawl_name(spider.name)
         client = connect(self.settings)
-        self.frontier = ListsFrontier(client, self.settings, crawl)
+        self.frontier = open_frontier(client, self.settings, crawl)
         for warning in check_server(self.frontier):
             log.warning("redcrawl: %s", warning)
         self._memory = MemoryWatch(client, self.settings)

@@ -1,4 +1,6 @@
--- lib.lua: shared prelude of every frontier script (prepended by frontier/lists.py).
+-- lib.lua: shared prelude of every frontier script of both backends (prepended by
+-- frontier/lists.py; then come the dedupe prelude, the ready-queue layer queue_<backend>.lua,
+-- ops.lua and the script itself).
 --
 -- Request ids: a request with a fingerprint is identified by it (20 raw bytes), so "is it
 -- queued?" is "is it a field of req?"; a request without one (dont_filter) gets
@@ -25,9 +27,11 @@
 --                     tier bounds the crawl was created with)
 --  11 fpd       dedupe: key base of the DONE fingerprints' filter (see redcrawl/dedupe/lua;
 --                the filter's own keys are named after it, in the same hash tag)
---  12..         ready queue of each tier, highest first (LIST for fifo/lifo, ZSET for priority)
+--  12..         the ready-queue layer's keys. lists: the ready queue of each tier, highest
+--                first (LIST for fifo/lifo, ZSET for priority). streams: the streams of each
+--                shard, high then low (see queue_streams.lua); KEYS 2-4 are unused there.
 -- ARGV (common to every script):
---   1 ordering  "fifo" | "lifo" | "priority"
+--   1 ordering  "fifo" | "lifo" | "priority" (lists); "streams/<shards>" (streams)
 --   2 bounds    comma-separated lowest priority of each tier but the last, e.g. "1,0"
 --   3 dedupe    the dedupe spec (redcrawl.dedupe.DedupeSpec.encode), read by the prelude
 --   4 now_ms    "" to use the server clock (TIME), else the caller's clock in ms
@@ -51,9 +55,10 @@ local CREATED = redis.call('HGET', K_CONTROL, 'layout')
 if not CREATED then
   redis.call('HSET', K_CONTROL, 'layout', LAYOUT)
 elseif CREATED ~= LAYOUT then
-  return redis.error_reply('crawl layout mismatch: the crawl was created with ordering, tier ' ..
-    'bounds and dedupe "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give ' ..
-    'every worker the same REDCRAWL_ORDERING (SCHEDULER_QUEUE_CLASS), REDCRAWL_TIER_BOUNDS, ' ..
+  return redis.error_reply('crawl layout mismatch: the crawl was created with backend/ordering, ' ..
+    'tier bounds and dedupe "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give ' ..
+    'every worker the same REDCRAWL_BACKEND, REDCRAWL_SHARDS, REDCRAWL_ORDERING ' ..
+    '(SCHEDULER_QUEUE_CLASS), REDCRAWL_TIER_BOUNDS, ' ..
     'REDCRAWL_DEDUPE, REDCRAWL_DEDUPE_CAPACITY, REDCRAWL_DEDUPE_ERROR_RATE and ' ..
     'REDCRAWL_RECRAWL_AFTER, or purge the crawl')
 end
@@ -108,29 +113,12 @@ local function tier_of(priority)
   return #BOUNDS
 end
 
-local function ready_key(tier) return KEYS[FIRST_TIER + tier] end
-
--- Put ids into their ready queues. items: list of {id, priority, seq}. front=true: served
--- next within the tier (requests coming back from IN-FLIGHT, DELAYED or DEAD).
-local function ready_push(items, front)
-  local per_tier = {}
-  for _, it in ipairs(items) do
-    local t = tier_of(it[2])
-    local list = per_tier[t]
-    if not list then list = {}; per_tier[t] = list end
-    if ORDERING == 'priority' then
-      -- strict priority; FIFO among equal priorities by push sequence (front: seq 0)
-      list[#list + 1] = -it[2] * TWO32 + (front and 0 or (it[3] % TWO32))
-    end
-    list[#list + 1] = it[1]
-  end
-  for t, list in pairs(per_tier) do
-    local cmd = 'LPUSH'
-    if ORDERING == 'priority' then cmd = 'ZADD'
-    elseif ORDERING == 'fifo' and front then cmd = 'RPUSH' end
-    bulk(cmd, ready_key(t), list)
-  end
-end
+-- The ready-queue layer (queue_lists.lua or queue_streams.lua, prepended after the dedupe
+-- prelude) defines these: ready_push(items, front) puts {id, priority, seq, shard,
+-- record} items into READY (shard and record optional), unhold(tokens) ends the
+-- IN-FLIGHT holds of those tokens (the records are rewritten by the caller).
+local ready_push, unhold
+local PUSH_STRIDE = 3
 
 -- To DEAD with a reason each: ids and whys are aligned lists.
 local function kill(ids, whys)
@@ -158,8 +146,9 @@ local function requeue(ids, reset)
         corrupt[#corrupt + 1] = id; whys[#whys + 1] = CORRUPT
       else
         if reset then a = 0 end
-        writes[#writes + 1] = id; writes[#writes + 1] = header(p, a, '', env)
-        items[#items + 1] = {id, p, 0}
+        local nrec = header(p, a, '', env)
+        writes[#writes + 1] = id; writes[#writes + 1] = nrec
+        items[#items + 1] = {id, p, 0, nil, nrec}
       end
     end
   end
@@ -177,76 +166,3 @@ local function promote_due(limit)
   return #due
 end
 
--- A lease's requests were given back (acked, nacked or reclaimed): n fewer held.
-local function lease_release(token, n)
-  if redis.call('HINCRBY', K_LEFT, token, -n) <= 0 then
-    redis.call('ZREM', K_INFLIGHT, token)
-    redis.call('HDEL', K_LEASES, token)
-    redis.call('HDEL', K_LEFT, token)
-  end
-  redis.call('HINCRBY', K_STATS, 'inflight', -n)
-end
-
--- The lease's record: since, worker, ids (nil if the lease is gone).
-local function lease_info(token)
-  local raw = redis.call('HGET', K_LEASES, token)
-  if not raw then return nil end
-  local t = {cmsgpack.unpack(raw)}
-  if type(t[1]) == 'table' then t = t[1] end
-  local ids = {}
-  for i = 3, #t do ids[#ids + 1] = t[i] end
-  return t[1], t[2], ids
-end
-
--- Of ids, those still IN-FLIGHT under token, with their records.
-local function still_held(ids, token)
-  local recs = hmget(K_REQ, ids)
-  local held, hrecs = {}, {}
-  for i, id in ipairs(ids) do
-    if recs[i] then
-      local p, _, t = parse(recs[i])
-      if p ~= nil and t == token then held[#held + 1] = id; hrecs[#hrecs + 1] = recs[i] end
-    end
-  end
-  return held, hrecs
-end
-
--- Leases past their deadline: extended if the worker's heartbeat is still alive, else
--- every request still held goes back to READY (or DEAD once max_attempts deliveries
--- are used up). Returns the number of requests taken back.
-local function reclaim_expired(limit, max_attempts)
-  local tokens = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
-  local taken = 0
-  for _, token in ipairs(tokens) do
-    local _, worker, ids = lease_info(token)
-    local alive = 0
-    if worker then alive = tonumber(redis.call('HGET', K_WORKERS, worker) or '0') end
-    if alive > NOW then
-      redis.call('ZADD', K_INFLIGHT, alive, token)
-    else
-      local held, recs = {}, {}
-      if ids then held, recs = still_held(ids, token) end
-      local back, dead, whys, writes = {}, {}, {}, {}
-      for i, id in ipairs(held) do
-        local p, a, _, env = parse(recs[i])
-        writes[#writes + 1] = id; writes[#writes + 1] = header(p, a, '', env)
-        if a >= max_attempts then
-          dead[#dead + 1] = id
-          whys[#whys + 1] = 'lease expired ' .. a .. ' times (last worker: ' .. tostring(worker) .. ')'
-        else
-          back[#back + 1] = id
-        end
-      end
-      if #writes > 0 then bulk('HSET', K_REQ, writes) end
-      kill(dead, whys)
-      requeue(back, false)
-      if #back > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', #back) end
-      redis.call('ZREM', K_INFLIGHT, token)
-      redis.call('HDEL', K_LEASES, token)
-      redis.call('HDEL', K_LEFT, token)
-      if #held > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -#held) end
-      taken = taken + #held
-    end
-  end
-  return taken
-end

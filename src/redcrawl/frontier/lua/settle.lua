@@ -4,11 +4,11 @@
 -- KEYS, ARGV[1..4]: see lib.lua.
 -- ARGV[5] n_push   ARGV[6] n_ack   ARGV[7] lease n (0: no lease)   ARGV[8] worker id
 -- ARGV[9] lease ttl (ms)   ARGV[10] max_attempts   ARGV[11] schedule   ARGV[12] limit
--- ARGV[13..]: n_push triples as in push.lua, then n_ack pairs as in ack.lua.
+-- ARGV[13..]: n_push tuples as in push.lua, then n_ack pairs as in ack.lua.
 -- Returns {push flags, ack flags, lease list (as lease.lua)}.
 local n_push, n_ack, n_lease = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local pushed = op_push(13, n_push, 0, false)
-local acked = op_ack(13 + 3 * n_push, n_ack)
+local acked = op_ack(13 + PUSH_STRIDE * n_push, n_ack)
 local leased = {}
 if n_lease > 0 then
   leased = op_lease(ARGV[8], n_lease, tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11],

@@ -1,0 +1,192 @@
+-- queue_lists.lua: the lists backend's ready-queue layer (prepended after lib.lua and the
+-- dedupe prelude): ready queues are Redis lists per tier (or one ZSET for strict priority),
+-- leases are entries of inflight/leases/left (see lib.lua's KEYS 2-4).
+
+local function ready_key(tier) return KEYS[FIRST_TIER + tier] end
+
+-- Put ids into their ready queues. items: list of {id, priority, seq}. front=true: served
+-- next within the tier (requests coming back from IN-FLIGHT, DELAYED or DEAD).
+ready_push = function(items, front)
+  local per_tier = {}
+  for _, it in ipairs(items) do
+    local t = tier_of(it[2])
+    local list = per_tier[t]
+    if not list then list = {}; per_tier[t] = list end
+    if ORDERING == 'priority' then
+      -- strict priority; FIFO among equal priorities by push sequence (front: seq 0)
+      list[#list + 1] = -it[2] * TWO32 + (front and 0 or (it[3] % TWO32))
+    end
+    list[#list + 1] = it[1]
+  end
+  for t, list in pairs(per_tier) do
+    local cmd = 'LPUSH'
+    if ORDERING == 'priority' then cmd = 'ZADD'
+    elseif ORDERING == 'fifo' and front then cmd = 'RPUSH' end
+    bulk(cmd, ready_key(t), list)
+  end
+end
+
+-- A lease's requests were given back (acked, nacked or reclaimed): n fewer held.
+local function lease_release(token, n)
+  if redis.call('HINCRBY', K_LEFT, token, -n) <= 0 then
+    redis.call('ZREM', K_INFLIGHT, token)
+    redis.call('HDEL', K_LEASES, token)
+    redis.call('HDEL', K_LEFT, token)
+  end
+  redis.call('HINCRBY', K_STATS, 'inflight', -n)
+end
+
+-- The lease's record: since, worker, ids (nil if the lease is gone).
+local function lease_info(token)
+  local raw = redis.call('HGET', K_LEASES, token)
+  if not raw then return nil end
+  local t = {cmsgpack.unpack(raw)}
+  if type(t[1]) == 'table' then t = t[1] end
+  local ids = {}
+  for i = 3, #t do ids[#ids + 1] = t[i] end
+  return t[1], t[2], ids
+end
+
+-- Of ids, those still IN-FLIGHT under token, with their records.
+local function still_held(ids, token)
+  local recs = hmget(K_REQ, ids)
+  local held, hrecs = {}, {}
+  for i, id in ipairs(ids) do
+    if recs[i] then
+      local p, _, t = parse(recs[i])
+      if p ~= nil and t == token then held[#held + 1] = id; hrecs[#hrecs + 1] = recs[i] end
+    end
+  end
+  return held, hrecs
+end
+
+-- Leases past their deadline: extended if the worker's heartbeat is still alive, else
+-- every request still held goes back to READY (or DEAD once max_attempts deliveries
+-- are used up). Returns the number of requests taken back.
+local function reclaim_expired(limit, max_attempts)
+  local tokens = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
+  local taken = 0
+  for _, token in ipairs(tokens) do
+    local _, worker, ids = lease_info(token)
+    local alive = 0
+    if worker then alive = tonumber(redis.call('HGET', K_WORKERS, worker) or '0') end
+    if alive > NOW then
+      redis.call('ZADD', K_INFLIGHT, alive, token)
+    else
+      local held, recs = {}, {}
+      if ids then held, recs = still_held(ids, token) end
+      local back, dead, whys, writes = {}, {}, {}, {}
+      for i, id in ipairs(held) do
+        local p, a, _, env = parse(recs[i])
+        writes[#writes + 1] = id; writes[#writes + 1] = header(p, a, '', env)
+        if a >= max_attempts then
+          dead[#dead + 1] = id
+          whys[#whys + 1] = 'lease expired ' .. a .. ' times (last worker: ' .. tostring(worker) .. ')'
+        else
+          back[#back + 1] = id
+        end
+      end
+      if #writes > 0 then bulk('HSET', K_REQ, writes) end
+      kill(dead, whys)
+      requeue(back, false)
+      if #back > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', #back) end
+      redis.call('ZREM', K_INFLIGHT, token)
+      redis.call('HDEL', K_LEASES, token)
+      redis.call('HDEL', K_LEFT, token)
+      if #held > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -#held) end
+      taken = taken + #held
+    end
+  end
+  return taken
+end
+
+-- The requests of these tokens (one per request) left IN-FLIGHT.
+unhold = function(tokens)
+  local per_lease = {}
+  for _, t in ipairs(tokens) do per_lease[t] = (per_lease[t] or 0) + 1 end
+  for t, k in pairs(per_lease) do lease_release(t, k) end
+end
+
+-- Hand up to n READY requests to a worker (READY -> IN-FLIGHT) as one lease, after
+-- promoting due DELAYED requests and reclaiming expired leases.
+-- schedule: weighted-fair schedule, one tier digit per slot (hex), e.g. "0102010201".
+-- limit: most leases to reclaim / delayed requests to promote in this call.
+-- Returns a flat list: token, then id, attempts, record for each request (empty when
+-- paused or nothing is ready).
+local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
+  promote_due(limit)
+  reclaim_expired(limit, max_attempts)
+
+  local deadline = NOW + ttl
+  local hb = tonumber(redis.call('HGET', K_WORKERS, worker) or '0')
+  if deadline > hb then redis.call('HSET', K_WORKERS, worker, deadline) end
+
+  if n <= 0 or redis.call('HGET', K_CONTROL, 'paused') == '1' then return {} end
+
+  local ids = {}
+  if ORDERING == 'priority' then
+    local popped = redis.call('ZPOPMIN', ready_key(0), n)
+    for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+  else
+    -- Plan the picks over the schedule, skipping empty tiers, then pop per tier.
+    local avail, take = {}, {}
+    local total = 0
+    for t = 0, NTIERS - 1 do
+      avail[t] = redis.call('LLEN', ready_key(t))
+      take[t] = 0
+      total = total + avail[t]
+    end
+    if n > total then n = total end
+    local cursor = tonumber(redis.call('HGET', K_CONTROL, 'cursor') or '0')
+    local slots = #schedule
+    local picked = 0
+    while picked < n do
+      local t = tonumber(string.sub(schedule, cursor % slots + 1, cursor % slots + 1), 16)
+      cursor = cursor + 1
+      if avail[t] > take[t] then
+        take[t] = take[t] + 1
+        picked = picked + 1
+      end
+    end
+    if n > 0 then redis.call('HSET', K_CONTROL, 'cursor', cursor % (slots * 1000000)) end
+    for t = 0, NTIERS - 1 do
+      if take[t] > 0 then
+        local got
+        if ORDERING == 'fifo' then
+          got = redis.call('RPOP', ready_key(t), take[t])
+        else
+          got = redis.call('LPOP', ready_key(t), take[t])
+        end
+        for _, id in ipairs(got) do ids[#ids + 1] = id end
+      end
+    end
+  end
+
+  if #ids == 0 then return {} end
+  local token = tostring(redis.call('HINCRBY', K_STATS, 'leases', 1))
+  local recs = hmget(K_REQ, ids)
+  local out, writes, kept, corrupt, whys = {token}, {}, {NOW, worker}, {}, {}
+  for i, id in ipairs(ids) do
+    local rec = recs[i]
+    local p, a, tk, env
+    if rec then p, a, tk, env = parse(rec) end
+    if rec and p == nil then
+      corrupt[#corrupt + 1] = id; whys[#whys + 1] = CORRUPT
+    elseif rec then
+      a = a + 1
+      rec = header(p, a, token, env)
+      writes[#writes + 1] = id; writes[#writes + 1] = rec
+      kept[#kept + 1] = id
+      out[#out + 1] = id; out[#out + 1] = a; out[#out + 1] = rec
+    end
+  end
+  kill(corrupt, whys)
+  local held = #kept - 2
+  if held == 0 then return {} end
+  bulk('HSET', K_REQ, writes)
+  redis.call('ZADD', K_INFLIGHT, deadline, token)
+  redis.call('HSET', K_LEASES, token, cmsgpack.pack(kept))
+  redis.call('HSET', K_LEFT, token, held)
+  redis.call('HINCRBY', K_STATS, 'inflight', held)
+  return out
+end
