@@ -22,7 +22,7 @@ from scrapy.utils.request import fingerprint as scrapy_fingerprint
 
 from redcrawl.api import check_bind, create_app, serve
 from redcrawl.errors import ConfigError
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import ListsFrontier, StreamsFrontier, open_frontier
 from redcrawl.scrapy.scheduler import seed
 from redcrawl.settings import Settings
 
@@ -70,11 +70,12 @@ def api_settings(url: str, **changes: Any) -> Settings:
                     api_max_batch=MAX_BATCH, retry_backoff=0.0, max_attempts=3, **changes)
 
 
-@pytest.fixture(scope="module")
-def api_server(redis_server: RedisServer) -> Iterator[ApiServer]:
-    """An API with read and admin tokens, per Redis version."""
+@pytest.fixture(scope="module", params=["lists", "streams"])
+def api_server(redis_server: RedisServer, request: pytest.FixtureRequest) -> Iterator[ApiServer]:
+    """An API with read and admin tokens, per Redis version and per frontier backend (new
+    crawls are created with it)."""
     client = redis.Redis.from_url(redis_server.url)
-    server = ApiServer(api_settings(redis_server.url), client)
+    server = ApiServer(api_settings(redis_server.url, backend=request.param), client)
     yield server
     server.stop()
     client.close()
@@ -90,7 +91,7 @@ def api(api_server: ApiServer, redis_client: redis.Redis) -> Iterator[httpx.Clie
 @pytest.fixture
 def frontier(api_server: ApiServer, redis_client: redis.Redis) -> ListsFrontier:
     """The frontier of crawl "c", as a worker sees it."""
-    return ListsFrontier(redis_client, api_server.settings, "c")
+    return open_frontier(redis_client, api_server.settings, "c")
 
 
 def submit(api: httpx.Client, *items: dict[str, Any], crawl: str = "c") -> httpx.Response:
@@ -368,7 +369,7 @@ def test_rates_from_samples(api: httpx.Client, frontier: ListsFrontier) -> None:
     submit(api, {"url": "https://example.com/seed"}, crawl="rated")
     assert api.get("/v1/crawls/rated").json()["rates"]["done_per_s"] is None
     submit(api, *({"url": f"https://example.com/{i}"} for i in range(10)), crawl="rated")
-    f = ListsFrontier(frontier.client, frontier.settings, "rated")
+    f = open_frontier(frontier.client, frontier.settings, "rated")
     f.ack(f.lease("w", 4))
     time.sleep(1.1)
     rates = api.get("/v1/crawls/rated").json()["rates"]
@@ -535,7 +536,6 @@ def test_streams_crawl_shards_and_counts(api: httpx.Client, frontier: ListsFront
                                          redis_client: redis.Redis) -> None:
     """The API follows the backend a crawl was created with (a streams crawl with 4
     shards here, whatever the API's own settings), and shows its shards."""
-    from redcrawl.frontier import StreamsFrontier, open_frontier
     from redcrawl.frontier.streams import shard_of
 
     worker = open_frontier(redis_client, api_settings("redis://unused", backend="streams",
@@ -561,7 +561,8 @@ def test_streams_crawl_shards_and_counts(api: httpx.Client, frontier: ListsFront
     assert (entry["id"], entry["consumer"], entry["deliveries"]) == (lease.id.hex(), "w1", 1)
     assert 0 <= entry["idle"] < 5
     assert api.get("/v1/crawls/s/inflight").json()["items"][0]["worker"] == "w1"
-    # a lists crawl has no shards
-    submit(api, {"url": "https://example.com/"})
-    r = api.get("/v1/crawls/c/shards")
+    # a lists crawl has no shards (whatever the API's own backend)
+    seed(["https://example.com/"], settings=api_settings("redis://unused", backend="lists"),
+         crawl="l", client=redis_client)
+    r = api.get("/v1/crawls/l/shards")
     assert r.status_code == 409 and "lists backend" in r.json()["detail"]
