@@ -23,7 +23,7 @@ import redis
 from redcrawl.demo.run import SPIDER, demo_worker_settings
 from redcrawl.demo.site import ShopSite, SiteConfig
 from redcrawl.frontier import ListsFrontier, open_frontier
-from redcrawl.frontier.base import parse_id
+from redcrawl.frontier.base import InflightInfo, parse_id
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
@@ -71,13 +71,19 @@ def test_three_workers_one_sigkilled_crawl_completes(redis7: RedisServer, tmp_pa
                          backend) for i in range(3)]
         victim = procs[1]
         deadline = time.monotonic() + 120
-        # kill once a third of the crawl is done and the victim holds leases
-        while (frontier.counts().done < 700
-               or not any(x.worker.startswith("w1:") for x in frontier.inflight(1000))):
-            assert time.monotonic() < deadline, "no progress"
-            assert victim.poll() is None, (tmp_path / "w1.log").read_text()[-3000:]
-            time.sleep(0.05)
-        held = [x for x in frontier.inflight(1000) if x.worker.startswith("w1:")]
+        # kill once a third of the crawl is done and the victim holds leases: frozen first
+        # (SIGSTOP), so that what it holds can't change between the look and the kill
+        held: list[InflightInfo] = []
+        while not held:
+            while (frontier.counts().done < 700
+                   or not any(x.worker.startswith("w1:") for x in frontier.inflight(1000))):
+                assert time.monotonic() < deadline, "no progress"
+                assert victim.poll() is None, (tmp_path / "w1.log").read_text()[-3000:]
+                time.sleep(0.05)
+            victim.send_signal(signal.SIGSTOP)
+            held = [x for x in frontier.inflight(1000) if x.worker.startswith("w1:")]
+            if not held:
+                victim.send_signal(signal.SIGCONT)
         victim.send_signal(signal.SIGKILL)
         victim.wait()
         for i, p in enumerate(procs):
