@@ -152,9 +152,15 @@ def prelude(mode: Mode) -> str:
 
 
 @cache
+def base_lua() -> str:
+    """``redcrawl/lua/base.lua``: the first lines of every frontier and filter script."""
+    return (resources.files("redcrawl") / "lua" / "base.lua").read_text("utf-8")
+
+
+@cache
 def _filter_source(mode: Mode) -> str:
     lua = resources.files("redcrawl.dedupe") / "lua"
-    return "\n".join([(lua / "header.lua").read_text("utf-8"), prelude(mode),
+    return "\n".join([base_lua(), (lua / "header.lua").read_text("utf-8"), prelude(mode),
                       (lua / "filter.lua").read_text("utf-8")])
 
 

@@ -26,7 +26,7 @@ import redis.exceptions
 
 from redcrawl import codec, dedupe
 from redcrawl.codec import Envelope
-from redcrawl.dedupe import DedupeSpec, Filter, Mode
+from redcrawl.dedupe import DedupeSpec, Filter, Mode, base_lua
 from redcrawl.errors import ConnectionLost, DecodeError, FrontierError
 from redcrawl.frontier.base import (
     Counts,
@@ -56,7 +56,7 @@ MAINTAIN_LIMIT = 1000
 
 @cache
 def _source(name: str, mode: Mode, backend: str = "lists") -> str:
-    """A frontier script: lib.lua, the dedupe prelude, the backend's ready-queue layer
+    """A frontier script: base.lua, lib.lua, the dedupe prelude, the backend's ready-queue layer
     (``queue_<backend>.lua``), ops.lua, then the script (``<name>_<backend>.lua`` if the
     backend has its own)."""
     lua = resources.files("redcrawl.frontier") / "lua"
@@ -64,7 +64,7 @@ def _source(name: str, mode: Mode, backend: str = "lists") -> str:
     script = own if own.is_file() else lua / f"{name}.lua"
     parts = [lua / "lib.lua", lua / f"queue_{backend}.lua", lua / "ops.lua", script]
     text = [p.read_text(encoding="utf-8") for p in parts]
-    return "\n".join([text[0], dedupe.prelude(mode), *text[1:]])
+    return "\n".join([base_lua(), text[0], dedupe.prelude(mode), *text[1:]])
 
 
 @contextmanager

@@ -64,22 +64,9 @@ elseif CREATED ~= LAYOUT then
 end
 
 local NOW
-if ARGV[4] ~= '' then
-  NOW = tonumber(ARGV[4])
-else
-  local t = redis.call('TIME')
-  NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-end
+if ARGV[4] ~= '' then NOW = tonumber(ARGV[4]) else NOW = server_ms() end
 
 local TWO32 = 4294967296
-local CHUNK = 2000
-
--- redis.call(cmd, key, args...) in chunks (Lua's unpack has a stack limit).
-local function bulk(cmd, key, args)
-  for i = 1, #args, CHUNK do
-    redis.call(cmd, key, unpack(args, i, math.min(i + CHUNK - 1, #args)))
-  end
-end
 
 -- HMGET in chunks; returns a list aligned with ids.
 local function hmget(key, ids)

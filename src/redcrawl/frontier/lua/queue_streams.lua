@@ -48,10 +48,7 @@ local NSTREAMS = #KEYS - FIRST_TIER + 1
 local SHARDS = NSTREAMS / 2
 local HIGH = BOUNDS[1] or -math.huge
 local OFFSET = 0
-if ARGV[4] ~= '' then
-  local t = redis.call('TIME')
-  OFFSET = S_K - (NOW - (tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)))
-end
+if ARGV[4] ~= '' then OFFSET = S_K - (NOW - server_ms()) end
 
 local function skey(k) return KEYS[FIRST_TIER + k] end
 
