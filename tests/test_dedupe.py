@@ -233,6 +233,7 @@ def test_recrawl_window_expires_done_fingerprints(make_frontier: FrontierFactory
     f.ack(f.lease("w", 1))
     for key in f.done.redis_keys():                            # whole keys expire, no scans
         assert redis_client.pttl(key) > 0
+    assert not any("no longer intsets" in p for p in f.done.health())  # current generation
     clock.advance(window * 0.99)
     assert f.push([env("http://a/1")]).accepted == 0
     clock.advance(window * 0.27)                         # past W * (1 + 1/4)

@@ -279,22 +279,31 @@ class Filter:
                 f"buckets need at REDCRAWL_DEDUPE_CAPACITY={self.spec.capacity}; buckets "
                 f"that outgrow {limit} become hash tables (about 7x the memory): CONFIG SET "
                 f"set-max-intset-entries {need}")
-        keys = self.redis_keys(count=sample * 8)
-        picked = random.sample(keys, min(sample, len(keys)))
-        if picked:
-            pipe = self.client.pipeline(transaction=False)
-            for key in picked:
-                pipe.object("encoding", key)
-            encodings = pipe.execute()
-            fallen = [k for k, e in zip(picked, encodings, strict=True)
-                      if e not in (b"intset", "intset", None)]
-            if fallen:
-                problems.append(
-                    f"{len(fallen)} of {len(picked)} sampled dedupe buckets are no longer "
-                    f"intsets (e.g. {fallen[0].decode()}): they use about 7x the memory. "
-                    f"Raise the limit (CONFIG SET set-max-intset-entries {need}) so no more "
-                    f"buckets convert (Redis never converts a set back), or plan a larger "
-                    f"REDCRAWL_DEDUPE_CAPACITY for the next crawl")
+        # random buckets of the current generation, named as lua/exact.lua names them
+        # (no SCAN: that would walk the whole keyspace to find a new crawl's few buckets)
+        base = self.base
+        if self.spec.gen_ms:
+            if self._clock is not None:
+                now_ms = int(self._clock())
+            else:
+                sec, usec = self.client.time()
+                now_ms = int(sec) * 1000 + int(usec) // 1000
+            base = f"{base}:{now_ms // self.spec.gen_ms}"
+        buckets = 2 ** self.spec.bucket_bits
+        picked = [f"{base}:{b}" for b in random.sample(range(buckets), min(sample, buckets))]
+        pipe = self.client.pipeline(transaction=False)
+        for key in picked:
+            pipe.object("encoding", key)
+        encodings = pipe.execute()
+        fallen = [k for k, e in zip(picked, encodings, strict=True)
+                  if e not in (b"intset", "intset", None)]
+        if fallen:
+            problems.append(
+                f"{len(fallen)} of {len(picked)} sampled dedupe buckets are no longer "
+                f"intsets (e.g. {fallen[0]}): they use about 7x the memory. "
+                f"Raise the limit (CONFIG SET set-max-intset-entries {need}) so no more "
+                f"buckets convert (Redis never converts a set back), or plan a larger "
+                f"REDCRAWL_DEDUPE_CAPACITY for the next crawl")
         return problems
 
 

@@ -273,6 +273,15 @@ local function reclaim_expired(limit, max_attempts, ttl)
   return taken
 end
 
+-- The lease reply: id, attempts, record, token of each leased request, in one flat list.
+local function flat_leased(got)
+  local out = {}
+  for _, g in ipairs(got) do
+    out[#out + 1] = g[1]; out[#out + 1] = g[2]; out[#out + 1] = g[3]; out[#out + 1] = g[4]
+  end
+  return out
+end
+
 -- Hand up to n READY requests to a worker: after promoting due DELAYED requests and
 -- dealing with expired leases, expired entries of dead workers are claimed first, then
 -- new entries are read (XREADGROUP ">"), high-priority streams before low ones, spread
@@ -289,13 +298,7 @@ local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
   local deadline = NOW + ttl
   local hb = tonumber(redis.call('HGET', K_WORKERS, worker) or '0')
   if deadline > hb then redis.call('HSET', K_WORKERS, worker, deadline) end
-  if want - #got <= 0 then
-    local out = {}
-    for _, g in ipairs(got) do
-      out[#out + 1] = g[1]; out[#out + 1] = g[2]; out[#out + 1] = g[3]; out[#out + 1] = g[4]
-    end
-    return out
-  end
+  if want - #got <= 0 then return flat_leased(got) end
 
   -- New entries: a fair split over the shards, then whatever is left from any of them.
   local fresh = {}
@@ -368,9 +371,5 @@ local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
       redis.call(unpack(args))
     end
   end
-  local out = {}
-  for _, g in ipairs(got) do
-    out[#out + 1] = g[1]; out[#out + 1] = g[2]; out[#out + 1] = g[3]; out[#out + 1] = g[4]
-  end
-  return out
+  return flat_leased(got)
 end
