@@ -114,6 +114,13 @@ class CrawlKeys:
         return self._k("fpd")
 
     @property
+    def calls(self) -> str:
+        """HASH worker id -> its last lease/settle call (nonce, outcome, what it leased),
+        so that a call retried after its reply was lost returns the same outcome instead
+        of leasing again (an orphaned lease would stay held while its worker lives)."""
+        return self._k("calls")
+
+    @property
     def fp_seen(self) -> str:
         """Key base of the filter of fingerprints seen by the standalone DupeFilter
         (used with another scheduler)."""
@@ -166,6 +173,7 @@ class CrawlKeys:
             self.workers,
             self.control,
             self.fp_done,
+            self.calls,
             *(self.ready(t) for t in range(self.tiers)),
         ]
 

@@ -14,6 +14,7 @@ and its requests are reclaimed otherwise.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -238,8 +239,11 @@ class ListsFrontier:
                        leases)
 
     def _lease_args(self, worker: str, n: int, ttl: float | None) -> list[Any]:
+        # A fresh nonce per call: a retry of this very call (redis-py resends it when the
+        # reply is lost) gets the first execution's outcome back (call_replay, ops.lua).
+        nonce = os.urandom(8) if worker else b""
         return [worker, n, self._ms(ttl, self.settings.lease_ttl), self.settings.max_attempts,
-                self._schedule, MAINTAIN_LIMIT]
+                self._schedule, MAINTAIN_LIMIT, nonce]
 
     def _leases(self, worker: str, raw: Sequence[Any]) -> list[Lease]:
         """Lease objects from a lease reply; undecodable requests are dead-lettered."""
@@ -486,6 +490,7 @@ class ListsFrontier:
         """Remove a worker's heartbeat (it is closing; its leases are already given back)."""
         with redis_errors("forget_worker"):
             self.client.hdel(self.keys.workers, worker)
+            self.client.hdel(self.keys.calls, worker)
 
     _OWN_COUNTERS = frozenset(("seq", "leases", "inflight", "accepted", "filtered", "done",
                                "retried", "reclaimed", "died", "requeued"))

@@ -2,6 +2,13 @@
 -- KEYS, ARGV[1..4]: see lib.lua.
 -- ARGV[5] worker id   ARGV[6] n   ARGV[7] lease ttl (ms)   ARGV[8] max_attempts
 -- ARGV[9] weighted-fair schedule   ARGV[10] most leases to reclaim / requests to promote
--- Returns a flat list: token, then id, attempts, record for each request.
-return op_lease(ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]), ARGV[9],
-                tonumber(ARGV[10]))
+-- ARGV[11] call nonce ("" for none; see call_replay in ops.lua)
+-- Returns the lease list of the backend (lists: token, then id, attempts, record for each
+-- request; streams: id, attempts, record, token for each).
+local worker, nonce = ARGV[5], ARGV[11]
+local replay = call_replay(worker, nonce)
+if replay then return replay[3] end
+local leased = op_lease(worker, tonumber(ARGV[6]), tonumber(ARGV[7]), tonumber(ARGV[8]),
+                        ARGV[9], tonumber(ARGV[10]))
+call_record(worker, nonce, '', '', leased)
+return leased

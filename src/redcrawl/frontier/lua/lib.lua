@@ -27,7 +27,10 @@
 --                     tier bounds the crawl was created with)
 --  11 fpd       dedupe: key base of the DONE fingerprints' filter (see redcrawl/dedupe/lua;
 --                the filter's own keys are named after it, in the same hash tag)
---  12..         the ready-queue layer's keys. lists: the ready queue of each tier, highest
+--  12 calls     HASH  worker -> msgpack [nonce, push flags, ack flags, id, token, ...]: the
+--                worker's last lease/settle call, replayed if the same call comes again
+--                (a retry after a lost reply; see call_replay in ops.lua)
+--  13..         the ready-queue layer's keys. lists: the ready queue of each tier, highest
 --                first (LIST for fifo/lifo, ZSET for priority). streams: the streams of each
 --                shard, high then low (see queue_streams.lua); KEYS 2-4 are unused there.
 -- ARGV (common to every script):
@@ -39,8 +42,8 @@
 
 local K_REQ, K_INFLIGHT, K_LEASES, K_LEFT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_DELAYED, K_DEAD, K_ERR, K_STATS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
-local K_WORKERS, K_CONTROL, K_FPD = KEYS[9], KEYS[10], KEYS[11]
-local FIRST_TIER = 12
+local K_WORKERS, K_CONTROL, K_FPD, K_CALLS = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
+local FIRST_TIER = 13
 local ORDERING = ARGV[1]
 
 local BOUNDS = {}
@@ -103,8 +106,10 @@ end
 -- The ready-queue layer (queue_lists.lua or queue_streams.lua, prepended after the dedupe
 -- prelude) defines these: ready_push(items, front) puts {id, priority, seq, shard,
 -- record} items into READY (shard and record optional), unhold(tokens) ends the
--- IN-FLIGHT holds of those tokens (the records are rewritten by the caller).
-local ready_push, unhold
+-- IN-FLIGHT holds of those tokens (the records are rewritten by the caller),
+-- flat_leased(got) is the lease reply for {id, attempts, record, token} entries and
+-- lease_pairs(reply) the (id, token) pairs of a lease reply, flattened.
+local ready_push, unhold, flat_leased, lease_pairs
 local PUSH_STRIDE = 3
 
 -- To DEAD with a reason each: ids and whys are aligned lists.

@@ -90,3 +90,39 @@ local function op_ack(first, n)
   return table.concat(flags)
 end
 
+
+-- A worker's lease/settle call carries a nonce, fresh for each call; redis-py sends the
+-- same call again when the connection drops or times out before the reply arrives, and
+-- the first execution may well have happened. call_replay answers such a retry with the
+-- first execution's outcome: the same push and ack flags, and of what it leased, what the
+-- worker still holds under it (nothing is pushed, acked or leased again). Without this a
+-- lost lease reply would leave requests IN-FLIGHT under a live worker that does not know
+-- it holds them, renewed by its heartbeat forever. Only the worker's last call is kept.
+-- Returns nil (not a retry), or {push flags, ack flags, lease reply}.
+local function call_replay(worker, nonce)
+  if nonce == '' then return nil end
+  local raw = redis.call('HGET', K_CALLS, worker)
+  if not raw then return nil end
+  local t = cmsgpack.unpack(raw)
+  if t[1] ~= nonce then return nil end
+  local ids = {}
+  for i = 4, #t, 2 do ids[#ids + 1] = t[i] end
+  local recs = hmget(K_REQ, ids)
+  local got = {}
+  for i, id in ipairs(ids) do
+    local token = t[3 + 2 * i]
+    if recs[i] then
+      local p, a, tk = parse(recs[i])
+      if p ~= nil and tk == token then got[#got + 1] = {id, a, recs[i], token} end
+    end
+  end
+  return {t[2], t[3], flat_leased(got)}
+end
+
+-- Remember a worker's call (see call_replay): its nonce, flags and what it leased.
+local function call_record(worker, nonce, pushed, acked, leased)
+  if nonce == '' then return end
+  local t = {nonce, pushed, acked}
+  for _, v in ipairs(lease_pairs(leased)) do t[#t + 1] = v end
+  redis.call('HSET', K_CALLS, worker, cmsgpack.pack(t))
+end

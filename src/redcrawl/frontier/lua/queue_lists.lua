@@ -93,6 +93,7 @@ local function reclaim_expired(limit, max_attempts)
       redis.call('ZREM', K_INFLIGHT, token)
       redis.call('HDEL', K_LEASES, token)
       redis.call('HDEL', K_LEFT, token)
+      if worker then redis.call('HDEL', K_CALLS, worker) end
       if #held > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -#held) end
       taken = taken + #held
     end
@@ -105,6 +106,23 @@ unhold = function(tokens)
   local per_lease = {}
   for _, t in ipairs(tokens) do per_lease[t] = (per_lease[t] or 0) + 1 end
   for t, k in pairs(per_lease) do lease_release(t, k) end
+end
+
+-- The lease reply: the token, then id, attempts, record of each leased request.
+flat_leased = function(got)
+  if #got == 0 then return {} end
+  local out = {got[1][4]}
+  for _, g in ipairs(got) do
+    out[#out + 1] = g[1]; out[#out + 1] = g[2]; out[#out + 1] = g[3]
+  end
+  return out
+end
+
+-- (id, token) pairs of a lease reply, flattened.
+lease_pairs = function(flat)
+  local out = {}
+  for i = 2, #flat, 3 do out[#out + 1] = flat[i]; out[#out + 1] = flat[1] end
+  return out
 end
 
 -- Hand up to n READY requests to a worker (READY -> IN-FLIGHT) as one lease, after

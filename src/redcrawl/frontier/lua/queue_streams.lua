@@ -3,8 +3,8 @@
 -- its record header, dedupe, DELAYED, DEAD, stats, heartbeats, pause — is lib.lua's and
 -- ops.lua's, shared with the lists backend.
 --
--- KEYS 12..: the streams, two per shard: KEYS[12 + 2s] is shard s's high-priority stream
--- (priority >= the first tier bound), KEYS[13 + 2s] its low one. "k" below is a stream's
+-- KEYS 13..: the streams, two per shard: KEYS[13 + 2s] is shard s's high-priority stream
+-- (priority >= the first tier bound), KEYS[14 + 2s] its low one. "k" below is a stream's
 -- index: k = 2s (high) or 2s + 1 (low). An entry has one field, r = the request id. A
 -- request's shard is a hash of its URL's host (Python computes it at push; host_of and
 -- shard_of_record below compute the same when a request comes back from DELAYED or DEAD).
@@ -243,7 +243,10 @@ local function reclaim(cands, max_attempts, ttl, worker, want)
     for owner in pairs(set) do
       if owner ~= worker then
         local left = redis.call('XPENDING', skey(k), S_GROUP, '-', '+', 1, owner)
-        if #left == 0 then redis.call('XGROUP', 'DELCONSUMER', skey(k), S_GROUP, owner) end
+        if #left == 0 then
+          redis.call('XGROUP', 'DELCONSUMER', skey(k), S_GROUP, owner)
+          redis.call('HDEL', K_CALLS, owner)
+        end
       end
     end
   end
@@ -266,6 +269,7 @@ local function reclaim_expired(limit, max_attempts, ttl)
         if name and pending == 0
            and tonumber(redis.call('HGET', K_WORKERS, name) or '0') <= NOW then
           redis.call('XGROUP', 'DELCONSUMER', key, S_GROUP, name)
+          redis.call('HDEL', K_CALLS, name)
         end
       end
     end
@@ -274,11 +278,18 @@ local function reclaim_expired(limit, max_attempts, ttl)
 end
 
 -- The lease reply: id, attempts, record, token of each leased request, in one flat list.
-local function flat_leased(got)
+flat_leased = function(got)
   local out = {}
   for _, g in ipairs(got) do
     out[#out + 1] = g[1]; out[#out + 1] = g[2]; out[#out + 1] = g[3]; out[#out + 1] = g[4]
   end
+  return out
+end
+
+-- (id, token) pairs of a lease reply, flattened.
+lease_pairs = function(flat)
+  local out = {}
+  for i = 1, #flat, 4 do out[#out + 1] = flat[i]; out[#out + 1] = flat[i + 3] end
   return out
 end
 

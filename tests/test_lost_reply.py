@@ -1,0 +1,181 @@
+"""A lease or settle call whose reply is lost on the network: redis-py resends the call
+after reconnecting, and the frontier must answer the retry with what the first execution
+did (same leases, nothing pushed, acked or leased twice), or the first lease would stay
+IN-FLIGHT under a live worker that never learnt it holds it.
+
+The loss is real: a TCP proxy between the client and redis-server lets the command
+through and closes both connections instead of forwarding the reply.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from redcrawl.codec import Envelope
+from redcrawl.connection import connect
+from redcrawl.frontier import open_frontier
+from redcrawl.frontier.base import Lease, parse_id
+from redcrawl.frontier.lists import ListsFrontier
+from redcrawl.settings import Settings
+
+from .conftest import Clock, RedisServer
+
+
+class ReplyDropper:
+    """A loopback TCP proxy to a Redis server. After :meth:`arm`, the next reply the
+    server sends is not forwarded: both sides of that connection are closed instead."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream = ("127.0.0.1", upstream_port)
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._armed = threading.Event()
+        self.dropped = 0
+        self._socks: list[socket.socket] = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def arm(self) -> None:
+        self._armed.set()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.upstream)
+            self._socks += (client, server)
+            threading.Thread(target=self._pump, args=(client, server, False),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, True),
+                             daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
+        try:
+            while data := src.recv(65536):
+                if replies and self._armed.is_set():
+                    self._armed.clear()
+                    self.dropped += 1
+                    break  # the command ran; its reply never reaches the client
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def close(self) -> None:
+        self.listener.close()
+        for s in self._socks:
+            s.close()
+
+
+@pytest.fixture
+def dropper(redis_server: RedisServer) -> Iterator[ReplyDropper]:
+    proxy = ReplyDropper(redis_server.port)
+    yield proxy
+    proxy.close()
+
+
+def _frontiers(redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
+               backend: str) -> tuple[ListsFrontier, ListsFrontier]:
+    """The same crawl seen directly and through the proxy."""
+    settings = Settings(backend=backend, lease_ttl=10.0, retry_backoff=0.0)
+    direct = open_frontier(redis_client, settings, "lost", clock=clock)
+    proxied = open_frontier(connect(settings, url=dropper.url), settings, "lost", clock=clock)
+    return direct, proxied
+
+
+def _envs(n: int, start: int = 0, *, dont_filter: bool = False) -> list[Envelope]:
+    return [Envelope(url=f"http://h{i % 3}.example/{i}", fingerprint=i.to_bytes(20, "big"),
+                     dont_filter=dont_filter) for i in range(start, start + n)]
+
+
+def _held(f: ListsFrontier) -> set[bytes]:
+    return {parse_id(info.id) for info in f.inflight(limit=1000)}
+
+
+def test_lost_lease_reply_returns_the_same_lease(
+        redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
+        frontier_backend: str) -> None:
+    direct, proxied = _frontiers(redis_client, dropper, clock, frontier_backend)
+    direct.push(_envs(30))
+
+    dropper.arm()
+    leases = proxied.lease("w1", 10)
+
+    assert dropper.dropped == 1  # the first execution's reply really was lost
+    assert len(leases) == 10
+    counts = direct.counts()
+    assert counts.in_flight == 10, "the retry leased again: 10 requests orphaned"
+    assert counts.ready == 20
+    assert proxied.ack(leases) == 10
+    assert direct.counts().in_flight == 0
+    # the next call is a new one, not a replay
+    assert len(proxied.lease("w1", 10)) == 10
+
+
+def test_lost_settle_reply_pushes_acks_and_leases_once(
+        redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
+        frontier_backend: str) -> None:
+    direct, proxied = _frontiers(redis_client, dropper, clock, frontier_backend)
+    direct.push(_envs(40))
+    first = proxied.lease("w1", 10)
+    children = _envs(5, start=1000, dont_filter=True)  # no fingerprint: a re-push would count
+
+    dropper.arm()
+    out = proxied.settle(push=children, ack=first, lease=("w1", 10))
+
+    assert dropper.dropped == 1
+    assert out.pushed.accepted == 5 and out.acked == 10 and len(out.leases) == 10
+    counts = direct.counts()
+    assert counts.accepted == 45, "the retry pushed the children again"
+    assert counts.done == 10
+    assert counts.in_flight == 10, "the retry leased again: 10 requests orphaned"
+    assert _held(direct) == {lease.id for lease in out.leases}
+    assert proxied.ack(out.leases) == 10
+    assert direct.counts().in_flight == 0
+
+
+def test_replay_returns_only_what_is_still_held(
+        redis_client: redis.Redis, clock: Clock, frontier_backend: str) -> None:
+    """A replay after part of the lease was already settled elsewhere (its lease expired
+    and was reclaimed) returns only the requests the worker still holds."""
+    settings = Settings(backend=frontier_backend, lease_ttl=10.0, retry_backoff=0.0)
+    f = open_frontier(redis_client, settings, "lost", clock=clock)
+    f.push(_envs(6))
+    args = f._lease_args("w1", 6, None)
+    first = f._leases("w1", f._run("lease", args))
+    assert len(first) == 6
+    assert f.ack(first[:2]) == 2
+    again = f._leases("w1", f._run("lease", args))  # the same call, same nonce
+    assert sorted(x.id for x in again) == sorted(x.id for x in first[2:])
+    assert all(isinstance(x, Lease) for x in again)
+    assert f.counts().in_flight == 4
+
+
+def test_a_dead_workers_last_call_is_forgotten(
+        redis_client: redis.Redis, clock: Clock, frontier_backend: str) -> None:
+    settings = Settings(backend=frontier_backend, lease_ttl=10.0, retry_backoff=0.0)
+    f = open_frontier(redis_client, settings, "lost", clock=clock)
+    f.push(_envs(4))
+    assert len(f.lease("w1", 2)) == 2
+    assert len(f.lease("w2", 2)) == 2
+    assert redis_client.hexists(f.keys.calls, "w1")
+    clock.advance(11)  # both heartbeats and leases expire
+    f.maintain()
+    assert not redis_client.hexists(f.keys.calls, "w1")
+    assert not redis_client.hexists(f.keys.calls, "w2")
+    assert f.counts().ready == 4
+    assert len(f.lease("w3", 1)) == 1
+    f.release_worker("w3")
+    assert not redis_client.hexists(f.keys.calls, "w3")
