@@ -512,3 +512,52 @@ def test_redcrawl_source_never_uses_pickle() -> None:
             else:
                 continue
             assert not names & UNSAFE, f"{path}:{getattr(node, 'lineno', '?')} uses {names}"
+
+
+# --- rebuilding without re-escaping the URL ----------------------------------------------
+
+_URL_CHARS = "Aa0z9-._~:/?#[]@!$&'()*+,;=% \"<>\\^`{|}é\x7f\t"
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.sampled_from(["http://", "https://", "HTTP://", "ftp://", "data:", "http://a.b",
+                        "https://x-1.com:8080/", "http://[::1]"]),
+       st.text(alphabet=_URL_CHARS, max_size=30),
+       st.sampled_from([scrapy.Request, FormRequest, JsonRequest]))
+def test_rebuilt_url_is_what_scrapy_would_make_of_any_stored_url(
+        prefix: str, rest: str, cls: type[scrapy.Request]) -> None:
+    """to_request skips Scrapy's URL escaping for URLs already in escaped form; for any
+    string at all in an envelope, the request it builds has the URL Scrapy's own
+    constructor gives (or both refuse it)."""
+    url = prefix + rest
+    env = Envelope(url=url, request_class=None if cls is scrapy.Request
+                   else f"{cls.__module__}.{cls.__name__}")
+    try:
+        expected = cls(url).url
+    except (TypeError, ValueError):
+        with pytest.raises(DecodeError):
+            to_request(env)
+        return
+    out = to_request(env)
+    assert type(out) is cls
+    assert out.url == expected
+
+
+def test_rebuilt_request_is_a_plain_request_tracked_as_one(spider: MySpider) -> None:
+    from scrapy.utils.trackref import live_refs
+
+    before = len(live_refs.get(scrapy.Request, ()))
+    out = to_request(Envelope(url="http://example.com/p?q=1", callback="parse", priority=3),
+                     spider)
+    assert type(out) is scrapy.Request and out.__class__ is scrapy.Request
+    assert len(live_refs[scrapy.Request]) == before + 1
+    assert (out.url, out.priority, out.callback) == ("http://example.com/p?q=1", 3,
+                                                     spider.parse)
+    assert out.replace(url="http://example.com/x y").url == "http://example.com/x%20y"
+    assert codec._trusting_class(scrapy.Request) is not None  # the fast path is in use
+
+
+def test_request_url_normalises_or_names_the_url() -> None:
+    assert codec.request_url("http://Example.com/a b") == "http://example.com/a%20b"
+    with pytest.raises(EncodeError, match="'nope'"):
+        codec.request_url("nope")

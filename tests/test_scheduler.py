@@ -88,6 +88,31 @@ def test_small_site_crawl_fetches_every_page_once(small_site: ShopSite, tmp_path
     assert run.stats["dupefilter/filtered"] > 0
 
 
+MEDIUM = SiteConfig(products=150, per_page=10, categories=3, tracking_params=False)
+
+
+@pytest.mark.parametrize("lookahead", [0, 2])
+def test_lookahead_keeps_settles_on_their_way_and_every_page_once(
+        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis,
+        lookahead: int) -> None:
+    """With LOOKAHEAD, settle calls (store, ack, lease more) go out before the local
+    buffer runs dry and are read later, in order, on their own connection; the crawl is
+    the same as without: every page fetched once, everything acked."""
+    with ShopSite(MEDIUM) as site:
+        crawl = f"ahead{lookahead}"
+        run = crawl_shop(site, tmp_path, redis7, crawl, REDCRAWL_LOOKAHEAD=lookahead,
+                         REDCRAWL_PREFETCH=4).ok()
+        assert site.hits() == once_each(site)
+    c = frontier(redis7_client, crawl).counts()
+    assert c.finished and c.conserved
+    assert c.accepted == c.done == MEDIUM.pages and c.dead == 0
+    assert run.stats["redcrawl/acked"] == c.done
+    if lookahead:
+        assert run.stats["redcrawl/lookahead_calls"] > 0
+    else:
+        assert "redcrawl/lookahead_calls" not in run.stats
+
+
 # --- 2. duplicates ----------------------------------------------------------------------
 
 def test_tracking_variants_are_one_page_with_canonicalize(tmp_path: Path, redis7: RedisServer,

@@ -32,10 +32,12 @@ Wire format, version 1 (msgpack map)::
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
 
@@ -52,6 +54,7 @@ __all__ = [
     "decode",
     "encode",
     "from_request",
+    "request_url",
     "to_request",
 ]
 
@@ -397,6 +400,67 @@ def to_request(env: Envelope, spider: scrapy.Spider | None = None) -> scrapy.Req
         if key in cls.attributes:
             kwargs[key] = value
     try:
-        return cls(**kwargs)
+        plain = _PLAIN_URL(env.url) and "#!" not in env.url
+        fast = _trusting_class(cast(Any, cls)) if plain else None
+        if fast is None:
+            return cls(**kwargs)
+        # Scrapy's URL escaping (safe_url_string) is most of what building a Request
+        # costs, and a stored URL has already been through it (it is a Request's .url):
+        # build through a subclass that keeps the URL as it is, then hand out the class
+        # itself. Same object, same type, registered with trackref as usual.
+        request = cls.__new__(cls)
+        request.__class__ = fast
+        fast.__init__(request, **kwargs)
+        request.__class__ = cls
+        return request
     except (TypeError, ValueError) as exc:
         raise DecodeError(f"cannot rebuild request {env.url}: {exc}")
+
+
+# An http(s) URL in the form Scrapy's URL escaping (safe_url_string) leaves as it is:
+# lowercase host, a port only with digits, at most one "#", only characters it never
+# escapes. Envelopes hold a Request's .url, escaped already, or a URL normalised by
+# request_url; this check keeps anything else on Scrapy's own path.
+_PLAIN_URL = re.compile(
+    r"https?://[a-z0-9.-]+(?::[0-9]+)?"
+    r"(?:/[A-Za-z0-9\-._~:/@!$&'()*+,;=%]*(?:\?[A-Za-z0-9\-._~:/?@!$&()*+,;=%]+)?)?"
+    r"(?:#[A-Za-z0-9\-._~:/?@!$&'()*+,;=%]+)?"
+).fullmatch
+
+_TRUSTED_CLASSES = frozenset(_ALLOWED_CLASSES)
+"""Scrapy's own request classes: their constructors do nothing else with the URL."""
+
+
+def _keep_url(self: Any, url: str) -> None:
+    self._url = url
+
+
+@functools.cache
+def _trusting_class(cls: Any) -> Any:
+    """For one of Scrapy's own request classes, a subclass of the same memory layout
+    whose URL setter keeps the URL as given (None if this Scrapy does not allow it)."""
+    if f"{cls.__module__}.{cls.__qualname__}" not in _TRUSTED_CLASSES or not hasattr(
+            cls, "_set_url"):
+        return None
+    fast: Any = type(f"_Stored{cls.__name__}", (cls,),
+                     {"__slots__": (), "_set_url": _keep_url})
+    url = "http://example.com/a?b=1#c"
+    try:  # this Scrapy builds it the same both ways, and lets the class be swapped
+        probe = cls.__new__(cls)
+        probe.__class__ = fast
+        fast.__init__(probe, url)
+        probe.__class__ = cls
+    except (TypeError, AttributeError, ValueError):
+        return None
+    return fast if type(probe) is cls and probe.url == cls(url).url == url else None
+
+
+def request_url(url: str) -> str:
+    """``url`` as a Scrapy request holds it (escaped), which is how envelopes store
+    URLs. :class:`~redcrawl.errors.EncodeError` if Scrapy would not make a request of it."""
+    import scrapy
+
+    try:
+        return str(scrapy.Request(url).url)
+    except (TypeError, ValueError) as exc:
+        raise EncodeError(f"cannot make a request of URL {url!r}: {exc}") from None

@@ -21,6 +21,10 @@ CRAWL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
 """What a crawl name may be (it is a Redis Cluster hash tag, so no braces)."""
 _CRAWL_NAME = re.compile(CRAWL_NAME_PATTERN)
 
+CALL_SLOTS = 16
+"""Slots per worker in the ``calls`` hash: more than the lease/settle calls a worker ever
+has on their way at once (``lookahead`` <= 8). Lua's lib.lua has the same number."""
+
 
 def validate_crawl_name(name: str) -> str:
     """Return ``name`` if it is usable as a crawl name, else raise :class:`ConfigError`."""
@@ -115,10 +119,15 @@ class CrawlKeys:
 
     @property
     def calls(self) -> str:
-        """HASH worker id -> its last lease/settle call (nonce, outcome, what it leased),
-        so that a call retried after its reply was lost returns the same outcome instead
-        of leasing again (an orphaned lease would stay held while its worker lives)."""
+        """HASH ``<worker id>#<slot>`` -> one of its last lease/settle calls (nonce,
+        outcome, what it leased; :data:`CALL_SLOTS` per worker), so that a call retried
+        after its reply was lost returns the same outcome instead of leasing again (an
+        orphaned lease would stay held while its worker lives)."""
         return self._k("calls")
+
+    def call_fields(self, worker: str) -> list[str]:
+        """The fields of :attr:`calls` that ``worker``'s calls use."""
+        return [f"{worker}#{slot}" for slot in range(CALL_SLOTS)]
 
     @property
     def fp_seen(self) -> str:

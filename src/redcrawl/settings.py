@@ -188,6 +188,10 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("batch_size", _number(int, 1, 10_000), "Requests per push/lease/ack round trip."),
     _Spec("prefetch", _number(int, 1, 10_000), "Requests a worker leases ahead of Scrapy's "
           "demand (its local buffer)."),
+    _Spec("lookahead", _number(int, 0, 8), "Settle round trips (store, ack, lease PREFETCH "
+          "more) a worker keeps on their way while the crawl has ready work, so that Redis "
+          "works while Scrapy does; they run in order on a connection of their own. 0: "
+          "lease only when the local buffer is empty."),
     _Spec("poll_interval", _number(float, 0.01), "Seconds between lease attempts while the "
           "frontier has nothing ready for this worker."),
     _Spec("retry_http_codes", _int_tuple, "HTTP statuses that, still failing after Scrapy's own "
@@ -290,6 +294,7 @@ class Settings:
     retry_backoff_max: float = 300.0
     batch_size: int = 100
     prefetch: int = 16
+    lookahead: int = 2
     poll_interval: float = 0.5
     retry_http_codes: tuple[int, ...] = (500, 502, 503, 504, 522, 524, 408, 429)
     worker_id: str | None = None

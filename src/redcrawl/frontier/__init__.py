@@ -14,9 +14,10 @@ from redcrawl.frontier.base import (
     PendingInfo,
     PushResult,
     RequestInfo,
+    SettleCall,
     Settled,
 )
-from redcrawl.frontier.lists import ListsFrontier, redis_errors
+from redcrawl.frontier.lists import ListsFrontier, PendingSettle, redis_errors
 from redcrawl.frontier.streams import StreamsFrontier
 from redcrawl.settings import Settings
 
@@ -28,8 +29,10 @@ __all__ = [
     "Lease",
     "ListsFrontier",
     "PendingInfo",
+    "PendingSettle",
     "PushResult",
     "RequestInfo",
+    "SettleCall",
     "Settled",
     "StreamsFrontier",
     "open_frontier",

@@ -23,6 +23,7 @@ __all__ = [
     "PendingInfo",
     "PushResult",
     "RequestInfo",
+    "SettleCall",
     "Settled",
     "fair_schedule",
     "format_id",
@@ -152,6 +153,12 @@ class RequestInfo:
     """Its last error (retried or dead)."""
 
 
+class SettleCall(Protocol):
+    """A settle round trip on its way (:meth:`Frontier.settle_begin`)."""
+
+    def result(self) -> Settled: ...
+
+
 @runtime_checkable
 class Frontier(Protocol):
     """The operations of a crawl frontier. See :class:`redcrawl.frontier.ListsFrontier`."""
@@ -164,6 +171,9 @@ class Frontier(Protocol):
     def settle(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = (), *,
                lease: tuple[str, int] | None = None,
                ttl: float | None = None) -> Settled: ...
+    def settle_begin(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = (), *,
+                     lease: tuple[str, int] | None = None,
+                     ttl: float | None = None) -> SettleCall: ...
     def nack(self, lease: Lease, error: str, *, retry: bool = True,
              delay: float | None = None) -> str: ...
     def renew(self, worker: str, ttl: float | None = None) -> None: ...

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cache
@@ -42,7 +43,7 @@ from redcrawl.frontier.base import (
     format_id,
     parse_id,
 )
-from redcrawl.keys import CrawlKeys
+from redcrawl.keys import CALL_SLOTS, CrawlKeys
 from redcrawl.settings import Settings
 
 __all__ = ["ListsFrontier"]
@@ -139,6 +140,8 @@ class ListsFrontier:
         self._schedule = fair_schedule(settings.tier_weights)
         self._scripts = {n: client.register_script(_source(n, self.dedupe.mode, self.BACKEND))
                          for n in _SCRIPTS}
+        self._pipe = _Pipe(self)
+        self._call_seq = 0
         self._purge = client.register_script(
             (resources.files("redcrawl.frontier") / "lua" / "purge.lua").read_text("utf-8"))
 
@@ -161,9 +164,8 @@ class ListsFrontier:
         return parts[2] if len(parts) == 3 else None
 
     def _run(self, name: str, args: Sequence[Any], client: Any = None) -> Any:
-        now = "" if self._clock is None else str(int(self._clock()))
         with redis_errors(name):
-            return self._scripts[name](keys=self._keys, args=[*self._common, now, *args],
+            return self._scripts[name](keys=self._keys, args=self._argv(args),
                                        client=client or self.client)
 
     def _ms(self, seconds: float | None, default: float) -> int:
@@ -212,9 +214,26 @@ class ListsFrontier:
         ``ack``, then (``lease=(worker, n)``) lease up to n more. Children are therefore
         always stored before their parent is acknowledged. One script call per
         ``batch_size`` pushes; the acks and the lease ride on the last one."""
-        pushed: list[bool] = []
-        acked = 0
-        leases: list[Lease] = []
+        calls = self._settle_calls(push, ack, lease, ttl)
+        return self._settled(calls, [self._run("settle", args) for args, _ in calls])
+
+    def settle_begin(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = (), *,
+                     lease: tuple[str, int] | None = None,
+                     ttl: float | None = None) -> PendingSettle:
+        """:meth:`settle`, sent now and read later: the worker goes on with its own work
+        while Redis runs the call, and ``.result()`` returns what :meth:`settle` would
+        have. Calls of one frontier object are answered in the order they were begun;
+        finish one before beginning the next. A lost connection falls back to a retried
+        :meth:`settle` call (the lease nonce makes a retry of a call that did run return
+        its outcome)."""
+        return PendingSettle(self, self._settle_calls(push, ack, lease, ttl))
+
+    def _settle_calls(self, push: Sequence[Envelope], ack: Sequence[Lease],
+                      lease: tuple[str, int] | None,
+                      ttl: float | None) -> list[tuple[list[Any], int]]:
+        """The settle script calls of one settle: (ARGV after the common ones, number of
+        requests the call pushes) for each."""
+        calls: list[tuple[list[Any], int]] = []
         step = self.settings.batch_size
         starts = list(range(0, len(push), step)) or [0]
         for i, start in enumerate(starts):
@@ -229,19 +248,33 @@ class ListsFrontier:
                                *self._push_args(chunk)]
             for item in acks:
                 args += (item.id, item.token)
-            out_push, out_ack, out_lease = self._run("settle", args)
+            calls.append((args, len(chunk)))
+        return calls
+
+    def _settled(self, calls: Sequence[tuple[list[Any], int]],
+                 replies: Sequence[Any]) -> Settled:
+        pushed: list[bool] = []
+        acked = 0
+        leases: list[Lease] = []
+        for (args, _), (out_push, out_ack, out_lease) in zip(calls, replies, strict=True):
             pushed += [c == ord("1") for c in out_push]
             acked += bytes(out_ack).count(b"1")
-            if want[1]:
-                leases = self._leases(want[0], out_lease)
+            if args[2]:
+                leases = self._leases(args[3], out_lease)
         accepted = sum(pushed)
         return Settled(PushResult(accepted, len(pushed) - accepted, tuple(pushed)), acked,
                        leases)
 
+    def _argv(self, args: Sequence[Any]) -> list[Any]:
+        now = "" if self._clock is None else str(int(self._clock()))
+        return [*self._common, now, *args]
+
     def _lease_args(self, worker: str, n: int, ttl: float | None) -> list[Any]:
         # A fresh nonce per call: a retry of this very call (redis-py resends it when the
         # reply is lost) gets the first execution's outcome back (call_replay, ops.lua).
-        nonce = os.urandom(8) if worker else b""
+        # Its first byte picks the slot the call is kept in (calls in a row: other slots).
+        self._call_seq = (self._call_seq + 1) % CALL_SLOTS
+        nonce = bytes([self._call_seq]) + os.urandom(7) if worker else b""
         return [worker, n, self._ms(ttl, self.settings.lease_ttl), self.settings.max_attempts,
                 self._schedule, MAINTAIN_LIMIT, nonce]
 
@@ -490,7 +523,7 @@ class ListsFrontier:
         """Remove a worker's heartbeat (it is closing; its leases are already given back)."""
         with redis_errors("forget_worker"):
             self.client.hdel(self.keys.workers, worker)
-            self.client.hdel(self.keys.calls, worker)
+            self.client.hdel(self.keys.calls, *self.keys.call_fields(worker))
 
     _OWN_COUNTERS = frozenset(("seq", "leases", "inflight", "accepted", "filtered", "done",
                                "retried", "reclaimed", "died", "requeued"))
@@ -522,3 +555,102 @@ class ListsFrontier:
         with redis_errors("workers"):
             raw = self.client.hgetall(self.keys.workers)
         return {k.decode(): int(v) / 1000 for k, v in raw.items()}
+
+
+
+class PendingSettle:
+    """A :meth:`ListsFrontier.settle` on its way. All of a frontier's pending settles go
+    out, in order, on one connection of their own, so Redis runs them in the order they
+    were begun (a parent's ack never overtakes its children's push), and their replies
+    are read in that order too."""
+
+    def __init__(self, frontier: ListsFrontier, calls: list[tuple[list[Any], int]]) -> None:
+        self._frontier = frontier
+        self.calls = calls
+        self.replies: list[Any] = []
+        self.sent = False
+        """Whether the calls went out (else :meth:`result` runs them the ordinary way)."""
+        self.outcome: Settled | None = None
+        frontier._pipe.send(self)
+
+    def result(self) -> Settled:
+        """Wait for the reply (reading those of earlier pending settles first) and return
+        what :meth:`ListsFrontier.settle` would have. Raises what it raises."""
+        while self.outcome is None:
+            self._frontier._pipe.finish_oldest()
+        return self.outcome
+
+
+class _Pipe:
+    """The connection and queue of a frontier's pending settles."""
+
+    def __init__(self, frontier: ListsFrontier) -> None:
+        self.frontier = frontier
+        self.conn: Any = None
+        self.broken = False
+        self.loaded = False
+        self.queue: deque[PendingSettle] = deque()
+
+    def send(self, call: PendingSettle) -> None:
+        f = self.frontier
+        self.queue.append(call)
+        pool = getattr(f.client, "connection_pool", None)
+        if not call.calls or pool is None or self.broken:
+            return
+        script, keys = f._scripts["settle"], f._keys
+        try:
+            if self.conn is None:
+                self.conn = pool.get_connection()
+                if not self.loaded:  # so that NOSCRIPT is only ever a server restart
+                    f.client.script_load(script.script)
+                    self.loaded = True
+            self.conn.send_packed_command(self.conn.pack_commands(
+                [("EVALSHA", script.sha, len(keys), *keys, *f._argv(args))
+                 for args, _ in call.calls]))
+            call.sent = True
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            self._break()
+
+    def finish_oldest(self) -> None:
+        call = self.queue[0]
+        f = self.frontier
+        try:
+            if call.sent and not self.broken:
+                try:
+                    while len(call.replies) < len(call.calls):
+                        try:
+                            reply = self.conn.read_response()
+                        except redis.exceptions.NoScriptError:
+                            reply = None  # not run (the server lost its scripts): run below
+                        except redis.exceptions.ResponseError as exc:
+                            reply = exc
+                        call.replies.append(reply)
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                    # what ran is replayed (lease nonce) or deduplicated by the retry
+                    self._break()
+            error = next((r for r in call.replies if isinstance(r, Exception)), None)
+            if error is not None:
+                raise FrontierError(f"Redis refused settle: {error}") from error
+            # whatever did not run, or whose reply was lost, runs now, in order
+            replies = [r if r is not None else f._run("settle", args)
+                       for (args, _), r in zip(call.calls, call.replies, strict=False)]
+            replies += [f._run("settle", args) for args, _ in call.calls[len(replies):]]
+            call.outcome = f._settled(call.calls, replies)
+        finally:
+            self.queue.popleft()
+            if not self.queue:
+                self._release()
+
+    def _break(self) -> None:
+        """The connection failed: what is still queued runs the ordinary way."""
+        self.broken = True
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.disconnect()
+            self.frontier.client.connection_pool.release(conn)
+
+    def _release(self) -> None:
+        self.broken = False
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            self.frontier.client.connection_pool.release(conn)

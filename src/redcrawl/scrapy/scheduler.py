@@ -41,7 +41,15 @@ from redcrawl import codec
 from redcrawl.connection import connect
 from redcrawl.errors import ConnectionLost, DecodeError, EncodeError, RedcrawlError
 from redcrawl.fingerprint import canonicalizer_for, fingerprint, request_fingerprint
-from redcrawl.frontier import Counts, Lease, ListsFrontier, PushResult, open_frontier
+from redcrawl.frontier import (
+    Counts,
+    Lease,
+    ListsFrontier,
+    PushResult,
+    SettleCall,
+    Settled,
+    open_frontier,
+)
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
 from redcrawl.scrapy import lifecycle
@@ -78,7 +86,7 @@ def seed(urls: Iterable[str], *, settings: Settings, crawl: str,
     canonicalizer = canonicalizer_for(settings)
     envs = [codec.Envelope(url=u, callback=callback, priority=priority,
                            fingerprint=fingerprint(u, canonicalizer=canonicalizer))
-            for u in urls]
+            for u in map(codec.request_url, urls)]
     frontier = open_frontier(client or connect(settings), settings, crawl)
     return frontier.push(envs, recrawl=recrawl)
 
@@ -106,6 +114,10 @@ class Scheduler(BaseScheduler):
         self._buffer: list[codec.Envelope] = []      # accepted locally, not yet stored
         self._acks: list[Lease] = []                 # finished, not yet acknowledged
         self._prefetch: deque[Lease] = deque()       # leased, not yet handed to Scrapy
+        # settle calls on their way (lookahead): the call, how many it leases, and what
+        # it stores and acks (put back in the buffer if Redis refuses the call)
+        self._ahead: deque[tuple[SettleCall, int, list[codec.Envelope], list[Lease]]] = (
+            deque())
         self._handed_out: dict[int, tuple[scrapy.Request, Lease]] = {}
         self._outcomes: dict[int, tuple[bool, str]] = {}   # id(request) -> (retry, error)
         self._local_seen: set[bytes] = set()
@@ -276,7 +288,13 @@ class Scheduler(BaseScheduler):
             return request
 
     def _refill(self) -> bool:
-        """One round trip: store what is buffered, ack what is finished, lease more."""
+        """Take the leases of the oldest call on its way, else make one round trip:
+        store what is buffered, ack what is finished, lease more."""
+        while self._ahead:
+            self._collect_one()
+            if self._prefetch:
+                self._look_ahead()
+                return True
         now = time.monotonic()
         # Lease prefetch requests at a time, as long as this worker holds no more than
         # CONCURRENT_REQUESTS + prefetch (Scrapy's own limits don't bound the requests
@@ -294,7 +312,51 @@ class Scheduler(BaseScheduler):
             return False
         self._next_lease_at = 0.0
         self._prefetch.extend(leases)
+        if len(leases) == room:  # the crawl has ready work: keep calls on their way
+            self._look_ahead()
         return True
+
+    def _look_ahead(self) -> None:
+        """Begin settle calls (store, ack, lease ``prefetch`` more) until ``lookahead``
+        are on their way, within PREFETCH * (1 + LOOKAHEAD) + CONCURRENT_REQUESTS held
+        requests. Redis runs them while Scrapy works; _refill takes their leases."""
+        assert self.frontier is not None
+        prefetch = self.settings.prefetch
+        while len(self._ahead) < self.settings.lookahead:
+            held = (len(self._handed_out) + len(self._prefetch)
+                    + sum(n for _, n, _, _ in self._ahead))
+            room = min(prefetch, prefetch * (1 + self.settings.lookahead)
+                       + self._concurrency - held)
+            if room <= 0:
+                return
+            push, acks = self._buffer, self._acks
+            self._buffer, self._acks = [], []
+            call = self.frontier.settle_begin(push=push, ack=acks, lease=(self.worker, room))
+            self._ahead.append((call, room, push, acks))
+            self.stats.inc_value("redcrawl/lookahead_calls")
+
+    def _collect_one(self) -> None:
+        """The oldest call on its way: its leases go to the local buffer. A call Redis
+        refused puts what it carried back (and the error propagates, as for _settle)."""
+        call, n, push, acks = self._ahead.popleft()
+        try:
+            out = call.result()
+        except ConnectionLost as exc:
+            self._redis_lost(exc)
+            return
+        except RedcrawlError:
+            self._buffer[:0] = push
+            self._acks[:0] = acks
+            raise
+        self._prefetch.extend(self._account(out, len(acks)))
+        if len(out.leases) < n:
+            self._stop_looking_ahead()
+
+    def _stop_looking_ahead(self) -> None:
+        """The crawl ran short of ready work: take in what is on its way, then lease
+        only on demand (and poll while nothing is ready)."""
+        while self._ahead:
+            self._collect_one()
 
     def _poke_later(self) -> None:
         """Ask the engine for requests again after poll_interval (instead of its 5 s
@@ -306,7 +368,7 @@ class Scheduler(BaseScheduler):
                 self.settings.poll_interval, lifecycle.wake_engine, self.crawler)
 
     def has_pending_requests(self) -> bool:
-        if self._prefetch or self._buffer or self._handed_out or self._acks:
+        if self._prefetch or self._buffer or self._handed_out or self._acks or self._ahead:
             return True
         return not self._global_counts().finished
 
@@ -347,7 +409,10 @@ class Scheduler(BaseScheduler):
 
     def _settle(self, lease: int = 0) -> list[Lease]:
         """Store buffered requests, acknowledge finished ones and (``lease`` > 0) lease
-        more, in one atomic round trip; returns the new leases."""
+        more, in one atomic round trip, after the calls on their way; returns the new
+        leases."""
+        while self._ahead:
+            self._collect_one()
         if not self._buffer and not self._acks and not lease:
             return []
         assert self.frontier is not None
@@ -356,14 +421,22 @@ class Scheduler(BaseScheduler):
             out = self.frontier.settle(push=push, ack=acks,
                                        lease=(self.worker, lease) if lease else None)
         except ConnectionLost as exc:
-            log.critical("redcrawl: Redis is gone (%s); stopping this worker without "
-                         "acknowledging anything: its leases will be handed out again", exc)
-            self._buffer, self._acks = [], []
-            self._handed_out.clear()
-            self._prefetch.clear()
-            lifecycle.stop_crawler(self.crawler, "redis_lost")
+            self._redis_lost(exc)
             return []
         self._buffer, self._acks = [], []
+        return self._account(out, len(acks))
+
+    def _redis_lost(self, exc: ConnectionLost) -> None:
+        log.critical("redcrawl: Redis is gone (%s); stopping this worker without "
+                     "acknowledging anything: its leases will be handed out again", exc)
+        self._buffer, self._acks = [], []
+        self._handed_out.clear()
+        self._prefetch.clear()
+        self._ahead.clear()
+        lifecycle.stop_crawler(self.crawler, "redis_lost")
+
+    def _account(self, out: Settled, n_acks: int) -> list[Lease]:
+        """Stats of one settle; returns its leases."""
         pushed, acked = out.pushed, out.acked
         if pushed.filtered:
             self.stats.inc_value("redcrawl/filtered", pushed.filtered)
@@ -374,8 +447,8 @@ class Scheduler(BaseScheduler):
             self._counts = None
         if acked:
             self.stats.inc_value("redcrawl/acked", acked)
-        if len(acks) > acked:
-            self.stats.inc_value("redcrawl/stale_acks", len(acks) - acked)
+        if n_acks > acked:
+            self.stats.inc_value("redcrawl/stale_acks", n_acks - acked)
         if out.leases:
             self.stats.inc_value("redcrawl/leased", len(out.leases))
         return out.leases

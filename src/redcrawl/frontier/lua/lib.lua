@@ -27,9 +27,9 @@
 --                     tier bounds the crawl was created with)
 --  11 fpd       dedupe: key base of the DONE fingerprints' filter (see redcrawl/dedupe/lua;
 --                the filter's own keys are named after it, in the same hash tag)
---  12 calls     HASH  worker -> msgpack [nonce, push flags, ack flags, id, token, ...]: the
---                worker's last lease/settle call, replayed if the same call comes again
---                (a retry after a lost reply; see call_replay in ops.lua)
+--  12 calls     HASH  "<worker>#<slot>" -> msgpack [nonce, push flags, ack flags, id, token,
+--                ...]: a worker's last lease/settle calls, replayed if the same call comes
+--                again (a retry after a lost reply; see call_replay in ops.lua)
 --  13..         the ready-queue layer's keys. lists: the ready queue of each tier, highest
 --                first (LIST for fifo/lifo, ZSET for priority). streams: the streams of each
 --                shard, high then low (see queue_streams.lua); KEYS 2-4 are unused there.
@@ -83,12 +83,19 @@ end
 
 local function is_fingerprint(id) return #id == 20 end
 
--- priority, attempts, token, envelope of a record; nil for a record without a readable
--- header (corrupt: it is dead-lettered wherever it is met).
-local function parse(rec)
+-- priority, attempts, token of a record and the position its envelope starts at; nil for
+-- a record without a readable header (corrupt: it is dead-lettered wherever it is met).
+local function parse_head(rec)
   local p, a, t, pos = string.match(rec, '^(-?%d+)|(%d+)|([^|]*)|()')
   if not p then return nil end
-  return tonumber(p), tonumber(a), t, string.sub(rec, pos)
+  return tonumber(p), tonumber(a), t, pos
+end
+
+-- priority, attempts, token, envelope of a record (nil as for parse_head).
+local function parse(rec)
+  local p, a, t, pos = parse_head(rec)
+  if not p then return nil end
+  return p, a, t, string.sub(rec, pos)
 end
 
 local CORRUPT = "stored record has no state header"
@@ -111,6 +118,16 @@ end
 -- lease_pairs(reply) the (id, token) pairs of a lease reply, flattened.
 local ready_push, unhold, flat_leased, lease_pairs
 local PUSH_STRIDE = 3
+
+-- A worker's last calls are kept in this many slots of K_CALLS (redcrawl.keys.CALL_SLOTS).
+local CALL_SLOTS = 16
+
+-- Forget a worker's last calls (it is gone).
+local function calls_forget(worker)
+  local fields = {}
+  for i = 0, CALL_SLOTS - 1 do fields[#fields + 1] = worker .. '#' .. i end
+  redis.call('HDEL', K_CALLS, unpack(fields))
+end
 
 -- To DEAD with a reason each: ids and whys are aligned lists.
 local function kill(ids, whys)

@@ -70,7 +70,7 @@ local function op_ack(first, n)
     flags[i] = '0'
     local rec = recs[i]
     if rec and not seen[id] then
-      local p, _, t = parse(rec)
+      local p, _, t = parse_head(rec)
       if p ~= nil and t ~= '' and t == tokens[i] then
         seen[id] = true
         flags[i] = '1'
@@ -97,11 +97,17 @@ end
 -- first execution's outcome: the same push and ack flags, and of what it leased, what the
 -- worker still holds under it (nothing is pushed, acked or leased again). Without this a
 -- lost lease reply would leave requests IN-FLIGHT under a live worker that does not know
--- it holds them, renewed by its heartbeat forever. Only the worker's last call is kept.
+-- it holds them, renewed by its heartbeat forever. A worker's calls rotate over
+-- CALL_SLOTS slots (the nonce's first byte), so that a worker with several calls on their
+-- way (settle_begin) can have any of them retried.
 -- Returns nil (not a retry), or {push flags, ack flags, lease reply}.
+local function call_field(worker, nonce)
+  return worker .. '#' .. (string.byte(nonce, 1) % CALL_SLOTS)
+end
+
 local function call_replay(worker, nonce)
   if nonce == '' then return nil end
-  local raw = redis.call('HGET', K_CALLS, worker)
+  local raw = redis.call('HGET', K_CALLS, call_field(worker, nonce))
   if not raw then return nil end
   local t = cmsgpack.unpack(raw)
   if t[1] ~= nonce then return nil end
@@ -112,7 +118,7 @@ local function call_replay(worker, nonce)
   for i, id in ipairs(ids) do
     local token = t[3 + 2 * i]
     if recs[i] then
-      local p, a, tk = parse(recs[i])
+      local p, a, tk = parse_head(recs[i])
       if p ~= nil and tk == token then got[#got + 1] = {id, a, recs[i], token} end
     end
   end
@@ -124,5 +130,5 @@ local function call_record(worker, nonce, pushed, acked, leased)
   if nonce == '' then return end
   local t = {nonce, pushed, acked}
   for _, v in ipairs(lease_pairs(leased)) do t[#t + 1] = v end
-  redis.call('HSET', K_CALLS, worker, cmsgpack.pack(t))
+  redis.call('HSET', K_CALLS, call_field(worker, nonce), cmsgpack.pack(t))
 end

@@ -53,7 +53,7 @@ local function still_held(ids, token)
   local held, hrecs = {}, {}
   for i, id in ipairs(ids) do
     if recs[i] then
-      local p, _, t = parse(recs[i])
+      local p, _, t = parse_head(recs[i])
       if p ~= nil and t == token then held[#held + 1] = id; hrecs[#hrecs + 1] = recs[i] end
     end
   end
@@ -93,7 +93,7 @@ local function reclaim_expired(limit, max_attempts)
       redis.call('ZREM', K_INFLIGHT, token)
       redis.call('HDEL', K_LEASES, token)
       redis.call('HDEL', K_LEFT, token)
-      if worker then redis.call('HDEL', K_CALLS, worker) end
+      if worker then calls_forget(worker) end
       if #held > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -#held) end
       taken = taken + #held
     end

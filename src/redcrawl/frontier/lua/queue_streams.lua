@@ -245,7 +245,7 @@ local function reclaim(cands, max_attempts, ttl, worker, want)
         local left = redis.call('XPENDING', skey(k), S_GROUP, '-', '+', 1, owner)
         if #left == 0 then
           redis.call('XGROUP', 'DELCONSUMER', skey(k), S_GROUP, owner)
-          redis.call('HDEL', K_CALLS, owner)
+          calls_forget(owner)
         end
       end
     end
@@ -269,7 +269,7 @@ local function reclaim_expired(limit, max_attempts, ttl)
         if name and pending == 0
            and tonumber(redis.call('HGET', K_WORKERS, name) or '0') <= NOW then
           redis.call('XGROUP', 'DELCONSUMER', key, S_GROUP, name)
-          redis.call('HDEL', K_CALLS, name)
+          calls_forget(name)
         end
       end
     end

@@ -5,7 +5,7 @@
 -- operator action, not a hot path.
 local worker = ARGV[5]
 redis.call('HDEL', K_WORKERS, worker)
-redis.call('HDEL', K_CALLS, worker)
+calls_forget(worker)
 local n = 0
 local cursor = '0'
 repeat

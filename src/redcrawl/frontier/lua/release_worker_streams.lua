@@ -5,7 +5,7 @@
 -- Returns the number of requests the worker held.
 local worker = ARGV[5]
 redis.call('HDEL', K_WORKERS, worker)
-redis.call('HDEL', K_CALLS, worker)
+calls_forget(worker)
 local n = 0
 for k = 0, NSTREAMS - 1 do
   local key = skey(k)
