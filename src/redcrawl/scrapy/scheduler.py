@@ -260,7 +260,7 @@ class Scheduler(BaseScheduler):
         self._buffer.append(env)
         self.stats.inc_value("redcrawl/enqueued")
         if len(self._buffer) >= self.settings.batch_size:
-            self._settle()
+            self._flush()
         return True
 
     def _on_item(self, item: Any, response: Any, spider: Any) -> None:
@@ -335,6 +335,22 @@ class Scheduler(BaseScheduler):
             self._ahead.append((call, room, push, acks))
             self.stats.inc_value("redcrawl/lookahead_calls")
 
+    def _flush(self) -> None:
+        """A full batch to store or ack: on its way like the lookahead's calls (after
+        them, in order; waiting for the oldest when ``lookahead`` are on their way), or
+        a round trip now without lookahead."""
+        if not self.settings.lookahead:
+            self._settle()
+            return
+        assert self.frontier is not None
+        if len(self._ahead) >= self.settings.lookahead:
+            self._collect_one()
+        push, acks = self._buffer, self._acks
+        if not push and not acks:  # (Redis was lost while waiting)
+            return
+        self._buffer, self._acks = [], []
+        self._ahead.append((self.frontier.settle_begin(push=push, ack=acks), 0, push, acks))
+
     def _collect_one(self) -> None:
         """The oldest call on its way: its leases go to the local buffer. A call Redis
         refused puts what it carried back (and the error propagates, as for _settle)."""
@@ -394,7 +410,7 @@ class Scheduler(BaseScheduler):
         if outcome is None:
             self._acks.append(lease)
             if len(self._acks) >= self.settings.batch_size:
-                self._settle()
+                self._flush()
             return
         assert self.frontier is not None
         retry, error = outcome
