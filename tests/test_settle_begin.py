@@ -53,8 +53,11 @@ def test_a_refused_call_raises_and_the_next_one_works(
     f = make_frontier()
     f.push(_envs(3))
     other = make_frontier(dedupe="bloom")  # another layout: every script is refused
+    refused = other.settle_begin(lease=("w2", 1))
     with pytest.raises(FrontierError, match="layout mismatch"):
-        other.settle_begin(lease=("w2", 1)).result()
+        refused.result()
+    with pytest.raises(FrontierError, match="layout mismatch"):
+        refused.result()  # asked again: the same answer, not another call's
     assert len(f.settle_begin(lease=("w1", 3)).result().leases) == 3
 
 

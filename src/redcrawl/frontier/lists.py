@@ -46,7 +46,7 @@ from redcrawl.frontier.base import (
 from redcrawl.keys import CALL_SLOTS, CrawlKeys
 from redcrawl.settings import Settings
 
-__all__ = ["ListsFrontier"]
+__all__ = ["ListsFrontier", "PendingSettle"]
 
 log = logging.getLogger(__name__)
 
@@ -215,25 +215,26 @@ class ListsFrontier:
         always stored before their parent is acknowledged. One script call per
         ``batch_size`` pushes; the acks and the lease ride on the last one."""
         calls = self._settle_calls(push, ack, lease, ttl)
-        return self._settled(calls, [self._run("settle", args) for args, _ in calls])
+        return self._settled(calls, [self._run("settle", args) for args in calls])
 
     def settle_begin(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = (), *,
                      lease: tuple[str, int] | None = None,
                      ttl: float | None = None) -> PendingSettle:
         """:meth:`settle`, sent now and read later: the worker goes on with its own work
         while Redis runs the call, and ``.result()`` returns what :meth:`settle` would
-        have. Calls of one frontier object are answered in the order they were begun;
-        finish one before beginning the next. A lost connection falls back to a retried
-        :meth:`settle` call (the lease nonce makes a retry of a call that did run return
-        its outcome)."""
+        have. Several may be on their way; Redis runs them in the order they were begun
+        (on a connection of their own: finish them before a :meth:`settle`, ``nack`` or
+        the like whose order matters). A lost connection falls back to retried
+        :meth:`settle` calls (a call's nonce makes the retry of a call that did run
+        return its outcome)."""
         return PendingSettle(self, self._settle_calls(push, ack, lease, ttl))
 
     def _settle_calls(self, push: Sequence[Envelope], ack: Sequence[Lease],
                       lease: tuple[str, int] | None,
-                      ttl: float | None) -> list[tuple[list[Any], int]]:
-        """The settle script calls of one settle: (ARGV after the common ones, number of
-        requests the call pushes) for each."""
-        calls: list[tuple[list[Any], int]] = []
+                      ttl: float | None) -> list[list[Any]]:
+        """The settle script calls of one settle: the ARGV of each after the common
+        ones."""
+        calls: list[list[Any]] = []
         step = self.settings.batch_size
         starts = list(range(0, len(push), step)) or [0]
         for i, start in enumerate(starts):
@@ -248,15 +249,14 @@ class ListsFrontier:
                                *self._push_args(chunk)]
             for item in acks:
                 args += (item.id, item.token)
-            calls.append((args, len(chunk)))
+            calls.append(args)
         return calls
 
-    def _settled(self, calls: Sequence[tuple[list[Any], int]],
-                 replies: Sequence[Any]) -> Settled:
+    def _settled(self, calls: Sequence[list[Any]], replies: Sequence[Any]) -> Settled:
         pushed: list[bool] = []
         acked = 0
         leases: list[Lease] = []
-        for (args, _), (out_push, out_ack, out_lease) in zip(calls, replies, strict=True):
+        for args, (out_push, out_ack, out_lease) in zip(calls, replies, strict=True):
             pushed += [c == ord("1") for c in out_push]
             acked += bytes(out_ack).count(b"1")
             if args[2]:
@@ -557,27 +557,30 @@ class ListsFrontier:
         return {k.decode(): int(v) / 1000 for k, v in raw.items()}
 
 
-
 class PendingSettle:
     """A :meth:`ListsFrontier.settle` on its way. All of a frontier's pending settles go
     out, in order, on one connection of their own, so Redis runs them in the order they
     were begun (a parent's ack never overtakes its children's push), and their replies
     are read in that order too."""
 
-    def __init__(self, frontier: ListsFrontier, calls: list[tuple[list[Any], int]]) -> None:
+    def __init__(self, frontier: ListsFrontier, calls: list[list[Any]]) -> None:
         self._frontier = frontier
         self.calls = calls
         self.replies: list[Any] = []
         self.sent = False
         """Whether the calls went out (else :meth:`result` runs them the ordinary way)."""
         self.outcome: Settled | None = None
+        self.error: BaseException | None = None
         frontier._pipe.send(self)
 
     def result(self) -> Settled:
         """Wait for the reply (reading those of earlier pending settles first) and return
         what :meth:`ListsFrontier.settle` would have. Raises what it raises."""
-        while self.outcome is None:
+        while self.outcome is None and self.error is None:
             self._frontier._pipe.finish_oldest()
+        if self.error is not None:
+            raise self.error
+        assert self.outcome is not None
         return self.outcome
 
 
@@ -606,7 +609,7 @@ class _Pipe:
                     self.loaded = True
             self.conn.send_packed_command(self.conn.pack_commands(
                 [("EVALSHA", script.sha, len(keys), *keys, *f._argv(args))
-                 for args, _ in call.calls]))
+                 for args in call.calls]))
             call.sent = True
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             self._break()
@@ -633,9 +636,12 @@ class _Pipe:
                 raise FrontierError(f"Redis refused settle: {error}") from error
             # whatever did not run, or whose reply was lost, runs now, in order
             replies = [r if r is not None else f._run("settle", args)
-                       for (args, _), r in zip(call.calls, call.replies, strict=False)]
-            replies += [f._run("settle", args) for args, _ in call.calls[len(replies):]]
+                       for args, r in zip(call.calls, call.replies, strict=False)]
+            replies += [f._run("settle", args) for args in call.calls[len(replies):]]
             call.outcome = f._settled(call.calls, replies)
+        except BaseException as exc:
+            call.error = exc
+            raise
         finally:
             self.queue.popleft()
             if not self.queue:
