@@ -291,7 +291,14 @@ class Scheduler(BaseScheduler):
         """Take the leases of the oldest call on its way, else make one round trip:
         store what is buffered, ack what is finished, lease more."""
         while self._ahead:
-            self._collect_one()
+            if not self._collect_one():
+                # the crawl ran short of ready work: take in what is on its way, then
+                # lease only on demand (polling while nothing is ready)
+                while self._ahead:
+                    self._collect_one()
+                if self._prefetch:
+                    return True
+                break
             if self._prefetch:
                 self._look_ahead()
                 return True
@@ -351,28 +358,22 @@ class Scheduler(BaseScheduler):
         self._buffer, self._acks = [], []
         self._ahead.append((self.frontier.settle_begin(push=push, ack=acks), 0, push, acks))
 
-    def _collect_one(self) -> None:
-        """The oldest call on its way: its leases go to the local buffer. A call Redis
-        refused puts what it carried back (and the error propagates, as for _settle)."""
+    def _collect_one(self) -> bool:
+        """The oldest call on its way: its leases go to the local buffer. Returns whether
+        it leased all it asked for. A call Redis refused puts what it carried back (and
+        the error propagates, as for _settle)."""
         call, n, push, acks = self._ahead.popleft()
         try:
             out = call.result()
         except ConnectionLost as exc:
             self._redis_lost(exc)
-            return
+            return False
         except RedcrawlError:
             self._buffer[:0] = push
             self._acks[:0] = acks
             raise
         self._prefetch.extend(self._account(out, len(acks)))
-        if len(out.leases) < n:
-            self._stop_looking_ahead()
-
-    def _stop_looking_ahead(self) -> None:
-        """The crawl ran short of ready work: take in what is on its way, then lease
-        only on demand (and poll while nothing is ready)."""
-        while self._ahead:
-            self._collect_one()
+        return len(out.leases) >= n
 
     def _poke_later(self) -> None:
         """Ask the engine for requests again after poll_interval (instead of its 5 s
