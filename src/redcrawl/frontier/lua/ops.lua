@@ -100,35 +100,35 @@ end
 -- it holds them, renewed by its heartbeat forever. A worker's calls rotate over
 -- CALL_SLOTS slots (the nonce's first byte), so that a worker with several calls on their
 -- way (settle_begin) can have any of them retried.
--- Returns nil (not a retry), or {push flags, ack flags, lease reply}.
 local function call_field(worker, nonce)
   return worker .. '#' .. (string.byte(nonce, 1) % CALL_SLOTS)
 end
 
+-- Returns nil (not a retry), or {push flags, ack flags, lease reply}.
 local function call_replay(worker, nonce)
   if nonce == '' then return nil end
   local raw = redis.call('HGET', K_CALLS, call_field(worker, nonce))
-  if not raw then return nil end
-  local t = cmsgpack.unpack(raw)
-  if t[1] ~= nonce then return nil end
+  -- the nonce comes first, outside the msgpack: most calls are not retries
+  if not raw or string.sub(raw, 1, #nonce) ~= nonce then return nil end
+  local t = cmsgpack.unpack(string.sub(raw, #nonce + 1))
   local ids = {}
-  for i = 4, #t, 2 do ids[#ids + 1] = t[i] end
+  for i = 3, #t, 2 do ids[#ids + 1] = t[i] end
   local recs = hmget(K_REQ, ids)
   local got = {}
   for i, id in ipairs(ids) do
-    local token = t[3 + 2 * i]
+    local token = t[2 + 2 * i]
     if recs[i] then
       local p, a, tk = parse_head(recs[i])
       if p ~= nil and tk == token then got[#got + 1] = {id, a, recs[i], token} end
     end
   end
-  return {t[2], t[3], flat_leased(got)}
+  return {t[1], t[2], flat_leased(got)}
 end
 
 -- Remember a worker's call (see call_replay): its nonce, flags and what it leased.
 local function call_record(worker, nonce, pushed, acked, leased)
   if nonce == '' then return end
-  local t = {nonce, pushed, acked}
+  local t = {pushed, acked}
   for _, v in ipairs(lease_pairs(leased)) do t[#t + 1] = v end
-  redis.call('HSET', K_CALLS, call_field(worker, nonce), cmsgpack.pack(t))
+  redis.call('HSET', K_CALLS, call_field(worker, nonce), nonce .. cmsgpack.pack(t))
 end
