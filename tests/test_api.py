@@ -3,6 +3,7 @@ driven with httpx; requests leased, failed and heartbeated through ListsFrontier
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -566,3 +567,36 @@ def test_streams_crawl_shards_and_counts(api: httpx.Client, frontier: ListsFront
          crawl="l", client=redis_client)
     r = api.get("/v1/crawls/l/shards")
     assert r.status_code == 409 and "lists backend" in r.json()["detail"]
+
+
+def test_bodies_over_the_limit_are_refused_before_they_are_read(
+        redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    client = redis.Redis.from_url(redis7.url)
+    server = ApiServer(api_settings(redis7.url, api_max_body=4096), client)
+    items = [{"url": f"https://example.com/{i}"} for i in range(300)]  # about 10 KB
+    try:
+        with httpx.Client(base_url=server.url, headers=AUTH_ADMIN, timeout=10) as api:
+            r = submit(api, *items)  # Content-Length says it all
+            assert r.status_code == 413, r.text
+            assert "REDCRAWL_API_MAX_BODY" in r.json()["detail"]
+            assert "4096" in r.json()["detail"]
+
+            payload = json.dumps({"requests": items}).encode()
+
+            def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it streams
+                for i in range(0, len(payload), 1000):
+                    yield payload[i:i + 1000]
+
+            r = api.post("/v1/crawls/c/requests", content=chunks(),
+                         headers={"Content-Type": "application/json"})
+            assert r.status_code == 413, r.text
+            assert redis7_client.dbsize() == 0  # nothing of either call was stored
+
+            small = json.dumps({"requests": items[:MAX_BATCH]}).encode()
+            r = api.post("/v1/crawls/c/requests", content=iter([small[:50], small[50:]]),
+                         headers={"Content-Type": "application/json"})
+            assert r.status_code == 200 and r.json()["accepted"] == MAX_BATCH, r.text
+            assert api.get("/v1/crawls/c").status_code == 200
+    finally:
+        server.stop()
+        client.close()

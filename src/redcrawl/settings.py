@@ -247,6 +247,8 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("api_admin_tokens", _str_tuple, "Bearer tokens of the HTTP API with admin access: "
           "submit, requeue, reclaim, pause, resume, purge (comma-separated)."),
     _Spec("api_max_batch", _number(int, 1, 100_000), "Most requests in one submit call."),
+    _Spec("api_max_body", _number(int, 1024, 2**31), "Largest request body `redcrawl serve` "
+          "reads, in bytes; a larger one is refused with 413 before it is read."),
     _Spec("max_idle_time", _number(float, 0.0), "RedisSpider: seconds to wait for new start "
           "URLs once the crawl is finished before closing; 0 waits forever (scrapy-redis's "
           "default).", ("MAX_IDLE_TIME_BEFORE_CLOSE",)),
@@ -324,6 +326,7 @@ class Settings:
     api_tokens: tuple[str, ...] = ()
     api_admin_tokens: tuple[str, ...] = ()
     api_max_batch: int = 1000
+    api_max_body: int = 16 * 1024 * 1024
     max_idle_time: float = 0.0
 
     def __post_init__(self) -> None:

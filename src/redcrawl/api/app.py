@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from redcrawl import codec
 from redcrawl.api import models as m
 from redcrawl.api.auth import require
+from redcrawl.api.limits import BodyLimit
 from redcrawl.api.rates import RateBook
 from redcrawl.codec import Envelope
 from redcrawl.connection import connect, redact
@@ -105,6 +106,7 @@ _RESPONSES: dict[int | str, dict[str, Any]] = {
     403: {"model": m.ErrorOut, "description": "A read-only token on an admin endpoint."},
     404: {"model": m.ErrorOut, "description": "Unknown crawl (or request)."},
     409: {"model": m.ErrorOut, "description": "Not available on the crawl's backend."},
+    413: {"model": m.ErrorOut, "description": "Body over REDCRAWL_API_MAX_BODY; nothing stored."},
     422: {"model": m.ErrorOut, "description": "Invalid input; the message names the field."},
     503: {"model": m.ErrorOut, "description": "Redis is unreachable or refused the operation."},
 }
@@ -139,6 +141,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
         description="Submit requests to crawl frontiers, inspect and steer crawls. "
                     "See docs/api.md.",
     )
+    app.add_middleware(BodyLimit, limit=settings.api_max_body)
 
     # --- errors ----------------------------------------------------------------------
     @app.exception_handler(RequestValidationError)
@@ -268,7 +271,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
 
     @app.post("/v1/crawls/{crawl}/requests", tags=["requests"], dependencies=admin,
               summary="Submit one request or a batch (deduplicated like the scheduler)",
-              responses=_responses(401, 403, 422, 503))
+              responses=_responses(401, 403, 413, 422, 503))
     def submit(crawl: Crawl, payload: Annotated[m.SubmitIn, Body()]) -> m.SubmitOut:
         items = payload.requests
         if len(items) > settings.api_max_batch:
@@ -410,7 +413,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
     # --- steer -----------------------------------------------------------------------
     @app.post("/v1/crawls/{crawl}/dead/requeue", tags=["requests"], dependencies=admin,
               summary="Dead letters back to ready with a fresh attempt budget",
-              responses=_responses(401, 403, 404, 422, 503))
+              responses=_responses(401, 403, 404, 413, 422, 503))
     def requeue(crawl: Crawl,
                 payload: Annotated[m.RequeueIn | None, Body()] = None) -> m.RequeuedOut:
         f = existing(crawl)
