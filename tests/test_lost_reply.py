@@ -28,15 +28,17 @@ from .conftest import Clock, RedisServer
 
 
 class ReplyDropper:
-    """A loopback TCP proxy to a Redis server. After :meth:`arm`, the next reply the
-    server sends is not forwarded: both sides of that connection are closed instead."""
+    """A loopback TCP proxy to a Redis server. After :meth:`arm`, the reply to the next
+    script call (EVALSHA) is not forwarded: both sides of that connection are closed
+    instead, after the server ran the call."""
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream = ("127.0.0.1", upstream_port)
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.url = f"redis://127.0.0.1:{self.port}/0"
-        self._armed = threading.Event()
+        self._armed = threading.Event()  # waiting for an EVALSHA to go out
+        self._drop = threading.Event()   # its reply is the next to come back
         self.dropped = 0
         self._socks: list[socket.socket] = []
         self._clients: list[redis.Redis] = []
@@ -67,10 +69,13 @@ class ReplyDropper:
     def _pump(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
         try:
             while data := src.recv(65536):
-                if replies and self._armed.is_set():
+                if not replies and self._armed.is_set() and b"EVALSHA" in data:
                     self._armed.clear()
+                    self._drop.set()  # (not a health-check PING's reply, say)
+                elif replies and self._drop.is_set():
+                    self._drop.clear()
                     self.dropped += 1
-                    break  # the command ran; its reply never reaches the client
+                    break  # the script ran; its reply never reaches the client
                 dst.sendall(data)
         except OSError:
             pass
@@ -117,6 +122,9 @@ def test_lost_lease_reply_returns_the_same_lease(
         frontier_backend: str) -> None:
     direct, proxied = _frontiers(redis_client, dropper, clock, frontier_backend)
     direct.push(_envs(30))
+    # the lease script is in the server's cache, so the dropped reply is the lease's own
+    # (not a NOSCRIPT answer to a call that never ran)
+    redis_client.script_load(direct._scripts["lease"].script)
 
     dropper.arm()
     leases = proxied.lease("w1", 10)
