@@ -374,6 +374,8 @@ def connect(settings: Settings, *, url: str | None = None, check: bool = True,
         **({} if url.startswith("unix:") else {"socket_keepalive": True,
                                                  "socket_connect_timeout": 10}),
         **settings.redis_params,
+        # as scrapy-redis: REDIS_DB for a URL that names no database (the URL's wins)
+        **({} if settings.redis_db is None else {"db": settings.redis_db}),
         **overrides,
     }
     try:
