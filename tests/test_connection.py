@@ -596,3 +596,36 @@ def test_embedded_socket_is_logged_once_per_process(tmp_path: Path,
     assert connection.redis_cli_hint(spaced) == (
         f"redis-cli -s '{(tmp_path / 'a b').resolve() / 'redis.sock'}'")
     assert not (tmp_path / "a b").exists()  # the hint never starts anything
+
+
+# --- scrapy-redis's REDIS_HOST / REDIS_PORT / REDIS_DB (issue 10 item 6) ----------------
+
+
+def test_redis_port_alone_connects_to_localhost(redis7: RedisServer, tmp_path: Path) -> None:
+    settings = Settings.from_mapping({"REDIS_PORT": redis7.port,
+                                      "REDCRAWL_EMBEDDED_DIR": str(tmp_path / "no")})
+    client = connect(settings)  # scrapy-redis: localhost:REDIS_PORT; no embedded server
+    try:
+        assert int(client.info("server")["tcp_port"]) == redis7.port
+    finally:
+        client.close()
+    assert not (tmp_path / "no").exists()
+
+
+def test_redis_db_selects_the_database(redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    bare = f"redis://127.0.0.1:{redis7.port}"
+    for values in ({"REDIS_URL": bare, "REDIS_DB": 3},
+                   {"REDIS_PORT": redis7.port, "REDIS_DB": "3"},
+                   {"REDIS_PARAMS": {"port": redis7.port, "db": 3}}):
+        client = connect(Settings.from_mapping(values))
+        try:
+            client.set("rc-db-probe", "3")
+            assert client.connection_pool.connection_kwargs["db"] == 3
+            assert redis7_client.get("rc-db-probe") is None  # not in db 0
+            client.delete("rc-db-probe")
+        finally:
+            client.close()
+    # a URL naming its database wins over REDIS_DB, as in scrapy-redis (redis-py's rule)
+    client = connect(Settings.from_mapping({"REDIS_URL": bare + "/4", "REDIS_DB": 3}))
+    assert client.connection_pool.connection_kwargs["db"] == 4
+    client.close()
