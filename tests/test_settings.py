@@ -562,7 +562,8 @@ def test_startup_notes_explain_mapped_and_ignored_settings() -> None:
               "SCHEDULER_SERIALIZER": "scrapy_redis.picklecompat",
               "REDIS_ENCODING": "latin-1",
               "REDIS_PARAMS": {"redis_cls": "redis.Redis", "socket_timeout": 3},
-              "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter"}
+              "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+              "SCHEDULER_DUPEFILTER_KEY": "%(spider)s:dupefilter"}
     [queue] = _notes(values)  # persistence and Redis given: nothing to say about them
     assert "SpiderPriorityQueue" in queue and "REDCRAWL_ORDERING=priority" in queue
     warnings = settings_mod.startup_warnings(ScrapySettings(values, priority="project"))
@@ -571,7 +572,8 @@ def test_startup_notes_explain_mapped_and_ignored_settings() -> None:
     assert any("REDIS_ENCODING" in w for w in warnings)
     assert any("redis_cls" in w for w in warnings)
     assert any("redcrawl.scrapy.DupeFilter" in w for w in warnings)
-    assert len(warnings) == 4, warnings
+    assert any("import-dupefilter" in w for w in warnings)
+    assert len(warnings) == 5, warnings
     assert settings_mod.startup_warnings(ScrapySettings({"REDIS_URL": "redis://h:1"})) == []
     # REDIS_PARAMS' redis_cls never reaches redis-py
     assert Settings.from_scrapy(ScrapySettings(values), environ={}).redis_params == {

@@ -638,6 +638,11 @@ def startup_warnings(scrapy_settings: Any) -> list[str]:
     if isinstance(params, Mapping):
         warnings += [f"ignored: REDIS_PARAMS[{key!r}]: {reason}"
                      for key, reason in _DROPPED_PARAMS.items() if key in params]
+    if "SCHEDULER_DUPEFILTER_KEY" in given and "REDCRAWL_DUPEFILTER_KEY" not in given:
+        warnings.append(
+            f"ignored: SCHEDULER_DUPEFILTER_KEY = {given['SCHEDULER_DUPEFILTER_KEY']!r}: "
+            "redcrawl keeps fingerprints under the crawl's own keys; to bring a scrapy-redis "
+            "dupefilter set along, use `redcrawl import-dupefilter`")
     dupefilter = _class_path(scrapy_settings.get("DUPEFILTER_CLASS") or "")
     if dupefilter.startswith("scrapy_redis."):
         warnings.append(
