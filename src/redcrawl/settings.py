@@ -131,9 +131,10 @@ def _ordering(name: str, v: Any) -> Ordering:
         return _QUEUE_CLASSES[s]
     known = ", ".join(_SCRAPY_REDIS_QUEUES)
     if s.startswith("scrapy_redis."):
-        raise ConfigError(name, f"{s!r} is not a queue class of scrapy-redis 0.9.1 that "
-                                f"redcrawl knows ({known}, all in scrapy_redis.queue); "
-                                "or set REDCRAWL_ORDERING to fifo, lifo or priority")
+        raise ConfigError(name, f"{s!r} is not a queue class of scrapy-redis 0.9.1 (those "
+                                f"are {known}, in scrapy_redis.queue, and redcrawl maps each "
+                                "onto an ordering); name one of them, or remove the setting "
+                                "and set REDCRAWL_ORDERING to fifo, lifo or priority")
     if "." in s:
         raise ConfigError(name, f"{s!r}: redcrawl keeps requests in its own frontier and "
                                 "cannot use another queue class; remove the setting and set "
@@ -597,6 +598,12 @@ def startup_notes(scrapy_settings: Any, *,
                 f"SCHEDULER_QUEUE_CLASS = {_class_path(given['SCHEDULER_QUEUE_CLASS'])}: "
                 "redcrawl keeps requests in its own frontier, in this class's order: "
                 f"REDCRAWL_ORDERING={settings.ordering} ({_ORDER_NAMES[settings.ordering]}).")
+        elif settings.backend == "streams":
+            notes.append(
+                "SCHEDULER_QUEUE_CLASS is not set: with REDCRAWL_BACKEND=streams requests are "
+                "read in arrival order, high-priority streams first; scrapy-redis's default "
+                "PriorityQueue takes the highest priority first, always (the lists backend's "
+                "REDCRAWL_ORDERING=priority does that).")
         else:
             weights = ":".join(map(str, settings.tier_weights))
             notes.append(
