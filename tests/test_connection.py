@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -629,3 +629,53 @@ def test_redis_db_selects_the_database(redis7: RedisServer, redis7_client: redis
     client = connect(Settings.from_mapping({"REDIS_URL": bare + "/4", "REDIS_DB": 3}))
     assert client.connection_pool.connection_kwargs["db"] == 4
     client.close()
+
+
+@pytest.mark.slow
+def test_two_scrapy_crawls_share_the_embedded_redis(tmp_path: Path) -> None:
+    """The issue's case: two `scrapy crawl` workers on the embedded Redis (no URL). The one
+    that started the server exits first; the other keeps crawling and closes cleanly."""
+    from redcrawl.demo.site import ShopSite, SiteConfig
+    from redcrawl.scrapy.scheduler import seed
+
+    from .scrapy_projects.harness import start_spider
+
+    def wait_for(check: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 60  # a hang guard, not a timing assert
+        while not check():
+            assert time.monotonic() < deadline, f"gave up waiting for {what}"
+            time.sleep(0.1)
+
+    server = EmbeddedRedis(tmp_path / ".redcrawl")
+    config = SiteConfig(products=60, slow_every=60, slow_delay=2, tracking_params=False)
+    with ShopSite(config) as site:
+        # A starts the embedded server and stays up through its slow page
+        a = start_spider("fanout_spider.py", tmp_path, redis_url="", crawl="a", tag="a",
+                         args={"url": site.url, "leaves": 3})
+        with a:
+            wait_for(lambda: site.hits().get("/product/60", 0) > 0, "A's slow page")
+            # B has no start URL and would wait a long time for work
+            b = start_spider("fanout_spider.py", tmp_path, redis_url="", crawl="b", tag="b",
+                             args={"url": site.url, "start": "0"},
+                             settings={"REDCRAWL_IDLE_BEFORE_CLOSE": 600,
+                                       "REDCRAWL_POLL_INTERVAL": 0.1})
+            with b:
+                probe = redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 0))
+                frontier_b = ListsFrontier(probe, Settings(), "b")
+                wait_for(lambda: server._alive() and bool(frontier_b.workers()), "B to start")
+                run_a = a.wait().ok()
+                assert "Traceback" not in run_a.stderr
+                assert b.proc.poll() is None  # B is still there, waiting for work
+                # B keeps using the server: it fetches what arrives after A left
+                urls = [f"{site.url}/product/{i}" for i in (10, 11, 12)]
+                seed(urls, settings=Settings(), crawl="b", client=probe,
+                     callback="parse_leaf")
+                wait_for(lambda: frontier_b.counts().done == 3, "B to fetch the new pages")
+                probe.close()
+                b.proc.send_signal(signal.SIGINT)  # Ctrl-C: a clean close, now
+                run_b = b.wait(timeout=60)
+    assert run_b.returncode == 0, run_b.tail()
+    assert "Traceback" not in run_b.stderr, run_b.tail()
+    assert sorted(run_b.urls) == sorted(urls)
+    pid_file = tmp_path / ".redcrawl" / "redis.pid"
+    assert not server._alive() and not pid_file.exists()  # the last user stopped it
