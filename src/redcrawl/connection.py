@@ -206,6 +206,10 @@ class EmbeddedRedis:
         it (the AOF is flushed first). Harmless when called again."""
         if self._claim is None:
             return
+        if not self.directory.is_dir():  # removed under us: nothing left to share or stop
+            _release(self._claim)
+            self._claim = None
+            return
         with self._locked():
             claim, self._claim = self._claim, None
             _release(claim)
