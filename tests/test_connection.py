@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -409,3 +411,271 @@ def test_server_gone_for_good_is_connection_lost(binary: str, tmp_path: Path) ->
         assert not isinstance(info.value, redis.exceptions.RedisError)
         assert isinstance(info.value.__cause__, redis.exceptions.ConnectionError)
     client.close()
+
+
+# --- the embedded Redis shared by several processes -------------------------------------
+
+
+class User:
+    """A real process using the embedded Redis of a folder (tests/embedded_user.py)."""
+
+    def __init__(self, directory: Path) -> None:
+        root = Path(__file__).resolve().parent.parent
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.embedded_user", str(directory)], cwd=root,
+            env={**os.environ, "PYTHONPATH": f"{root / 'src'}{os.pathsep}{root}"},
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.server_pid = int(self.expect("ready")[0])
+
+    def expect(self, word: str) -> list[str]:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline().split()
+        if not line or line[0] != word:
+            self.proc.kill()
+            _, err = self.proc.communicate(timeout=30)
+            raise AssertionError(f"expected {word!r}, got {line!r}; stderr:\n{err}")
+        return line[1:]
+
+    def send(self, command: str, answer: str) -> list[str]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(command + "\n")
+        self.proc.stdin.flush()
+        return self.expect(answer)
+
+    def exit(self) -> str:
+        """Ask the process to return normally; its stderr (logs) once it has exited."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write("exit\n")
+        self.proc.stdin.flush()
+        _, err = self.proc.communicate(timeout=60)  # a hang guard, not a timing assert
+        assert self.proc.returncode == 0, err
+        return err
+
+    def sigkill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait()
+        assert self.proc.returncode == -signal.SIGKILL
+
+    def cleanup(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()  # closes the pipes
+
+
+def _process_gone(pid: int) -> bool:
+    """True once ``pid`` has exited (a zombie waiting for its parent counts as exited)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    return state in ("Z", "X")
+
+
+def _wait_gone(pid: int, seconds: float = 30) -> bool:
+    deadline = time.monotonic() + seconds
+    while not _process_gone(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+@pytest.fixture
+def users(tmp_path: Path) -> Iterator[list[User]]:
+    """Collects User processes; at the end kills what is left, and any server they left."""
+    started: list[User] = []
+    yield started
+    pids = {u.server_pid for u in started}
+    for user in started:
+        user.cleanup()
+    for pid in pids:
+        if not _process_gone(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_embedded_outlives_the_first_process_to_exit(tmp_path: Path, users: list[User]) -> None:
+    first = User(tmp_path)
+    users.append(first)
+    second = User(tmp_path)
+    users.append(second)
+    assert second.server_pid == first.server_pid  # one server, shared
+    assert first.send("push 5", "pushed") == ["5"]
+
+    err = first.exit()  # as `scrapy crawl` ends: atexit hooks run
+    assert "Traceback" not in err
+    assert not _process_gone(first.server_pid)  # still serving the second process
+    assert second.send("push 3", "pushed") == ["3"]
+    assert second.send("counts", "counts") == ["8", "8"]
+
+    err = second.exit()  # the last user leaves: the server is shut down cleanly
+    assert "Traceback" not in err
+    assert _wait_gone(first.server_pid)
+    assert not EmbeddedRedis(tmp_path)._alive()
+
+    third = User(tmp_path)  # a new process finds the data again (AOF)
+    users.append(third)
+    assert third.server_pid != first.server_pid
+    assert third.send("counts", "counts") == ["8", "8"]
+    third.exit()
+    assert _wait_gone(third.server_pid)
+
+
+def test_a_sigkilled_user_does_not_keep_the_embedded_alive(tmp_path: Path,
+                                                           users: list[User]) -> None:
+    starter = User(tmp_path)  # starts the server (its parent)
+    users.append(starter)
+    other = User(tmp_path)
+    users.append(other)
+    starter.sigkill()  # no atexit, no goodbye: its claim must not count any more
+    assert other.send("push 2", "pushed") == ["2"]
+    other.exit()  # the only live user leaves
+    assert _wait_gone(other.server_pid)
+
+
+def test_embedded_left_by_a_sigkilled_last_user_is_stopped_by_the_next(
+        tmp_path: Path, users: list[User]) -> None:
+    only = User(tmp_path)
+    users.append(only)
+    assert only.send("push 4", "pushed") == ["4"]
+    only.sigkill()
+    assert not _process_gone(only.server_pid)  # nobody was there to stop it
+    nxt = User(tmp_path)
+    users.append(nxt)
+    assert nxt.server_pid == only.server_pid  # reused, not a second server on the folder
+    assert nxt.send("counts", "counts") == ["4", "4"]
+    nxt.exit()
+    assert _wait_gone(only.server_pid)
+
+
+def test_stop_embedded(tmp_path: Path, users: list[User]) -> None:
+    settings = Settings(embedded_dir=tmp_path)
+    assert connection.stop_embedded(settings) is False  # nothing running
+    user = User(tmp_path)
+    users.append(user)
+    with pytest.raises(RedcrawlError, match=rf"in use by 1 process \(pid {user.proc.pid}\)"):
+        connection.stop_embedded(settings)
+    assert user.send("push 1", "pushed") == ["1"]
+    user.sigkill()
+    assert not _process_gone(user.server_pid)  # orphaned
+    assert connection.stop_embedded(settings) is True
+    assert _process_gone(user.server_pid) and not EmbeddedRedis(tmp_path)._alive()
+
+    again = User(tmp_path)  # data kept (SHUTDOWN flushes the AOF)
+    users.append(again)
+    assert again.send("counts", "counts") == ["1", "1"]
+    assert connection.stop_embedded(settings, force=True) is True
+    assert _wait_gone(again.server_pid)
+
+
+def test_embedded_socket_is_logged_once_per_process(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(connection, "_embedded", {})
+    monkeypatch.setattr(connection, "_announced", set())
+    monkeypatch.setattr(redis.retry, "sleep", lambda s: None)
+    directory = tmp_path / "emb"
+    settings = Settings(embedded_dir=directory)
+    sock = directory.resolve() / "redis.sock"
+    caplog.set_level(logging.INFO, logger="redcrawl.connection")
+    try:
+        connect(settings).close()
+        connect(settings).close()
+        other = EmbeddedRedis(directory)  # another user in this process: no second line
+        other.start()
+        other.stop()
+    finally:
+        for server in connection._embedded.values():
+            server.stop()
+    lines = [r.getMessage() for r in caplog.records if str(sock) in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert f"redis-cli -s {sock}" in lines[0]
+    assert connection.redis_cli_hint(settings) == f"redis-cli -s {sock}"
+    assert connection.redis_cli_hint(Settings(redis_url="redis://u:secret@h:1/2")) == (
+        "redis-cli -u 'redis://u:***@h:1/2'")
+    spaced = Settings(embedded_dir=tmp_path / "a b")
+    assert connection.redis_cli_hint(spaced) == (
+        f"redis-cli -s '{(tmp_path / 'a b').resolve() / 'redis.sock'}'")
+    assert not (tmp_path / "a b").exists()  # the hint never starts anything
+
+
+# --- scrapy-redis's REDIS_HOST / REDIS_PORT / REDIS_DB (issue 10 item 6) ----------------
+
+
+def test_redis_port_alone_connects_to_localhost(redis7: RedisServer, tmp_path: Path) -> None:
+    settings = Settings.from_mapping({"REDIS_PORT": redis7.port,
+                                      "REDCRAWL_EMBEDDED_DIR": str(tmp_path / "no")})
+    client = connect(settings)  # scrapy-redis: localhost:REDIS_PORT; no embedded server
+    try:
+        assert int(client.info("server")["tcp_port"]) == redis7.port
+    finally:
+        client.close()
+    assert not (tmp_path / "no").exists()
+
+
+def test_redis_db_selects_the_database(redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    bare = f"redis://127.0.0.1:{redis7.port}"
+    for values in ({"REDIS_URL": bare, "REDIS_DB": 3},
+                   {"REDIS_PORT": redis7.port, "REDIS_DB": "3"},
+                   {"REDIS_PARAMS": {"port": redis7.port, "db": 3}}):
+        client = connect(Settings.from_mapping(values))
+        try:
+            client.set("rc-db-probe", "3")
+            assert client.connection_pool.connection_kwargs["db"] == 3
+            assert redis7_client.get("rc-db-probe") is None  # not in db 0
+            client.delete("rc-db-probe")
+        finally:
+            client.close()
+    # a URL naming its database wins over REDIS_DB, as in scrapy-redis (redis-py's rule)
+    client = connect(Settings.from_mapping({"REDIS_URL": bare + "/4", "REDIS_DB": 3}))
+    assert client.connection_pool.connection_kwargs["db"] == 4
+    client.close()
+
+
+@pytest.mark.slow
+def test_two_scrapy_crawls_share_the_embedded_redis(tmp_path: Path) -> None:
+    """The issue's case: two `scrapy crawl` workers on the embedded Redis (no URL). The one
+    that started the server exits first; the other keeps crawling and closes cleanly."""
+    from redcrawl.demo.site import ShopSite, SiteConfig
+    from redcrawl.scrapy.scheduler import seed
+
+    from .scrapy_projects.harness import start_spider
+
+    def wait_for(check: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + 60  # a hang guard, not a timing assert
+        while not check():
+            assert time.monotonic() < deadline, f"gave up waiting for {what}"
+            time.sleep(0.1)
+
+    server = EmbeddedRedis(tmp_path / ".redcrawl")
+    config = SiteConfig(products=60, slow_every=60, slow_delay=2, tracking_params=False)
+    with ShopSite(config) as site:
+        # A starts the embedded server and stays up through its slow page
+        a = start_spider("fanout_spider.py", tmp_path, redis_url="", crawl="a", tag="a",
+                         args={"url": site.url, "leaves": 3})
+        with a:
+            wait_for(lambda: site.hits().get("/product/60", 0) > 0, "A's slow page")
+            # B has no start URL and would wait a long time for work
+            b = start_spider("fanout_spider.py", tmp_path, redis_url="", crawl="b", tag="b",
+                             args={"url": site.url, "start": "0"},
+                             settings={"REDCRAWL_IDLE_BEFORE_CLOSE": 600,
+                                       "REDCRAWL_POLL_INTERVAL": 0.1})
+            with b:
+                probe = redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 0))
+                frontier_b = ListsFrontier(probe, Settings(), "b")
+                wait_for(lambda: server._alive() and bool(frontier_b.workers()), "B to start")
+                run_a = a.wait().ok()
+                assert "Traceback" not in run_a.stderr
+                assert b.proc.poll() is None  # B is still there, waiting for work
+                # B keeps using the server: it fetches what arrives after A left
+                urls = [f"{site.url}/product/{i}" for i in (10, 11, 12)]
+                seed(urls, settings=Settings(), crawl="b", client=probe,
+                     callback="parse_leaf")
+                wait_for(lambda: frontier_b.counts().done == 3, "B to fetch the new pages")
+                probe.close()
+                b.proc.send_signal(signal.SIGINT)  # Ctrl-C: a clean close, now
+                run_b = b.wait(timeout=60)
+    assert run_b.returncode == 0, run_b.tail()
+    assert "Traceback" not in run_b.stderr, run_b.tail()
+    assert sorted(run_b.urls) == sorted(urls)
+    pid_file = tmp_path / ".redcrawl" / "redis.pid"
+    assert not server._alive() and not pid_file.exists()  # the last user stopped it

@@ -4,19 +4,32 @@ importing a scrapy-redis dupefilter, on a real Redis."""
 from __future__ import annotations
 
 import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
+import redis.exceptions
 from typer.testing import CliRunner
 
 from redcrawl.cli import app
+from redcrawl.codec import Envelope
+from redcrawl.connection import connect
 from redcrawl.errors import ConfigError
-from redcrawl.frontier import ListsFrontier
-from redcrawl.guard import MemoryWatch, check_server
+from redcrawl.frontier import ListsFrontier, open_frontier
+from redcrawl.guard import MemoryWatch, check_memory_policy, check_server
 from redcrawl.settings import Settings
 
-from .conftest import RedisServer
+from .conftest import RedisServer, _free_port
+
+ROOT = Path(__file__).resolve().parent.parent
 
 runner = CliRunner()
 
@@ -110,3 +123,116 @@ def test_serve_refuses_an_evicting_server(memory_config: redis.Redis,
     memory_config.config_set("maxmemory-policy", "allkeys-random")
     with pytest.raises(ConfigError, match="allkeys-random"):
         serve(Settings(redis_url=redis7.url, api_port=1))  # refused before binding
+
+
+# --- least-privilege Redis: an ACL user limited to the crawl's keys (issue 11 item 7) -----
+
+
+@pytest.fixture
+def acl_url(redis7_client: redis.Redis, redis7: RedisServer) -> Iterator[str]:
+    """A Redis 7 user that may touch only rc:* keys and no @dangerous command (INFO,
+    CONFIG, ...), as a cautious operator gives a crawl."""
+    user = f"rc-acl-{uuid.uuid4().hex[:8]}"
+    redis7_client.execute_command("ACL", "SETUSER", user, "on", ">pw", "~rc:*", "+@all",
+                                  "-@dangerous")
+    try:
+        yield redis7.url.replace("redis://", f"redis://{user}:pw@")
+    finally:
+        redis7_client.execute_command("ACL", "DELUSER", user)
+
+
+def test_acl_user_really_lacks_info(acl_url: str) -> None:
+    client = redis.Redis.from_url(acl_url)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.info("memory")
+    client.close()
+
+
+def test_start_checks_degrade_to_a_warning_without_info(acl_url: str) -> None:
+    client = connect(Settings(redis_url=acl_url))
+    try:
+        f = open_frontier(client, Settings(redis_url=acl_url), "acl")
+        warnings = check_server(f)  # no NoPermissionError
+        [info] = [w for w in warnings if "INFO" in w]
+        assert "eviction policy" in info and "memory" in info
+        assert "not allowed" in info and "+info" in info  # what to do about it
+        assert check_memory_policy(client, Settings()) == [info]
+        watch = MemoryWatch(client, Settings(), interval=0)
+        assert watch.check() is None  # said once at start; the watch gives up quietly
+        assert watch.check() is None
+    finally:
+        client.close()
+
+
+def test_frontier_works_for_an_acl_user(acl_url: str) -> None:
+    settings = Settings(redis_url=acl_url, lease_ttl=5)
+    client = connect(settings)
+    try:
+        f = open_frontier(client, settings, "acl-ops")
+        f.purge()
+        envs = [Envelope(url=f"http://example.com/{i}",
+                         fingerprint=hashlib.sha1(b"%d" % i).digest()) for i in range(10)]
+        assert f.push(envs).accepted == 10
+        assert f.push(envs).accepted == 0  # deduplicated
+        leased = f.lease("w", 10)
+        assert len(leased) == 10
+        f.ack(leased[:9])
+        assert f.nack(leased[9], "boom", retry=False) == "dead"
+        c = f.counts()
+        assert c.conserved and c.done == 9 and c.dead == 1
+        f.purge()
+    finally:
+        client.close()
+
+
+def test_serve_starts_for_an_acl_user(acl_url: str, tmp_path: Path) -> None:
+    port = _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
+    env |= {"PYTHONPATH": str(ROOT / "src"), "REDCRAWL_REDIS_URL": acl_url}
+    proc = subprocess.Popen([sys.executable, "-m", "redcrawl", "serve", "--port", str(port)],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60  # a hang guard, not a timing assert
+        answer = None
+        while answer is None and proc.poll() is None and time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/crawls",
+                                            timeout=5) as r:
+                    answer = json.loads(r.read())
+            except OSError:
+                time.sleep(0.2)
+        assert proc.poll() is None, "serve died at start"
+        assert answer is not None and "crawls" in answer
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "NoPermissionError" not in err and "Traceback" not in err
+    assert "INFO" in err and "not allowed" in err
+
+
+@pytest.mark.slow
+def test_whole_crawl_as_an_acl_user(acl_url: str, redis7_client: redis.Redis,
+                                    tmp_path: Path) -> None:
+    from redcrawl.demo.run import SPIDER, demo_worker_settings
+    from redcrawl.demo.site import ShopSite, SiteConfig
+
+    crawl = f"acl-crawl-{uuid.uuid4().hex[:6]}"
+    items_db = tmp_path / "items.db"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
+    env |= {"PYTHONPATH": str(ROOT / "src"), "REDCRAWL_REDIS_URL": acl_url,
+            "REDCRAWL_CRAWL": crawl}
+    with ShopSite(SiteConfig(products=60, per_page=20, categories=3)) as site:
+        cmd = [sys.executable, "-m", "scrapy", "runspider", str(SPIDER), "-a", f"url={site.url}",
+               "-s", "SCHEDULER=redcrawl.scrapy.Scheduler",
+               "-s", "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter", "-s", "LOG_LEVEL=INFO"]
+        for item in [*demo_worker_settings(items_db), "REDCRAWL_IDLE_BEFORE_CLOSE=0"]:
+            cmd += ["-s", item]
+        result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=300, check=False)
+        pages = len(site.canonical_pages())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "NoPermissionError" not in result.stderr
+    assert "INFO is not allowed" in result.stderr  # the warning, once
+    c = open_frontier(redis7_client, Settings(), crawl).counts()
+    assert c.finished and c.conserved and c.done >= pages, c

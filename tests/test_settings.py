@@ -105,8 +105,9 @@ def test_redis_host_alone_uses_default_port_and_url_wins_over_host() -> None:
 @pytest.mark.parametrize("params", [{"socket_timeout": 5, "db": 2},
                                     '{"socket_timeout": 5, "db": 2}'])
 def test_redis_params_dict_or_json(params: Any) -> None:
-    assert Settings.from_mapping({"REDIS_PARAMS": params}).redis_params == {
-        "socket_timeout": 5, "db": 2}
+    s = Settings.from_mapping({"REDIS_PARAMS": params})
+    assert s.redis_params == {"socket_timeout": 5}
+    assert s.redis_db == 2  # REDIS_PARAMS' db counts as REDIS_DB, as in scrapy-redis
 
 
 @pytest.mark.parametrize(("value", "expected"), [
@@ -462,3 +463,199 @@ def test_settings_doc_lists_every_field_once() -> None:
     assert {"REDIS_URL", "REDIS_HOST", "REDIS_PORT", "REDIS_PARAMS", "SCHEDULER_PERSIST",
             "SCHEDULER_FLUSH_ON_START", "SCHEDULER_IDLE_BEFORE_CLOSE", "SCHEDULER_QUEUE_CLASS",
             "SCHEDULER_QUEUE_KEY", "SCHEDULER_DUPEFILTER_KEY"} <= aliases
+
+
+# --- scrapy-redis's connection settings, as scrapy-redis reads them (issue 10 item 6) -----
+
+
+@pytest.mark.parametrize(("values", "url"), [
+    ({"REDIS_PORT": 6390}, "redis://localhost:6390"),
+    ({"REDIS_PORT": "6390"}, "redis://localhost:6390"),
+    ({"REDIS_DB": 3}, "redis://localhost:6379/3"),
+    ({"REDIS_HOST": "h", "REDIS_DB": "2"}, "redis://h:6379/2"),
+    ({"REDIS_HOST": "::1", "REDIS_PORT": 7000}, "redis://[::1]:7000"),
+    ({"REDIS_PARAMS": {"host": "p", "port": 7001, "password": "pw"}}, "redis://p:7001"),
+    ({"REDIS_PARAMS": {"host": "p", "port": 7001}, "REDIS_HOST": "h"}, "redis://h:7001"),
+    ({"REDIS_PARAMS": {"url": "redis://fromparams:1/4"}}, "redis://fromparams:1/4"),
+])
+def test_redis_host_port_db_alone_are_honoured(values: dict[str, Any], url: str) -> None:
+    s = Settings.from_mapping(values)
+    assert s.redis_url == url
+    assert not {"host", "port", "url", "db"} & set(s.redis_params)  # moved, not passed on
+
+
+def test_redis_params_other_keys_stay_client_arguments() -> None:
+    s = Settings.from_mapping({"REDIS_PARAMS": {"host": "p", "password": "pw",
+                                                "socket_timeout": 3}})
+    assert s.redis_params == {"password": "pw", "socket_timeout": 3}
+
+
+def test_redis_url_wins_over_host_and_port_at_any_level() -> None:
+    # scrapy-redis: REDIS_URL, when set, is used and REDIS_HOST / REDIS_PORT are not.
+    project = Settings.from_mapping({"REDIS_URL": "redis://u:1/0"})
+    assert Settings.from_mapping({"REDIS_PORT": 7}, base=project).redis_url == "redis://u:1/0"
+    # ... but a URL made from host and port follows a later port or host.
+    project = Settings.from_mapping({"REDIS_HOST": "h"})
+    assert Settings.from_mapping({"REDIS_PORT": 7}, base=project).redis_url == "redis://h:7"
+    assert Settings.from_env({"REDCRAWL_REDIS_HOST": "e"},
+                             base=project).redis_url == "redis://e:6379"
+
+
+QUEUE_CLASSES_0_9_1 = {
+    "PriorityQueue": "priority", "SpiderPriorityQueue": "priority",
+    "FifoQueue": "fifo", "SpiderQueue": "fifo",
+    "LifoQueue": "lifo", "SpiderStack": "lifo",
+}
+
+
+@pytest.mark.parametrize(("cls", "ordering"), QUEUE_CLASSES_0_9_1.items())
+def test_every_scrapy_redis_queue_class_maps(cls: str, ordering: str) -> None:
+    queue = pytest.importorskip("scrapy_redis.queue")
+    assert hasattr(queue, cls)  # the table is scrapy-redis 0.9.1's
+    assert Settings.from_mapping({"SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{cls}"}
+                                 ).ordering == ordering
+    assert Settings.from_mapping({"SCHEDULER_QUEUE_CLASS": getattr(queue, cls)}
+                                 ).ordering == ordering
+
+
+def test_other_queue_classes_are_refused_clearly() -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_mapping({"SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.Nope"})
+    message = str(info.value)
+    assert "SCHEDULER_QUEUE_CLASS" in message and "SpiderPriorityQueue" in message
+    assert "is not a queue class of scrapy-redis" in message
+    with pytest.raises(ConfigError) as info:
+        Settings.from_mapping({"SCHEDULER_QUEUE_CLASS": "myproject.queues.MyQueue"})
+    message = str(info.value)
+    assert "myproject.queues.MyQueue" in message and "REDCRAWL_ORDERING" in message
+    assert "scrapy_redis.queue class" not in message  # no "use one" after "not one"
+
+
+# --- startup notes (issue 10 items 6 and 7) -----------------------------------------------
+
+
+def _notes(values: dict[str, Any], environ: dict[str, str] | None = None) -> list[str]:
+    return settings_mod.startup_notes(ScrapySettings(values, priority="project"),
+                                      environ=environ or {})
+
+
+def test_startup_notes_for_a_plain_redcrawl_project_say_nothing() -> None:
+    assert _notes({"REDCRAWL_REDIS_URL": "redis://h:1", "REDCRAWL_ORDERING": "fifo",
+                   "REDCRAWL_PERSIST": True}) == []
+    assert _notes({}, {"REDCRAWL_REDIS_URL": "redis://h:1", "REDCRAWL_ORDERING": "lifo",
+                       "REDCRAWL_PERSIST": "1"}) == []  # the environment counts too
+
+
+def test_startup_notes_for_scrapy_redis_defaults_left_out() -> None:
+    # a migrated project: scrapy-redis classes swapped, nothing else said
+    notes = _notes({"SCHEDULER": "redcrawl.scrapy.Scheduler"})
+    joined = "\n".join(notes)
+    assert len(notes) == 3, notes
+    assert "SCHEDULER_PERSIST" in joined and "scrapy-redis's default is False" in joined
+    assert "SCHEDULER_QUEUE_CLASS" in joined and "highest priority first" in joined
+    assert "embedded Redis" in joined and "localhost:6379" in joined
+
+
+def test_startup_notes_explain_mapped_and_ignored_settings() -> None:
+    values = {"SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.SpiderPriorityQueue",
+              "SCHEDULER_PERSIST": True, "REDIS_URL": "redis://h:1",
+              "SCHEDULER_SERIALIZER": "scrapy_redis.picklecompat",
+              "REDIS_ENCODING": "latin-1",
+              "REDIS_PARAMS": {"redis_cls": "redis.Redis", "socket_timeout": 3},
+              "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+              "SCHEDULER_DUPEFILTER_KEY": "%(spider)s:dupefilter"}
+    [queue] = _notes(values)  # persistence and Redis given: nothing to say about them
+    assert "SpiderPriorityQueue" in queue and "REDCRAWL_ORDERING=priority" in queue
+    warnings = settings_mod.startup_warnings(ScrapySettings(values, priority="project"))
+    [serializer] = [w for w in warnings if "SCHEDULER_SERIALIZER" in w]
+    assert serializer.startswith("ignored") and "msgpack" in serializer
+    assert any("REDIS_ENCODING" in w for w in warnings)
+    assert any("redis_cls" in w for w in warnings)
+    assert any("redcrawl.scrapy.DupeFilter" in w for w in warnings)
+    assert any("import-dupefilter" in w for w in warnings)
+    assert len(warnings) == 5, warnings
+    assert settings_mod.startup_warnings(ScrapySettings({"REDIS_URL": "redis://h:1"})) == []
+    # REDIS_PARAMS' redis_cls never reaches redis-py
+    assert Settings.from_scrapy(ScrapySettings(values), environ={}).redis_params == {
+        "socket_timeout": 3}
+
+
+def test_startup_notes_host_ignored_when_url_set() -> None:
+    notes = _notes({"REDIS_URL": "redis://u:1", "REDIS_PORT": 7000})
+    assert any("REDIS_PORT" in n and "REDIS_URL" in n for n in notes), notes
+
+
+# --- precedence: scrapy crawl -s > environment > settings.py (issue 10 item 8) ------------
+
+
+def test_from_scrapy_cmdline_beats_env_beats_project() -> None:
+    s = ScrapySettings({"REDCRAWL_MAX_ATTEMPTS": 2, "REDCRAWL_LEASE_TTL": 30},
+                       priority="project")
+    s.set("REDCRAWL_PREFETCH", 7, priority="spider")
+    s.setdict({"REDCRAWL_MAX_ATTEMPTS": 4, "SCHEDULER_PERSIST": True}, priority="cmdline")
+    env = {"REDCRAWL_MAX_ATTEMPTS": "3", "REDCRAWL_LEASE_TTL": "45", "REDCRAWL_PREFETCH": "9",
+           "REDCRAWL_PERSIST": "false"}
+    r = Settings.from_scrapy(s, environ=env)
+    assert r.max_attempts == 4  # -s beats the environment
+    assert r.persist is True    # ... under a scrapy-redis name too
+    assert r.lease_ttl == 45.0  # the environment beats settings.py
+    assert r.prefetch == 9      # ... and the spider's custom_settings
+
+
+PROJECT_SETTINGS = '''
+BOT_NAME = "prec"
+SPIDER_MODULES = ["prec.spiders"]
+TELNETCONSOLE_ENABLED = False
+LOG_LEVEL = "WARNING"
+REDCRAWL_MAX_ATTEMPTS = 2
+REDCRAWL_LEASE_TTL = 30
+REDCRAWL_BATCH_SIZE = 50
+'''
+
+PROJECT_SPIDER = '''
+import json
+import scrapy
+from redcrawl.settings import Settings
+
+class Show(scrapy.Spider):
+    name = "show"
+    custom_settings = {"REDCRAWL_PREFETCH": 7}
+
+    @classmethod
+    def from_crawler(cls, crawler, *args, **kwargs):
+        s = Settings.from_scrapy(crawler.settings)
+        print(json.dumps({f: getattr(s, f) for f in
+                          ("max_attempts", "lease_ttl", "batch_size", "prefetch")}))
+        return super().from_crawler(crawler, *args, **kwargs)
+
+    async def start(self):
+        return
+        yield
+
+    def start_requests(self):
+        return []
+'''
+
+
+def test_scrapy_crawl_dash_s_beats_the_environment(tmp_path: Path) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = prec.settings\n")
+    (tmp_path / "prec" / "spiders").mkdir(parents=True)
+    (tmp_path / "prec" / "__init__.py").write_text("")
+    (tmp_path / "prec" / "settings.py").write_text(PROJECT_SETTINGS)
+    (tmp_path / "prec" / "spiders" / "__init__.py").write_text(PROJECT_SPIDER)
+    src = Path(__file__).resolve().parent.parent / "src"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("REDCRAWL_", "SCRAPY_"))}
+    env |= {"PYTHONPATH": str(src), "REDCRAWL_MAX_ATTEMPTS": "3", "REDCRAWL_LEASE_TTL": "45",
+            "REDCRAWL_PREFETCH": "9"}
+    result = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "show",
+                             "-s", "REDCRAWL_MAX_ATTEMPTS=4"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    shown = json.loads(result.stdout.strip().splitlines()[-1])
+    assert shown == {"max_attempts": 4, "lease_ttl": 45.0, "batch_size": 50, "prefetch": 9}

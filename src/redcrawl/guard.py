@@ -9,12 +9,18 @@
 * **Dedupe encoding.** The exact filter's buckets need ``set-max-intset-entries``: raised
   when allowed (``REDCRAWL_CONFIGURE_SERVER``), reported otherwise, and buckets that fell back
   to hash tables are reported.
+* **Permissions.** A check whose command the server refuses (an ACL user without
+  ``@dangerous`` commands such as INFO and CONFIG, or a renamed command) is skipped with a
+  warning naming what was not checked; it never stops a worker or the API from starting.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
 
 from redcrawl.errors import ConfigError
 from redcrawl.settings import Settings
@@ -26,10 +32,27 @@ __all__ = ["MemoryWatch", "check_eviction", "check_memory", "check_memory_policy
            "check_server"]
 
 
+class NotAllowed(Exception):
+    """The server refused a start check's command (an ACL without it, a renamed command)."""
+
+
 def _memory_info(client: Any) -> tuple[str, int, int]:
-    info = client.info("memory")
+    """maxmemory-policy, maxmemory and used memory, from INFO memory. Raises
+    :class:`NotAllowed` when the server refuses INFO."""
+    try:
+        info = client.info("memory")
+    except redis.exceptions.ResponseError as exc:  # NoPermissionError, unknown command
+        raise NotAllowed(str(exc)) from None
     return (str(info.get("maxmemory_policy", "noeviction")), int(info.get("maxmemory", 0)),
             int(info.get("used_memory", 0)))
+
+
+def _not_checked(reason: str) -> str:
+    return (f"could not check the Redis server's eviction policy and memory use: INFO is "
+            f"not allowed for this connection ({reason}). Nothing protects the crawl from "
+            f"eviction or a full server: make sure maxmemory-policy is noeviction and watch "
+            f"memory yourself, or allow the command to redcrawl's ACL user (ACL SETUSER "
+            f"<user> +info)")
 
 
 def check_eviction(settings: Settings, policy: str, maxmemory: int) -> str | None:
@@ -67,7 +90,10 @@ def check_memory(settings: Settings, maxmemory: int, used: int) -> str | None:
 def check_memory_policy(client: Any, settings: Settings) -> list[str]:
     """The server-wide checks (eviction policy, memory use): raises :class:`ConfigError`
     for an evicting server; returns warnings to log."""
-    policy, maxmemory, used = _memory_info(client)
+    try:
+        policy, maxmemory, used = _memory_info(client)
+    except NotAllowed as exc:
+        return [_not_checked(str(exc))]
     warnings = [check_eviction(settings, policy, maxmemory),
                 check_memory(settings, maxmemory, used)]
     return [w for w in warnings if w]
@@ -98,5 +124,9 @@ class MemoryWatch:
         if now < self._next:
             return None
         self._next = now + self.interval
-        _policy, maxmemory, used = _memory_info(self.client)
+        try:
+            _policy, maxmemory, used = _memory_info(self.client)
+        except NotAllowed:
+            self._next = math.inf  # said at start (check_memory_policy); stop asking
+            return None
         return check_memory(self.settings, maxmemory, used)

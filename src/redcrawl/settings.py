@@ -2,18 +2,23 @@
 
 :class:`Settings` is built from Scrapy settings (:meth:`Settings.from_scrapy`), from
 ``REDCRAWL_*`` environment variables (:meth:`Settings.from_env`) and from CLI flags
-(:meth:`Settings.replace`); precedence is CLI > environment > Scrapy settings > defaults.
+(:meth:`Settings.replace`). Precedence, highest first: CLI flags, Scrapy's command line
+(``scrapy crawl -s``), ``REDCRAWL_*`` environment variables, the spider's and project's
+Scrapy settings, defaults.
 
 Each setting has one canonical name, ``REDCRAWL_<FIELD>`` in upper case, and
 scrapy-redis's names are accepted as aliases (``REDIS_URL``, ``SCHEDULER_PERSIST``, …), so a
 scrapy-redis project's ``settings.py`` keeps working. An unknown ``REDCRAWL_*`` name or a
 value that does not parse is a :class:`~redcrawl.errors.ConfigError` naming the setting.
+:func:`startup_notes` and :func:`startup_warnings` say, at start, where redcrawl's choices
+differ from what scrapy-redis would do with the same settings.
 The table of every setting is :data:`SETTINGS_DOC`; ``docs/settings.md`` is generated
 from it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -27,17 +32,23 @@ from typing import Any, Literal, cast
 from redcrawl.errors import ConfigError
 from redcrawl.keys import validate_crawl_name
 
-__all__ = ["SETTINGS_DOC", "Ordering", "Settings"]
+__all__ = ["SETTINGS_DOC", "Ordering", "Settings", "startup_notes", "startup_warnings"]
 
 Ordering = Literal["fifo", "lifo", "priority"]
 
-# scrapy-redis queue classes and what they mean here.
+# scrapy-redis 0.9.1's queue classes (scrapy_redis.queue) and what they mean here.
+_SCRAPY_REDIS_QUEUES: dict[str, Ordering] = {
+    "PriorityQueue": "priority",
+    "SpiderPriorityQueue": "priority",
+    "FifoQueue": "fifo",
+    "SpiderQueue": "fifo",
+    "LifoQueue": "lifo",
+    "SpiderStack": "lifo",
+}
+_ORDER_NAMES: dict[Ordering, str] = {"priority": "strict priority", "fifo": "fifo",
+                                     "lifo": "lifo"}
 _QUEUE_CLASSES: dict[str, Ordering] = {
-    "scrapy_redis.queue.PriorityQueue": "priority",
-    "scrapy_redis.queue.FifoQueue": "fifo",
-    "scrapy_redis.queue.SpiderQueue": "fifo",
-    "scrapy_redis.queue.LifoQueue": "lifo",
-    "scrapy_redis.queue.SpiderStack": "lifo",
+    **{f"scrapy_redis.queue.{name}": order for name, order in _SCRAPY_REDIS_QUEUES.items()},
     "fifo": "fifo",
     "lifo": "lifo",
     "priority": "priority",
@@ -116,12 +127,20 @@ def _ordering(name: str, v: Any) -> Ordering:
     if isinstance(v, type):
         v = f"{v.__module__}.{v.__qualname__}"
     s = str(v).strip()
-    if s not in _QUEUE_CLASSES:
-        raise ConfigError(
-            name,
-            f"{s!r} is not a known queue; use fifo, lifo, priority or a scrapy_redis.queue class",
-        )
-    return _QUEUE_CLASSES[s]
+    if s in _QUEUE_CLASSES:
+        return _QUEUE_CLASSES[s]
+    known = ", ".join(_SCRAPY_REDIS_QUEUES)
+    if s.startswith("scrapy_redis."):
+        raise ConfigError(name, f"{s!r} is not a queue class of scrapy-redis 0.9.1 (those "
+                                f"are {known}, in scrapy_redis.queue, and redcrawl maps each "
+                                "onto an ordering); name one of them, or remove the setting "
+                                "and set REDCRAWL_ORDERING to fifo, lifo or priority")
+    if "." in s:
+        raise ConfigError(name, f"{s!r}: redcrawl keeps requests in its own frontier and "
+                                "cannot use another queue class; remove the setting and set "
+                                "REDCRAWL_ORDERING to fifo, lifo or priority (scrapy-redis's "
+                                f"classes {known} are mapped onto these)")
+    raise ConfigError(name, f"{s!r} is not an ordering; use fifo, lifo or priority")
 
 
 def _choice(*options: str) -> Callable[[str, Any], str]:
@@ -154,11 +173,16 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("redis_url", _opt_str, "Redis URL (redis://, rediss:// for TLS, user:password@ for "
           "ACL, unix://). Unset: an embedded Redis is started with its data in EMBEDDED_DIR.",
           ("REDIS_URL",)),
-    _Spec("redis_host", _opt_str, "Host, used when no URL is set (scrapy-redis compatible).",
-          ("REDIS_HOST",)),
-    _Spec("redis_port", _number(int, 1, 65535), "Port, used with REDIS_HOST.", ("REDIS_PORT",)),
-    _Spec("redis_params", _dict, "Extra keyword arguments for the redis-py client (JSON).",
-          ("REDIS_PARAMS",)),
+    _Spec("redis_host", _opt_str, "Host, used when no URL is set (as in scrapy-redis, "
+          "REDIS_HOST, REDIS_PORT or REDIS_DB alone select a server: localhost:6379 when "
+          "not given).", ("REDIS_HOST",)),
+    _Spec("redis_port", _number(int, 1, 65535), "Port, used when no URL is set (with "
+          "REDIS_HOST, or alone: localhost, as in scrapy-redis).", ("REDIS_PORT",)),
+    _Spec("redis_db", _number(int, 0, 1 << 20), "Database number: used with REDIS_HOST / "
+          "REDIS_PORT, or with a URL that names none (as in scrapy-redis).", ("REDIS_DB",)),
+    _Spec("redis_params", _dict, "Extra keyword arguments for the redis-py client (JSON). "
+          "Its url, host, port and db keys count as REDIS_URL, REDIS_HOST, REDIS_PORT and "
+          "REDIS_DB (which win over them), as in scrapy-redis.", ("REDIS_PARAMS",)),
     _Spec("embedded_dir", _path, "Folder of the embedded Redis (data, AOF, socket)."),
     _Spec("crawl", _opt_str, "Crawl name: the frontier shared by workers. Default: the "
           "spider's name (scrapy-redis's SCHEDULER_QUEUE_KEY template is honoured).",
@@ -260,16 +284,25 @@ for _s in _SPECS:
     for _a in _s.aliases:
         _BY_NAME[_a] = _s
 
-# scrapy-redis names that have no meaning here; accepted so old settings files keep working.
+# scrapy-redis names that have no meaning here; accepted so old settings files keep working,
+# and named in a warning at start (startup_warnings).
 _IGNORED = {
-    "SCHEDULER_SERIALIZER": "redcrawl never pickles: requests are stored as a msgpack envelope",
-    "SCHEDULER_DUPEFILTER_CLASS": "dedupe is part of the frontier",
-    "REDIS_ENCODING": "keys and envelopes are binary-safe",
-    "REDIS_DECODE_RESPONSES": "not needed",
+    "SCHEDULER_SERIALIZER": "redcrawl always stores requests as its own msgpack envelope "
+                            "(never pickle); no serializer module is used",
+    "SCHEDULER_DUPEFILTER_CLASS": "the frontier filters duplicates itself, in the step that "
+                                  "stores a request",
+    "REDIS_ENCODING": "redcrawl's keys and envelopes are bytes; RedisSpider reads start "
+                      "entries as UTF-8",
+    "REDIS_DECODE_RESPONSES": "redcrawl needs Redis's replies as bytes and never decodes them",
     "DUPEFILTER_KEY": "fingerprints live under the crawl's keys",
-    "REDIS_ITEMS_KEY": "use redcrawl's idempotent pipeline",
-    "REDIS_ITEMS_SERIALIZER": "use redcrawl's idempotent pipeline",
-    "REDIS_CLUSTER_NODES": "give a redis+cluster:// URL instead",
+    "REDIS_CLUSTER_NODES": "redcrawl connects to one Redis server (REDIS_URL); Redis Cluster "
+                           "nodes are not read",
+}
+
+# keys of REDIS_PARAMS that redcrawl drops (they would break its client), and why
+_DROPPED_PARAMS = {
+    "redis_cls": "redcrawl builds its own redis-py client (retries, timeouts, binary replies)",
+    "decode_responses": "redcrawl needs Redis's replies as bytes",
 }
 
 
@@ -280,6 +313,7 @@ class Settings:
     redis_url: str | None = None
     redis_host: str | None = None
     redis_port: int = 6379
+    redis_db: int | None = None
     redis_params: dict[str, Any] = field(default_factory=dict)
     embedded_dir: Path = Path(".redcrawl")
     crawl: str | None = None
@@ -391,10 +425,14 @@ class Settings:
             if spec.field in changes and name != spec.name:
                 continue
             changes[spec.field] = spec.parse(name, value)
-        if "redis_url" not in changes and "redis_host" in changes and changes["redis_host"]:
-            port = changes.get("redis_port", (base or cls()).redis_port)
-            changes["redis_url"] = f"redis://{changes['redis_host']}:{port}"
-        return (base or cls()).replace(**changes)
+        base = base or cls()
+        _connection_from_params(changes)
+        if "redis_url" not in changes and {"redis_host", "redis_port", "redis_db"} & set(
+                changes) and (base.redis_url is None or base.redis_url == base._host_url()):
+            # as scrapy-redis: host, port or db alone select a server (default
+            # localhost:6379), unless a URL is set (here or at a lower level)
+            changes["redis_url"] = base.replace(**changes)._host_url()
+        return base.replace(**changes)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, *,
@@ -406,10 +444,16 @@ class Settings:
 
     @classmethod
     def from_scrapy(cls, settings: Any, *, environ: Mapping[str, str] | None = None) -> Settings:
-        """From a Scrapy ``Settings`` object (or a dict), then the environment on top."""
-        names = [*_BY_NAME, *(k for k in _keys(settings) if str(k).startswith("REDCRAWL_"))]
-        values = {n: settings.get(n) for n in dict.fromkeys(names) if settings.get(n) is not None}
-        return cls.from_env(environ, base=cls.from_mapping(values))
+        """From a Scrapy ``Settings`` object (or a dict) and the environment.
+
+        Precedence, highest first: Scrapy's command line (``scrapy crawl -s``, priority
+        ``cmdline``), then ``REDCRAWL_*`` environment variables, then the rest of the Scrapy
+        settings (the spider's ``custom_settings``, the project's ``settings.py``). A plain
+        dict counts as project settings.
+        """
+        project, cmdline = _scrapy_layers(settings)
+        merged = cls.from_env(environ, base=cls.from_mapping(project))
+        return cls.from_mapping(cmdline, base=merged) if cmdline else merged
 
     def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied (e.g. from CLI flags), validated again."""
@@ -419,6 +463,14 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
     # --- derived values --------------------------------------------------------------
+    def _host_url(self) -> str:
+        """The URL scrapy-redis would use for redis_host / redis_port / redis_db."""
+        host = self.redis_host or "localhost"
+        if ":" in host and not host.startswith("["):
+            host = f"[{host}]"  # IPv6
+        db = "" if self.redis_db is None else f"/{self.redis_db}"
+        return f"redis://{host}:{self.redis_port}{db}"
+
     def crawl_name(self, spider_name: str | None = None) -> str:
         """The crawl name, expanding a scrapy-redis key template like ``%(spider)s:requests``."""
         name = self.crawl
@@ -457,6 +509,47 @@ class Settings:
         return float(min(self.retry_backoff_max, self.retry_backoff * 2.0 ** max(0, attempts - 1)))
 
 
+_CONNECTION_PARAMS = (("url", "redis_url"), ("host", "redis_host"), ("port", "redis_port"),
+                      ("db", "redis_db"))
+
+
+def _connection_from_params(changes: dict[str, Any]) -> None:
+    """Move REDIS_PARAMS' url/host/port/db to their settings (scrapy-redis reads them from
+    either place; the named settings win), so they never reach redis-py twice."""
+    params = changes.get("redis_params")
+    moved = [key for key, _ in _CONNECTION_PARAMS] + list(_DROPPED_PARAMS)
+    if not params or not any(key in params for key in moved):
+        return
+    params = {k: v for k, v in params.items() if k not in _DROPPED_PARAMS}
+    for key, name in _CONNECTION_PARAMS:
+        if key in params:
+            value = params.pop(key)
+            if name not in changes and value is not None:
+                changes[name] = _BY_NAME[f"REDCRAWL_{name.upper()}"].parse(
+                    f"REDIS_PARAMS['{key}']", value)
+    changes["redis_params"] = params
+
+
+CMDLINE_PRIORITY = 40
+"""Scrapy's priority of ``-s`` settings (``SETTINGS_PRIORITIES['cmdline']``)."""
+
+
+def _scrapy_layers(settings: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The redcrawl and scrapy-redis settings in ``settings``: (below the command line,
+    from the command line)."""
+    names = [*_BY_NAME, *(k for k in _keys(settings) if str(k).startswith("REDCRAWL_"))]
+    getpriority = getattr(settings, "getpriority", None)
+    project: dict[str, Any] = {}
+    cmdline: dict[str, Any] = {}
+    for name in dict.fromkeys(names):
+        value = settings.get(name)
+        if value is None:
+            continue
+        priority = getpriority(name) if getpriority is not None else None
+        (cmdline if (priority or 0) >= CMDLINE_PRIORITY else project)[name] = value
+    return project, cmdline
+
+
 def _keys(settings: Any) -> Iterable[Any]:
     try:
         return list(cast(Iterable[Any], settings))
@@ -467,6 +560,109 @@ def _keys(settings: Any) -> Iterable[Any]:
 def ignored_setting_reason(name: str) -> str | None:
     """Why a scrapy-redis setting name has no effect in redcrawl, or None."""
     return _IGNORED.get(name)
+
+
+def _given(scrapy_settings: Any, environ: Mapping[str, str]) -> dict[str, Any]:
+    """The redcrawl and scrapy-redis settings given in ``scrapy_settings`` or ``environ``."""
+    project, cmdline = _scrapy_layers(scrapy_settings)
+    env = {k: v for k, v in environ.items() if k in _BY_NAME and k.startswith("REDCRAWL_")}
+    return {**project, **env, **cmdline}
+
+
+def _class_path(value: Any) -> str:
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    return str(value)
+
+
+def startup_notes(scrapy_settings: Any, *,
+                  environ: Mapping[str, str] | None = None) -> list[str]:
+    """Lines to log at INFO when a crawl starts, for a user coming from scrapy-redis: what
+    redcrawl chose, and why, where a scrapy-redis setting is given (and mapped) or left
+    out (and redcrawl's default differs from scrapy-redis's). Empty when nothing would
+    surprise. Pure: the caller logs them once per process (the Scheduler, at open)."""
+    env = os.environ if environ is None else environ
+    given = _given(scrapy_settings, env)
+    settings = Settings.from_scrapy(scrapy_settings, environ=env)
+    notes: list[str] = []
+    if not {"SCHEDULER_PERSIST", "REDCRAWL_PERSIST"} & set(given):
+        notes.append(
+            "SCHEDULER_PERSIST is not set: the crawl's state (queue, fingerprints) is kept "
+            "when the crawl closes (REDCRAWL_PERSIST=true), while scrapy-redis's default is "
+            "False. Running the spider again resumes the crawl, and a finished crawl fetches "
+            "nothing new: `redcrawl purge` starts it over; set SCHEDULER_PERSIST = False to "
+            "remove the state once the whole crawl is finished.")
+    if "REDCRAWL_ORDERING" not in given:
+        if "SCHEDULER_QUEUE_CLASS" in given:
+            notes.append(
+                f"SCHEDULER_QUEUE_CLASS = {_class_path(given['SCHEDULER_QUEUE_CLASS'])}: "
+                "redcrawl keeps requests in its own frontier, in this class's order: "
+                f"REDCRAWL_ORDERING={settings.ordering} ({_ORDER_NAMES[settings.ordering]}).")
+        elif settings.backend == "streams":
+            notes.append(
+                "SCHEDULER_QUEUE_CLASS is not set: with REDCRAWL_BACKEND=streams requests are "
+                "read in arrival order, high-priority streams first; scrapy-redis's default "
+                "PriorityQueue takes the highest priority first, always (the lists backend's "
+                "REDCRAWL_ORDERING=priority does that).")
+        else:
+            weights = ":".join(map(str, settings.tier_weights))
+            notes.append(
+                "SCHEDULER_QUEUE_CLASS is not set: requests are taken first in, first out "
+                f"within priority tiers picked by weighted fair choice ({weights}), so low "
+                "priorities are never starved; scrapy-redis's default PriorityQueue takes "
+                "the highest priority first, always. Set REDCRAWL_ORDERING=priority (or "
+                "SCHEDULER_QUEUE_CLASS) for that.")
+    hosts = [n for n in ("REDIS_HOST", "REDIS_PORT", "REDCRAWL_REDIS_HOST",
+                         "REDCRAWL_REDIS_PORT") if n in given]
+    if settings.redis_url is None:
+        notes.append(
+            "no REDIS_URL (nor REDIS_HOST / REDIS_PORT): redcrawl uses an embedded Redis with "
+            f"its data in {settings.embedded_dir}, shared by the processes on this machine "
+            "(scrapy-redis would connect to localhost:6379). Set REDIS_URL to share the "
+            "crawl with other machines.")
+    elif hosts and settings.redis_url != settings._host_url():
+        source = next((n for n in ("REDCRAWL_REDIS_URL", "REDIS_URL") if n in given),
+                      "a Redis URL")
+        notes.append(f"{' and '.join(hosts)} not used: {source} is set "
+                     f"({_redacted(settings.redis_url)}), and it wins, as in scrapy-redis.")
+    return notes
+
+
+def startup_warnings(scrapy_settings: Any) -> list[str]:
+    """Lines to log at WARNING when a crawl starts: each scrapy-redis setting given that
+    redcrawl ignores, with why. Pure, like :func:`startup_notes`."""
+    given = _given(scrapy_settings, {})
+    for name in _IGNORED:
+        value = scrapy_settings.get(name)
+        if value is not None and name not in given:
+            given[name] = value
+    warnings = [f"ignored: {name} = {_class_path(given[name])!r}: {reason}"
+                for name, reason in _IGNORED.items() if name in given]
+    params = given.get("REDIS_PARAMS", given.get("REDCRAWL_REDIS_PARAMS"))
+    if isinstance(params, str):
+        with contextlib.suppress(ConfigError):
+            params = _dict("REDIS_PARAMS", params)
+    if isinstance(params, Mapping):
+        warnings += [f"ignored: REDIS_PARAMS[{key!r}]: {reason}"
+                     for key, reason in _DROPPED_PARAMS.items() if key in params]
+    if "SCHEDULER_DUPEFILTER_KEY" in given and "REDCRAWL_DUPEFILTER_KEY" not in given:
+        warnings.append(
+            f"ignored: SCHEDULER_DUPEFILTER_KEY = {given['SCHEDULER_DUPEFILTER_KEY']!r}: "
+            "redcrawl keeps fingerprints under the crawl's own keys; to bring a scrapy-redis "
+            "dupefilter set along, use `redcrawl import-dupefilter`")
+    dupefilter = _class_path(scrapy_settings.get("DUPEFILTER_CLASS") or "")
+    if dupefilter.startswith("scrapy_redis."):
+        warnings.append(
+            f"DUPEFILTER_CLASS = {dupefilter}: redcrawl's frontier filters duplicates itself; "
+            "scrapy-redis's filter would only log them, on its own Redis connection. Set "
+            "DUPEFILTER_CLASS = 'redcrawl.scrapy.DupeFilter'.")
+    return warnings
+
+
+def _redacted(url: str) -> str:
+    from redcrawl.connection import redact  # connection imports this module
+
+    return redact(url)
 
 
 def _show(value: Any) -> str:
