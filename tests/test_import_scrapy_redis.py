@@ -22,16 +22,19 @@ from urllib.parse import urlsplit
 
 import pytest
 import redis
+import typer
 from scrapy import Request, Spider
 from scrapy.http import FormRequest, JsonRequest
 from scrapy_redis import picklecompat
 from scrapy_redis.dupefilter import RFPDupeFilter
+from typer.testing import CliRunner
 
 from redcrawl import codec
 from redcrawl.demo import ShopSite, SiteConfig
 from redcrawl.errors import ConfigError
 from redcrawl.fingerprint import MODE_FIELD, crawl_fingerprint_mode, fingerprint
 from redcrawl.frontier import ListsFrontier, open_frontier
+from redcrawl.keys import CrawlKeys
 from redcrawl.migrate import (
     RefusedEntry,
     RequestUnpickler,
@@ -369,3 +372,68 @@ def test_dry_run_writes_nothing(redis_client: redis.Redis) -> None:
     assert (result.pushed, result.done_added, result.dry_run) == (1, 1, True)
     assert sorted(redis_client.keys("*")) == before
     assert crawl_fingerprint_mode(redis_client, frontier_of(redis_client).keys) == "scrapy"
+
+
+# --- the commands ------------------------------------------------------------------------
+
+def cli_app() -> typer.Typer:
+    """``redcrawl`` with the import command registered as cli.py will register it."""
+    from redcrawl.cli import app
+    from redcrawl.migrate_cli import import_scrapy_redis_command
+
+    test_app = typer.Typer()
+    test_app.add_typer(app)
+    test_app.command("import-scrapy-redis")(import_scrapy_redis_command)
+    return test_app
+
+
+def test_command(redis_client: redis.Redis, tmp_path: Path) -> None:
+    url = redis_client.connection_pool.connection_kwargs
+    redis_url = f"redis://{url['host']}:{url['port']}/0"
+    for request in REQUESTS[:2]:
+        redis_client.lpush("srspider:requests", sr_entry(request))
+    redis_client.lpush("srspider:requests", pickle.dumps(Touch(tmp_path / "pwned")))
+    redis_client.sadd("srspider:dupefilter", sr_fingerprint("http://a.example/old"))
+    runner = CliRunner()
+    args = ["import-scrapy-redis", "srspider", "--redis-url", redis_url, "--crawl", "moved"]
+    dry = runner.invoke(cli_app(), [*args, "--dry-run"])
+    assert dry.exit_code == 1, dry.output  # one entry refused
+    assert "2 would be queued" in dry.output and "1 refused" in dry.output
+    assert not redis_client.keys("rc:*")
+    done = runner.invoke(cli_app(), args)
+    assert done.exit_code == 1, done.output
+    assert "2 were queued" in done.output and "1 were marked done" in done.output
+    assert "could not be imported" in " ".join(done.output.split())
+    assert not (tmp_path / "pwned").exists()
+    assert frontier_of(redis_client, "moved").counts().ready == 2
+    again = runner.invoke(cli_app(), args)
+    assert again.exit_code == 2 and "--force" in again.output
+
+
+def test_old_import_dupefilter_command_sets_the_mode_or_warns(
+        redis_client: redis.Redis) -> None:
+    from redcrawl.cli import app
+
+    url = redis_client.connection_pool.connection_kwargs
+    redis_url = f"redis://{url['host']}:{url['port']}/0"
+    redis_client.sadd("srspider:dupefilter", sr_fingerprint("http://a.example/old"))
+    runner = CliRunner()
+    args = ["import-dupefilter", "srspider:dupefilter", "--redis-url", redis_url]
+    # a new crawl: put in scrapy-redis mode, so the members match its requests
+    result = runner.invoke(app, [*args, "--crawl", "fresh"])
+    assert result.exit_code == 0, result.output
+    assert "warning" not in result.output
+    assert redis_client.hget(CrawlKeys("fresh").control, MODE_FIELD) == b"scrapy-redis"
+    f = frontier_of(redis_client, "fresh")
+    assert f.push([codec.Envelope(url="http://a.example/old", fingerprint=fingerprint(
+        "http://a.example/old", mode="scrapy-redis"))]).accepted == 0
+    # a crawl with Scrapy's fingerprints, and a queue left behind: both said
+    busy = frontier_of(redis_client, "busy")
+    busy.push([codec.Envelope(url="http://a.example/", fingerprint=fingerprint(
+        "http://a.example/"))])
+    redis_client.zadd("srspider:requests", {sr_entry(REQUESTS[0]): 0})
+    result = runner.invoke(app, [*args, "--crawl", "busy"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "will not match" in text and "import-scrapy-redis" in text
+    assert "srspider:requests still holds queued requests" in text

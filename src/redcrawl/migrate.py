@@ -64,9 +64,9 @@ __all__ = [
     "MigrationResult",
     "RefusedEntry",
     "RequestUnpickler",
+    "dupefilter_import_warnings",
     "import_scrapy_redis",
     "request_dict_to_envelope",
-    "scrapy_redis_mode_warning",
     "unpickle_request_dict",
 ]
 
@@ -475,15 +475,24 @@ def _import_dupefilter(source: Any, frontier: ListsFrontier, result: MigrationRe
         flush()
 
 
-def scrapy_redis_mode_warning(frontier: ListsFrontier) -> str | None:
-    """For ``import-dupefilter`` (the fingerprints only): put a crawl that holds no
-    requests yet in scrapy-redis fingerprint mode, so the imported members match its
-    requests. Returns a warning when the crawl cannot take that mode (it holds requests
-    fingerprinted the Scrapy way), else None."""
+def dupefilter_import_warnings(source: Any, key: str, frontier: ListsFrontier) -> list[str]:
+    """For ``import-dupefilter`` (the fingerprints only, into the DONE filter): put a crawl
+    that holds no requests yet in scrapy-redis fingerprint mode, so that the imported
+    members match its requests, and say what the fingerprints alone cannot do. Returns
+    the warnings to show (empty when all is well)."""
+    warnings = []
     try:
         crawl_fingerprint_mode(frontier.client, frontier.keys, "scrapy-redis")
     except ConfigError as exc:
-        return (f"{exc}. The imported fingerprints will not match this crawl's requests: "
-                "import into a new crawl with `redcrawl import-scrapy-redis SPIDER --crawl "
-                "NEW`, which also moves the queue")
-    return None
+        warnings.append(
+            f"{exc}. The imported fingerprints will not match this crawl's requests: "
+            "import into a new crawl with `redcrawl import-scrapy-redis SPIDER --crawl NEW`")
+    queue = key.removesuffix(":dupefilter") + ":requests"
+    with redis_errors("reading the scrapy-redis queue"):
+        waiting = key.endswith(":dupefilter") and source.exists(queue)
+    if waiting:
+        warnings.append(
+            f"{queue} still holds queued requests: their fingerprints are in {key} too, so "
+            "they are marked done here and never fetched. `redcrawl import-scrapy-redis "
+            "SPIDER` moves the queue as well")
+    return warnings
