@@ -231,6 +231,22 @@ def test_unpickler_refuses_globals_without_running_them(payload: object,
     assert not marker.exists()
 
 
+def test_extension_registry_is_refused_too(tmp_path: Path) -> None:
+    """EXT opcodes name a global through copyreg's registry: they go through find_class."""
+    import copyreg
+
+    marker = tmp_path / "pwned"
+    command = f"touch {marker}".encode()
+    data = b"\x80\x02\x82\xf0X" + len(command).to_bytes(4, "little") + command + b"\x85R."
+    copyreg.add_extension(os.system.__module__, "system", 240)
+    try:
+        with pytest.raises(RefusedEntry, match="system"):
+            unpickle_request_dict(data)
+    finally:
+        copyreg.remove_extension(os.system.__module__, "system", 240)
+    assert not marker.exists()
+
+
 @pytest.mark.parametrize("data, reason", [
     (pickle.dumps(["http://a.example/"]), "not a request dict"),
     (pickle.dumps({"meta": {}}), "no 'url'"),
