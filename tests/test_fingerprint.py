@@ -819,3 +819,50 @@ def test_five_digit_ports_match_scrapy(url: str) -> None:
             fingerprint(url)
         return
     assert fingerprint(url) == expected
+
+
+# ------------------------------------------------------- scrapy-redis mode (migrated crawls)
+
+def scrapy_redis_fp(request: Request) -> bytes:
+    """scrapy-redis 0.9.1's own fingerprint (its RFPDupeFilter, installed), as bytes."""
+    from scrapy_redis.dupefilter import RFPDupeFilter
+
+    return bytes.fromhex(RFPDupeFilter(None, "k").request_fingerprint(request))
+
+
+@HYPOTHESIS
+@given(
+    url=st.one_of(urls, simple_urls),
+    method=st.sampled_from(["GET", "POST", "put"]),
+    body=st.binary(max_size=64),
+    headers=st.dictionaries(st.sampled_from(["Accept", "X-Token"]), st.text(max_size=5),
+                            max_size=2),
+    verbatim=st.booleans(),
+)
+def test_scrapy_redis_mode_matches_scrapy_redis(url: str, method: str, body: bytes,
+                                                headers: dict[str, str],
+                                                verbatim: bool) -> None:
+    try:
+        request = Request(url, method=method, body=body, headers=headers,
+                          meta={"verbatim_url": True} if verbatim else None)
+    except ValueError:
+        return  # not a URL Scrapy makes a request of
+    expected = scrapy_redis_fp(request)
+    assert request_fingerprint(request, mode="scrapy-redis") == expected
+    assert fingerprint(url, method, body, headers, mode="scrapy-redis") == expected
+    # the two modes never agree on a request (the "headers" member differs)
+    assert request_fingerprint(request) != expected
+
+
+def test_scrapy_redis_mode_refuses_headers_and_fragments() -> None:
+    with pytest.raises(ValueError, match="scrapy-redis"):
+        fingerprint("http://a.example/", include_headers=["accept"], mode="scrapy-redis")
+    with pytest.raises(ValueError, match="scrapy-redis"):
+        fingerprint("http://a.example/", keep_fragments=True, mode="scrapy-redis")
+
+
+def test_scrapy_redis_mode_with_version_adds_the_version() -> None:
+    url = "http://example.com/item?id=1"
+    plain = fingerprint(url, mode="scrapy-redis")
+    assert fingerprint(url, version="2", mode="scrapy-redis") not in (plain, fingerprint(
+        url, version="2"))

@@ -7,6 +7,8 @@ import time
 
 import pytest
 import redis
+import redis.exceptions
+import redis.lock
 
 from redcrawl.errors import LockError
 from redcrawl.keys import CrawlKeys
@@ -187,3 +189,25 @@ def test_locks_with_different_names_are_independent(redis_client: redis.Redis) -
     c = CrawlLock(redis_client, CrawlKeys("other"), "flush")
     assert a.acquire() and b.acquire() and c.acquire()
     assert a.release() and b.release() and c.release()
+
+
+def test_redis_py_lock_errors_become_redcrawl_lock_errors(redis_client: redis.Redis) -> None:
+    never_taken = make(redis_client)
+    with pytest.raises(LockError) as info:
+        never_taken.renew()
+    assert not isinstance(info.value, redis.exceptions.RedisError)
+    assert "renew it more often" in str(info.value)
+    assert never_taken.release() is False
+
+
+def test_interoperates_with_redis_py_locks(redis_client: redis.Redis) -> None:
+    """The key holds a plain token, as redis-py's own Lock writes it: a tool using
+    ``redis.lock.Lock`` on the same key and a CrawlLock exclude each other."""
+    other = redis.lock.Lock(redis_client, KEY, timeout=30)
+    assert other.acquire(blocking=False)
+    lock = make(redis_client)
+    assert lock.acquire() is False
+    other.release()
+    assert lock.acquire() is True
+    assert not redis.lock.Lock(redis_client, KEY, timeout=30).acquire(blocking=False)
+    lock.release()

@@ -380,6 +380,10 @@ def import_dupefilter(
                       "match new requests")
     source = frontier.client if source_url is None else connect(settings, url=source_url)
     try:
+        from redcrawl.migrate import dupefilter_import_warnings
+
+        for warning in dupefilter_import_warnings(source, key, frontier):
+            console.print(f"[yellow]warning:[/] {warning}")
         result = import_hex_set(source, key, frontier.done, batch=batch,
                                 progress=lambda n: console.print(f"read {n:,}", end="\r"))
     finally:

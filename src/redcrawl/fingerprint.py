@@ -13,6 +13,13 @@ percent-escapes, no dot segments, a query of plain ``name=value`` pairs) take a 
 that builds w3lib's canonical form directly; everything else goes through
 ``w3lib.url.canonicalize_url(w3lib.url.safe_url_string(url))``, exactly as Scrapy does.
 
+A crawl migrated from scrapy-redis uses scrapy-redis's fingerprint instead (mode
+``"scrapy-redis"``, fixed when the crawl is created, see :func:`fingerprinter_for`):
+scrapy-redis 0.9.1's ``RFPDupeFilter.request_fingerprint`` hashes the same JSON without
+its ``"headers"`` member, ``{"body": ..., "method": ..., "url": canonicalize_url(url)}``,
+so the two modes never agree on a request, although they deduplicate exactly the same
+requests (Scrapy's default fingerprinter includes no header either).
+
 Two opt-in extensions change the fingerprint, and are off by default:
 
 * a :class:`Canonicalizer` rewrites the URL first (drops tracking parameters such as
@@ -31,25 +38,39 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring_ascii as _json_string
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 from urllib.parse import quote_plus
 
 from w3lib.url import canonicalize_url, parse_qsl_to_bytes, safe_url_string
 
-from redcrawl.errors import ConfigError
+from redcrawl.errors import ConfigError, FrontierError
 from redcrawl.settings import Settings
 
 if TYPE_CHECKING:
     from scrapy import Request
 
+    from redcrawl.keys import CrawlKeys
+
 __all__ = [
     "DEFAULT_TRACKING_PARAMS",
     "FINGERPRINT_SIZE",
+    "MODE_FIELD",
     "Canonicalizer",
+    "FingerprintMode",
+    "Fingerprinter",
     "canonicalizer_for",
+    "crawl_fingerprint_mode",
     "fingerprint",
+    "fingerprinter_for",
     "request_fingerprint",
 ]
+
+FingerprintMode = Literal["scrapy", "scrapy-redis"]
+"""``scrapy``: Scrapy's default request fingerprint; ``scrapy-redis``: scrapy-redis's."""
+
+MODE_FIELD = "fingerprinter"
+"""Field of the crawl's control hash holding its :data:`FingerprintMode`."""
+
 
 FINGERPRINT_SIZE = 20
 """Length in bytes of every fingerprint (a SHA-1 digest)."""
@@ -169,13 +190,16 @@ def _canonical_url(url: str, keep_fragments: bool) -> str:
 # ------------------------------------------------------------------------- fingerprints
 
 
-def _digest(url: str, method: str, body: bytes, headers_json: str, version: str | None) -> bytes:
-    """SHA-1 of the JSON Scrapy builds (keys sorted), optionally with a "version" key."""
+def _digest(url: str, method: str, body: bytes, headers_json: str | None,
+            version: str | None) -> bytes:
+    """SHA-1 of the JSON Scrapy builds (keys sorted), optionally with a "version" key.
+    ``headers_json=None`` leaves the "headers" member out, as scrapy-redis does."""
+    headers = "" if headers_json is None else ', "headers": ' + headers_json
     data = (
         '{"body": "'
         + body.hex()
-        + '", "headers": '
-        + headers_json
+        + '"'
+        + headers
         + ', "method": '
         + _json_string(method)
         + ', "url": '
@@ -242,6 +266,7 @@ def fingerprint(
     keep_fragments: bool = False,
     canonicalizer: Canonicalizer | None = None,
     version: str | None = None,
+    mode: FingerprintMode = "scrapy",
 ) -> bytes:
     """Return the 20-byte fingerprint of a request.
 
@@ -255,17 +280,29 @@ def fingerprint(
     :meth:`Canonicalizer.canonicalize`. With a *version*, the version joins the hashed
     data, so the same request under another version gets another fingerprint.
 
+    With ``mode="scrapy-redis"`` the result is byte-identical to scrapy-redis 0.9.1's
+    ``RFPDupeFilter().request_fingerprint(Request(url, method=method, body=body))`` as
+    raw bytes (scrapy-redis stores its hex form); scrapy-redis hashes no header and drops
+    fragments, so *include_headers* and *keep_fragments* are refused with
+    :class:`ValueError` in that mode.
+
     A URL w3lib cannot parse (e.g. a port out of range) raises :class:`ValueError`, as
     building the Scrapy request would. Unlike ``scrapy.Request``, a URL without a scheme
     is not rejected.
     """
     if canonicalizer is not None:
         url = canonicalizer.canonicalize(url)
+    if mode == "scrapy-redis":
+        if include_headers or keep_fragments:
+            raise ValueError("scrapy-redis fingerprints include no header and no fragment")
+        headers_json = None
+    else:
+        headers_json = _headers_json(headers, include_headers)
     return _digest(
         _canonical_url(url, keep_fragments),
         str(method).upper(),
         body or b"",
-        _headers_json(headers, include_headers),
+        headers_json,
         version,
     )
 
@@ -275,6 +312,7 @@ def request_fingerprint(
     *,
     canonicalizer: Canonicalizer | None = None,
     version_meta_key: str | None = None,
+    mode: FingerprintMode = "scrapy",
 ) -> bytes:
     """Return the fingerprint of a :class:`scrapy.Request` (its URL, method and body).
 
@@ -282,6 +320,10 @@ def request_fingerprint(
     Scrapy's ``verbatim_url`` meta key (the URL is hashed as is, and the canonicalizer is
     not applied either). With *version_meta_key*, ``request.meta[version_meta_key]``
     (stringified) is the version, when the key is present and its value is not ``None``.
+
+    With ``mode="scrapy-redis"`` it equals scrapy-redis 0.9.1's
+    ``RFPDupeFilter.request_fingerprint(request)`` (as bytes), which always canonicalises
+    the URL (``verbatim_url`` is not honoured there).
     """
     meta = request.meta
     version: str | None = None
@@ -290,11 +332,12 @@ def request_fingerprint(
         if value is not None:
             version = value if isinstance(value, str) else str(value)
     url = request.url
-    if not meta.get("verbatim_url"):
+    if mode == "scrapy-redis" or not meta.get("verbatim_url"):
         if canonicalizer is not None:
             url = canonicalizer.canonicalize(url)
         url = _canonical_url(url, False)
-    return _digest(url, request.method, request.body or b"", "{}", version)
+    headers_json = None if mode == "scrapy-redis" else "{}"
+    return _digest(url, request.method, request.body or b"", headers_json, version)
 
 
 # ----------------------------------------------------------------------- canonicaliser
@@ -503,3 +546,79 @@ def canonicalizer_for(settings: Settings) -> Canonicalizer | None:
     if settings.canonical_drop_params:
         return Canonicalizer.from_patterns(settings.canonical_drop_params)
     return Canonicalizer()
+
+
+# ------------------------------------------------------------------ per-crawl fingerprinter
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Fingerprinter:
+    """How one crawl fingerprints its requests: the mode it was created with, plus the
+    options of the settings (canonicalizer, version meta key)."""
+
+    mode: FingerprintMode = "scrapy"
+    canonicalizer: Canonicalizer | None = None
+    version_meta_key: str | None = None
+
+    def url(self, url: str, method: str = "GET", body: bytes = b"") -> bytes:
+        """The fingerprint of a request for *url* (seed URLs, API submissions)."""
+        return fingerprint(url, method, body, canonicalizer=self.canonicalizer,
+                           mode=self.mode)
+
+    def request(self, request: Request) -> bytes:
+        """The fingerprint of a :class:`scrapy.Request`."""
+        return request_fingerprint(request, canonicalizer=self.canonicalizer,
+                                   version_meta_key=self.version_meta_key, mode=self.mode)
+
+
+def crawl_fingerprint_mode(client: Any, keys: CrawlKeys,
+                           wanted: FingerprintMode | None = None) -> FingerprintMode:
+    """The fingerprint mode of the crawl at *keys*, recorded in its control hash.
+
+    A crawl without a recorded mode gets *wanted* (default ``scrapy``) recorded now, so
+    the mode is fixed from the crawl's first worker or migration on. *wanted* differing
+    from a recorded mode, or ``scrapy-redis`` asked of a crawl that already accepted
+    requests under Scrapy's fingerprints (one from before modes were recorded), is a
+    :class:`~redcrawl.errors.ConfigError`: fingerprints of two modes never match, so the
+    crawl would fetch everything again.
+    """
+    from redcrawl.frontier.lists import redis_errors
+
+    with redis_errors("reading the crawl's fingerprint mode"):
+        recorded = client.hget(keys.control, MODE_FIELD)
+        if recorded is None:
+            accepted = client.hget(keys.stats, "accepted")
+            if wanted == "scrapy-redis" and accepted is not None and int(accepted) > 0:
+                raise ConfigError(
+                    "REDCRAWL_FINGERPRINTER",
+                    f"crawl {keys.crawl!r} already holds requests fingerprinted the Scrapy "
+                    "way; scrapy-redis fingerprints would not match them. Use another "
+                    "--crawl name, or purge the crawl first")
+            if client.hsetnx(keys.control, MODE_FIELD, wanted or "scrapy"):
+                return wanted or "scrapy"
+            recorded = client.hget(keys.control, MODE_FIELD)  # another process was first
+    mode = recorded.decode() if isinstance(recorded, bytes) else str(recorded)
+    if mode not in ("scrapy", "scrapy-redis"):
+        raise FrontierError(f"crawl {keys.crawl!r} records an unknown fingerprint mode "
+                            f"{mode!r} in {keys.control}; upgrade redcrawl")
+    if wanted is not None and wanted != mode:
+        raise ConfigError(
+            "REDCRAWL_FINGERPRINTER",
+            f"{wanted!r}, but crawl {keys.crawl!r} was created with {mode!r} fingerprints "
+            "(fixed per crawl). Leave the setting unset to follow the crawl, or purge it")
+    return cast(FingerprintMode, mode)
+
+
+def fingerprinter_for(settings: Settings, client: Any, keys: CrawlKeys) -> Fingerprinter:
+    """The fingerprinter of the crawl at *keys*: its recorded mode (see
+    :func:`crawl_fingerprint_mode`) with the settings' canonicalizer and version meta key.
+    ``REDCRAWL_CANONICALIZE`` with scrapy-redis fingerprints is refused (the migrated
+    fingerprints would no longer match)."""
+    mode = crawl_fingerprint_mode(client, keys, settings.fingerprinter)
+    canonicalizer = canonicalizer_for(settings)
+    if mode == "scrapy-redis" and canonicalizer is not None:
+        raise ConfigError("REDCRAWL_CANONICALIZE", f"crawl {keys.crawl!r} uses scrapy-redis "
+                          "fingerprints (a migrated crawl): canonicalised URLs would not "
+                          "match its imported fingerprints; turn canonicalisation off")
+    return Fingerprinter(mode=mode, canonicalizer=canonicalizer,
+                         version_meta_key=settings.fingerprint_version_meta)

@@ -1,8 +1,12 @@
-"""A token-owned distributed lock for crawl-level one-off actions.
+"""A token-owned distributed lock for crawl-level one-off actions, on redis-py's ``Lock``.
 
-Acquired with ``SET key token NX PX ttl``; released and renewed by Lua scripts
-(``lua/lock_*.lua``) that act only while the stored token is the caller's, so a worker
-whose lock expired can never release or extend another worker's lock.
+:class:`redis.lock.Lock` does the work: ``SET key token NX PX ttl`` to acquire, and Lua
+scripts that release or extend the lock only while the stored token is the caller's, so a
+worker whose lock expired can never release or extend another worker's lock. This class
+keeps one token per owner (so a test or an operator can see who holds the key), keeps the
+token out of thread-local storage (a lock taken in one thread may be released in
+another), and turns redis-py's ``LockError``/``LockNotOwnedError`` into
+:class:`redcrawl.errors.LockError` with a message that says what to do.
 
 >>> with CrawlLock(client, keys, "flush", ttl=30) as lock:   # doctest: +SKIP
 ...     if lock.acquired: ...
@@ -11,12 +15,11 @@ whose lock expired can never release or extend another worker's lock.
 from __future__ import annotations
 
 import secrets
-import time
-from functools import cache
-from importlib import resources
 from types import TracebackType
 
 import redis
+import redis.exceptions
+import redis.lock
 
 from redcrawl.errors import LockError
 from redcrawl.frontier.lists import redis_errors
@@ -24,10 +27,8 @@ from redcrawl.keys import CrawlKeys
 
 __all__ = ["CrawlLock"]
 
-
-@cache
-def _source(name: str) -> str:
-    return (resources.files("redcrawl") / "lua" / f"{name}.lua").read_text(encoding="utf-8")
+POLL = 0.05
+"""Seconds between attempts while waiting for a lock held elsewhere."""
 
 
 class CrawlLock:
@@ -41,41 +42,44 @@ class CrawlLock:
         self.wait = wait
         self.token = secrets.token_hex(16)
         self.acquired = False
-        self._release = client.register_script(_source("lock_release"))
-        self._renew = client.register_script(_source("lock_renew"))
+        self._lock = redis.lock.Lock(client, self.key, timeout=self.ttl_ms / 1000,
+                                     sleep=POLL, thread_local=False)
 
     def acquire(self, wait: float | None = None) -> bool:
         """Try to take the lock, polling for up to ``wait`` seconds. True if taken."""
-        deadline = time.monotonic() + (self.wait if wait is None else wait)
+        wait = self.wait if wait is None else wait
         with redis_errors("lock acquire"):
-            while True:
-                if self.client.set(self.key, self.token, nx=True, px=self.ttl_ms):
-                    self.acquired = True
-                    return True
-                if time.monotonic() >= deadline:
-                    return False
-                time.sleep(0.05)
+            taken = self._lock.acquire(blocking=wait > 0, blocking_timeout=max(wait, 0.0),
+                                       token=self.token)
+        self.acquired = bool(taken)
+        return self.acquired
 
     def renew(self, ttl: float | None = None) -> None:
-        """Extend the lock; :class:`LockError` if it is no longer ours."""
-        ms = self.ttl_ms if ttl is None else max(1, int(ttl * 1000))
-        with redis_errors("lock renew"):
-            ok = self._renew(keys=[self.key], args=[self.token, ms])
-        if not ok:
+        """Set the lock's remaining time to ``ttl`` (default: its own ttl);
+        :class:`LockError` if it is no longer ours."""
+        seconds = self.ttl_ms / 1000 if ttl is None else max(1, int(ttl * 1000)) / 1000
+        try:
+            with redis_errors("lock renew"):
+                self._lock.extend(seconds, replace_ttl=True)
+        except redis.exceptions.LockError as exc:  # LockNotOwnedError is one
             self.acquired = False
-            raise LockError(f"lock {self.key} expired or is held by another owner; "
-                            "renew it more often than its ttl")
+            raise LockError(f"lock {self.key} expired or is held by another owner ({exc}); "
+                            "renew it more often than its ttl") from exc
 
     def release(self) -> bool:
         """Release the lock if it is still ours. Returns False if it was not."""
-        with redis_errors("lock release"):
-            ok = bool(self._release(keys=[self.key], args=[self.token]))
         self.acquired = False
-        return ok
+        try:
+            with redis_errors("lock release"):
+                self._lock.release()
+        except redis.exceptions.LockError:  # not taken, expired, or taken by another owner
+            return False
+        return True
 
     def owned(self) -> bool:
+        """Whether the lock's key holds this owner's token."""
         with redis_errors("lock check"):
-            return self.client.get(self.key) == self.token.encode()
+            return bool(self.client.get(self.key) == self.token.encode())
 
     def __enter__(self) -> CrawlLock:
         self.acquire()

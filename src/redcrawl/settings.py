@@ -153,6 +153,15 @@ def _choice(*options: str) -> Callable[[str, Any], str]:
     return parse
 
 
+def _opt_choice(*options: str) -> Callable[[str, Any], str | None]:
+    strict = _choice(*options)
+
+    def parse(name: str, v: Any) -> str | None:
+        return None if v is None or str(v).strip() == "" else strict(name, v)
+
+    return parse
+
+
 def _path(name: str, v: Any) -> Path:
     return Path(str(v)).expanduser()
 
@@ -257,6 +266,12 @@ _SPECS: tuple[_Spec, ...] = (
           "crawled again (0: never). Fingerprints expire by time generations."),
     _Spec("fingerprint_version_meta", _opt_str, "A meta key whose value joins the "
           "fingerprint (e.g. a content version), so one URL can be crawled once per value."),
+    _Spec("fingerprinter", _opt_choice("scrapy", "scrapy-redis"), "How request "
+          "fingerprints are computed, fixed per crawl when it is created: scrapy (Scrapy's "
+          "default fingerprinter) or scrapy-redis (scrapy-redis's RFPDupeFilter: the same "
+          "method, URL and body without the headers member, so a migrated scrapy-redis "
+          "dupefilter matches). Unset: the mode the crawl was created with (scrapy for a new "
+          "crawl; `redcrawl import-scrapy-redis` creates crawls in scrapy-redis mode)."),
     _Spec("configure_server", _bool, "At start, raise the server's set-max-intset-entries "
           "when the exact filter needs it (CONFIG SET; skipped with a warning if refused)."),
     _Spec("allow_eviction", _bool, "Start even though the server's maxmemory-policy may "
@@ -352,6 +367,7 @@ class Settings:
     bloom_backend: Literal["auto", "redisbloom", "lua"] = "auto"
     recrawl_after: float = 0.0
     fingerprint_version_meta: str | None = None
+    fingerprinter: Literal["scrapy", "scrapy-redis"] | None = None
     configure_server: bool = True
     allow_eviction: bool = False
     memory_warn_ratio: float = 0.9

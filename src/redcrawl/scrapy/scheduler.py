@@ -40,7 +40,7 @@ from twisted.internet import task
 from redcrawl import codec
 from redcrawl.connection import connect
 from redcrawl.errors import ConnectionLost, DecodeError, EncodeError, RedcrawlError
-from redcrawl.fingerprint import canonicalizer_for, fingerprint, request_fingerprint
+from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter_for
 from redcrawl.frontier import (
     Counts,
     Lease,
@@ -83,11 +83,10 @@ def seed(urls: Iterable[str], *, settings: Settings, crawl: str,
     """Push start URLs straight into a crawl's frontier (durable, deduplicated the way
     the scheduler dedupes). ``callback`` names a spider method (default: ``parse``).
     ``recrawl``: URLs already DONE are accepted again."""
-    canonicalizer = canonicalizer_for(settings)
-    envs = [codec.Envelope(url=u, callback=callback, priority=priority,
-                           fingerprint=fingerprint(u, canonicalizer=canonicalizer))
-            for u in map(codec.request_url, urls)]
     frontier = open_frontier(client or connect(settings), settings, crawl)
+    fp = fingerprinter_for(settings, frontier.client, frontier.keys)
+    envs = [codec.Envelope(url=u, callback=callback, priority=priority, fingerprint=fp.url(u))
+            for u in map(codec.request_url, urls)]
     return frontier.push(envs, recrawl=recrawl)
 
 
@@ -109,6 +108,8 @@ class Scheduler(BaseScheduler):
         self.worker = (f"{settings.worker_id}:{secrets.token_hex(3)}" if settings.worker_id
                        else default_worker_id())
         self.canonicalizer = canonicalizer_for(settings)
+        self.fingerprinter = Fingerprinter(canonicalizer=self.canonicalizer,
+                                           version_meta_key=settings.fingerprint_version_meta)
         self.frontier: ListsFrontier | None = None
         self.spider: scrapy.Spider | None = None
         self._buffer: list[codec.Envelope] = []      # accepted locally, not yet stored
@@ -160,6 +161,7 @@ class Scheduler(BaseScheduler):
         self._memory = MemoryWatch(client, self.settings)
         if self.settings.flush_on_start:
             self._flush_once()
+        self.fingerprinter = fingerprinter_for(self.settings, client, self.frontier.keys)
         self.frontier.renew(self.worker)
         self._unhook = lifecycle.on_request_finished(self.crawler, self._on_finished)
         lifecycle.mark_start_requests(self.crawler)
@@ -239,9 +241,7 @@ class Scheduler(BaseScheduler):
         start = (meta.get("is_start_request") and not meta.get("retry_times")
                  and not meta.get("redirect_times"))
         dont_filter = request.dont_filter and not start
-        fp = None if dont_filter else request_fingerprint(
-            request, canonicalizer=self.canonicalizer,
-            version_meta_key=self.settings.fingerprint_version_meta)
+        fp = None if dont_filter else self.fingerprinter.request(request)
         if fp is not None and fp in self._local_seen:
             self._filtered(request)
             return False
