@@ -8,6 +8,7 @@ Python programs as "workers" so they need no Scrapy and take a second.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -22,15 +23,17 @@ import redis
 from redcrawl.demo.run import SPIDER, demo_worker_settings
 from redcrawl.demo.site import ShopSite, SiteConfig
 from redcrawl.frontier import open_frontier
+from redcrawl.scrapy.pipelines import read_items
 from redcrawl.settings import Settings
+from redcrawl.workers import ExitCode, Fleet, WorkerEvent, worker_command
 
 from .conftest import RedisServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def processes_with(text: str) -> list[int]:
-    """Pids of the live processes whose command line contains ``text``."""
+def processes_with(*texts: str) -> list[int]:
+    """Pids of the live processes whose command line contains each of ``texts``."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -41,17 +44,15 @@ def processes_with(text: str) -> list[int]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if text in cmdline and state != "Z":
+        if all(t in cmdline for t in texts) and state != "Z":
             found.append(int(entry.name))
     return found
 
 
 def kill_all(text: str) -> None:
     for pid in processes_with(text):
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
 
 
 def cli_env(redis_url: str) -> dict[str, str]:
@@ -109,3 +110,184 @@ def test_crawl_at_debug_log_level_fetches_every_page(redis7: RedisServer, tmp_pa
     assert str(log.relative_to(tmp_path)) in text  # said where the logs are
     written = log.read_text(errors="replace")
     assert " DEBUG: Crawled (200)" in written and "Dumping Scrapy stats" in written
+
+
+def wait_until(predicate: object, proc: subprocess.Popen[bytes], out: Path,
+               timeout: float = 90) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert proc.poll() is None, out.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, "no progress"
+        time.sleep(0.05)
+
+
+SLOW_SHOP = SiteConfig(products=500, slow_every=2, slow_delay=0.05)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("shop_site", [SLOW_SHOP], indirect=True)
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_stop_signal_stops_workers_cleanly_and_rerun_finishes(
+        redis7: RedisServer, tmp_path: Path, shop_site: ShopSite, signum: int) -> None:
+    """SIGTERM (from `timeout`, systemd, docker stop) or SIGHUP to `redcrawl crawl` stops
+    its workers as Ctrl-C does: none is left running, no lease is left held, and the
+    same command run again fetches exactly the rest."""
+    client = redis.Redis.from_url(redis7.url)
+    client.flushall()
+    frontier = open_frontier(client, Settings(), "stop")
+    items_db = tmp_path / "items.db"
+    cmd = crawl_cmd(shop_site, "stop", items_db, "--set", "CONCURRENT_REQUESTS=4",
+                    "--no-progress", workers=2)
+    out = tmp_path / "first.txt"
+    with out.open("wb") as sink:
+        first = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env(redis7.url), stdout=sink,
+                                 stderr=subprocess.STDOUT)
+        wait_until(lambda: frontier.counts().done >= 100, first, out)
+        assert len(processes_with("-m scrapy ", shop_site.url)) == 2
+        first.send_signal(signum)
+        assert first.wait(timeout=60) == 128 + signum, out.read_text()[-3000:]
+    assert processes_with(shop_site.url) == [], "workers left running"
+    mid = frontier.counts()
+    assert not mid.finished and mid.in_flight == 0 and mid.conserved, mid
+    assert "run the same command again" in out.read_text()
+
+    second = subprocess.run(cmd, cwd=tmp_path, env=cli_env(redis7.url), capture_output=True,
+                            timeout=150)
+    assert second.returncode == 0, second.stderr.decode()[-3000:]
+    hits = shop_site.hits()
+    assert set(hits) == shop_site.canonical_pages()
+    twice = {path: n for path, n in hits.items() if n > 1}
+    assert not twice, f"fetched more than once: {list(twice.items())[:10]}"
+    assert frontier.counts().finished and len(read_items(f"sqlite:///{items_db}")) == 500
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("shop_site", [SLOW_SHOP], indirect=True)
+def test_killed_worker_is_restarted_and_crawl_finishes(redis7: RedisServer, tmp_path: Path,
+                                                       shop_site: ShopSite) -> None:
+    """A worker SIGKILLed from outside is restarted (and said so); what it held is given
+    back at once; the crawl finishes with every page and exit 0."""
+    client = redis.Redis.from_url(redis7.url)
+    client.flushall()
+    frontier = open_frontier(client, Settings(), "restart")
+    items_db = tmp_path / "items.db"
+    cmd = crawl_cmd(shop_site, "restart", items_db, "--set", "CONCURRENT_REQUESTS=4",
+                    "--no-progress", workers=2)
+    out = tmp_path / "out.txt"
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env(redis7.url), stdout=sink,
+                                stderr=subprocess.STDOUT)
+        wait_until(lambda: frontier.counts().done >= 100, proc, out)
+        victims = processes_with("-m scrapy ", shop_site.url)
+        assert len(victims) == 2
+        os.kill(victims[0], signal.SIGKILL)
+        code = proc.wait(timeout=180)
+    text = out.read_text(errors="replace")
+    assert code == 0, text[-3000:]
+    assert "was killed by SIGKILL; restarting it" in text, text[-3000:]
+    assert processes_with(shop_site.url) == []
+    c = frontier.counts()
+    assert c.finished and c.conserved and c.dead == 0, c
+    assert shop_site.canonical_pages() <= set(shop_site.hits())
+    assert len(read_items(f"sqlite:///{items_db}")) == 500
+    logs = sorted((tmp_path / ".redcrawl" / "logs" / "restart").glob("w*.log"))
+    assert len(logs) == 2
+    assert sum(log.read_text().count("--- redcrawl: worker") for log in logs) == 3
+
+
+# --- the supervisor alone, with small Python programs as workers -----------------------
+
+def python(code: str) -> list[str]:
+    return [sys.executable, "-c", code]
+
+
+def test_worker_output_is_drained_to_its_log(tmp_path: Path) -> None:
+    """Far more output than a pipe holds, on both streams: the worker finishes and its
+    log has all of it."""
+    code = ("import sys\nfor i in range(20000):\n"
+            "    print('out', i)\n    print('err', i, file=sys.stderr)\n")
+    result = Fleet(python(code), workers=2, log_dir=tmp_path / "logs").run()
+    assert result.returncodes == [0, 0] and result.code == ExitCode.OK
+    for log in result.logs:
+        text = log.read_text()
+        assert "out 19999" in text and "err 19999" in text
+
+
+def test_crashing_worker_is_restarted_with_backoff_then_given_up(tmp_path: Path) -> None:
+    events: list[WorkerEvent] = []
+    crashed: list[str] = []
+    fleet = Fleet(python("import sys; print('boom'); sys.exit(3)"), workers=1,
+                  log_dir=tmp_path, max_restarts=2, backoff=0.01, on_event=events.append,
+                  on_crash=crashed.append, worker_id_prefix="host:c:")
+    result = fleet.run()
+    assert result.returncodes == [3] and result.restarts == 2 and result.code == 1
+    assert [e.kind for e in events] == ["restarting", "restarting", "failed"]
+    assert "restarting it in 0.01 s (restart 1 of at most 2)" in events[0].message
+    assert "restarting it in 0.02 s (restart 2 of at most 2)" in events[1].message
+    assert events[-1].message == "worker w0 exited with status 3 after its restarts"
+    assert "boom" in events[-1].log_tail
+    assert crashed == ["host:c:w0"] * 3
+    assert (tmp_path / "w0.log").read_text().count("--- redcrawl: worker w0") == 3
+
+
+def test_no_restart_once_the_crawl_is_finished(tmp_path: Path) -> None:
+    events: list[WorkerEvent] = []
+    result = Fleet(python("raise SystemExit(1)"), workers=1, log_dir=tmp_path,
+                   backoff=0.01, unfinished=lambda: False, on_event=events.append).run()
+    assert result.restarts == 0 and result.returncodes == [1]
+    assert [e.kind for e in events] == ["failed"]
+
+
+READY = "import signal, sys, time\n"
+"""Workers below print 'ready' once their SIGINT handler is set."""
+
+
+def _signal_self(fleet_logs: Path, signals: list[int]) -> object:
+    """A tick callback that sends this process the next of ``signals`` once every
+    worker has said it is ready (the supervisor's handlers are installed by then)."""
+    sent = []
+
+    def tick() -> None:
+        logs = list(fleet_logs.glob("w*.log"))
+        ready = logs and all("\nready\n" in p.read_text() for p in logs)
+        if ready and len(sent) < len(signals):
+            sent.append(signals[len(sent)])
+            os.kill(os.getpid(), sent[-1])
+
+    return tick
+
+
+def test_first_signal_is_forwarded_as_sigint(tmp_path: Path) -> None:
+    code = (READY + "signal.signal(signal.SIGINT, lambda *a: sys.exit(0))\n"
+            "print('ready', flush=True)\ntime.sleep(60)\n")
+    fleet = Fleet(python(code), workers=2, log_dir=tmp_path, tick_interval=0.05,
+                  tick=_signal_self(tmp_path, [signal.SIGTERM]))  # type: ignore[arg-type]
+    result = fleet.run()
+    assert result.signal == signal.SIGTERM and result.code == 143
+    assert result.returncodes == [0, 0]
+
+
+def test_second_signal_kills_the_workers(tmp_path: Path) -> None:
+    code = (READY + "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+            "print('ready', flush=True)\ntime.sleep(60)\n")
+    events: list[WorkerEvent] = []
+    fleet = Fleet(python(code), workers=2, log_dir=tmp_path, tick_interval=0.05,
+                  on_event=events.append,
+                  tick=_signal_self(tmp_path, [signal.SIGHUP, signal.SIGHUP]))  # type: ignore[arg-type]
+    result = fleet.run()
+    assert result.code == 128 + signal.SIGHUP
+    assert result.returncodes == [-signal.SIGKILL] * 2
+    assert [e.kind for e in events][:2] == ["stopping", "killing"]
+
+
+def test_one_command_builder() -> None:
+    cmd = worker_command("spiders/x.py", settings={"LOG_LEVEL": "INFO"},
+                         spider_args=["url=http://a"])
+    assert cmd[1:5] == ["-m", "scrapy", "runspider", "spiders/x.py"]
+    assert cmd[5:] == ["-s", "SCHEDULER=redcrawl.scrapy.Scheduler",
+                       "-s", "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter",
+                       "-s", "LOG_LEVEL=INFO", "-a", "url=http://a"]
+    plain = worker_command("myspider", redcrawl=False, python_args=["-X", "dev"])
+    assert plain[1:] == ["-X", "dev", "-m", "scrapy", "crawl", "myspider"]
