@@ -250,10 +250,24 @@ def log_tail(path: Path | None, lines: int = 20) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def _prctl() -> Any:
+    """libc's ``prctl``, looked up in the parent (a child between fork and exec should
+    not load libraries), or None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()
+
+
 def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
     """Linux: have the kernel send SIGTERM to this process when its parent dies."""
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 class Fleet:
@@ -310,7 +324,7 @@ class Fleet:
     def _start(self, worker: _Worker) -> None:
         worker.restart_at = None
         env = {**self.env, "REDCRAWL_WORKER_ID": self.worker_id(worker)}
-        linux = sys.platform.startswith("linux")
+        linux = _PRCTL is not None
         if worker.log is None:
             worker.proc = subprocess.Popen(
                 self.command, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
