@@ -49,6 +49,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # docstrings' line breaks are not kept
 )
 console = Console(stderr=True)
 
@@ -202,7 +203,7 @@ def _on_event(event: WorkerEvent, logs: Path | None) -> None:
     style = {"failed": "bold red", "restarting": "yellow", "exited": "yellow",
              "released": "yellow"}.get(event.kind, "bold")
     console.print(f"[{style}]{event.message}[/]", highlight=False)
-    if event.log_tail:
+    if event.log_tail and event.kind == "failed":
         where = f" ({_show(logs / f'{event.worker}.log')})" if logs else ""
         console.print(f"[dim]--- end of {event.worker}'s log{where}:[/]")
         console.print(event.log_tail, markup=False, highlight=False)
@@ -225,7 +226,7 @@ def crawl(
         "--arg", "-a", help="A spider argument, NAME=VALUE (as scrapy crawl -a).")] = None,
     logs: Annotated[str | None, typer.Option(
         "--logs", help="Folder for the workers' logs (w0.log, w1.log, ...; default "
-        ".redcrawl/logs/<crawl>); '-' sends them to this terminal instead.")] = None,
+        ".redcrawl/logs/CRAWL); '-' sends them to this terminal instead.")] = None,
     max_restarts: Annotated[int, typer.Option(
         min=0, help="Restarts of a crashed worker, with backoff (1 s, 2 s, 4 s, ...).")] = 5,
     fail_on_dead: Annotated[bool, typer.Option(

@@ -72,7 +72,7 @@ def run_demo(*, workers: int = 4, products: int = 3000, directory: Path = Path("
 
         def report(event: WorkerEvent) -> None:
             (display.print if display else console.print)(event.message)
-            if event.log_tail:
+            if event.log_tail and event.kind == "failed":
                 console.print(event.log_tail, markup=False, highlight=False)
 
         with display if display is not None else contextlib.nullcontext():
