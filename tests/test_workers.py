@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -112,10 +112,10 @@ def test_crawl_at_debug_log_level_fetches_every_page(redis7: RedisServer, tmp_pa
     assert " DEBUG: Crawled (200)" in written and "Dumping Scrapy stats" in written
 
 
-def wait_until(predicate: object, proc: subprocess.Popen[bytes], out: Path,
+def wait_until(predicate: Callable[[], bool], proc: subprocess.Popen[bytes], out: Path,
                timeout: float = 90) -> None:
     deadline = time.monotonic() + timeout
-    while not predicate():  # type: ignore[operator]
+    while not predicate():
         assert proc.poll() is None, out.read_text(errors="replace")[-3000:]
         assert time.monotonic() < deadline, "no progress"
         time.sleep(0.05)
@@ -244,10 +244,10 @@ READY = "import signal, sys, time\n"
 """Workers below print 'ready' once their SIGINT handler is set."""
 
 
-def _signal_self(fleet_logs: Path, signals: list[int]) -> object:
+def _signal_self(fleet_logs: Path, signals: list[int]) -> Callable[[], None]:
     """A tick callback that sends this process the next of ``signals`` once every
     worker has said it is ready (the supervisor's handlers are installed by then)."""
-    sent = []
+    sent: list[int] = []
 
     def tick() -> None:
         logs = list(fleet_logs.glob("w*.log"))
@@ -263,7 +263,7 @@ def test_first_signal_is_forwarded_as_sigint(tmp_path: Path) -> None:
     code = (READY + "signal.signal(signal.SIGINT, lambda *a: sys.exit(0))\n"
             "print('ready', flush=True)\ntime.sleep(60)\n")
     fleet = Fleet(python(code), workers=2, log_dir=tmp_path, tick_interval=0.05,
-                  tick=_signal_self(tmp_path, [signal.SIGTERM]))  # type: ignore[arg-type]
+                  tick=_signal_self(tmp_path, [signal.SIGTERM]))
     result = fleet.run()
     assert result.signal == signal.SIGTERM and result.code == 143
     assert result.returncodes == [0, 0]
@@ -275,7 +275,7 @@ def test_second_signal_kills_the_workers(tmp_path: Path) -> None:
     events: list[WorkerEvent] = []
     fleet = Fleet(python(code), workers=2, log_dir=tmp_path, tick_interval=0.05,
                   on_event=events.append,
-                  tick=_signal_self(tmp_path, [signal.SIGHUP, signal.SIGHUP]))  # type: ignore[arg-type]
+                  tick=_signal_self(tmp_path, [signal.SIGHUP, signal.SIGHUP]))
     result = fleet.run()
     assert result.code == 128 + signal.SIGHUP
     assert result.returncodes == [-signal.SIGKILL] * 2
