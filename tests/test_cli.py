@@ -152,10 +152,14 @@ def test_status_of_the_embedded_redis_names_its_socket(elsewhere: Path) -> None:
         assert "stopped (no live workers)" in out
     finally:
         server.stop()
-    # stopped, its data on disk: status reads it (starting the server for itself)
-    code, out = invoke("status", "--crawl", "emb", "--json")
-    assert code == 0, out
-    assert json.loads(out.splitlines()[-1])["ready"] == 1
+    # stopped, its data on disk: status reads it (starting a server for itself, in a
+    # process of its own so that the server goes away with it)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
+    result = subprocess.run([sys.executable, "-m", "redcrawl", "status", "--crawl", "emb",
+                             "--json"], cwd=elsewhere, env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["ready"] == 1
 
 
 def test_status_states_duplicates_and_default_crawl(redis7: RedisServer,
@@ -281,3 +285,9 @@ def test_fail_on_dead(redis7: RedisServer, tmp_path: Path) -> None:
                                 timeout=100)
     assert result.returncode == 4, result.stderr[-3000:]
     assert "1 dead letter(s)" in result.stderr
+
+
+def test_seed_without_a_crawl_name_makes_nothing(elsewhere: Path) -> None:
+    code, out = invoke("seed", "https://a.example/")
+    assert code == 2 and "--crawl NAME" in out
+    assert not (elsewhere / ".redcrawl").exists()

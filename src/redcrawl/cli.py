@@ -109,16 +109,23 @@ def _has_data(directory: Path) -> bool:
                for name in ("appendonlydir", "appendonly.aof", "dump.rdb"))
 
 
+def _state_exists(settings: Settings) -> bool:
+    """Whether there is crawl state to look at without making any: a Redis URL is set, or
+    the embedded Redis runs in its folder or has saved data there."""
+    if settings.redis_url is not None:
+        return True
+    server = EmbeddedRedis(settings.embedded_dir)
+    return server._alive() or _has_data(server.directory)
+
+
 def _connect(settings: Settings, *, create: bool = False) -> redis.Redis:
     """A client of the crawl's Redis. With the embedded default, an inspection
     (``create`` off) never brings up a fresh server: if none runs in the folder and the
     folder holds no saved data, it is an error (exit 3) and no folder is made."""
-    if settings.redis_url is None and not create:
-        server = EmbeddedRedis(settings.embedded_dir)
-        if not server._alive() and not _has_data(server.directory):
-            raise _fail(f"no crawl state found at {server.directory} (embedded Redis not "
-                        "running); run from the crawl's folder or set REDCRAWL_REDIS_URL",
-                        EXIT_REDIS)
+    if not create and not _state_exists(settings):
+        raise _fail(f"no crawl state found at {settings.embedded_dir.resolve()} (embedded "
+                    "Redis not running); run from the crawl's folder or set "
+                    "REDCRAWL_REDIS_URL", EXIT_REDIS)
     return connect(settings, url=resolve_url(settings))
 
 
@@ -136,7 +143,7 @@ def _crawls(client: redis.Redis, prefix: str) -> list[str]:
     return sorted(n for n in names if n is not None)
 
 
-def _crawl(settings: Settings, given: str | None, client: redis.Redis) -> str:
+def _crawl(settings: Settings, given: str | None, client: redis.Redis | None) -> str:
     """The crawl a command works on: ``--crawl``/``REDCRAWL_CRAWL``, else the project's
     setting, else the project's only spider, else the only crawl in the Redis."""
     if given:
@@ -146,7 +153,7 @@ def _crawl(settings: Settings, given: str | None, client: redis.Redis) -> str:
         return settings.crawl_name(spiders[0] if spiders else None)
     if len(spiders) == 1:
         return settings.crawl_name(spiders[0])
-    crawls = _crawls(client, settings.key_prefix)
+    crawls = _crawls(client, settings.key_prefix) if client is not None else []
     if len(crawls) == 1 and not spiders:
         return crawls[0]
     known = (f"this project's spiders: {', '.join(spiders)}; " if spiders else "")
@@ -369,9 +376,10 @@ def seed(
     if not items:
         raise _fail("give URLs as arguments or with --file", EXIT_USAGE)
     settings = _settings(redis_url)
+    name = _crawl(settings, crawl_name, _connect(settings) if _state_exists(settings) else None)
     client = _connect(settings, create=True)
-    result = push_seeds(items, settings=settings, crawl=_crawl(settings, crawl_name, client),
-                        callback=callback, priority=priority, recrawl=recrawl, client=client)
+    result = push_seeds(items, settings=settings, crawl=name, callback=callback,
+                        priority=priority, recrawl=recrawl, client=client)
     typer.echo(f"seeded {result.accepted} URL(s); {result.filtered} already known")
 
 
@@ -452,8 +460,8 @@ def import_dupefilter(
     from redcrawl.dedupe import import_hex_set
 
     settings = _settings(redis_url)
-    client = _connect(settings, create=True)
-    frontier = open_frontier(client, settings, _crawl(settings, crawl_name, client),
+    name = _crawl(settings, crawl_name, _connect(settings) if _state_exists(settings) else None)
+    frontier = open_frontier(_connect(settings, create=True), settings, name,
                              follow_layout=True)
     if settings.canonicalize:
         console.print("[yellow]warning:[/] REDCRAWL_CANONICALIZE is on: this crawl's "
