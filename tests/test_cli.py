@@ -253,7 +253,8 @@ def test_progress_line_does_not_wrap_at_80_columns() -> None:
     from rich.console import Console
 
     from redcrawl.frontier import Counts
-    from redcrawl.workers import ProgressDisplay, Tick
+    from redcrawl.progress import ProgressDisplay
+    from redcrawl.workers import Tick
 
     sink = io.StringIO()
     display = ProgressDisplay(Console(file=sink, width=80, force_terminal=True))

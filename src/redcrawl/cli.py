@@ -9,6 +9,9 @@ that holds no crawl. Exit codes (:class:`~redcrawl.workers.ExitCode`): 0 ok, 1 t
 or a worker failed, 2 bad usage or configuration, 3 Redis unreachable or no crawl state
 found, 4 dead letters with ``crawl --fail-on-dead``, 128+N stopped by signal N (130
 Ctrl-C, 143 SIGTERM, 129 SIGHUP). docs/cli.md describes every command.
+
+(Over 450 lines: one short function per command, eleven commands, and the rules that
+pick the crawl and the Redis; no supervision or frontier logic lives here.)
 """
 
 from __future__ import annotations
@@ -30,10 +33,10 @@ from redcrawl.connection import EmbeddedRedis, connect, redact, resolve_url
 from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
 from redcrawl.frontier import Counts, open_frontier
 from redcrawl.keys import CrawlKeys, crawl_of_stats_key, stats_key_pattern, validate_crawl_name
+from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
 from redcrawl.workers import (
     ExitCode,
-    ProgressDisplay,
     UnknownSpider,
     WorkerEvent,
     check_spider,

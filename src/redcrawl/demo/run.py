@@ -17,8 +17,9 @@ from rich.table import Table
 from redcrawl.connection import connect, resolve_url
 from redcrawl.demo.site import ShopSite, SiteConfig
 from redcrawl.frontier import open_frontier
+from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
-from redcrawl.workers import ProgressDisplay, WorkerEvent, run_workers
+from redcrawl.workers import WorkerEvent, run_workers
 
 __all__ = ["run_demo"]
 
