@@ -174,13 +174,16 @@ def _existing(settings: Settings, client: redis.Redis, name: str) -> None:
 
 
 def _state(frontier: Any, c: Counts) -> str:
-    if c.finished:
+    """finished / running / paused / stopped, with the number of live workers."""
+    if c.finished and c.accepted:
         return "finished"
     now = frontier.server_time()
     live = sum(1 for until in frontier.workers().values() if until > now)
     paused = frontier.is_paused()
     if live:
         return f"{'paused' if paused else 'running'} ({live} live worker{'s' * (live != 1)})"
+    if not c.accepted:
+        return "empty (nothing accepted; no live workers)"
     return "paused, no live workers" if paused else "stopped (no live workers)"
 
 

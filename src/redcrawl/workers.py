@@ -178,7 +178,8 @@ def check_spider(spider: str) -> str:
 class WorkerEvent:
     """Something that happened to a worker, for the terminal."""
 
-    kind: Literal["exited", "restarting", "failed", "stopping", "killing", "released"]
+    kind: Literal["exited", "restarting", "failed", "stopping", "killing", "released",
+                  "warning"]
     worker: str
     """``w<i>``, or ``all`` for the fleet."""
     message: str
@@ -293,7 +294,7 @@ class Fleet:
                  tick: Callable[[], object] | None = None, tick_interval: float = 0.25,
                  stop_timeout: float = 60.0) -> None:
         if workers < 1:
-            raise ConfigError("--workers", f"{workers}: start at least one worker")
+            raise ValueError(f"workers={workers}: start at least one worker")
         self.command = list(command)
         self.env = dict(os.environ if env is None else env)
         self.cwd = cwd
@@ -501,7 +502,7 @@ def run_workers(spider: str, *, workers: int, settings: Settings, crawl: str,
         raise
     for warning in warnings:
         if on_event is not None:
-            on_event(WorkerEvent("stopping", "all", f"warning: {warning}"))
+            on_event(WorkerEvent("warning", "all", f"warning: {warning}"))
     prefix = f"{socket.gethostname()}:{crawl}:"
 
     def release(worker_id: str) -> None:
