@@ -291,3 +291,13 @@ def test_one_command_builder() -> None:
                        "-s", "LOG_LEVEL=INFO", "-a", "url=http://a"]
     plain = worker_command("myspider", redcrawl=False, python_args=["-X", "dev"])
     assert plain[1:] == ["-X", "dev", "-m", "scrapy", "crawl", "myspider"]
+
+
+def test_without_a_log_folder_workers_write_to_our_terminal(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    """``redcrawl crawl --logs -``: the workers inherit this process's stdout/stderr."""
+    code = "import sys; print('to stdout'); print('to stderr', file=sys.stderr)"
+    result = Fleet(python(code), workers=1).run()
+    assert result.code == 0 and result.logs == []
+    out, err = capfd.readouterr()
+    assert "to stdout" in out and "to stderr" in err

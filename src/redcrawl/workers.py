@@ -325,22 +325,21 @@ class Fleet:
     def _start(self, worker: _Worker) -> None:
         worker.restart_at = None
         env = {**self.env, "REDCRAWL_WORKER_ID": self.worker_id(worker)}
-        linux = _PRCTL is not None
-        if worker.log is None:
-            worker.proc = subprocess.Popen(
-                self.command, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=_die_with_parent if linux else None)
-            return
-        with worker.log.open("ab" if worker.restarts else "wb") as log:
-            stamp = datetime.now(UTC).isoformat(timespec="seconds")
-            what = f"restart {worker.restarts}" if worker.restarts else "start"
-            log.write(f"--- redcrawl: worker {worker.name} ({what}) at {stamp}: "
-                      f"{' '.join(self.command)}\n".encode())
-            log.flush()
+        with contextlib.ExitStack() as stack:
+            log = None
+            if worker.log is not None:
+                log = stack.enter_context(worker.log.open("ab" if worker.restarts else "wb"))
+                stamp = datetime.now(UTC).isoformat(timespec="seconds")
+                what = f"restart {worker.restarts}" if worker.restarts else "start"
+                log.write(f"--- redcrawl: worker {worker.name} ({what}) at {stamp}: "
+                          f"{' '.join(self.command)}\n".encode())
+                log.flush()
+            # the child keeps its own copy of the log's descriptor; ours is closed
             worker.proc = subprocess.Popen(
                 self.command, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, start_new_session=True,
-                preexec_fn=_die_with_parent if linux else None)
+                stderr=subprocess.STDOUT if log is not None else None,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if _PRCTL is not None else None)
 
     def _send(self, sig: int, *, group: bool = False) -> None:
         for w in self.workers:
