@@ -59,6 +59,7 @@ from bench_frontier import (
 )
 
 from redcrawl.demo.site import ShopSite, SiteConfig
+from redcrawl.workers import worker_command
 
 HERE = Path(__file__).resolve().parent
 SPIDER = HERE / "crawl_spider.py"
@@ -96,9 +97,7 @@ def contender_settings(name: str, redis_url: str, crawl: str) -> list[str]:
                 "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
                 "SCHEDULER_PERSIST=True",
                 f"REDIS_URL={redis_url}"]
-    return ["SCHEDULER=redcrawl.scrapy.Scheduler",
-            "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter",
-            f"REDCRAWL_REDIS_URL={redis_url}",
+    return [f"REDCRAWL_REDIS_URL={redis_url}",  # + the components (worker_command adds them)
             f"REDCRAWL_CRAWL={crawl}",
             "REDCRAWL_IDLE_BEFORE_CLOSE=0"]
 
@@ -182,15 +181,12 @@ def start_site(config: SiteConfig, *, low_port: bool = True) -> ShopSite:
 def launch(contender: str, site_url: str, redis_url: str, crawl: str, stats_file: Path,
            log_file: Path, cwd: Path, *, idle_grace: float = 0.0,
            profile: Path | None = None) -> subprocess.Popen[bytes]:
-    cmd = [sys.executable]
-    if profile is not None:
-        cmd += ["-m", "cProfile", "-o", str(profile)]
-    cmd += ["-m", "scrapy", "runspider", str(SPIDER),
-            "-a", f"url={site_url}", "-a", f"stats_file={stats_file}"]
+    args = [f"url={site_url}", f"stats_file={stats_file}"]
     if idle_grace:
-        cmd += ["-a", f"idle_grace={idle_grace}"]
-    for item in (*COMMON_SETTINGS, *contender_settings(contender, redis_url, crawl)):
-        cmd += ["-s", item]
+        args.append(f"idle_grace={idle_grace}")
+    cmd = worker_command(SPIDER, settings=[*COMMON_SETTINGS, *contender_settings(
+        contender, redis_url, crawl)], spider_args=args, redcrawl=contender == RC,
+        python_args=["-m", "cProfile", "-o", str(profile)] if profile is not None else [])
     with open(log_file, "wb") as log:
         return subprocess.Popen(cmd, cwd=cwd, env=worker_env(), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -109,3 +109,186 @@ def test_demo_command(tmp_path: Path) -> None:
     assert "conservation │ holds" in report.replace("  ", "")
     rows = read_items(f"sqlite:///{tmp_path / 'demo' / 'items.db'}")
     assert len(rows) == 300 and all(k.startswith("SKU-") for k in rows)
+
+
+# --- inspection never starts a server; default crawl; states ---------------------------
+
+@pytest.fixture
+def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder with no crawl in it, as the current directory, no Redis URL set."""
+    monkeypatch.chdir(tmp_path)
+    for name in ("REDCRAWL_REDIS_URL", "REDCRAWL_CRAWL", "REDIS_URL", "SCRAPY_SETTINGS_MODULE"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+@pytest.mark.parametrize("command", [["status", "--crawl", "x"], ["dead", "--crawl", "x"],
+                                     ["crawls"], ["pause", "--crawl", "x"],
+                                     ["purge", "--yes", "--crawl", "x"], ["status"]])
+def test_inspection_elsewhere_starts_no_embedded_redis(elsewhere: Path,
+                                                       command: list[str]) -> None:
+    """Run from another folder, an inspection command says it found no crawl state
+    there, exits non-zero and leaves no .redcrawl folder behind (it used to start a fresh
+    empty server and report the crawl finished)."""
+    code, out = invoke(*command)
+    where = elsewhere / ".redcrawl"
+    assert code == 3, out
+    assert f"no crawl state found at {where}" in " ".join(out.split())
+    assert "REDCRAWL_REDIS_URL" in out
+    assert not where.exists()
+
+
+def test_status_of_the_embedded_redis_names_its_socket(elsewhere: Path) -> None:
+    from redcrawl.connection import EmbeddedRedis
+
+    server = EmbeddedRedis(elsewhere / ".redcrawl")
+    server.start()
+    try:
+        code, out = invoke("seed", "https://a.example/", "--crawl", "emb")
+        assert code == 0, out
+        code, out = invoke("status")  # the only crawl there
+        assert code == 0, out
+        assert f"redis-cli -s {server.socket}" in out
+        assert "stopped (no live workers)" in out
+    finally:
+        server.stop()
+    # stopped, its data on disk: status reads it (starting a server for itself, in a
+    # process of its own so that the server goes away with it)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
+    result = subprocess.run([sys.executable, "-m", "redcrawl", "status", "--crawl", "emb",
+                             "--json"], cwd=elsewhere, env=env, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["ready"] == 1
+
+
+def test_status_states_duplicates_and_default_crawl(redis7: RedisServer,
+                                                   crawl: ListsFrontier) -> None:
+    url = redis7.url
+    invoke("seed", "https://a.example/1", "https://a.example/2", "--redis-url", url,
+           "--crawl", "cli")
+    code, out = invoke("status", "--redis-url", url)  # the only crawl in this Redis
+    assert code == 0 and "crawl cli" in out and "stopped (no live workers)" in out
+    crawl.lease("w1", 1)  # a live worker
+    crawl.add_stats(filtered_local=7)
+    code, out = invoke("status", "--redis-url", url, "--crawl", "cli")
+    assert "running (1 live worker)" in out
+    assert "7 (0 in Redis, 7 in the workers)" in out
+    invoke("pause", "--redis-url", url, "--crawl", "cli")
+    assert crawl.is_paused()
+    status = json.loads(invoke("status", "--json", "--redis-url", url, "--crawl", "cli")[1])
+    assert status["state"] == "paused (1 live worker)" and status["filtered_local"] == 7
+    code, out = invoke("resume", "--redis-url", url, "--crawl", "cli")
+    assert code == 0 and not crawl.is_paused()
+
+    invoke("seed", "https://b.example/", "--redis-url", url, "--crawl", "other")
+    code, out = invoke("crawls", "--redis-url", url)
+    assert code == 0 and "cli" in out and "other" in out
+    code, out = invoke("status", "--redis-url", url)  # two crawls: which one?
+    assert code == 2 and "--crawl NAME" in out and "cli, other" in out
+    code, out = invoke("status", "--redis-url", url, "--crawl", "nope")
+    assert code == 1 and "no crawl named 'nope'" in out
+
+
+def test_dead_letters_show_when_they_died(redis7: RedisServer, crawl: ListsFrontier) -> None:
+    import re
+
+    invoke("seed", "https://a.example/1", "--redis-url", redis7.url, "--crawl", "cli")
+    for lease in crawl.lease("w", 1):
+        crawl.dead_letter(lease, "HTTP 500 forever")
+    code, out = invoke("dead", "--redis-url", redis7.url, "--crawl", "cli")
+    assert code == 0
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ  \S+  https://a.example/1  attempts=",
+                    out), out
+
+
+PROJECT_SPIDER = '''
+import scrapy
+
+
+class One(scrapy.Spider):
+    name = "only"
+'''
+
+
+@pytest.fixture
+def project(elsewhere: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A Scrapy project with one spider, ``only``, as the current directory."""
+    (elsewhere / "scrapy.cfg").write_text("[settings]\ndefault = rcproj.settings\n")
+    pkg = elsewhere / "rcproj"
+    (pkg / "spiders").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "spiders" / "__init__.py").write_text("")
+    (pkg / "spiders" / "one.py").write_text(PROJECT_SPIDER)
+    (pkg / "settings.py").write_text('SPIDER_MODULES = ["rcproj.spiders"]\n')
+    monkeypatch.syspath_prepend(str(elsewhere))
+    monkeypatch.setenv("SCRAPY_SETTINGS_MODULE", "rcproj.settings")
+    return elsewhere
+
+
+def test_wrong_spider_name_lists_the_spiders(project: Path) -> None:
+    """Checked before any worker starts: exit 2 with the project's spiders, nothing made."""
+    code, out = invoke("crawl", "nosuch", "--workers", "3")
+    assert code == 2 and "no spider named 'nosuch'" in out and "only" in out
+    code, out = invoke("crawl", "missing.py")
+    assert code == 2 and "missing.py does not exist" in out
+    assert not (project / ".redcrawl").exists()
+
+
+def test_wrong_spider_outside_a_project(elsewhere: Path) -> None:
+    code, out = invoke("crawl", "myspider")
+    assert code == 2 and "not a Scrapy project" in " ".join(out.split())
+
+
+def test_default_crawl_is_the_projects_only_spider(project: Path, redis7: RedisServer,
+                                                   redis7_client: redis.Redis) -> None:
+    code, out = invoke("seed", "https://a.example/", "--redis-url", redis7.url)
+    assert code == 0, out
+    assert ListsFrontier(redis7_client, Settings(), "only").counts().ready == 1
+
+
+def test_progress_line_does_not_wrap_at_80_columns() -> None:
+    import io
+
+    from rich.console import Console
+
+    from redcrawl.frontier import Counts
+    from redcrawl.progress import ProgressDisplay
+    from redcrawl.workers import Tick
+
+    sink = io.StringIO()
+    display = ProgressDisplay(Console(file=sink, width=80, force_terminal=True))
+    big = Counts(accepted=12_345_678, filtered=9_999_999, ready=1_234_567, delayed=12_345,
+                 in_flight=256, done=10_000_000, dead=1_234, retried=99_999)
+    display(Tick(big, {"items": 9_876_543}, 3725.0, 4))
+    display.console.print(display.progress.get_renderable())
+    lines = sink.getvalue().rstrip("\n").split("\n")
+    assert len(lines) == 1, lines
+    assert "10,000,000 pages" in lines[0]
+
+
+@pytest.mark.slow
+def test_fail_on_dead(redis7: RedisServer, tmp_path: Path) -> None:
+    """A crawl that ends with dead letters exits 4 with --fail-on-dead (0 without)."""
+    from redcrawl.demo.run import SPIDER, demo_worker_settings
+    from redcrawl.demo.site import ShopSite, SiteConfig
+
+    redis.Redis.from_url(redis7.url).flushall()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
+    env.update(REDCRAWL_REDIS_URL=redis7.url, COLUMNS="200")
+    with ShopSite(SiteConfig(products=30, always_fail=(7,))) as site:
+        cmd = [sys.executable, "-m", "redcrawl", "crawl", str(SPIDER), "--workers", "1",
+               "--crawl", "fod", "--arg", f"url={site.url}", "--no-progress",
+               "--fail-on-dead"]
+        for item in [*demo_worker_settings(tmp_path / "items.db"), "REDCRAWL_RETRY_BACKOFF=0.1"]:
+            cmd += ["--set", item]
+        result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
+                                timeout=100)
+    assert result.returncode == 4, result.stderr[-3000:]
+    assert "1 dead letter(s)" in result.stderr
+
+
+def test_seed_without_a_crawl_name_makes_nothing(elsewhere: Path) -> None:
+    code, out = invoke("seed", "https://a.example/")
+    assert code == 2 and "--crawl NAME" in out
+    assert not (elsewhere / ".redcrawl").exists()

@@ -90,7 +90,9 @@ def test_cli_crawl_refuses_an_evicting_server(memory_config: redis.Redis,
                                               redis7: RedisServer) -> None:
     memory_config.config_set("maxmemory", 2**30)
     memory_config.config_set("maxmemory-policy", "allkeys-lru")
-    result = runner.invoke(app, ["crawl", "somespider", "--redis-url", redis7.url,
+    from redcrawl.demo.run import SPIDER  # a spider that exists (checked first)
+
+    result = runner.invoke(app, ["crawl", str(SPIDER), "--redis-url", redis7.url,
                                  "--crawl", "g", "--no-progress"])
     assert result.exit_code == 2, result.output
     assert "maxmemory-policy is allkeys-lru" in " ".join(result.output.split())

@@ -1,34 +1,49 @@
 """The ``redcrawl`` command: run workers, watch a crawl, seed it, inspect its dead letters.
 
-Every command works on one crawl (``--crawl``; for ``crawl`` the default is the spider's
-name) in one Redis (``--redis-url``, default: the embedded Redis in ``./.redcrawl``).
-Settings come from the
-Scrapy project (when run inside one), then ``REDCRAWL_*`` environment variables, then
-flags. Exit codes: 0 ok, 1 the crawl or a worker failed, 2 bad usage or configuration,
-3 Redis unreachable, 130 interrupted.
+A thin layer over the library: :mod:`redcrawl.workers` runs and supervises the worker
+processes, the frontier does the rest. Every command works on one crawl (``--crawl``) in
+one Redis (``--redis-url``, default: the embedded Redis in ``./.redcrawl``). Settings come
+from the Scrapy project (when run inside one), then ``REDCRAWL_*`` environment variables,
+then flags. Commands that only look at a crawl never start the embedded Redis on a folder
+that holds no crawl. Exit codes (:class:`~redcrawl.workers.ExitCode`): 0 ok, 1 the crawl
+or a worker failed, 2 bad usage or configuration, 3 Redis unreachable or no crawl state
+found, 4 dead letters with ``crawl --fail-on-dead``, 128+N stopped by signal N (130
+Ctrl-C, 143 SIGTERM, 129 SIGHUP). docs/cli.md describes every command.
+
+(Over 450 lines: one short function per command, eleven commands, and the rules that
+pick the crawl and the Redis; no supervision or frontier logic lives here.)
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
+import redis
 import typer
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
-from redcrawl.connection import connect, resolve_url
+from redcrawl.connection import EmbeddedRedis, connect, redact, resolve_url
 from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
-from redcrawl.frontier import Counts, ListsFrontier, open_frontier
+from redcrawl.frontier import Counts, open_frontier
+from redcrawl.keys import CrawlKeys, crawl_of_stats_key, stats_key_pattern, validate_crawl_name
+from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
+from redcrawl.workers import (
+    ExitCode,
+    UnknownSpider,
+    WorkerEvent,
+    check_spider,
+    in_scrapy_project,
+    project_spiders,
+    run_workers,
+)
 
 app = typer.Typer(
     help="A distributed crawl frontier for Scrapy on Redis.\n\n"
@@ -37,6 +52,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # docstrings' line breaks are not kept
 )
 console = Console(stderr=True)
 
@@ -44,15 +60,18 @@ RedisUrl = Annotated[str | None, typer.Option(
     "--redis-url", envvar="REDCRAWL_REDIS_URL",
     help="Redis to use, e.g. redis://host:6379/0. Default: the embedded Redis in ./.redcrawl.")]
 CrawlName = Annotated[str | None, typer.Option(
-    "--crawl", envvar="REDCRAWL_CRAWL", help="Crawl name (default: the spider's name).")]
+    "--crawl", envvar="REDCRAWL_CRAWL",
+    help="Crawl name. Default: the project's REDCRAWL_CRAWL, else its spider if it has "
+    "only one, else the only crawl in the Redis.")]
 
-EXIT_FAILED, EXIT_USAGE, EXIT_REDIS, EXIT_INTERRUPTED = 1, 2, 3, 130
+EXIT_FAILED, EXIT_USAGE, EXIT_REDIS = ExitCode.FAILED, ExitCode.USAGE, ExitCode.REDIS
+EXIT_DEAD_LETTERS = ExitCode.DEAD_LETTERS
 
 
 def _settings(redis_url: str | None, **changes: Any) -> Settings:
     """Project settings (if in a Scrapy project), then REDCRAWL_* env, then flags."""
     base: Settings
-    if os.path.exists("scrapy.cfg") or os.environ.get("SCRAPY_SETTINGS_MODULE"):
+    if in_scrapy_project():
         from scrapy.utils.project import get_project_settings
 
         base = Settings.from_scrapy(get_project_settings())
@@ -63,24 +82,19 @@ def _settings(redis_url: str | None, **changes: Any) -> Settings:
     return base.replace(**{k: v for k, v in changes.items() if v is not None})
 
 
-def _frontier(settings: Settings, crawl: str) -> ListsFrontier:
-    return open_frontier(connect(settings), settings, crawl, follow_layout=True)
-
-
 def _fail(message: str, code: int) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}")
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
     return typer.Exit(code)
 
 
 def _guard(fn: Any) -> Any:
     """Turn redcrawl's errors into messages and exit codes."""
-    import functools
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except ConfigError as exc:
+        except (ConfigError, UnknownSpider) as exc:
             raise _fail(str(exc), EXIT_USAGE) from None
         except ConnectionError_ as exc:
             raise _fail(str(exc), EXIT_REDIS) from None
@@ -90,140 +104,122 @@ def _guard(fn: Any) -> Any:
     return wrapper
 
 
+# --- where the crawl state is ------------------------------------------------------------
+
+def _has_data(directory: Path) -> bool:
+    """Whether an embedded Redis folder holds saved data (AOF or RDB)."""
+    return any((directory / name).exists()
+               for name in ("appendonlydir", "appendonly.aof", "dump.rdb"))
+
+
+def _state_exists(settings: Settings) -> bool:
+    """Whether there is crawl state to look at without making any: a Redis URL is set, or
+    the embedded Redis runs in its folder or has saved data there."""
+    if settings.redis_url is not None:
+        return True
+    server = EmbeddedRedis(settings.embedded_dir)
+    return server._alive() or _has_data(server.directory)
+
+
+def _connect(settings: Settings, *, create: bool = False) -> redis.Redis:
+    """A client of the crawl's Redis. With the embedded default, an inspection
+    (``create`` off) never brings up a fresh server: if none runs in the folder and the
+    folder holds no saved data, it is an error (exit 3) and no folder is made."""
+    if not create and not _state_exists(settings):
+        raise _fail(f"no crawl state found at {settings.embedded_dir.resolve()} (embedded "
+                    "Redis not running); run from the crawl's folder or set "
+                    "REDCRAWL_REDIS_URL", EXIT_REDIS)
+    return connect(settings, url=resolve_url(settings))
+
+
+def _where(settings: Settings) -> str:
+    if settings.redis_url:
+        return redact(settings.redis_url)
+    return f"the embedded Redis in {settings.embedded_dir.resolve()}"
+
+
+def _crawls(client: redis.Redis, prefix: str) -> list[str]:
+    """Every crawl in the Redis (each one that ever accepted a request has a stats hash):
+    one SCAN matching the stats keys only."""
+    names = {crawl_of_stats_key(k, prefix)
+             for k in client.scan_iter(match=stats_key_pattern(prefix), count=1000)}
+    return sorted(n for n in names if n is not None)
+
+
+def _crawl(settings: Settings, given: str | None, client: redis.Redis | None) -> str:
+    """The crawl a command works on: ``--crawl``/``REDCRAWL_CRAWL``, else the project's
+    setting, else the project's only spider, else the only crawl in the Redis."""
+    if given:
+        return validate_crawl_name(given)
+    spiders = project_spiders()
+    if settings.crawl is not None and ("%(" not in settings.crawl or len(spiders) == 1):
+        return settings.crawl_name(spiders[0] if spiders else None)
+    if len(spiders) == 1:
+        return settings.crawl_name(spiders[0])
+    crawls = _crawls(client, settings.key_prefix) if client is not None else []
+    if len(crawls) == 1 and not spiders:
+        return crawls[0]
+    known = (f"this project's spiders: {', '.join(spiders)}; " if spiders else "")
+    here = (f"crawls in {_where(settings)}: {', '.join(crawls)}" if crawls
+            else f"{_where(settings)} holds no crawl")
+    raise _fail(f"which crawl? Give --crawl NAME (or set REDCRAWL_CRAWL); {known}{here}",
+                EXIT_USAGE)
+
+
+def _existing(settings: Settings, client: redis.Redis, name: str) -> None:
+    if not client.exists(CrawlKeys(name, prefix=settings.key_prefix).stats):
+        crawls = _crawls(client, settings.key_prefix)
+        listed = f"crawls there: {', '.join(crawls)}" if crawls else "it holds no crawl"
+        raise _fail(f"no crawl named {name!r} in {_where(settings)}; {listed}", EXIT_FAILED)
+
+
+def _state(frontier: Any, c: Counts) -> str:
+    """finished / running / paused / stopped, with the number of live workers."""
+    if c.finished and c.accepted:
+        return "finished"
+    now = frontier.server_time()
+    live = sum(1 for until in frontier.workers().values() if until > now)
+    paused = frontier.is_paused()
+    if live:
+        return f"{'paused' if paused else 'running'} ({live} live worker{'s' * (live != 1)})"
+    if not c.accepted:
+        return "empty (nothing accepted; no live workers)"
+    return "paused, no live workers" if paused else "stopped (no live workers)"
+
+
+def _print_counts(c: Counts, crawl: str, stats: dict[str, int], state: str) -> None:
+    table = Table(title=f"crawl {crawl}", show_header=False)
+    local = stats.get("filtered_local", 0)
+    dupes = f"{c.filtered + local:,}"
+    if local:
+        dupes += f" ({c.filtered:,} in Redis, {local:,} in the workers)"
+    for label, value in (("accepted", f"{c.accepted:,}"), ("duplicates filtered", dupes),
+                         ("ready", f"{c.ready:,}"), ("delayed (retry)", f"{c.delayed:,}"),
+                         ("in flight", f"{c.in_flight:,}"), ("done", f"{c.done:,}"),
+                         ("dead", f"{c.dead:,}"), ("items", f"{stats.get('items', 0):,}"),
+                         ("retries", f"{c.retried:,}"),
+                         ("reclaimed leases", f"{c.reclaimed:,}"), ("state", state)):
+        table.add_row(label, value)
+    Console().print(table)
+
+
 # --- crawl -------------------------------------------------------------------------------
 
-def _worker_command(spider: str, settings_args: list[str],
-                    spider_args: list[str] | None = None) -> list[str]:
-    if spider.endswith(".py"):
-        cmd = [sys.executable, "-m", "scrapy", "runspider", spider]
-    else:
-        cmd = [sys.executable, "-m", "scrapy", "crawl", spider]
-    cmd += ["-s", "SCHEDULER=redcrawl.scrapy.Scheduler",
-            "-s", "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter"]
-    for item in settings_args:
-        cmd += ["-s", item]
-    for item in spider_args or []:
-        cmd += ["-a", item]
-    return cmd
-
-
-def _spider_name(spider: str) -> str:
-    """The spider's name: from a file's ``name = "..."``, else the argument itself."""
-    if spider.endswith(".py"):
-        import re
-
-        text = Path(spider).read_text(encoding="utf-8")
-        found = re.search(r"""^\s+name\s*=\s*["']([^"']+)["']""", text, re.M)
-        return found.group(1) if found else Path(spider).stem
-    return spider
-
-
-class Progress:
-    """One live line: pages, items, queue, in flight, retries, dead, rate."""
-
-    def __init__(self, frontier: ListsFrontier) -> None:
-        self.frontier = frontier
-        self.start = time.monotonic()
-        self.samples: list[tuple[float, int]] = []
-
-    def render(self) -> Text:
-        c = self.frontier.counts()
-        stats = self.frontier.stats()
-        now = time.monotonic()
-        self.samples = [(t, d) for t, d in self.samples if now - t < 10] + [(now, c.done)]
-        t0, d0 = self.samples[0]
-        rate = (c.done - d0) / (now - t0) if now > t0 else 0.0
-        width = 20
-        filled = int(width * (c.done + c.dead) / max(c.accepted, 1))
-        line = Text()
-        line.append("█" * filled, style="green")
-        line.append("░" * (width - filled), style="dim")
-        line.append(f" pages {c.done:,} | items {stats.get('items', 0):,} | "
-                    f"queue {c.ready + c.delayed:,} | in flight {c.in_flight:,} | "
-                    f"retries {c.retried:,} | dead {c.dead:,} | {rate:,.0f}/s | "
-                    f"{now - self.start:,.0f}s")
-        return line
-
-
-def run_workers(spider: str, *, workers: int, settings: Settings, crawl: str,
-                settings_args: list[str], cwd: str | None = None,
-                progress: bool = True, env: dict[str, str] | None = None,
-                spider_args: list[str] | None = None) -> int:
-    """Start ``workers`` Scrapy processes on one frontier; wait for the crawl to finish.
-    Returns an exit code."""
-    from rich.live import Live
-
-    from redcrawl.guard import check_server
-
-    url = resolve_url(settings)  # starts the embedded Redis if that is what is configured
-    frontier = open_frontier(connect(settings, url=url), settings, crawl)
+def _show(path: Path) -> str:
     try:
-        warnings = check_server(frontier)  # an evicting server: refused here, once
-    except ConfigError:
-        frontier.client.close()
-        raise
-    for warning in warnings:
-        console.print(f"[yellow]warning:[/] {warning}")
-    base_env = {**os.environ, **(env or {}), "REDCRAWL_REDIS_URL": url, "REDCRAWL_CRAWL": crawl}
-    cmd = _worker_command(spider, settings_args, spider_args)
-    host = socket.gethostname()
-    procs = [
-        subprocess.Popen(cmd, cwd=cwd, start_new_session=True,
-                         env={**base_env, "REDCRAWL_WORKER_ID": f"{host}:{crawl}:w{i}"},
-                         stdout=subprocess.DEVNULL if progress else None,
-                         stderr=subprocess.PIPE if progress else None)
-        for i in range(workers)
-    ]
-    interrupted = 0
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        nonlocal interrupted
-        interrupted += 1
-        for p in procs:
-            if p.poll() is None:
-                # once: Scrapy finishes what it holds; twice: it stops at once (and its
-                # leases come back by themselves)
-                p.send_signal(signal.SIGINT)
-
-    previous = signal.signal(signal.SIGINT, on_sigint)
-    view = Progress(frontier)
-    done = False
-    try:
-        with Live(view.render(), console=console, refresh_per_second=4,
-                  transient=False) if progress else _nullcontext() as live:
-            while any(p.poll() is None for p in procs):
-                time.sleep(0.25)
-                if live is not None:
-                    live.update(view.render())
-        done = True
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if not done:  # this process failed: don't leave workers running without a parent
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-            for p in procs:
-                p.wait()
-    failed = [p for p in procs if p.returncode not in (0, None)]
-    if failed and progress:
-        for p in failed:
-            tail = (p.stderr.read() if p.stderr else b"").decode(errors="replace")[-2000:]
-            console.print(f"[red]worker exited with {p.returncode}[/]\n{tail}")
-    for p in procs:
-        if p.stderr:
-            p.stderr.close()
-    if interrupted:
-        console.print("interrupted: run the same command again to resume the crawl")
-        return EXIT_INTERRUPTED
-    return EXIT_FAILED if failed else 0
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
-class _nullcontext:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
+def _on_event(event: WorkerEvent, logs: Path | None) -> None:
+    style = {"failed": "bold red", "restarting": "yellow", "exited": "yellow",
+             "released": "yellow"}.get(event.kind, "bold")
+    console.print(f"[{style}]{event.message}[/]", highlight=False)
+    if event.log_tail and event.kind == "failed":
+        where = f" ({_show(logs / f'{event.worker}.log')})" if logs else ""
+        console.print(f"[dim]--- end of {event.worker}'s log{where}:[/]")
+        console.print(event.log_tail, markup=False, highlight=False)
 
 
 @app.command()
@@ -234,71 +230,127 @@ def crawl(
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=256,
                                          help="Worker processes to start.")] = 2,
     redis_url: RedisUrl = None,
-    crawl_name: CrawlName = None,
+    crawl_name: Annotated[str | None, typer.Option(
+        "--crawl", envvar="REDCRAWL_CRAWL",
+        help="Crawl name (default: the spider's name).")] = None,
     setting: Annotated[list[str] | None, typer.Option(
         "--set", "-s", help="A Scrapy/redcrawl setting for the workers, NAME=VALUE.")] = None,
     arg: Annotated[list[str] | None, typer.Option(
         "--arg", "-a", help="A spider argument, NAME=VALUE (as scrapy crawl -a).")] = None,
+    logs: Annotated[str | None, typer.Option(
+        "--logs", help="Folder for the workers' logs (w0.log, w1.log, ...; default "
+        ".redcrawl/logs/CRAWL); '-' sends them to this terminal instead.")] = None,
+    max_restarts: Annotated[int, typer.Option(
+        min=0, help="Restarts of a crashed worker, with backoff (1 s, 2 s, 4 s, ...).")] = 5,
+    fail_on_dead: Annotated[bool, typer.Option(
+        "--fail-on-dead", help="Exit with 4 when the crawl ends with dead letters.")] = False,
     progress: Annotated[bool, typer.Option(help="Show the live progress line.")] = True,
 ) -> None:
     """Run SPIDER in N local worker processes on one shared frontier until the whole
-    crawl is finished. Ctrl-C stops cleanly (a second Ctrl-C at once); run the same
-    command again to resume."""
+    crawl is finished. Ctrl-C, SIGTERM or SIGHUP stops the workers cleanly (a second
+    signal kills them); run the same command again to resume. A crashed worker is
+    restarted. Each worker's output goes to its log file."""
     for flag, items in (("--set", setting), ("--arg", arg)):
         for item in items or []:
             if "=" not in item:
-                raise ConfigError(flag, f"{item!r} is not NAME=VALUE")
+                raise _fail(f"{flag} {item!r}: give NAME=VALUE", EXIT_USAGE)
+    name = check_spider(spider)  # before anything starts: exit 2 with the spider list
     # the workers' redcrawl settings given with --set apply here too (progress, counts)
     settings = Settings.from_mapping(dict(item.split("=", 1) for item in setting or []),
                                      base=_settings(redis_url))
-    name = crawl_name or settings.crawl_name(_spider_name(spider))
-    code = run_workers(spider, workers=workers, settings=settings, crawl=name,
-                       settings_args=setting or [], spider_args=arg, progress=progress)
-    _print_counts(_frontier(settings, name).counts(), name)
+    crawl_id = validate_crawl_name(crawl_name) if crawl_name else settings.crawl_name(name)
+    log_dir = (None if logs == "-" else
+               Path(logs) if logs else settings.embedded_dir / "logs" / crawl_id)
+    if log_dir is not None:
+        console.print(f"worker logs: {_show(log_dir / 'w0.log')}"
+                      + (f" ... w{workers - 1}.log" if workers > 1 else ""), highlight=False)
+    display = ProgressDisplay(console) if progress and log_dir is not None else None
+    with display if display is not None else contextlib.nullcontext():
+        result = run_workers(spider, workers=workers, settings=settings, crawl=crawl_id,
+                             settings_args=setting or [], spider_args=arg or [],
+                             log_dir=log_dir, progress=display,
+                             on_event=lambda e: _on_event(e, log_dir),
+                             max_restarts=max_restarts)
+    client = connect(settings)
+    frontier = open_frontier(client, settings, crawl_id)
+    c = frontier.counts()
+    _print_counts(c, crawl_id, frontier.stats(), _state(frontier, c))
+    if log_dir is not None:
+        console.print(f"worker logs: {_show(log_dir)}/", highlight=False)
+    code = result.code
+    if result.signal is not None:
+        console.print("stopped: run the same command again to resume the crawl")
+    elif code == 0 and fail_on_dead and c.dead:
+        console.print(f"[red]{c.dead:,} dead letter(s)[/]: see `redcrawl dead --crawl "
+                      f"{crawl_id}`")
+        code = EXIT_DEAD_LETTERS
     raise typer.Exit(code)
 
 
 # --- inspection and operator actions ------------------------------------------------------
-
-def _print_counts(c: Counts, crawl: str) -> None:
-    table = Table(title=f"crawl {crawl}", show_header=False)
-    for label, value in (("accepted", c.accepted), ("duplicates filtered", c.filtered),
-                         ("ready", c.ready), ("delayed (retry)", c.delayed),
-                         ("in flight", c.in_flight), ("done", c.done), ("dead", c.dead),
-                         ("retries", c.retried), ("reclaimed leases", c.reclaimed)):
-        table.add_row(label, f"{value:,}")
-    table.add_row("state", "finished" if c.finished else "running / pending")
-    Console().print(table)
-
-
-def _require_crawl(crawl_name: str | None) -> str:
-    if not crawl_name:
-        raise ConfigError("--crawl", "name the crawl (--crawl NAME or REDCRAWL_CRAWL)")
-    return crawl_name
-
 
 @app.command()
 @_guard
 def status(redis_url: RedisUrl = None, crawl_name: CrawlName = None,
            as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
            ) -> None:
-    """Show a crawl's counts: ready, delayed, in flight, done, dead, and its workers."""
+    """Show a crawl's counts (ready, delayed, in flight, done, dead), its state and its
+    workers, and where its Redis listens."""
     settings = _settings(redis_url)
-    name = _require_crawl(crawl_name)
-    frontier = _frontier(settings, name)
+    client = _connect(settings)
+    name = _crawl(settings, crawl_name, client)
+    _existing(settings, client, name)
+    frontier = open_frontier(client, settings, name, follow_layout=True)
     c = frontier.counts()
-    now = time.time()
+    stats = frontier.stats()
+    state = _state(frontier, c)
+    now = frontier.server_time()
     workers = {w: until - now for w, until in frontier.workers().items()}
+    sock = None if settings.redis_url else EmbeddedRedis(settings.embedded_dir).socket
     if as_json:
         out = {**{f: getattr(c, f) for f in c.__dataclass_fields__}, "finished": c.finished,
+               "filtered_local": stats.get("filtered_local", 0), "items": stats.get("items", 0),
+               "state": state, "paused": frontier.is_paused(),
                "workers": {w: {"alive": left > 0} for w, left in workers.items()},
-               "paused": frontier.is_paused()}
+               "redis": {"url": redact(settings.redis_url) if settings.redis_url else None,
+                         "socket": str(sock) if sock else None}}
         typer.echo(json.dumps(out))
         return
-    _print_counts(c, name)
+    _print_counts(c, name, stats, state)
     for w, left in sorted(workers.items()):
-        state = f"alive ({left:.0f}s of heartbeat left)" if left > 0 else "gone"
-        typer.echo(f"worker {w}: {state}")
+        typer.echo(f"worker {w}: "
+                   + (f"alive ({left:.0f}s of heartbeat left)" if left > 0 else "gone"))
+    if sock is not None:
+        typer.echo(f"embedded Redis: unix socket {sock} (redis-cli -s {sock})")
+    else:
+        typer.echo(f"Redis: {_where(settings)}")
+
+
+@app.command("crawls")
+@_guard
+def list_crawls(redis_url: RedisUrl = None,
+                as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")]
+                = False) -> None:
+    """List the crawls in the Redis with their counts and state."""
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    rows = []
+    for name in _crawls(client, settings.key_prefix):
+        frontier = open_frontier(client, settings, name, follow_layout=True)
+        c = frontier.counts()
+        rows.append((name, c, _state(frontier, c)))
+    if as_json:
+        typer.echo(json.dumps([{"crawl": n, "accepted": c.accepted, "done": c.done,
+                                "pending": c.pending, "dead": c.dead, "state": s}
+                               for n, c, s in rows]))
+        return
+    if not rows:
+        typer.echo(f"no crawls in {_where(settings)}")
+        return
+    table = Table("crawl", "accepted", "done", "pending", "dead", "state")
+    for n, c, s in rows:
+        table.add_row(n, f"{c.accepted:,}", f"{c.done:,}", f"{c.pending:,}", f"{c.dead:,}", s)
+    Console().print(table)
 
 
 @app.command()
@@ -316,7 +368,8 @@ def seed(
         "--recrawl", help="Crawl URLs again even if they are done (not if still queued).")
     ] = False,
 ) -> None:
-    """Put start URLs straight into a crawl's frontier (durable, deduplicated)."""
+    """Put start URLs straight into a crawl's frontier (durable, deduplicated). Starts
+    the embedded Redis if need be: seeding before the first crawl is fine."""
     from redcrawl.scrapy.scheduler import seed as push_seeds
 
     items = list(urls or [])
@@ -325,13 +378,19 @@ def seed(
         items += [line.strip() for line in text.splitlines() if line.strip()]
     bad = [u for u in items if not u.startswith(("http://", "https://"))]
     if bad:
-        raise ConfigError("URL", f"{bad[0]!r} is not an http(s) URL; nothing was seeded")
+        raise _fail(f"{bad[0]!r} is not an http(s) URL; nothing was seeded", EXIT_USAGE)
     if not items:
-        raise ConfigError("URL", "give URLs as arguments or with --file")
+        raise _fail("give URLs as arguments or with --file", EXIT_USAGE)
     settings = _settings(redis_url)
-    result = push_seeds(items, settings=settings, crawl=_require_crawl(crawl_name),
-                        callback=callback, priority=priority, recrawl=recrawl)
+    name = _crawl(settings, crawl_name, _connect(settings) if _state_exists(settings) else None)
+    client = _connect(settings, create=True)
+    result = push_seeds(items, settings=settings, crawl=name, callback=callback,
+                        priority=priority, recrawl=recrawl, client=client)
     typer.echo(f"seeded {result.accepted} URL(s); {result.filtered} already known")
+
+
+def _time(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 @app.command()
@@ -343,16 +402,50 @@ def dead(
     requeue: Annotated[bool, typer.Option(
         "--requeue", help="Send the listed dead requests back to the queue.")] = False,
 ) -> None:
-    """List dead-lettered requests with their last error; --requeue sends them back."""
-    frontier = _frontier(_settings(redis_url), _require_crawl(crawl_name))
+    """List dead-lettered requests (oldest first: when each died, in UTC, its URL,
+    attempts and last error); --requeue sends them back."""
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    name = _crawl(settings, crawl_name, client)
+    _existing(settings, client, name)
+    frontier = open_frontier(client, settings, name, follow_layout=True)
     rows = frontier.dead(limit)
     for d in rows:
-        typer.echo(f"{d.id}  {d.url}  attempts={d.attempts}  {d.error}")
+        typer.echo(f"{_time(d.died_at)}  {d.id}  {d.url}  attempts={d.attempts}  {d.error}")
     if not rows:
         typer.echo("no dead requests")
     if requeue and rows:
         n = frontier.requeue_dead([d.id for d in rows])
         typer.echo(f"requeued {n}")
+
+
+def _switch(redis_url: str | None, crawl_name: str | None, pause: bool) -> None:
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    name = _crawl(settings, crawl_name, client)
+    _existing(settings, client, name)
+    frontier = open_frontier(client, settings, name, follow_layout=True)
+    if pause:
+        frontier.pause()
+        typer.echo(f"paused crawl {name}: workers lease nothing new (what they hold is "
+                   f"finished) until `redcrawl resume --crawl {name}`")
+    else:
+        frontier.resume()
+        typer.echo(f"resumed crawl {name}")
+
+
+@app.command()
+@_guard
+def pause(redis_url: RedisUrl = None, crawl_name: CrawlName = None) -> None:
+    """Pause a crawl: its workers lease nothing new until `redcrawl resume`."""
+    _switch(redis_url, crawl_name, pause=True)
+
+
+@app.command()
+@_guard
+def resume(redis_url: RedisUrl = None, crawl_name: CrawlName = None) -> None:
+    """Resume a paused crawl."""
+    _switch(redis_url, crawl_name, pause=False)
 
 
 @app.command("import-dupefilter")
@@ -373,7 +466,9 @@ def import_dupefilter(
     from redcrawl.dedupe import import_hex_set
 
     settings = _settings(redis_url)
-    frontier = _frontier(settings, _require_crawl(crawl_name))
+    name = _crawl(settings, crawl_name, _connect(settings) if _state_exists(settings) else None)
+    frontier = open_frontier(_connect(settings, create=True), settings, name,
+                             follow_layout=True)
     if settings.canonicalize:
         console.print("[yellow]warning:[/] REDCRAWL_CANONICALIZE is on: this crawl's "
                       "fingerprints differ from scrapy-redis's, so imported ones will not "
@@ -405,8 +500,10 @@ def purge(
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Don't ask.")] = False,
 ) -> None:
     """Delete a crawl's whole state: queue, leases, dead letters, fingerprints."""
-    name = _require_crawl(crawl_name)
-    frontier = _frontier(_settings(redis_url), name)
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    name = _crawl(settings, crawl_name, client)
+    frontier = open_frontier(client, settings, name, follow_layout=True)
     if not yes and not typer.confirm(f"Delete everything of crawl {name!r}?"):
         raise typer.Exit(EXIT_FAILED)
     frontier.purge()
@@ -419,8 +516,8 @@ def demo(
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=32)] = 4,
     products: Annotated[int, typer.Option(help="Product pages in the demo shop.")] = 3000,
     directory: Annotated[Path, typer.Option(
-        "--dir", help="Where the embedded Redis and the SQLite results go.")] = Path(
-        ".redcrawl-demo"),
+        "--dir", help="Where the embedded Redis, the worker logs and the SQLite results "
+        "go.")] = Path(".redcrawl-demo"),
     progress: Annotated[bool, typer.Option(help="Show the live progress line.")] = True,
 ) -> None:
     """Crawl a bundled shop site (served on loopback) with N workers on the embedded
@@ -457,4 +554,4 @@ if __name__ == "__main__":
     main()
 
 
-__all__ = ["app", "main", "run_workers"]
+__all__ = ["app", "main"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from redcrawl.codec import Envelope
 from redcrawl.fingerprint import fingerprint
 from redcrawl.frontier import ListsFrontier, open_frontier
 from redcrawl.settings import Settings
+from redcrawl.workers import REDCRAWL_COMPONENTS, worker_command
 
 HERE = Path(__file__).resolve().parent
 
@@ -34,8 +34,8 @@ FAST = {
 }
 """Small, fast settings for every test crawl."""
 
-REDCRAWL = {"SCHEDULER": "redcrawl.scrapy.Scheduler",
-            "DUPEFILTER_CLASS": "redcrawl.scrapy.DupeFilter"}
+REDCRAWL = dict(item.split("=", 1) for item in REDCRAWL_COMPONENTS)
+"""The settings that put a spider on redcrawl (every command below has them)."""
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -86,16 +86,20 @@ class Run:
 
 
 class Worker:
-    """A Scrapy process started in the background; ``wait()`` gives its :class:`Run`."""
+    """A Scrapy process started in the background; ``wait()`` gives its :class:`Run`.
+    Its output goes to a log file next to ``out`` (a pipe nobody reads while it runs
+    would block the worker once full)."""
 
     def __init__(self, cmd: list[str], out: Path, *, cwd: Path,
                  env: dict[str, str]) -> None:
         self.out = out
         self.out.unlink(missing_ok=True)
+        self.log = out.with_suffix(".log")
         self.started = time.monotonic()
         self.launched_at = time.time()  # wall clock, comparable with the report's times
-        self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, text=True)
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=log, stderr=subprocess.STDOUT)
 
     def __enter__(self) -> Worker:
         return self
@@ -104,30 +108,30 @@ class Worker:
         """Kill the process if the test left before waiting for it."""
         if self.proc.poll() is None:
             self.proc.kill()
-            self.proc.communicate()
+            self.proc.wait()
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
 
     def wait(self, timeout: float = 60) -> Run:
         try:
-            _, err = self.proc.communicate(timeout=timeout)
+            self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            _, err = self.proc.communicate()
-            raise AssertionError(f"scrapy did not finish in {timeout} s:\n{err[-4000:]}")
+            self.proc.wait()
+            raise AssertionError(f"scrapy did not finish in {timeout} s:\n"
+                                 f"{self.output()[-4000:]}") from None
         report = json.loads(self.out.read_text()) if self.out.exists() else {}
-        return Run(self.proc.returncode, err, report, time.monotonic() - self.started)
+        return Run(self.proc.returncode, self.output(), report,
+                   time.monotonic() - self.started)
 
 
 def runspider_cmd(spider: str, *, redis_url: str, crawl: str, out: Path,
                   settings: dict[str, Any] | None = None,
                   args: dict[str, Any] | None = None) -> list[str]:
-    cmd = [sys.executable, "-m", "scrapy", "runspider", str(HERE / spider)]
-    merged = {**REDCRAWL, **FAST, "REDCRAWL_REDIS_URL": redis_url, "REDCRAWL_CRAWL": crawl,
+    merged = {**FAST, "REDCRAWL_REDIS_URL": redis_url, "REDCRAWL_CRAWL": crawl,
               "RC_TEST_OUT": str(out), **(settings or {})}
-    for name, value in merged.items():
-        cmd += ["-s", f"{name}={value}"]
-    for name, value in (args or {}).items():
-        cmd += ["-a", f"{name}={value}"]
-    return cmd
+    return worker_command(HERE / spider, settings=merged, spider_args=args or {})
 
 
 def start_spider(spider: str, directory: Path, *, redis_url: str, crawl: str,

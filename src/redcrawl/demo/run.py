@@ -7,17 +7,19 @@ idempotently by :class:`redcrawl.scrapy.pipelines.UpsertPipeline`).
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from redcrawl.cli import run_workers
 from redcrawl.connection import connect, resolve_url
 from redcrawl.demo.site import ShopSite, SiteConfig
 from redcrawl.frontier import open_frontier
+from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
+from redcrawl.workers import WorkerEvent, run_workers
 
 __all__ = ["run_demo"]
 
@@ -62,12 +64,24 @@ def run_demo(*, workers: int = 4, products: int = 3000, directory: Path = Path("
     frontier = open_frontier(connect(settings, url=url), settings, CRAWL)
     frontier.purge()
     started = time.monotonic()
+    logs = directory / "logs"
     with ShopSite(config) as site:
         console.print(f"demo shop: {site.url} ({config.pages:,} pages, {config.products:,} "
-                      f"products); {workers} workers; embedded Redis at {url}")
-        code = run_workers(str(SPIDER), workers=workers, settings=settings, crawl=CRAWL,
-                           settings_args=demo_worker_settings(items_db), progress=progress,
-                           spider_args=[f"url={site.url}"])
+                      f"products); {workers} workers; embedded Redis at {url}; worker logs "
+                      f"in {logs}/")
+        display = ProgressDisplay(Console(stderr=True)) if progress else None
+
+        def report(event: WorkerEvent) -> None:
+            (display.print if display else console.print)(event.message)
+            if event.log_tail and event.kind == "failed":
+                console.print(event.log_tail, markup=False, highlight=False)
+
+        with display if display is not None else contextlib.nullcontext():
+            result = run_workers(str(SPIDER), workers=workers, settings=settings, crawl=CRAWL,
+                                 settings_args=demo_worker_settings(items_db),
+                                 spider_args=[f"url={site.url}"], log_dir=logs,
+                                 progress=display, on_event=report)
+        code = result.code
         hits = site.hits()
         expected = site.canonical_pages()
     elapsed = time.monotonic() - started

@@ -1,0 +1,535 @@
+"""Run and supervise N local Scrapy worker processes on one crawl.
+
+The library side of ``redcrawl crawl`` (and of ``redcrawl demo``, the test harness and
+the crawl benchmark): :func:`worker_command` is the one place a worker's command line is
+built; :class:`Fleet` starts the processes and supervises them; :func:`run_workers` opens
+the crawl's frontier, runs a fleet on it and reports progress through a callback.
+
+What the supervisor guarantees:
+
+* **Output is always drained.** Each worker's stdout and stderr go to its own log file
+  (``<log_dir>/w<i>.log``; a restarted worker appends to its file), or to this process's
+  own stdout/stderr when no folder is given. A pipe nobody reads would block a worker in
+  a write once it is full (Scrapy's default ``LOG_LEVEL`` is DEBUG).
+* **Signals.** The first SIGINT, SIGTERM or SIGHUP sends SIGINT to every worker (Scrapy
+  closes cleanly: what it holds is finished or given back); a second one SIGKILLs every
+  worker's process group. Workers run in their own sessions (a terminal's Ctrl-C reaches
+  only the supervisor, which forwards it once), and on Linux they get SIGTERM if the
+  supervisor itself dies (``PR_SET_PDEATHSIG``), so none is left orphaned.
+* **Restarts.** A worker that exits non-zero while the crawl is unfinished is restarted
+  after ``backoff * 2**k`` seconds (k = restarts so far), at most ``max_restarts`` times;
+  each exit and restart is reported as a :class:`WorkerEvent`. Before a restart the dead
+  worker's leases are given back (``on_crash``), so its requests need not wait for their
+  leases to expire.
+
+The live display fed by :func:`run_workers`'s ``progress`` callback is
+:class:`redcrawl.progress.ProgressDisplay`. (Over 450 lines on purpose: the command
+builder, the spider check, the supervisor and the crawl runner are one unit that the
+CLI, the demo, the tests and the bench share.)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import IntEnum
+from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any, Literal
+
+from redcrawl.errors import ConfigError, RedcrawlError
+
+if TYPE_CHECKING:
+    from redcrawl.frontier import Counts
+    from redcrawl.settings import Settings
+
+__all__ = [
+    "ExitCode",
+    "Fleet",
+    "FleetResult",
+    "Tick",
+    "UnknownSpider",
+    "WorkerEvent",
+    "check_spider",
+    "run_workers",
+    "spider_name",
+    "worker_command",
+]
+
+REDCRAWL_COMPONENTS = ("SCHEDULER=redcrawl.scrapy.Scheduler",
+                       "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter")
+"""The two settings that put a Scrapy project on redcrawl."""
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class ExitCode(IntEnum):
+    """Exit codes of ``redcrawl crawl`` (and of the other commands where they apply). A
+    crawl stopped by a signal exits with 128 + the signal's number (130 for SIGINT, 143
+    for SIGTERM, 129 for SIGHUP)."""
+
+    OK = 0
+    FAILED = 1
+    """A worker failed (after its restarts), or a command failed."""
+    USAGE = 2
+    """Bad usage or configuration (an unknown spider, a malformed setting)."""
+    REDIS = 3
+    """Redis unreachable, or no crawl state where an inspection command looked."""
+    DEAD_LETTERS = 4
+    """``crawl --fail-on-dead``: the crawl finished with dead letters."""
+
+
+class UnknownSpider(RedcrawlError):
+    """The spider to run does not exist; :attr:`available` lists the ones that do."""
+
+    def __init__(self, message: str, available: Sequence[str] = ()) -> None:
+        self.available = list(available)
+        super().__init__(message)
+
+
+# --- commands ------------------------------------------------------------------------
+
+def _pairs(values: Iterable[str] | Mapping[str, object]) -> list[str]:
+    if isinstance(values, Mapping):
+        return [f"{k}={v}" for k, v in values.items()]
+    return list(values)
+
+
+def worker_command(spider: str | Path, *, settings: Iterable[str] | Mapping[str, object] = (),
+                   spider_args: Iterable[str] | Mapping[str, object] = (),
+                   redcrawl: bool = True, python_args: Sequence[str] = ()) -> list[str]:
+    """The command line of one Scrapy worker: ``scrapy runspider FILE`` for a ``.py``
+    path, else ``scrapy crawl NAME``, on redcrawl's scheduler and dupefilter (unless
+    ``redcrawl`` is off, for comparisons), with ``-s NAME=VALUE`` for each setting and
+    ``-a NAME=VALUE`` for each spider argument. ``python_args`` go to the interpreter
+    before ``-m scrapy`` (e.g. ``["-m", "cProfile", "-o", "out.prof"]``)."""
+    spider = str(spider)
+    verb = "runspider" if spider.endswith(".py") else "crawl"
+    cmd = [sys.executable, *python_args, "-m", "scrapy", verb, spider]
+    for item in (*(REDCRAWL_COMPONENTS if redcrawl else ()), *_pairs(settings)):
+        cmd += ["-s", item]
+    for item in _pairs(spider_args):
+        cmd += ["-a", item]
+    return cmd
+
+
+def spider_name(spider: str) -> str:
+    """The spider's name: from a file's ``name = "..."``, else the argument itself."""
+    if spider.endswith(".py"):
+        import re
+
+        text = Path(spider).read_text(encoding="utf-8")
+        found = re.search(r"""^\s+name\s*=\s*["']([^"']+)["']""", text, re.M)
+        return found.group(1) if found else Path(spider).stem
+    return spider
+
+
+def in_scrapy_project() -> bool:
+    """Whether this process runs inside a Scrapy project (a ``scrapy.cfg`` here or in a
+    parent folder, or ``SCRAPY_SETTINGS_MODULE`` set), as ``scrapy crawl`` decides it."""
+    from scrapy.utils.conf import closest_scrapy_cfg
+
+    return bool(closest_scrapy_cfg() or os.environ.get("SCRAPY_SETTINGS_MODULE"))
+
+
+def project_spiders() -> list[str]:
+    """The spider names of the Scrapy project this process runs in (empty outside one)."""
+    if not in_scrapy_project():
+        return []
+    from scrapy.spiderloader import get_spider_loader
+    from scrapy.utils.project import get_project_settings
+
+    return sorted(get_spider_loader(get_project_settings()).list())
+
+
+def check_spider(spider: str) -> str:
+    """The name of ``spider`` (a ``.py`` file, or a spider of the current Scrapy
+    project), or :class:`UnknownSpider` before any worker starts."""
+    if spider.endswith(".py"):
+        if not Path(spider).is_file():
+            raise UnknownSpider(f"spider file {spider} does not exist")
+        return spider_name(spider)
+    if not in_scrapy_project():
+        raise UnknownSpider(
+            f"{spider!r} is not a .py file and this is not a Scrapy project (no scrapy.cfg "
+            "in this folder or above): run from the project's folder, or give the path of "
+            "the spider's file")
+    names = project_spiders()
+    if spider not in names:
+        listed = ", ".join(names) if names else "none"
+        raise UnknownSpider(f"no spider named {spider!r} in this Scrapy project; its "
+                            f"spiders: {listed}", names)
+    return spider
+
+
+# --- supervision ---------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class WorkerEvent:
+    """Something that happened to a worker, for the terminal."""
+
+    kind: Literal["exited", "restarting", "failed", "stopping", "killing", "released",
+                  "warning"]
+    worker: str
+    """``w<i>``, or ``all`` for the fleet."""
+    message: str
+    returncode: int | None = None
+    log_tail: str = ""
+    """The end of the worker's log (``failed`` and ``restarting``)."""
+
+
+@dataclass(slots=True)
+class _Worker:
+    index: int
+    log: Path | None
+    proc: subprocess.Popen[bytes] | None = None
+    restarts: int = 0
+    restart_at: float | None = None
+    returncode: int | None = None
+    """Its final exit status, once it will not run again."""
+
+    @property
+    def name(self) -> str:
+        return f"w{self.index}"
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass(frozen=True, slots=True)
+class FleetResult:
+    """How a fleet ended."""
+
+    returncodes: list[int | None]
+    """Each worker's final exit status (negative: killed by that signal)."""
+    restarts: int
+    signal: int | None
+    """The first stop signal received, if any."""
+    logs: list[Path]
+
+    @property
+    def failed(self) -> list[int]:
+        return [i for i, rc in enumerate(self.returncodes) if rc != 0]
+
+    @property
+    def code(self) -> int:
+        if self.signal is not None:
+            return 128 + self.signal
+        return ExitCode.FAILED if self.failed else ExitCode.OK
+
+
+def describe_exit(returncode: int) -> str:
+    if returncode < 0:
+        try:
+            return f"was killed by {signal.Signals(-returncode).name}"
+        except ValueError:
+            return f"was killed by signal {-returncode}"
+    return f"exited with status {returncode}"
+
+
+def log_tail(path: Path | None, lines: int = 20) -> str:
+    """The last ``lines`` lines of a log file ('' if there is none)."""
+    if path is None:
+        return ""
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 16384))
+            text = f.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _prctl() -> Any:
+    """libc's ``prctl``, looked up in the parent (a child between fork and exec should
+    not load libraries), or None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_PRCTL = _prctl()
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: have the kernel send SIGTERM to this process when its parent dies."""
+    if _PRCTL is not None:
+        _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+class Fleet:
+    """N copies of ``command``, supervised until each has exited for good.
+
+    ``env`` is every worker's environment; worker *i* also gets
+    ``REDCRAWL_WORKER_ID=<worker_id_prefix>w<i>``. With ``log_dir`` worker *i*'s output
+    goes to ``log_dir/w<i>.log`` (made anew by :meth:`run`), else to this process's
+    stdout/stderr. ``unfinished()`` says whether the crawl still has work (a crashed
+    worker is restarted only then); ``on_crash(worker_id)`` is called once a worker has
+    exited non-zero (give its leases back); ``tick()`` is called about every
+    ``tick_interval`` seconds while workers run; ``on_event`` gets every
+    :class:`WorkerEvent`.
+    """
+
+    def __init__(self, command: Sequence[str], *, workers: int,
+                 env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
+                 log_dir: Path | None = None, worker_id_prefix: str = "",
+                 max_restarts: int = 5, backoff: float = 1.0, backoff_max: float = 60.0,
+                 unfinished: Callable[[], bool] = lambda: True,
+                 on_crash: Callable[[str], object] | None = None,
+                 on_event: Callable[[WorkerEvent], object] | None = None,
+                 tick: Callable[[], object] | None = None, tick_interval: float = 0.25,
+                 stop_timeout: float = 60.0) -> None:
+        if workers < 1:
+            raise ValueError(f"workers={workers}: start at least one worker")
+        self.command = list(command)
+        self.env = dict(os.environ if env is None else env)
+        self.cwd = cwd
+        self.log_dir = log_dir
+        self.worker_id_prefix = worker_id_prefix
+        self.max_restarts = max_restarts
+        self.backoff = backoff
+        self.backoff_max = backoff_max
+        self.unfinished = unfinished
+        self.on_crash = on_crash
+        self.on_event = on_event or (lambda event: None)
+        self.tick = tick or (lambda: None)
+        self.tick_interval = tick_interval
+        self.stop_timeout = stop_timeout
+        self.workers = [_Worker(i, None if log_dir is None else log_dir / f"w{i}.log")
+                        for i in range(workers)]
+        self._signals: list[int] = []
+        self._handled = 0
+
+    @property
+    def logs(self) -> list[Path]:
+        return [w.log for w in self.workers if w.log is not None]
+
+    def worker_id(self, worker: _Worker) -> str:
+        return f"{self.worker_id_prefix}{worker.name}"
+
+    # --- processes ---------------------------------------------------------------------
+    def _start(self, worker: _Worker) -> None:
+        worker.restart_at = None
+        env = {**self.env, "REDCRAWL_WORKER_ID": self.worker_id(worker)}
+        with contextlib.ExitStack() as stack:
+            log = None
+            if worker.log is not None:
+                log = stack.enter_context(worker.log.open("ab" if worker.restarts else "wb"))
+                stamp = datetime.now(UTC).isoformat(timespec="seconds")
+                what = f"restart {worker.restarts}" if worker.restarts else "start"
+                log.write(f"--- redcrawl: worker {worker.name} ({what}) at {stamp}: "
+                          f"{' '.join(self.command)}\n".encode())
+                log.flush()
+            # the child keeps its own copy of the log's descriptor; ours is closed
+            worker.proc = subprocess.Popen(
+                self.command, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                stderr=subprocess.STDOUT if log is not None else None,
+                start_new_session=True,
+                preexec_fn=_die_with_parent if _PRCTL is not None else None)
+
+    def _send(self, sig: int, *, group: bool = False) -> None:
+        for w in self.workers:
+            if w.proc is not None and w.running():
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    if group:
+                        os.killpg(w.proc.pid, sig)
+                    else:
+                        w.proc.send_signal(sig)
+
+    def _exited(self, worker: _Worker, rc: int, stopping: bool) -> None:
+        worker.proc = None
+        if rc != 0 and self.on_crash is not None:
+            try:
+                self.on_crash(self.worker_id(worker))
+            except RedcrawlError as exc:
+                self.on_event(WorkerEvent("released", worker.name,
+                                          f"worker {worker.name}: could not give its leases "
+                                          f"back ({exc}); they return when they expire"))
+        if rc == 0 or stopping:
+            worker.returncode = rc
+            if rc != 0:
+                self.on_event(WorkerEvent("exited", worker.name, f"worker {worker.name} "
+                                          f"{describe_exit(rc)}", rc))
+            return
+        tail = log_tail(worker.log)
+        if worker.restarts < self.max_restarts and self.unfinished():
+            delay = min(self.backoff_max, self.backoff * 2.0 ** worker.restarts)
+            worker.restarts += 1
+            worker.restart_at = time.monotonic() + delay
+            self.on_event(WorkerEvent(
+                "restarting", worker.name,
+                f"worker {worker.name} {describe_exit(rc)}; restarting it in {delay:g} s "
+                f"(restart {worker.restarts} of at most {self.max_restarts})", rc, tail))
+            return
+        worker.returncode = rc
+        why = ("after its restarts" if worker.restarts >= self.max_restarts and
+               self.max_restarts else "")
+        self.on_event(WorkerEvent("failed", worker.name,
+                                  f"worker {worker.name} {describe_exit(rc)} {why}".strip(),
+                                  rc, tail))
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals.append(signum)
+
+    def _handle_signals(self) -> None:
+        while self._handled < len(self._signals):
+            signum = self._signals[self._handled]
+            self._handled += 1
+            name = signal.Signals(signum).name
+            if self._handled == 1:
+                self.on_event(WorkerEvent("stopping", "all", f"{name}: stopping the workers "
+                                          "cleanly (send it again to kill them now)"))
+                for w in self.workers:
+                    w.restart_at = None
+                self._send(signal.SIGINT)
+            else:
+                self.on_event(WorkerEvent("killing", "all", f"{name} again: killing the "
+                                          "workers"))
+                self._send(signal.SIGKILL, group=True)
+
+    @contextlib.contextmanager
+    def _signal_handlers(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
+        try:
+            yield
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+
+    def _shutdown(self) -> None:
+        """Stop whatever still runs (this process is leaving on an error): SIGINT, then
+        SIGKILL after ``stop_timeout``."""
+        self._send(signal.SIGINT)
+        deadline = time.monotonic() + self.stop_timeout
+        for w in self.workers:
+            if w.proc is None:
+                continue
+            try:
+                w.proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(w.proc.pid, signal.SIGKILL)
+                w.proc.wait()
+
+    def run(self) -> FleetResult:
+        """Start every worker and supervise them until none will run again."""
+        if self.log_dir is not None:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+        done = False
+        with self._signal_handlers():
+            try:
+                for w in self.workers:
+                    self._start(w)
+                next_tick = 0.0
+                while True:
+                    self._handle_signals()
+                    stopping = bool(self._signals)
+                    for w in self.workers:
+                        if w.proc is not None and (rc := w.proc.poll()) is not None:
+                            self._exited(w, rc, stopping)
+                    now = time.monotonic()
+                    for w in self.workers:
+                        if w.restart_at is not None and now >= w.restart_at and not stopping:
+                            self._start(w)
+                    if all(w.proc is None and w.restart_at is None for w in self.workers):
+                        break
+                    if now >= next_tick:
+                        self.tick()
+                        next_tick = now + self.tick_interval
+                    time.sleep(min(0.1, self.tick_interval))
+                done = True
+            finally:
+                if not done:
+                    self._shutdown()
+        return FleetResult(returncodes=[w.returncode for w in self.workers],
+                           restarts=sum(w.restarts for w in self.workers),
+                           signal=self._signals[0] if self._signals else None,
+                           logs=self.logs)
+
+
+# --- a crawl -------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class Tick:
+    """A crawl's progress, as :func:`run_workers` passes it to its ``progress`` callback."""
+
+    counts: Counts
+    stats: dict[str, int]
+    elapsed: float
+    running: int
+    """Worker processes running now."""
+
+
+def run_workers(spider: str, *, workers: int, settings: Settings, crawl: str,
+                settings_args: Iterable[str] = (), spider_args: Iterable[str] = (),
+                cwd: str | Path | None = None, env: Mapping[str, str] | None = None,
+                log_dir: Path | None = None,
+                progress: Callable[[Tick], object] | None = None,
+                on_event: Callable[[WorkerEvent], object] | None = None,
+                max_restarts: int = 5, restart_backoff: float = 1.0) -> FleetResult:
+    """Run ``spider`` in ``workers`` Scrapy processes on the frontier of ``crawl`` (in the
+    Redis ``settings`` name, the embedded one started if need be) until every worker has
+    exited for good; see :class:`Fleet`. Worker output goes to ``log_dir`` (None: this
+    process's stdout/stderr). ``progress`` is called about twice a second."""
+    from redcrawl.connection import connect, resolve_url
+    from redcrawl.frontier import open_frontier
+    from redcrawl.guard import check_server
+
+    url = resolve_url(settings)  # starts the embedded Redis if that is what is configured
+    frontier = open_frontier(connect(settings, url=url), settings, crawl)
+    try:
+        warnings = check_server(frontier)  # an evicting server: refused here, once
+    except ConfigError:
+        frontier.client.close()
+        raise
+    for warning in warnings:
+        if on_event is not None:
+            on_event(WorkerEvent("warning", "all", f"warning: {warning}"))
+    prefix = f"{socket.gethostname()}:{crawl}:"
+
+    def release(worker_id: str) -> None:
+        """Give back the leases of a worker process that died (its scheduler adds a
+        random suffix to the id it was given)."""
+        for name in frontier.workers():
+            if name == worker_id or name.startswith(worker_id + ":"):
+                frontier.release_worker(name)
+                frontier.forget_worker(name)
+
+    started = time.monotonic()
+
+    def tick() -> None:
+        if progress is not None:
+            running = sum(w.running() for w in fleet.workers)
+            progress(Tick(frontier.counts(), frontier.stats(), time.monotonic() - started,
+                          running))
+
+    fleet = Fleet(
+        worker_command(spider, settings=settings_args, spider_args=spider_args),
+        workers=workers, cwd=cwd, log_dir=log_dir, worker_id_prefix=prefix,
+        env={**os.environ, **(env or {}), "REDCRAWL_REDIS_URL": url, "REDCRAWL_CRAWL": crawl},
+        max_restarts=max_restarts, backoff=restart_backoff,
+        unfinished=lambda: not frontier.counts().finished, on_crash=release,
+        on_event=on_event, tick=tick, tick_interval=0.5)
+    try:
+        result = fleet.run()
+        tick()
+        return result
+    finally:
+        frontier.client.close()
