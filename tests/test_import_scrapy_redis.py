@@ -393,14 +393,10 @@ def test_dry_run_writes_nothing(redis_client: redis.Redis) -> None:
 # --- the commands ------------------------------------------------------------------------
 
 def cli_app() -> typer.Typer:
-    """``redcrawl`` with the import command registered as cli.py will register it."""
+    """The ``redcrawl`` command."""
     from redcrawl.cli import app
-    from redcrawl.migrate_cli import import_scrapy_redis_command
 
-    test_app = typer.Typer()
-    test_app.add_typer(app)
-    test_app.command("import-scrapy-redis")(import_scrapy_redis_command)
-    return test_app
+    return app
 
 
 def test_command(redis_client: redis.Redis, tmp_path: Path) -> None:

@@ -521,7 +521,10 @@ def run_workers(spider: str, *, workers: int, settings: Settings, crawl: str,
                           running))
 
     fleet = Fleet(
-        worker_command(spider, settings=settings_args, spider_args=spider_args),
+        # the crawl as -s too: a worker's -s beats its environment, so a --set
+        # SCHEDULER_QUEUE_KEY=... must not move the workers to another crawl
+        worker_command(spider, settings=[*settings_args, f"REDCRAWL_CRAWL={crawl}"],
+                       spider_args=spider_args),
         workers=workers, cwd=cwd, log_dir=log_dir, worker_id_prefix=prefix,
         env={**os.environ, **(env or {}), "REDCRAWL_REDIS_URL": url, "REDCRAWL_CRAWL": crawl},
         max_restarts=max_restarts, backoff=restart_backoff,

@@ -1,6 +1,6 @@
-"""``redcrawl import-scrapy-redis SPIDER``: move a scrapy-redis crawl (queue and dupefilter)
-into a redcrawl crawl. The work is :func:`redcrawl.migrate.import_scrapy_redis`; this is its
-command, registered by :mod:`redcrawl.cli`."""
+"""``redcrawl import-scrapy-redis SPIDER`` (move a scrapy-redis crawl, queue and dupefilter,
+into a redcrawl crawl: the work is :func:`redcrawl.migrate.import_scrapy_redis`) and
+``redcrawl import-dupefilter KEY``."""
 
 from __future__ import annotations
 
@@ -8,16 +8,20 @@ from typing import Annotated
 
 import typer
 
-from redcrawl.cli import (
+from redcrawl.cli._common import (
     EXIT_FAILED,
     CrawlName,
     RedisUrl,
-    _frontier,
+    _connect,
+    _crawl,
     _guard,
     _settings,
+    _state_exists,
+    app,
     console,
 )
 from redcrawl.connection import connect
+from redcrawl.frontier import open_frontier
 from redcrawl.migrate import (
     DEFAULT_DUPEFILTER_KEY,
     DEFAULT_QUEUE_KEY,
@@ -25,7 +29,55 @@ from redcrawl.migrate import (
     import_scrapy_redis,
 )
 
-__all__ = ["import_scrapy_redis_command"]
+
+@app.command("import-dupefilter")
+@_guard
+def import_dupefilter(
+    key: Annotated[str, typer.Argument(
+        help="The scrapy-redis dupefilter set, e.g. myspider:dupefilter.")],
+    redis_url: RedisUrl = None,
+    crawl_name: CrawlName = None,
+    source_url: Annotated[str | None, typer.Option(
+        "--source-url", help="Redis holding the set (default: the crawl's Redis).")] = None,
+    batch: Annotated[int, typer.Option(min=1, max=100_000,
+                                       help="Fingerprints per round trip.")] = 10_000,
+) -> None:
+    """Load a scrapy-redis dupefilter (a set of hex SHA-1 fingerprints) into a crawl's
+    DONE filter, so a crawl moving over from scrapy-redis does not refetch what it has.
+    Streams with SSCAN (the source may be live); safe to run again after switching."""
+    from redcrawl.dedupe import import_hex_set
+
+    settings = _settings(redis_url)
+    name = _crawl(settings, crawl_name, _connect(settings) if _state_exists(settings) else None)
+    frontier = open_frontier(_connect(settings, create=True), settings, name,
+                             follow_layout=True)
+    if settings.canonicalize:
+        console.print("[yellow]warning:[/] REDCRAWL_CANONICALIZE is on: this crawl's "
+                      "fingerprints differ from scrapy-redis's, so imported ones will not "
+                      "match new requests")
+    source = frontier.client if source_url is None else connect(settings, url=source_url)
+    try:
+        from redcrawl.migrate import dupefilter_import_warnings
+
+        for warning in dupefilter_import_warnings(source, key, frontier):
+            console.print(f"[yellow]warning:[/] {warning}")
+        result = import_hex_set(source, key, frontier.done, batch=batch,
+                                progress=lambda n: console.print(f"read {n:,}", end="\r"))
+    finally:
+        source.close()
+        frontier.client.close()
+    typer.echo(f"read {result.read:,} fingerprints from {key}: {result.added:,} added, "
+               f"{result.read - result.added - result.invalid:,} already there, "
+               f"{result.invalid:,} invalid")
+    if result.invalid:
+        console.print(f"[yellow]skipped {result.invalid:,} member(s) that are not 40 hex "
+                      f"digits, e.g. {result.example!r}[/]")
+
+
+
+
+@app.command("import-scrapy-redis")
+
 
 
 @_guard
@@ -67,7 +119,8 @@ def import_scrapy_redis_command(
     if queue_key is None:  # SCHEDULER_QUEUE_KEY is read as the crawl name's template
         template = settings.crawl if settings.crawl and "%(" in settings.crawl else None
         queue_key = template or DEFAULT_QUEUE_KEY
-    frontier = _frontier(settings, name)
+    frontier = open_frontier(_connect(settings, create=True), settings, name,
+                             follow_layout=True)
     if queue_class is None and settings.ordering != "priority":
         queue_class = settings.ordering  # the project's SCHEDULER_QUEUE_CLASS for lists
     source = frontier.client if source_url is None else connect(settings, url=source_url)

@@ -1,0 +1,185 @@
+"""What every ``redcrawl`` command shares: the typer app, the common options, the mapping
+of redcrawl's errors to exit codes, and the rules that pick the crawl and its Redis."""
+
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+from typing import Annotated, Any
+
+import redis
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from redcrawl.connection import EmbeddedRedis, connect, redact, resolve_url
+from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
+from redcrawl.frontier import Counts
+from redcrawl.keys import CrawlKeys, crawl_of_stats_key, stats_key_pattern, validate_crawl_name
+from redcrawl.settings import Settings
+from redcrawl.workers import (
+    ExitCode,
+    UnknownSpider,
+    in_scrapy_project,
+    project_spiders,
+)
+
+app = typer.Typer(
+    help="A distributed crawl frontier for Scrapy on Redis.\n\n"
+    "Start with `redcrawl demo` (a crawl of a bundled local shop site), or inside a Scrapy "
+    "project `redcrawl crawl SPIDER --workers 4`.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode="markdown",  # docstrings' line breaks are not kept
+)
+console = Console(stderr=True)
+
+RedisUrl = Annotated[str | None, typer.Option(
+    "--redis-url", envvar="REDCRAWL_REDIS_URL",
+    help="Redis to use, e.g. redis://host:6379/0. Default: the embedded Redis in ./.redcrawl.")]
+CrawlName = Annotated[str | None, typer.Option(
+    "--crawl", envvar="REDCRAWL_CRAWL",
+    help="Crawl name. Default: the project's REDCRAWL_CRAWL, else its spider if it has "
+    "only one, else the only crawl in the Redis.")]
+
+EXIT_FAILED, EXIT_USAGE, EXIT_REDIS = ExitCode.FAILED, ExitCode.USAGE, ExitCode.REDIS
+EXIT_DEAD_LETTERS = ExitCode.DEAD_LETTERS
+
+
+def _settings(redis_url: str | None, **changes: Any) -> Settings:
+    """Project settings (if in a Scrapy project), then REDCRAWL_* env, then flags."""
+    base: Settings
+    if in_scrapy_project():
+        from scrapy.utils.project import get_project_settings
+
+        base = Settings.from_scrapy(get_project_settings())
+    else:
+        base = Settings.from_env()
+    if redis_url:
+        changes["redis_url"] = redis_url
+    return base.replace(**{k: v for k, v in changes.items() if v is not None})
+
+
+def _fail(message: str, code: int) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    return typer.Exit(code)
+
+
+def _guard(fn: Any) -> Any:
+    """Turn redcrawl's errors into messages and exit codes."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (ConfigError, UnknownSpider) as exc:
+            raise _fail(str(exc), EXIT_USAGE) from None
+        except ConnectionError_ as exc:
+            raise _fail(str(exc), EXIT_REDIS) from None
+        except RedcrawlError as exc:
+            raise _fail(str(exc), EXIT_FAILED) from None
+
+    return wrapper
+
+
+# --- where the crawl state is ------------------------------------------------------------
+
+def _has_data(directory: Path) -> bool:
+    """Whether an embedded Redis folder holds saved data (AOF or RDB)."""
+    return any((directory / name).exists()
+               for name in ("appendonlydir", "appendonly.aof", "dump.rdb"))
+
+
+def _state_exists(settings: Settings) -> bool:
+    """Whether there is crawl state to look at without making any: a Redis URL is set, or
+    the embedded Redis runs in its folder or has saved data there."""
+    if settings.redis_url is not None:
+        return True
+    server = EmbeddedRedis(settings.embedded_dir)
+    return server._alive() or _has_data(server.directory)
+
+
+def _connect(settings: Settings, *, create: bool = False) -> redis.Redis:
+    """A client of the crawl's Redis. With the embedded default, an inspection
+    (``create`` off) never brings up a fresh server: if none runs in the folder and the
+    folder holds no saved data, it is an error (exit 3) and no folder is made."""
+    if not create and not _state_exists(settings):
+        raise _fail(f"no crawl state found at {settings.embedded_dir.resolve()} (embedded "
+                    "Redis not running); run from the crawl's folder or set "
+                    "REDCRAWL_REDIS_URL", EXIT_REDIS)
+    return connect(settings, url=resolve_url(settings))
+
+
+def _where(settings: Settings) -> str:
+    if settings.redis_url:
+        return redact(settings.redis_url)
+    return f"the embedded Redis in {settings.embedded_dir.resolve()}"
+
+
+def _crawls(client: redis.Redis, prefix: str) -> list[str]:
+    """Every crawl in the Redis (each one that ever accepted a request has a stats hash):
+    one SCAN matching the stats keys only."""
+    names = {crawl_of_stats_key(k, prefix)
+             for k in client.scan_iter(match=stats_key_pattern(prefix), count=1000)}
+    return sorted(n for n in names if n is not None)
+
+
+def _crawl(settings: Settings, given: str | None, client: redis.Redis | None) -> str:
+    """The crawl a command works on: ``--crawl``/``REDCRAWL_CRAWL``, else the project's
+    setting, else the project's only spider, else the only crawl in the Redis."""
+    if given:
+        return validate_crawl_name(given)
+    spiders = project_spiders()
+    if settings.crawl is not None and ("%(" not in settings.crawl or len(spiders) == 1):
+        return settings.crawl_name(spiders[0] if spiders else None)
+    if len(spiders) == 1:
+        return settings.crawl_name(spiders[0])
+    crawls = _crawls(client, settings.key_prefix) if client is not None else []
+    if len(crawls) == 1 and not spiders:
+        return crawls[0]
+    known = (f"this project's spiders: {', '.join(spiders)}; " if spiders else "")
+    here = (f"crawls in {_where(settings)}: {', '.join(crawls)}" if crawls
+            else f"{_where(settings)} holds no crawl")
+    raise _fail(f"which crawl? Give --crawl NAME (or set REDCRAWL_CRAWL); {known}{here}",
+                EXIT_USAGE)
+
+
+def _existing(settings: Settings, client: redis.Redis, name: str) -> None:
+    if not client.exists(CrawlKeys(name, prefix=settings.key_prefix).stats):
+        crawls = _crawls(client, settings.key_prefix)
+        listed = f"crawls there: {', '.join(crawls)}" if crawls else "it holds no crawl"
+        raise _fail(f"no crawl named {name!r} in {_where(settings)}; {listed}", EXIT_FAILED)
+
+
+def _state(frontier: Any, c: Counts) -> str:
+    """finished / running / paused / stopped, with the number of live workers."""
+    if c.finished and c.accepted:
+        return "finished"
+    now = frontier.server_time()
+    live = sum(1 for until in frontier.workers().values() if until > now)
+    paused = frontier.is_paused()
+    if live:
+        return f"{'paused' if paused else 'running'} ({live} live worker{'s' * (live != 1)})"
+    if not c.accepted:
+        return "empty (nothing accepted; no live workers)"
+    return "paused, no live workers" if paused else "stopped (no live workers)"
+
+
+def _print_counts(c: Counts, crawl: str, stats: dict[str, int], state: str) -> None:
+    table = Table(title=f"crawl {crawl}", show_header=False)
+    local = stats.get("filtered_local", 0)
+    dupes = f"{c.filtered + local:,}"
+    if local:
+        dupes += f" ({c.filtered:,} in Redis, {local:,} in the workers)"
+    for label, value in (("accepted", f"{c.accepted:,}"), ("duplicates filtered", dupes),
+                         ("ready", f"{c.ready:,}"), ("delayed (retry)", f"{c.delayed:,}"),
+                         ("in flight", f"{c.in_flight:,}"), ("done", f"{c.done:,}"),
+                         ("dead", f"{c.dead:,}"), ("items", f"{stats.get('items', 0):,}"),
+                         ("retries", f"{c.retried:,}"),
+                         ("reclaimed leases", f"{c.reclaimed:,}"), ("state", state)):
+        table.add_row(label, value)
+    Console().print(table)
+
+

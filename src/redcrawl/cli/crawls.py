@@ -1,0 +1,216 @@
+"""Commands that look at or steer one crawl: ``status``, ``crawls``, ``seed``, ``dead``,
+``pause``, ``resume``, ``purge``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from redcrawl.cli._common import (
+    EXIT_FAILED,
+    EXIT_USAGE,
+    CrawlName,
+    RedisUrl,
+    _connect,
+    _crawl,
+    _crawls,
+    _existing,
+    _fail,
+    _guard,
+    _print_counts,
+    _settings,
+    _state,
+    _state_exists,
+    _where,
+    app,
+)
+from redcrawl.connection import EmbeddedRedis, redact
+from redcrawl.frontier import open_frontier
+
+# --- inspection and operator actions ------------------------------------------------------
+
+@app.command()
+@_guard
+def status(redis_url: RedisUrl = None, crawl_name: CrawlName = None,
+           as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
+           ) -> None:
+    """Show a crawl's counts (ready, delayed, in flight, done, dead), its state and its
+    workers, and where its Redis listens."""
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    name = _crawl(settings, crawl_name, client)
+    _existing(settings, client, name)
+    frontier = open_frontier(client, settings, name, follow_layout=True)
+    c = frontier.counts()
+    stats = frontier.stats()
+    state = _state(frontier, c)
+    now = frontier.server_time()
+    workers = {w: until - now for w, until in frontier.workers().items()}
+    sock = None if settings.redis_url else EmbeddedRedis(settings.embedded_dir).socket
+    if as_json:
+        out = {**{f: getattr(c, f) for f in c.__dataclass_fields__}, "finished": c.finished,
+               "filtered_local": stats.get("filtered_local", 0), "items": stats.get("items", 0),
+               "state": state, "paused": frontier.is_paused(),
+               "workers": {w: {"alive": left > 0} for w, left in workers.items()},
+               "redis": {"url": redact(settings.redis_url) if settings.redis_url else None,
+                         "socket": str(sock) if sock else None}}
+        typer.echo(json.dumps(out))
+        return
+    _print_counts(c, name, stats, state)
+    for w, left in sorted(workers.items()):
+        typer.echo(f"worker {w}: "
+                   + (f"alive ({left:.0f}s of heartbeat left)" if left > 0 else "gone"))
+    if sock is not None:
+        typer.echo(f"embedded Redis: unix socket {sock} (redis-cli -s {sock})")
+    else:
+        typer.echo(f"Redis: {_where(settings)}")
+
+
+@app.command("crawls")
+@_guard
+def list_crawls(redis_url: RedisUrl = None,
+                as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")]
+                = False) -> None:
+    """List the crawls in the Redis with their counts and state."""
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    rows = []
+    for name in _crawls(client, settings.key_prefix):
+        frontier = open_frontier(client, settings, name, follow_layout=True)
+        c = frontier.counts()
+        rows.append((name, c, _state(frontier, c)))
+    if as_json:
+        typer.echo(json.dumps([{"crawl": n, "accepted": c.accepted, "done": c.done,
+                                "pending": c.pending, "dead": c.dead, "state": s}
+                               for n, c, s in rows]))
+        return
+    if not rows:
+        typer.echo(f"no crawls in {_where(settings)}")
+        return
+    table = Table("crawl", "accepted", "done", "pending", "dead", "state")
+    for n, c, s in rows:
+        table.add_row(n, f"{c.accepted:,}", f"{c.done:,}", f"{c.pending:,}", f"{c.dead:,}", s)
+    Console().print(table)
+
+
+@app.command()
+@_guard
+def seed(
+    urls: Annotated[list[str] | None, typer.Argument(help="URLs to crawl.")] = None,
+    redis_url: RedisUrl = None,
+    crawl_name: CrawlName = None,
+    file: Annotated[Path | None, typer.Option(
+        "--file", "-f", help="Read URLs from a file, one per line ('-': stdin).")] = None,
+    callback: Annotated[str | None, typer.Option(
+        help="Spider method to parse them with (default: parse).")] = None,
+    priority: Annotated[int, typer.Option(help="Request priority.")] = 0,
+    recrawl: Annotated[bool, typer.Option(
+        "--recrawl", help="Crawl URLs again even if they are done (not if still queued).")
+    ] = False,
+) -> None:
+    """Put start URLs straight into a crawl's frontier (durable, deduplicated). Starts
+    the embedded Redis if need be: seeding before the first crawl is fine."""
+    from redcrawl.scrapy.scheduler import seed as push_seeds
+
+    items = list(urls or [])
+    if file is not None:
+        text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+        items += [line.strip() for line in text.splitlines() if line.strip()]
+    bad = [u for u in items if not u.startswith(("http://", "https://"))]
+    if bad:
+        raise _fail(f"{bad[0]!r} is not an http(s) URL; nothing was seeded", EXIT_USAGE)
+    if not items:
+        raise _fail("give URLs as arguments or with --file", EXIT_USAGE)
+    settings = _settings(redis_url)
+    name = _crawl(settings, crawl_name, _connect(settings) if _state_exists(settings) else None)
+    client = _connect(settings, create=True)
+    result = push_seeds(items, settings=settings, crawl=name, callback=callback,
+                        priority=priority, recrawl=recrawl, client=client)
+    typer.echo(f"seeded {result.accepted} URL(s); {result.filtered} already known")
+
+
+def _time(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+@app.command()
+@_guard
+def dead(
+    redis_url: RedisUrl = None,
+    crawl_name: CrawlName = None,
+    limit: Annotated[int, typer.Option(min=1, help="How many to list.")] = 50,
+    requeue: Annotated[bool, typer.Option(
+        "--requeue", help="Send the listed dead requests back to the queue.")] = False,
+) -> None:
+    """List dead-lettered requests (oldest first: when each died, in UTC, its URL,
+    attempts and last error); --requeue sends them back."""
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    name = _crawl(settings, crawl_name, client)
+    _existing(settings, client, name)
+    frontier = open_frontier(client, settings, name, follow_layout=True)
+    rows = frontier.dead(limit)
+    for d in rows:
+        typer.echo(f"{_time(d.died_at)}  {d.id}  {d.url}  attempts={d.attempts}  {d.error}")
+    if not rows:
+        typer.echo("no dead requests")
+    if requeue and rows:
+        n = frontier.requeue_dead([d.id for d in rows])
+        typer.echo(f"requeued {n}")
+
+
+def _switch(redis_url: str | None, crawl_name: str | None, pause: bool) -> None:
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    name = _crawl(settings, crawl_name, client)
+    _existing(settings, client, name)
+    frontier = open_frontier(client, settings, name, follow_layout=True)
+    if pause:
+        frontier.pause()
+        typer.echo(f"paused crawl {name}: workers lease nothing new (what they hold is "
+                   f"finished) until `redcrawl resume --crawl {name}`")
+    else:
+        frontier.resume()
+        typer.echo(f"resumed crawl {name}")
+
+
+@app.command()
+@_guard
+def pause(redis_url: RedisUrl = None, crawl_name: CrawlName = None) -> None:
+    """Pause a crawl: its workers lease nothing new until `redcrawl resume`."""
+    _switch(redis_url, crawl_name, pause=True)
+
+
+@app.command()
+@_guard
+def resume(redis_url: RedisUrl = None, crawl_name: CrawlName = None) -> None:
+    """Resume a paused crawl."""
+    _switch(redis_url, crawl_name, pause=False)
+
+
+
+@app.command()
+@_guard
+def purge(
+    redis_url: RedisUrl = None,
+    crawl_name: CrawlName = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Don't ask.")] = False,
+) -> None:
+    """Delete a crawl's whole state: queue, leases, dead letters, fingerprints."""
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    name = _crawl(settings, crawl_name, client)
+    frontier = open_frontier(client, settings, name, follow_layout=True)
+    if not yes and not typer.confirm(f"Delete everything of crawl {name!r}?"):
+        raise typer.Exit(EXIT_FAILED)
+    frontier.purge()
+    typer.echo(f"purged crawl {name}")
+
+
