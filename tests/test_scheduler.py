@@ -206,22 +206,28 @@ def test_scrapy_retries_a_start_request(tmp_path: Path, redis7: RedisServer,
 def test_enqueue_request_answers(small_site: ShopSite, tmp_path: Path, redis7: RedisServer,
                                  redis7_client: redis.Redis) -> None:
     run = run_spider("enqueue_spider.py", tmp_path, redis_url=redis7.url, crawl="enqueue",
-                     args={"url": small_site.url}).ok()
+                     args={"url": small_site.url})
     base = small_site.url
     # called directly: True, then False for the same URL
     assert run.report["spider"]["direct"] == [True, False]
     # yielded twice: Scrapy got False for the second (request_dropped), and for the
     # unstorable request
     assert sorted(run.report["dropped"]) == [base + "/product/1", base + "/product/3"]
-    # the unstorable request: logged naming the key, counted, not stored, crawl finished
+    # the unstorable request stops the crawl loudly: an error naming the key and the
+    # request, reason unstorable_request, exit code 1 (never a silent drop)
+    assert run.returncode == 1, run.tail()
+    assert run.report["reason"] == "unstorable_request"
     assert run.stats["redcrawl/unstorable"] == 1
-    errors = [line for line in run.stderr.splitlines() if "ERROR" in line]
+    errors = [line for line in run.stderr.splitlines() if "CRITICAL" in line]
     assert any("meta['obj']" in line and "/product/3" in line for line in errors), errors
-    hits = small_site.hits()
-    assert "/product/3" not in hits
-    assert hits == {"/": 1, "/product/1": 1, "/product/2": 1, "/product/4": 1}
-    c = frontier(redis7_client, "enqueue").counts()
-    assert c.accepted == c.done == 4 and c.finished and c.conserved
+    assert small_site.hits() == {"/": 1}
+    # its parent was not acknowledged (it comes back, with its children, on the next
+    # run); the other children are stored; nothing else was fetched
+    f = frontier(redis7_client, "enqueue")
+    c = f.counts()
+    assert c.conserved and (c.accepted, c.done, c.ready, c.in_flight) == (4, 0, 4, 0)
+    assert {p.url.removeprefix(base) for p in f.pending()} == {
+        "/", "/product/1", "/product/2", "/product/4"}
 
 
 # --- 5. resume ----------------------------------------------------------------------------

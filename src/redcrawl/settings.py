@@ -194,6 +194,10 @@ _SPECS: tuple[_Spec, ...] = (
           "lease only when the local buffer is empty."),
     _Spec("poll_interval", _number(float, 0.01), "Seconds between lease attempts while the "
           "frontier has nothing ready for this worker."),
+    _Spec("redis_outage_limit", _number(float, 1.0), "Seconds a worker goes on without "
+          "Redis (downloading and parsing what it holds, its calls retried on a thread of "
+          "their own) before it closes with reason redis_unavailable and a non-zero exit "
+          "code; its leases come back to the crawl when they expire."),
     _Spec("retry_http_codes", _int_tuple, "HTTP statuses that, still failing after Scrapy's own "
           "retries, send the request back with backoff (then to the dead letters). Default: "
           "Scrapy's RETRY_HTTP_CODES.", ("RETRY_HTTP_CODES",)),
@@ -298,6 +302,7 @@ class Settings:
     prefetch: int = 16
     lookahead: int = 2
     poll_interval: float = 0.5
+    redis_outage_limit: float = 60.0
     retry_http_codes: tuple[int, ...] = (500, 502, 503, 504, 522, 524, 408, 429)
     worker_id: str | None = None
     persist: bool = True
