@@ -22,10 +22,11 @@ not answered: the caller decides when to give up (``REDCRAWL_REDIS_OUTAGE_LIMIT`
 
 How much is leased: ``prefetch`` at a time, keeping ``prefetch * lookahead`` ready ahead
 of the caller's demand, within ``prefetch * (1 + lookahead) + concurrency`` held in all.
-At the tail of a crawl (the crawl-wide ready count below ``prefetch``) a worker leases
-only what it can start now and gives back (release: served next, not an attempt) the
-leases it holds beyond that while the crawl has nothing else ready, so that idle workers
-get them instead of waiting.
+At the tail of a crawl (the crawl-wide ready count below ``prefetch * (1 + lookahead)``,
+the most one worker keeps ahead, so what it gives back never makes it lease a full batch
+again) a worker leases only what it can start now, and while the crawl has nothing else
+ready it gives back (release: served next, not counted as an attempt) the leases it
+holds beyond that, so that idle workers get them instead of waiting.
 
 No Scrapy here: tests/test_feeder.py drives it against a real Redis.
 """
@@ -71,6 +72,9 @@ class Feeder:
         """Called (on the I/O thread) when leases arrive after a :meth:`take` found none."""
         self.on_tick = on_tick
         """Called on the I/O thread every ``tick`` (e.g. a memory check)."""
+        self.ahead = prefetch * (1 + lookahead)
+        """The most leases kept ahead of the caller; also the tail mark: while the crawl
+        has fewer ready, lease only what can start now and give back the rest."""
         self.held = 0
         """Requests the caller holds (handed out, not finished): set by the caller."""
 
@@ -211,9 +215,9 @@ class Feeder:
             return 0
         if not self._demand and ready == 0 and self.held >= self.concurrency:
             return 0
-        room = self.prefetch * (1 + self.lookahead) + self.concurrency - self.held - ready
+        room = self.ahead + self.concurrency - self.held - ready
         n = min(self.prefetch, room)
-        if self._counts is not None and self._counts.ready < self.prefetch:
+        if self._counts is not None and self._counts.ready < self.ahead:
             # the tail of the crawl: only what can start now (one if the caller asks)
             free = self.concurrency - self.held - ready
             n = min(n, free if free > 0 else int(self._demand and not ready))
