@@ -157,8 +157,9 @@ def test_leases_arrive_ahead_of_demand_within_bounds(front: ListsFrontier) -> No
 
 def test_tail_leases_go_back_to_the_crawl(front: ListsFrontier) -> None:
     """At the tail (nothing else ready in the crawl), a worker that holds more than it
-    can start gives the rest back: another worker leases them."""
+    can start gives the rest back when there is another worker: that one leases them."""
     front.push([env(i) for i in range(10)])
+    front.renew("w2")  # another worker of the crawl (its heartbeat)
     f = Feeder(front, "w1", prefetch=4, lookahead=2, concurrency=2, poll_interval=0.05,
                tick=5.0, heartbeat=1.0)
     f.start()
@@ -187,3 +188,28 @@ def test_stop_flushes_and_gives_back_what_was_not_started(front: ListsFrontier) 
     assert f.stop(timeout=10)
     c = front.counts()
     assert (c.accepted, c.done, c.in_flight, c.ready) == (7, 1, 0, 6) and c.conserved
+
+
+def test_flush_waits_until_stored(front: ListsFrontier) -> None:
+    f = Feeder(front, "w1", tick=30.0, heartbeat=30.0)
+    f.start()
+    try:
+        for i in range(3):
+            f.store(env(i))
+        assert f.flush(wait=10)
+        assert front.counts().accepted == 3  # stored when flush returned
+    finally:
+        f.stop(timeout=10)
+
+
+def test_a_lone_worker_keeps_what_it_leased(front: ListsFrontier) -> None:
+    """No other worker: nothing to give back to (no release and lease again)."""
+    front.push([env(i) for i in range(10)])
+    f = Feeder(front, "w1", prefetch=4, lookahead=2, concurrency=2, tick=0.05)
+    f.start()
+    try:
+        wait_for(lambda: front.counts().in_flight == 10, what="the feeder to lease")
+        time.sleep(0.5)
+        assert "released" not in f.stats()
+    finally:
+        f.stop(timeout=10)

@@ -25,8 +25,8 @@ of the caller's demand, within ``prefetch * (1 + lookahead) + concurrency`` held
 At the tail of a crawl (the crawl-wide ready count below ``prefetch * (1 + lookahead)``,
 the most one worker keeps ahead, so what it gives back never makes it lease a full batch
 again) a worker leases only what it can start now, and while the crawl has nothing else
-ready it gives back (release: served next, not counted as an attempt) the leases it
-holds beyond that, so that idle workers get them instead of waiting.
+ready and other workers are there, it gives back (release: served next, not counted as
+an attempt) the leases it holds beyond that, so that they get them instead of waiting.
 
 No Scrapy here: tests/test_feeder.py drives it against a real Redis.
 """
@@ -89,6 +89,8 @@ class Feeder:
         self._gen = 0             # local changes (store/ack/nack) so far
         self._counts: Counts | None = None
         self._counts_gen = -1     # the local changes the counts were read after
+        self._settled_gen = 0     # the local changes sent to Redis
+        self._others = 0          # other workers of the crawl (heartbeats)
         self._demand = False      # take() found nothing
         self._refresh = False     # counts wanted now
         self._next_lease = 0.0    # nothing was ready: don't ask before this
@@ -112,10 +114,10 @@ class Feeder:
             if self._ready:
                 lease = self._ready.popleft()
                 if len(self._ready) <= self.prefetch * self.lookahead:
-                    self._cond.notify()
+                    self._cond.notify_all()
                 return lease
             self._demand = True
-            self._cond.notify()
+            self._cond.notify_all()
             return None
 
     def store(self, envelope: Envelope) -> None:
@@ -124,28 +126,28 @@ class Feeder:
             self._push.append(envelope)
             self._gen += 1
             if len(self._push) >= self.batch_size:
-                self._cond.notify()
+                self._cond.notify_all()
 
     def ack(self, lease: Lease) -> None:
         with self._cond:
             self._acks.append(lease)
             self._gen += 1
             if len(self._acks) >= self.batch_size:
-                self._cond.notify()
+                self._cond.notify_all()
 
     def nack(self, lease: Lease, error: str, *, retry: bool = True) -> None:
         """A failed attempt (after the requests stored before it)."""
         with self._cond:
             self._nacks.append((lease, error, retry))
             self._gen += 1
-            self._cond.notify()
+            self._cond.notify_all()
 
     def release(self, leases: list[Lease]) -> None:
         """Give leases back unprocessed (served next, not counted as an attempt)."""
         with self._cond:
             self._releases += leases
             self._gen += 1
-            self._cond.notify()
+            self._cond.notify_all()
 
     def add_stats(self, **deltas: int) -> None:
         """Crawl-wide counters, added with the next heartbeat."""
@@ -153,11 +155,20 @@ class Feeder:
             for name, n in deltas.items():
                 self._crawl_stats[name] = self._crawl_stats.get(name, 0) + n
 
-    def flush(self) -> None:
-        """Send what is buffered now (not at the next tick)."""
+    def flush(self, wait: float = 0.0) -> bool:
+        """Send what is buffered now (not at the next tick); with ``wait``, wait up to
+        that many seconds for it to be stored. Returns whether it was."""
+        deadline = time.monotonic() + wait
         with self._cond:
+            gen = self._gen
             self._refresh = True
-            self._cond.notify()
+            self._cond.notify_all()
+            while self._settled_gen < gen:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.error is not None or not self._thread.is_alive():
+                    return False
+                self._cond.wait(left)
+            return True
 
     def busy(self) -> bool:
         """Whether anything local is not settled yet (buffered, or a call on its way)."""
@@ -172,7 +183,7 @@ class Feeder:
         with self._cond:
             if refresh:
                 self._refresh = True
-                self._cond.notify()
+                self._cond.notify_all()
             if self._counts_gen != self._gen or self._ready or self._push or self._acks:
                 return None
             return self._counts
@@ -197,7 +208,7 @@ class Feeder:
         (Redis gone): what is left comes back by lease expiry."""
         with self._cond:
             self._stop = True
-            self._cond.notify()
+            self._cond.notify_all()
         self._thread.join(timeout)
         return not self._thread.is_alive() and self._closed
 
@@ -226,7 +237,7 @@ class Feeder:
     def _excess(self) -> list[Lease]:
         """Leases held beyond what can start now while the crawl has nothing else ready
         (called under the lock): to give back."""
-        if self._counts is None or self._counts.ready or self._stop:
+        if self._counts is None or self._counts.ready or self._stop or not self._others:
             return []
         keep = max(1, self.concurrency - self.held)
         out: list[Lease] = []
@@ -277,8 +288,10 @@ class Feeder:
                     next_beat = time.monotonic() + self.heartbeat
                 if tick:
                     counts = self.frontier.counts()
+                    others = sum(1 for w in self.frontier.workers() if w != self.worker)
                     with self._cond:
                         self._counts, self._counts_gen = counts, gen
+                        self._others = others
                     if self.on_tick is not None:
                         self.on_tick()
                     next_tick = time.monotonic() + self.tick
@@ -301,6 +314,8 @@ class Feeder:
                     self.on_ready()  # so that the caller notices
                 return
             with self._cond:
+                self._settled_gen = gen
+                self._cond.notify_all()
                 if self._failing_since is not None:
                     log.warning("redcrawl: Redis answers again after %.1f s",
                                 time.monotonic() - self._failing_since)

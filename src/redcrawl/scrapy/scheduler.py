@@ -81,6 +81,9 @@ counts, by the I/O thread."""
 WATCH = 0.25
 """Seconds between the reactor's looks at the I/O thread (counters, Redis outage)."""
 
+FLUSH_WAIT = 5.0
+"""Seconds flush() waits for the buffered requests to be stored."""
+
 CLOSE_WAIT = 60.0
 """Seconds close() waits for the last flush while Redis answers."""
 
@@ -472,10 +475,11 @@ class Scheduler(BaseScheduler):
                      error)
 
     def flush(self) -> None:
-        """Store buffered requests and acknowledge finished ones soon (not at the next
-        tick)."""
+        """Store buffered requests and acknowledge finished ones now (RedisSpider calls
+        it for the start entries it took off their key): waits for Redis up to FLUSH_WAIT
+        seconds while Redis answers, not at all during an outage."""
         if self.feeder is not None:
-            self.feeder.flush()
+            self.feeder.flush(wait=0.0 if self.feeder.stalled_for() else FLUSH_WAIT)
 
     def record_failure(self, request: scrapy.Request, error: str, *, retry: bool = True) -> None:
         """Mark a handed-out request as failed: at its end it is nacked, not acked."""
