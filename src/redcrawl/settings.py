@@ -188,10 +188,10 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("batch_size", _number(int, 1, 10_000), "Requests per push/lease/ack round trip."),
     _Spec("prefetch", _number(int, 1, 10_000), "Requests a worker leases ahead of Scrapy's "
           "demand (its local buffer)."),
-    _Spec("lookahead", _number(int, 0, 8), "Settle round trips (store, ack, lease PREFETCH "
-          "more) a worker keeps on their way while the crawl has ready work, so that Redis "
-          "works while Scrapy does; they run in order on a connection of their own. 0: "
-          "lease only when the local buffer is empty."),
+    _Spec("lookahead", _number(int, 0, 8), "Batches of PREFETCH leased requests a worker's "
+          "I/O thread keeps ready ahead of Scrapy's demand while the crawl has ready work, "
+          "so that Scrapy never waits for a lease. 0: lease only when the local buffer is "
+          "empty."),
     _Spec("poll_interval", _number(float, 0.01), "Seconds between lease attempts while the "
           "frontier has nothing ready for this worker."),
     _Spec("redis_outage_limit", _number(float, 1.0), "Seconds a worker goes on without "
