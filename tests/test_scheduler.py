@@ -486,14 +486,16 @@ def test_at_the_tail_a_worker_gives_back_what_it_cannot_start(
     (slow: 0.5 s each) while worker B waits idle: A keeps only what it can start and
     gives the rest back, so B fetches most of them instead of waiting for A."""
     config = SiteConfig(products=60, slow_every=1, slow_delay=0.5, tracking_params=False)
+    f = frontier(redis7_client, "tail")
     with ShopSite(config) as site, start_spider(
-            "fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="tail", tag="a",
-            args={"url": site.url}, settings={"CONCURRENT_REQUESTS": 2}) as a:
-        # B joins while A holds the slow page (else B finds the crawl finished)
-        wait_for(lambda: site.hits().get("/product/60", 0) > 0, what="the slow page")
+            "fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="tail", tag="b",
+            args={"url": site.url, "start": "0"},
+            # B waits for the crawl to start (it has no start URL of its own)
+            settings={"REDCRAWL_POLL_INTERVAL": 0.1, "REDCRAWL_IDLE_BEFORE_CLOSE": 5}) as b:
+        wait_for(lambda: len(f.workers()) == 1, what="B to join the crawl")
         with start_spider("fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="tail",
-                          tag="b", args={"url": site.url, "start": "0"},
-                          settings={"REDCRAWL_POLL_INTERVAL": 0.1}) as b:
+                          tag="a", args={"url": site.url},
+                          settings={"CONCURRENT_REQUESTS": 2}) as a:
             run_a, run_b = a.wait().ok(), b.wait().ok()
         hits = site.hits()
     leaves = {f"/product/{i}" for i in range(1, 51)}
