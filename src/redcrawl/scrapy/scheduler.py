@@ -170,7 +170,8 @@ class Scheduler(BaseScheduler):
         """Start-up checks (on this thread, once), then the I/O thread takes over."""
         self.spider = spider
         crawl = self.settings.crawl_name(spider.name)
-        notes = getattr(redcrawl.settings, "startup_notes", None)  # scrapy-redis migration notes
+        # CALL SITE: redcrawl.settings.startup_notes (scrapy-redis migration notes, once)
+        notes = getattr(redcrawl.settings, "startup_notes", None)
         for line in notes(self.crawler.settings) if callable(notes) else ():
             log.warning("redcrawl: %s", line)
         # redis-py resends a call (same nonce) until REDCRAWL_REDIS_OUTAGE_LIMIT is over:
