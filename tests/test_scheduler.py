@@ -9,7 +9,9 @@ process saw (stats, responses, dropped requests, open/close times) to a JSON fil
 
 from __future__ import annotations
 
+import http.server
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -136,6 +138,23 @@ def test_tracking_variants_are_one_page_with_canonicalize(tmp_path: Path, redis7
     assert run.stats["redcrawl/filtered"] > 0
 
 
+def test_project_request_fingerprinter_is_used(tmp_path: Path, redis7: RedisServer,
+                                               redis7_client: redis.Redis) -> None:
+    """REQUEST_FINGERPRINTER_CLASS decides what a duplicate is (here: URLs that differ
+    by tracking parameters are one page), as with Scrapy's own scheduler."""
+    config = SiteConfig(products=30, per_page=5, categories=3, tracking_params=True)
+    with ShopSite(config) as site:
+        run = crawl_shop(site, tmp_path, redis7, "customfp",
+                         REQUEST_FINGERPRINTER_CLASS="custom_fp.NoTracking").ok()
+        hits = site.hits()
+        expected = once_each(site)
+    assert any("utm_" in url or "ref=" in url for url in run.urls)
+    assert hits == expected  # never a tracking variant of a page fetched before
+    c = frontier(redis7_client, "customfp").counts()
+    assert c.done == config.pages and c.finished and c.conserved
+    assert run.stats["redcrawl/filtered"] > 0
+
+
 # --- 3. outcomes ------------------------------------------------------------------------
 
 OUTCOMES = SiteConfig(products=30, error_every=5, always_fail=(7,), tracking_params=False)
@@ -201,27 +220,88 @@ def test_scrapy_retries_a_start_request(tmp_path: Path, redis7: RedisServer,
     assert [d.url for d in frontier(redis7_client, "startretry").dead()] == [base + oc.POISON]
 
 
+class FlakySite:
+    """A local HTTP server: ``/`` links to ``/a`` (200), ``/b`` (503 once, then 200) and
+    ``/c`` (always 503); counts the hits per path."""
+
+    def __init__(self) -> None:
+        hits: dict[str, int] = {}
+        self.hits = hits
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                n = hits[self.path] = hits.get(self.path, 0) + 1
+                status = 503 if self.path == "/c" or (self.path == "/b" and n == 1) else 200
+                body = (b'<a href="/a">a</a><a href="/b">b</a><a href="/c">c</a>'
+                        if self.path == "/" else b"page")
+                self.send_response(status)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_request_retried_by_scrapy_is_one_request(tmp_path: Path, redis7: RedisServer,
+                                                    redis7_client: redis.Redis) -> None:
+    """Scrapy's RetryMiddleware makes a new request object for each retry: it is the same
+    logical request, so it ends in one state (done or dead), counted once."""
+    site = FlakySite()
+    try:
+        run = run_spider("shop_spider.py", tmp_path, redis_url=redis7.url, crawl="flaky",
+                         settings={"RETRY_TIMES": 1, "REDCRAWL_MAX_ATTEMPTS": 2},
+                         args={"url": site.url + "/"}).ok()
+    finally:
+        site.close()
+    # /b: 503 then 200 (Scrapy's retry); /c: 503 twice per delivery, two deliveries
+    assert site.hits == {"/": 1, "/a": 1, "/b": 2, "/c": 4}
+    f = frontier(redis7_client, "flaky")
+    c = f.counts()
+    assert c.finished and c.conserved
+    assert (c.accepted, c.done, c.dead, c.retried) == (4, 3, 1, 1)
+    (dead,) = f.dead()
+    assert dead.url == site.url + "/c" and dead.attempts == 2 and "HTTP 503" in dead.error
+    assert run.stats["redcrawl/acked"] == 3 and run.stats["redcrawl/dead"] == 1
+
+
 # --- 4. enqueue_request's answer, unstorable meta -------------------------------------
 
 def test_enqueue_request_answers(small_site: ShopSite, tmp_path: Path, redis7: RedisServer,
                                  redis7_client: redis.Redis) -> None:
     run = run_spider("enqueue_spider.py", tmp_path, redis_url=redis7.url, crawl="enqueue",
-                     args={"url": small_site.url}).ok()
+                     args={"url": small_site.url})
     base = small_site.url
     # called directly: True, then False for the same URL
     assert run.report["spider"]["direct"] == [True, False]
     # yielded twice: Scrapy got False for the second (request_dropped), and for the
     # unstorable request
     assert sorted(run.report["dropped"]) == [base + "/product/1", base + "/product/3"]
-    # the unstorable request: logged naming the key, counted, not stored, crawl finished
+    # the unstorable request stops the crawl loudly: an error naming the key and the
+    # request, reason unstorable_request, exit code 1 (never a silent drop)
+    assert run.returncode == 1, run.tail()
+    assert run.report["reason"] == "unstorable_request"
     assert run.stats["redcrawl/unstorable"] == 1
-    errors = [line for line in run.stderr.splitlines() if "ERROR" in line]
+    errors = [line for line in run.stderr.splitlines() if "CRITICAL" in line]
     assert any("meta['obj']" in line and "/product/3" in line for line in errors), errors
-    hits = small_site.hits()
-    assert "/product/3" not in hits
-    assert hits == {"/": 1, "/product/1": 1, "/product/2": 1, "/product/4": 1}
-    c = frontier(redis7_client, "enqueue").counts()
-    assert c.accepted == c.done == 4 and c.finished and c.conserved
+    assert small_site.hits() == {"/": 1}
+    # its parent was not acknowledged (it comes back, with its children, on the next
+    # run); the other children are stored; nothing else was fetched
+    f = frontier(redis7_client, "enqueue")
+    c = f.counts()
+    assert c.conserved and (c.accepted, c.done, c.ready, c.in_flight) == (4, 0, 4, 0)
+    assert {p.url.removeprefix(base) for p in f.pending()} == {
+        "/", "/product/1", "/product/2", "/product/4"}
 
 
 # --- 5. resume ----------------------------------------------------------------------------
@@ -243,6 +323,11 @@ def test_second_run_of_a_finished_crawl_fetches_nothing(small_site: ShopSite, tm
     assert after.filtered == before.filtered + 1
     # "at once": closing took about as long as a crawl that fetches nothing can take
     assert second.report["closed_at"] - second.report["opened_at"] < 5
+    # and it said why it fetched nothing
+    hint = (f"crawl 'again' is finished: {before.done} done; use `redcrawl purge` or "
+            "`--recrawl` to crawl again")
+    assert hint in second.stderr and "WARNING" in second.stderr
+    assert hint not in crawl_shop(small_site, tmp_path, redis7, "fresh", tag="fresh").stderr
 
 
 # --- 6. SCHEDULER_FLUSH_ON_START --------------------------------------------------------
@@ -391,3 +476,34 @@ def test_slow_download_keeps_its_lease(tmp_path: Path, redis7: RedisServer,
     assert c.reclaimed == 0 and c.done == 2 and c.finished and c.conserved
     assert run.stats["redcrawl/acked"] == 2
     assert "redcrawl/stale_acks" not in run.stats
+
+
+# --- 10. the tail of a crawl --------------------------------------------------------------
+
+def test_at_the_tail_a_worker_gives_back_what_it_cannot_start(
+        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    """Worker A (2 requests at a time, leasing ahead) finds the crawl's last 50 pages
+    (slow: 0.5 s each) while worker B waits idle: A keeps only what it can start and
+    gives the rest back, so B fetches most of them instead of waiting for A."""
+    config = SiteConfig(products=60, slow_every=1, slow_delay=0.5, tracking_params=False)
+    f = frontier(redis7_client, "tail")
+    with ShopSite(config) as site, start_spider(
+            "fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="tail", tag="b",
+            args={"url": site.url, "start": "0"},
+            # B waits for the crawl to start (it has no start URL of its own)
+            settings={"REDCRAWL_POLL_INTERVAL": 0.1, "REDCRAWL_IDLE_BEFORE_CLOSE": 5}) as b:
+        wait_for(lambda: len(f.workers()) == 1, what="B to join the crawl")
+        with start_spider("fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="tail",
+                          tag="a", args={"url": site.url},
+                          settings={"CONCURRENT_REQUESTS": 2}) as a:
+            run_a, run_b = a.wait().ok(), b.wait().ok()
+        hits = site.hits()
+    leaves = {f"/product/{i}" for i in range(1, 51)}
+    assert hits == dict.fromkeys({"/", "/product/60", *leaves}, 1)
+    by_b = set(run_b.paths()) & leaves
+    by_a = set(run_a.paths()) & leaves
+    print(f"\nleaves fetched by A (2 at a time): {len(by_a)}, by B: {len(by_b)}")
+    assert len(by_b) > len(by_a)
+    c = frontier(redis7_client, "tail").counts()
+    assert c.finished and c.conserved and c.done == 52
+    assert run_a.stats.get("redcrawl/released", 0) > 0

@@ -221,12 +221,16 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("batch_size", _number(int, 1, 10_000), "Requests per push/lease/ack round trip."),
     _Spec("prefetch", _number(int, 1, 10_000), "Requests a worker leases ahead of Scrapy's "
           "demand (its local buffer)."),
-    _Spec("lookahead", _number(int, 0, 8), "Settle round trips (store, ack, lease PREFETCH "
-          "more) a worker keeps on their way while the crawl has ready work, so that Redis "
-          "works while Scrapy does; they run in order on a connection of their own. 0: "
-          "lease only when the local buffer is empty."),
+    _Spec("lookahead", _number(int, 0, 8), "Batches of PREFETCH leased requests a worker's "
+          "I/O thread keeps ready ahead of Scrapy's demand while the crawl has ready work, "
+          "so that Scrapy never waits for a lease. 0: lease only when the local buffer is "
+          "empty."),
     _Spec("poll_interval", _number(float, 0.01), "Seconds between lease attempts while the "
           "frontier has nothing ready for this worker."),
+    _Spec("redis_outage_limit", _number(float, 1.0), "Seconds a worker goes on without "
+          "Redis (downloading and parsing what it holds, its calls retried on a thread of "
+          "their own) before it closes with reason redis_unavailable and a non-zero exit "
+          "code; its leases come back to the crawl when they expire."),
     _Spec("retry_http_codes", _int_tuple, "HTTP statuses that, still failing after Scrapy's own "
           "retries, send the request back with backoff (then to the dead letters). Default: "
           "Scrapy's RETRY_HTTP_CODES.", ("RETRY_HTTP_CODES",)),
@@ -347,6 +351,7 @@ class Settings:
     prefetch: int = 16
     lookahead: int = 2
     poll_interval: float = 0.5
+    redis_outage_limit: float = 60.0
     retry_http_codes: tuple[int, ...] = (500, 502, 503, 504, 522, 524, 408, 429)
     worker_id: str | None = None
     persist: bool = True

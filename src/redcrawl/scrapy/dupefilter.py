@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 class DupeFilter:
     def __init__(self, settings: Settings, *, debug: bool = False,
                  crawler: Crawler | None = None) -> None:
+        from redcrawl.scrapy.lifecycle import custom_fingerprinter
+
         self.settings = settings
         self.debug = debug
         self.crawler = crawler
@@ -38,6 +40,8 @@ class DupeFilter:
         self._done: Filter | None = None
         self._seen: Filter | None = None
         self._canonicalizer = canonicalizer_for(settings)
+        # the project's REQUEST_FINGERPRINTER_CLASS, unless it is Scrapy's default
+        self._fingerprinter = custom_fingerprinter(crawler) if crawler is not None else None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DupeFilter:
@@ -60,8 +64,9 @@ class DupeFilter:
             frontier = open_frontier(self._client, self.settings, name)
             self._done = frontier.done
             self._seen = Filter(self._client, frontier.dedupe, frontier.keys.fp_seen)
-        fp = request_fingerprint(request, canonicalizer=self._canonicalizer,
-                                 version_meta_key=self.settings.fingerprint_version_meta)
+        fp = (self._fingerprinter(request) if self._fingerprinter is not None else
+              request_fingerprint(request, canonicalizer=self._canonicalizer,
+                                  version_meta_key=self.settings.fingerprint_version_meta))
         if self._done.contains([fp])[0]:
             return True
         return not self._seen.add([fp])[0]

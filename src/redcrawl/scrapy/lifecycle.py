@@ -18,6 +18,7 @@ Scrapy version when the shape is not what we know.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -110,6 +111,38 @@ def mark_start_requests(crawler: Crawler) -> None:
             yield request
 
     slot.start_requests = marked()
+
+
+def custom_fingerprinter(crawler: Crawler) -> Callable[[scrapy.Request], bytes] | None:
+    """The project's REQUEST_FINGERPRINTER_CLASS as a function giving 20-byte ids, or
+    None when it is Scrapy's default (whose fingerprints redcrawl computes faster)."""
+    from scrapy.utils.request import RequestFingerprinter
+
+    fingerprinter = getattr(crawler, "request_fingerprinter", None)
+    if fingerprinter is None or type(fingerprinter) is RequestFingerprinter:
+        return None
+
+    def fingerprint(request: scrapy.Request) -> bytes:
+        fp = bytes(fingerprinter.fingerprint(request))
+        # frontier ids are 20 bytes (a fingerprint) or "#<seq>"
+        return fp if len(fp) == 20 else hashlib.sha1(fp).digest()
+
+    return fingerprint
+
+
+def fail_process(crawler: Crawler) -> None:
+    """Make ``scrapy crawl`` / ``runspider`` exit with code 1 once the engine stops.
+
+    Scrapy's commands return 1 only when a crawl failed to start: CrawlerProcess sets
+    ``bootstrap_failed`` when the crawler has no spider after its crawl ends (2.11 to
+    2.19), so the spider is detached at ``engine_stopped``, after every other use of it
+    (stats are dumped and ``spider_closed`` sent before)."""
+    from scrapy import signals
+
+    def detach() -> None:
+        crawler.spider = None
+
+    crawler.signals.connect(detach, signals.engine_stopped, weak=False)
 
 
 def wake_engine(crawler: Crawler) -> None:

@@ -2,18 +2,25 @@
 
 How a request moves through one worker:
 
-* ``enqueue_request`` fingerprints and encodes the request at once (a request that can't
-  be stored is an error logged there, naming the key) and buffers it; buffered requests
-  are stored in the frontier in batches, always before any request is acknowledged.
-* ``next_request`` hands out one request from a small local prefetch buffer, refilled by
-  one ``lease`` call (never a blocking pop: Scrapy's reactor never waits on Redis).
+* Redis is only ever called from the worker's I/O thread (:class:`redcrawl.feeder.Feeder`):
+  Scrapy's reactor only touches local buffers, so a slow or absent Redis never stalls
+  downloads, callbacks or the heartbeat. When Redis has not answered for
+  ``REDCRAWL_REDIS_OUTAGE_LIMIT`` seconds the spider closes with reason
+  ``redis_unavailable`` and the process exits with code 1 (see docs/scrapy.md).
+* ``enqueue_request`` fingerprints and encodes the request at once and buffers it; the
+  I/O thread stores buffered requests before any acknowledgement buffered after them.
+  A request that can't be stored closes the spider (reason ``unstorable_request``, exit
+  code 1) with an error naming the meta key: never a silent drop.
+* ``next_request`` hands out one request from the local buffer of leased requests, which
+  the I/O thread keeps filled (``REDCRAWL_PREFETCH``, ``REDCRAWL_LOOKAHEAD``).
 * When Scrapy is really done with a request (its callback's output consumed, its children
   passed to ``enqueue_request``, its items through the pipelines: the engine's own
   "request finished" point, see :mod:`redcrawl.scrapy.lifecycle`), the request is
   acknowledged, or sent back for a retry or to the dead letters by its recorded outcome.
-  Children and acks go to Redis together, children first, in one round trip.
-* A heartbeat renews all of this worker's leases, so long callbacks keep them; a killed
-  worker's leases expire and their requests are handed out again.
+  A retry made by Scrapy's RetryMiddleware keeps the original's lease: one request, one
+  final state.
+* A heartbeat (on the I/O thread) renews all of this worker's leases, so long callbacks
+  keep them; a killed worker's leases expire and their requests are handed out again.
 
 Outcomes (see ``docs/scrapy.md``): callback exception -> retry with backoff, then DEAD;
 download error still failing after Scrapy's retries -> retry with backoff, then DEAD;
@@ -23,6 +30,7 @@ anything else (2xx, 3xx handled by Scrapy, 404, ``IgnoreRequest``) -> DONE.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import secrets
@@ -32,24 +40,20 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 from scrapy import signals
 from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
 from twisted.internet import task
 
+import redcrawl.settings
 from redcrawl import codec
 from redcrawl.connection import connect
-from redcrawl.errors import ConnectionLost, DecodeError, EncodeError, RedcrawlError
+from redcrawl.errors import DecodeError, EncodeError, RedcrawlError
+from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter_for
-from redcrawl.frontier import (
-    Counts,
-    Lease,
-    ListsFrontier,
-    PushResult,
-    SettleCall,
-    Settled,
-    open_frontier,
-)
+from redcrawl.frontier import Lease, ListsFrontier, PushResult, open_frontier
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
 from redcrawl.scrapy import lifecycle
@@ -71,10 +75,27 @@ LOCAL_SEEN_MAX = 200_000
 """Fingerprints a worker remembers to answer enqueue_request without Redis (~20 MB)."""
 
 TICK = 1.0
-"""Seconds between flushes of buffered requests, acks and counters when idle."""
+"""Seconds between flushes of buffered requests and acks, and reads of the crawl-wide
+counts, by the I/O thread."""
 
-COUNTS_CACHE = 1.0
-"""Seconds the crawl-wide counts are reused by has_pending_requests()."""
+WATCH = 0.25
+"""Seconds between the reactor's looks at the I/O thread (counters, Redis outage)."""
+
+FLUSH_WAIT = 5.0
+"""Seconds flush() waits for the buffered requests to be stored."""
+
+CLOSE_WAIT = 60.0
+"""Seconds close() waits for the last flush while Redis answers."""
+
+CLOSE_WAIT_GONE = 2.0
+"""... and while Redis does not (the crawl gets it back by lease expiry)."""
+
+MARK = "_redcrawl_handed_out"
+"""Meta key numbering the requests this worker handed out (so that a retry made by
+Scrapy, whose meta is a copy, is recognised); removed from children that copy it."""
+
+STAT_NAMES = {"nack_retried": "retried", "nack_dead": "dead", "nack_stale": "stale"}
+"""I/O thread counters with another name in Scrapy's stats (``redcrawl/<name>``)."""
 
 
 def seed(urls: Iterable[str], *, settings: Settings, crawl: str,
@@ -108,30 +129,26 @@ class Scheduler(BaseScheduler):
         self.worker = (f"{settings.worker_id}:{secrets.token_hex(3)}" if settings.worker_id
                        else default_worker_id())
         self.canonicalizer = canonicalizer_for(settings)
+        # the project's REQUEST_FINGERPRINTER_CLASS when it is not Scrapy's default
+        self.custom_fingerprinter = lifecycle.custom_fingerprinter(crawler)
         self.fingerprinter = Fingerprinter(canonicalizer=self.canonicalizer,
                                            version_meta_key=settings.fingerprint_version_meta)
         self.frontier: ListsFrontier | None = None
+        self.feeder: Feeder | None = None
         self.spider: scrapy.Spider | None = None
-        self._buffer: list[codec.Envelope] = []      # accepted locally, not yet stored
-        self._acks: list[Lease] = []                 # finished, not yet acknowledged
-        self._prefetch: deque[Lease] = deque()       # leased, not yet handed to Scrapy
-        # settle calls on their way (lookahead): the call, how many it leases, and what
-        # it stores and acks (put back in the buffer if Redis refuses the call)
-        self._ahead: deque[tuple[SettleCall, int, list[codec.Envelope], list[Lease]]] = (
-            deque())
         self._handed_out: dict[int, tuple[scrapy.Request, Lease]] = {}
+        self._successors: deque[scrapy.Request] = deque()  # Scrapy's retries, on their lease
         self._outcomes: dict[int, tuple[bool, str]] = {}   # id(request) -> (retry, error)
+        self._marked: dict[int, scrapy.Request] = {}       # meta[MARK] -> handed out
         self._local_seen: set[bytes] = set()
-        self._counts: tuple[float, Counts] | None = None
-        self._next_lease_at = 0.0
+        self._serial = itertools.count(1)
         self._concurrency = crawler.settings.getint("CONCURRENT_REQUESTS", 16)
         self._finished_since: float | None = None
-        self._heartbeat: task.LoopingCall | None = None
-        self._ticker: task.LoopingCall | None = None
-        self._memory: MemoryWatch | None = None
+        self._watchdog: task.LoopingCall | None = None
         self._unhook: Any = None
         self._poll_call: Any = None
-        self._pending_stats: dict[str, int] = {"items": 0, "filtered_local": 0}
+        self._failure: str | None = None
+        self._closing = False
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -152,26 +169,58 @@ class Scheduler(BaseScheduler):
 
     # --- lifecycle -------------------------------------------------------------------
     def open(self, spider: scrapy.Spider) -> None:
+        """Start-up checks (on this thread, once), then the I/O thread takes over."""
         self.spider = spider
         crawl = self.settings.crawl_name(spider.name)
-        client = connect(self.settings)
+        # CALL SITE: redcrawl.settings.startup_notes (scrapy-redis migration notes, once)
+        notes = getattr(redcrawl.settings, "startup_notes", None)
+        for line in notes(self.crawler.settings) if callable(notes) else ():
+            log.warning("redcrawl: %s", line)
+        # redis-py resends a call (same nonce) until REDCRAWL_REDIS_OUTAGE_LIMIT is over:
+        # the I/O thread waits, the reactor doesn't.
+        retries = int(self.settings.redis_outage_limit) + 5
+        client = connect(self.settings,
+                         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries))
         self.frontier = open_frontier(client, self.settings, crawl)
         for warning in check_server(self.frontier):
             log.warning("redcrawl: %s", warning)
-        self._memory = MemoryWatch(client, self.settings)
+        memory = MemoryWatch(client, self.settings)
         if self.settings.flush_on_start:
             self._flush_once()
         self.fingerprinter = fingerprinter_for(self.settings, client, self.frontier.keys)
+        self._warn_if_finished()
         self.frontier.renew(self.worker)
         self._unhook = lifecycle.on_request_finished(self.crawler, self._on_finished)
         lifecycle.mark_start_requests(self.crawler)
         lifecycle.install_outcome_middleware(self.crawler, self)
-        self._heartbeat = task.LoopingCall(self._beat)
-        self._heartbeat.start(self.settings.heartbeat, now=False)
-        self._ticker = task.LoopingCall(self._tick)
-        self._ticker.start(TICK, now=False)
+        from twisted.internet import reactor
+
+        def memory_check() -> None:
+            warning = memory.check()
+            if warning:
+                log.warning("redcrawl: %s", warning)
+
+        self.feeder = Feeder(
+            self.frontier, self.worker, prefetch=self.settings.prefetch,
+            lookahead=self.settings.lookahead, concurrency=self._concurrency,
+            batch_size=self.settings.batch_size, heartbeat=self.settings.heartbeat,
+            poll_interval=self.settings.poll_interval, tick=TICK,
+            on_ready=lambda: cast(Any, reactor).callFromThread(self._wake),
+            on_tick=memory_check)
+        self.feeder.start()
+        self._watchdog = task.LoopingCall(self._watch)
+        self._watchdog.start(WATCH, now=False)
         log.info("redcrawl: worker %s on crawl %r (%s)", self.worker, crawl,
                  self.settings.redis_url or f"embedded Redis in {self.settings.embedded_dir}")
+
+    def _warn_if_finished(self) -> None:
+        """A finished persistent crawl fetches nothing when run again: say so."""
+        assert self.frontier is not None
+        counts = self.frontier.counts()
+        if counts.finished and counts.done:
+            log.warning("redcrawl: crawl %r is finished: %d done; use `redcrawl purge` or "
+                        "`--recrawl` to crawl again (or SCHEDULER_FLUSH_ON_START)",
+                        self.frontier.crawl, counts.done)
 
     def _flush_once(self) -> None:
         """SCHEDULER_FLUSH_ON_START: empty the crawl once, by the first worker to start it
@@ -194,30 +243,38 @@ class Scheduler(BaseScheduler):
             self.frontier.renew(self.worker)
 
     def close(self, reason: str) -> None:
-        for loop in (self._heartbeat, self._ticker):
-            if loop is not None and loop.running:
-                loop.stop()
+        self._closing = True
+        if self._watchdog is not None and self._watchdog.running:
+            self._watchdog.stop()
         if self._poll_call is not None and self._poll_call.active():
             self._poll_call.cancel()
         if self._unhook is not None:
             self._unhook()
-        if self.frontier is None:
+        if self.frontier is None or self.feeder is None:
+            return
+        feeder = self.feeder
+        leftovers = [lease for _, lease in self._handed_out.values()]
+        self._handed_out.clear()
+        self._successors.clear()
+        if leftovers:
+            feeder.release(leftovers)
+        # Redis gone: don't wait for it (what is not stored comes back by lease expiry:
+        # no parent was acknowledged before its children were stored)
+        gone = self._failure == "redis_unavailable" or feeder.stalled_for() > 0
+        stopped = feeder.stop(timeout=CLOSE_WAIT_GONE if gone else CLOSE_WAIT)
+        self._merge_stats()
+        if not stopped:
+            log.error("redcrawl: could not reach Redis at close: this worker's unsettled "
+                      "work (requests found, pages finished) is redone when its leases "
+                      "expire (REDCRAWL_LEASE_TTL = %s s)", self.settings.lease_ttl)
             return
         try:
-            self._settle()
-            self._publish_stats()
-            leftovers = list(self._prefetch) + [lease for _, lease in self._handed_out.values()]
-            if leftovers:
-                n = self.frontier.release(leftovers)
-                self.stats.inc_value("redcrawl/released", n)
-            self._prefetch.clear()
-            self._handed_out.clear()
             if not self.settings.persist:
                 self._purge_if_last()
             self.frontier.forget_worker(self.worker)
         except RedcrawlError as exc:
-            log.error("redcrawl: could not hand back this worker's leases at close (%s); "
-                      "they come back by themselves when they expire", exc)
+            log.error("redcrawl: could not sign this worker off at close (%s); its leases "
+                      "come back by themselves when they expire", exc)
         finally:
             self.frontier.client.close()
 
@@ -232,16 +289,62 @@ class Scheduler(BaseScheduler):
             self.frontier.purge()
             log.info("redcrawl: crawl finished and SCHEDULER_PERSIST is off: purged it")
 
+    # --- failing loudly ----------------------------------------------------------------
+    def _fail(self, reason: str, message: str) -> None:
+        """Close the spider with ``reason`` and make the process exit non-zero."""
+        if self._failure is not None:
+            return
+        self._failure = reason
+        log.critical("redcrawl: %s; closing the spider (reason %r, exit code 1)",
+                     message, reason)
+        self.stats.set_value("redcrawl/failure", reason)
+        lifecycle.fail_process(self.crawler)
+        from twisted.internet import reactor
+
+        cast(Any, reactor).callLater(0, lifecycle.stop_crawler, self.crawler, reason)
+
+    def _watch(self) -> None:
+        """Every WATCH seconds, on the reactor: merge the I/O thread's counters, and give
+        up when Redis has not answered for REDCRAWL_REDIS_OUTAGE_LIMIT seconds."""
+        assert self.feeder is not None
+        self._merge_stats()
+        if self.feeder.error is not None:
+            self._fail("redis_error", f"Redis refused a call: {self.feeder.error}")
+        stalled = self.feeder.stalled_for()
+        if stalled > self.settings.redis_outage_limit:
+            self._fail("redis_unavailable",
+                       f"Redis has not answered for {stalled:.0f} s "
+                       f"(REDCRAWL_REDIS_OUTAGE_LIMIT = {self.settings.redis_outage_limit} s); "
+                       "this worker's leases come back to the crawl when they expire")
+
+    def _merge_stats(self) -> None:
+        assert self.feeder is not None
+        for name, n in self.feeder.stats().items():
+            if name == "filtered_remote":
+                self.stats.inc_value("redcrawl/filtered", n)
+            self.stats.inc_value(f"redcrawl/{STAT_NAMES.get(name, name)}", n)
+
+    def _wake(self) -> None:
+        """The I/O thread has leases (or an error) for us: ask the engine to look."""
+        if self.feeder is not None and self.feeder.error is not None:
+            self._watch()
+        if not self._closing:
+            lifecycle.wake_engine(self.crawler)
+
     # --- Scrapy's scheduler interface -------------------------------------------------
     def enqueue_request(self, request: scrapy.Request) -> bool:
         meta = request.meta
+        if MARK in meta:
+            if self._take_over(request):
+                return True
+            del meta[MARK]  # a child that copied its parent's meta
         # Start requests are dont_filter in Scrapy, but a crawl must not refetch its start
         # URLs on every worker and every rerun: dedupe them (not their retry or redirect
         # successors, which inherit the marker).
         start = (meta.get("is_start_request") and not meta.get("retry_times")
                  and not meta.get("redirect_times"))
         dont_filter = request.dont_filter and not start
-        fp = None if dont_filter else self.fingerprinter.request(request)
+        fp = None if dont_filter else self._fingerprint(request)
         if fp is not None and fp in self._local_seen:
             self._filtered(request)
             return False
@@ -250,130 +353,81 @@ class Scheduler(BaseScheduler):
             env.dont_filter = fp is None
             codec.encode(env)  # fail here, naming the key, not later in a batch
         except EncodeError as exc:
-            log.error("redcrawl: dropped %s: %s", request, exc)
             self.stats.inc_value("redcrawl/unstorable")
+            self._fail("unstorable_request", f"cannot store {request}: {exc}")
             return False
         if fp is not None:
             if len(self._local_seen) >= LOCAL_SEEN_MAX:
                 self._local_seen.clear()  # a cache: Redis has the truth
             self._local_seen.add(fp)
-        self._buffer.append(env)
+        assert self.feeder is not None
+        self.feeder.store(env)
         self.stats.inc_value("redcrawl/enqueued")
-        if len(self._buffer) >= self.settings.batch_size:
-            self._flush()
         return True
 
+    def _fingerprint(self, request: scrapy.Request) -> bytes:
+        if self.custom_fingerprinter is not None:
+            return self.custom_fingerprinter(request)
+        return self.fingerprinter.request(request)
+
+    def _take_over(self, request: scrapy.Request) -> bool:
+        """A request Scrapy's RetryMiddleware made from one we handed out (its meta
+        copied, ``retry_times`` raised) is the same logical request: it keeps the
+        original's lease, in this worker, and the original is not acknowledged. One
+        request, one final state."""
+        mark = request.meta[MARK]
+        original = self._marked.get(mark)
+        if original is None:
+            return False
+        entry = self._handed_out.get(id(original))
+        if entry is None or entry[0] is not original:
+            return False
+        if request.meta.get("retry_times", 0) <= original.meta.get("retry_times", 0):
+            return False
+        del self._handed_out[id(original)]
+        self._outcomes.pop(id(original), None)
+        del self._marked[mark]
+        self._successors.append(request)
+        self._hand_out(request, entry[1])
+        self.stats.inc_value("redcrawl/scrapy_retries")
+        return True
+
+    def _hand_out(self, request: scrapy.Request, lease: Lease) -> None:
+        mark = next(self._serial)
+        request.meta[MARK] = mark
+        self._marked[mark] = request
+        self._handed_out[id(request)] = (request, lease)
+        assert self.feeder is not None
+        self.feeder.held = len(self._handed_out)
+
     def _on_item(self, item: Any, response: Any, spider: Any) -> None:
-        self._pending_stats["items"] += 1
+        if self.feeder is not None:
+            self.feeder.add_stats(items=1)
 
     def _filtered(self, request: scrapy.Request) -> None:
-        self._pending_stats["filtered_local"] += 1
+        if self.feeder is not None:
+            self.feeder.add_stats(filtered_local=1)
         self.stats.inc_value("redcrawl/filtered")
         if self.df is not None and self.spider is not None:
             self.df.log(request, self.spider)
 
     def next_request(self) -> scrapy.Request | None:
-        assert self.frontier is not None and self.spider is not None
+        assert self.feeder is not None and self.spider is not None
+        if self._successors:
+            return self._successors.popleft()  # already handed out (_take_over)
+        if self._failure is not None:
+            return None
         while True:
-            if not self._prefetch and not self._refill():
+            lease = self.feeder.take()
+            if lease is None:
                 return None
-            lease = self._prefetch.popleft()
             try:
                 request = codec.to_request(lease.envelope, self.spider)
             except DecodeError as exc:
-                self.frontier.dead_letter(lease, f"cannot rebuild the request: {exc}")
-                self.stats.inc_value("redcrawl/dead")
+                self.feeder.nack(lease, f"cannot rebuild the request: {exc}", retry=False)
                 continue
-            self._handed_out[id(request)] = (request, lease)
+            self._hand_out(request, lease)
             return request
-
-    def _refill(self) -> bool:
-        """Take the leases of the oldest call on its way, else make one round trip:
-        store what is buffered, ack what is finished, lease more."""
-        while self._ahead:
-            if not self._collect_one():
-                # the crawl ran short of ready work: take in what is on its way, then
-                # lease only on demand (polling while nothing is ready)
-                while self._ahead:
-                    self._collect_one()
-                if self._prefetch:
-                    return True
-                break
-            if self._prefetch:
-                self._look_ahead()
-                return True
-        now = time.monotonic()
-        # Lease prefetch requests at a time, as long as this worker holds no more than
-        # CONCURRENT_REQUESTS + prefetch (Scrapy's own limits don't bound the requests
-        # still in the scraper).
-        room = min(self.settings.prefetch,
-                   self.settings.prefetch + self._concurrency - len(self._handed_out))
-        # While the crawl had nothing ready, poll only every poll_interval, unless this
-        # worker itself has new requests to store.
-        if room <= 0 or (now < self._next_lease_at and not self._buffer):
-            return False
-        leases = self._settle(lease=room)
-        if not leases:
-            self._next_lease_at = now + self.settings.poll_interval
-            self._poke_later()
-            return False
-        self._next_lease_at = 0.0
-        self._prefetch.extend(leases)
-        if len(leases) == room:  # the crawl has ready work: keep calls on their way
-            self._look_ahead()
-        return True
-
-    def _look_ahead(self) -> None:
-        """Begin settle calls (store, ack, lease ``prefetch`` more) until ``lookahead``
-        are on their way, within PREFETCH * (1 + LOOKAHEAD) + CONCURRENT_REQUESTS held
-        requests. Redis runs them while Scrapy works; _refill takes their leases."""
-        assert self.frontier is not None
-        prefetch = self.settings.prefetch
-        while len(self._ahead) < self.settings.lookahead:
-            held = (len(self._handed_out) + len(self._prefetch)
-                    + sum(n for _, n, _, _ in self._ahead))
-            room = min(prefetch, prefetch * (1 + self.settings.lookahead)
-                       + self._concurrency - held)
-            if room <= 0:
-                return
-            push, acks = self._buffer, self._acks
-            self._buffer, self._acks = [], []
-            call = self.frontier.settle_begin(push=push, ack=acks, lease=(self.worker, room))
-            self._ahead.append((call, room, push, acks))
-            self.stats.inc_value("redcrawl/lookahead_calls")
-
-    def _flush(self) -> None:
-        """A full batch to store or ack: on its way like the lookahead's calls (after
-        them, in order; waiting for the oldest when ``lookahead`` are on their way), or
-        a round trip now without lookahead."""
-        if not self.settings.lookahead:
-            self._settle()
-            return
-        assert self.frontier is not None
-        if len(self._ahead) >= self.settings.lookahead:
-            self._collect_one()
-        push, acks = self._buffer, self._acks
-        if not push and not acks:  # (Redis was lost while waiting)
-            return
-        self._buffer, self._acks = [], []
-        self._ahead.append((self.frontier.settle_begin(push=push, ack=acks), 0, push, acks))
-
-    def _collect_one(self) -> bool:
-        """The oldest call on its way: its leases go to the local buffer. Returns whether
-        it leased all it asked for. A call Redis refused puts what it carried back (and
-        the error propagates, as for _settle)."""
-        call, n, push, acks = self._ahead.popleft()
-        try:
-            out = call.result()
-        except ConnectionLost as exc:
-            self._redis_lost(exc)
-            return False
-        except RedcrawlError:
-            self._buffer[:0] = push
-            self._acks[:0] = acks
-            raise
-        self._prefetch.extend(self._account(out, len(acks)))
-        return len(out.leases) >= n
 
     def _poke_later(self) -> None:
         """Ask the engine for requests again after poll_interval (instead of its 5 s
@@ -385,19 +439,20 @@ class Scheduler(BaseScheduler):
                 self.settings.poll_interval, lifecycle.wake_engine, self.crawler)
 
     def has_pending_requests(self) -> bool:
-        if self._prefetch or self._buffer or self._handed_out or self._acks or self._ahead:
+        assert self.feeder is not None
+        if self._successors or self._handed_out:
             return True
-        return not self._global_counts().finished
-
-    def _global_counts(self, max_age: float = COUNTS_CACHE) -> Counts:
-        assert self.frontier is not None
-        now = time.monotonic()
-        if self._counts is None or now - self._counts[0] > max_age:
-            self._counts = (now, self.frontier.counts())
-        return self._counts[1]
+        counts = self.feeder.crawl_counts()
+        if counts is not None and counts.finished:
+            return False
+        # Nothing here but the crawl may not be finished: ask for fresh counts and look
+        # again soon (not at the engine's 5 s heartbeat)
+        self.feeder.crawl_counts(refresh=True)
+        self._poke_later()
+        return True
 
     def __len__(self) -> int:
-        return len(self._prefetch) + len(self._buffer)
+        return len(self._successors)
 
     # --- finishing requests -------------------------------------------------------------
     def _on_finished(self, request: scrapy.Request) -> None:
@@ -406,69 +461,28 @@ class Scheduler(BaseScheduler):
         if entry is None or entry[0] is not request:
             return  # not ours (engine.download() requests, or already settled)
         del self._handed_out[id(request)]
+        self._marked.pop(request.meta.get(MARK, 0), None)
+        assert self.feeder is not None
+        self.feeder.held = len(self._handed_out)
         lease = entry[1]
         outcome = self._outcomes.pop(id(request), None)
-        if outcome is None:
-            self._acks.append(lease)
-            if len(self._acks) >= self.settings.batch_size:
-                self._flush()
-            return
-        assert self.frontier is not None
-        retry, error = outcome
-        self._settle()  # children first
-        result = self.frontier.nack(lease, error, retry=retry)
-        self.stats.inc_value(f"redcrawl/{result}")
-        log.info("redcrawl: %s %s: %s", result, request.url, error)
+        if self._failure == "unstorable_request":
+            # one of its children may be the unstorable one: never acknowledge it
+            self.feeder.release([lease])
+        elif outcome is None:
+            self.feeder.ack(lease)
+        else:
+            retry, error = outcome
+            self.feeder.nack(lease, error, retry=retry)  # after its children
+            log.info("redcrawl: failed %s (attempt %d): %s", request.url, lease.attempts,
+                     error)
 
     def flush(self) -> None:
-        """Store buffered requests and acknowledge finished ones now."""
-        self._settle()
-
-    def _settle(self, lease: int = 0) -> list[Lease]:
-        """Store buffered requests, acknowledge finished ones and (``lease`` > 0) lease
-        more, in one atomic round trip, after the calls on their way; returns the new
-        leases."""
-        while self._ahead:
-            self._collect_one()
-        if not self._buffer and not self._acks and not lease:
-            return []
-        assert self.frontier is not None
-        push, acks = self._buffer, self._acks
-        try:
-            out = self.frontier.settle(push=push, ack=acks,
-                                       lease=(self.worker, lease) if lease else None)
-        except ConnectionLost as exc:
-            self._redis_lost(exc)
-            return []
-        self._buffer, self._acks = [], []
-        return self._account(out, len(acks))
-
-    def _redis_lost(self, exc: ConnectionLost) -> None:
-        log.critical("redcrawl: Redis is gone (%s); stopping this worker without "
-                     "acknowledging anything: its leases will be handed out again", exc)
-        self._buffer, self._acks = [], []
-        self._handed_out.clear()
-        self._prefetch.clear()
-        self._ahead.clear()
-        lifecycle.stop_crawler(self.crawler, "redis_lost")
-
-    def _account(self, out: Settled, n_acks: int) -> list[Lease]:
-        """Stats of one settle; returns its leases."""
-        pushed, acked = out.pushed, out.acked
-        if pushed.filtered:
-            self.stats.inc_value("redcrawl/filtered", pushed.filtered)
-            self.stats.inc_value("redcrawl/filtered_remote", pushed.filtered)
-        if pushed.accepted:
-            self.stats.inc_value("redcrawl/stored", pushed.accepted)
-            self._next_lease_at = 0.0  # new work: no reason to wait before leasing
-            self._counts = None
-        if acked:
-            self.stats.inc_value("redcrawl/acked", acked)
-        if n_acks > acked:
-            self.stats.inc_value("redcrawl/stale_acks", n_acks - acked)
-        if out.leases:
-            self.stats.inc_value("redcrawl/leased", len(out.leases))
-        return out.leases
+        """Store buffered requests and acknowledge finished ones now (RedisSpider calls
+        it for the start entries it took off their key): waits for Redis up to FLUSH_WAIT
+        seconds while Redis answers, not at all during an outage."""
+        if self.feeder is not None:
+            self.feeder.flush(wait=0.0 if self.feeder.stalled_for() else FLUSH_WAIT)
 
     def record_failure(self, request: scrapy.Request, error: str, *, retry: bool = True) -> None:
         """Mark a handed-out request as failed: at its end it is nacked, not acked."""
@@ -499,38 +513,17 @@ class Scheduler(BaseScheduler):
         if not handled:
             self.record_failure(request, f"HTTP {response.status} (after Scrapy's retries)")
 
-    # --- heartbeat and idleness ------------------------------------------------------------
-    def _publish_stats(self) -> None:
-        """Crawl-wide counters for progress displays (items, locally filtered)."""
-        assert self.frontier is not None
-        deltas, self._pending_stats = self._pending_stats, dict.fromkeys(self._pending_stats, 0)
-        self.frontier.add_stats(**deltas)
-
-    def _beat(self) -> None:
-        """Heartbeat: this worker and all its leases are alive for another lease_ttl."""
-        assert self.frontier is not None
-        try:
-            self.frontier.renew(self.worker)
-        except RedcrawlError as exc:
-            log.warning("redcrawl: heartbeat failed (%s); retrying at the next beat", exc)
-
-    def _tick(self) -> None:
-        """Every second: store what is buffered, ack what is finished, publish counters."""
-        try:
-            self._settle()
-            self._publish_stats()
-            warning = self._memory.check() if self._memory is not None else None
-            if warning:
-                log.warning("redcrawl: %s", warning)
-        except RedcrawlError as exc:
-            log.warning("redcrawl: periodic flush failed (%s); retrying", exc)
-
+    # --- idleness ----------------------------------------------------------------------
     def _on_idle(self, spider: Any) -> None:
         """The engine found nothing to do. Keep the spider open until the whole crawl has
         been finished for ``idle_before_close`` seconds."""
-        counts = self._global_counts(max_age=0)
-        if not counts.finished:
+        assert self.feeder is not None
+        if self._failure is not None:
+            return
+        counts = self.feeder.crawl_counts(refresh=True)
+        if counts is None or not counts.finished:
             self._finished_since = None
+            self._poke_later()
             raise DontCloseSpider
         now = time.monotonic()
         if self._finished_since is None:

@@ -1,0 +1,386 @@
+"""A worker's Redis I/O on a thread of its own, off the caller's (Scrapy's reactor) thread.
+
+The caller (the Scrapy scheduler) only touches local buffers, under one lock, and never
+waits on Redis:
+
+* :meth:`Feeder.take` pops a leased request from the ready buffer (or returns None and
+  asks the thread for more);
+* :meth:`Feeder.store`, :meth:`Feeder.ack` and :meth:`Feeder.nack` append to buffers
+  the thread flushes.
+
+The I/O thread loops: it takes everything buffered at once and sends it in one
+:meth:`~redcrawl.frontier.ListsFrontier.settle` (store the children, then ack the
+parents, then lease more: children are always stored before their parent's ack, since a
+parent finishes after its children were buffered), then the nacks, then the heartbeat
+and, every ``tick``, the crawl-wide counts (the caller's view of "is the crawl
+finished?"). A call Redis refused puts what it carried back in front of the buffers.
+
+During an outage the thread is blocked in redis-py's retries (which resend the same
+call, so a lease call's nonce still returns the first execution's outcome) while the
+caller goes on with what it holds. :meth:`Feeder.stalled_for` tells how long Redis has
+not answered: the caller decides when to give up (``REDCRAWL_REDIS_OUTAGE_LIMIT``).
+
+How much is leased: ``prefetch`` at a time, keeping ``prefetch * lookahead`` ready ahead
+of the caller's demand, within ``prefetch * (1 + lookahead) + concurrency`` held in all.
+At the tail of a crawl (the crawl-wide ready count below ``prefetch * (1 + lookahead)``,
+the most one worker keeps ahead, so what it gives back never makes it lease a full batch
+again) a worker leases only what it can start now, and while the crawl has nothing else
+ready and other workers are there, it gives back (release: served next, not counted as
+an attempt) the leases it holds beyond that, so that they get them instead of waiting.
+
+No Scrapy here: tests/test_feeder.py drives it against a real Redis.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from redcrawl.errors import ConnectionError_, RedcrawlError
+
+if TYPE_CHECKING:
+    from redcrawl.codec import Envelope
+    from redcrawl.frontier import Counts, Lease, ListsFrontier
+
+__all__ = ["Feeder"]
+
+log = logging.getLogger(__name__)
+
+
+class Feeder:
+    """Leases, stores and acknowledges for one worker on a thread of its own."""
+
+    def __init__(self, frontier: ListsFrontier, worker: str, *, prefetch: int = 16,
+                 lookahead: int = 2, concurrency: int = 16, batch_size: int = 100,
+                 heartbeat: float = 20.0, poll_interval: float = 0.5, tick: float = 1.0,
+                 on_ready: Callable[[], None] | None = None,
+                 on_tick: Callable[[], None] | None = None) -> None:
+        self.frontier = frontier
+        self.worker = worker
+        self.prefetch = prefetch
+        self.lookahead = lookahead
+        self.concurrency = concurrency
+        self.batch_size = batch_size
+        self.heartbeat = heartbeat
+        self.poll_interval = poll_interval
+        self.tick = tick
+        self.on_ready = on_ready
+        """Called (on the I/O thread) when leases arrive after a :meth:`take` found none."""
+        self.on_tick = on_tick
+        """Called on the I/O thread every ``tick`` (e.g. a memory check)."""
+        self.ahead = prefetch * (1 + lookahead)
+        """The most leases kept ahead of the caller; also the tail mark: while the crawl
+        has fewer ready, lease only what can start now and give back the rest."""
+        self.held = 0
+        """Requests the caller holds (handed out, not finished): set by the caller."""
+
+        self._cond = threading.Condition()
+        self._ready: deque[Lease] = deque()
+        self._push: list[Envelope] = []
+        self._acks: list[Lease] = []
+        self._nacks: list[tuple[Lease, str, bool]] = []
+        self._releases: list[Lease] = []
+        self._stats: dict[str, int] = {}
+        self._crawl_stats: dict[str, int] = {}
+        self._gen = 0             # local changes (store/ack/nack) so far
+        self._counts: Counts | None = None
+        self._counts_gen = -1     # the local changes the counts were read after
+        self._settled_gen = 0     # the local changes sent to Redis
+        self._others = 0          # other workers of the crawl (heartbeats)
+        self._demand = False      # take() found nothing
+        self._refresh = False     # counts wanted now
+        self._next_lease = 0.0    # nothing was ready: don't ask before this
+        self._call_since: float | None = None
+        self._failing_since: float | None = None
+        self._stop = False
+        self._closed = False
+        self.error: BaseException | None = None
+        """A fatal error of the thread (Redis refused a call): the caller should stop."""
+        self._thread = threading.Thread(target=self._run, name=f"redcrawl-io {worker}",
+                                        daemon=True)
+
+    # --- the caller's side (never waits on Redis) ---------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def take(self) -> Lease | None:
+        """A leased request, or None (then the thread leases more, and calls
+        ``on_ready`` when it has some)."""
+        with self._cond:
+            if self._ready:
+                lease = self._ready.popleft()
+                if len(self._ready) <= self.prefetch * self.lookahead:
+                    self._cond.notify_all()
+                return lease
+            self._demand = True
+            self._cond.notify_all()
+            return None
+
+    def store(self, envelope: Envelope) -> None:
+        """Store a request (a child) before any ack buffered after it."""
+        with self._cond:
+            self._push.append(envelope)
+            self._gen += 1
+            if len(self._push) >= self.batch_size:
+                self._cond.notify_all()
+
+    def ack(self, lease: Lease) -> None:
+        with self._cond:
+            self._acks.append(lease)
+            self._gen += 1
+            if len(self._acks) >= self.batch_size:
+                self._cond.notify_all()
+
+    def nack(self, lease: Lease, error: str, *, retry: bool = True) -> None:
+        """A failed attempt (after the requests stored before it)."""
+        with self._cond:
+            self._nacks.append((lease, error, retry))
+            self._gen += 1
+            self._cond.notify_all()
+
+    def release(self, leases: list[Lease]) -> None:
+        """Give leases back unprocessed (served next, not counted as an attempt)."""
+        with self._cond:
+            self._releases += leases
+            self._gen += 1
+            self._cond.notify_all()
+
+    def add_stats(self, **deltas: int) -> None:
+        """Crawl-wide counters, added with the next heartbeat."""
+        with self._cond:
+            for name, n in deltas.items():
+                self._crawl_stats[name] = self._crawl_stats.get(name, 0) + n
+
+    def flush(self, wait: float = 0.0) -> bool:
+        """Send what is buffered now (not at the next tick); with ``wait``, wait up to
+        that many seconds for it to be stored. Returns whether it was."""
+        deadline = time.monotonic() + wait
+        with self._cond:
+            gen = self._gen
+            self._refresh = True
+            self._cond.notify_all()
+            while self._settled_gen < gen:
+                left = deadline - time.monotonic()
+                if left <= 0 or self.error is not None or not self._thread.is_alive():
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def busy(self) -> bool:
+        """Whether anything local is not settled yet (buffered, or a call on its way)."""
+        with self._cond:
+            return bool(self._ready or self._push or self._acks or self._nacks
+                        or self._releases or self._call_since is not None)
+
+    def crawl_counts(self, refresh: bool = False) -> Counts | None:
+        """The crawl-wide counts as last read, if read after everything this worker did
+        was settled; None otherwise (then the caller can't know the crawl is finished).
+        ``refresh`` asks the thread to read them again now."""
+        with self._cond:
+            if refresh:
+                self._refresh = True
+                self._cond.notify_all()
+            if self._counts_gen != self._gen or self._ready or self._push or self._acks:
+                return None
+            return self._counts
+
+    def stats(self) -> dict[str, int]:
+        """Counters since the last call (stored, filtered, acked, leased, ...)."""
+        with self._cond:
+            out, self._stats = self._stats, {}
+            return out
+
+    def stalled_for(self) -> float:
+        """Seconds Redis has not answered this worker (0 while it does)."""
+        since = self._failing_since or self._call_since
+        if since is None:
+            return 0.0
+        elapsed = time.monotonic() - since
+        return elapsed if elapsed > 1.0 else 0.0
+
+    def stop(self, timeout: float) -> bool:
+        """Flush what is buffered, give back what is leased and not started, then end
+        the thread. Returns False if that did not finish within ``timeout`` seconds
+        (Redis gone): what is left comes back by lease expiry."""
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        return not self._thread.is_alive() and self._closed
+
+    # --- the I/O thread -----------------------------------------------------------------
+    def _inc(self, name: str, n: int = 1) -> None:
+        if n:
+            self._stats[name] = self._stats.get(name, 0) + n
+
+    def _lease_size(self, now: float) -> int:
+        """How many to lease now (called under the lock)."""
+        if self._stop or (now < self._next_lease and not self._push):
+            return 0
+        ready = len(self._ready)
+        if ready > self.prefetch * self.lookahead or (ready and not self.lookahead):
+            return 0
+        if not self._demand and ready == 0 and self.held >= self.concurrency:
+            return 0
+        room = self.ahead + self.concurrency - self.held - ready
+        n = min(self.prefetch, room)
+        if self._counts is not None and self._counts.ready < self.ahead:
+            # the tail of the crawl: only what can start now (one if the caller asks)
+            free = self.concurrency - self.held - ready
+            n = min(n, free if free > 0 else int(self._demand and not ready))
+        return max(n, 0)
+
+    def _excess(self) -> list[Lease]:
+        """Leases held beyond what can start now while the crawl has nothing else ready
+        (called under the lock): to give back."""
+        if self._counts is None or self._counts.ready or self._stop or not self._others:
+            return []
+        keep = max(1, self.concurrency - self.held)
+        out: list[Lease] = []
+        while len(self._ready) > keep:
+            out.append(self._ready.pop())
+        return out
+
+    def _due(self, now: float, next_beat: float, next_tick: float) -> bool:
+        return bool(self._stop or self._refresh or self._nacks or self._releases
+                    or len(self._push) >= self.batch_size
+                    or len(self._acks) >= self.batch_size
+                    or now >= next_beat or now >= next_tick
+                    or self._lease_size(now) > 0)
+
+    def _run(self) -> None:
+        now = time.monotonic()
+        next_beat, next_tick = now + self.heartbeat, now + self.tick
+        while True:
+            with self._cond:
+                while True:
+                    now = time.monotonic()
+                    if self._due(now, next_beat, next_tick):
+                        break
+                    wake = min(next_beat, next_tick)
+                    if self._next_lease > now and (self._demand or not self._ready):
+                        wake = min(wake, self._next_lease)
+                    self._cond.wait(max(0.0, wake - now))
+                stopping = self._stop
+                tick = now >= next_tick or self._refresh or stopping
+                beat = now >= next_beat or stopping
+                self._refresh = False
+                push, acks, nacks = self._push, self._acks, self._nacks
+                self._push, self._acks, self._nacks = [], [], []
+                releases = self._releases + self._excess()
+                self._releases = []
+                if stopping:
+                    releases += self._ready
+                    self._ready.clear()
+                n = self._lease_size(now)
+                if n and self._ready:
+                    self._inc("lookahead_calls")
+                gen = self._gen
+                self._call_since = now
+            try:
+                self._step(push, acks, nacks, releases, n, now)
+                if beat:
+                    self._beat()
+                    next_beat = time.monotonic() + self.heartbeat
+                if tick:
+                    counts = self.frontier.counts()
+                    others = sum(1 for w in self.frontier.workers() if w != self.worker)
+                    with self._cond:
+                        self._counts, self._counts_gen = counts, gen
+                        self._others = others
+                    if self.on_tick is not None:
+                        self.on_tick()
+                    next_tick = time.monotonic() + self.tick
+            except ConnectionError_ as exc:
+                # redis-py gave up retrying: keep everything, try again in a moment
+                with self._cond:
+                    if self._failing_since is None:
+                        self._failing_since = self._call_since
+                        log.error("redcrawl: Redis is not answering (%s); this worker goes "
+                                  "on with what it holds and keeps trying", exc)
+                    self._call_since = None
+                    self._cond.wait(1.0)
+                continue
+            except RedcrawlError as exc:
+                log.error("redcrawl: Redis refused a call of worker %s: %s", self.worker, exc)
+                with self._cond:
+                    self.error = exc
+                    self._call_since = None
+                if self.on_ready is not None:
+                    self.on_ready()  # so that the caller notices
+                return
+            with self._cond:
+                self._settled_gen = gen
+                self._cond.notify_all()
+                if self._failing_since is not None:
+                    log.warning("redcrawl: Redis answers again after %.1f s",
+                                time.monotonic() - self._failing_since)
+                self._failing_since = self._call_since = None
+                if stopping:
+                    self._closed = True
+                    return
+
+    def _step(self, push: list[Envelope], acks: list[Lease],
+              nacks: list[tuple[Lease, str, bool]], releases: list[Lease], n: int,
+              now: float) -> None:
+        """One round: settle (store, ack, lease n), then nacks, then releases. What did
+        not go out is put back in front of the buffers (and the error propagates)."""
+        f = self.frontier
+        try:
+            if push or acks or n:
+                out = f.settle(push=push, ack=acks, lease=(self.worker, n) if n else None)
+                self._account(out.pushed.accepted, out.pushed.filtered, out.acked,
+                              len(acks) - out.acked, len(out.leases), n, now)
+                push, acks = [], []
+                with self._cond:
+                    was_empty = self._demand
+                    self._ready.extend(out.leases)
+                    if out.leases:
+                        self._demand = False
+                if out.leases and was_empty and self.on_ready is not None:
+                    self.on_ready()
+            while nacks:
+                lease, error, retry = nacks[0]
+                self._inc(f"nack_{f.nack(lease, error, retry=retry)}")
+                nacks.pop(0)
+            if releases:
+                self._inc("released", f.release(releases))
+                releases = []
+        finally:
+            if push or acks or nacks or releases:
+                with self._cond:
+                    self._push[:0] = push
+                    self._acks[:0] = acks
+                    self._nacks[:0] = nacks
+                    self._releases[:0] = releases
+
+    def _account(self, accepted: int, filtered: int, acked: int, stale: int, leased: int,
+                 asked: int, now: float) -> None:
+        with self._cond:
+            self._inc("stored", accepted)
+            self._inc("filtered_remote", filtered)
+            self._inc("acked", acked)
+            self._inc("stale_acks", stale)
+            self._inc("leased", leased)
+            if asked and leased == 0:
+                self._next_lease = now + self.poll_interval
+            elif accepted or leased:
+                self._next_lease = 0.0
+
+    def _beat(self) -> None:
+        """Heartbeat: this worker and its leases live on; crawl-wide counters added."""
+        self.frontier.renew(self.worker)
+        with self._cond:
+            deltas, self._crawl_stats = self._crawl_stats, {}
+        if deltas:
+            try:
+                self.frontier.add_stats(**deltas)
+            except BaseException:
+                with self._cond:
+                    for name, k in deltas.items():
+                        self._crawl_stats[name] = self._crawl_stats.get(name, 0) + k
+                raise

@@ -1,0 +1,215 @@
+"""The worker's I/O thread (:class:`redcrawl.feeder.Feeder`) against a real Redis: no
+Scrapy, no subprocess. The caller's side never waits on Redis; what it buffers reaches
+the frontier in order (children before their parent's ack); leases arrive ahead of
+demand and, at the tail of a crawl, what can't start soon goes back to the crawl."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from redcrawl.codec import Envelope
+from redcrawl.feeder import Feeder
+from redcrawl.fingerprint import fingerprint
+from redcrawl.frontier import Lease, ListsFrontier, open_frontier
+from redcrawl.settings import Settings
+from tests.conftest import RedisServer
+
+URL = "http://example.com/page/{}"
+
+
+def env(i: int) -> Envelope:
+    url = URL.format(i)
+    return Envelope(url=url, fingerprint=fingerprint(url))
+
+
+def wait_for(predicate: object, timeout: float = 10, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def front(redis7_client: redis.Redis) -> ListsFrontier:
+    return open_frontier(redis7_client, Settings(), "feed")
+
+
+def feeder(front: ListsFrontier, **kwargs: object) -> Iterator[Feeder]:
+    params: dict[str, object] = {"prefetch": 4, "lookahead": 2, "concurrency": 2,
+                                 "poll_interval": 0.05, "tick": 0.1, "heartbeat": 1.0}
+    f = Feeder(front, "w1", **{**params, **kwargs})  # type: ignore[arg-type]
+    f.start()
+    try:
+        yield f
+    finally:
+        f.stop(timeout=10)
+
+
+@pytest.fixture
+def feed(front: ListsFrontier) -> Iterator[Feeder]:
+    yield from feeder(front)
+
+
+def take(f: Feeder, n: int, timeout: float = 10) -> list[Lease]:
+    got: list[Lease] = []
+
+    def more() -> bool:
+        lease = f.take()
+        if lease is not None:
+            got.append(lease)
+            f.held = len(got)
+        return len(got) >= n
+
+    wait_for(more, timeout, f"{n} leases")
+    return got
+
+
+def test_stored_requests_are_leased_then_acked(front: ListsFrontier, feed: Feeder) -> None:
+    for i in range(10):
+        feed.store(env(i))
+    leases = take(feed, 10)
+    assert sorted(lease.envelope.url for lease in leases) == sorted(
+        URL.format(i) for i in range(10))
+    for lease in leases:
+        feed.ack(lease)
+    feed.held = 0
+    wait_for(lambda: front.counts().done == 10, what="the acks")
+    c = front.counts()
+    assert c.finished and c.conserved and c.accepted == 10
+    wait_for(lambda: (v := feed.crawl_counts()) is not None and v.finished,
+             what="the feeder's view of the finished crawl")
+    stats = feed.stats()
+    assert stats["stored"] == 10 and stats["acked"] == 10 and stats["leased"] == 10
+
+
+def test_children_are_stored_before_their_parent_is_acked(front: ListsFrontier,
+                                                          feed: Feeder) -> None:
+    """The parent's ack is buffered after its children: whenever Redis shows the parent
+    done, its children are stored."""
+    feed.store(env(0))
+    (parent,) = take(feed, 1)
+    for i in range(1, 200):
+        feed.store(env(i))
+    feed.ack(parent)
+    seen_done_without_children = []
+
+    def check() -> bool:
+        c = front.counts()
+        if c.done and c.accepted < 200:
+            seen_done_without_children.append(c)
+        return c.done == 1
+
+    wait_for(check, what="the parent's ack")
+    assert seen_done_without_children == []
+    assert front.counts().accepted == 200
+
+
+def test_the_caller_never_waits_on_a_frozen_redis(front: ListsFrontier, feed: Feeder,
+                                                  redis7: RedisServer) -> None:
+    """Redis frozen (SIGSTOP) for 3 s: the caller's calls return at once, the feeder
+    says Redis is stalled, and everything buffered meanwhile is stored once it thaws."""
+    for i in range(8):
+        feed.store(env(i))
+    leases = take(feed, 8)
+    os.kill(redis7.proc.pid, signal.SIGSTOP)
+    try:
+        worst = 0.0
+        deadline = time.monotonic() + 3
+        i = 100
+        while time.monotonic() < deadline:
+            started = time.perf_counter()
+            feed.store(env(i))
+            feed.take()
+            feed.crawl_counts(refresh=True)
+            if leases:
+                feed.ack(leases.pop())
+            worst = max(worst, time.perf_counter() - started)
+            i += 1
+            time.sleep(0.005)
+        stalled = feed.stalled_for()
+    finally:
+        os.kill(redis7.proc.pid, signal.SIGCONT)
+    print(f"\nlongest caller call with Redis frozen: {worst * 1000:.2f} ms")
+    assert stalled > 1.0
+    assert worst < 0.5
+    wait_for(lambda: front.counts().done == 8, what="the acks after the thaw")
+    wait_for(lambda: front.counts().accepted == i - 100 + 8, what="the stores after the thaw")
+    wait_for(lambda: feed.stalled_for() == 0, what="the feeder to see Redis again")
+
+
+def test_leases_arrive_ahead_of_demand_within_bounds(front: ListsFrontier) -> None:
+    """prefetch 4, lookahead 2, concurrency 2: at most 4 * 3 leased ahead while the
+    crawl has plenty ready; none leased while the crawl is paused."""
+    front.push([env(i) for i in range(100)])
+    for f in feeder(front):
+        wait_for(lambda: front.counts().in_flight >= 12, what="leases ahead")
+        time.sleep(0.3)
+        assert front.counts().in_flight == 12  # prefetch * (1 + lookahead), no more
+        stats = f.stats()
+        assert stats.get("lookahead_calls", 0) >= 1
+
+
+def test_tail_leases_go_back_to_the_crawl(front: ListsFrontier) -> None:
+    """At the tail (nothing else ready in the crawl), a worker that holds more than it
+    can start gives the rest back when there is another worker: that one leases them."""
+    front.push([env(i) for i in range(10)])
+    front.renew("w2")  # another worker of the crawl (its heartbeat)
+    f = Feeder(front, "w1", prefetch=4, lookahead=2, concurrency=2, poll_interval=0.05,
+               tick=5.0, heartbeat=1.0)
+    f.start()
+    try:
+        wait_for(lambda: front.counts().in_flight == 10, what="the feeder to hoard")
+        assert front.lease("w2", 10) == []  # nothing left for another worker...
+        f.flush()  # (the next read of the crawl-wide counts)
+        wait_for(lambda: front.counts().ready == 8, what="the excess given back")
+        other = front.lease("w2", 10)
+        assert len(other) == 8  # ...until the feeder gave back what it can't start
+        assert len(take(f, 2)) == 2
+        time.sleep(0.3)
+        assert f.take() is None and front.counts().in_flight == 10  # no hoarding again
+        assert f.stats()["released"] == 8
+    finally:
+        f.stop(timeout=10)
+
+
+def test_stop_flushes_and_gives_back_what_was_not_started(front: ListsFrontier) -> None:
+    front.push([env(i) for i in range(6)])
+    f = Feeder(front, "w1", prefetch=4, lookahead=1, concurrency=2, tick=5.0)
+    f.start()
+    (lease,) = take(f, 1)
+    f.store(env(99))
+    f.ack(lease)
+    assert f.stop(timeout=10)
+    c = front.counts()
+    assert (c.accepted, c.done, c.in_flight, c.ready) == (7, 1, 0, 6) and c.conserved
+
+
+def test_flush_waits_until_stored(front: ListsFrontier) -> None:
+    f = Feeder(front, "w1", tick=30.0, heartbeat=30.0)
+    f.start()
+    try:
+        for i in range(3):
+            f.store(env(i))
+        assert f.flush(wait=10)
+        assert front.counts().accepted == 3  # stored when flush returned
+    finally:
+        f.stop(timeout=10)
+
+
+def test_a_lone_worker_keeps_what_it_leased(front: ListsFrontier) -> None:
+    """No other worker: nothing to give back to (no release and lease again)."""
+    front.push([env(i) for i in range(10)])
+    f = Feeder(front, "w1", prefetch=4, lookahead=2, concurrency=2, tick=0.05)
+    f.start()
+    try:
+        wait_for(lambda: front.counts().in_flight == 10, what="the feeder to lease")
+        time.sleep(0.5)
+        assert "released" not in f.stats()
+    finally:
+        f.stop(timeout=10)
