@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Run the Scrapy-facing tests again on older Scrapy versions, each in its own venv
 # (.venv/scrapy-<version>): the engine internals redcrawl hooks differ between versions.
-# REDCRAWL_SCRAPY_VERSIONS="2.11.2 2.13.4" (the default) picks the versions; "" skips.
+# SCRAPY_MATRIX_VERSIONS="2.11.2 2.13.4" (the default) picks the versions; "" skips.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-versions="${REDCRAWL_SCRAPY_VERSIONS-2.11.2 2.13.4}"
+versions="${SCRAPY_MATRIX_VERSIONS-2.11.2 2.13.4}"
 tests=(tests/test_codec.py tests/test_crawl_e2e.py tests/test_scheduler.py tests/test_migration.py)
 present=()
 for t in "${tests[@]}"; do [ -f "$t" ] && present+=("$t"); done

@@ -26,7 +26,7 @@ echo "== mypy"
 python3 -m mypy src --cache-dir "${TMPDIR:-/tmp}/redcrawl-mypy"
 
 export CI="${CI:-true}"
-if [ -z "${REDCRAWL_SKIP_MATRIX:-}" ]; then
+if [ -z "${SKIP_SCRAPY_MATRIX:-}" ]; then
   echo "== older Scrapy versions"
   bash scripts/scrapy_matrix.sh
 fi

@@ -47,7 +47,6 @@ from scrapy.core.scheduler import BaseScheduler
 from scrapy.exceptions import DontCloseSpider
 from twisted.internet import task
 
-import redcrawl.settings
 from redcrawl import codec
 from redcrawl.connection import connect
 from redcrawl.errors import DecodeError, EncodeError, RedcrawlError
@@ -57,7 +56,7 @@ from redcrawl.frontier import Lease, ListsFrontier, PushResult, open_frontier
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
 from redcrawl.scrapy import lifecycle
-from redcrawl.settings import Settings
+from redcrawl.settings import Settings, startup_notes, startup_warnings
 
 if TYPE_CHECKING:
     import scrapy
@@ -172,9 +171,10 @@ class Scheduler(BaseScheduler):
         """Start-up checks (on this thread, once), then the I/O thread takes over."""
         self.spider = spider
         crawl = self.settings.crawl_name(spider.name)
-        # CALL SITE: redcrawl.settings.startup_notes (scrapy-redis migration notes, once)
-        notes = getattr(redcrawl.settings, "startup_notes", None)
-        for line in notes(self.crawler.settings) if callable(notes) else ():
+        # what a scrapy-redis user would not expect, said once at start
+        for line in startup_notes(self.crawler.settings):
+            log.info("redcrawl: %s", line)
+        for line in startup_warnings(self.crawler.settings):
             log.warning("redcrawl: %s", line)
         # redis-py resends a call (same nonce) until REDCRAWL_REDIS_OUTAGE_LIMIT is over:
         # the I/O thread waits, the reactor doesn't.
