@@ -8,11 +8,13 @@ is Redis's default (set-max-intset-entries 512) and no other test's CONFIG SET l
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -63,10 +65,8 @@ class Server:
         """Stop the server as an operator would (its data saved) and start it again."""
         assert self.proc is not None
         client = redis.Redis(port=self.port)
-        try:
+        with contextlib.suppress(redis.ConnectionError):
             client.shutdown(save=self.persistence == "rdb")
-        except redis.ConnectionError:
-            pass
         self.proc.wait(timeout=120)
         self.start()
 
@@ -173,7 +173,7 @@ def test_growth_past_the_planned_capacity_keeps_buckets_compact(server: Server) 
     add_directly(frontier, 60_000, 100_000, batch=7_000)
     crawl_through(frontier, 100_000, 110_000, batch=3_000)
     keys = [k for k in frontier.done.redis_keys() if not k.endswith(b":n")]
-    sizes = [int(n) for n in _pipe(client, "scard", keys)]  # type: ignore[call-overload]
+    sizes = [int(n) for n in _pipe(client, "scard", keys)]
     assert sum(sizes) == 110_000
     assert max(sizes) <= BUCKET_FILL * 1.5 < 512
     assert set(_pipe(client, "object", keys, "encoding")) == {b"intset"}
@@ -186,7 +186,7 @@ def test_growth_past_the_planned_capacity_keeps_buckets_compact(server: Server) 
     assert frontier.push(envs(0, 100) + envs(109_900, 110_000)).accepted == 0
 
 
-def _pipe(client: redis.Redis, command: str, keys: list[bytes], *first: str) -> list[object]:
+def _pipe(client: redis.Redis, command: str, keys: list[bytes], *first: str) -> list[Any]:
     pipe = client.pipeline(transaction=False)
     for key in keys:
         getattr(pipe, command)(*first, key)

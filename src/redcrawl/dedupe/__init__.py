@@ -121,8 +121,8 @@ class DedupeSpec:
     def level_buckets(self, level: int) -> int:
         """Exact mode: buckets of ``level`` (as lua/exact.lua's dd_nb)."""
         if level == 0 or not self.bucket_fill:
-            return 2 ** self.bucket_bits
-        return 2 ** min(MAX_BUCKET_BITS, self.bucket_bits + level)
+            return 1 << self.bucket_bits
+        return 1 << min(MAX_BUCKET_BITS, self.bucket_bits + level)
 
     def level_of(self, count: int) -> int:
         """Exact mode: the level being filled once ``count`` fingerprints were added
