@@ -15,8 +15,12 @@ killed at exit. The contenders run on it one after the other, with ``FLUSHALL`` 
   calls ``SADD`` once per request (``request_seen``). Inserts/s is measured that way on the
   first ``--per-request`` fingerprints; the rest are loaded pipelined (to reach N quickly),
   checks are ``SMISMEMBER`` batches;
-* redcrawl exact: :class:`redcrawl.dedupe.Filter` in exact mode with the default capacity
-  planning (10^8 URLs), batches of ``--batch`` fingerprints per round trip;
+* redcrawl exact: :class:`redcrawl.dedupe.Filter` in exact mode planned for N URLs, batches
+  of ``--batch`` fingerprints per round trip, three ways: the plan of crawls created before
+  levels (buckets of ~2,048) with ``set-max-intset-entries`` raised by ``CONFIG SET`` (what
+  the scheduler and CLI did at start), the same plan on a server with Redis's default limit
+  (512: what the plain Python API and every restart got), and today's plan (buckets of at
+  most 320, levels beyond the capacity) on the default limit;
 * redcrawl Bloom (own): the Lua bitmap filter, capacity N, 1% false positives;
 * RedisBloom: the module's BF.* through the same Filter, capacity N, 1%.
 
@@ -52,8 +56,11 @@ from bench_frontier import (
     used_memory,
 )
 
-from redcrawl.dedupe import Filter, has_redisbloom, resolve_spec
+from redcrawl.dedupe import DedupeSpec, Filter, exact_spec, has_redisbloom, resolve_spec
 from redcrawl.settings import Settings
+
+DEFAULT_INTSET_ENTRIES = 512
+"""Redis's default set-max-intset-entries."""
 
 BASE = "rc:{bench}:fpd"
 SR_KEY = "bench:dupefilter"
@@ -131,16 +138,36 @@ class ScrapyRedisSet(Contender):
 
 
 class RedcrawlFilter(Contender):
-    def __init__(self, name: str, client: redis.Redis, settings: Settings) -> None:
+    def __init__(self, name: str, client: redis.Redis, settings: Settings | None = None, *,
+                 spec: DedupeSpec | None = None, configure: bool = True) -> None:
         self.name = name
-        self.filter = Filter(client, resolve_spec(settings, client=client), BASE)
-        warning = self.filter.configure()
-        if warning:
-            print(f"  {name}: {warning}")
-        spec = self.filter.spec
-        self.note = (f"{2 ** spec.bucket_bits:,} buckets, {spec.width_bits}-bit values"
+        self.client = client
+        if spec is None:
+            assert settings is not None
+            spec = resolve_spec(settings, client=client)
+        self.filter = Filter(client, spec, BASE)
+        if configure:
+            warning = self.filter.configure()
+            if warning:
+                print(f"  {name}: {warning}")
+        else:  # Redis's default, as after a restart or with the plain Python API
+            client.config_set("set-max-intset-entries", DEFAULT_INTSET_ENTRIES)
+        limit = client.config_get("set-max-intset-entries")["set-max-intset-entries"]
+        self.note = (f"{2 ** spec.bucket_bits:,} buckets, {spec.width_bits}-bit values, "
+                     f"set-max-intset-entries {limit}"
                      if spec.mode == "exact" else f"capacity {spec.capacity:,}, "
                      f"p={spec.error_rate:g}")
+
+    def timed_insert(self, n: int, batch: int) -> float:
+        rate = super().timed_insert(n, batch)
+        if self.filter.spec.mode == "exact":
+            keys = [k for k in self.filter.redis_keys() if not k.endswith(b":n")]
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.object("encoding", key)
+            tables = sum(e != b"intset" for e in pipe.execute())
+            self.note += f"; {tables:,} of {len(keys):,} buckets are hash tables"
+        return rate
 
     def insert(self, fps: list[bytes]) -> None:
         self.filter.add(fps)
@@ -226,7 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     bloom = {"dedupe": "bloom", "dedupe_capacity": n, "dedupe_error_rate": args.error_rate}
     factories: list[Callable[[], Contender]] = [
         lambda: ScrapyRedisSet(admin, args.per_request),
-        lambda: RedcrawlFilter("redcrawl exact", admin, Settings()),
+        lambda: RedcrawlFilter("exact, before (2,048/bucket, CONFIG SET)", admin,
+                               spec=exact_spec(n, legacy=True)),
+        lambda: RedcrawlFilter("exact, before, default Redis", admin,
+                               spec=exact_spec(n, legacy=True), configure=False),
+        lambda: RedcrawlFilter("exact (<=320/bucket, levels)", admin,
+                               spec=exact_spec(n), configure=False),
         lambda: RedcrawlFilter("redcrawl Bloom (own, Lua)", admin,
                                Settings(**bloom, bloom_backend="lua")),  # type: ignore[arg-type]
     ]

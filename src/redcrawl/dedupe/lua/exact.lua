@@ -73,10 +73,16 @@ local function dd_count(g)
   return c
 end
 
--- The highest level of generation g that may hold fingerprints.
+-- The highest level of generation g that may hold fingerprints (cached per call).
+local dd_tops = {}
 local function dd_top(g)
   if DD_FILL == 0 then return 0 end
-  return (dd_level_of(dd_count(g)))
+  local top = dd_tops[g]
+  if not top then
+    top = dd_level_of(dd_count(g))
+    dd_tops[g] = top
+  end
+  return top
 end
 
 -- 24-bit hash and member (canonical decimal of a 63-bit integer) of a fingerprint.
@@ -232,6 +238,7 @@ local function dd_mark_done(fps)
   end
   if added > 0 then
     dd_counts[DD_GEN] = count + added
+    dd_tops[DD_GEN] = nil
     -- SET, not INCRBY: the count was read in this call, and a corrupt counter must not
     -- fail the script after its SADDs (it restarts from level 0 instead)
     if expire_at then
