@@ -328,8 +328,10 @@ class Filter:
             return (f"the exact dedupe filter needs set-max-intset-entries >= {need} (the "
                     f"server has {have}) and CONFIG SET was refused ({exc}); buckets beyond "
                     f"the limit silently become hash tables (about 7x the memory). Raise it "
-                    f"in redis.conf, or plan a larger REDCRAWL_DEDUPE_CAPACITY (more, "
-                    f"smaller buckets)")
+                    f"in redis.conf (a CONFIG SET is lost at a restart)"
+                    + ("" if self.spec.bucket_fill else
+                       ", or start a new crawl: crawls created by this redcrawl version "
+                       "keep their buckets under Redis's default (512)"))
 
     def health(self, sample: int = 64) -> list[str]:
         """Problems a running filter has: exact buckets that fell back from intset to
@@ -376,8 +378,10 @@ class Filter:
                 f"{len(fallen)} of {len(picked)} sampled dedupe buckets are no longer "
                 f"intsets (e.g. {fallen[0]}): they use about 7x the memory. "
                 f"Raise the limit (CONFIG SET set-max-intset-entries {need}) so no more "
-                f"buckets convert (Redis never converts a set back), or plan a larger "
-                f"REDCRAWL_DEDUPE_CAPACITY for the next crawl")
+                f"buckets convert (Redis never converts a set back)"
+                + ("" if self.spec.bucket_fill else
+                   "; crawls created by this redcrawl version keep their buckets under "
+                   "Redis's default (512)"))
         return problems
 
 
