@@ -15,15 +15,21 @@ killed at exit. The contenders run on it one after the other, with ``FLUSHALL`` 
   calls ``SADD`` once per request (``request_seen``). Inserts/s is measured that way on the
   first ``--per-request`` fingerprints; the rest are loaded pipelined (to reach N quickly),
   checks are ``SMISMEMBER`` batches;
-* redcrawl exact: :class:`redcrawl.dedupe.Filter` in exact mode with the default capacity
-  planning (10^8 URLs), batches of ``--batch`` fingerprints per round trip;
+* redcrawl exact: :class:`redcrawl.dedupe.Filter` in exact mode planned for N URLs, batches
+  of ``--batch`` fingerprints per round trip, three ways: the plan of crawls created before
+  levels (buckets of ~2,048) with ``set-max-intset-entries`` raised by ``CONFIG SET`` (what
+  the scheduler and CLI did at start), the same plan on a server with Redis's default limit
+  (512: what the plain Python API and every restart got), and today's plan (buckets of at
+  most 320, levels beyond the capacity) on the default limit;
 * redcrawl Bloom (own): the Lua bitmap filter, capacity N, 1% false positives;
 * RedisBloom: the module's BF.* through the same Filter, capacity N, 1%.
 
 Reported: Redis memory per URL (``MEMORY USAGE`` of the structure's keys over N, and the
 server's ``used_memory`` delta over N, which also counts scripts and buffers), inserts/s,
-checks/s (of ``--checks`` fingerprints, half of them present), and the measured false
-positive rate on ``--checks`` fingerprints never inserted. Ratios are against scrapy-redis.
+checks/s (of ``--checks`` fingerprints, half of them present), the server's time in
+commands per insert and per check (``INFO commandstats``: Redis CPU, far less sensitive
+than the rates to a busy client machine), and the measured false positive rate on
+``--checks`` fingerprints never inserted. Ratios are against scrapy-redis.
 A benchmark, not a test: it always exits 0 when it runs to the end.
 """
 
@@ -52,8 +58,11 @@ from bench_frontier import (
     used_memory,
 )
 
-from redcrawl.dedupe import Filter, has_redisbloom, resolve_spec
+from redcrawl.dedupe import DedupeSpec, Filter, exact_spec, has_redisbloom, resolve_spec
 from redcrawl.settings import Settings
+
+DEFAULT_INTSET_ENTRIES = 512
+"""Redis's default set-max-intset-entries."""
 
 BASE = "rc:{bench}:fpd"
 SR_KEY = "bench:dupefilter"
@@ -78,6 +87,8 @@ class Row:
     checks_per_s: float
     fpr: float
     note: str = ""
+    insert_cpu_us: float = 0.0
+    check_cpu_us: float = 0.0
 
 
 class Contender:
@@ -131,16 +142,36 @@ class ScrapyRedisSet(Contender):
 
 
 class RedcrawlFilter(Contender):
-    def __init__(self, name: str, client: redis.Redis, settings: Settings) -> None:
+    def __init__(self, name: str, client: redis.Redis, settings: Settings | None = None, *,
+                 spec: DedupeSpec | None = None, configure: bool = True) -> None:
         self.name = name
-        self.filter = Filter(client, resolve_spec(settings, client=client), BASE)
-        warning = self.filter.configure()
-        if warning:
-            print(f"  {name}: {warning}")
-        spec = self.filter.spec
-        self.note = (f"{2 ** spec.bucket_bits:,} buckets, {spec.width_bits}-bit values"
+        self.client = client
+        if spec is None:
+            assert settings is not None
+            spec = resolve_spec(settings, client=client)
+        self.filter = Filter(client, spec, BASE)
+        if configure:
+            warning = self.filter.configure()
+            if warning:
+                print(f"  {name}: {warning}")
+        else:  # Redis's default, as after a restart or with the plain Python API
+            client.config_set("set-max-intset-entries", DEFAULT_INTSET_ENTRIES)
+        limit = client.config_get("set-max-intset-entries")["set-max-intset-entries"]
+        self.note = (f"{2 ** spec.bucket_bits:,} buckets, {spec.width_bits}-bit values, "
+                     f"set-max-intset-entries {limit}"
                      if spec.mode == "exact" else f"capacity {spec.capacity:,}, "
                      f"p={spec.error_rate:g}")
+
+    def timed_insert(self, n: int, batch: int) -> float:
+        rate = super().timed_insert(n, batch)
+        if self.filter.spec.mode == "exact":
+            keys = [k for k in self.filter.redis_keys() if not k.endswith(b":n")]
+            pipe = self.client.pipeline(transaction=False)
+            for key in keys:
+                pipe.object("encoding", key)
+            tables = sum(e != b"intset" for e in pipe.execute())
+            self.note += f"; {tables:,} of {len(keys):,} buckets are hash tables"
+        return rate
 
     def insert(self, fps: list[bytes]) -> None:
         self.filter.add(fps)
@@ -152,33 +183,45 @@ class RedcrawlFilter(Contender):
         return self.filter.memory()
 
 
+def server_usec(admin: redis.Redis) -> int:
+    """Microseconds the server spent in commands since the last CONFIG RESETSTAT
+    (INFO commandstats): Redis CPU, much less noisy than client-side rates."""
+    return sum(int(v["usec"]) for v in admin.info("commandstats").values())
+
+
 def run(c: Contender, admin: redis.Redis, n: int, batch: int, checks: int) -> Row:
     flushall(admin)
     mem0 = used_memory(admin)
+    admin.config_resetstat()
     inserts = c.timed_insert(n, batch)
+    insert_cpu = server_usec(admin) / n
     used = (used_memory(admin) - mem0) / n
     per_url = c.memory() / n
     step = max(1, n // (checks // 2))
     present = [hashlib.sha1(b"u%d" % i).digest() for i in range(0, n, step)][: checks // 2]
     absent = fingerprints(0, checks // 2, b"absent")
     probe = [fp for pair in zip(present, absent, strict=False) for fp in pair]
+    admin.config_resetstat()
     t0 = time.perf_counter()
     hits: list[bool] = []
     for start in range(0, len(probe), batch):
         hits += c.contains(probe[start:start + batch])
     check_rate = len(probe) / (time.perf_counter() - t0)
+    check_cpu = server_usec(admin) / len(probe)
     if not all(hits[0::2]):
         raise RuntimeError(f"{c.name}: a false negative")
     unseen = fingerprints(0, checks, b"never")
     false_pos = sum(sum(c.contains(unseen[s:s + batch])) for s in range(0, checks, batch))
     flushall(admin)
-    return Row(c.name, per_url, used, inserts, check_rate, false_pos / checks, c.note)
+    return Row(c.name, per_url, used, inserts, check_rate, false_pos / checks, c.note,
+               insert_cpu, check_cpu)
 
 
 def render(rows: Sequence[Row]) -> str:
     base = rows[0]
     table = [["filter", "bytes/URL", "vs sr", "used_memory/URL", "inserts/s", "vs sr",
-              "checks/s", "vs sr", "false positives", "notes"]]
+              "checks/s", "vs sr", "Redis µs/insert", "Redis µs/check", "false positives",
+              "notes"]]
 
     def ratio(a: float, b: float) -> str:
         return f"{a / b:.2f}x" if b else "-"
@@ -188,7 +231,8 @@ def render(rows: Sequence[Row]) -> str:
             r.name, f"{r.bytes_per_url:.2f}", ratio(r.bytes_per_url, base.bytes_per_url),
             f"{r.used_per_url:.2f}", f"{r.inserts_per_s:,.0f}",
             ratio(r.inserts_per_s, base.inserts_per_s), f"{r.checks_per_s:,.0f}",
-            ratio(r.checks_per_s, base.checks_per_s), f"{r.fpr:.3%}", r.note])
+            ratio(r.checks_per_s, base.checks_per_s), f"{r.insert_cpu_us:.2f}",
+            f"{r.check_cpu_us:.2f}", f"{r.fpr:.3%}", r.note])
     return markdown_table(table)
 
 
@@ -226,7 +270,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     bloom = {"dedupe": "bloom", "dedupe_capacity": n, "dedupe_error_rate": args.error_rate}
     factories: list[Callable[[], Contender]] = [
         lambda: ScrapyRedisSet(admin, args.per_request),
-        lambda: RedcrawlFilter("redcrawl exact", admin, Settings()),
+        lambda: RedcrawlFilter("exact, before (2,048/bucket, CONFIG SET)", admin,
+                               spec=exact_spec(n, legacy=True)),
+        lambda: RedcrawlFilter("exact, before, default Redis", admin,
+                               spec=exact_spec(n, legacy=True), configure=False),
+        lambda: RedcrawlFilter("exact (<=320/bucket, levels)", admin,
+                               spec=exact_spec(n), configure=False),
         lambda: RedcrawlFilter("redcrawl Bloom (own, Lua)", admin,
                                Settings(**bloom, bloom_backend="lua")),  # type: ignore[arg-type]
     ]
@@ -241,7 +290,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         row = run(c, admin, n, args.batch, args.checks)
         rows.append(row)
         print(f"  {row.name:<28} {row.bytes_per_url:6.2f} B/URL  {row.inserts_per_s:>10,.0f} "
-              f"inserts/s  {row.checks_per_s:>10,.0f} checks/s  FPR {row.fpr:.3%}", flush=True)
+              f"inserts/s  {row.checks_per_s:>10,.0f} checks/s  Redis µs {row.insert_cpu_us:.2f}"
+              f" / {row.check_cpu_us:.2f}  FPR {row.fpr:.3%}", flush=True)
     print()
     print(f"N={n:,} fingerprints, one run. Ratios against scrapy-redis's set: below 1 is "
           "better for bytes, above 1 for rates.")

@@ -10,7 +10,7 @@ import redis
 import scrapy
 
 from redcrawl.codec import Envelope
-from redcrawl.dedupe import DedupeSpec, Filter, resolve_spec, split
+from redcrawl.dedupe import BUCKET_FILL, DedupeSpec, Filter, exact_spec, resolve_spec, split
 from redcrawl.errors import ConfigError, FrontierError
 from redcrawl.fingerprint import fingerprint
 from redcrawl.frontier import ListsFrontier
@@ -50,13 +50,16 @@ def intset_limit(redis_client: redis.Redis) -> Iterator[None]:
 def test_exact_million_urls_no_false_positive_no_false_negative(redis7_client: redis.Redis,
                                                                ) -> None:
     spec = resolve_spec(Settings(dedupe_capacity=1_000_000))
+    assert (spec.bucket_bits, spec.bucket_fill, spec.width_bits) == (12, BUCKET_FILL, 75)
+    assert spec.intset_entries_needed == 512             # Redis's default: nothing to raise
     f = Filter(redis7_client, spec, "t:{c}:fpd")
-    assert f.configure() is None
     seen = fps("http://example.com/page/", 1_000_000)
     assert add_all(f, seen) == len(seen)                 # all new, none collided
     assert add_all(f, seen[:50_000]) == 0                # and now all known
     assert count_present(f, seen) == len(seen)           # no false negative
     assert count_present(f, fps("http://example.com/other/", 1_000_000)) == 0
+    assert redis7_client.get("t:{c}:fpd:n") == b"1000000"
+    assert spec.level_of(1_000_000) == 0                 # the capacity fits level 0
     per_url = f.memory() / len(seen)
     assert per_url <= 10, f"{per_url:.2f} bytes per URL"
     assert f.health() == []
@@ -72,10 +75,11 @@ def test_exact_stores_63_bit_integers_in_intset_buckets(redis_client: redis.Redi
         bucket, member = split(fp, spec.bucket_bits)
         assert 0 <= member < 2 ** 63
         assert redis_client.sismember(f"t:{{c}}:fpd:{bucket}", str(member))
-    keys = f.redis_keys()
+    keys = [k for k in f.redis_keys() if not k.endswith(b":n")]
     assert len(keys) == 2 ** spec.bucket_bits
     assert {redis_client.object("encoding", k) for k in keys} == {b"intset"}
     assert sum(redis_client.scard(k) for k in keys) == len(items)
+    assert redis_client.get("t:{c}:fpd:n") == b"20000"   # the count that plans levels
 
 
 @pytest.mark.parametrize("value", [0, 1, 9_999_999, 10_000_000, 10**14 - 1, 10**14,
@@ -92,13 +96,13 @@ def test_exact_member_is_the_exact_integer(redis7_client: redis.Redis, value: in
 def test_exact_detects_buckets_falling_back_to_hash_tables(
     redis_client: redis.Redis, intset_limit: None
 ) -> None:
-    redis_client.config_set("set-max-intset-entries", 64)
-    spec = resolve_spec(Settings(dedupe_capacity=100_000))  # 64 buckets of ~300 here
+    redis_client.config_set("set-max-intset-entries", 16)  # lowered below the default
+    spec = resolve_spec(Settings(dedupe_capacity=100_000))  # 512 buckets of ~39 here
     f = Filter(redis_client, spec, "t:{c}:fpd")
     f.add(fps("u", 20_000))
     problems = f.health()
     assert len(problems) == 2, problems
-    assert "set-max-intset-entries is 64" in problems[0]
+    assert "set-max-intset-entries is 16" in problems[0]
     assert "no longer intsets" in problems[1]
     # configure() fixes the limit for buckets still to come
     assert f.configure() is None
@@ -110,7 +114,7 @@ def test_exact_detects_buckets_falling_back_to_hash_tables(
 def test_exact_reports_when_the_server_refuses_config_set(
     redis_client: redis.Redis, redis_server: RedisServer, intset_limit: None
 ) -> None:
-    redis_client.config_set("set-max-intset-entries", 64)
+    redis_client.config_set("set-max-intset-entries", 16)
     redis_client.execute_command("ACL", "SETUSER", "worker", "on", ">pw", "~*", "&*", "+@all",
                                  "-config")
     try:
@@ -128,9 +132,46 @@ def test_exact_reports_when_the_server_refuses_config_set(
 
 def test_collision_probability_documented_values() -> None:
     spec = resolve_spec(Settings())  # the default capacity: 10^8
-    assert spec.width_bits == 79
-    assert spec.collision_probability(1e8) < 1e-8
-    assert spec.collision_probability(1e10) < 1e-4
+    assert spec.width_bits == 82
+    assert spec.collision_probability(1e8) < 1.1e-9
+    assert spec.collision_probability(1e10) < 1.1e-5
+    # docs/dedupe.md's table
+    table = {10**7: (15, 78), 10**8: (19, 82), 10**9: (22, 85), 10**10: (24, 87)}
+    for capacity, (bits, width) in table.items():
+        planned = resolve_spec(Settings(dedupe_capacity=capacity))
+        assert (planned.bucket_bits, planned.width_bits) == (bits, width)
+
+
+def test_legacy_plan_is_kept_only_for_crawls_created_with_it() -> None:
+    settings = Settings(dedupe_capacity=10**8)
+    legacy = exact_spec(10**8, legacy=True)
+    assert legacy.encode() == "exact 16 0 0"             # what crawls were created with
+    assert resolve_spec(settings, created="exact 16 0 0") == legacy
+    assert resolve_spec(settings, created=None).encode() == "exact 19 0 0 320"
+    assert resolve_spec(settings, created="exact 13 0 0") == resolve_spec(settings)
+
+
+def test_exact_levels_beyond_capacity_with_generations(redis_client: redis.Redis,
+                                                      clock: Clock) -> None:
+    """Past the capacity, in a recrawl window's generations: each generation counts and
+    grows its own levels; lookups read every level of every live generation."""
+    spec = resolve_spec(Settings(dedupe_capacity=1_000, recrawl_after=3600.0))
+    f = Filter(redis_client, spec, "t:{c}:fpd", clock=clock)
+    first = fps("a", 40_000)
+    assert add_all(f, first, batch=700) == len(first)    # crosses levels mid-batch
+    clock.advance(spec.gen_ms / 1000)
+    second = fps("b", 3_000)
+    assert add_all(f, second, batch=1) == len(second)    # one at a time: the sparse path
+    assert count_present(f, first + second) == len(first) + len(second)
+    assert count_present(f, fps("c", 5_000)) == 0
+    keys = [k for k in f.redis_keys() if not k.endswith(b":n")]
+    assert {redis_client.object("encoding", k) for k in keys} == {b"intset"}
+    assert max(redis_client.scard(k) for k in keys) < 512
+    assert spec.level_of(40_000) == 3                    # 5,120 + 10,240 + 20,480 + ...
+    assert any(b":L3:" in k for k in keys) and not any(b":L4:" in k for k in keys)
+    assert all(redis_client.pttl(k) > 0 for k in f.redis_keys())
+    clock.advance(spec.gen_ms * (spec.gens + 1) / 1000)  # the first generation is gone
+    assert count_present(f, first) == 0
 
 
 # --- Bloom ------------------------------------------------------------------------------

@@ -6,9 +6,10 @@
   :class:`~redcrawl.errors.ConfigError` unless ``REDCRAWL_ALLOW_EVICTION`` is set.
 * **Memory.** Used memory past ``REDCRAWL_MEMORY_WARN_RATIO`` of ``maxmemory``: a warning
   (also checked periodically by :class:`MemoryWatch`).
-* **Dedupe encoding.** The exact filter's buckets need ``set-max-intset-entries``: raised
-  when allowed (``REDCRAWL_CONFIGURE_SERVER``), reported otherwise, and buckets that fell back
-  to hash tables are reported.
+* **Dedupe encoding.** The exact filter's buckets stay under Redis's default
+  ``set-max-intset-entries`` (512); crawls created with the legacy plan (buckets of ~2,048)
+  need it raised: raised when allowed (``REDCRAWL_CONFIGURE_SERVER``), reported otherwise,
+  and buckets that fell back to hash tables are reported.
 * **Permissions.** A check whose command the server refuses (an ACL user without
   ``@dangerous`` commands such as INFO and CONFIG, or a renamed command) is skipped with a
   warning naming what was not checked; it never stops a worker or the API from starting.

@@ -7,6 +7,10 @@ prepended to the frontier's scripts; :class:`Filter` from Python):
 
 * ``exact`` (default): 63-bit integers in 2^b bucket sets kept in Redis's intset
   encoding, about 9 bytes per URL and no false positive short of a 63+b-bit collision.
+  Buckets are planned to hold at most :data:`BUCKET_FILL` members, well under Redis's
+  default ``set-max-intset-entries`` (512), so they stay compact on any server, after any
+  restart, without ``CONFIG SET``; beyond the planned capacity the filter grows by levels
+  of twice as many buckets.
 * ``bloom`` with RedisBloom loaded (``rbloom``): BF.* filters, one per shard.
 * ``bloom`` without it: redcrawl's own scalable Bloom filter on bitmaps (``lua/bloom.lua``).
 
@@ -36,6 +40,8 @@ __all__ = [
     "DedupeSpec",
     "Filter",
     "ImportResult",
+    "bucket_key",
+    "exact_spec",
     "has_redisbloom",
     "import_hex_set",
     "prelude",
@@ -48,10 +54,21 @@ Mode = Literal["exact", "bloom", "rbloom"]
 GENERATIONS = 4
 """With a recrawl window W, DONE fingerprints live in generations of W / GENERATIONS: a URL
 may be crawled again between W and W * (1 + 1 / GENERATIONS) after it was done."""
-BUCKET_FILL = 2048
-"""Exact mode: fingerprints per bucket when the crawl reaches its planned capacity."""
+BUCKET_FILL = 320
+"""Exact mode: the most fingerprints a bucket of a level holds; once the level holds that
+many per bucket, the next level (twice the buckets) starts. Well under Redis's default
+set-max-intset-entries (512): the fullest of 2^24 buckets of 320 on average exceeds 512
+with a probability of about 4e-16."""
+DEFAULT_INTSET_ENTRIES = 512
+"""Redis's default set-max-intset-entries."""
+LEGACY_BUCKET_FILL = 2048
+"""Exact mode, crawls created before levels (spec without a fill): fingerprints per
+bucket at the planned capacity."""
 INTSET_HEADROOM = 2.5
-"""Exact mode: buckets must stay intsets up to this many times their planned fill."""
+"""Exact mode, legacy plan: buckets must stay intsets up to this many times their planned
+fill."""
+MAX_BUCKET_BITS = 24
+"""Exact mode: buckets are picked by the first 3 bytes of a fingerprint."""
 SEGMENT_BITS = 25
 """Own Bloom filter: bitmap keys hold 2^SEGMENT_BITS - 512 bits (just under 4 MiB)."""
 SHARD_CAPACITY = 1 << 24
@@ -70,11 +87,15 @@ class DedupeSpec:
     gen_ms: int = 0
     gens: int = 0
     segment_bits: int = SEGMENT_BITS
+    bucket_fill: int = 0
+    """Exact mode: the most fingerprints per bucket of a level (0: a legacy plan, one
+    level of unbounded buckets)."""
 
     def encode(self) -> str:
         """The spec string the Lua preludes read."""
         if self.mode == "exact":
-            return f"exact {self.bucket_bits} {self.gen_ms} {self.gens}"
+            legacy = f"exact {self.bucket_bits} {self.gen_ms} {self.gens}"
+            return f"{legacy} {self.bucket_fill}" if self.bucket_fill else legacy
         p = repr(self.error_rate / max(1, self.gens + 1 if self.gen_ms else 1))
         if self.mode == "bloom":
             return f"bloom {self.capacity} {p} {self.gen_ms} {self.gens} {self.segment_bits}"
@@ -83,15 +104,41 @@ class DedupeSpec:
 
     @property
     def width_bits(self) -> int:
-        """Exact mode: the bits a fingerprint keeps (63-bit member + bucket index)."""
+        """Exact mode: the bits a fingerprint keeps (63-bit member + bucket index) in
+        level 0 (later levels keep more)."""
         return 63 + self.bucket_bits
 
     @property
     def intset_entries_needed(self) -> int:
-        """Exact mode: the set-max-intset-entries that keeps buckets compact up to
+        """Exact mode: the set-max-intset-entries that keeps buckets compact: Redis's
+        default with levels; for a legacy plan, what keeps them intsets up to
         INTSET_HEADROOM times the planned capacity."""
+        if self.bucket_fill:
+            return max(DEFAULT_INTSET_ENTRIES, self.bucket_fill)
         fill = self.capacity / 2 ** self.bucket_bits
         return int(2 ** math.ceil(math.log2(max(128.0, fill * INTSET_HEADROOM))))
+
+    def level_buckets(self, level: int) -> int:
+        """Exact mode: buckets of ``level`` (as lua/exact.lua's dd_nb)."""
+        if level == 0 or not self.bucket_fill:
+            return 1 << self.bucket_bits
+        return 1 << min(MAX_BUCKET_BITS, self.bucket_bits + level)
+
+    def level_of(self, count: int) -> int:
+        """Exact mode: the level being filled once ``count`` fingerprints were added
+        (as lua/exact.lua's dd_level_of; always 0 for a legacy plan)."""
+        if not self.bucket_fill:
+            return 0
+        level, total = 0, self.bucket_fill * self.level_buckets(0)
+        while count >= total:
+            level += 1
+            total += self.bucket_fill * self.level_buckets(level)
+        return level
+
+    @property
+    def level_capacity(self) -> int:
+        """Exact mode: fingerprints level 0 holds (at least ``capacity``)."""
+        return self.bucket_fill * 2 ** self.bucket_bits if self.bucket_fill else self.capacity
 
     def collision_probability(self, urls: float) -> float:
         """Exact mode: chance that any two of ``urls`` distinct URLs share a stored value
@@ -99,9 +146,21 @@ class DedupeSpec:
         return min(1.0, urls * urls / 2.0 ** (self.width_bits + 1))
 
 
-def bucket_bits_for(capacity: int) -> int:
-    """Exact mode: 2^b buckets of about BUCKET_FILL fingerprints at ``capacity``."""
-    return max(4, min(24, math.ceil(math.log2(max(1.0, capacity / BUCKET_FILL)))))
+def bucket_bits_for(capacity: int, fill: int = BUCKET_FILL) -> int:
+    """Exact mode: the fewest bits b such that 2^b buckets of ``fill`` fingerprints hold
+    ``capacity`` (between 4 and 24)."""
+    return max(4, min(MAX_BUCKET_BITS, math.ceil(math.log2(max(1.0, capacity / fill)))))
+
+
+def exact_spec(capacity: int, gen_ms: int = 0, gens: int = 0, *,
+               legacy: bool = False) -> DedupeSpec:
+    """The exact filter's plan for ``capacity`` URLs: levels of buckets of at most
+    BUCKET_FILL, or (``legacy``) the plan of crawls created before levels."""
+    if legacy:
+        return DedupeSpec("exact", capacity, bucket_bits=bucket_bits_for(
+            capacity, LEGACY_BUCKET_FILL), gen_ms=gen_ms, gens=gens)
+    return DedupeSpec("exact", capacity, bucket_bits=bucket_bits_for(capacity),
+                      gen_ms=gen_ms, gens=gens, bucket_fill=BUCKET_FILL)
 
 
 def has_redisbloom(client: Any, probe_key: str = "redcrawl:probe") -> bool:
@@ -118,15 +177,16 @@ def resolve_spec(settings: Settings, *, client: Any = None,
                  created: str | None = None) -> DedupeSpec:
     """The dedupe spec for these settings. ``created`` is the spec string a crawl was
     created with (if it exists): with ``bloom_backend=auto`` it decides between RedisBloom
-    and the own filter, so every worker keeps using what the crawl started with."""
+    and the own filter, so every worker keeps using what the crawl started with; in exact
+    mode, a crawl created with the legacy plan (no levels) for these settings keeps it."""
     gen_ms, gens = 0, 0
     if settings.recrawl_after > 0:
         gens = GENERATIONS
         gen_ms = max(1, math.ceil(settings.recrawl_after * 1000 / gens))
     capacity = settings.dedupe_capacity
     if settings.dedupe == "exact":
-        return DedupeSpec("exact", capacity, bucket_bits=bucket_bits_for(capacity),
-                          gen_ms=gen_ms, gens=gens)
+        legacy = exact_spec(capacity, gen_ms, gens, legacy=True)
+        return legacy if created == legacy.encode() else exact_spec(capacity, gen_ms, gens)
     spec = DedupeSpec("bloom", capacity, settings.dedupe_error_rate, gen_ms=gen_ms, gens=gens)
     rbloom = replace(spec, mode="rbloom",
                      shards=2 ** math.ceil(math.log2(max(1, capacity / SHARD_CAPACITY))))
@@ -165,11 +225,17 @@ def _filter_source(mode: Mode) -> str:
 
 
 def split(fp: bytes, bucket_bits: int) -> tuple[int, int]:
-    """Exact mode, as ``lua/exact.lua`` does it: (bucket, 63-bit member) of a fingerprint."""
+    """Exact mode, as ``lua/exact.lua`` does it: (bucket, 63-bit member) of a fingerprint
+    among 2^bucket_bits buckets (level i of a spec has ``spec.level_buckets(i)``)."""
     if len(fp) != 20:
         raise ValueError(f"a fingerprint is 20 bytes, not {len(fp)}")
     bucket = int.from_bytes(fp[:3], "big") % (1 << bucket_bits)
     return bucket, int.from_bytes(fp[8:16], "big") & ((1 << 63) - 1)
+
+
+def bucket_key(base: str, level: int, bucket: int) -> str:
+    """Exact mode: the key of a bucket (``base`` includes the generation, if any)."""
+    return f"{base}:{bucket}" if level == 0 else f"{base}:L{level}:{bucket}"
 
 
 class Filter:
@@ -262,8 +328,10 @@ class Filter:
             return (f"the exact dedupe filter needs set-max-intset-entries >= {need} (the "
                     f"server has {have}) and CONFIG SET was refused ({exc}); buckets beyond "
                     f"the limit silently become hash tables (about 7x the memory). Raise it "
-                    f"in redis.conf, or plan a larger REDCRAWL_DEDUPE_CAPACITY (more, "
-                    f"smaller buckets)")
+                    f"in redis.conf (a CONFIG SET is lost at a restart)"
+                    + ("" if self.spec.bucket_fill else
+                       ", or start a new crawl: crawls created by this redcrawl version "
+                       "keep their buckets under Redis's default (512)"))
 
     def health(self, sample: int = 64) -> list[str]:
         """Problems a running filter has: exact buckets that fell back from intset to
@@ -289,8 +357,16 @@ class Filter:
                 sec, usec = self.client.time()
                 now_ms = int(sec) * 1000 + int(usec) // 1000
             base = f"{base}:{now_ms // self.spec.gen_ms}"
-        buckets = 2 ** self.spec.bucket_bits
-        picked = [f"{base}:{b}" for b in random.sample(range(buckets), min(sample, buckets))]
+        levels = [0]
+        if self.spec.bucket_fill:  # and the level being filled
+            raw = self.client.get(f"{base}:n")
+            top = self.spec.level_of(int(raw)) if raw and raw.isdigit() else 0
+            levels += [top] if top else []
+        picked: list[str] = []
+        for level in levels:
+            buckets = self.spec.level_buckets(level)
+            picked += [bucket_key(base, level, b)
+                       for b in random.sample(range(buckets), min(sample, buckets))]
         pipe = self.client.pipeline(transaction=False)
         for key in picked:
             pipe.object("encoding", key)
@@ -302,8 +378,10 @@ class Filter:
                 f"{len(fallen)} of {len(picked)} sampled dedupe buckets are no longer "
                 f"intsets (e.g. {fallen[0]}): they use about 7x the memory. "
                 f"Raise the limit (CONFIG SET set-max-intset-entries {need}) so no more "
-                f"buckets convert (Redis never converts a set back), or plan a larger "
-                f"REDCRAWL_DEDUPE_CAPACITY for the next crawl")
+                f"buckets convert (Redis never converts a set back)"
+                + ("" if self.spec.bucket_fill else
+                   "; crawls created by this redcrawl version keep their buckets under "
+                   "Redis's default (512)"))
         return problems
 
 

@@ -154,9 +154,9 @@ class ListsFrontier:
         return self.settings.ordering
 
     def _created_dedupe(self) -> str | None:
-        """The dedupe spec the crawl was created with (needed only to resolve an
-        automatic Bloom backend), or None for a new crawl."""
-        if self.settings.dedupe != "bloom" or self.settings.bloom_backend != "auto":
+        """The dedupe spec the crawl was created with (needed to resolve an automatic
+        Bloom backend, and an exact filter's legacy plan), or None for a new crawl."""
+        if self.settings.dedupe == "bloom" and self.settings.bloom_backend != "auto":
             return None
         with redis_errors("reading the crawl layout"):
             raw = self.client.hget(self.keys.control, "layout")
