@@ -431,15 +431,21 @@ def _problem(value: Any, path: str, depth: int = 0) -> str | None:
             if problem:
                 return problem
         return None
-    if isinstance(value, StoredItem):
-        return _problem(value.fields, path, depth + 1)
     try:
-        item = _item_fields(value)
-        if item is not None:
-            _item_path(value)
-            return _problem(item[1], f"{path}.", depth + 1)
+        fields = value.fields if isinstance(value, StoredItem) else None
+        if fields is None:
+            item = _item_fields(value)
+            if item is not None:
+                _item_path(value)
+                fields = item[1]
     except _Unstorable as exc:
         return f"{path}: {exc}"
+    if fields is not None:
+        for name, item_value in fields.items():
+            problem = _problem(item_value, f"{path}.{name}", depth + 1)
+            if problem:
+                return problem
+        return None
     return (f"{path} holds a {type(value).__name__}, which cannot be stored in Redis; keep "
             f"to {_STORABLE} (or remove the key before the request is scheduled)")
 

@@ -120,6 +120,7 @@ class Scheduler(BaseScheduler):
             deque())
         self._handed_out: dict[int, tuple[scrapy.Request, Lease]] = {}
         self._outcomes: dict[int, tuple[bool, str]] = {}   # id(request) -> (retry, error)
+        self._unstorable: str | None = None  # the first request that could not be stored
         self._local_seen: set[bytes] = set()
         self._counts: tuple[float, Counts] | None = None
         self._next_lease_at = 0.0
@@ -250,8 +251,16 @@ class Scheduler(BaseScheduler):
             env.dont_filter = fp is None
             codec.encode(env)  # fail here, naming the key, not later in a batch
         except EncodeError as exc:
-            log.error("redcrawl: dropped %s: %s", request, exc)
+            # Never a silent drop: close the spider, and send every request that finishes
+            # from now on back for a retry instead of acknowledging it, so the one whose
+            # callback made this request is fetched again once the spider is fixed.
             self.stats.inc_value("redcrawl/unstorable")
+            log.error("redcrawl: cannot store %s: %s. Closing the spider (reason "
+                      "redcrawl_unstorable); requests finishing now are retried later, "
+                      "not acknowledged", request, exc)
+            if self._unstorable is None:
+                self._unstorable = str(exc)
+                lifecycle.stop_crawler(self.crawler, "redcrawl_unstorable")
             return False
         if fp is not None:
             if len(self._local_seen) >= LOCAL_SEEN_MAX:
@@ -408,6 +417,8 @@ class Scheduler(BaseScheduler):
         del self._handed_out[id(request)]
         lease = entry[1]
         outcome = self._outcomes.pop(id(request), None)
+        if outcome is None and self._unstorable is not None:
+            outcome = (True, f"a request it made could not be stored: {self._unstorable}")
         if outcome is None:
             self._acks.append(lease)
             if len(self._acks) >= self.settings.batch_size:
