@@ -378,3 +378,25 @@ def test_unknown_encoding_with_a_url_to_escape_is_a_decode_error(spider: Spider)
     data = msgpack.packb({"v": 1, "u": "http://exa mple.com/ü ?q=é", "e": "nope"})
     with pytest.raises(DecodeError, match="nope"):
         to_request(decode(data), spider)
+
+
+# --- a real crawl -------------------------------------------------------------------------
+
+def test_meta_with_items_and_dates_survives_a_real_crawl(tmp_path: Any, redis7: Any,
+                                                         redis7_client: redis.Redis) -> None:
+    from redcrawl.demo import ShopSite, SiteConfig
+    from tests.scrapy_projects.harness import frontier, run_spider
+
+    redis7_client.flushall()
+    with ShopSite(SiteConfig(products=4, tracking_params=False)) as site:
+        run = run_spider("meta_types_spider.py", tmp_path, redis_url=redis7.url,
+                         crawl="meta-types", args={"url": site.url}).ok()
+    got = run.report["spider"]["got"]
+    assert len(got) == 2 and run.report["spider"]["equal"], got
+    types = {k: t for k, (t, _) in got[0].items()}
+    assert types == {"item": "Product", "offer": "Offer", "when": "datetime", "seen": "set",
+                     "pair": "tuple", "price": "Decimal", "cb_pair": "tuple"}
+    assert got[0]["price"][1] == "Decimal('1.10')"
+    assert run.stats.get("redcrawl/unstorable") is None
+    c = frontier(redis7_client, "meta-types").counts()
+    assert c.finished and c.conserved and c.done == 3 and c.dead == 0
