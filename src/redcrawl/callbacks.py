@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Hashable
-from typing import Any, cast
+from typing import Any
 
 __all__ = ["callback_name_problem", "callback_problem", "framework_names",
            "resolve_callback"]
@@ -70,15 +69,16 @@ def _generic_entry_points() -> tuple[tuple[type, frozenset[str]], ...]:
 def callback_problem(spider: Any, name: str) -> str | None:
     """Why ``spider`` may not be called back by ``name`` (words, starting with the
     quoted name), or None when it may."""
-    if not isinstance(name, str):
-        return f"{name!r} is not a method name"
     if name in getattr(spider, "__dict__", ()):
         return f"{name!r} is an attribute of the spider object, not a method of its class"
-    return _class_problem(cast(Hashable, type(spider)), name)
+    cls: Any = spider.__class__
+    return _class_problem(cls, name)  # cached per (class, name)
 
 
 @functools.lru_cache(maxsize=4096)
-def _class_problem(cls: Any, name: str) -> str | None:
+def _class_problem(cls: Any, name: Any) -> str | None:
+    if not isinstance(name, str):
+        return f"{name!r} is not a method name"
     if any(issubclass(cls, base) and name in names for base, names in _generic_entry_points()):
         return None
     problem = callback_name_problem(name)

@@ -69,6 +69,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 import msgpack
+from msgpack import packb, unpackb
 
 from redcrawl.callbacks import callback_problem
 from redcrawl.errors import DecodeError, EncodeError
@@ -500,7 +501,7 @@ def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:
         d["f"] = env.fingerprint
     before = _counts[0]
     try:
-        data = _pack(d)
+        data: bytes = packb(d, use_bin_type=True, strict_types=True, default=_default)
         if _counts[0] != before:  # an extension type inside: only version 2 readers can read it
             if data[1:4] == b"\xa1v\x01":  # fixmap, then "v": 1 (encode's first key)
                 data = b"%c\xa1v\x02%s" % (data[0], data[4:])
@@ -546,7 +547,7 @@ def decode(data: bytes) -> Envelope:
     """Bytes -> Envelope. Raises :class:`DecodeError` for corrupt or future envelopes."""
     before = _counts[1]
     try:
-        d = _unpack(data)
+        d = unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)
     except DecodeError:
         raise
     except Exception as exc:  # msgpack raises a variety of ValueError subclasses
@@ -748,54 +749,45 @@ def _resolve_items(value: Any, depth: int = 0) -> Any:
 
 def to_request(env: Envelope, spider: scrapy.Spider | None = None) -> scrapy.Request:
     """Envelope -> Scrapy request, callbacks resolved on ``spider`` (without a spider the
-    request has no callback, so Scrapy uses the spider's default ``parse``)."""
-    try:
-        return _to_request(env, spider)
-    except DecodeError:
-        raise
-    except Exception as exc:  # whatever a corrupt envelope makes Scrapy raise
-        raise DecodeError(f"cannot rebuild request {env.url!r}: {exc.__class__.__name__}: "
-                          f"{exc}") from None
-
-
-def _to_request(env: Envelope, spider: Any) -> scrapy.Request:
+    request has no callback, so Scrapy uses the spider's default ``parse``). Whatever the
+    envelope holds, the only error is :class:`DecodeError`."""
     import scrapy
 
-    if env.unresolved:
-        env.meta = _resolve_items(env.meta)
-        env.cb_kwargs = _resolve_items(env.cb_kwargs)
-        env.unresolved = False
-    cls = _load_class(env.request_class) if env.request_class else scrapy.Request
-    kwargs: dict[str, Any] = {"url": env.url}
-    # Only what differs from Request's defaults: construction is a worker's hot path.
-    if env.method != "GET":
-        kwargs["method"] = env.method
-    if env.headers:
-        kwargs["headers"] = dict(env.headers)
-    if env.body:
-        kwargs["body"] = env.body
-    if env.cookies:
-        kwargs["cookies"] = env.cookies
-    if env.meta:
-        kwargs["meta"] = env.meta
-    if env.encoding != "utf-8":
-        kwargs["encoding"] = env.encoding
-    if env.priority:
-        kwargs["priority"] = env.priority
-    if env.dont_filter:
-        kwargs["dont_filter"] = True
-    if env.flags:
-        kwargs["flags"] = env.flags
-    if env.cb_kwargs:
-        kwargs["cb_kwargs"] = env.cb_kwargs
-    if env.callback:
-        kwargs["callback"] = _method(spider, env.callback, "callback")
-    if env.errback:
-        kwargs["errback"] = _method(spider, env.errback, "errback")
-    for key, value in env.extra.items():
-        if key in cls.attributes:
-            kwargs[key] = value
     try:
+        if env.unresolved:
+            env.meta = _resolve_items(env.meta)
+            env.cb_kwargs = _resolve_items(env.cb_kwargs)
+            env.unresolved = False
+        cls = _load_class(env.request_class) if env.request_class else scrapy.Request
+        kwargs: dict[str, Any] = {"url": env.url}
+        # Only what differs from Request's defaults: construction is a worker's hot path.
+        if env.method != "GET":
+            kwargs["method"] = env.method
+        if env.headers:
+            kwargs["headers"] = dict(env.headers)
+        if env.body:
+            kwargs["body"] = env.body
+        if env.cookies:
+            kwargs["cookies"] = env.cookies
+        if env.meta:
+            kwargs["meta"] = env.meta
+        if env.encoding != "utf-8":
+            kwargs["encoding"] = env.encoding
+        if env.priority:
+            kwargs["priority"] = env.priority
+        if env.dont_filter:
+            kwargs["dont_filter"] = True
+        if env.flags:
+            kwargs["flags"] = env.flags
+        if env.cb_kwargs:
+            kwargs["cb_kwargs"] = env.cb_kwargs
+        if env.callback:
+            kwargs["callback"] = _method(spider, env.callback, "callback")
+        if env.errback:
+            kwargs["errback"] = _method(spider, env.errback, "errback")
+        for key, value in env.extra.items():
+            if key in cls.attributes:
+                kwargs[key] = value
         plain = _PLAIN_URL(env.url) and "#!" not in env.url
         fast = _trusting_class(cast(Any, cls)) if plain else None
         if fast is None:
@@ -809,8 +801,11 @@ def _to_request(env: Envelope, spider: Any) -> scrapy.Request:
         fast.__init__(request, **kwargs)
         request.__class__ = cls
         return request
-    except (TypeError, ValueError, LookupError) as exc:
-        raise DecodeError(f"cannot rebuild request {env.url!r}: {exc}") from None
+    except DecodeError:
+        raise
+    except Exception as exc:  # whatever a corrupt envelope makes Scrapy raise
+        raise DecodeError(f"cannot rebuild request {env.url!r}: {exc.__class__.__name__}: "
+                          f"{exc}") from None
 
 
 # An http(s) URL in the form Scrapy's URL escaping (safe_url_string) leaves as it is:
