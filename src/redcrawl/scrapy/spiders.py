@@ -134,7 +134,7 @@ class RedisMixin:
                           reason)
         self.crawler.stats.inc_value("redcrawl/start_entries/refused")
 
-    def next_requests(self) -> Iterator[scrapy.Request]:
+    def next_requests(self) -> Iterator[Any]:
         if self._closing:
             return
         try:
@@ -153,10 +153,14 @@ class RedisMixin:
             if made is None:
                 continue
             for request in [made] if isinstance(made, scrapy.Request) else made:
+                if not isinstance(request, scrapy.Request):
+                    yield request  # an overridden make_request_from_data's own output
+                    continue
                 problem = url_problem(request.url, self._schemes)
                 if problem is not None:
-                    self._refuse(data, f"URL {request.url!r}: {problem} (allow more schemes "
-                                       "with the spider's redis_start_url_schemes)")
+                    hint = (" (a spider allows more schemes with redis_start_url_schemes)"
+                            if problem.startswith("it is not an absolute") else "")
+                    self._refuse(data, f"URL {request.url!r}: {problem}{hint}")
                     continue
                 # the same whether read at start or when idle, as in scrapy-redis: not
                 # a Scrapy start request (those are deduplicated by the scheduler)
