@@ -513,7 +513,7 @@ def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:
                           ("request attributes", "x")):
             problem = _problem(d[key], name) if key in d else None
             if problem:
-                raise EncodeError(f"request {env.url}: {problem}") from None
+                raise EncodeError(problem) from None  # starts with the key (the API relies on it)
         raise EncodeError(f"request {env.url} cannot be encoded: {exc}") from None
     if len(data) > MAX_ENVELOPE_BYTES:
         raise EncodeError(
