@@ -33,7 +33,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import redis
 import scrapy
@@ -142,7 +142,12 @@ class RedisMixin:
         except ConfigError as exc:
             self._closing = True
             self.logger.error("Closing the spider: %s", exc)
-            lifecycle.stop_crawler(self.crawler, "redcrawl_start_key")
+            from twisted.internet import reactor
+
+            # later, not from inside the engine's read of start requests (Scrapy 2.11
+            # fails if the slot goes away while it iterates them)
+            cast(Any, reactor).callLater(0, lifecycle.stop_crawler, self.crawler,
+                                         "redcrawl_start_key")
             return
         for data in batch:
             try:
