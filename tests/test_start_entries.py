@@ -91,8 +91,18 @@ class Shop(RedisSpider):
     def parse_item(self, response: Any) -> None: ...
 
 
+def crawler_for(spidercls: type, settings: dict[str, Any]) -> Any:
+    try:
+        return get_crawler(spidercls, settings)
+    except RuntimeError:  # Scrapy 2.13's get_crawler wants an installed reactor
+        from scrapy.utils.reactor import install_reactor
+
+        install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
+        return get_crawler(spidercls, settings)
+
+
 def spider_on(redis_url: str, **settings: Any) -> Shop:
-    crawler = get_crawler(Shop, {"REDCRAWL_REDIS_URL": redis_url, **settings})
+    crawler = crawler_for(Shop, {"REDCRAWL_REDIS_URL": redis_url, **settings})
     spider = Shop.from_crawler(crawler)
     assert isinstance(spider, Shop)
     return spider
@@ -105,7 +115,7 @@ def test_opted_in_schemes_are_accepted(redis7: RedisServer,
     class Ftp(Shop):
         redis_start_url_schemes = {"http", "https", "ftp"}
 
-    crawler = get_crawler(Ftp, {"REDCRAWL_REDIS_URL": redis7.url})
+    crawler = crawler_for(Ftp, {"REDCRAWL_REDIS_URL": redis7.url})
     spider = Ftp.from_crawler(crawler)
     redis7_client.rpush("shop:start_urls", "ftp://files.example.com/a", "file:///etc/passwd")
     assert [r.url for r in spider.next_requests()] == ["ftp://files.example.com/a"]
