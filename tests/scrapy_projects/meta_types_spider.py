@@ -27,7 +27,7 @@ class Offer:
 META: dict[str, Any] = {
     "item": Product(name="Lamp", tags=("a", "b")),
     "offer": Offer(decimal.Decimal("9.90"), dt.date(2030, 1, 2)),
-    "when": dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.timezone.utc),
+    "when": dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.UTC),
     "seen": {1, 2},
     "pair": (1, (2, 3)),
     "price": decimal.Decimal("1.10"),

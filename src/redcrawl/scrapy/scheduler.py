@@ -3,7 +3,8 @@
 How a request moves through one worker:
 
 * ``enqueue_request`` fingerprints and encodes the request at once (a request that can't
-  be stored is an error logged there, naming the key) and buffers it; buffered requests
+  be stored is an error logged there, naming the key, and closes the spider: see
+  ``docs/scrapy.md``) and buffers it; buffered requests
   are stored in the frontier in batches, always before any request is acknowledged.
 * ``next_request`` hands out one request from a small local prefetch buffer, refilled by
   one ``lease`` call (never a blocking pop: Scrapy's reactor never waits on Redis).
