@@ -41,7 +41,7 @@ def test_plain_url_and_json_entries() -> None:
 @pytest.mark.parametrize("name", ["_private", "__init__", "setup_redis", "close",
                                   "schedule_next_requests", "start_requests", "nope"])
 def test_entries_cannot_name_anything_but_the_spiders_own_methods(name: str) -> None:
-    with pytest.raises(ValueError, match="own methods"):
+    with pytest.raises(ValueError, match="own class"):
         Shop().make_request_from_data(entry(url="https://a.example/", callback=name))
 
 

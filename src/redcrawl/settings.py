@@ -248,7 +248,10 @@ _SPECS: tuple[_Spec, ...] = (
           "(glob patterns)."),
     _Spec("start_urls_key", _str, "Key RedisSpider reads start URLs from (a template with "
           "%(name)s, the spider's name; as in scrapy-redis).", ("REDIS_START_URLS_KEY",)),
-    _Spec("start_urls_as_set", _bool, "Start URLs key is a set.", ("REDIS_START_URLS_AS_SET",)),
+    _Spec("start_urls_as_set", _bool, "Start URLs key is a set (popped with SPOP).",
+          ("REDIS_START_URLS_AS_SET",)),
+    _Spec("start_urls_as_zset", _bool, "Start URLs key is a sorted set, highest score "
+          "first (popped with ZPOPMAX).", ("REDIS_START_URLS_AS_ZSET",)),
     _Spec("start_urls_batch_size", _number(int, 1, 100_000), "Start URLs read per batch.",
           ("REDIS_START_URLS_BATCH_SIZE",)),
     _Spec("items_uri", _str, "Where UpsertPipeline writes items: sqlite:///path.db or "
@@ -362,6 +365,7 @@ class Settings:
     canonical_drop_params: tuple[str, ...] = ()
     start_urls_key: str = "%(name)s:start_urls"
     start_urls_as_set: bool = False
+    start_urls_as_zset: bool = False
     start_urls_batch_size: int = 16
     items_uri: str = "sqlite:///items.db"
     items_table: str = "items"

@@ -2,14 +2,26 @@
 
 ``RedisSpider`` and ``RedisCrawlSpider`` read the key ``redis_key`` (default
 ``REDIS_START_URLS_KEY`` = ``"%(name)s:start_urls"``), a list (or a set with
-``REDIS_START_URLS_AS_SET``), ``REDIS_START_URLS_BATCH_SIZE`` entries at a time: at start,
-and again whenever the spider is idle. An entry is a plain URL or a JSON object::
+``REDIS_START_URLS_AS_SET``, or a sorted set, highest score first, with
+``REDIS_START_URLS_AS_ZSET``), ``REDIS_START_URLS_BATCH_SIZE`` entries at a time: at
+start, and again whenever the spider is idle. An entry is a plain URL or a JSON object::
 
     {"url": "https://example.com/p/1", "meta": {"source": "feed"}, "callback": "parse_item",
-     "priority": 5, "method": "POST", "body": "...", "headers": {...}, "dont_filter": false}
+     "priority": 5, "method": "POST", "body": "...", "headers": {...}, "dont_filter": true}
 
-Other keys of a JSON entry become form data, as in scrapy-redis. A bad entry is logged and
-skipped; it never stops the spider.
+Other keys of a JSON entry become form data, as in scrapy-redis.
+
+Every entry is handled the same way, whether it was read at start or while the spider was
+idle, as scrapy-redis does: it is always fetched (``dont_filter`` is True unless a JSON
+entry says false: not deduplicated, not dropped as offsite). Only http(s) URLs are
+accepted unless the spider lists more schemes in ``redis_start_url_schemes`` (e.g.
+``{"http", "https", "ftp"}``); a callback must be a public method of the spider's own
+class (:mod:`redcrawl.callbacks`). A refused or malformed entry is logged with the reason
+and counted (stat ``redcrawl/start_entries/refused``); it never stops the spider.
+
+A start key that cannot be read (a key of another type than the settings say, or one an
+ACL user may not touch) closes the spider with a message naming the key and what to do
+(reason ``redcrawl_start_key``).
 
 Entries are popped atomically (one worker gets each) and handed straight to the
 frontier. To seed a crawl durably, push URLs into the frontier itself instead:
@@ -18,20 +30,23 @@ frontier. To seed a crawl durably, push URLs into the frontier itself instead:
 
 from __future__ import annotations
 
-import inspect
 import json
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator
-from typing import Any
+from typing import Any, cast
 
+import redis
 import scrapy
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.spiders import CrawlSpider, Spider
 
+from redcrawl.callbacks import callback_problem, resolve_callback
 from redcrawl.connection import connect
+from redcrawl.errors import ConfigError
 from redcrawl.scrapy import lifecycle
 from redcrawl.settings import Settings
+from redcrawl.urls import HTTP_SCHEMES, url_problem
 
 __all__ = ["RedisCrawlSpider", "RedisMixin", "RedisSpider"]
 
@@ -45,6 +60,8 @@ class RedisMixin:
     redis_key: str | None = None
     redis_batch_size: int | None = None
     max_idle_time: float | None = None
+    redis_start_url_schemes: Iterable[str] = HTTP_SCHEMES
+    """URL schemes start entries may use; http and https unless the spider opts in."""
 
     crawler: Any
     name: str
@@ -62,7 +79,13 @@ class RedisMixin:
         if self.max_idle_time is None:
             self.max_idle_time = settings.max_idle_time
         self.server = connect(settings)
-        self._as_set = settings.start_urls_as_set
+        if settings.start_urls_as_set and settings.start_urls_as_zset:
+            raise ConfigError("REDIS_START_URLS_AS_ZSET", "REDIS_START_URLS_AS_SET is on too; "
+                              "the start key is either a set or a sorted set: turn one off")
+        self._key_type = ("zset" if settings.start_urls_as_zset
+                          else "set" if settings.start_urls_as_set else "list")
+        self._schemes = frozenset(s.lower() for s in self.redis_start_url_schemes)
+        self._closing = False
         self._idle_since = time.monotonic()
         crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self._active, signal=signals.response_received)
@@ -71,26 +94,84 @@ class RedisMixin:
 
     # --- reading the key -----------------------------------------------------------
     def fetch_data(self, count: int) -> list[bytes]:
-        """Pop up to ``count`` entries, atomically (each entry goes to one worker)."""
+        """Pop up to ``count`` entries, atomically (each entry goes to one worker).
+        :class:`~redcrawl.errors.ConfigError` when the key can't be read as configured."""
         assert self.redis_key is not None
         server: Any = self.server
-        data = (server.spop if self._as_set else server.lpop)(self.redis_key, count)
+        try:
+            if self._key_type == "zset":
+                data = [member for member, _ in server.zpopmax(self.redis_key, count)]
+            elif self._key_type == "set":
+                data = server.spop(self.redis_key, count)
+            else:
+                data = server.lpop(self.redis_key, count)
+        except redis.exceptions.NoPermissionError as exc:
+            raise ConfigError(
+                "REDIS_START_URLS_KEY",
+                f"the Redis user may not read the start key {self.redis_key!r} ({exc}). "
+                f"Allow it in the user's ACL (ACL SETUSER <user> ~{self.redis_key}), or move "
+                "the key inside the user's key pattern with REDIS_START_URLS_KEY or the "
+                "spider's redis_key (e.g. 'rc:%(name)s:start_urls' for ~rc:*)",
+            ) from None
+        except redis.exceptions.ResponseError as exc:
+            if "WRONGTYPE" not in str(exc):
+                raise
+            actual = server.type(self.redis_key)
+            actual = actual.decode() if isinstance(actual, bytes) else str(actual)
+            setting = {"set": "REDIS_START_URLS_AS_SET", "zset": "REDIS_START_URLS_AS_ZSET"}
+            fix = (f"set {setting[actual]} = True" if actual in setting
+                   else "turn REDIS_START_URLS_AS_SET and REDIS_START_URLS_AS_ZSET off"
+                   if actual == "list" else "delete it or point REDIS_START_URLS_KEY elsewhere")
+            raise ConfigError(
+                setting.get(self._key_type, "REDIS_START_URLS_KEY"),
+                f"start key {self.redis_key!r} is a Redis {actual}, but the spider reads it "
+                f"as a {self._key_type}; {fix}",
+            ) from None
         return list(data or [])
 
-    def next_requests(self) -> Iterator[scrapy.Request]:
-        for data in self.fetch_data(self.redis_batch_size or 16):
+    def _refuse(self, data: bytes, reason: str) -> None:
+        self.logger.error("Skipping start entry %r from %r: %s", data[:200], self.redis_key,
+                          reason)
+        self.crawler.stats.inc_value("redcrawl/start_entries/refused")
+
+    def next_requests(self) -> Iterator[Any]:
+        if self._closing:
+            return
+        try:
+            batch = self.fetch_data(self.redis_batch_size or 16)
+        except ConfigError as exc:
+            self._closing = True
+            self.logger.error("Closing the spider: %s", exc)
+            from twisted.internet import reactor
+
+            # later, not from inside the engine's read of start requests (Scrapy 2.11
+            # fails if the slot goes away while it iterates them)
+            cast(Any, reactor).callLater(0, lifecycle.stop_crawler, self.crawler,
+                                         "redcrawl_start_key")
+            return
+        for data in batch:
             try:
                 made = self.make_request_from_data(data)
-            except (ValueError, TypeError, KeyError) as exc:
-                self.logger.error("Skipping start entry %r from %r: %s", data[:200],
-                                  self.redis_key, exc)
+            except (ValueError, TypeError, KeyError, UnicodeError) as exc:
+                self._refuse(data, str(exc))
                 continue
             if made is None:
                 continue
-            if isinstance(made, scrapy.Request):
-                yield made
-            else:
-                yield from made
+            for request in [made] if isinstance(made, scrapy.Request) else made:
+                if not isinstance(request, scrapy.Request):
+                    yield request  # an overridden make_request_from_data's own output
+                    continue
+                problem = url_problem(request.url, self._schemes)
+                if problem is not None:
+                    hint = (" (a spider allows more schemes with redis_start_url_schemes)"
+                            if problem.startswith("it is not an absolute") else "")
+                    self._refuse(data, f"URL {request.url!r}: {problem}{hint}")
+                    continue
+                # the same whether read at start or when idle, as in scrapy-redis: not
+                # a Scrapy start request (those are deduplicated by the scheduler)
+                request.meta["is_start_request"] = False
+                self.crawler.stats.inc_value("redcrawl/start_entries/accepted")
+                yield request
 
     def make_request_from_data(
         self, data: bytes
@@ -123,13 +204,13 @@ class RedisMixin:
 
     def _entry_method(self, name: str, what: str) -> Any:
         """A spider method named by a start entry: anyone who can write to the key picks
-        it, so only the spider's own public methods qualify (``parse`` included), never a
-        private one or one of Scrapy's or this mixin's."""
-        method = getattr(self, name, None)
-        inherited = (name != "parse" and any(
-            hasattr(base, name) for base in (Spider, CrawlSpider, RedisMixin)))
-        if name.startswith("_") or inherited or not inspect.ismethod(method):
-            raise ValueError(f"{what} {name!r} is not one of the spider's own methods")
+        it, so the rule of :mod:`redcrawl.callbacks` applies (public methods of the
+        spider's own class, ``parse`` included)."""
+        problem = callback_problem(self, name)
+        method = resolve_callback(self, name) if problem is None else None
+        if method is None:
+            raise ValueError(f"{what} {problem or repr(name) + ' is not a method'}; a start "
+                             "entry may name only a public method of the spider's own class")
         return method
 
     # --- feeding the engine -------------------------------------------------------
