@@ -180,6 +180,7 @@ def test_wrong_type_closes_a_real_crawl_with_the_reason(
     redis7_client.zadd(KEY, {"http://a.example/": 1})
     run = crawl(tmp_path, redis7)
     assert run.report["reason"] == "redcrawl_start_key", run.tail()
+    assert run.returncode == 1, run.tail()  # never exit 0 on a crawl that did not run
     assert "REDIS_START_URLS_AS_ZSET = True" in run.stderr
     assert "Traceback" not in run.stderr
 

@@ -142,6 +142,7 @@ class RedisMixin:
         except ConfigError as exc:
             self._closing = True
             self.logger.error("Closing the spider: %s", exc)
+            lifecycle.fail_process(self.crawler)  # scrapy crawl exits 1, not 0
             from twisted.internet import reactor
 
             # later, not from inside the engine's read of start requests (Scrapy 2.11
