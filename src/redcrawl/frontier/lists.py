@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,7 +52,7 @@ __all__ = ["ListsFrontier", "PendingSettle"]
 log = logging.getLogger(__name__)
 
 _SCRIPTS = ("push", "lease", "ack", "settle", "nack", "release", "maintain", "requeue_dead",
-            "release_worker", "renew")
+            "release_worker", "renew", "repair")
 MAINTAIN_LIMIT = 1000
 """Most delayed requests promoted and expired leases reclaimed by one script call."""
 
@@ -90,11 +91,44 @@ def record(env: Envelope) -> bytes:
     return b"%d|0||%s" % (env.priority, codec.encode(env, fingerprint=False))
 
 
+_HEAD_NUMBER = re.compile(rb"-?[0-9]{1,15}")
+"""A number of a record's header, as ``parse_head`` in ``lua/lib.lua`` reads it (Lua
+would print anything past 2^53 as ``1e+20``)."""
+_INTEGER = re.compile(rb"-?[0-9]{1,18}")
+"""A counter or time as the scripts accept it (``int_ok`` in ``lua/lib.lua``)."""
+_LAYOUT = re.compile(rb"[a-z][a-z/0-9]* [-0-9,]* [a-z]+[ A-Za-z0-9.+-]*")
+"""A well-formed stored layout (``layout_ok`` in ``lua/lib.lua``)."""
+
+
+def stored_int(raw: bytes | None) -> int | None:
+    """A stored counter or time (None: missing, 0), or None if it is corrupt."""
+    if raw is None:
+        return 0
+    return int(raw) if _INTEGER.fullmatch(raw) else None
+
+
+def stored_layout(control: dict[bytes, bytes]) -> bytes | None:
+    """The layout a crawl was created with, from its control hash (``layout``, or
+    ``layout.copy`` if that one is corrupt); None for a new crawl. Raises
+    :class:`FrontierError` when neither copy is readable."""
+    first, copy = control.get(b"layout"), control.get(b"layout.copy")
+    for raw in (first, copy):
+        if raw is not None and _LAYOUT.fullmatch(raw):
+            return raw
+    if first is None and copy is None:
+        return None
+    raise FrontierError(f"crawl layout unreadable: the control hash holds layout {first!r} "
+                        f"and layout.copy {copy!r}; if you know the settings the crawl was "
+                        "created with, set both fields to the layout a worker with those "
+                        "settings uses, or purge the crawl")
+
+
 def parse_record(data: bytes) -> tuple[int, int, str, bytes]:
     """(priority, attempts, lease token, envelope bytes) of a stored record."""
     parts = data.split(b"|", 3)
     try:
-        if len(parts) != 4:
+        if (len(parts) != 4 or not _HEAD_NUMBER.fullmatch(parts[0])
+                or not _HEAD_NUMBER.fullmatch(parts[1]) or parts[1].startswith(b"-")):
             raise ValueError
         return int(parts[0]), int(parts[1]), parts[2].decode(), parts[3]
     except (ValueError, UnicodeDecodeError):
@@ -159,7 +193,7 @@ class ListsFrontier:
         if self.settings.dedupe != "bloom" or self.settings.bloom_backend != "auto":
             return None
         with redis_errors("reading the crawl layout"):
-            raw = self.client.hget(self.keys.control, "layout")
+            raw = stored_layout(self.client.hgetall(self.keys.control))
         parts = raw.decode().split(" ", 2) if raw else []
         return parts[2] if len(parts) == 3 else None
 
@@ -385,8 +419,9 @@ class ListsFrontier:
         return []
 
     # --- inspection ----------------------------------------------------------------
-    def counts(self) -> Counts:
-        """A consistent snapshot (one MULTI/EXEC) of the conservation terms."""
+    def counts(self, *, repaired: bool = False) -> Counts:
+        """A consistent snapshot (one MULTI/EXEC) of the conservation terms. A corrupt
+        counter is repaired first (:meth:`repair`)."""
         k = self.keys
         with redis_errors("counts"):
             pipe = self.client.pipeline(transaction=True)
@@ -400,12 +435,37 @@ class ListsFrontier:
             pipe.zcard(k.delayed)
             pipe.zcard(k.dead)
             res = pipe.execute()
-        stats = [int(x or 0) for x in res[0]]
+        stats = self._counters(res[0], repaired)
+        if stats is None:
+            return self._repaired_counts(repaired)
         ready = sum(res[1:1 + k.tiers])
         delayed, dead = res[1 + k.tiers:]
         return Counts(accepted=stats[0], filtered=stats[1], ready=ready, delayed=delayed,
                       in_flight=stats[6], done=stats[2], dead=dead, retried=stats[3],
                       reclaimed=stats[4], requeued=stats[5])
+
+    def _counters(self, raw: Sequence[bytes | None], repaired: bool) -> list[int] | None:
+        """Stored counters as ints; None if one is corrupt (the caller repairs them and
+        reads again), a :class:`FrontierError` if they are still corrupt after a repair."""
+        values = [stored_int(x) for x in raw]
+        if all(v is not None for v in values):
+            return [v for v in values if v is not None]
+        if repaired:
+            raise FrontierError(f"crawl {self.crawl!r}: its counters {list(raw)!r} are corrupt "
+                                "and could not be repaired; purge the crawl")
+        return None
+
+    def _repaired_counts(self, repaired: bool) -> Counts:
+        assert not repaired
+        log.warning("crawl %s: corrupt counters repaired: %s", self.crawl,
+                    "; ".join(self.repair()) or "(by another process)")
+        return self.counts(repaired=True)
+
+    def repair(self) -> list[str]:
+        """Check the crawl's counters and layout and repair the corrupt ones (every
+        frontier script does this before its first write; :meth:`counts` calls this when
+        it reads a corrupt counter). Returns what was repaired, one line each."""
+        return [bytes(x).decode(errors="replace") for x in self._run("repair", [])]
 
     def _envelopes(self, ids: Sequence[bytes]) -> list[Envelope | None]:
         if not ids:
@@ -441,10 +501,10 @@ class ListsFrontier:
         with redis_errors("inflight"):
             leases = self.client.zrange(self.keys.inflight, 0, -1, withscores=True)
             for token, deadline in leases:
-                raw = self.client.hget(self.keys.leases, token)
-                if raw is None:
-                    continue
-                since, worker, *ids = msgpack.unpackb(raw, raw=True)
+                lease = _lease_record(self.client.hget(self.keys.leases, token))
+                if lease is None:
+                    continue  # gone, or corrupt (reclaimed when it expires)
+                since, worker, ids = lease
                 recs = self.client.hmget(self.keys.req, ids) if ids else []
                 for rid, rec in zip(ids, recs, strict=True):
                     if rec is None:
@@ -456,8 +516,8 @@ class ListsFrontier:
                         continue
                     if held_by != token.decode():
                         continue
-                    out.append(InflightInfo(format_id(rid), worker.decode(), attempts,
-                                            since / 1000, deadline / 1000, url))
+                    out.append(InflightInfo(format_id(rid), worker, attempts, since / 1000,
+                                            deadline / 1000, url))
                     if len(out) >= limit:
                         return out
         return out
@@ -503,8 +563,8 @@ class ListsFrontier:
                 attempts, token, env = 0, "", None
             worker = None
             if token:
-                raw = self.client.hget(k.leases, token)
-                worker = msgpack.unpackb(raw, raw=True)[1].decode() if raw else None
+                lease = _lease_record(self.client.hget(k.leases, token))
+                worker = lease[1] if lease else None
         if env is not None and len(rid) == 20:
             env.fingerprint = rid
         state = ("in_flight" if token else "dead" if died is not None
@@ -545,16 +605,41 @@ class ListsFrontier:
             pipe.execute()
 
     def stats(self) -> dict[str, int]:
-        """Every crawl-wide counter (the conservation terms' counters and add_stats')."""
+        """Every crawl-wide counter (the conservation terms' counters and add_stats');
+        a corrupt one is left out, with a warning (the state machine's own are repaired
+        by the next script)."""
         with redis_errors("stats"):
             raw = self.client.hgetall(self.keys.stats)
-        return {k.decode(): int(v) for k, v in raw.items()}
+        out: dict[str, int] = {}
+        for k, v in raw.items():
+            value = stored_int(v)
+            if value is None:
+                log.warning("crawl %s: counter %r holds %r, not an integer: left out",
+                            self.crawl, k, v)
+            else:
+                out[k.decode(errors="replace")] = value
+        return out
 
     def workers(self) -> dict[str, float]:
-        """Worker id -> heartbeat deadline (seconds since the epoch)."""
+        """Worker id -> heartbeat deadline (seconds since the epoch; 0 for a corrupt one:
+        the scripts read it as a stopped heartbeat)."""
         with redis_errors("workers"):
             raw = self.client.hgetall(self.keys.workers)
-        return {k.decode(): int(v) / 1000 for k, v in raw.items()}
+        return {k.decode(errors="replace"): (stored_int(v) or 0) / 1000 for k, v in raw.items()}
+
+
+def _lease_record(raw: bytes | None) -> tuple[int, str, list[bytes]] | None:
+    """(since ms, worker, ids) of a stored lease record; None if missing or corrupt."""
+    if raw is None:
+        return None
+    try:
+        since, worker, *ids = msgpack.unpackb(raw, raw=True)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    if not (isinstance(since, int) and isinstance(worker, bytes)
+            and all(isinstance(i, bytes) for i in ids)):
+        return None
+    return since, worker.decode(errors="replace"), ids
 
 
 class PendingSettle:

@@ -219,14 +219,18 @@ class StreamsFrontier(ListsFrontier):
             pipe.execute(raise_on_error=False)
 
     # --- inspection ----------------------------------------------------------------
-    def counts(self) -> Counts:
+    def counts(self, *, repaired: bool = False) -> Counts:
         """A consistent snapshot (one script) of the conservation terms: in flight =
-        entries pending in the group, ready = the other entries."""
+        entries pending in the group, ready = the other entries. A corrupt counter is
+        repaired first (:meth:`repair`)."""
         k = self.keys
         with redis_errors("counts"):
             res = self._counts_script(keys=[k.stats, k.delayed, k.dead, *self.stream_keys()])
-        (accepted, filtered, done, retried, reclaimed, requeued, ready, in_flight, delayed,
-         dead) = (int(x) for x in res)
+        stats = self._counters(res[:6], repaired)
+        if stats is None:
+            return self._repaired_counts(repaired)
+        accepted, filtered, done, retried, reclaimed, requeued = stats
+        ready, in_flight, delayed, dead = (int(x) for x in res[6:])
         return Counts(accepted=accepted, filtered=filtered, ready=ready, delayed=delayed,
                       in_flight=in_flight, done=done, dead=dead, retried=retried,
                       reclaimed=reclaimed, requeued=requeued)

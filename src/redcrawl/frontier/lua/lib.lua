@@ -50,13 +50,54 @@ local BOUNDS = {}
 for b in string.gmatch(ARGV[2], '[^,]+') do BOUNDS[#BOUNDS + 1] = tonumber(b) end
 local NTIERS = (ORDERING == 'priority') and 1 or (#BOUNDS + 1)
 
+-- Numbers read from the crawl's state. A stored counter or time that is not a decimal
+-- integer Redis's HINCRBY and Lua's arithmetic both accept is corrupt: int_ok tells, num
+-- reads one as 0 (a heartbeat or cursor), and the prelude below repairs the counters
+-- before any script writes, so that no script fails halfway through a change (Redis does
+-- not roll a script back).
+local function int_ok(v)
+  return not v or (#v <= 18 and string.match(v, '^-?%d+$') ~= nil)
+end
+local function num(v)
+  if v and #v <= 18 and string.match(v, '^-?%d+$') then return tonumber(v) end
+  return 0
+end
+
+-- What the prelude repaired, for repair.lua's reply (and the server log).
+local REPAIRED = {}
+local function repaired(what)
+  REPAIRED[#REPAIRED + 1] = what
+  redis.log(redis.LOG_WARNING, 'redcrawl: repaired ' .. K_STATS .. ': ' .. what)
+end
+
 -- The layout a crawl was created with must not change under it: workers with another
 -- ordering, other tiers or another dedupe would read the queues or the filter wrongly.
+-- It is kept twice (layout, layout.copy), so that a corrupted value is restored from the
+-- other; only when neither is readable is the crawl refused with an error naming both.
 local DD = ARGV[3]
 local LAYOUT = ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. DD
-local CREATED = redis.call('HGET', K_CONTROL, 'layout')
+local function layout_ok(v)
+  return v and string.match(v, '^%l[%l/%d]* [-%d,]* %l+[ %w.+-]*$') ~= nil
+end
+local STORED = redis.call('HMGET', K_CONTROL, 'layout', 'layout.copy')
+local CREATED, COPY = STORED[1], STORED[2]
+if CREATED ~= COPY then
+  if layout_ok(CREATED) and not layout_ok(COPY) then
+    redis.call('HSET', K_CONTROL, 'layout.copy', CREATED)
+    if COPY then repaired('control layout.copy restored from layout') end
+  elseif layout_ok(COPY) and not layout_ok(CREATED) then
+    redis.call('HSET', K_CONTROL, 'layout', COPY)
+    repaired('control layout restored from layout.copy')
+    CREATED = COPY
+  else
+    return redis.error_reply('crawl layout unreadable: ' .. K_CONTROL .. ' holds layout "' ..
+      tostring(CREATED) .. '" and layout.copy "' .. tostring(COPY) .. '"; if you know the ' ..
+      'settings the crawl was created with, HSET both fields to the layout "' .. LAYOUT ..
+      '" of a worker with those settings, or purge the crawl')
+  end
+end
 if not CREATED then
-  redis.call('HSET', K_CONTROL, 'layout', LAYOUT)
+  redis.call('HSET', K_CONTROL, 'layout', LAYOUT, 'layout.copy', LAYOUT)
 elseif CREATED ~= LAYOUT then
   return redis.error_reply('crawl layout mismatch: the crawl was created with backend/ordering, ' ..
     'tier bounds and dedupe "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give ' ..
@@ -68,6 +109,46 @@ end
 
 local NOW
 if ARGV[4] ~= '' then NOW = tonumber(ARGV[4]) else NOW = server_ms() end
+
+-- The state machine's counters, checked by every script before its first write and
+-- repaired when corrupt: accepted and done from each other (accepted - done is the
+-- number of stored records, HLEN req), inflight from the leases' counts (left), the id
+-- and token counters past any value they can have handed out (the server's clock in
+-- milliseconds), the event counters (not recoverable) from zero.
+local COUNTERS = {'seq', 'leases', 'inflight', 'accepted', 'filtered', 'done', 'retried',
+                  'reclaimed', 'died', 'requeued'}
+local function repair_counters(vals)
+  local bad, fix = {}, {}
+  for i, name in ipairs(COUNTERS) do
+    if not int_ok(vals[i]) then bad[name] = true end
+  end
+  local stored = redis.call('HLEN', K_REQ)
+  for _, name in ipairs(COUNTERS) do
+    if bad[name] then
+      local v = 0
+      if name == 'seq' or name == 'leases' then
+        -- (milliseconds: Lua prints numbers past 10^14 as "1e+14")
+        local t = redis.call('TIME')
+        v = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+      elseif name == 'inflight' then
+        for _, n in ipairs(redis.call('HVALS', K_LEFT)) do v = v + math.max(num(n), 0) end
+      elseif name == 'accepted' then
+        v = (bad.done and 0 or num(vals[6])) + stored
+      elseif name == 'done' and not bad.accepted then
+        v = math.max(num(vals[4]) - stored, 0)
+      end
+      fix[#fix + 1] = name; fix[#fix + 1] = v
+      repaired('counter ' .. name .. ' held a non-integer; set to ' .. v)
+    end
+  end
+  redis.call('HSET', K_STATS, unpack(fix))
+end
+do
+  local vals = redis.call('HMGET', K_STATS, unpack(COUNTERS))
+  for i = 1, #COUNTERS do
+    if not int_ok(vals[i]) then repair_counters(vals); break end
+  end
+end
 
 local TWO32 = 4294967296
 
@@ -84,10 +165,12 @@ end
 local function is_fingerprint(id) return #id == 20 end
 
 -- priority, attempts, token of a record and the position its envelope starts at; nil for
--- a record without a readable header (corrupt: it is dead-lettered wherever it is met).
+-- a record without a readable header (corrupt: it is dead-lettered wherever it is met;
+-- its numbers must have at most 15 digits, as redcrawl.frontier.lists.parse_record reads).
 local function parse_head(rec)
   local p, a, t, pos = string.match(rec, '^(-?%d+)|(%d+)|([^|]*)|()')
-  if not p then return nil end
+  -- numbers beyond 2^53 would come back as "1e+20", which no parser reads
+  if not p or #p > 15 or #a > 15 then return nil end
   return tonumber(p), tonumber(a), t, pos
 end
 

@@ -110,7 +110,8 @@ local function call_replay(worker, nonce)
   local raw = redis.call('HGET', K_CALLS, call_field(worker, nonce))
   -- the nonce comes first, outside the msgpack: most calls are not retries
   if not raw or string.sub(raw, 1, #nonce) ~= nonce then return nil end
-  local t = cmsgpack.unpack(string.sub(raw, #nonce + 1))
+  local ok, t = pcall(cmsgpack.unpack, string.sub(raw, #nonce + 1))
+  if not ok or type(t) ~= 'table' then return nil end  -- a corrupt record: not a replay
   local ids = {}
   for i = 3, #t, 2 do ids[#ids + 1] = t[i] end
   local recs = hmget(K_REQ, ids)
