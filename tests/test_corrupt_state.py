@@ -76,6 +76,28 @@ def test_a_held_record_corrupted_in_flight_goes_dead_when_its_lease_expires(
     assert c.conserved and c.finished and (c.done, c.dead) == (1, 1), c
 
 
+@pytest.mark.parametrize("give_back", ["ack", "nack", "release"])
+def test_a_record_corrupted_in_a_live_workers_hands_goes_dead_when_given_back(
+        make_frontier: FrontierFactory, redis_client: redis.Redis, give_back: str) -> None:
+    """A live worker renews its leases forever: the corrupt record must not wait for an
+    expiry that never comes."""
+    f = make_frontier()
+    f.push(urls(2))
+    got = f.lease("w", 2)
+    redis_client.hset(f.keys.req, got[0].id, b"\x00")
+    if give_back == "ack":
+        assert f.ack(got) == 1
+    elif give_back == "nack":
+        assert f.nack(got[0], "boom") == "dead"
+        f.ack(got[1:])
+    else:
+        f.release(got)
+        f.ack(f.lease("w", 2))
+    c = f.counts()
+    assert c.conserved and c.finished and (c.done, c.dead) == (1, 1), c
+    assert "state header" in f.dead()[0].error
+
+
 @pytest.mark.backends("lists")
 def test_a_garbage_lease_record_breaks_neither_leasing_nor_inspection(
         make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock) -> None:

@@ -198,8 +198,10 @@ end
 -- record} items into READY (shard and record optional), unhold(tokens) ends the
 -- IN-FLIGHT holds of those tokens (the records are rewritten by the caller),
 -- flat_leased(got) is the lease reply for {id, attempts, record, token} entries and
--- lease_pairs(reply) the (id, token) pairs of a lease reply, flattened.
-local ready_push, unhold, flat_leased, lease_pairs
+-- lease_pairs(reply) the (id, token) pairs of a lease reply, flattened, and
+-- holds(token, id) whether the lease token covers the request id whose record is corrupt
+-- (so that a worker giving it back sends it to DEAD).
+local ready_push, unhold, flat_leased, lease_pairs, holds
 local PUSH_STRIDE = 3
 
 -- A worker's last calls are kept in this many slots of K_CALLS (redcrawl.keys.CALL_SLOTS).

@@ -22,6 +22,8 @@ for i = 6, #ARGV, 4 do
       redis.call('HINCRBY', K_STATS, 'retried', 1)
       flags[#flags + 1] = 'r'
     end
+  elseif rec and p == nil and kill_corrupt_held(id, token) then
+    flags[#flags + 1] = 'd'
   else
     flags[#flags + 1] = '0'
   end

@@ -53,6 +53,15 @@ local function op_push(first, n, delay_ms, recrawl)
   return table.concat(flags)
 end
 
+-- A request whose record was corrupted while a worker held it, given back (ack, nack,
+-- release) under a token that covers it: to DEAD, out of its lease. Returns true if so.
+local function kill_corrupt_held(id, token)
+  if token == '' or not holds(token, id) then return false end
+  kill({id}, {CORRUPT})
+  unhold({token})
+  return true
+end
+
 -- IN-FLIGHT -> DONE for the ARGV pairs (id, token) starting at ARGV[first], n of them.
 -- A request no longer held under that token (its lease expired and it was handed out
 -- again, or it was already acked) is left alone.
@@ -71,7 +80,9 @@ local function op_ack(first, n)
     local rec = recs[i]
     if rec and not seen[id] then
       local p, _, t = parse_head(rec)
-      if p ~= nil and t ~= '' and t == tokens[i] then
+      if p == nil then
+        seen[id] = kill_corrupt_held(id, tokens[i]) or nil
+      elseif t ~= '' and t == tokens[i] then
         seen[id] = true
         flags[i] = '1'
         ok[#ok + 1] = id

@@ -44,8 +44,24 @@ local function lease_info(token)
   return t[1], t[2], ids
 end
 
--- The ids of the requests IN-FLIGHT under token, found by scanning the request hash: only
--- for a lease whose record is corrupt (O(stored requests), once per such lease).
+-- Whether id (its record corrupt) is in a ready queue, DELAYED or DEAD: if not, it was
+-- in flight when it was corrupted. O(ready) with a list scan: only for corrupt records.
+local function queued(id)
+  if redis.call('ZSCORE', K_DEAD, id) or redis.call('ZSCORE', K_DELAYED, id) then
+    return true
+  end
+  for tier = 0, NTIERS - 1 do
+    local at
+    if ORDERING == 'priority' then at = redis.call('ZSCORE', ready_key(tier), id)
+    else at = redis.call('LPOS', ready_key(tier), id) end
+    if at then return true end
+  end
+  return false
+end
+
+-- The ids of the requests IN-FLIGHT under token, found by scanning the request hash, and
+-- the corrupt records in no queue: only for a lease whose record is corrupt (O(stored
+-- requests), once per such lease).
 local function scan_held(token)
   local ids, cursor = {}, '0'
   repeat
@@ -53,13 +69,16 @@ local function scan_held(token)
     cursor = r[1]
     for i = 1, #r[2], 2 do
       local p, _, t = parse_head(r[2][i + 1])
-      if p ~= nil and t == token then ids[#ids + 1] = r[2][i] end
+      if (p ~= nil and t == token) or (p == nil and not queued(r[2][i])) then
+        ids[#ids + 1] = r[2][i]
+      end
     end
   until cursor == '0'
   return ids
 end
 
--- The ids a lease covers: from its record, or, if that is corrupt, from the scan.
+-- The worker and ids of a lease: from its record, or, if that is corrupt, from the scan
+-- (worker nil).
 local function lease_ids(token)
   local _, worker, ids, corrupt = lease_info(token)
   if corrupt then ids = scan_held(token) end
@@ -75,29 +94,28 @@ local function still_held(ids, token)
     if recs[i] then
       local p, _, t = parse_head(recs[i])
       if p ~= nil and t == token then held[#held + 1] = id; hrecs[#hrecs + 1] = recs[i]
-      elseif p == nil and not redis.call('ZSCORE', K_DEAD, id)
-             and not redis.call('ZSCORE', K_DELAYED, id) then
-        local queued = false
-        for tier = 0, NTIERS - 1 do
-          if ORDERING == 'priority' then queued = redis.call('ZSCORE', ready_key(tier), id)
-          else queued = redis.call('LPOS', ready_key(tier), id) end
-          if queued then break end
-        end
-        if not queued then lost[#lost + 1] = id end
-      end
+      elseif p == nil and not queued(id) then lost[#lost + 1] = id end
     end
   end
   return held, hrecs, lost
+end
+
+-- How many requests a lease holds: its count (left), or, if that is corrupt, a recount.
+local function lease_left(token)
+  local left = redis.call('HGET', K_LEFT, token)
+  if int_ok(left) then return num(left) end
+  local _, ids = lease_ids(token)
+  local held, _, lost = still_held(ids or {}, token)
+  return #held + #lost
 end
 
 -- A lease's requests were given back (acked, nacked or reclaimed): n fewer held. A
 -- corrupt count is first recounted from the records (already rewritten by the caller).
 local function lease_release(token, n)
   if not int_ok(redis.call('HGET', K_LEFT, token)) then
-    local _, ids = lease_ids(token)
-    local held = still_held(ids or {}, token)
-    redis.call('HSET', K_LEFT, token, #held + n)
-    repaired('left ' .. token .. ' recounted: ' .. #held + n)
+    local left = lease_left(token) + n
+    redis.call('HSET', K_LEFT, token, left)
+    repaired('left ' .. token .. ' recounted: ' .. left)
   end
   if redis.call('HINCRBY', K_LEFT, token, -n) <= 0 then
     redis.call('ZREM', K_INFLIGHT, token)
@@ -105,6 +123,16 @@ local function lease_release(token, n)
     redis.call('HDEL', K_LEFT, token)
   end
   redis.call('HINCRBY', K_STATS, 'inflight', -n)
+end
+
+-- Whether the lease token covers id (whose record is corrupt, so its own token is
+-- unreadable): a worker acking, nacking or releasing a request corrupted in its hands.
+holds = function(token, id)
+  local _, _, ids = lease_info(token)
+  for _, x in ipairs(ids or {}) do
+    if x == id then return not queued(id) end
+  end
+  return false
 end
 
 -- Leases past their deadline: extended if the worker's heartbeat is still alive, else
@@ -124,6 +152,7 @@ local function reclaim_expired(limit, max_attempts)
     else
       local held, recs, lost = {}, {}, {}
       if ids then held, recs, lost = still_held(ids, token) end
+      local left = lease_left(token)
       local back, dead, whys, writes = {}, {}, {}, {}
       for i, id in ipairs(held) do
         local p, a, _, env = parse(recs[i])
@@ -144,9 +173,10 @@ local function reclaim_expired(limit, max_attempts)
       redis.call('HDEL', K_LEASES, token)
       redis.call('HDEL', K_LEFT, token)
       if worker then calls_forget(worker) end
-      local gone = #held + #lost
-      if gone > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -gone) end
-      taken = taken + gone
+      -- the lease's own count: a request corrupted in its hands and dead-lettered through
+      -- another lease's scan still counted here
+      if left > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -left) end
+      taken = taken + #held + #lost
     end
   end
   return taken

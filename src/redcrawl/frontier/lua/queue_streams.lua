@@ -112,6 +112,15 @@ local function parse_token(t)
   return tonumber(k), eid
 end
 
+-- The token names the entry the request was delivered as; while that entry exists, the
+-- request is in flight (whoever holds it now).
+holds = function(token, id)
+  local k, eid = parse_token(token)
+  if not k or k >= NSTREAMS then return false end
+  local r = redis.call('XRANGE', skey(k), eid, eid)
+  return r[1] ~= nil and r[1][2][2] == id
+end
+
 -- XACK + XDEL entries of stream k: the only way an entry leaves a stream.
 local function xdone(k, eids)
   if #eids == 0 then return end

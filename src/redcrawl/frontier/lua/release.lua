@@ -9,7 +9,9 @@ for i = 5, #ARGV, 2 do
   local rec = redis.call('HGET', K_REQ, id)
   local p, a, t, env
   if rec then p, a, t, env = parse(rec) end
-  if p ~= nil and t ~= '' and t == token and not seen[id] then
+  if rec and p == nil and not seen[id] then
+    seen[id] = kill_corrupt_held(id, token) or nil
+  elseif p ~= nil and t ~= '' and t == token and not seen[id] then
     seen[id] = true
     if a > 0 then a = a - 1 end
     local nrec = header(p, a, '', env)
