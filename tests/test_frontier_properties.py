@@ -157,8 +157,8 @@ class FrontierMachine(RuleBasedStateMachine):
         if h is None:
             return
         outcome = self.f.nack(h.lease, "boom", retry=retry, delay=delay)
-        if outcome == "dead":
-            assert not retry or h.lease.attempts >= MAX_ATTEMPTS
+        if outcome == "dead":  # (or its record was corrupted in the worker's hands)
+            assert not retry or h.lease.attempts >= MAX_ATTEMPTS or self.corrupted
         elif outcome == "retried":
             assert retry and h.lease.attempts < MAX_ATTEMPTS
         self._retire(h)

@@ -217,8 +217,8 @@ class ListsFrontier:
         flags: list[bool] = []
         step = self.settings.batch_size
         for start in range(0, len(envelopes), step):
-            out = self._run("push", [self._ms(delay, 0), int(recrawl), *self._push_args(
-                envelopes[start:start + step])])
+            out = self._run("push", [self._ms(delay, 0), int(recrawl), self._nonce(""),
+                                     *self._push_args(envelopes[start:start + step])])
             flags += [c == ord("1") for c in out]
         accepted = sum(flags)
         return PushResult(accepted, len(flags) - accepted, tuple(flags))
@@ -249,7 +249,7 @@ class ListsFrontier:
         always stored before their parent is acknowledged. One script call per
         ``batch_size`` pushes; the acks and the lease ride on the last one."""
         calls = self._settle_calls(push, ack, lease, ttl)
-        return self._settled(calls, [self._run("settle", args) for args in calls])
+        return self._settled(calls, [self._run("settle", args) for args in calls], ack)
 
     def settle_begin(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = (), *,
                      lease: tuple[str, int] | None = None,
@@ -261,7 +261,7 @@ class ListsFrontier:
         the like whose order matters). A lost connection falls back to retried
         :meth:`settle` calls (a call's nonce makes the retry of a call that did run
         return its outcome)."""
-        return PendingSettle(self, self._settle_calls(push, ack, lease, ttl))
+        return PendingSettle(self, self._settle_calls(push, ack, lease, ttl), ack)
 
     def _settle_calls(self, push: Sequence[Envelope], ack: Sequence[Lease],
                       lease: tuple[str, int] | None,
@@ -279,38 +279,50 @@ class ListsFrontier:
             if not chunk and not acks and not want[1]:
                 continue
             worker, n, *rest = self._lease_args(want[0], want[1], ttl)
-            args: list[Any] = [len(chunk), len(acks), n, worker, *rest,
+            # (the worker and nonce of the call before it in a pipeline: see PendingSettle)
+            args: list[Any] = [len(chunk), len(acks), n, worker, *rest, "", "",
                                *self._push_args(chunk)]
             for item in acks:
                 args += (item.id, item.token)
             calls.append(args)
         return calls
 
-    def _settled(self, calls: Sequence[list[Any]], replies: Sequence[Any]) -> Settled:
+    def _settled(self, calls: Sequence[list[Any]], replies: Sequence[Any],
+                 ack: Sequence[Lease]) -> Settled:
         pushed: list[bool] = []
         acked = 0
         leases: list[Lease] = []
+        unacked: tuple[Lease, ...] = ()
         for args, (out_push, out_ack, out_lease) in zip(calls, replies, strict=True):
             pushed += [c == ord("1") for c in out_push]
-            acked += bytes(out_ack).count(b"1")
+            flags = bytes(out_ack)
+            acked += flags.count(b"1")
+            if b"2" in flags:  # the acks ride on the last call: flags align with ack
+                unacked = tuple(x for x, f in zip(ack, flags, strict=True) if f == ord("2"))
             if args[2]:
                 leases = self._leases(args[3], out_lease)
         accepted = sum(pushed)
         return Settled(PushResult(accepted, len(pushed) - accepted, tuple(pushed)), acked,
-                       leases)
+                       leases, unacked)
 
     def _argv(self, args: Sequence[Any]) -> list[Any]:
         now = "" if self._clock is None else str(int(self._clock()))
         return [*self._common, now, *args]
 
-    def _lease_args(self, worker: str, n: int, ttl: float | None) -> list[Any]:
-        # A fresh nonce per call: a retry of this very call (redis-py resends it when the
-        # reply is lost) gets the first execution's outcome back (call_replay, ops.lua).
-        # Its first byte picks the slot the call is kept in (calls in a row: other slots).
+    def _nonce(self, worker: str) -> bytes:
+        """A fresh nonce for one state-changing call: a retry of this very call (redis-py
+        resends it when the reply is lost) gets the first execution's outcome back
+        (call_replay, ops.lua). Its first byte picks the slot the call is kept in: a
+        worker's calls in a row take its slots in turn, a call without a worker one of
+        256 shared slots at random."""
+        if not worker:
+            return os.urandom(8)
         self._call_seq = (self._call_seq + 1) % CALL_SLOTS
-        nonce = bytes([self._call_seq]) + os.urandom(7) if worker else b""
+        return bytes([self._call_seq]) + os.urandom(7)
+
+    def _lease_args(self, worker: str, n: int, ttl: float | None) -> list[Any]:
         return [worker, n, self._ms(ttl, self.settings.lease_ttl), self.settings.max_attempts,
-                self._schedule, MAINTAIN_LIMIT, nonce]
+                self._schedule, MAINTAIN_LIMIT, self._nonce(worker)]
 
     def _leases(self, worker: str, raw: Sequence[Any]) -> list[Lease]:
         """Lease objects from a lease reply; undecodable requests are dead-lettered."""
@@ -332,7 +344,7 @@ class ListsFrontier:
         if bad:
             log.error("dead-lettering %d undecodable request(s) in crawl %s: %s",
                       len(bad), self.crawl, bad[0][2])
-            self._nack_raw([(rid, token, why, -1) for rid, token, why in bad])
+            self._nack_raw(worker, [(rid, token, why, -1) for rid, token, why in bad])
         return leases
 
     def release(self, leases: Sequence[Lease]) -> int:
@@ -340,7 +352,8 @@ class ListsFrontier:
         counting the delivery as an attempt. Returns how many were given back."""
         if not leases:
             return 0
-        args: list[Any] = []
+        worker = leases[0].worker
+        args: list[Any] = [worker, self._nonce(worker)]
         for lease in leases:
             args += (lease.id, lease.token)
         return int(self._run("release", args))
@@ -351,15 +364,15 @@ class ListsFrontier:
         (default: exponential backoff by attempts) unless its attempts are used up;
         otherwise to DEAD. Returns "retried", "dead" or "stale"."""
         ms = -1 if not retry else self._ms(delay, self.settings.retry_delay(lease.attempts))
-        flag = self._nack_raw([(lease.id, lease.token, error, ms)])
+        flag = self._nack_raw(lease.worker, [(lease.id, lease.token, error, ms)])
         return {"r": "retried", "d": "dead"}.get(flag, "stale")
 
     def dead_letter(self, lease: Lease, error: str) -> str:
         """IN-FLIGHT -> DEAD now (e.g. a request the worker can't ever process)."""
         return self.nack(lease, error, retry=False)
 
-    def _nack_raw(self, quads: Sequence[tuple[bytes, str, str, int]]) -> str:
-        args: list[Any] = [self.settings.max_attempts]
+    def _nack_raw(self, worker: str, quads: Sequence[tuple[bytes, str, str, int]]) -> str:
+        args: list[Any] = [self.settings.max_attempts, worker, self._nonce(worker)]
         for q in quads:
             args += q
         out: bytes = self._run("nack", args)
@@ -385,10 +398,10 @@ class ListsFrontier:
     def requeue_dead(self, ids: Sequence[str] | None = None, *, limit: int = 1000) -> int:
         """DEAD -> READY, with a fresh attempt budget: the given ids, or up to ``limit``."""
         if ids is None:
-            return int(self._run("requeue_dead", ["*", limit]))
+            return int(self._run("requeue_dead", [self._nonce(""), "*", limit]))
         if not ids:
             return 0
-        return int(self._run("requeue_dead", ["ids", *map(parse_id, ids)]))
+        return int(self._run("requeue_dead", [self._nonce(""), "ids", *map(parse_id, ids)]))
 
     # --- crawl-wide switches -------------------------------------------------------
     def pause(self) -> None:
@@ -646,11 +659,23 @@ class PendingSettle:
     """A :meth:`ListsFrontier.settle` on its way. All of a frontier's pending settles go
     out, in order, on one connection of their own, so Redis runs them in the order they
     were begun (a parent's ack never overtakes its children's push), and their replies
-    are read in that order too."""
+    are read in that order too.
 
-    def __init__(self, frontier: ListsFrontier, calls: list[list[Any]]) -> None:
+    Each call names the call begun before it (its worker and nonce): if Redis refused
+    that one (out of memory, say) and runs this one, this one does not acknowledge its
+    parents (their children may have been in the refused call) and hands them back in
+    :attr:`Settled.unacked`; so does every later call of the chain, until the refusal has
+    been read (:meth:`result`), after which new settles start a new chain."""
+
+    def __init__(self, frontier: ListsFrontier, calls: list[list[Any]],
+                 ack: Sequence[Lease] = ()) -> None:
         self._frontier = frontier
         self.calls = calls
+        self.ack = ack
+        pipe = frontier._pipe
+        for args in calls:
+            args[9], args[10] = pipe.last
+            pipe.last = (args[3], args[8])
         self.replies: list[Any] = []
         self.sent = False
         """Whether the calls went out (else :meth:`result` runs them the ordinary way)."""
@@ -660,9 +685,16 @@ class PendingSettle:
 
     def result(self) -> Settled:
         """Wait for the reply (reading those of earlier pending settles first) and return
-        what :meth:`ListsFrontier.settle` would have. Raises what it raises."""
+        what :meth:`ListsFrontier.settle` would have. Raises what it raises (an earlier
+        settle's error is kept for that one's own :meth:`result`)."""
+        pipe = self._frontier._pipe
         while self.outcome is None and self.error is None:
-            self._frontier._pipe.finish_oldest()
+            oldest = pipe.queue[0]
+            try:
+                pipe.finish_oldest()
+            except BaseException:
+                if oldest is self:
+                    raise
         if self.error is not None:
             raise self.error
         assert self.outcome is not None
@@ -678,6 +710,8 @@ class _Pipe:
         self.broken = False
         self.loaded = False
         self.queue: deque[PendingSettle] = deque()
+        self.last: tuple[str, bytes] = ("", b"")
+        """Worker and nonce of the last call begun: the next one names it."""
 
     def send(self, call: PendingSettle) -> None:
         f = self.frontier
@@ -723,9 +757,10 @@ class _Pipe:
             replies = [r if r is not None else f._run("settle", args)
                        for args, r in zip(call.calls, call.replies, strict=False)]
             replies += [f._run("settle", args) for args in call.calls[len(replies):]]
-            call.outcome = f._settled(call.calls, replies)
+            call.outcome = f._settled(call.calls, replies, call.ack)
         except BaseException as exc:
             call.error = exc
+            self.last = ("", b"")  # seen: settles begun from now on start a new chain
             raise
         finally:
             self.queue.popleft()

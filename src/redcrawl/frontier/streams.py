@@ -188,7 +188,7 @@ class StreamsFrontier(ListsFrontier):
                 env.fingerprint = rid
             leases.append(Lease(rid, token, worker, attempts, env))
         if bad:
-            self._nack_raw(bad)
+            self._nack_raw(worker, bad)
         return leases
 
     def _extra_keys(self) -> list[str]:

@@ -2,9 +2,13 @@
 -- tier), without counting the delivery as an attempt: a worker shutting down cleanly
 -- hands back what it prefetched but never started.
 -- KEYS, ARGV[1..4]: see lib.lua.
--- ARGV[5..]: pairs (id, token). Returns how many were given back (stale ones are skipped).
+-- ARGV[5] worker id   ARGV[6] call nonce (see call_replay in ops.lua)
+-- ARGV[7..]: pairs (id, token). Returns how many were given back (stale ones are skipped).
+local worker, nonce = ARGV[5], ARGV[6]
+local replay = call_replay(worker, nonce)
+if replay then return tonumber(replay[1]) end
 local back, held, writes, items, seen = 0, {}, {}, {}, {}
-for i = 5, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local rec = redis.call('HGET', K_REQ, id)
   local p, a, t, env
@@ -26,4 +30,5 @@ if back > 0 then
   ready_push(items, true)
   unhold(held)
 end
+call_record(worker, nonce, tostring(back), '', {})
 return back
