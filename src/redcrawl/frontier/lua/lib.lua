@@ -23,13 +23,14 @@
 --   8 stats     HASH  seq, leases, inflight, accepted, filtered, done, retried, reclaimed,
 --                     died, requeued
 --   9 workers   HASH  worker -> heartbeat deadline (ms)
---  10 control   HASH  paused ("1"), cursor (weighted-fair position), layout (ordering and
---                     tier bounds the crawl was created with)
+--  10 control   HASH  paused ("1"), cursor (weighted-fair position), layout and layout.copy
+--                     (ordering, tier bounds and dedupe the crawl was created with)
 --  11 fpd       dedupe: key base of the DONE fingerprints' filter (see redcrawl/dedupe/lua;
 --                the filter's own keys are named after it, in the same hash tag)
 --  12 calls     HASH  "<worker>#<slot>" -> nonce .. msgpack [push flags, ack flags, id,
---                token, ...]: a worker's last lease/settle calls, replayed if the same
---                call comes again (a retry after a lost reply; see call_replay in ops.lua)
+--                token, ...]: a worker's last state-changing calls ("#~<n>": calls
+--                without a worker), replayed if the same call comes again (a retry after
+--                a lost reply; see call_replay in ops.lua)
 --  13..         the ready-queue layer's keys. lists: the ready queue of each tier, highest
 --                first (LIST for fifo/lifo, ZSET for priority). streams: the streams of each
 --                shard, high then low (see queue_streams.lua); KEYS 2-4 are unused there.
