@@ -341,11 +341,16 @@ class ListsFrontier:
             if len(rid) == 20:
                 env.fingerprint = rid
             leases.append(Lease(rid, token, worker, attempts, env))
+        self._dead_letter(worker, bad)
+        return leases
+
+    def _dead_letter(self, worker: str, bad: Sequence[tuple[bytes, str, str]]) -> None:
+        """Leased requests whose envelope cannot be decoded: (id, token, why) to DEAD, with
+        a log line (both backends' lease replies)."""
         if bad:
             log.error("dead-lettering %d undecodable request(s) in crawl %s: %s",
                       len(bad), self.crawl, bad[0][2])
             self._nack_raw(worker, [(rid, token, why, -1) for rid, token, why in bad])
-        return leases
 
     def release(self, leases: Sequence[Lease]) -> int:
         """Give leased requests back unprocessed (IN-FLIGHT -> READY, served next), without
@@ -470,8 +475,14 @@ class ListsFrontier:
 
     def _repaired_counts(self, repaired: bool) -> Counts:
         assert not repaired
+        try:
+            done = self.repair()
+        except FrontierError as exc:  # e.g. a reader with other dedupe settings
+            raise FrontierError(f"crawl {self.crawl!r} has a corrupt counter, which the next "
+                                f"call of one of its workers repairs; this process could "
+                                f"not repair it: {exc}") from exc
         log.warning("crawl %s: corrupt counters repaired: %s", self.crawl,
-                    "; ".join(self.repair()) or "(by another process)")
+                    "; ".join(done) or "(by another process)")
         return self.counts(repaired=True)
 
     def repair(self) -> list[str]:

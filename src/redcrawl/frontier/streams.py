@@ -175,20 +175,19 @@ class StreamsFrontier(ListsFrontier):
         """Lease objects from a streams lease reply (id, attempts, record, token per
         request); undecodable requests are dead-lettered."""
         leases: list[Lease] = []
-        bad: list[tuple[bytes, str, str, int]] = []
+        bad: list[tuple[bytes, str, str]] = []
         for i in range(0, len(raw or ()), 4):
             rid, attempts = bytes(raw[i]), int(raw[i + 1])
             data, token = bytes(raw[i + 2]), bytes(raw[i + 3]).decode()
             try:
                 env = from_record(data)
             except DecodeError as exc:
-                bad.append((rid, token, f"undecodable envelope: {exc}", -1))
+                bad.append((rid, token, f"undecodable envelope: {exc}"))
                 continue
             if len(rid) == 20:
                 env.fingerprint = rid
             leases.append(Lease(rid, token, worker, attempts, env))
-        if bad:
-            self._nack_raw(worker, bad)
+        self._dead_letter(worker, bad)
         return leases
 
     def _extra_keys(self) -> list[str]:
