@@ -10,6 +10,7 @@ one broken crawl does not break another.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 
 import pytest
@@ -192,3 +193,17 @@ def test_a_garbage_layout_is_a_clear_error_or_restored(
         open_frontier(redis_client, Settings(), "broken", follow_layout=True).counts()
     with pytest.raises(RedcrawlError, match="layout"):
         f.lease("w", 1)
+
+
+def test_a_garbage_token_from_a_caller_is_stale_not_a_script_error(
+        make_frontier: FrontierFactory, redis_client: redis.Redis) -> None:
+    f = make_frontier()
+    f.push(urls(2))
+    got = f.lease("w", 2)
+    redis_client.hset(f.keys.req, got[0].id, b"\x00")
+    bad = dataclasses.replace(got[0], token="1/0/not-an-entry-id")
+    out = f.settle(push=[Envelope(url="http://example.com/child", dont_filter=True)], ack=[bad])
+    assert (out.pushed.accepted, out.acked) == (1, 0)
+    assert f.ack(got) == 1  # the corrupt one goes DEAD
+    c = f.counts()
+    assert c.conserved and (c.done, c.dead, c.ready) == (1, 1, 1), c

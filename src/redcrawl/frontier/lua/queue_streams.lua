@@ -107,7 +107,7 @@ ready_push = function(items, front)
 end
 
 local function parse_token(t)
-  local k, eid = string.match(t, '^%d+/(%d+)/(.+)$')
+  local k, eid = string.match(t, '^%d+/(%d+)/(%d+%-%d+)$')
   if not k then return nil end
   return tonumber(k), eid
 end
