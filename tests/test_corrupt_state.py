@@ -207,3 +207,23 @@ def test_a_garbage_token_from_a_caller_is_stale_not_a_script_error(
     assert f.ack(got) == 1  # the corrupt one goes DEAD
     c = f.counts()
     assert c.conserved and (c.done, c.dead, c.ready) == (1, 1, 1), c
+
+
+@pytest.mark.parametrize("key", ["dead", "req", "stats", "ready"])
+def test_a_key_of_another_type_is_refused_before_anything_is_written(
+        make_frontier: FrontierFactory, redis_client: redis.Redis, key: str) -> None:
+    """A whole key overwritten (here with a string) cannot be repaired, but no script may
+    fail on it halfway through a change: e.g. a lease that pops ids and then fails on the
+    dead set would lose them."""
+    f = make_frontier()
+    f.push(urls(5))
+    name = (f.keys.ready(0) if f.BACKEND == "lists" else f.stream_keys()[1]) \
+        if key == "ready" else getattr(f.keys, key)
+    other = {k: redis_client.dump(k) for k in f._keys if k != name and redis_client.exists(k)}
+    redis_client.set(name, b"garbage")
+    with pytest.raises(RedcrawlError, match="damaged.*" + name.replace("{", ".").replace(
+            "}", ".")):
+        f.lease("w", 5)
+    with pytest.raises(RedcrawlError, match="damaged"):
+        f.push(urls(2, prefix="http://example.com/q"))
+    assert {k: redis_client.dump(k) for k in other} == other  # nothing was written

@@ -12,9 +12,10 @@ record ends DEAD with a reason), the counters are repaired to the exact values (
 done is the number of stored records), frontier operations never raise, the crawl
 finishes, and another crawl in the same Redis is untouched. A well-formed but wrong
 number (a counter or lease count off by some) cannot be told from a right one without
-recounting the records; it is outside the model, as are whole keys overwritten with
-another type and garbage members added to the queues (they need an audit scan of the
-records, not done yet).
+recounting the records; it is outside the model, as are garbage members added to the
+queues (they need an audit scan of the records, not done yet). A whole key overwritten
+with another type is refused before any write (tests/test_corrupt_state.py), not
+repaired.
 """
 
 from __future__ import annotations

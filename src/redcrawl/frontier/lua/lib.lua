@@ -51,6 +51,30 @@ local BOUNDS = {}
 for b in string.gmatch(ARGV[2], '[^,]+') do BOUNDS[#BOUNDS + 1] = tonumber(b) end
 local NTIERS = (ORDERING == 'priority') and 1 or (#BOUNDS + 1)
 
+-- Every key must hold its own type (or not exist): a key overwritten with another type
+-- would make a command fail halfway through a script, after earlier writes (Redis does
+-- not roll a script back). Checked before anything is written; the crawl is then refused
+-- with an error naming the key. (The queue keys only up to 16 of them: a streams crawl
+-- with more shards would pay a TYPE per stream on every call.)
+do
+  local want = {'hash', 'zset', 'hash', 'hash', 'zset', 'zset', 'hash', 'hash', 'hash', 'hash'}
+  want[12] = 'hash'
+  local queue = 'list'
+  if ORDERING == 'priority' then queue = 'zset'
+  elseif string.sub(ORDERING, 1, 8) == 'streams/' then queue = 'stream' end
+  for i = 1, math.min(#KEYS, FIRST_TIER + 15) do
+    local expect = want[i] or (i >= FIRST_TIER and queue)
+    if expect then
+      local t = redis.call('TYPE', KEYS[i])['ok']
+      if t ~= 'none' and t ~= expect then
+        return redis.error_reply('crawl state damaged: key ' .. KEYS[i] .. ' holds a ' .. t ..
+          ', not a ' .. expect .. '; nothing was changed. Restore the key from a backup, ' ..
+          'or purge the crawl')
+      end
+    end
+  end
+end
+
 -- Numbers read from the crawl's state. A stored counter or time that is not a decimal
 -- integer Redis's HINCRBY and Lua's arithmetic both accept is corrupt: int_ok tells, num
 -- reads one as 0 (a heartbeat or cursor), and the prelude below repairs the counters
