@@ -186,7 +186,8 @@ def test_a_dead_workers_last_call_is_forgotten(
     f.push(_envs(4))
     assert len(f.lease("w1", 2)) == 2
     assert len(f.lease("w2", 2)) == 2
-    assert {k.split(b"#")[0] for k in redis_client.hkeys(f.keys.calls)} == {b"w1", b"w2"}
+    workers = {k.split(b"#")[0] for k in redis_client.hkeys(f.keys.calls)}
+    assert workers == {b"", b"w1", b"w2"}  # b"": the push's (one of 256 shared slots)
     clock.advance(11)  # both heartbeats and leases expire
     f.maintain()
     assert not [k for k in redis_client.hkeys(f.keys.calls) if k.startswith(b"w1#")]
@@ -195,3 +196,60 @@ def test_a_dead_workers_last_call_is_forgotten(
     assert len(f.lease("w3", 1)) == 1
     f.release_worker("w3")
     assert not [k for k in redis_client.hkeys(f.keys.calls) if k.startswith(b"w3#")]
+
+
+def _dead(f: ListsFrontier, n: int) -> None:
+    """n requests DEAD."""
+    f.push(_envs(n, start=900))
+    for lease in f.lease("w9", n):
+        f.nack(lease, "boom", retry=False)
+
+
+@pytest.mark.parametrize("call", ["push_delayed", "push_plain", "push_batches", "settle_push",
+                                  "nack", "requeue_dead", "release"])
+def test_every_state_changing_call_is_replayed_not_repeated(
+        redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock, frontier_backend: str,
+        call: str) -> None:
+    """Issue 11 item 15: calls that lease nothing carried no nonce, so a lost reply
+    enqueued dont_filter requests twice (and requeued, nacked... twice)."""
+    settings = Settings(backend=frontier_backend, lease_ttl=10.0, retry_backoff=0.0,
+                        batch_size=2)
+    direct = open_frontier(redis_client, settings, "lost", clock=clock)
+    proxied = open_frontier(dropper.client(settings), settings, "lost", clock=clock)
+    for name in ("push", "settle", "nack", "requeue_dead", "release"):
+        redis_client.script_load(direct._scripts[name].script)
+    children = _envs(5, start=1000, dont_filter=True)
+    if call in ("nack", "release"):
+        direct.push(_envs(1))
+        [held] = proxied.lease("w1", 1)
+    if call == "requeue_dead":
+        _dead(direct, 3)
+    before = direct.counts()
+
+    dropper.arm()  # the reply of the first script call of the operation is lost
+    if call == "push_delayed":
+        assert proxied.push(children, delay=5).accepted == 5
+    elif call == "push_plain":
+        assert proxied.push(children).accepted == 5
+    elif call == "push_batches":  # 3 calls (batch_size 2): the first one's reply is lost
+        assert proxied.settle(push=children, lease=("w1", 0)).pushed.accepted == 5
+    elif call == "settle_push":
+        assert proxied.settle(push=children).pushed.accepted == 5
+    elif call == "nack":
+        assert proxied.nack(held, "boom", delay=1) == "retried"
+    elif call == "requeue_dead":
+        assert proxied.requeue_dead(limit=2) == 2
+    else:
+        assert proxied.release([held]) == 1
+
+    assert dropper.dropped == 1
+    c = direct.counts()
+    assert c.conserved, c
+    if call.startswith(("push", "settle")):
+        assert c.accepted == before.accepted + 5, "a retried call pushed again"
+    elif call == "nack":
+        assert (c.retried, c.delayed, c.in_flight) == (1, 1, 0), c
+    elif call == "requeue_dead":
+        assert (c.requeued, c.dead) == (2, 1), "a retried call requeued again"
+    else:
+        assert (c.ready, c.in_flight) == (1, 0), c

@@ -7,7 +7,7 @@ import pytest
 import redis
 
 from redcrawl.errors import FrontierError
-from redcrawl.frontier import open_frontier
+from redcrawl.frontier import PendingSettle, open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import Clock, FrontierFactory
@@ -84,3 +84,35 @@ def test_lost_replies_on_the_pipe_are_replayed_not_repeated(
     assert c.accepted == 53, "a retried call pushed again"
     assert c.in_flight == 20, "a retried call leased again: requests orphaned"
     assert _held(direct) == {x.id for x in out_a.leases + out_b.leases}
+
+
+def test_a_refused_call_is_not_overtaken_by_the_acks_of_the_next(
+        make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock) -> None:
+    """Issue 11 item 14: pipelined settles A (children of P) and B (ack of P); Redis
+    refuses A and runs B. B must not ack P: a crash before A is sent again would lose the
+    children. B hands P back (unacked), and so does every later call of the chain until
+    the refusal is read; settles begun after that start a new chain."""
+    f = make_frontier(batch_size=2)
+    f.push(_envs(4))
+    parents = f.lease("w1", 4)
+    # A: 3 calls (batch 2), the first refused by Redis: a malformed call (one push too
+    # many announced) fails the script's validation before it writes anything
+    calls = f._settle_calls(_envs(5, start=100), (), None, None)
+    calls[0][0] += 1
+    a = PendingSettle(f, calls)
+    b = f.settle_begin(ack=parents[:2], lease=("w1", 0))
+    c = f.settle_begin(ack=parents[2:3])
+    out_b, out_c = b.result(), c.result()
+    with pytest.raises(FrontierError, match="malformed"):
+        a.result()
+    assert out_b.acked == 0 and out_b.unacked == tuple(parents[:2])
+    assert out_c.acked == 0 and out_c.unacked == (parents[2],)
+    counts = f.counts()
+    assert counts.done == 0 and counts.in_flight == 4, "a parent was acked past a refused call"
+    # the refusal is read: a new chain
+    d = f.settle_begin(push=_envs(5, start=100), ack=parents)
+    assert d.result().acked == 4
+    counts = f.counts()
+    assert counts.conserved and (counts.done, counts.accepted) == (4, 9), counts
+    clock.advance(60)
+    assert len(f.lease("w2", 10)) == 5  # A's pushes that did run (calls 2, 3) and D's

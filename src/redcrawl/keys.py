@@ -108,7 +108,8 @@ class CrawlKeys:
 
     @property
     def control(self) -> str:
-        """HASH of crawl-wide switches: ``paused``, ``cursor`` (weighted-fair position)."""
+        """HASH of crawl-wide switches: ``paused``, ``cursor`` (weighted-fair position),
+        ``layout`` and ``layout.copy`` (the layout the crawl was created with, twice)."""
         return self._k("control")
 
     @property
@@ -119,8 +120,9 @@ class CrawlKeys:
 
     @property
     def calls(self) -> str:
-        """HASH ``<worker id>#<slot>`` -> one of its last lease/settle calls (nonce,
-        outcome, what it leased; :data:`CALL_SLOTS` per worker), so that a call retried
+        """HASH ``<worker id>#<slot>`` -> one of its last state-changing calls (nonce,
+        outcome, what it leased; :data:`CALL_SLOTS` per worker; calls without a worker
+        share 256 slots ``#~<n>``), so that a call retried
         after its reply was lost returns the same outcome instead of leasing again (an
         orphaned lease would stay held while its worker lives)."""
         return self._k("calls")

@@ -5,6 +5,7 @@ from typing import Any
 
 import redis
 
+from redcrawl.errors import ConfigError, FrontierError
 from redcrawl.frontier.base import (
     Counts,
     DeadInfo,
@@ -17,7 +18,7 @@ from redcrawl.frontier.base import (
     SettleCall,
     Settled,
 )
-from redcrawl.frontier.lists import ListsFrontier, PendingSettle, redis_errors
+from redcrawl.frontier.lists import ListsFrontier, PendingSettle, redis_errors, stored_layout
 from redcrawl.frontier.streams import StreamsFrontier
 from redcrawl.settings import Settings
 
@@ -61,10 +62,15 @@ def _created_layout(client: redis.Redis, settings: Settings, crawl: str) -> Sett
 
     key = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers).control
     with redis_errors("reading the crawl layout"):
-        raw: Any = client.hget(key, "layout")
+        control: Any = client.hgetall(key)
+    raw = stored_layout(control)
     head = raw.decode(errors="replace").split(" ", 1)[0] if raw else ""
     if head.startswith("streams/") and head[8:].isdigit():
-        return settings.replace(backend="streams", shards=int(head[8:]), ordering="fifo")
+        try:
+            return settings.replace(backend="streams", shards=int(head[8:]), ordering="fifo")
+        except ConfigError as exc:
+            raise FrontierError(f"crawl {crawl!r}: its stored layout {raw!r} is not one "
+                                f"redcrawl can open ({exc}); purge the crawl") from exc
     if head in ("fifo", "lifo", "priority"):
         return settings.replace(backend="lists", ordering=head)
     return settings

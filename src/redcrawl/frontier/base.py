@@ -75,6 +75,11 @@ class Settled:
     pushed: PushResult
     acked: int
     leases: list[Lease]
+    unacked: tuple[Lease, ...] = ()
+    """Acks this call refused because a settle begun before it was refused by Redis (its
+    children may not be stored): still IN-FLIGHT. Ack them again (:meth:`Frontier.ack`
+    or a later settle) once what the refused settle carried is stored; see
+    :meth:`Frontier.settle_begin`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,7 +52,7 @@ __all__ = ["ListsFrontier", "PendingSettle"]
 log = logging.getLogger(__name__)
 
 _SCRIPTS = ("push", "lease", "ack", "settle", "nack", "release", "maintain", "requeue_dead",
-            "release_worker", "renew")
+            "release_worker", "renew", "repair")
 MAINTAIN_LIMIT = 1000
 """Most delayed requests promoted and expired leases reclaimed by one script call."""
 
@@ -90,11 +91,44 @@ def record(env: Envelope) -> bytes:
     return b"%d|0||%s" % (env.priority, codec.encode(env, fingerprint=False))
 
 
+_HEAD_NUMBER = re.compile(rb"-?[0-9]{1,15}")
+"""A number of a record's header, as ``parse_head`` in ``lua/lib.lua`` reads it (Lua
+would print anything past 2^53 as ``1e+20``)."""
+_INTEGER = re.compile(rb"-?[0-9]{1,18}")
+"""A counter or time as the scripts accept it (``int_ok`` in ``lua/lib.lua``)."""
+_LAYOUT = re.compile(rb"[a-z][a-z/0-9]* [-0-9,]* [a-z]+[ A-Za-z0-9.+-]*")
+"""A well-formed stored layout (``layout_ok`` in ``lua/lib.lua``)."""
+
+
+def stored_int(raw: bytes | None) -> int | None:
+    """A stored counter or time (None: missing, 0), or None if it is corrupt."""
+    if raw is None:
+        return 0
+    return int(raw) if _INTEGER.fullmatch(raw) else None
+
+
+def stored_layout(control: dict[bytes, bytes]) -> bytes | None:
+    """The layout a crawl was created with, from its control hash (``layout``, or
+    ``layout.copy`` if that one is corrupt); None for a new crawl. Raises
+    :class:`FrontierError` when neither copy is readable."""
+    first, copy = control.get(b"layout"), control.get(b"layout.copy")
+    for raw in (first, copy):
+        if raw is not None and _LAYOUT.fullmatch(raw):
+            return raw
+    if first is None and copy is None:
+        return None
+    raise FrontierError(f"crawl layout unreadable: the control hash holds layout {first!r} "
+                        f"and layout.copy {copy!r}; if you know the settings the crawl was "
+                        "created with, set both fields to the layout a worker with those "
+                        "settings uses, or purge the crawl")
+
+
 def parse_record(data: bytes) -> tuple[int, int, str, bytes]:
     """(priority, attempts, lease token, envelope bytes) of a stored record."""
     parts = data.split(b"|", 3)
     try:
-        if len(parts) != 4:
+        if (len(parts) != 4 or not _HEAD_NUMBER.fullmatch(parts[0])
+                or not _HEAD_NUMBER.fullmatch(parts[1]) or parts[1].startswith(b"-")):
             raise ValueError
         return int(parts[0]), int(parts[1]), parts[2].decode(), parts[3]
     except (ValueError, UnicodeDecodeError):
@@ -159,7 +193,7 @@ class ListsFrontier:
         if self.settings.dedupe == "bloom" and self.settings.bloom_backend != "auto":
             return None
         with redis_errors("reading the crawl layout"):
-            raw = self.client.hget(self.keys.control, "layout")
+            raw = stored_layout(self.client.hgetall(self.keys.control))
         parts = raw.decode().split(" ", 2) if raw else []
         return parts[2] if len(parts) == 3 else None
 
@@ -183,8 +217,8 @@ class ListsFrontier:
         flags: list[bool] = []
         step = self.settings.batch_size
         for start in range(0, len(envelopes), step):
-            out = self._run("push", [self._ms(delay, 0), int(recrawl), *self._push_args(
-                envelopes[start:start + step])])
+            out = self._run("push", [self._ms(delay, 0), int(recrawl), self._nonce(""),
+                                     *self._push_args(envelopes[start:start + step])])
             flags += [c == ord("1") for c in out]
         accepted = sum(flags)
         return PushResult(accepted, len(flags) - accepted, tuple(flags))
@@ -215,7 +249,7 @@ class ListsFrontier:
         always stored before their parent is acknowledged. One script call per
         ``batch_size`` pushes; the acks and the lease ride on the last one."""
         calls = self._settle_calls(push, ack, lease, ttl)
-        return self._settled(calls, [self._run("settle", args) for args in calls])
+        return self._settled(calls, [self._run("settle", args) for args in calls], ack)
 
     def settle_begin(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = (), *,
                      lease: tuple[str, int] | None = None,
@@ -227,7 +261,7 @@ class ListsFrontier:
         the like whose order matters). A lost connection falls back to retried
         :meth:`settle` calls (a call's nonce makes the retry of a call that did run
         return its outcome)."""
-        return PendingSettle(self, self._settle_calls(push, ack, lease, ttl))
+        return PendingSettle(self, self._settle_calls(push, ack, lease, ttl), ack)
 
     def _settle_calls(self, push: Sequence[Envelope], ack: Sequence[Lease],
                       lease: tuple[str, int] | None,
@@ -245,38 +279,50 @@ class ListsFrontier:
             if not chunk and not acks and not want[1]:
                 continue
             worker, n, *rest = self._lease_args(want[0], want[1], ttl)
-            args: list[Any] = [len(chunk), len(acks), n, worker, *rest,
+            # (the worker and nonce of the call before it in a pipeline: see PendingSettle)
+            args: list[Any] = [len(chunk), len(acks), n, worker, *rest, "", "",
                                *self._push_args(chunk)]
             for item in acks:
                 args += (item.id, item.token)
             calls.append(args)
         return calls
 
-    def _settled(self, calls: Sequence[list[Any]], replies: Sequence[Any]) -> Settled:
+    def _settled(self, calls: Sequence[list[Any]], replies: Sequence[Any],
+                 ack: Sequence[Lease]) -> Settled:
         pushed: list[bool] = []
         acked = 0
         leases: list[Lease] = []
+        unacked: tuple[Lease, ...] = ()
         for args, (out_push, out_ack, out_lease) in zip(calls, replies, strict=True):
             pushed += [c == ord("1") for c in out_push]
-            acked += bytes(out_ack).count(b"1")
+            flags = bytes(out_ack)
+            acked += flags.count(b"1")
+            if b"2" in flags:  # the acks ride on the last call: flags align with ack
+                unacked = tuple(x for x, f in zip(ack, flags, strict=True) if f == ord("2"))
             if args[2]:
                 leases = self._leases(args[3], out_lease)
         accepted = sum(pushed)
         return Settled(PushResult(accepted, len(pushed) - accepted, tuple(pushed)), acked,
-                       leases)
+                       leases, unacked)
 
     def _argv(self, args: Sequence[Any]) -> list[Any]:
         now = "" if self._clock is None else str(int(self._clock()))
         return [*self._common, now, *args]
 
-    def _lease_args(self, worker: str, n: int, ttl: float | None) -> list[Any]:
-        # A fresh nonce per call: a retry of this very call (redis-py resends it when the
-        # reply is lost) gets the first execution's outcome back (call_replay, ops.lua).
-        # Its first byte picks the slot the call is kept in (calls in a row: other slots).
+    def _nonce(self, worker: str) -> bytes:
+        """A fresh nonce for one state-changing call: a retry of this very call (redis-py
+        resends it when the reply is lost) gets the first execution's outcome back
+        (call_replay, ops.lua). Its first byte picks the slot the call is kept in: a
+        worker's calls in a row take its slots in turn, a call without a worker one of
+        256 shared slots at random."""
+        if not worker:
+            return os.urandom(8)
         self._call_seq = (self._call_seq + 1) % CALL_SLOTS
-        nonce = bytes([self._call_seq]) + os.urandom(7) if worker else b""
+        return bytes([self._call_seq]) + os.urandom(7)
+
+    def _lease_args(self, worker: str, n: int, ttl: float | None) -> list[Any]:
         return [worker, n, self._ms(ttl, self.settings.lease_ttl), self.settings.max_attempts,
-                self._schedule, MAINTAIN_LIMIT, nonce]
+                self._schedule, MAINTAIN_LIMIT, self._nonce(worker)]
 
     def _leases(self, worker: str, raw: Sequence[Any]) -> list[Lease]:
         """Lease objects from a lease reply; undecodable requests are dead-lettered."""
@@ -295,18 +341,24 @@ class ListsFrontier:
             if len(rid) == 20:
                 env.fingerprint = rid
             leases.append(Lease(rid, token, worker, attempts, env))
+        self._dead_letter(worker, bad)
+        return leases
+
+    def _dead_letter(self, worker: str, bad: Sequence[tuple[bytes, str, str]]) -> None:
+        """Leased requests whose envelope cannot be decoded: (id, token, why) to DEAD, with
+        a log line (both backends' lease replies)."""
         if bad:
             log.error("dead-lettering %d undecodable request(s) in crawl %s: %s",
                       len(bad), self.crawl, bad[0][2])
-            self._nack_raw([(rid, token, why, -1) for rid, token, why in bad])
-        return leases
+            self._nack_raw(worker, [(rid, token, why, -1) for rid, token, why in bad])
 
     def release(self, leases: Sequence[Lease]) -> int:
         """Give leased requests back unprocessed (IN-FLIGHT -> READY, served next), without
         counting the delivery as an attempt. Returns how many were given back."""
         if not leases:
             return 0
-        args: list[Any] = []
+        worker = leases[0].worker
+        args: list[Any] = [worker, self._nonce(worker)]
         for lease in leases:
             args += (lease.id, lease.token)
         return int(self._run("release", args))
@@ -317,15 +369,15 @@ class ListsFrontier:
         (default: exponential backoff by attempts) unless its attempts are used up;
         otherwise to DEAD. Returns "retried", "dead" or "stale"."""
         ms = -1 if not retry else self._ms(delay, self.settings.retry_delay(lease.attempts))
-        flag = self._nack_raw([(lease.id, lease.token, error, ms)])
+        flag = self._nack_raw(lease.worker, [(lease.id, lease.token, error, ms)])
         return {"r": "retried", "d": "dead"}.get(flag, "stale")
 
     def dead_letter(self, lease: Lease, error: str) -> str:
         """IN-FLIGHT -> DEAD now (e.g. a request the worker can't ever process)."""
         return self.nack(lease, error, retry=False)
 
-    def _nack_raw(self, quads: Sequence[tuple[bytes, str, str, int]]) -> str:
-        args: list[Any] = [self.settings.max_attempts]
+    def _nack_raw(self, worker: str, quads: Sequence[tuple[bytes, str, str, int]]) -> str:
+        args: list[Any] = [self.settings.max_attempts, worker, self._nonce(worker)]
         for q in quads:
             args += q
         out: bytes = self._run("nack", args)
@@ -351,10 +403,10 @@ class ListsFrontier:
     def requeue_dead(self, ids: Sequence[str] | None = None, *, limit: int = 1000) -> int:
         """DEAD -> READY, with a fresh attempt budget: the given ids, or up to ``limit``."""
         if ids is None:
-            return int(self._run("requeue_dead", ["*", limit]))
+            return int(self._run("requeue_dead", [self._nonce(""), "*", limit]))
         if not ids:
             return 0
-        return int(self._run("requeue_dead", ["ids", *map(parse_id, ids)]))
+        return int(self._run("requeue_dead", [self._nonce(""), "ids", *map(parse_id, ids)]))
 
     # --- crawl-wide switches -------------------------------------------------------
     def pause(self) -> None:
@@ -385,8 +437,9 @@ class ListsFrontier:
         return []
 
     # --- inspection ----------------------------------------------------------------
-    def counts(self) -> Counts:
-        """A consistent snapshot (one MULTI/EXEC) of the conservation terms."""
+    def counts(self, *, repaired: bool = False) -> Counts:
+        """A consistent snapshot (one MULTI/EXEC) of the conservation terms. A corrupt
+        counter is repaired first (:meth:`repair`)."""
         k = self.keys
         with redis_errors("counts"):
             pipe = self.client.pipeline(transaction=True)
@@ -400,12 +453,43 @@ class ListsFrontier:
             pipe.zcard(k.delayed)
             pipe.zcard(k.dead)
             res = pipe.execute()
-        stats = [int(x or 0) for x in res[0]]
+        stats = self._counters(res[0], repaired)
+        if stats is None:
+            return self._repaired_counts(repaired)
         ready = sum(res[1:1 + k.tiers])
         delayed, dead = res[1 + k.tiers:]
         return Counts(accepted=stats[0], filtered=stats[1], ready=ready, delayed=delayed,
                       in_flight=stats[6], done=stats[2], dead=dead, retried=stats[3],
                       reclaimed=stats[4], requeued=stats[5])
+
+    def _counters(self, raw: Sequence[bytes | None], repaired: bool) -> list[int] | None:
+        """Stored counters as ints; None if one is corrupt (the caller repairs them and
+        reads again), a :class:`FrontierError` if they are still corrupt after a repair."""
+        values = [stored_int(x) for x in raw]
+        if all(v is not None for v in values):
+            return [v for v in values if v is not None]
+        if repaired:
+            raise FrontierError(f"crawl {self.crawl!r}: its counters {list(raw)!r} are corrupt "
+                                "and could not be repaired; purge the crawl")
+        return None
+
+    def _repaired_counts(self, repaired: bool) -> Counts:
+        assert not repaired
+        try:
+            done = self.repair()
+        except FrontierError as exc:  # e.g. a reader with other dedupe settings
+            raise FrontierError(f"crawl {self.crawl!r} has a corrupt counter, which the next "
+                                f"call of one of its workers repairs; this process could "
+                                f"not repair it: {exc}") from exc
+        log.warning("crawl %s: corrupt counters repaired: %s", self.crawl,
+                    "; ".join(done) or "(by another process)")
+        return self.counts(repaired=True)
+
+    def repair(self) -> list[str]:
+        """Check the crawl's counters and layout and repair the corrupt ones (every
+        frontier script does this before its first write; :meth:`counts` calls this when
+        it reads a corrupt counter). Returns what was repaired, one line each."""
+        return [bytes(x).decode(errors="replace") for x in self._run("repair", [])]
 
     def _envelopes(self, ids: Sequence[bytes]) -> list[Envelope | None]:
         if not ids:
@@ -441,10 +525,10 @@ class ListsFrontier:
         with redis_errors("inflight"):
             leases = self.client.zrange(self.keys.inflight, 0, -1, withscores=True)
             for token, deadline in leases:
-                raw = self.client.hget(self.keys.leases, token)
-                if raw is None:
-                    continue
-                since, worker, *ids = msgpack.unpackb(raw, raw=True)
+                lease = _lease_record(self.client.hget(self.keys.leases, token))
+                if lease is None:
+                    continue  # gone, or corrupt (reclaimed when it expires)
+                since, worker, ids = lease
                 recs = self.client.hmget(self.keys.req, ids) if ids else []
                 for rid, rec in zip(ids, recs, strict=True):
                     if rec is None:
@@ -456,8 +540,8 @@ class ListsFrontier:
                         continue
                     if held_by != token.decode():
                         continue
-                    out.append(InflightInfo(format_id(rid), worker.decode(), attempts,
-                                            since / 1000, deadline / 1000, url))
+                    out.append(InflightInfo(format_id(rid), worker, attempts, since / 1000,
+                                            deadline / 1000, url))
                     if len(out) >= limit:
                         return out
         return out
@@ -503,8 +587,8 @@ class ListsFrontier:
                 attempts, token, env = 0, "", None
             worker = None
             if token:
-                raw = self.client.hget(k.leases, token)
-                worker = msgpack.unpackb(raw, raw=True)[1].decode() if raw else None
+                lease = _lease_record(self.client.hget(k.leases, token))
+                worker = lease[1] if lease else None
         if env is not None and len(rid) == 20:
             env.fingerprint = rid
         state = ("in_flight" if token else "dead" if died is not None
@@ -545,27 +629,64 @@ class ListsFrontier:
             pipe.execute()
 
     def stats(self) -> dict[str, int]:
-        """Every crawl-wide counter (the conservation terms' counters and add_stats')."""
+        """Every crawl-wide counter (the conservation terms' counters and add_stats');
+        a corrupt one is left out, with a warning (the state machine's own are repaired
+        by the next script)."""
         with redis_errors("stats"):
             raw = self.client.hgetall(self.keys.stats)
-        return {k.decode(): int(v) for k, v in raw.items()}
+        out: dict[str, int] = {}
+        for k, v in raw.items():
+            value = stored_int(v)
+            if value is None:
+                log.warning("crawl %s: counter %r holds %r, not an integer: left out",
+                            self.crawl, k, v)
+            else:
+                out[k.decode(errors="replace")] = value
+        return out
 
     def workers(self) -> dict[str, float]:
-        """Worker id -> heartbeat deadline (seconds since the epoch)."""
+        """Worker id -> heartbeat deadline (seconds since the epoch; 0 for a corrupt one:
+        the scripts read it as a stopped heartbeat)."""
         with redis_errors("workers"):
             raw = self.client.hgetall(self.keys.workers)
-        return {k.decode(): int(v) / 1000 for k, v in raw.items()}
+        return {k.decode(errors="replace"): (stored_int(v) or 0) / 1000 for k, v in raw.items()}
+
+
+def _lease_record(raw: bytes | None) -> tuple[int, str, list[bytes]] | None:
+    """(since ms, worker, ids) of a stored lease record; None if missing or corrupt."""
+    if raw is None:
+        return None
+    try:
+        since, worker, *ids = msgpack.unpackb(raw, raw=True)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    if not (isinstance(since, int) and isinstance(worker, bytes)
+            and all(isinstance(i, bytes) for i in ids)):
+        return None
+    return since, worker.decode(errors="replace"), ids
 
 
 class PendingSettle:
     """A :meth:`ListsFrontier.settle` on its way. All of a frontier's pending settles go
     out, in order, on one connection of their own, so Redis runs them in the order they
     were begun (a parent's ack never overtakes its children's push), and their replies
-    are read in that order too."""
+    are read in that order too.
 
-    def __init__(self, frontier: ListsFrontier, calls: list[list[Any]]) -> None:
+    Each call names the call begun before it (its worker and nonce): if Redis refused
+    that one (out of memory, say) and runs this one, this one does not acknowledge its
+    parents (their children may have been in the refused call) and hands them back in
+    :attr:`Settled.unacked`; so does every later call of the chain, until the refusal has
+    been read (:meth:`result`), after which new settles start a new chain."""
+
+    def __init__(self, frontier: ListsFrontier, calls: list[list[Any]],
+                 ack: Sequence[Lease] = ()) -> None:
         self._frontier = frontier
         self.calls = calls
+        self.ack = ack
+        pipe = frontier._pipe
+        for args in calls:
+            args[9], args[10] = pipe.last
+            pipe.last = (args[3], args[8])
         self.replies: list[Any] = []
         self.sent = False
         """Whether the calls went out (else :meth:`result` runs them the ordinary way)."""
@@ -575,9 +696,16 @@ class PendingSettle:
 
     def result(self) -> Settled:
         """Wait for the reply (reading those of earlier pending settles first) and return
-        what :meth:`ListsFrontier.settle` would have. Raises what it raises."""
+        what :meth:`ListsFrontier.settle` would have. Raises what it raises (an earlier
+        settle's error is kept for that one's own :meth:`result`)."""
+        pipe = self._frontier._pipe
         while self.outcome is None and self.error is None:
-            self._frontier._pipe.finish_oldest()
+            oldest = pipe.queue[0]
+            try:
+                pipe.finish_oldest()
+            except BaseException:
+                if oldest is self:
+                    raise
         if self.error is not None:
             raise self.error
         assert self.outcome is not None
@@ -593,6 +721,8 @@ class _Pipe:
         self.broken = False
         self.loaded = False
         self.queue: deque[PendingSettle] = deque()
+        self.last: tuple[str, bytes] = ("", b"")
+        """Worker and nonce of the last call begun: the next one names it."""
 
     def send(self, call: PendingSettle) -> None:
         f = self.frontier
@@ -638,9 +768,10 @@ class _Pipe:
             replies = [r if r is not None else f._run("settle", args)
                        for args, r in zip(call.calls, call.replies, strict=False)]
             replies += [f._run("settle", args) for args in call.calls[len(replies):]]
-            call.outcome = f._settled(call.calls, replies)
+            call.outcome = f._settled(call.calls, replies, call.ack)
         except BaseException as exc:
             call.error = exc
+            self.last = ("", b"")  # seen: settles begun from now on start a new chain
             raise
         finally:
             self.queue.popleft()

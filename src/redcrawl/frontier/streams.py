@@ -175,20 +175,19 @@ class StreamsFrontier(ListsFrontier):
         """Lease objects from a streams lease reply (id, attempts, record, token per
         request); undecodable requests are dead-lettered."""
         leases: list[Lease] = []
-        bad: list[tuple[bytes, str, str, int]] = []
+        bad: list[tuple[bytes, str, str]] = []
         for i in range(0, len(raw or ()), 4):
             rid, attempts = bytes(raw[i]), int(raw[i + 1])
             data, token = bytes(raw[i + 2]), bytes(raw[i + 3]).decode()
             try:
                 env = from_record(data)
             except DecodeError as exc:
-                bad.append((rid, token, f"undecodable envelope: {exc}", -1))
+                bad.append((rid, token, f"undecodable envelope: {exc}"))
                 continue
             if len(rid) == 20:
                 env.fingerprint = rid
             leases.append(Lease(rid, token, worker, attempts, env))
-        if bad:
-            self._nack_raw(bad)
+        self._dead_letter(worker, bad)
         return leases
 
     def _extra_keys(self) -> list[str]:
@@ -219,14 +218,18 @@ class StreamsFrontier(ListsFrontier):
             pipe.execute(raise_on_error=False)
 
     # --- inspection ----------------------------------------------------------------
-    def counts(self) -> Counts:
+    def counts(self, *, repaired: bool = False) -> Counts:
         """A consistent snapshot (one script) of the conservation terms: in flight =
-        entries pending in the group, ready = the other entries."""
+        entries pending in the group, ready = the other entries. A corrupt counter is
+        repaired first (:meth:`repair`)."""
         k = self.keys
         with redis_errors("counts"):
             res = self._counts_script(keys=[k.stats, k.delayed, k.dead, *self.stream_keys()])
-        (accepted, filtered, done, retried, reclaimed, requeued, ready, in_flight, delayed,
-         dead) = (int(x) for x in res)
+        stats = self._counters(res[:6], repaired)
+        if stats is None:
+            return self._repaired_counts(repaired)
+        accepted, filtered, done, retried, reclaimed, requeued = stats
+        ready, in_flight, delayed, dead = (int(x) for x in res[6:])
         return Counts(accepted=accepted, filtered=filtered, ready=ready, delayed=delayed,
                       in_flight=in_flight, done=done, dead=dead, retried=retried,
                       reclaimed=reclaimed, requeued=requeued)

@@ -1,12 +1,12 @@
 -- counts_streams.lua: the conservation terms of a streams crawl in one atomic step.
 -- Standalone (no prelude). KEYS[1] stats, KEYS[2] delayed, KEYS[3] dead, KEYS[4..] streams.
 -- Returns {accepted, filtered, done, retried, reclaimed, requeued, ready, in_flight,
--- delayed, dead}: in_flight = entries pending in the group, ready = the other entries
+-- delayed, dead} (the first six as stored: Python checks them, see ListsFrontier.counts): in_flight = entries pending in the group, ready = the other entries
 -- (acked entries are deleted at once, so every entry is one or the other).
 local st = redis.call('HMGET', KEYS[1], 'accepted', 'filtered', 'done', 'retried', 'reclaimed',
                       'requeued')
 local out = {}
-for i = 1, 6 do out[i] = tonumber(st[i] or '0') end
+for i = 1, 6 do out[i] = st[i] or '0' end
 local len, pending = 0, 0
 for i = 4, #KEYS do
   len = len + redis.call('XLEN', KEYS[i])

@@ -23,13 +23,14 @@
 --   8 stats     HASH  seq, leases, inflight, accepted, filtered, done, retried, reclaimed,
 --                     died, requeued
 --   9 workers   HASH  worker -> heartbeat deadline (ms)
---  10 control   HASH  paused ("1"), cursor (weighted-fair position), layout (ordering and
---                     tier bounds the crawl was created with)
+--  10 control   HASH  paused ("1"), cursor (weighted-fair position), layout and layout.copy
+--                     (ordering, tier bounds and dedupe the crawl was created with)
 --  11 fpd       dedupe: key base of the DONE fingerprints' filter (see redcrawl/dedupe/lua;
 --                the filter's own keys are named after it, in the same hash tag)
 --  12 calls     HASH  "<worker>#<slot>" -> nonce .. msgpack [push flags, ack flags, id,
---                token, ...]: a worker's last lease/settle calls, replayed if the same
---                call comes again (a retry after a lost reply; see call_replay in ops.lua)
+--                token, ...]: a worker's last state-changing calls ("#~<n>": calls
+--                without a worker), replayed if the same call comes again (a retry after
+--                a lost reply; see call_replay in ops.lua)
 --  13..         the ready-queue layer's keys. lists: the ready queue of each tier, highest
 --                first (LIST for fifo/lifo, ZSET for priority). streams: the streams of each
 --                shard, high then low (see queue_streams.lua); KEYS 2-4 are unused there.
@@ -50,13 +51,78 @@ local BOUNDS = {}
 for b in string.gmatch(ARGV[2], '[^,]+') do BOUNDS[#BOUNDS + 1] = tonumber(b) end
 local NTIERS = (ORDERING == 'priority') and 1 or (#BOUNDS + 1)
 
+-- Every key must hold its own type (or not exist): a key overwritten with another type
+-- would make a command fail halfway through a script, after earlier writes (Redis does
+-- not roll a script back). Checked before anything is written; the crawl is then refused
+-- with an error naming the key. (The queue keys only up to 16 of them: a streams crawl
+-- with more shards would pay a TYPE per stream on every call.)
+do
+  local want = {'hash', 'zset', 'hash', 'hash', 'zset', 'zset', 'hash', 'hash', 'hash', 'hash'}
+  want[12] = 'hash'
+  local queue = 'list'
+  if ORDERING == 'priority' then queue = 'zset'
+  elseif string.sub(ORDERING, 1, 8) == 'streams/' then queue = 'stream' end
+  for i = 1, math.min(#KEYS, FIRST_TIER + 15) do
+    local expect = want[i] or (i >= FIRST_TIER and queue)
+    if expect then
+      local t = redis.call('TYPE', KEYS[i])['ok']
+      if t ~= 'none' and t ~= expect then
+        return redis.error_reply('crawl state damaged: key ' .. KEYS[i] .. ' holds a ' .. t ..
+          ', not a ' .. expect .. '; nothing was changed. Restore the key from a backup, ' ..
+          'or purge the crawl')
+      end
+    end
+  end
+end
+
+-- Numbers read from the crawl's state. A stored counter or time that is not a decimal
+-- integer Redis's HINCRBY and Lua's arithmetic both accept is corrupt: int_ok tells, num
+-- reads one as 0 (a heartbeat or cursor), and the prelude below repairs the counters
+-- before any script writes, so that no script fails halfway through a change (Redis does
+-- not roll a script back).
+local function int_ok(v)
+  return not v or (#v <= 18 and string.match(v, '^-?%d+$') ~= nil)
+end
+local function num(v)
+  if v and #v <= 18 and string.match(v, '^-?%d+$') then return tonumber(v) end
+  return 0
+end
+
+-- What the prelude repaired, for repair.lua's reply (and the server log).
+local REPAIRED = {}
+local function repaired(what)
+  REPAIRED[#REPAIRED + 1] = what
+  redis.log(redis.LOG_WARNING, 'redcrawl: repaired ' .. K_STATS .. ': ' .. what)
+end
+
 -- The layout a crawl was created with must not change under it: workers with another
 -- ordering, other tiers or another dedupe would read the queues or the filter wrongly.
+-- It is kept twice (layout, layout.copy), so that a corrupted value is restored from the
+-- other; only when neither is readable is the crawl refused with an error naming both.
 local DD = ARGV[3]
 local LAYOUT = ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. DD
-local CREATED = redis.call('HGET', K_CONTROL, 'layout')
+local function layout_ok(v)
+  return v and string.match(v, '^%l[%l/%d]* [-%d,]* %l+[ %w.+-]*$') ~= nil
+end
+local STORED = redis.call('HMGET', K_CONTROL, 'layout', 'layout.copy')
+local CREATED, COPY = STORED[1], STORED[2]
+if CREATED ~= COPY then
+  if layout_ok(CREATED) and not layout_ok(COPY) then
+    redis.call('HSET', K_CONTROL, 'layout.copy', CREATED)
+    if COPY then repaired('control layout.copy restored from layout') end
+  elseif layout_ok(COPY) and not layout_ok(CREATED) then
+    redis.call('HSET', K_CONTROL, 'layout', COPY)
+    repaired('control layout restored from layout.copy')
+    CREATED = COPY
+  else
+    return redis.error_reply('crawl layout unreadable: ' .. K_CONTROL .. ' holds layout "' ..
+      tostring(CREATED) .. '" and layout.copy "' .. tostring(COPY) .. '"; if you know the ' ..
+      'settings the crawl was created with, HSET both fields to the layout "' .. LAYOUT ..
+      '" of a worker with those settings, or purge the crawl')
+  end
+end
 if not CREATED then
-  redis.call('HSET', K_CONTROL, 'layout', LAYOUT)
+  redis.call('HSET', K_CONTROL, 'layout', LAYOUT, 'layout.copy', LAYOUT)
 elseif CREATED ~= LAYOUT then
   return redis.error_reply('crawl layout mismatch: the crawl was created with backend/ordering, ' ..
     'tier bounds and dedupe "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give ' ..
@@ -68,6 +134,46 @@ end
 
 local NOW
 if ARGV[4] ~= '' then NOW = tonumber(ARGV[4]) else NOW = server_ms() end
+
+-- The state machine's counters, checked by every script before its first write and
+-- repaired when corrupt: accepted and done from each other (accepted - done is the
+-- number of stored records, HLEN req), inflight from the leases' counts (left), the id
+-- and token counters past any value they can have handed out (the server's clock in
+-- milliseconds), the event counters (not recoverable) from zero.
+local COUNTERS = {'seq', 'leases', 'inflight', 'accepted', 'filtered', 'done', 'retried',
+                  'reclaimed', 'died', 'requeued'}
+local function repair_counters(vals)
+  local bad, fix = {}, {}
+  for i, name in ipairs(COUNTERS) do
+    if not int_ok(vals[i]) then bad[name] = true end
+  end
+  local stored = redis.call('HLEN', K_REQ)
+  for _, name in ipairs(COUNTERS) do
+    if bad[name] then
+      local v = 0
+      if name == 'seq' or name == 'leases' then
+        -- (milliseconds: Lua prints numbers past 10^14 as "1e+14")
+        local t = redis.call('TIME')
+        v = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+      elseif name == 'inflight' then
+        for _, n in ipairs(redis.call('HVALS', K_LEFT)) do v = v + math.max(num(n), 0) end
+      elseif name == 'accepted' then
+        v = (bad.done and 0 or num(vals[6])) + stored
+      elseif name == 'done' and not bad.accepted then
+        v = math.max(num(vals[4]) - stored, 0)
+      end
+      fix[#fix + 1] = name; fix[#fix + 1] = v
+      repaired('counter ' .. name .. ' held a non-integer; set to ' .. v)
+    end
+  end
+  redis.call('HSET', K_STATS, unpack(fix))
+end
+do
+  local vals = redis.call('HMGET', K_STATS, unpack(COUNTERS))
+  for i = 1, #COUNTERS do
+    if not int_ok(vals[i]) then repair_counters(vals); break end
+  end
+end
 
 local TWO32 = 4294967296
 
@@ -84,10 +190,12 @@ end
 local function is_fingerprint(id) return #id == 20 end
 
 -- priority, attempts, token of a record and the position its envelope starts at; nil for
--- a record without a readable header (corrupt: it is dead-lettered wherever it is met).
+-- a record without a readable header (corrupt: it is dead-lettered wherever it is met;
+-- its numbers must have at most 15 digits, as redcrawl.frontier.lists.parse_record reads).
 local function parse_head(rec)
   local p, a, t, pos = string.match(rec, '^(-?%d+)|(%d+)|([^|]*)|()')
-  if not p then return nil end
+  -- numbers beyond 2^53 would come back as "1e+20", which no parser reads
+  if not p or #p > 15 or #a > 15 then return nil end
   return tonumber(p), tonumber(a), t, pos
 end
 
@@ -115,8 +223,10 @@ end
 -- record} items into READY (shard and record optional), unhold(tokens) ends the
 -- IN-FLIGHT holds of those tokens (the records are rewritten by the caller),
 -- flat_leased(got) is the lease reply for {id, attempts, record, token} entries and
--- lease_pairs(reply) the (id, token) pairs of a lease reply, flattened.
-local ready_push, unhold, flat_leased, lease_pairs
+-- lease_pairs(reply) the (id, token) pairs of a lease reply, flattened, and
+-- holds(token, id) whether the lease token covers the request id whose record is corrupt
+-- (so that a worker giving it back sends it to DEAD).
+local ready_push, unhold, flat_leased, lease_pairs, holds
 local PUSH_STRIDE = 3
 
 -- A worker's last calls are kept in this many slots of K_CALLS (redcrawl.keys.CALL_SLOTS).

@@ -53,12 +53,22 @@ local function op_push(first, n, delay_ms, recrawl)
   return table.concat(flags)
 end
 
+-- A request whose record was corrupted while a worker held it, given back (ack, nack,
+-- release) under a token that covers it: to DEAD, out of its lease. Returns true if so.
+local function kill_corrupt_held(id, token)
+  if token == '' or not holds(token, id) then return false end
+  kill({id}, {CORRUPT})
+  unhold({token})
+  return true
+end
+
 -- IN-FLIGHT -> DONE for the ARGV pairs (id, token) starting at ARGV[first], n of them.
 -- A request no longer held under that token (its lease expired and it was handed out
--- again, or it was already acked) is left alone.
--- Returns one character per pair: "1" acked, "0" stale.
-local function op_ack(first, n)
+-- again, or it was already acked) is left alone. With refuse, nothing is acked.
+-- Returns one character per pair: "1" acked, "0" stale, "2" refused.
+local function op_ack(first, n, refuse)
   if n == 0 then return '' end
+  if refuse then return string.rep('2', n) end
   local ids, tokens = {}, {}
   for i = 0, n - 1 do
     ids[#ids + 1] = ARGV[first + 2 * i]
@@ -71,7 +81,9 @@ local function op_ack(first, n)
     local rec = recs[i]
     if rec and not seen[id] then
       local p, _, t = parse_head(rec)
-      if p ~= nil and t ~= '' and t == tokens[i] then
+      if p == nil then
+        seen[id] = kill_corrupt_held(id, tokens[i]) or nil
+      elseif t ~= '' and t == tokens[i] then
         seen[id] = true
         flags[i] = '1'
         ok[#ok + 1] = id
@@ -91,26 +103,49 @@ local function op_ack(first, n)
 end
 
 
--- A worker's lease/settle call carries a nonce, fresh for each call; redis-py sends the
--- same call again when the connection drops or times out before the reply arrives, and
--- the first execution may well have happened. call_replay answers such a retry with the
--- first execution's outcome: the same push and ack flags, and of what it leased, what the
--- worker still holds under it (nothing is pushed, acked or leased again). Without this a
--- lost lease reply would leave requests IN-FLIGHT under a live worker that does not know
--- it holds them, renewed by its heartbeat forever. A worker's calls rotate over
--- CALL_SLOTS slots (the nonce's first byte), so that a worker with several calls on their
--- way (settle_begin) can have any of them retried.
+-- Every state-changing call (push, lease, settle, nack, release, requeue_dead) carries a
+-- nonce, fresh for each call; redis-py sends the same call again when the connection
+-- drops or times out before the reply arrives, and the first execution may well have
+-- happened. call_replay answers such a retry with the first execution's outcome: the same
+-- push and ack flags, and of what it leased, what the worker still holds under it
+-- (nothing is pushed, acked or leased again). Without this a lost lease reply would leave
+-- requests IN-FLIGHT under a live worker that does not know it holds them, renewed by its
+-- heartbeat forever, and a lost push reply would enqueue dont_filter requests twice. A
+-- worker's calls rotate over CALL_SLOTS slots (the nonce's first byte), so that a worker
+-- with several calls on their way (settle_begin) can have any of them retried; calls
+-- without a worker (a push from the API) use one of 256 shared slots "#~<byte>", picked
+-- by a random first byte.
 local function call_field(worker, nonce)
+  if worker == '' then return '#~' .. string.byte(nonce, 1) end
   return worker .. '#' .. (string.byte(nonce, 1) % CALL_SLOTS)
 end
 
--- Returns nil (not a retry), or {push flags, ack flags, lease reply}.
-local function call_replay(worker, nonce)
+-- The stored record of the call (worker, nonce), unpacked; nil if it is not (or no
+-- longer) in its slot.
+local function call_get(worker, nonce)
   if nonce == '' then return nil end
   local raw = redis.call('HGET', K_CALLS, call_field(worker, nonce))
   -- the nonce comes first, outside the msgpack: most calls are not retries
   if not raw or string.sub(raw, 1, #nonce) ~= nonce then return nil end
-  local t = cmsgpack.unpack(string.sub(raw, #nonce + 1))
+  local ok, t = pcall(cmsgpack.unpack, string.sub(raw, #nonce + 1))
+  if not ok or type(t) ~= 'table' or type(t[2]) ~= 'string' then return nil end
+  return t
+end
+
+-- Whether the call (worker, nonce) ran, and with its own predecessor run (a settle whose
+-- predecessor did not run marks its ack flags with a trailing "!"). A pipelined settle
+-- names the call before it, so that it does not acknowledge parents whose children were
+-- in a call Redis refused, or in any call after that one in the same pipeline (see
+-- settle.lua).
+local function call_ran(worker, nonce)
+  local t = call_get(worker, nonce)
+  return t ~= nil and string.sub(t[2], -1) ~= '!'
+end
+
+-- Returns nil (not a retry), or {push flags, ack flags, lease reply}.
+local function call_replay(worker, nonce)
+  local t = call_get(worker, nonce)
+  if not t then return nil end
   local ids = {}
   for i = 3, #t, 2 do ids[#ids + 1] = t[i] end
   local recs = hmget(K_REQ, ids)
@@ -122,13 +157,14 @@ local function call_replay(worker, nonce)
       if p ~= nil and tk == token then got[#got + 1] = {id, a, recs[i], token} end
     end
   end
-  return {t[1], t[2], flat_leased(got)}
+  return {t[1], string.gsub(t[2], '!$', ''), flat_leased(got)}
 end
 
--- Remember a worker's call (see call_replay): its nonce, flags and what it leased.
-local function call_record(worker, nonce, pushed, acked, leased)
+-- Remember a worker's call (see call_replay): its nonce, flags and what it leased
+-- (broken: its predecessor did not run, see call_ran).
+local function call_record(worker, nonce, pushed, acked, leased, broken)
   if nonce == '' then return end
-  local t = {pushed, acked}
+  local t = {pushed, acked .. (broken and '!' or '')}
   for _, v in ipairs(lease_pairs(leased)) do t[#t + 1] = v end
   redis.call('HSET', K_CALLS, call_field(worker, nonce), nonce .. cmsgpack.pack(t))
 end

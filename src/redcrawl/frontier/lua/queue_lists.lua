@@ -26,8 +26,97 @@ ready_push = function(items, front)
   end
 end
 
--- A lease's requests were given back (acked, nacked or reclaimed): n fewer held.
+-- The lease's record: since, worker, ids; nil if the lease is gone, and nil, nil, nil,
+-- true if its record is corrupt (not a msgpack [since, worker, id...]).
+local function lease_info(token)
+  local raw = redis.call('HGET', K_LEASES, token)
+  if not raw then return nil end
+  local ok, t = pcall(function() return {cmsgpack.unpack(raw)} end)
+  if ok and type(t[1]) == 'table' then t = t[1] end
+  if not ok or type(t[1]) ~= 'number' or type(t[2]) ~= 'string' then
+    return nil, nil, nil, true
+  end
+  local ids = {}
+  for i = 3, #t do
+    if type(t[i]) ~= 'string' then return nil, nil, nil, true end
+    ids[#ids + 1] = t[i]
+  end
+  return t[1], t[2], ids
+end
+
+-- Whether id (its record corrupt) is in a ready queue, DELAYED or DEAD: if not, it was
+-- in flight when it was corrupted. O(ready) with a list scan: only for corrupt records.
+local function queued(id)
+  if redis.call('ZSCORE', K_DEAD, id) or redis.call('ZSCORE', K_DELAYED, id) then
+    return true
+  end
+  for tier = 0, NTIERS - 1 do
+    local at
+    if ORDERING == 'priority' then at = redis.call('ZSCORE', ready_key(tier), id)
+    else at = redis.call('LPOS', ready_key(tier), id) end
+    if at then return true end
+  end
+  return false
+end
+
+-- The ids of the requests IN-FLIGHT under token, found by scanning the request hash, and
+-- the corrupt records in no queue: only for a lease whose record is corrupt (O(stored
+-- requests), once per such lease).
+local function scan_held(token)
+  local ids, cursor = {}, '0'
+  repeat
+    local r = redis.call('HSCAN', K_REQ, cursor, 'COUNT', 1000)
+    cursor = r[1]
+    for i = 1, #r[2], 2 do
+      local p, _, t = parse_head(r[2][i + 1])
+      if (p ~= nil and t == token) or (p == nil and not queued(r[2][i])) then
+        ids[#ids + 1] = r[2][i]
+      end
+    end
+  until cursor == '0'
+  return ids
+end
+
+-- The worker and ids of a lease: from its record, or, if that is corrupt, from the scan
+-- (worker nil).
+local function lease_ids(token)
+  local _, worker, ids, corrupt = lease_info(token)
+  if corrupt then ids = scan_held(token) end
+  return worker, ids
+end
+
+-- Of ids, those still IN-FLIGHT under token, with their records; and those whose record
+-- is corrupt and that are in no queue (they were held when they were corrupted: DEAD).
+local function still_held(ids, token)
+  local recs = hmget(K_REQ, ids)
+  local held, hrecs, lost = {}, {}, {}
+  for i, id in ipairs(ids) do
+    if recs[i] then
+      local p, _, t = parse_head(recs[i])
+      if p ~= nil and t == token then held[#held + 1] = id; hrecs[#hrecs + 1] = recs[i]
+      elseif p == nil and not queued(id) then lost[#lost + 1] = id end
+    end
+  end
+  return held, hrecs, lost
+end
+
+-- How many requests a lease holds: its count (left), or, if that is corrupt, a recount.
+local function lease_left(token)
+  local left = redis.call('HGET', K_LEFT, token)
+  if int_ok(left) then return num(left) end
+  local _, ids = lease_ids(token)
+  local held, _, lost = still_held(ids or {}, token)
+  return #held + #lost
+end
+
+-- A lease's requests were given back (acked, nacked or reclaimed): n fewer held. A
+-- corrupt count is first recounted from the records (already rewritten by the caller).
 local function lease_release(token, n)
+  if not int_ok(redis.call('HGET', K_LEFT, token)) then
+    local left = lease_left(token) + n
+    redis.call('HSET', K_LEFT, token, left)
+    repaired('left ' .. token .. ' recounted: ' .. left)
+  end
   if redis.call('HINCRBY', K_LEFT, token, -n) <= 0 then
     redis.call('ZREM', K_INFLIGHT, token)
     redis.call('HDEL', K_LEASES, token)
@@ -36,45 +125,34 @@ local function lease_release(token, n)
   redis.call('HINCRBY', K_STATS, 'inflight', -n)
 end
 
--- The lease's record: since, worker, ids (nil if the lease is gone).
-local function lease_info(token)
-  local raw = redis.call('HGET', K_LEASES, token)
-  if not raw then return nil end
-  local t = {cmsgpack.unpack(raw)}
-  if type(t[1]) == 'table' then t = t[1] end
-  local ids = {}
-  for i = 3, #t do ids[#ids + 1] = t[i] end
-  return t[1], t[2], ids
-end
-
--- Of ids, those still IN-FLIGHT under token, with their records.
-local function still_held(ids, token)
-  local recs = hmget(K_REQ, ids)
-  local held, hrecs = {}, {}
-  for i, id in ipairs(ids) do
-    if recs[i] then
-      local p, _, t = parse_head(recs[i])
-      if p ~= nil and t == token then held[#held + 1] = id; hrecs[#hrecs + 1] = recs[i] end
-    end
+-- Whether the lease token covers id (whose record is corrupt, so its own token is
+-- unreadable): a worker acking, nacking or releasing a request corrupted in its hands.
+holds = function(token, id)
+  local _, _, ids = lease_info(token)
+  for _, x in ipairs(ids or {}) do
+    if x == id then return not queued(id) end
   end
-  return held, hrecs
+  return false
 end
 
 -- Leases past their deadline: extended if the worker's heartbeat is still alive, else
 -- every request still held goes back to READY (or DEAD once max_attempts deliveries
--- are used up). Returns the number of requests taken back.
+-- are used up, or when its record was corrupted while held). A lease whose own record
+-- is corrupt has no known worker: it is taken back. Returns the number of requests taken
+-- back.
 local function reclaim_expired(limit, max_attempts)
   local tokens = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
   local taken = 0
   for _, token in ipairs(tokens) do
-    local _, worker, ids = lease_info(token)
+    local worker, ids = lease_ids(token)
     local alive = 0
-    if worker then alive = tonumber(redis.call('HGET', K_WORKERS, worker) or '0') end
+    if worker then alive = num(redis.call('HGET', K_WORKERS, worker)) end
     if alive > NOW then
       redis.call('ZADD', K_INFLIGHT, alive, token)
     else
-      local held, recs = {}, {}
-      if ids then held, recs = still_held(ids, token) end
+      local held, recs, lost = {}, {}, {}
+      if ids then held, recs, lost = still_held(ids, token) end
+      local left = lease_left(token)
       local back, dead, whys, writes = {}, {}, {}, {}
       for i, id in ipairs(held) do
         local p, a, _, env = parse(recs[i])
@@ -86,6 +164,7 @@ local function reclaim_expired(limit, max_attempts)
           back[#back + 1] = id
         end
       end
+      for _, id in ipairs(lost) do dead[#dead + 1] = id; whys[#whys + 1] = CORRUPT end
       if #writes > 0 then bulk('HSET', K_REQ, writes) end
       kill(dead, whys)
       requeue(back, false)
@@ -94,8 +173,10 @@ local function reclaim_expired(limit, max_attempts)
       redis.call('HDEL', K_LEASES, token)
       redis.call('HDEL', K_LEFT, token)
       if worker then calls_forget(worker) end
-      if #held > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -#held) end
-      taken = taken + #held
+      -- the lease's own count: a request corrupted in its hands and dead-lettered through
+      -- another lease's scan still counted here
+      if left > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -left) end
+      taken = taken + #held + #lost
     end
   end
   return taken
@@ -136,7 +217,7 @@ local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
   reclaim_expired(limit, max_attempts)
 
   local deadline = NOW + ttl
-  local hb = tonumber(redis.call('HGET', K_WORKERS, worker) or '0')
+  local hb = num(redis.call('HGET', K_WORKERS, worker))
   if deadline > hb then redis.call('HSET', K_WORKERS, worker, deadline) end
 
   if n <= 0 or redis.call('HGET', K_CONTROL, 'paused') == '1' then return {} end
@@ -155,7 +236,7 @@ local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
       total = total + avail[t]
     end
     if n > total then n = total end
-    local cursor = tonumber(redis.call('HGET', K_CONTROL, 'cursor') or '0')
+    local cursor = num(redis.call('HGET', K_CONTROL, 'cursor'))
     local slots = #schedule
     local picked = 0
     while picked < n do

@@ -107,9 +107,18 @@ ready_push = function(items, front)
 end
 
 local function parse_token(t)
-  local k, eid = string.match(t, '^%d+/(%d+)/(.+)$')
+  local k, eid = string.match(t, '^%d+/(%d+)/(%d+%-%d+)$')
   if not k then return nil end
   return tonumber(k), eid
+end
+
+-- The token names the entry the request was delivered as; while that entry exists, the
+-- request is in flight (whoever holds it now).
+holds = function(token, id)
+  local k, eid = parse_token(token)
+  if not k or k >= NSTREAMS then return false end
+  local r = redis.call('XRANGE', skey(k), eid, eid)
+  return r[1] ~= nil and r[1][2][2] == id
 end
 
 -- XACK + XDEL entries of stream k: the only way an entry leaves a stream.
@@ -151,7 +160,7 @@ local function expired(ttl, limit)
         for _, e in ipairs(p) do
           seen = seen + 1
           local c = e[2]
-          if alive[c] == nil then alive[c] = tonumber(redis.call('HGET', K_WORKERS, c) or '0') end
+          if alive[c] == nil then alive[c] = num(redis.call('HGET', K_WORKERS, c)) end
           local left = alive[c] - NOW
           if left > 0 then
             local idle = OFFSET
@@ -267,7 +276,7 @@ local function reclaim_expired(limit, max_attempts, ttl)
           if c[i] == 'name' then name = c[i + 1] elseif c[i] == 'pending' then pending = c[i + 1] end
         end
         if name and pending == 0
-           and tonumber(redis.call('HGET', K_WORKERS, name) or '0') <= NOW then
+           and num(redis.call('HGET', K_WORKERS, name)) <= NOW then
           redis.call('XGROUP', 'DELCONSUMER', key, S_GROUP, name)
           calls_forget(name)
         end
@@ -307,13 +316,13 @@ local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
   -- the heartbeat after the reclaim, as in the lists backend: a worker's own expired
   -- leases count as expired
   local deadline = NOW + ttl
-  local hb = tonumber(redis.call('HGET', K_WORKERS, worker) or '0')
+  local hb = num(redis.call('HGET', K_WORKERS, worker))
   if deadline > hb then redis.call('HSET', K_WORKERS, worker, deadline) end
   if want - #got <= 0 then return flat_leased(got) end
 
   -- New entries: a fair split over the shards, then whatever is left from any of them.
   local fresh = {}
-  local cursor = tonumber(redis.call('HGET', K_CONTROL, 'cursor') or '0') % SHARDS
+  local cursor = num(redis.call('HGET', K_CONTROL, 'cursor')) % SHARDS
   local drained = {}
   local need = want - #got
   for cls = 0, 1 do

@@ -2,14 +2,20 @@
 -- tier), without counting the delivery as an attempt: a worker shutting down cleanly
 -- hands back what it prefetched but never started.
 -- KEYS, ARGV[1..4]: see lib.lua.
--- ARGV[5..]: pairs (id, token). Returns how many were given back (stale ones are skipped).
+-- ARGV[5] worker id   ARGV[6] call nonce (see call_replay in ops.lua)
+-- ARGV[7..]: pairs (id, token). Returns how many were given back (stale ones are skipped).
+local worker, nonce = ARGV[5], ARGV[6]
+local replay = call_replay(worker, nonce)
+if replay then return tonumber(replay[1]) end
 local back, held, writes, items, seen = 0, {}, {}, {}, {}
-for i = 5, #ARGV, 2 do
+for i = 7, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local rec = redis.call('HGET', K_REQ, id)
   local p, a, t, env
   if rec then p, a, t, env = parse(rec) end
-  if p ~= nil and t ~= '' and t == token and not seen[id] then
+  if rec and p == nil and not seen[id] then
+    seen[id] = kill_corrupt_held(id, token) or nil
+  elseif p ~= nil and t ~= '' and t == token and not seen[id] then
     seen[id] = true
     if a > 0 then a = a - 1 end
     local nrec = header(p, a, '', env)
@@ -24,4 +30,5 @@ if back > 0 then
   ready_push(items, true)
   unhold(held)
 end
+call_record(worker, nonce, tostring(back), '', {})
 return back

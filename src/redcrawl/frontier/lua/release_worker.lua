@@ -16,7 +16,7 @@ repeat
     local _, w = lease_info(kv[i])
     if w == worker then
       redis.call('ZADD', K_INFLIGHT, 0, kv[i])
-      n = n + tonumber(redis.call('HGET', K_LEFT, kv[i]) or '0')
+      n = n + math.max(num(redis.call('HGET', K_LEFT, kv[i])), 0)
     end
   end
 until cursor == '0'
