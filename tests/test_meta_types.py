@@ -197,11 +197,11 @@ class Thing:
 
 def test_what_still_cannot_be_stored_is_an_encode_error_naming_the_key() -> None:
     cases: list[tuple[Any, str]] = [
-        ({"a": [Thing()]}, "meta['a'][0] holds a Thing"),
+        ({"a": [Thing()]}, "meta['a'][0] holds a value of type Thing"),
         ({"a": Offer("x", decimal.Decimal(1), dt.datetime(2024, 1, 1), {"o": Thing()})},
          "Thing"),
         ({"a": (1, {Thing()})}, "Thing"),
-        ({"f": lambda: 1}, "meta['f'] holds a function"),
+        ({"f": lambda: 1}, "meta['f'] holds a value of type function"),
         ({"t": dt.datetime(2024, 1, 1, tzinfo=FixedTz())}, "time zone"),
         ({"c": 1 + 2j}, "complex"),
     ]

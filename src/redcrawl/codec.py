@@ -447,7 +447,8 @@ def _problem(value: Any, path: str, depth: int = 0) -> str | None:
             if problem:
                 return problem
         return None
-    return (f"{path} holds a {type(value).__name__}, which cannot be stored in Redis; keep "
+    return (f"{path} holds a value of type {type(value).__name__}, which cannot be stored "
+            f"in Redis; keep "
             f"to {_STORABLE} (or remove the key before the request is scheduled)")
 
 
