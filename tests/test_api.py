@@ -179,9 +179,9 @@ BAD_ITEMS = [
     ({"url": "example.com/no-scheme"}, "requests[2].url", "http"),
     ({"url": "https://example.com/" + "a" * 9000}, "requests[2].url", "8192"),
     ({"url": "https://e.com", "priority": 1_000_001}, "requests[2].priority", "1000000"),
-    ({"url": "https://e.com", "callback": "not-a-name"}, "requests[2].callback", "pattern"),
+    ({"url": "https://e.com", "callback": "not-a-name"}, "requests[2].callback", "identifier"),
     ({"url": "https://e.com", "meta": {"n": 2**70}}, "requests[2].meta", "64 bits"),
-    ({"url": "https://e.com", "meta": [1]}, "requests[2].meta", "dictionary"),
+    ({"url": "https://e.com", "meta": [1]}, "requests[2].meta", "object"),
     ({"url": "https://e.com", "delay": -1}, "requests[2].delay", "greater than or equal"),
     ({"url": "https://e.com", "delay": 1e12}, "requests[2].delay", "less than or equal"),
     ({"url": "https://e.com", "body": "%%%", "body_base64": True}, "requests[2].body",
@@ -192,6 +192,26 @@ BAD_ITEMS = [
      "pattern"),
     ({"url": "https://e.com", "colour": "red"}, "requests[2].colour", "not permitted"),
     ({"method": "GET"}, "requests[2].url", "required"),
+    # strict types: no coercion (issue 11, item 3)
+    ({"url": "https://e.com", "priority": "5"}, "requests[2].priority", "integer"),
+    ({"url": "https://e.com", "priority": True}, "requests[2].priority", "integer"),
+    ({"url": "https://e.com", "priority": 5.0}, "requests[2].priority", "integer"),
+    ({"url": "https://e.com", "delay": False}, "requests[2].delay", "number"),
+    ({"url": "https://e.com", "delay": "1"}, "requests[2].delay", "number"),
+    ({"url": "https://e.com", "dont_filter": "yes"}, "requests[2].dont_filter", "boolean"),
+    ({"url": "https://e.com", "dont_filter": 1}, "requests[2].dont_filter", "boolean"),
+    ({"url": "https://e.com", "body_base64": "true"}, "requests[2].body_base64", "boolean"),
+    # hosts (item 4) and callbacks (item 5)
+    ({"url": "http://exa mple.com/"}, "requests[2].url", "whitespace or control"),
+    ({"url": "http://exa\x00mple.com/"}, "requests[2].url", "whitespace or control"),
+    ({"url": "http://-bad-.example/"}, "requests[2].url", "not a valid host name"),
+    ({"url": "http://[::zz]/"}, "requests[2].url", "IPv6"),
+    ({"url": "http://bücher.example/"}, "requests[2].url", "xn--"),
+    ({"url": "https://e.com", "callback": "_set_crawler"}, "requests[2].callback", "private"),
+    ({"url": "https://e.com", "callback": "start_requests"}, "requests[2].callback",
+     "Scrapy's or redcrawl's"),
+    ({"url": "https://e.com", "callback": "spider_idle"}, "requests[2].callback",
+     "Scrapy's or redcrawl's"),
 ]
 
 
@@ -600,3 +620,32 @@ def test_bodies_over_the_limit_are_refused_before_they_are_read(
     finally:
         server.stop()
         client.close()
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
+@pytest.mark.parametrize("where", ["meta", "delay", "priority"])
+def test_non_finite_numbers_are_refused_everywhere(api: httpx.Client,
+                                                   redis_client: redis.Redis, number: str,
+                                                   where: str) -> None:
+    value = {"meta": f'{{"deep": [1, {{"x": {number}}}]}}', "delay": number,
+             "priority": number}[where]
+    body = f'{{"requests": [{{"url": "https://example.com/", "{where}": {value}}}]}}'.encode()
+    r = api.post("/v1/crawls/c/requests", content=body,
+                 headers={"Content-Type": "application/json"})
+    assert r.status_code == 422, r.text
+    assert r.json()["errors"] and "requests[0]" in r.json()["detail"], r.text
+    assert redis_client.dbsize() == 0
+
+
+@pytest.mark.parametrize("body", [b"\xff\xfe{\x00}", b'{"requests": [' + b"[" * 1000 +
+                                  b"]" * 1000 + b"]}", b"{", b"[]", b"null", b'"x"'])
+def test_unparseable_bodies_are_422_with_errors(api: httpx.Client, redis_client: redis.Redis,
+                                                body: bytes) -> None:
+    for path in ("/v1/crawls/c/requests", "/v1/crawls/c/dead/requeue"):
+        r = api.post(path, content=body, headers={"Content-Type": "application/json"})
+        if r.status_code == 404:  # requeue on a crawl that does not exist: body read first
+            continue
+        assert r.status_code == 422, (path, r.text)
+        assert r.json()["errors"][0]["loc"].startswith("body") or \
+            r.json()["errors"][0]["loc"].startswith("requests"), r.text
+    assert redis_client.dbsize() == 0

@@ -4,6 +4,12 @@ Endpoints are plain ``def`` functions, so FastAPI runs their blocking Redis call
 threadpool. One Redis client serves the whole app: the one given to :func:`create_app`,
 or one made by :func:`redcrawl.connection.connect` at startup (with few retries, so a
 Redis outage answers 503 quickly instead of hanging requests).
+
+Order of checks for every call: ``Host`` and ``Origin`` (:mod:`redcrawl.api.hosts`), a
+declared ``Content-Length`` over the limit (:mod:`redcrawl.api.limits`), the bearer token
+(:mod:`redcrawl.api.auth`); only then is a body read, and it is parsed and validated in
+the threadpool, never on the event loop. Bodies are declared in the OpenAPI schema by hand
+(``openapi_extra``) because FastAPI would read and parse them before any dependency runs.
 """
 
 import base64
@@ -11,23 +17,27 @@ import math
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from functools import lru_cache
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import redis
 import redis.exceptions
 import scrapy
-from fastapi import Body, Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import models_json_schema
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from redcrawl import codec
 from redcrawl.api import models as m
 from redcrawl.api.auth import require
-from redcrawl.api.limits import BodyLimit
+from redcrawl.api.hosts import HostGuard, allowed_hosts
+from redcrawl.api.limits import BodyLimit, BodyTooLarge
 from redcrawl.api.rates import RateBook
 from redcrawl.codec import Envelope
 from redcrawl.connection import connect, redact
@@ -51,6 +61,12 @@ from redcrawl.settings import Settings
 __all__ = ["create_app", "frontier_for"]
 
 API_VERSION = "1"
+M = TypeVar("M", bound=BaseModel)
+
+SERVER_CONDITIONS = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY", "NOREPLICAS",
+                     "CLUSTERDOWN", "TRYAGAIN", "NOAUTH", "NOPERM")
+"""Redis error prefixes that describe the server's state (answered 503: retry later);
+any other refusal of a frontier step comes from what a crawl's keys hold."""
 
 
 def frontier_for(client: redis.Redis, settings: Settings, crawl: str) -> Frontier:
@@ -85,6 +101,58 @@ def _error(status_code: int, detail: str, errors: list[m.ErrorItem] | None = Non
                         headers=dict(headers) if headers else None)
 
 
+class Unreadable(Exception):
+    """The stored state of a crawl cannot be read (a key written by something else than
+    redcrawl, or corrupt): answered with 500 and redcrawl's error shape."""
+
+    def __init__(self, crawl: str | None, cause: BaseException) -> None:
+        self.crawl, self.cause = crawl, cause
+        name = f"crawl {crawl!r}" if crawl else "a crawl"
+        super().__init__(
+            f"the stored state of {name} cannot be read ({type(cause).__name__}: "
+            f"{_clean(str(cause))[:500]}): one of its keys was written by something else "
+            "than redcrawl or is corrupt. Inspect its keys with redis-cli, or purge it "
+            "(DELETE /v1/crawls/{crawl}); other crawls are not affected")
+
+
+def _server_condition(exc: BaseException) -> bool:
+    """True if ``exc`` (a refusal by Redis) is about the server, not about a crawl's keys."""
+    cause = exc.__cause__ if isinstance(exc, FrontierError) and exc.__cause__ else exc
+    if not isinstance(cause, redis.exceptions.ResponseError):
+        return True
+    return str(cause).lstrip().startswith(SERVER_CONDITIONS)
+
+
+TRANSIENT: tuple[type[BaseException], ...] = (
+    ConnectionError_, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+
+
+def _parse(model: type[M], raw: bytes) -> M:
+    """``raw`` (a JSON body) as ``model``, strictly; RequestValidationError if it is not.
+    Runs in the threadpool (a 16 MiB body takes seconds)."""
+    try:
+        return model.model_validate_json(raw)
+    except ValidationError as exc:
+        raise RequestValidationError([
+            {"loc": ("body", *e["loc"]), "msg": e["msg"], "type": e["type"]}
+            for e in exc.errors(include_url=False, include_input=False)]) from None
+
+
+def _body_doc(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
+    """The ``requestBody`` of an endpoint that reads its body itself."""
+    return {"requestBody": {"required": required, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
+
+
+async def _raw_body(request: Request) -> bytes:
+    """The request body, read only once the token was accepted (a dependency listed after
+    the access check)."""
+    return await request.body()
+
+
+RawBody = Annotated[bytes, Depends(_raw_body)]
+
+
 class Invalid(Exception):
     """A request the schema let through but redcrawl cannot store: answered with 422."""
 
@@ -102,18 +170,21 @@ def _loc(parts: tuple[int | str, ...]) -> str:
 
 
 _RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": m.ErrorOut, "description": "A Host header this API does not answer."},
     401: {"model": m.ErrorOut, "description": "Missing or unknown bearer token."},
-    403: {"model": m.ErrorOut, "description": "A read-only token on an admin endpoint."},
+    403: {"model": m.ErrorOut, "description": "A read-only token on an admin endpoint, or a "
+                                              "state-changing call from a foreign Origin."},
     404: {"model": m.ErrorOut, "description": "Unknown crawl (or request)."},
     409: {"model": m.ErrorOut, "description": "Not available on the crawl's backend."},
     413: {"model": m.ErrorOut, "description": "Body over REDCRAWL_API_MAX_BODY; nothing stored."},
     422: {"model": m.ErrorOut, "description": "Invalid input; the message names the field."},
+    500: {"model": m.ErrorOut, "description": "The crawl's stored state cannot be read."},
     503: {"model": m.ErrorOut, "description": "Redis is unreachable or refused the operation."},
 }
 
 
 def _responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    return {c: _RESPONSES[c] for c in codes}
+    return {c: _RESPONSES[c] for c in (400, *codes, 500)}
 
 
 def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI:
@@ -142,6 +213,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
                     "See docs/api.md.",
     )
     app.add_middleware(BodyLimit, limit=settings.api_max_body)
+    app.add_middleware(HostGuard, allowed=allowed_hosts(settings))  # outermost: runs first
 
     # --- errors ----------------------------------------------------------------------
     @app.exception_handler(RequestValidationError)
@@ -168,7 +240,29 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        return _error(exc.status_code, str(exc.detail), headers=exc.headers)
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:  # every method of the path, not only the first route's
+            methods: set[str] = set()
+            for route in app.router.routes:
+                match, _ = route.matches(request.scope)
+                if match != Match.NONE:
+                    methods.update(getattr(route, "methods", None) or ())
+            headers["Allow"] = ", ".join(sorted(methods))
+        return _error(exc.status_code, str(exc.detail), headers=headers or None)
+
+    @app.exception_handler(BodyTooLarge)
+    async def on_too_large(request: Request, exc: BodyTooLarge) -> JSONResponse:
+        return _error(413, f"request body too large: the limit is {settings.api_max_body} "
+                           "bytes (REDCRAWL_API_MAX_BODY); nothing was stored: split the "
+                           "batch into smaller calls", headers={"Connection": "close"})
+
+    @app.exception_handler(Unreadable)
+    async def on_unreadable(request: Request, exc: Unreadable) -> JSONResponse:
+        return _error(500, str(exc))
+
+    def crawl_of(request: Request) -> str | None:
+        crawl = request.path_params.get("crawl")
+        return crawl if isinstance(crawl, str) else None
 
     def unavailable(exc: Exception) -> JSONResponse:
         where = redact(settings.redis_url) if settings.redis_url else "the embedded Redis"
@@ -189,17 +283,23 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
 
     @app.exception_handler(FrontierError)
     async def on_refused(request: Request, exc: FrontierError) -> JSONResponse:
+        if not _server_condition(exc):
+            return await on_unreadable(request, Unreadable(crawl_of(request), exc))
         return _error(503, f"{exc}. Check the Redis server's state (memory, replica "
                            "role, loading) and retry.")
 
     @app.exception_handler(redis.exceptions.ResponseError)
     async def on_redis_refused(request: Request, exc: Exception) -> JSONResponse:
+        if not _server_condition(exc):
+            return await on_unreadable(request, Unreadable(crawl_of(request), exc))
         return _error(503, f"Redis refused the operation: {exc}. Check the Redis server's "
                            "state (memory, replica role, loading) and retry.")
 
-    @app.exception_handler(ConfigError)
-    async def on_config(request: Request, exc: ConfigError) -> JSONResponse:
-        return _error(422, str(exc))
+    @app.exception_handler(Exception)
+    async def on_bug(request: Request, exc: Exception) -> JSONResponse:
+        # Reached by what a crawl's stored state can make the frontier raise (ValueError,
+        # DecodeError, ConfigError of a bad layout, msgpack errors...): JSON, never text.
+        return await on_unreadable(request, Unreadable(crawl_of(request), exc))
 
     # --- plumbing --------------------------------------------------------------------
     read = [Depends(require(settings, "read"))]
@@ -231,7 +331,8 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
     Limit = Annotated[int, Query(ge=1, le=m.MAX_LIST_LIMIT, description="Most items returned.")]
 
     # --- health ----------------------------------------------------------------------
-    @app.get("/v1/health", tags=["health"], summary="The API process is up")
+    @app.get("/v1/health", tags=["health"], summary="The API process is up",
+             responses={400: _RESPONSES[400]})
     def health() -> m.Health:
         return m.Health(status="ok")
 
@@ -271,8 +372,10 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
 
     @app.post("/v1/crawls/{crawl}/requests", tags=["requests"], dependencies=admin,
               summary="Submit one request or a batch (deduplicated like the scheduler)",
-              responses=_responses(401, 403, 413, 422, 503))
-    def submit(crawl: Crawl, payload: Annotated[m.SubmitIn, Body()]) -> m.SubmitOut:
+              responses=_responses(401, 403, 413, 422, 503),
+              openapi_extra=_body_doc(m.SubmitIn))
+    def submit(crawl: Crawl, raw: RawBody) -> m.SubmitOut:
+        payload = _parse(m.SubmitIn, raw)
         items = payload.requests
         if len(items) > settings.api_max_batch:
             raise Invalid("requests", f"{len(items)} requests; send at most "
@@ -307,9 +410,18 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
                 names.add(name)
         out = []
         for name in sorted(names)[:limit]:
-            c = frontier(name).counts()
+            try:
+                c = frontier(name).counts()
+            except TRANSIENT:
+                raise
+            except Exception as exc:  # one broken crawl must not hide the others
+                if isinstance(exc, FrontierError | redis.exceptions.ResponseError) and \
+                        _server_condition(exc):
+                    raise
+                out.append(m.CrawlListItem(crawl=name, error=str(Unreadable(name, exc))))
+                continue
             rates.observe(name, c.done, c.accepted)
-            out.append(m.CrawlSummary(**summary(name, c)))
+            out.append(m.CrawlListItem(**summary(name, c)))
         return m.CrawlList(crawls=out)
 
     @app.get("/v1/crawls/{crawl}", tags=["crawls"], dependencies=read,
@@ -413,11 +525,11 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
     # --- steer -----------------------------------------------------------------------
     @app.post("/v1/crawls/{crawl}/dead/requeue", tags=["requests"], dependencies=admin,
               summary="Dead letters back to ready with a fresh attempt budget",
-              responses=_responses(401, 403, 404, 413, 422, 503))
-    def requeue(crawl: Crawl,
-                payload: Annotated[m.RequeueIn | None, Body()] = None) -> m.RequeuedOut:
+              responses=_responses(401, 403, 404, 413, 422, 503),
+              openapi_extra=_body_doc(m.RequeueIn, required=False))
+    def requeue(crawl: Crawl, raw: RawBody) -> m.RequeuedOut:
+        payload = _parse(m.RequeueIn, raw) if raw.strip() else m.RequeueIn()
         f = existing(crawl)
-        payload = payload or m.RequeueIn()
         n = f.requeue_dead(payload.ids, limit=payload.limit)
         return m.RequeuedOut(crawl=crawl, requeued=n)
 
@@ -457,6 +569,11 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version,
                                  description=app.description, routes=app.routes)
+            _, defs = models_json_schema([(m.SubmitIn, "validation"),
+                                          (m.RequeueIn, "validation")],
+                                         ref_template="#/components/schemas/{model}")
+            schema.setdefault("components", {}).setdefault("schemas", {}).update(
+                defs.get("$defs", {}))
             props = schema["components"]["schemas"]["SubmitIn"]["properties"]
             props["requests"]["maxItems"] = settings.api_max_batch
             props["requests"]["description"] = (

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
+from redcrawl.callbacks import callback_name_problem, framework_names
 from redcrawl.settings import PRIORITY_LIMIT
+from redcrawl.urls import url_problem
 
 __all__ = [
     "MAX_BODY_CHARS",
@@ -21,6 +23,7 @@ __all__ = [
     "REQUEST_ID_PATTERN",
     "CrawlDetail",
     "CrawlList",
+    "CrawlListItem",
     "CrawlSummary",
     "DeadItem",
     "DeadList",
@@ -56,7 +59,19 @@ MAX_REQUEUE_IDS = 10_000
 HARD_MAX_BATCH = 100_000
 """The largest REDCRAWL_API_MAX_BATCH allows; the schema served shows the configured one."""
 REQUEST_ID_PATTERN = r"^([0-9a-fA-F]{40}|#[0-9]{1,20})$"
-CALLBACK_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+CALLBACK_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_PORT = r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?"
+URL_PATTERN = (r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[^\x00-\x20\x7f/?#@\[\]]*@)?"
+               rf"(?:{_LABEL}(?:\.{_LABEL})*\.?|\[[0-9A-Fa-f:.]{{2,45}}\]){_PORT}"
+               r"(?:[/?#][^\x00-\x20\x7f]*)?$")
+_URL = re.compile(URL_PATTERN)
+"""An absolute http(s) URL with an ASCII host name or IP literal (IDNA names in their
+``xn--`` form), no whitespace or control characters; :func:`redcrawl.urls.url_problem`
+checks the rest (IPv6 literal syntax)."""
+_FRAMEWORK_NAMES: list[JsonValue] = [
+    n for n in sorted(framework_names()) if n.isidentifier() and not n.startswith("_")]
+"""Names the callback pattern allows that are refused anyway (Scrapy's own methods)."""
 METHOD_PATTERN = r"^[A-Za-z]{1,16}$"
 HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$"
 
@@ -71,14 +86,35 @@ RequestId = Annotated[str, Field(pattern=REQUEST_ID_PATTERN,
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Input: unknown fields refused, and no coercion ("5" is not an int, 0 not a bool)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+def _non_finite(value: Any, where: str) -> str | None:
+    """Where in ``value`` a NaN or infinite number is, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "meta"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found = _non_finite(v, f"{where}.{k}" if where else str(k))
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _non_finite(v, f"{where}[{i}]")
+            if found:
+                return found
+    return None
 
 
 class RequestIn(_Strict):
     """One request to add to a crawl's frontier."""
 
     url: str = Field(min_length=1, max_length=MAX_URL_LENGTH,
-                     description="Absolute http:// or https:// URL.",
+                     json_schema_extra={"pattern": URL_PATTERN},
+                     description="Absolute http:// or https:// URL with a valid host "
+                                 "(IDNA names as xn--...).",
                      examples=["https://example.com/page/1"])
     method: str = Field(default="GET", pattern=METHOD_PATTERN, description="HTTP method.")
     body: str = Field(default="", max_length=MAX_BODY_CHARS,
@@ -92,6 +128,7 @@ class RequestIn(_Strict):
                                  description="Scrapy request meta (a JSON object).")
     priority: int = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
     callback: str | None = Field(default=None, pattern=CALLBACK_PATTERN, max_length=200,
+                                 json_schema_extra={"not": {"enum": _FRAMEWORK_NAMES}},
                                  description="Name of the spider method to call (default: "
                                              "parse).")
     dont_filter: bool = Field(default=False, description="Skip dedupe: always accepted.")
@@ -101,13 +138,31 @@ class RequestIn(_Strict):
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        try:
-            parts = urlsplit(url)
-        except ValueError as exc:
-            raise ValueError(f"not a valid URL ({exc})") from None
-        if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
-            raise ValueError("give an absolute http:// or https:// URL")
+        problem = url_problem(url)
+        if problem is None and not _URL.match(url):
+            problem = ("it has whitespace or control characters, or a host that is not "
+                       "ASCII (write IDNA names as xn--...)")
+        if problem is not None:
+            raise ValueError(f"{problem}: give an absolute http:// or https:// URL "
+                             "with a valid host")
         return url
+
+    @field_validator("callback", mode="before")
+    @classmethod
+    def _callback(cls, name: Any) -> Any:
+        # before the pattern, so that the message says why ("private", "Scrapy's")
+        problem = callback_name_problem(name) if isinstance(name, str) and name else None
+        if problem is not None:
+            raise ValueError(f"{problem}; name a public method of your spider")
+        return name
+
+    @field_validator("meta")
+    @classmethod
+    def _finite(cls, meta: dict[str, Any]) -> dict[str, Any]:
+        where = _non_finite(meta, "")
+        if where is not None:
+            raise ValueError(f"meta.{where} is NaN or infinite: JSON numbers must be finite")
+        return meta
 
     @field_validator("headers")
     @classmethod
@@ -194,8 +249,28 @@ class CrawlSummary(BaseModel):
     finished: bool
 
 
+class CrawlListItem(BaseModel):
+    """A crawl in the list: its counts, or (all counts null) the error that kept them from
+    being read."""
+
+    crawl: str
+    error: str | None = Field(default=None, description="Why the crawl's counts cannot be "
+                              "read (its stored state is corrupt); null when they could.")
+    accepted: int | None = None
+    filtered: int | None = None
+    ready: int | None = None
+    delayed: int | None = None
+    in_flight: int | None = None
+    done: int | None = None
+    dead: int | None = None
+    retried: int | None = None
+    reclaimed: int | None = None
+    requeued: int | None = None
+    finished: bool | None = None
+
+
 class CrawlList(BaseModel):
-    crawls: list[CrawlSummary]
+    crawls: list[CrawlListItem]
 
 
 class CrawlDetail(CrawlSummary):
