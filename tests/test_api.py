@@ -161,7 +161,7 @@ def test_submit_batch_with_delays_and_dont_filter(api: httpx.Client,
     out = r.json()
     assert [i["accepted"] for i in out["items"]] == [True, True, False, True, True, True]
     assert (out["accepted"], out["filtered"]) == (5, 1)
-    assert out["items"][4]["id"] is None and out["items"][5]["id"] is None
+    assert "id" not in out["items"][4] and "id" not in out["items"][5]
     assert out["items"][0]["id"] == out["items"][2]["id"]
     assert counts(frontier) == (5, 1, 3, 2, 0, 0)
     post_id = out["items"][3]["id"]
@@ -195,7 +195,9 @@ BAD_ITEMS = [
     # strict types: no coercion (issue 11, item 3)
     ({"url": "https://e.com", "priority": "5"}, "requests[2].priority", "integer"),
     ({"url": "https://e.com", "priority": True}, "requests[2].priority", "integer"),
-    ({"url": "https://e.com", "priority": 5.0}, "requests[2].priority", "integer"),
+    ({"url": "https://e.com", "priority": 5.5}, "requests[2].priority", "integer"),
+    ({"url": "https://e.com", "headers": [["", "v"]]}, "requests[2].headers", ""),
+    ({"url": "https://e.com", "headers": [["A", "v", "x"]]}, "requests[2].headers", ""),
     ({"url": "https://e.com", "delay": False}, "requests[2].delay", "number"),
     ({"url": "https://e.com", "delay": "1"}, "requests[2].delay", "number"),
     ({"url": "https://e.com", "dont_filter": "yes"}, "requests[2].dont_filter", "boolean"),
@@ -506,9 +508,12 @@ def test_purge(api: httpx.Client, frontier: ListsFrontier) -> None:
                                                    "delay": 10})
     _make_dead(api, frontier, 1)
     assert api.delete("/v1/crawls/c").json() == {"crawl": "c", "purged": True}
-    d = api.get("/v1/crawls/c").json()
-    assert (d["accepted"], d["ready"], d["delayed"], d["dead"], d["finished"]) == (
-        0, 0, 0, 0, True)
+    assert frontier.counts().accepted == 0
+    # gone for the API until a request is submitted again
+    assert api.get("/v1/crawls/c").status_code == 404
+    assert api.get("/v1/crawls/c/dead").status_code == 404
+    assert api.delete("/v1/crawls/c").status_code == 404
+    assert "c" not in [x["crawl"] for x in api.get("/v1/crawls").json()["crawls"]]
     # dedupe is gone too: the same URL is accepted again
     assert submit(api, {"url": "https://example.com/x"}).json()["accepted"] == 1
 

@@ -14,7 +14,7 @@ the threadpool, never on the event loop. Bodies are declared in the OpenAPI sche
 
 import base64
 import math
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
 from functools import lru_cache
 from typing import Annotated, Any, TypeVar
@@ -25,7 +25,8 @@ import scrapy
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from fastapi.routing import APIRoute
 from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import models_json_schema
 from redis.backoff import ExponentialBackoff
@@ -127,6 +128,33 @@ TRANSIENT: tuple[type[BaseException], ...] = (
     ConnectionError_, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 
 
+class StateErrors(APIRoute):
+    """A route that answers what a crawl's stored state makes the frontier raise (a
+    ValueError on a counter, a DecodeError, a msgpack error, a ConfigError of a bad
+    layout...) with :class:`Unreadable`: a JSON 500 naming the crawl, handled like any
+    other error (the connection stays usable)."""
+
+    PASS: tuple[type[BaseException], ...] = (
+        *TRANSIENT, StarletteHTTPException, RequestValidationError, BodyTooLarge,
+        FrontierError, redis.exceptions.ResponseError)
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def answer(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except self.PASS:
+                raise
+            except Exception as exc:
+                if isinstance(exc, Invalid | Unreadable):
+                    raise
+                crawl = request.path_params.get("crawl")
+                raise Unreadable(crawl if isinstance(crawl, str) else None, exc) from exc
+
+        return answer
+
+
 def _parse(model: type[M], raw: bytes) -> M:
     """``raw`` (a JSON body) as ``model``, strictly; RequestValidationError if it is not.
     Runs in the threadpool (a 16 MiB body takes seconds)."""
@@ -212,6 +240,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
         description="Submit requests to crawl frontiers, inspect and steer crawls. "
                     "See docs/api.md.",
     )
+    app.router.route_class = StateErrors
     app.add_middleware(BodyLimit, limit=settings.api_max_body)
     app.add_middleware(HostGuard, allowed=allowed_hosts(settings))  # outermost: runs first
 
@@ -315,10 +344,21 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
     def stats_key(crawl: str) -> str:
         return CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers).stats
 
+    def alive(crawls: list[str]) -> list[bool]:
+        """Whether each crawl exists: its stats hold counts (a purge leaves only the id
+        counters behind, so a purged crawl is gone until a request is submitted again).
+        A stats key that is not a hash counts as existing (it is reported as corrupt)."""
+        pipe = redis_client().pipeline(transaction=False)
+        for crawl in crawls:
+            pipe.hmget(stats_key(crawl), "accepted", "filtered")
+        return [not isinstance(r, list) or any(x is not None for x in r)
+                for r in pipe.execute(raise_on_error=False)]
+
     def existing(crawl: str) -> Frontier:
-        if not redis_client().exists(stats_key(crawl)):
-            raise HTTPException(404, f"crawl {crawl!r} does not exist (no request was ever "
-                                     "submitted to it); list crawls with GET /v1/crawls")
+        if not alive([crawl])[0]:
+            raise HTTPException(404, f"crawl {crawl!r} does not exist (no request was "
+                                     "submitted to it since it was created or purged); list "
+                                     "crawls with GET /v1/crawls")
         return frontier(crawl)
 
     def summary(crawl: str, c: Counts) -> dict[str, Any]:
@@ -373,7 +413,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
     @app.post("/v1/crawls/{crawl}/requests", tags=["requests"], dependencies=admin,
               summary="Submit one request or a batch (deduplicated like the scheduler)",
               responses=_responses(401, 403, 413, 422, 503),
-              openapi_extra=_body_doc(m.SubmitIn))
+              openapi_extra=_body_doc(m.SubmitIn), response_model_exclude_none=True)
     def submit(crawl: Crawl, raw: RawBody) -> m.SubmitOut:
         payload = _parse(m.SubmitIn, raw)
         items = payload.requests
@@ -408,8 +448,10 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
             name = crawl_of_stats_key(key, settings.key_prefix)
             if name is not None:
                 names.add(name)
+        ordered = sorted(names)
+        ordered = [n for n, ok in zip(ordered, alive(ordered), strict=True) if ok]
         out = []
-        for name in sorted(names)[:limit]:
+        for name in ordered[:limit]:
             try:
                 c = frontier(name).counts()
             except TRANSIENT:

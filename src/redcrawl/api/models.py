@@ -8,7 +8,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, field_validator
 
 from redcrawl.callbacks import callback_name_problem, framework_names
 from redcrawl.settings import PRIORITY_LIMIT
@@ -61,9 +61,14 @@ HARD_MAX_BATCH = 100_000
 REQUEST_ID_PATTERN = r"^([0-9a-fA-F]{40}|#[0-9]{1,20})$"
 CALLBACK_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_H = "[0-9A-Fa-f]{1,4}"
+_IPV6 = (f"(?:(?:{_H}:){{7}}{_H}|(?:{_H}:){{1,6}}:|(?:{_H}:){{1,6}}:{_H}"
+         f"|(?:{_H}:){{1,5}}(?::{_H}){{1,2}}|(?:{_H}:){{1,4}}(?::{_H}){{1,3}}"
+         f"|(?:{_H}:){{1,3}}(?::{_H}){{1,4}}|(?:{_H}:){{1,2}}(?::{_H}){{1,5}}"
+         f"|{_H}:(?::{_H}){{1,6}}|:(?:(?::{_H}){{1,6}}|:))")
 _PORT = r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?"
 URL_PATTERN = (r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[^\x00-\x20\x7f/?#@\[\]]*@)?"
-               rf"(?:{_LABEL}(?:\.{_LABEL})*\.?|\[[0-9A-Fa-f:.]{{2,45}}\]){_PORT}"
+               rf"(?:{_LABEL}(?:\.{_LABEL})*\.?|\[{_IPV6}\]){_PORT}"
                r"(?:[/?#][^\x00-\x20\x7f]*)?$")
 _URL = re.compile(URL_PATTERN)
 """An absolute http(s) URL with an ASCII host name or IP literal (IDNA names in their
@@ -77,10 +82,20 @@ HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$"
 
 HeaderName = Annotated[str, Field(pattern=HEADER_NAME_PATTERN)]
 HeaderValue = Annotated[str, Field(max_length=8192, pattern=r"^[^\r\n\x00]*$")]
-HeaderPair = Annotated[list[HeaderValue], Field(min_length=2, max_length=2)]
+HeaderPair = tuple[HeaderName, HeaderValue]
 HeaderMap = Annotated[dict[HeaderName, HeaderValue | list[HeaderValue]],
-                      Field(max_length=MAX_HEADERS)]
+                      Field(max_length=MAX_HEADERS,
+                            json_schema_extra={"additionalProperties": False})]
 HeaderList = Annotated[list[HeaderPair], Field(max_length=MAX_HEADERS)]
+
+
+def _whole(value: Any) -> Any:
+    # JSON Schema's "integer" includes 5.0; strict mode still refuses "5" and true
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+WholeNumber = Annotated[int, BeforeValidator(_whole)]
+"""An integer; a float with no fractional part (``5.0``) counts as one, as in JSON Schema."""
 RequestId = Annotated[str, Field(pattern=REQUEST_ID_PATTERN,
                                  examples=["0123456789abcdef0123456789abcdef01234567"])]
 
@@ -126,7 +141,7 @@ class RequestIn(_Strict):
         description="Headers: {name: value or [values]} or [[name, value], ...].")
     meta: dict[str, Any] = Field(default_factory=dict,
                                  description="Scrapy request meta (a JSON object).")
-    priority: int = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
+    priority: WholeNumber = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
     callback: str | None = Field(default=None, pattern=CALLBACK_PATTERN, max_length=200,
                                  json_schema_extra={"not": {"enum": _FRAMEWORK_NAMES}},
                                  description="Name of the spider method to call (default: "
@@ -139,7 +154,7 @@ class RequestIn(_Strict):
     @classmethod
     def _http_url(cls, url: str) -> str:
         problem = url_problem(url)
-        if problem is None and not _URL.match(url):
+        if problem is None and not _URL.fullmatch(url):
             problem = ("it has whitespace or control characters, or a host that is not "
                        "ASCII (write IDNA names as xn--...)")
         if problem is not None:
@@ -163,15 +178,6 @@ class RequestIn(_Strict):
         if where is not None:
             raise ValueError(f"meta.{where} is NaN or infinite: JSON numbers must be finite")
         return meta
-
-    @field_validator("headers")
-    @classmethod
-    def _header_names(cls, headers: Any) -> Any:
-        if isinstance(headers, list):
-            for i, (name, _value) in enumerate(headers):
-                if not re.match(HEADER_NAME_PATTERN, name):
-                    raise ValueError(f"header {i} has an invalid name {name!r}")
-        return headers
 
     def body_bytes(self) -> bytes:
         if not self.body_base64:
@@ -199,8 +205,9 @@ class SubmitIn(_Strict):
 
 class SubmitItem(BaseModel):
     accepted: bool = Field(description="False: a duplicate of a stored or done request.")
-    id: str | None = Field(description="The request id (its fingerprint), or null for "
-                                       "dont_filter requests (their id is assigned by Redis).")
+    id: str | None = Field(default=None, description="The request id (its fingerprint); "
+                           "absent for dont_filter requests (their id, #<seq>, is assigned "
+                           "by Redis: see GET .../pending).")
 
 
 class SubmitOut(BaseModel):
@@ -369,7 +376,7 @@ class RequeueIn(_Strict):
     ids: list[RequestId] | None = Field(default=None, max_length=MAX_REQUEUE_IDS,
                                         description="Dead request ids; null: all, up to "
                                                     "limit.")
-    limit: int = Field(default=1000, ge=1, le=MAX_REQUEUE_IDS,
+    limit: WholeNumber = Field(default=1000, ge=1, le=MAX_REQUEUE_IDS,
                        description="Most requests requeued when ids is null.")
 
 
