@@ -615,7 +615,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
                                           (m.RequeueIn, "validation")],
                                          ref_template="#/components/schemas/{model}")
             schema.setdefault("components", {}).setdefault("schemas", {}).update(
-                defs.get("$defs", {}))
+                defs.get("$defs", {}), MetaValue=m.META_VALUE_SCHEMA)
             props = schema["components"]["schemas"]["SubmitIn"]["properties"]
             props["requests"]["maxItems"] = settings.api_max_batch
             props["requests"]["description"] = (

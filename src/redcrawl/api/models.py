@@ -77,6 +77,8 @@ checks the rest (IPv6 literal syntax)."""
 _FRAMEWORK_NAMES: list[JsonValue] = [
     n for n in sorted(framework_names()) if n.isidentifier() and not n.startswith("_")]
 """Names the callback pattern allows that are refused anyway (Scrapy's own methods)."""
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+"""A body with ``body_base64: true``: standard base64, padded."""
 METHOD_PATTERN = r"^[A-Za-z]{1,16}$"
 HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$"
 
@@ -106,18 +108,39 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-def _non_finite(value: Any, where: str) -> str | None:
-    """Where in ``value`` a NaN or infinite number is, or None."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return where or "meta"
-    if isinstance(value, dict):
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+"""The integers a stored request's meta can hold (msgpack's int64 and uint64)."""
+META_VALUE_SCHEMA: dict[str, JsonValue] = {
+    "description": "A meta value: JSON, with finite numbers and integers of 64 bits.",
+    "anyOf": [
+        {"type": "null"}, {"type": "boolean"}, {"type": "string"},
+        {"type": "integer", "minimum": INT_MIN, "maximum": INT_MAX},
+        {"type": "number", "not": {"type": "integer"}},
+        {"type": "array", "items": {"$ref": "#/components/schemas/MetaValue"}},
+        {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/MetaValue"}},
+    ]}
+"""The schema of a meta value (the OpenAPI component ``MetaValue``). As in JSON Schema, a
+number without a fractional part (``2.0``, ``1e300``) is an integer."""
+
+
+def _meta_problem(value: Any, where: str) -> str | None:
+    """What in ``value`` (meta, at ``where``) cannot be stored, or None."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return f"{where} is NaN or infinite: JSON numbers must be finite"
+        if value.is_integer() and not INT_MIN <= value <= INT_MAX:
+            return f"{where} = {value!r} is an integer that does not fit in 64 bits"
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if not INT_MIN <= value <= INT_MAX:
+            return f"{where} = {value} does not fit in 64 bits; store it as a string"
+    elif isinstance(value, dict):
         for k, v in value.items():
-            found = _non_finite(v, f"{where}.{k}" if where else str(k))
+            found = _meta_problem(v, f"{where}[{k!r}]")
             if found:
                 return found
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            found = _non_finite(v, f"{where}[{i}]")
+            found = _meta_problem(v, f"{where}[{i}]")
             if found:
                 return found
     return None
@@ -125,6 +148,12 @@ def _non_finite(value: Any, where: str) -> str | None:
 
 class RequestIn(_Strict):
     """One request to add to a crawl's frontier."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"anyOf": [
+        {"properties": {"body_base64": {"const": False}}},
+        {"required": ["body_base64"], "properties": {"body_base64": {"const": True},
+                                                     "body": {"pattern": BASE64_PATTERN}}},
+    ]})
 
     url: str = Field(min_length=1, max_length=MAX_URL_LENGTH,
                      json_schema_extra={"pattern": URL_PATTERN},
@@ -139,8 +168,9 @@ class RequestIn(_Strict):
     headers: HeaderMap | HeaderList = Field(
         default_factory=dict,
         description="Headers: {name: value or [values]} or [[name, value], ...].")
-    meta: dict[str, Any] = Field(default_factory=dict,
-                                 description="Scrapy request meta (a JSON object).")
+    meta: dict[str, Any] = Field(
+        default_factory=dict, description="Scrapy request meta (a JSON object).",
+        json_schema_extra={"additionalProperties": {"$ref": "#/components/schemas/MetaValue"}})
     priority: WholeNumber = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
     callback: str | None = Field(default=None, pattern=CALLBACK_PATTERN, max_length=200,
                                  json_schema_extra={"not": {"enum": _FRAMEWORK_NAMES}},
@@ -173,10 +203,10 @@ class RequestIn(_Strict):
 
     @field_validator("meta")
     @classmethod
-    def _finite(cls, meta: dict[str, Any]) -> dict[str, Any]:
-        where = _non_finite(meta, "")
-        if where is not None:
-            raise ValueError(f"meta.{where} is NaN or infinite: JSON numbers must be finite")
+    def _storable(cls, meta: dict[str, Any]) -> dict[str, Any]:
+        problem = _meta_problem(meta, "meta")
+        if problem is not None:
+            raise ValueError(problem)
         return meta
 
     def body_bytes(self) -> bytes:
