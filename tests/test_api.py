@@ -654,3 +654,16 @@ def test_unparseable_bodies_are_422_with_errors(api: httpx.Client, redis_client:
         assert r.json()["errors"][0]["loc"].startswith("body") or \
             r.json()["errors"][0]["loc"].startswith("requests"), r.text
     assert redis_client.dbsize() == 0
+
+
+def test_405_lists_every_method_of_the_path(api: httpx.Client) -> None:
+    submit(api, {"url": "https://example.com/"})
+    for method, path, allowed in (("PATCH", "/v1/crawls/c", {"GET", "DELETE"}),
+                                  ("PUT", "/v1/crawls/c", {"GET", "DELETE"}),
+                                  ("GET", "/v1/crawls/c/pause", {"POST"}),
+                                  ("DELETE", "/v1/crawls", {"GET"})):
+        r = api.request(method, path)
+        assert r.status_code == 405, (method, path, r.text)
+        assert allowed <= {m.strip() for m in r.headers["allow"].split(",")} <= (
+            allowed | {"HEAD"}), r.headers["allow"]
+        assert r.json()["detail"]
