@@ -667,3 +667,23 @@ def test_405_lists_every_method_of_the_path(api: httpx.Client) -> None:
         assert allowed <= {m.strip() for m in r.headers["allow"].split(",")} <= (
             allowed | {"HEAD"}), r.headers["allow"]
         assert r.json()["detail"]
+
+
+def test_response_models_follow_the_frontier_records() -> None:
+    """Responses are built from the frontier's records (model_validate), so their fields
+    are the records' fields: a field added to a record and not to its model shows here."""
+    from dataclasses import fields
+
+    from redcrawl.api import models as m
+    from redcrawl.frontier.base import Counts, DeadInfo, InflightInfo, PendingInfo
+    from redcrawl.frontier.streams import PendingEntry, ShardInfo
+
+    def names(record: Any) -> set[str]:
+        return {f.name for f in fields(record)}
+
+    for model, record in ((m.PendingItem, PendingInfo), (m.InflightItem, InflightInfo),
+                          (m.DeadItem, DeadInfo), (m.PendingEntryItem, PendingEntry)):
+        assert set(model.model_fields) == names(record), model
+    assert set(m.ShardItem.model_fields) == names(ShardInfo) | {"ready"}
+    assert set(m.CrawlSummary.model_fields) == names(Counts) | {"crawl", "finished"}
+    assert set(m.CrawlListItem.model_fields) == set(m.CrawlSummary.model_fields) | {"error"}

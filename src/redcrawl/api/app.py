@@ -13,6 +13,7 @@ the threadpool, never on the event loop. Bodies are declared in the OpenAPI sche
 """
 
 import base64
+import dataclasses
 import math
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from contextlib import asynccontextmanager
@@ -362,10 +363,8 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
         return frontier(crawl)
 
     def summary(crawl: str, c: Counts) -> dict[str, Any]:
-        return {"crawl": crawl, "accepted": c.accepted, "filtered": c.filtered,
-                "ready": c.ready, "delayed": c.delayed, "in_flight": c.in_flight,
-                "done": c.done, "dead": c.dead, "retried": c.retried,
-                "reclaimed": c.reclaimed, "requeued": c.requeued, "finished": c.finished}
+        """The counts as fields of a response (derived from :class:`Counts`)."""
+        return {"crawl": crawl, **dataclasses.asdict(c), "finished": c.finished}
 
     Crawl = Annotated[str, Path(pattern=CRAWL_NAME_PATTERN, description="Crawl name.")]
     Limit = Annotated[int, Query(ge=1, le=m.MAX_LIST_LIMIT, description="Most items returned.")]
@@ -486,17 +485,16 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
              responses=_responses(401, 404, 422, 503))
     def pending(crawl: Crawl, limit: Limit = 100) -> m.PendingList:
         items = existing(crawl).pending(limit)
-        return m.PendingList(crawl=crawl, items=[m.PendingItem(
-            id=p.id, tier=p.tier, url=p.url, priority=p.priority) for p in items])
+        return m.PendingList(crawl=crawl, items=[m.PendingItem.model_validate(p)
+                                                 for p in items])
 
     @app.get("/v1/crawls/{crawl}/inflight", tags=["crawls"], dependencies=read,
              summary="Leased requests: worker, since, deadline",
              responses=_responses(401, 404, 422, 503))
     def inflight(crawl: Crawl, limit: Limit = 100) -> m.InflightList:
         items = existing(crawl).inflight(limit)
-        return m.InflightList(crawl=crawl, items=[m.InflightItem(
-            id=x.id, worker=x.worker, attempts=x.attempts, since=x.since,
-            deadline=x.deadline, url=x.url) for x in items])
+        return m.InflightList(crawl=crawl, items=[m.InflightItem.model_validate(x)
+                                                  for x in items])
 
     @app.get("/v1/crawls/{crawl}/shards", tags=["crawls"], dependencies=read,
              summary="Streams backend: per shard and stream, length, pending entries with "
@@ -507,20 +505,15 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
         if not isinstance(f, StreamsFrontier):
             raise HTTPException(409, f"crawl {crawl!r} uses the lists backend; shards exist "
                                      "only on the streams backend (REDCRAWL_BACKEND=streams)")
-        return m.ShardList(crawl=crawl, shards=f.settings.shards, streams=[m.ShardItem(
-            shard=s.shard, stream=s.stream, key=s.key, length=s.length, ready=s.ready,
-            pending=s.pending, consumers=s.consumers, entries=[m.PendingEntryItem(
-                entry=e.entry, id=e.id, consumer=e.consumer, idle=e.idle, since=e.since,
-                deliveries=e.deliveries) for e in s.entries]) for s in f.shards(limit)])
+        return m.ShardList(crawl=crawl, shards=f.settings.shards,
+                           streams=[m.ShardItem.model_validate(s) for s in f.shards(limit)])
 
     @app.get("/v1/crawls/{crawl}/dead", tags=["crawls"], dependencies=read,
              summary="Dead-lettered requests with their last error, oldest first",
              responses=_responses(401, 404, 422, 503))
     def dead(crawl: Crawl, limit: Limit = 100) -> m.DeadList:
         items = existing(crawl).dead(limit)
-        return m.DeadList(crawl=crawl, items=[m.DeadItem(
-            id=x.id, died_at=x.died_at, error=_clean(x.error), attempts=x.attempts,
-            url=x.url) for x in items])
+        return m.DeadList(crawl=crawl, items=[m.DeadItem.model_validate(x) for x in items])
 
     @app.get("/v1/crawls/{crawl}/requests/{request_id}", tags=["requests"],
              dependencies=read, summary="Where one stored request is (404 if unknown or done)",

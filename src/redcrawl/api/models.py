@@ -102,6 +102,13 @@ RequestId = Annotated[str, Field(pattern=REQUEST_ID_PATTERN,
                                  examples=["0123456789abcdef0123456789abcdef01234567"])]
 
 
+class _Record(BaseModel):
+    """A response built from a frontier record (``Model.model_validate(record)``): its
+    fields are read from the record's attributes, never listed a second time."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
 class _Strict(BaseModel):
     """Input: unknown fields refused, and no coercion ("5" is not an int, 0 not a bool)."""
 
@@ -316,7 +323,7 @@ class CrawlDetail(CrawlSummary):
     rates: Rates
 
 
-class PendingItem(BaseModel):
+class PendingItem(_Record):
     id: str
     tier: int
     url: str
@@ -328,7 +335,7 @@ class PendingList(BaseModel):
     items: list[PendingItem]
 
 
-class InflightItem(BaseModel):
+class InflightItem(_Record):
     id: str
     worker: str
     attempts: int
@@ -342,7 +349,7 @@ class InflightList(BaseModel):
     items: list[InflightItem]
 
 
-class PendingEntryItem(BaseModel):
+class PendingEntryItem(_Record):
     entry: str = Field(description="Stream entry id.")
     id: str = Field(description="Request id (\"?\" if the entry is gone).")
     consumer: str = Field(description="The worker holding it.")
@@ -351,7 +358,7 @@ class PendingEntryItem(BaseModel):
     deliveries: int = Field(description="Delivery count: the request's attempts.")
 
 
-class ShardItem(BaseModel):
+class ShardItem(_Record):
     shard: int
     stream: Literal["high", "low"]
     key: str
@@ -370,12 +377,17 @@ class ShardList(BaseModel):
                                                  "streams first.")
 
 
-class DeadItem(BaseModel):
+class DeadItem(_Record):
     id: str
     died_at: float
     error: str
     attempts: int
     url: str
+
+    @field_validator("error")
+    @classmethod
+    def _printable(cls, error: str) -> str:
+        return error.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class DeadList(BaseModel):
