@@ -14,12 +14,12 @@ def router(ctx: Context) -> APIRouter:
     r = APIRouter(route_class=StateErrors)
 
     @r.get("/v1/health", tags=["health"], summary="The API process is up",
-             responses={400: RESPONSES[400]})
+           responses={400: RESPONSES[400]})
     def health() -> m.Health:
         return m.Health(status="ok")
 
     @r.get("/v1/ready", tags=["health"], summary="Redis answers",
-             responses=responses(503))
+           responses=responses(503))
     def ready() -> m.Health:
         ctx.client().ping()
         return m.Health(status="ok")

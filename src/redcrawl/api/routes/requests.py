@@ -66,9 +66,9 @@ def router(ctx: Context) -> APIRouter:
         return env
 
     @r.post("/v1/crawls/{crawl}/requests", tags=["requests"], dependencies=ctx.admin,
-              summary="Submit one request or a batch (deduplicated like the scheduler)",
-              responses=responses(401, 403, 413, 422, 503),
-              openapi_extra=body_doc(m.SubmitIn), response_model_exclude_none=True)
+            summary="Submit one request or a batch (deduplicated like the scheduler)",
+            responses=responses(401, 403, 413, 422, 503),
+            openapi_extra=body_doc(m.SubmitIn), response_model_exclude_none=True)
     def submit(crawl: Crawl, raw: RawBody) -> m.SubmitOut:
         payload = parse(m.SubmitIn, raw)
         items = payload.requests
@@ -93,8 +93,8 @@ def router(ctx: Context) -> APIRouter:
                            items=out)
 
     @r.get("/v1/crawls/{crawl}/requests/{request_id}", tags=["requests"],
-             dependencies=ctx.read, summary="Where one stored request is (404 if unknown or done)",
-             responses=responses(401, 404, 422, 503))
+           dependencies=ctx.read, summary="Where one stored request is (404 if unknown or done)",
+           responses=responses(401, 404, 422, 503))
     def describe(crawl: Crawl,
                  request_id: Annotated[str, Path(pattern=m.REQUEST_ID_PATTERN,
                                                  description="40 hex digits or #<seq> "
@@ -125,9 +125,9 @@ def router(ctx: Context) -> APIRouter:
             dont_filter=env.dont_filter if env else None)
 
     @r.post("/v1/crawls/{crawl}/dead/requeue", tags=["requests"], dependencies=ctx.admin,
-              summary="Dead letters back to ready with a fresh attempt budget",
-              responses=responses(401, 403, 404, 413, 422, 503),
-              openapi_extra=body_doc(m.RequeueIn, required=False))
+            summary="Dead letters back to ready with a fresh attempt budget",
+            responses=responses(401, 403, 404, 413, 422, 503),
+            openapi_extra=body_doc(m.RequeueIn, required=False))
     def requeue(crawl: Crawl, raw: RawBody) -> m.RequeuedOut:
         payload = parse(m.RequeueIn, raw) if raw.strip() else m.RequeueIn()
         f = ctx.existing(crawl)

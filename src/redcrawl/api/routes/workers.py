@@ -16,8 +16,8 @@ def router(ctx: Context) -> APIRouter:
     r = APIRouter(route_class=StateErrors)
 
     @r.get("/v1/crawls/{crawl}/workers", tags=["workers"], dependencies=ctx.read,
-             summary="Workers that heartbeat into the crawl",
-             responses=responses(401, 404, 422, 503))
+           summary="Workers that heartbeat into the crawl",
+           responses=responses(401, 404, 422, 503))
     def workers(crawl: Crawl) -> m.WorkerList:
         beats = ctx.existing(crawl).workers()
         now = ctx.server_time()
@@ -26,8 +26,8 @@ def router(ctx: Context) -> APIRouter:
             for w, d in sorted(beats.items())])
 
     @r.post("/v1/crawls/{crawl}/workers/{worker}/reclaim", tags=["workers"],
-              dependencies=ctx.admin, summary="Give a worker's leased requests back to the queue",
-              responses=responses(401, 403, 404, 422, 503))
+            dependencies=ctx.admin, summary="Give a worker's leased requests back to the queue",
+            responses=responses(401, 403, 404, 422, 503))
     def reclaim(crawl: Crawl,
                 worker: Annotated[str, Path(min_length=1, max_length=512)]) -> m.ReclaimedOut:
         n = ctx.existing(crawl).release_worker(worker)
