@@ -687,3 +687,17 @@ def test_response_models_follow_the_frontier_records() -> None:
     assert set(m.ShardItem.model_fields) == names(ShardInfo) | {"ready"}
     assert set(m.CrawlSummary.model_fields) == names(Counts) | {"crawl", "finished"}
     assert set(m.CrawlListItem.model_fields) == set(m.CrawlSummary.model_fields) | {"error"}
+
+
+def test_a_purged_crawl_is_reopened_with_its_new_layout(api: httpx.Client,
+                                                        api_server: ApiServer,
+                                                        redis_client: redis.Redis) -> None:
+    submit(api, {"url": "https://example.com/"}, crawl="re")
+    was = api_server.settings.backend
+    assert api.get("/v1/crawls/re/shards").status_code == (200 if was == "streams" else 409)
+    assert api.delete("/v1/crawls/re").status_code == 200
+    other = "lists" if was == "streams" else "streams"
+    seed(["https://example.com/"], settings=api_settings("redis://unused", backend=other),
+         crawl="re", client=redis_client)
+    assert api.get("/v1/crawls/re/shards").status_code == (200 if other == "streams" else 409)
+    assert api.get("/v1/crawls/re").json()["ready"] == 1

@@ -114,6 +114,7 @@ def router(ctx: Context) -> APIRouter:
               responses=responses(401, 403, 404, 422, 503))
     def purge(crawl: Crawl) -> m.PurgedOut:
         ctx.existing(crawl).purge()
+        ctx.frontier.cache_clear()  # re-created later, maybe with another layout
         return m.PurgedOut(crawl=crawl, purged=True)
 
     return r
