@@ -67,7 +67,7 @@ _IPV6 = (f"(?:(?:{_H}:){{7}}{_H}|(?:{_H}:){{1,6}}:|(?:{_H}:){{1,6}}:{_H}"
          f"|(?:{_H}:){{1,3}}(?::{_H}){{1,4}}|(?:{_H}:){{1,2}}(?::{_H}){{1,5}}"
          f"|{_H}:(?::{_H}){{1,6}}|:(?:(?::{_H}){{1,6}}|:))")
 _PORT = r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?"
-URL_PATTERN = (r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[^\x00-\x20\x7f/?#@\[\]]*@)?"
+URL_PATTERN = (r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[^\x00-\x20\x7f/?#@\[\]\\]*@)?"
                rf"(?:{_LABEL}(?:\.{_LABEL})*\.?|\[{_IPV6}\]){_PORT}"
                r"(?:[/?#][^\x00-\x20\x7f]*)?$")
 _URL = re.compile(URL_PATTERN)
@@ -192,8 +192,8 @@ class RequestIn(_Strict):
     def _http_url(cls, url: str) -> str:
         problem = url_problem(url)
         if problem is None and not _URL.fullmatch(url):
-            problem = ("it has whitespace or control characters, or a host that is not "
-                       "ASCII (write IDNA names as xn--...)")
+            problem = ("it has whitespace, control characters or a backslash, or a host "
+                       "that is not ASCII (write IDNA names as xn--...)")
         if problem is not None:
             raise ValueError(f"{problem}: give an absolute http:// or https:// URL "
                              "with a valid host")
