@@ -209,6 +209,7 @@ BAD_ITEMS = [
     ({"url": "http://-bad-.example/"}, "requests[2].url", "not a valid host name"),
     ({"url": "http://[::zz]/"}, "requests[2].url", "IPv6"),
     ({"url": "http://bücher.example/"}, "requests[2].url", "xn--"),
+    ({"url": "https://user\\evil.example@example.com/"}, "requests[2].url", "backslash"),
     ({"url": "https://e.com", "callback": "_set_crawler"}, "requests[2].callback", "private"),
     ({"url": "https://e.com", "callback": "start_requests"}, "requests[2].callback",
      "Scrapy's or redcrawl's"),
