@@ -702,3 +702,13 @@ def test_a_purged_crawl_is_reopened_with_its_new_layout(api: httpx.Client,
          crawl="re", client=redis_client)
     assert api.get("/v1/crawls/re/shards").status_code == (200 if other == "streams" else 409)
     assert api.get("/v1/crawls/re").json()["ready"] == 1
+
+
+def test_query_values_are_whole_numbers_given_once(api: httpx.Client) -> None:
+    submit(api, {"url": "https://example.com/"})
+    for query in ("limit=4%0C", "limit=+4", "limit=4.0", "limit=%20%204", "limit=1&limit=2",
+                  "limit=x&limit=4"):
+        r = api.get(f"/v1/crawls?{query}")
+        assert r.status_code == 422, (query, r.text)
+        assert r.json()["errors"][0]["loc"] == "limit", r.text
+    assert len(api.get("/v1/crawls?limit=007").json()["crawls"]) == 1

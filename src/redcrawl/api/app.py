@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import redis
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from pydantic.json_schema import models_json_schema
@@ -26,7 +26,7 @@ from redis.retry import Retry
 
 from redcrawl.api import models as m
 from redcrawl.api import routes
-from redcrawl.api.context import Context, frontier_for
+from redcrawl.api.context import Context, frontier_for, single_values
 from redcrawl.api.errors import StateErrors, install
 from redcrawl.api.hosts import HostGuard, allowed_hosts
 from redcrawl.api.limits import BodyLimit
@@ -58,6 +58,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI
 
     app = FastAPI(
         title="redcrawl control plane", version=API_VERSION, lifespan=lifespan,
+        dependencies=[Depends(single_values)],
         description="Submit requests to crawl frontiers, inspect and steer crawls. "
                     "See docs/api.md.",
     )

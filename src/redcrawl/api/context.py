@@ -8,8 +8,10 @@ from functools import lru_cache
 from typing import Annotated, Any
 
 import redis
-from fastapi import Depends, HTTPException, Path, Query
+from fastapi import Depends, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.params import Depends as DependsParam
+from pydantic import BeforeValidator
 
 from redcrawl.api import models as m
 from redcrawl.api.auth import require
@@ -19,10 +21,28 @@ from redcrawl.frontier import Counts, Frontier, open_frontier
 from redcrawl.keys import CRAWL_NAME_PATTERN, CrawlKeys
 from redcrawl.settings import Settings
 
-__all__ = ["Context", "Crawl", "Limit", "frontier_for"]
+__all__ = ["Context", "Crawl", "Limit", "frontier_for", "single_values"]
 
 Crawl = Annotated[str, Path(pattern=CRAWL_NAME_PATTERN, description="Crawl name.")]
-Limit = Annotated[int, Query(ge=1, le=m.MAX_LIST_LIMIT, description="Most items returned.")]
+
+
+def _digits(value: Any) -> Any:
+    # a query string is text: only plain digits are a whole number ("4\f", "+4", "4.0" are not)
+    if isinstance(value, str) and not (value.isascii() and value.isdigit() and len(value) < 10):
+        raise ValueError("give a whole number, e.g. 100")
+    return value
+
+
+Limit = Annotated[int, Query(ge=1, le=m.MAX_LIST_LIMIT, description="Most items returned."),
+                  BeforeValidator(_digits)]
+
+
+async def single_values(request: Request) -> None:
+    """Refuse a query parameter given more than once (which one would count?)."""
+    for name in set(request.query_params.keys()):
+        if len(request.query_params.getlist(name)) > 1:
+            raise RequestValidationError([{"loc": ("query", name), "type": "value_error",
+                                           "msg": "given more than once: give it once"}])
 
 
 def frontier_for(client: redis.Redis, settings: Settings, crawl: str) -> Frontier:
