@@ -153,14 +153,25 @@ def _meta_problem(value: Any, where: str) -> str | None:
     return None
 
 
+def _body_rules(schema: dict[str, Any]) -> None:
+    """The body's rules depend on body_base64: text up to MAX_BODY_CHARS, or base64. The
+    length limit sits in the text branch only: a schema generator asked to break it inside
+    the base64 pattern would need strings no generator can build."""
+    body = schema["properties"]["body"]
+    limit = body.pop("maxLength")
+    schema["anyOf"] = [
+        {"properties": {"body_base64": {"const": False}, "body": {"maxLength": limit}}},
+        {"required": ["body_base64"], "properties": {
+            "body_base64": {"const": True},
+            "body": {"pattern": BASE64_PATTERN, "description": f"At most {limit} characters."}}},
+    ]
+
+
 class RequestIn(_Strict):
     """One request to add to a crawl's frontier."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, json_schema_extra={"anyOf": [
-        {"properties": {"body_base64": {"const": False}}},
-        {"required": ["body_base64"], "properties": {"body_base64": {"const": True},
-                                                     "body": {"pattern": BASE64_PATTERN}}},
-    ]})
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              json_schema_extra=lambda schema: _body_rules(schema))
 
     url: str = Field(min_length=1, max_length=MAX_URL_LENGTH,
                      json_schema_extra={"pattern": URL_PATTERN},
