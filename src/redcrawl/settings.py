@@ -295,6 +295,9 @@ _SPECS: tuple[_Spec, ...] = (
     _Spec("api_max_batch", _number(int, 1, 100_000), "Most requests in one submit call."),
     _Spec("api_max_body", _number(int, 1024, 2**31), "Largest request body `redcrawl serve` "
           "reads, in bytes; a larger one is refused with 413 before it is read."),
+    _Spec("api_allowed_hosts", _str_tuple, "Extra `Host` names the HTTP API answers "
+          "(comma-separated; `*`: any), e.g. the name clients use behind a proxy. By default "
+          "only the bound address (and localhost on loopback): DNS rebinding protection."),
     _Spec("max_idle_time", _number(float, 0.0), "RedisSpider: seconds to wait for new start "
           "URLs once the crawl is finished before closing; 0 waits forever (scrapy-redis's "
           "default).", ("MAX_IDLE_TIME_BEFORE_CLOSE",)),
@@ -386,6 +389,7 @@ class Settings:
     api_admin_tokens: tuple[str, ...] = ()
     api_max_batch: int = 1000
     api_max_body: int = 16 * 1024 * 1024
+    api_allowed_hosts: tuple[str, ...] = ()
     max_idle_time: float = 0.0
 
     def __post_init__(self) -> None:

@@ -50,21 +50,28 @@ def serve(settings: Settings) -> None:
 
     from redcrawl.api.app import create_app as build
     from redcrawl.api.auth import open_access
+    from redcrawl.api.hosts import bind_address
     from redcrawl.connection import connect
     from redcrawl.guard import check_memory_policy
 
     client = connect(settings)
     try:
         for warning in check_memory_policy(client, settings):  # an evicting server: refused
-            log.warning("redcrawl API: %s", warning)
-            print(f"warning: {warning}", file=sys.stderr, flush=True)
+            _warn(f"redcrawl API: {warning}")
     finally:
         client.close()
     if open_access(settings):
-        msg = (f"redcrawl API: no tokens configured: open WITHOUT authentication, on "
-               f"loopback only ({settings.api_host}:{settings.api_port}). Set "
-               "REDCRAWL_API_ADMIN_TOKENS to require tokens.")
-        log.warning(msg)
-        print(msg, file=sys.stderr, flush=True)
-    uvicorn.run(build(settings), host=settings.api_host, port=settings.api_port,
-                log_level="info", access_log=False)
+        _warn(f"redcrawl API: no tokens configured: open WITHOUT authentication, on "
+              f"loopback only ({settings.api_host}:{settings.api_port}). Set "
+              "REDCRAWL_API_ADMIN_TOKENS to require tokens.")
+    uvicorn.run(build(settings), host=bind_address(settings.api_host),
+                port=settings.api_port, log_level="info", access_log=False)
+
+
+def _warn(message: str) -> None:
+    """Say ``message`` once: through logging when it is configured, else on stderr
+    (logging's own last-resort output would print it a second time)."""
+    if log.hasHandlers():
+        log.warning(message)
+    else:
+        print(f"warning: {message}", file=sys.stderr, flush=True)

@@ -1,5 +1,7 @@
-"""A cap on request bodies: an ASGI middleware that answers 413 before the app reads more
-than ``limit`` bytes (by ``Content-Length`` at once, else while the body streams in)."""
+"""A cap on request bodies: an ASGI middleware that answers 413 once a body is known to be
+over ``limit`` bytes: at once by ``Content-Length``, else when the app reads past the
+limit. The body is read only when the app asks for it (after the token is checked), so an
+unauthenticated call costs no body read at all."""
 
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -11,12 +13,16 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-__all__ = ["BodyLimit"]
+__all__ = ["BodyLimit", "BodyTooLarge"]
+
+
+class BodyTooLarge(Exception):
+    """Raised into the app when it reads more than the limit; answered with 413."""
 
 
 class BodyLimit:
-    """Refuse bodies over ``limit`` bytes with 413 and redcrawl's error shape; the app
-    only ever sees whole bodies within the limit, so nothing of a refused call is stored."""
+    """Refuse bodies over ``limit`` bytes with 413 and redcrawl's error shape. The app reads
+    the whole body before it parses any of it, so nothing of a refused call is stored."""
 
     def __init__(self, app: ASGIApp, limit: int) -> None:
         self.app = app
@@ -30,32 +36,30 @@ class BodyLimit:
         if declared is not None and declared.isdigit() and int(declared) > self.limit:
             await self._refuse(send, int(declared))
             return
-        # Read the whole body first (it is small, or refused), then hand it on.
-        chunks: list[bytes] = []
         size = 0
-        while True:
+        started = False
+
+        async def counted() -> Message:
+            nonlocal size
             message = await receive()
-            if message["type"] != "http.request":
-                break  # the client went away: the app sees the disconnect
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.limit:
-                await self._refuse(send, None)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                break
-        body = b"".join(chunks)
-        replayed = False
+            if message["type"] == "http.request":
+                size += len(message.get("body", b""))
+                if size > self.limit:
+                    raise BodyTooLarge
+            return message
 
-        async def replay() -> Message:
-            nonlocal replayed
-            if replayed:
-                return await receive()
-            replayed = True
-            return {"type": "http.request", "body": body, "more_body": False}
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
 
-        await self.app(scope, replay, send)
+        try:
+            await self.app(scope, counted, tracked)
+        except BodyTooLarge:
+            if started:
+                raise
+            await self._refuse(send, None)
 
     async def _refuse(self, send: Send, declared: int | None) -> None:
         size = f"{declared} bytes" if declared is not None else "more than that"

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import math
 import re
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, field_validator
 
+from redcrawl.callbacks import callback_name_problem, framework_names
 from redcrawl.settings import PRIORITY_LIMIT
+from redcrawl.urls import url_problem
 
 __all__ = [
     "MAX_BODY_CHARS",
@@ -21,6 +23,7 @@ __all__ = [
     "REQUEST_ID_PATTERN",
     "CrawlDetail",
     "CrawlList",
+    "CrawlListItem",
     "CrawlSummary",
     "DeadItem",
     "DeadList",
@@ -56,29 +59,124 @@ MAX_REQUEUE_IDS = 10_000
 HARD_MAX_BATCH = 100_000
 """The largest REDCRAWL_API_MAX_BATCH allows; the schema served shows the configured one."""
 REQUEST_ID_PATTERN = r"^([0-9a-fA-F]{40}|#[0-9]{1,20})$"
-CALLBACK_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+CALLBACK_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
+_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+_H = "[0-9A-Fa-f]{1,4}"
+_IPV6 = (f"(?:(?:{_H}:){{7}}{_H}|(?:{_H}:){{1,6}}:|(?:{_H}:){{1,6}}:{_H}"
+         f"|(?:{_H}:){{1,5}}(?::{_H}){{1,2}}|(?:{_H}:){{1,4}}(?::{_H}){{1,3}}"
+         f"|(?:{_H}:){{1,3}}(?::{_H}){{1,4}}|(?:{_H}:){{1,2}}(?::{_H}){{1,5}}"
+         f"|{_H}:(?::{_H}){{1,6}}|:(?:(?::{_H}){{1,6}}|:))")
+_PORT = r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?"
+URL_PATTERN = (r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[^\x00-\x20\x7f/?#@\[\]\\]*@)?"
+               rf"(?:{_LABEL}(?:\.{_LABEL})*\.?|\[{_IPV6}\]){_PORT}"
+               r"(?:[/?#][^\x00-\x20\x7f]*)?$")
+_URL = re.compile(URL_PATTERN)
+"""An absolute http(s) URL with an ASCII host name or IP literal (IDNA names in their
+``xn--`` form), no whitespace or control characters; :func:`redcrawl.urls.url_problem`
+checks the rest (IPv6 literal syntax)."""
+_FRAMEWORK_NAMES: list[JsonValue] = [
+    n for n in sorted(framework_names()) if n.isidentifier() and not n.startswith("_")]
+"""Names the callback pattern allows that are refused anyway (Scrapy's own methods)."""
+BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
+"""A body with ``body_base64: true``: standard base64, padded."""
 METHOD_PATTERN = r"^[A-Za-z]{1,16}$"
 HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$"
 
 HeaderName = Annotated[str, Field(pattern=HEADER_NAME_PATTERN)]
 HeaderValue = Annotated[str, Field(max_length=8192, pattern=r"^[^\r\n\x00]*$")]
-HeaderPair = Annotated[list[HeaderValue], Field(min_length=2, max_length=2)]
+HeaderPair = tuple[HeaderName, HeaderValue]
 HeaderMap = Annotated[dict[HeaderName, HeaderValue | list[HeaderValue]],
-                      Field(max_length=MAX_HEADERS)]
+                      Field(max_length=MAX_HEADERS,
+                            json_schema_extra={"additionalProperties": False})]
 HeaderList = Annotated[list[HeaderPair], Field(max_length=MAX_HEADERS)]
+
+
+def _whole(value: Any) -> Any:
+    # JSON Schema's "integer" includes 5.0; strict mode still refuses "5" and true
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+WholeNumber = Annotated[int, BeforeValidator(_whole)]
+"""An integer; a float with no fractional part (``5.0``) counts as one, as in JSON Schema."""
 RequestId = Annotated[str, Field(pattern=REQUEST_ID_PATTERN,
                                  examples=["0123456789abcdef0123456789abcdef01234567"])]
 
 
+class _Record(BaseModel):
+    """A response built from a frontier record (``Model.model_validate(record)``): its
+    fields are read from the record's attributes, never listed a second time."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """Input: unknown fields refused, and no coercion ("5" is not an int, 0 not a bool)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1
+"""The integers a stored request's meta can hold (msgpack's int64 and uint64)."""
+META_VALUE_SCHEMA: dict[str, JsonValue] = {
+    "description": "A meta value: JSON, with finite numbers and integers of 64 bits.",
+    "anyOf": [
+        {"type": "null"}, {"type": "boolean"}, {"type": "string"},
+        {"type": "integer", "minimum": INT_MIN, "maximum": INT_MAX},
+        {"type": "number", "not": {"type": "integer"}},
+        {"type": "array", "items": {"$ref": "#/components/schemas/MetaValue"}},
+        {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/MetaValue"}},
+    ]}
+"""The schema of a meta value (the OpenAPI component ``MetaValue``). As in JSON Schema, a
+number without a fractional part (``2.0``, ``1e300``) is an integer."""
+
+
+def _meta_problem(value: Any, where: str) -> str | None:
+    """What in ``value`` (meta, at ``where``) cannot be stored, or None."""
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return f"{where} is NaN or infinite: JSON numbers must be finite"
+        if value.is_integer() and not INT_MIN <= value <= INT_MAX:
+            return f"{where} = {value!r} is an integer that does not fit in 64 bits"
+    elif isinstance(value, int) and not isinstance(value, bool):
+        if not INT_MIN <= value <= INT_MAX:
+            return f"{where} = {value} does not fit in 64 bits; store it as a string"
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            found = _meta_problem(v, f"{where}[{k!r}]")
+            if found:
+                return found
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            found = _meta_problem(v, f"{where}[{i}]")
+            if found:
+                return found
+    return None
+
+
+def _body_rules(schema: dict[str, Any]) -> None:
+    """The body's rules depend on body_base64: text up to MAX_BODY_CHARS, or base64. The
+    length limit sits in the text branch only: a schema generator asked to break it inside
+    the base64 pattern would need strings no generator can build."""
+    body = schema["properties"]["body"]
+    limit = body.pop("maxLength")
+    schema["anyOf"] = [
+        {"properties": {"body_base64": {"const": False}, "body": {"maxLength": limit}}},
+        {"required": ["body_base64"], "properties": {
+            "body_base64": {"const": True},
+            "body": {"pattern": BASE64_PATTERN, "description": f"At most {limit} characters."}}},
+    ]
 
 
 class RequestIn(_Strict):
     """One request to add to a crawl's frontier."""
 
+    model_config = ConfigDict(extra="forbid", strict=True,
+                              json_schema_extra=lambda schema: _body_rules(schema))
+
     url: str = Field(min_length=1, max_length=MAX_URL_LENGTH,
-                     description="Absolute http:// or https:// URL.",
+                     json_schema_extra={"pattern": URL_PATTERN},
+                     description="Absolute http:// or https:// URL with a valid host "
+                                 "(IDNA names as xn--...).",
                      examples=["https://example.com/page/1"])
     method: str = Field(default="GET", pattern=METHOD_PATTERN, description="HTTP method.")
     body: str = Field(default="", max_length=MAX_BODY_CHARS,
@@ -88,10 +186,12 @@ class RequestIn(_Strict):
     headers: HeaderMap | HeaderList = Field(
         default_factory=dict,
         description="Headers: {name: value or [values]} or [[name, value], ...].")
-    meta: dict[str, Any] = Field(default_factory=dict,
-                                 description="Scrapy request meta (a JSON object).")
-    priority: int = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
+    meta: dict[str, Any] = Field(
+        default_factory=dict, description="Scrapy request meta (a JSON object).",
+        json_schema_extra={"additionalProperties": {"$ref": "#/components/schemas/MetaValue"}})
+    priority: WholeNumber = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
     callback: str | None = Field(default=None, pattern=CALLBACK_PATTERN, max_length=200,
+                                 json_schema_extra={"not": {"enum": _FRAMEWORK_NAMES}},
                                  description="Name of the spider method to call (default: "
                                              "parse).")
     dont_filter: bool = Field(default=False, description="Skip dedupe: always accepted.")
@@ -101,22 +201,31 @@ class RequestIn(_Strict):
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
-        try:
-            parts = urlsplit(url)
-        except ValueError as exc:
-            raise ValueError(f"not a valid URL ({exc})") from None
-        if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
-            raise ValueError("give an absolute http:// or https:// URL")
+        problem = url_problem(url)
+        if problem is None and not _URL.fullmatch(url):
+            problem = ("it has whitespace, control characters or a backslash, or a host "
+                       "that is not ASCII (write IDNA names as xn--...)")
+        if problem is not None:
+            raise ValueError(f"{problem}: give an absolute http:// or https:// URL "
+                             "with a valid host")
         return url
 
-    @field_validator("headers")
+    @field_validator("callback", mode="before")
     @classmethod
-    def _header_names(cls, headers: Any) -> Any:
-        if isinstance(headers, list):
-            for i, (name, _value) in enumerate(headers):
-                if not re.match(HEADER_NAME_PATTERN, name):
-                    raise ValueError(f"header {i} has an invalid name {name!r}")
-        return headers
+    def _callback(cls, name: Any) -> Any:
+        # before the pattern, so that the message says why ("private", "Scrapy's")
+        problem = callback_name_problem(name) if isinstance(name, str) and name else None
+        if problem is not None:
+            raise ValueError(f"{problem}; name a public method of your spider")
+        return name
+
+    @field_validator("meta")
+    @classmethod
+    def _storable(cls, meta: dict[str, Any]) -> dict[str, Any]:
+        problem = _meta_problem(meta, "meta")
+        if problem is not None:
+            raise ValueError(problem)
+        return meta
 
     def body_bytes(self) -> bytes:
         if not self.body_base64:
@@ -144,8 +253,9 @@ class SubmitIn(_Strict):
 
 class SubmitItem(BaseModel):
     accepted: bool = Field(description="False: a duplicate of a stored or done request.")
-    id: str | None = Field(description="The request id (its fingerprint), or null for "
-                                       "dont_filter requests (their id is assigned by Redis).")
+    id: str | None = Field(default=None, description="The request id (its fingerprint); "
+                           "absent for dont_filter requests (their id, #<seq>, is assigned "
+                           "by Redis: see GET .../pending).")
 
 
 class SubmitOut(BaseModel):
@@ -194,8 +304,28 @@ class CrawlSummary(BaseModel):
     finished: bool
 
 
+class CrawlListItem(BaseModel):
+    """A crawl in the list: its counts, or (all counts null) the error that kept them from
+    being read."""
+
+    crawl: str
+    error: str | None = Field(default=None, description="Why the crawl's counts cannot be "
+                              "read (its stored state is corrupt); null when they could.")
+    accepted: int | None = None
+    filtered: int | None = None
+    ready: int | None = None
+    delayed: int | None = None
+    in_flight: int | None = None
+    done: int | None = None
+    dead: int | None = None
+    retried: int | None = None
+    reclaimed: int | None = None
+    requeued: int | None = None
+    finished: bool | None = None
+
+
 class CrawlList(BaseModel):
-    crawls: list[CrawlSummary]
+    crawls: list[CrawlListItem]
 
 
 class CrawlDetail(CrawlSummary):
@@ -204,7 +334,7 @@ class CrawlDetail(CrawlSummary):
     rates: Rates
 
 
-class PendingItem(BaseModel):
+class PendingItem(_Record):
     id: str
     tier: int
     url: str
@@ -216,7 +346,7 @@ class PendingList(BaseModel):
     items: list[PendingItem]
 
 
-class InflightItem(BaseModel):
+class InflightItem(_Record):
     id: str
     worker: str
     attempts: int
@@ -230,7 +360,7 @@ class InflightList(BaseModel):
     items: list[InflightItem]
 
 
-class PendingEntryItem(BaseModel):
+class PendingEntryItem(_Record):
     entry: str = Field(description="Stream entry id.")
     id: str = Field(description="Request id (\"?\" if the entry is gone).")
     consumer: str = Field(description="The worker holding it.")
@@ -239,7 +369,7 @@ class PendingEntryItem(BaseModel):
     deliveries: int = Field(description="Delivery count: the request's attempts.")
 
 
-class ShardItem(BaseModel):
+class ShardItem(_Record):
     shard: int
     stream: Literal["high", "low"]
     key: str
@@ -258,12 +388,17 @@ class ShardList(BaseModel):
                                                  "streams first.")
 
 
-class DeadItem(BaseModel):
+class DeadItem(_Record):
     id: str
     died_at: float
     error: str
     attempts: int
     url: str
+
+    @field_validator("error")
+    @classmethod
+    def _printable(cls, error: str) -> str:
+        return error.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class DeadList(BaseModel):
@@ -294,7 +429,7 @@ class RequeueIn(_Strict):
     ids: list[RequestId] | None = Field(default=None, max_length=MAX_REQUEUE_IDS,
                                         description="Dead request ids; null: all, up to "
                                                     "limit.")
-    limit: int = Field(default=1000, ge=1, le=MAX_REQUEUE_IDS,
+    limit: WholeNumber = Field(default=1000, ge=1, le=MAX_REQUEUE_IDS,
                        description="Most requests requeued when ids is null.")
 
 

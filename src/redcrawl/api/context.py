@@ -1,0 +1,100 @@
+"""What every route of the API shares: the settings, the Redis client, the frontiers of
+the crawls, the access dependencies and rate samples (one :class:`Context` per app)."""
+
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+from typing import Annotated, Any
+
+import redis
+from fastapi import Depends, HTTPException, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.params import Depends as DependsParam
+from pydantic import BeforeValidator
+
+from redcrawl.api import models as m
+from redcrawl.api.auth import require
+from redcrawl.api.rates import RateBook
+from redcrawl.fingerprint import canonicalizer_for
+from redcrawl.frontier import Counts, Frontier, open_frontier
+from redcrawl.keys import CRAWL_NAME_PATTERN, CrawlKeys
+from redcrawl.settings import Settings
+
+__all__ = ["Context", "Crawl", "Limit", "frontier_for", "single_values"]
+
+Crawl = Annotated[str, Path(pattern=CRAWL_NAME_PATTERN, description="Crawl name.")]
+
+
+def _digits(value: Any) -> Any:
+    # a query string is text: only plain digits are a whole number ("4\f", "+4", "4.0" are not)
+    if isinstance(value, str) and not (value.isascii() and value.isdigit() and len(value) < 10):
+        raise ValueError("give a whole number, e.g. 100")
+    return value
+
+
+Limit = Annotated[int, Query(ge=1, le=m.MAX_LIST_LIMIT, description="Most items returned."),
+                  BeforeValidator(_digits)]
+
+
+async def single_values(request: Request) -> None:
+    """Refuse a query parameter given more than once (which one would count?)."""
+    for name in set(request.query_params.keys()):
+        if len(request.query_params.getlist(name)) > 1:
+            raise RequestValidationError([{"loc": ("query", name), "type": "value_error",
+                                           "msg": "given more than once: give it once"}])
+
+
+def frontier_for(client: redis.Redis, settings: Settings, crawl: str) -> Frontier:
+    """The frontier of ``crawl``: the one place that picks a backend."""
+    return open_frontier(client, settings, crawl, follow_layout=True)
+
+
+class Context:
+    """The app's shared state. ``redis``: the client (set at startup when not given)."""
+
+    def __init__(self, settings: Settings, client: redis.Redis | None) -> None:
+        self.settings = settings
+        self.redis = client
+        self.rates = RateBook()
+        self.canonicalizer = canonicalizer_for(settings)
+        self.read: list[DependsParam] = [Depends(require(settings, "read"))]
+        self.admin: list[DependsParam] = [Depends(require(settings, "admin"))]
+        self.frontier = lru_cache(maxsize=256)(self._open)
+
+    def client(self) -> Any:
+        return self.redis
+
+    def _open(self, crawl: str) -> Frontier:
+        return frontier_for(self.client(), self.settings, crawl)
+
+    def stats_key(self, crawl: str) -> str:
+        return CrawlKeys(crawl, prefix=self.settings.key_prefix,
+                         tiers=self.settings.tiers).stats
+
+    def alive(self, crawls: list[str]) -> list[bool]:
+        """Whether each crawl exists: its stats hold counts (a purge leaves only the id
+        counters behind, so a purged crawl is gone until a request is submitted again).
+        A stats key that is not a hash counts as existing (it is reported as corrupt)."""
+        pipe = self.client().pipeline(transaction=False)
+        for crawl in crawls:
+            pipe.hmget(self.stats_key(crawl), "accepted", "filtered")
+        return [not isinstance(r, list) or any(x is not None for x in r)
+                for r in pipe.execute(raise_on_error=False)]
+
+    def existing(self, crawl: str) -> Frontier:
+        """The frontier of ``crawl``; 404 if the crawl does not exist."""
+        if not self.alive([crawl])[0]:
+            raise HTTPException(404, f"crawl {crawl!r} does not exist (no request was "
+                                     "submitted to it since it was created or purged); list "
+                                     "crawls with GET /v1/crawls")
+        return self.frontier(crawl)
+
+    @staticmethod
+    def summary(crawl: str, c: Counts) -> dict[str, Any]:
+        """The counts as fields of a response (derived from :class:`Counts`)."""
+        return {"crawl": crawl, **dataclasses.asdict(c), "finished": c.finished}
+
+    def server_time(self) -> float:
+        sec, usec = self.client().time()
+        return float(sec) + float(usec) / 1e6
