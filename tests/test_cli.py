@@ -70,6 +70,26 @@ def test_seed_recrawl(redis7: RedisServer, crawl: ListsFrontier) -> None:
     assert crawl.counts().ready == 1
 
 
+@pytest.mark.parametrize("bad,words", [
+    ("http://exa mple.com/", "whitespace"),
+    ("http://a\x00b.example/", "control"),
+    ("http:///no-host", "no host"),
+    ("file:///etc/passwd", "http"),
+])
+def test_seed_refuses_urls_with_bad_hosts_and_stores_nothing(
+        redis7: RedisServer, crawl: ListsFrontier, bad: str, words: str) -> None:
+    code, out = invoke("seed", "https://ok.example/", bad, "--redis-url", redis7.url,
+                       "--crawl", "cli")
+    assert code == 2 and words in out and "nothing was seeded" in out, out
+    assert crawl.counts().accepted == 0
+
+
+def test_seed_refuses_a_framework_callback(redis7: RedisServer, crawl: ListsFrontier) -> None:
+    code, out = invoke("seed", "https://ok.example/", "--callback", "_set_crawler",
+                       "--redis-url", redis7.url, "--crawl", "cli")
+    assert code == 2 and "private" in out and crawl.counts().accepted == 0
+
+
 def test_bad_input_is_a_clear_error_and_writes_nothing(redis7: RedisServer,
                                                        crawl: ListsFrontier) -> None:
     code, out = invoke("seed", "https://ok.example/", "ftp://nope/", "--redis-url", redis7.url,

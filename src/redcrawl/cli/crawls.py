@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from redcrawl.callbacks import callback_name_problem
 from redcrawl.cli._common import (
     EXIT_FAILED,
     EXIT_USAGE,
@@ -33,6 +34,7 @@ from redcrawl.cli._common import (
 )
 from redcrawl.connection import EmbeddedRedis, redact
 from redcrawl.frontier import open_frontier
+from redcrawl.urls import url_problem
 
 # --- inspection and operator actions ------------------------------------------------------
 
@@ -123,9 +125,11 @@ def seed(
     if file is not None:
         text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
         items += [line.strip() for line in text.splitlines() if line.strip()]
-    bad = [u for u in items if not u.startswith(("http://", "https://"))]
-    if bad:
-        raise _fail(f"{bad[0]!r} is not an http(s) URL; nothing was seeded", EXIT_USAGE)
+    for url in items:
+        if problem := url_problem(url):
+            raise _fail(f"{url!r}: {problem}; nothing was seeded", EXIT_USAGE)
+    if callback is not None and (problem := callback_name_problem(callback)):
+        raise _fail(f"--callback {problem}; nothing was seeded", EXIT_USAGE)
     if not items:
         raise _fail("give URLs as arguments or with --file", EXIT_USAGE)
     settings = _settings(redis_url)

@@ -48,6 +48,7 @@ from scrapy.exceptions import DontCloseSpider
 from twisted.internet import task
 
 from redcrawl import codec
+from redcrawl.callbacks import callback_name_problem
 from redcrawl.connection import connect
 from redcrawl.errors import DecodeError, EncodeError, RedcrawlError
 from redcrawl.feeder import Feeder
@@ -57,6 +58,7 @@ from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
 from redcrawl.scrapy import lifecycle
 from redcrawl.settings import Settings, startup_notes, startup_warnings
+from redcrawl.urls import url_problem
 
 if TYPE_CHECKING:
     import scrapy
@@ -102,7 +104,17 @@ def seed(urls: Iterable[str], *, settings: Settings, crawl: str,
          client: Any = None, recrawl: bool = False) -> PushResult:
     """Push start URLs straight into a crawl's frontier (durable, deduplicated the way
     the scheduler dedupes). ``callback`` names a spider method (default: ``parse``).
-    ``recrawl``: URLs already DONE are accepted again."""
+    ``recrawl``: URLs already DONE are accepted again. A URL that is not a crawlable
+    http(s) URL (:func:`redcrawl.urls.url_problem`) or a callback name no spider may
+    have (:func:`redcrawl.callbacks.callback_name_problem`) is an
+    :class:`~redcrawl.errors.EncodeError` and nothing is stored."""
+    urls = list(urls)
+    for url in urls:
+        problem = url_problem(url)
+        if problem:
+            raise EncodeError(f"{url!r}: {problem}; nothing was seeded")
+    if callback is not None and (problem := callback_name_problem(callback)):
+        raise EncodeError(f"callback {problem}; nothing was seeded")
     frontier = open_frontier(client or connect(settings), settings, crawl)
     fp = fingerprinter_for(settings, frontier.client, frontier.keys)
     envs = [codec.Envelope(url=u, callback=callback, priority=priority, fingerprint=fp.url(u))
