@@ -48,11 +48,28 @@ def _listed(api: httpx.Client) -> dict[str, dict[str, object]]:
     return {c["crawl"]: c for c in r.json()["crawls"]}
 
 
-CORRUPTIONS = {
-    "counter": lambda r: r.hset("rc:{a}:stats", "accepted", "abc"),
-    "layout": lambda r: r.hset("rc:{a}:control", "layout", "streams/0"),
+CORRUPTIONS = {  # what the frontier cannot repair by itself
+    "layout, both copies": lambda r: r.hset("rc:{a}:control",
+                                            mapping={"layout": "streams/0",
+                                                     "layout.copy": "x"}),
     "wrong type": lambda r: (r.delete("rc:{a}:delayed"), r.set("rc:{a}:delayed", "x")),
 }
+REPAIRED = {  # what it repairs (docs/frontier.md, "Corrupt state")
+    "counter": lambda r: r.hset("rc:{a}:stats", "accepted", "abc"),
+    "layout": lambda r: r.hset("rc:{a}:control", "layout", "streams/0"),
+}
+
+
+@pytest.mark.parametrize("corrupt", list(REPAIRED))
+def test_repairable_corruption_is_repaired_and_listed(api: httpx.Client,
+                                                      redis7_client: redis.Redis,
+                                                      corrupt: str) -> None:
+    REPAIRED[corrupt](redis7_client)
+    listed = _listed(api)
+    assert set(listed) == set(CRAWLS)
+    for crawl in CRAWLS:
+        assert listed[crawl]["accepted"] == 2 and listed[crawl]["error"] is None, listed
+    assert api.get("/v1/crawls/a").json()["accepted"] == 2
 
 
 @pytest.mark.parametrize("corrupt", list(CORRUPTIONS))
@@ -95,7 +112,8 @@ def test_open_api_reports_corrupt_state_as_json_too(redis7: RedisServer,
     try:
         with httpx.Client(base_url=server.url, timeout=10) as c:
             c.post("/v1/crawls/a/requests", json={"requests": [{"url": "https://e.com/"}]})
-            redis7_client.hset("rc:{a}:stats", "accepted", "abc")
+            redis7_client.delete("rc:{a}:delayed")
+            redis7_client.set("rc:{a}:delayed", "x")  # a key of the wrong type
             _json_error(c.get("/v1/crawls/a"), "a")
             assert c.get("/v1/crawls").json()["crawls"][0]["error"]
     finally:

@@ -68,6 +68,8 @@ class Unreadable(Exception):
 
 def server_condition(exc: BaseException) -> bool:
     """True if ``exc`` (a refusal by Redis) is about the server, not about a crawl's keys."""
+    if isinstance(exc, FrontierError) and exc.__cause__ is None:
+        return False  # the frontier's own refusal of a crawl's state (e.g. its layout)
     cause = exc.__cause__ if isinstance(exc, FrontierError) and exc.__cause__ else exc
     if not isinstance(cause, redis.exceptions.ResponseError):
         return True
