@@ -63,7 +63,7 @@ def _settings(redis_url: str | None, **changes: Any) -> Settings:
 
 
 def _fail(message: str, code: int) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {message}", highlight=False)
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     return typer.Exit(code)
 
 
