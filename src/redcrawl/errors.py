@@ -8,6 +8,7 @@ boundary (``raise ConnectionLost(...) from exc``) so callers never need to impor
 
     RedcrawlError
     ├── ConfigError            a setting is unknown, malformed or out of range
+    ├── UnknownSpider          the spider to run does not exist (lists the ones that do)
     ├── EncodeError            a request cannot be stored (e.g. meta that isn't serialisable)
     ├── DecodeError            a stored envelope is corrupt or from an unknown version
     ├── ConnectionError_       Redis could not be reached or was lost
@@ -19,6 +20,8 @@ boundary (``raise ConnectionLost(...) from exc``) so callers never need to impor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = [
     "ConfigError",
     "ConnectionError_",
@@ -29,6 +32,7 @@ __all__ = [
     "LockError",
     "RedcrawlError",
     "RedisUnavailable",
+    "UnknownSpider",
 ]
 
 
@@ -42,6 +46,14 @@ class ConfigError(RedcrawlError, ValueError):
     def __init__(self, setting: str, problem: str) -> None:
         self.setting = setting
         super().__init__(f"setting {setting}: {problem}")
+
+
+class UnknownSpider(RedcrawlError):
+    """The spider to run does not exist; :attr:`available` lists the ones that do."""
+
+    def __init__(self, message: str, available: Sequence[str] = ()) -> None:
+        self.available = list(available)
+        super().__init__(message)
 
 
 class EncodeError(RedcrawlError, ValueError):

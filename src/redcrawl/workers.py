@@ -47,7 +47,7 @@ from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING, Any, Literal
 
-from redcrawl.errors import ConfigError, RedcrawlError
+from redcrawl.errors import ConfigError, RedcrawlError, UnknownSpider
 
 if TYPE_CHECKING:
     from redcrawl.frontier import Counts
@@ -87,14 +87,6 @@ class ExitCode(IntEnum):
     """Redis unreachable, or no crawl state where an inspection command looked."""
     DEAD_LETTERS = 4
     """``crawl --fail-on-dead``: the crawl finished with dead letters."""
-
-
-class UnknownSpider(RedcrawlError):
-    """The spider to run does not exist; :attr:`available` lists the ones that do."""
-
-    def __init__(self, message: str, available: Sequence[str] = ()) -> None:
-        self.available = list(available)
-        super().__init__(message)
 
 
 # --- commands ------------------------------------------------------------------------
