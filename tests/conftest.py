@@ -22,6 +22,8 @@ import redis
 from redcrawl.frontier import ListsFrontier, open_frontier
 from redcrawl.settings import Settings
 
+from .proxykit import ReplyDropper
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -186,3 +188,11 @@ def make_frontier(redis_client: redis.Redis, clock: Clock,
 
 def have_debian_redis() -> bool:
     return shutil.which("redis-server", path="/usr/bin") is not None
+
+
+@pytest.fixture
+def dropper(redis_server: RedisServer) -> Iterator[ReplyDropper]:
+    """A reply-dropping TCP proxy in front of each Redis server (tests/proxykit.py)."""
+    proxy = ReplyDropper(redis_server.port)
+    yield proxy
+    proxy.close()

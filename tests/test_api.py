@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,58 +15,17 @@ from typing import Any
 import httpx
 import pytest
 import redis
-import uvicorn
 from scrapy import Request
 from scrapy.utils.request import fingerprint as scrapy_fingerprint
 
-from redcrawl.api import check_bind, create_app, serve
+from redcrawl.api import check_bind, serve
 from redcrawl.errors import ConfigError
 from redcrawl.frontier import ListsFrontier, StreamsFrontier, open_frontier
 from redcrawl.scrapy.scheduler import seed
 from redcrawl.settings import Settings
 
-from .conftest import RedisServer, _binary
-
-READ = "read-token-1"
-ADMIN = "admin-token-1"
-AUTH_READ = {"Authorization": f"Bearer {READ}"}
-AUTH_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
-MAX_BATCH = 10
-SRC = Path(__file__).resolve().parent.parent / "src"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ApiServer:
-    """The app served by a real uvicorn on a free loopback port, in a thread."""
-
-    def __init__(self, settings: Settings, client: redis.Redis) -> None:
-        self.settings = settings
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(settings, client), host="127.0.0.1",
-                                port=self.port, log_level="warning", access_log=False)
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("uvicorn did not start")
-            time.sleep(0.01)
-
-    def stop(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
-
-
-def api_settings(url: str, **changes: Any) -> Settings:
-    return Settings(redis_url=url, api_tokens=(READ,), api_admin_tokens=(ADMIN,),
-                    api_max_batch=MAX_BATCH, retry_backoff=0.0, max_attempts=3, **changes)
+from .apikit import ADMIN, AUTH_ADMIN, AUTH_READ, MAX_BATCH, SRC, ApiServer, api_settings
+from .conftest import RedisServer, _binary, _free_port
 
 
 @pytest.fixture(scope="module", params=["lists", "streams"])

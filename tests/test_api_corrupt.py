@@ -14,8 +14,8 @@ from redcrawl.frontier import open_frontier
 from redcrawl.scrapy.scheduler import seed
 from redcrawl.settings import Settings
 
+from .apikit import AUTH_ADMIN, ApiServer, api_settings
 from .conftest import RedisServer
-from .test_api import AUTH_ADMIN, ApiServer, api_settings
 
 CRAWLS = ("a", "b", "c")
 

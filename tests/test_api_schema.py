@@ -28,8 +28,8 @@ from schemathesis.generation import GenerationMode
 from redcrawl.api import create_app
 from redcrawl.settings import Settings
 
-from .conftest import RedisServer
-from .test_api import ADMIN, AUTH_ADMIN, AUTH_READ, READ, SRC, ApiServer, _free_port, api_settings
+from .apikit import ADMIN, AUTH_ADMIN, AUTH_READ, READ, SRC, ApiServer, api_settings
+from .conftest import RedisServer, _free_port
 
 MAX_EXAMPLES = 12
 CRAWL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")

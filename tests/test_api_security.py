@@ -22,8 +22,8 @@ import redis
 from redcrawl.api import check_bind
 from redcrawl.settings import Settings
 
-from .conftest import RedisServer
-from .test_api import ADMIN, AUTH_READ, SRC, ApiServer, _free_port, api_settings
+from .apikit import ADMIN, AUTH_READ, SRC, ApiServer, api_settings
+from .conftest import RedisServer, _free_port
 
 STATE_CHANGING = [("POST", "/v1/crawls/c/requests"), ("POST", "/v1/crawls/c/dead/requeue"),
                   ("POST", "/v1/crawls/c/workers/w/reclaim"), ("POST", "/v1/crawls/c/pause"),

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,51 +16,14 @@ import pytest
 import redis
 
 from redcrawl.codec import Envelope
-from redcrawl.frontier import InflightInfo, ListsFrontier, open_frontier
+from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
+from .killkit import kill_while_holding, parse_log
 
 N = 20_000
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _parse(log: Path) -> tuple[list[list[tuple[str, str]]], list[int]]:
-    """Batches of (id, token) processed, and the acked count of each batch that got one."""
-    batches: list[list[tuple[str, str]]] = []
-    acked: list[int] = []
-    current: list[tuple[str, str]] = []
-    for line in log.read_text().splitlines():
-        kind, a, b = line.split()
-        if kind == "P":
-            current.append((a, b))
-        else:
-            batches.append(current)
-            acked.append(int(a))
-            assert int(b) == len(current)
-            current = []
-    if current:
-        batches.append(current)  # processed, never acked: the kill came in between
-    return batches, acked
-
-
-def kill_while_holding(proc: subprocess.Popen[bytes], worker: str, frontier: ListsFrontier,
-                       deadline: float) -> list[InflightInfo]:
-    """SIGKILL ``proc`` at a moment it holds leases, and return them. It is frozen first
-    (SIGSTOP) and a command it had already sent is given time to finish, so what is seen
-    held is what it holds when killed; if it holds nothing, it runs on a little and the
-    next moment is tried."""
-    while True:
-        assert time.monotonic() < deadline, f"{worker} never held a lease"
-        proc.send_signal(signal.SIGSTOP)
-        time.sleep(0.05)
-        held = [x for x in frontier.inflight(limit=10_000) if x.worker == worker]
-        if held:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-            return held
-        proc.send_signal(signal.SIGCONT)
-        time.sleep(0.003)
 
 
 @pytest.mark.slow
@@ -104,7 +66,7 @@ def test_sigkill_one_of_four_workers_loses_nothing(redis7: RedisServer, tmp_path
     acked_ids: dict[str, list[str]] = defaultdict(list)
     unacked_victim: set[str] = set()
     for i, log in enumerate(logs):
-        batches, acked = _parse(log)
+        batches, acked = parse_log(log)
         worker = f"w{i}"
         for n, batch in enumerate(batches):
             for rid, token in batch:

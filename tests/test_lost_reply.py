@@ -9,94 +9,16 @@ through and closes both connections instead of forwarding the reply.
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
-from collections.abc import Iterator
-
 import pytest
 import redis
 
-from redcrawl.codec import Envelope
-from redcrawl.connection import connect
 from redcrawl.frontier import open_frontier
-from redcrawl.frontier.base import Lease, parse_id
+from redcrawl.frontier.base import Lease
 from redcrawl.frontier.lists import ListsFrontier
 from redcrawl.settings import Settings
 
-from .conftest import Clock, RedisServer
-
-
-class ReplyDropper:
-    """A loopback TCP proxy to a Redis server. After :meth:`arm`, the reply to the next
-    script call (EVALSHA) is not forwarded: both sides of that connection are closed
-    instead, after the server ran the call."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self.upstream = ("127.0.0.1", upstream_port)
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self._armed = threading.Event()  # waiting for an EVALSHA to go out
-        self._drop = threading.Event()   # its reply is the next to come back
-        self.dropped = 0
-        self._socks: list[socket.socket] = []
-        self._clients: list[redis.Redis] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def client(self, settings: Settings) -> redis.Redis:
-        """A redcrawl client (retrying, as workers have) through the proxy."""
-        client = connect(settings, url=self.url)
-        self._clients.append(client)
-        return client
-
-    def arm(self) -> None:
-        self._armed.set()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.upstream)
-            self._socks += (client, server)
-            threading.Thread(target=self._pump, args=(client, server, False),
-                             daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, True),
-                             daemon=True).start()
-
-    def _pump(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
-        try:
-            while data := src.recv(65536):
-                if not replies and self._armed.is_set() and b"EVALSHA" in data:
-                    self._armed.clear()
-                    self._drop.set()  # (not a health-check PING's reply, say)
-                elif replies and self._drop.is_set():
-                    self._drop.clear()
-                    self.dropped += 1
-                    break  # the script ran; its reply never reaches the client
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            with contextlib.suppress(OSError):
-                s.shutdown(socket.SHUT_RDWR)
-            s.close()
-
-    def close(self) -> None:
-        for client in self._clients:
-            client.close()
-        self.listener.close()
-        for s in self._socks:
-            s.close()
-
-
-@pytest.fixture
-def dropper(redis_server: RedisServer) -> Iterator[ReplyDropper]:
-    proxy = ReplyDropper(redis_server.port)
-    yield proxy
-    proxy.close()
+from .conftest import Clock
+from .proxykit import ReplyDropper, envs, held
 
 
 def _frontiers(redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
@@ -108,20 +30,11 @@ def _frontiers(redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
     return direct, proxied
 
 
-def _envs(n: int, start: int = 0, *, dont_filter: bool = False) -> list[Envelope]:
-    return [Envelope(url=f"http://h{i % 3}.example/{i}", fingerprint=i.to_bytes(20, "big"),
-                     dont_filter=dont_filter) for i in range(start, start + n)]
-
-
-def _held(f: ListsFrontier) -> set[bytes]:
-    return {parse_id(info.id) for info in f.inflight(limit=1000)}
-
-
 def test_lost_lease_reply_returns_the_same_lease(
         redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
         frontier_backend: str) -> None:
     direct, proxied = _frontiers(redis_client, dropper, clock, frontier_backend)
-    direct.push(_envs(30))
+    direct.push(envs(30))
     # the lease script is in the server's cache, so the dropped reply is the lease's own
     # (not a NOSCRIPT answer to a call that never ran)
     redis_client.script_load(direct._scripts["lease"].script)
@@ -144,9 +57,9 @@ def test_lost_settle_reply_pushes_acks_and_leases_once(
         redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
         frontier_backend: str) -> None:
     direct, proxied = _frontiers(redis_client, dropper, clock, frontier_backend)
-    direct.push(_envs(40))
+    direct.push(envs(40))
     first = proxied.lease("w1", 10)
-    children = _envs(5, start=1000, dont_filter=True)  # no fingerprint: a re-push would count
+    children = envs(5, start=1000, dont_filter=True)  # no fingerprint: a re-push would count
 
     dropper.arm()
     out = proxied.settle(push=children, ack=first, lease=("w1", 10))
@@ -157,7 +70,7 @@ def test_lost_settle_reply_pushes_acks_and_leases_once(
     assert counts.accepted == 45, "the retry pushed the children again"
     assert counts.done == 10
     assert counts.in_flight == 10, "the retry leased again: 10 requests orphaned"
-    assert _held(direct) == {lease.id for lease in out.leases}
+    assert held(direct) == {lease.id for lease in out.leases}
     assert proxied.ack(out.leases) == 10
     assert direct.counts().in_flight == 0
 
@@ -168,7 +81,7 @@ def test_replay_returns_only_what_is_still_held(
     and was reclaimed) returns only the requests the worker still holds."""
     settings = Settings(backend=frontier_backend, lease_ttl=10.0, retry_backoff=0.0)
     f = open_frontier(redis_client, settings, "lost", clock=clock)
-    f.push(_envs(6))
+    f.push(envs(6))
     args = f._lease_args("w1", 6, None)
     first = f._leases("w1", f._run("lease", args))
     assert len(first) == 6
@@ -183,7 +96,7 @@ def test_a_dead_workers_last_call_is_forgotten(
         redis_client: redis.Redis, clock: Clock, frontier_backend: str) -> None:
     settings = Settings(backend=frontier_backend, lease_ttl=10.0, retry_backoff=0.0)
     f = open_frontier(redis_client, settings, "lost", clock=clock)
-    f.push(_envs(4))
+    f.push(envs(4))
     assert len(f.lease("w1", 2)) == 2
     assert len(f.lease("w2", 2)) == 2
     workers = {k.split(b"#")[0] for k in redis_client.hkeys(f.keys.calls)}
@@ -200,7 +113,7 @@ def test_a_dead_workers_last_call_is_forgotten(
 
 def _dead(f: ListsFrontier, n: int) -> None:
     """n requests DEAD."""
-    f.push(_envs(n, start=900))
+    f.push(envs(n, start=900))
     for lease in f.lease("w9", n):
         f.nack(lease, "boom", retry=False)
 
@@ -218,10 +131,10 @@ def test_every_state_changing_call_is_replayed_not_repeated(
     proxied = open_frontier(dropper.client(settings), settings, "lost", clock=clock)
     for name in ("push", "settle", "nack", "requeue_dead", "release"):
         redis_client.script_load(direct._scripts[name].script)
-    children = _envs(5, start=1000, dont_filter=True)
+    children = envs(5, start=1000, dont_filter=True)
     if call in ("nack", "release"):
-        direct.push(_envs(1))
-        [held] = proxied.lease("w1", 1)
+        direct.push(envs(1))
+        [mine] = proxied.lease("w1", 1)
     if call == "requeue_dead":
         _dead(direct, 3)
     before = direct.counts()
@@ -236,11 +149,11 @@ def test_every_state_changing_call_is_replayed_not_repeated(
     elif call == "settle_push":
         assert proxied.settle(push=children).pushed.accepted == 5
     elif call == "nack":
-        assert proxied.nack(held, "boom", delay=1) == "retried"
+        assert proxied.nack(mine, "boom", delay=1) == "retried"
     elif call == "requeue_dead":
         assert proxied.requeue_dead(limit=2) == 2
     else:
-        assert proxied.release([held]) == 1
+        assert proxied.release([mine]) == 1
 
     assert dropper.dropped == 1
     c = direct.counts()

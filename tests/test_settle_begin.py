@@ -11,19 +11,19 @@ from redcrawl.frontier import PendingSettle, open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import Clock, FrontierFactory
-from .test_lost_reply import ReplyDropper, _envs, _held, dropper  # noqa: F401
+from .proxykit import ReplyDropper, envs, held
 
 
 def test_pipelined_settles_do_what_settle_does_in_order(make_frontier: FrontierFactory) -> None:
     f = make_frontier(batch_size=7)
-    first = f.settle_begin(push=_envs(20), lease=("w1", 5))  # 3 script calls (batch 7)
+    first = f.settle_begin(push=envs(20), lease=("w1", 5))  # 3 script calls (batch 7)
     assert first.sent
     out1 = first.result()
     assert (out1.pushed.accepted, out1.pushed.filtered, len(out1.leases)) == (20, 0, 5)
 
     # children of the first five, then their parents' ack, then more leases: begun in
     # that order, read newest first, still run in order
-    children = f.settle_begin(push=_envs(6, start=100) + _envs(2))
+    children = f.settle_begin(push=envs(6, start=100) + envs(2))
     parents = f.settle_begin(ack=out1.leases, lease=("w1", 30))
     out3 = parents.result()
     out2 = children.result()
@@ -38,7 +38,7 @@ def test_pipelined_settles_do_what_settle_does_in_order(make_frontier: FrontierF
 def test_a_script_cache_flush_between_calls_is_survived(
         make_frontier: FrontierFactory, redis_client: redis.Redis) -> None:
     f = make_frontier()
-    f.push(_envs(10))
+    f.push(envs(10))
     a = f.settle_begin(lease=("w1", 4)).result()
     redis_client.script_flush()  # e.g. a Redis restart: EVALSHA answers NOSCRIPT
     b = f.settle_begin(ack=a.leases, lease=("w1", 4)).result()
@@ -51,7 +51,7 @@ def test_a_refused_call_raises_and_the_next_one_works(
         make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock,
         frontier_backend: str) -> None:
     f = make_frontier()
-    f.push(_envs(3))
+    f.push(envs(3))
     other = make_frontier(dedupe="bloom")  # another layout: every script is refused
     refused = other.settle_begin(lease=("w2", 1))
     with pytest.raises(FrontierError, match="layout mismatch"):
@@ -62,16 +62,16 @@ def test_a_refused_call_raises_and_the_next_one_works(
 
 
 def test_lost_replies_on_the_pipe_are_replayed_not_repeated(
-        redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,  # noqa: F811
+        redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
         frontier_backend: str) -> None:
     settings = Settings(backend=frontier_backend, lease_ttl=10.0, retry_backoff=0.0)
     direct = open_frontier(redis_client, settings, "pipe", clock=clock)
     proxied = open_frontier(dropper.client(settings), settings, "pipe", clock=clock)
-    direct.push(_envs(50))
-    held = proxied.settle_begin(lease=("w1", 10)).result().leases  # the pipe is warm
+    direct.push(envs(50))
+    warm = proxied.settle_begin(lease=("w1", 10)).result().leases  # the pipe is warm
 
     dropper.arm()  # the first reply on the pipe's connection never arrives
-    a = proxied.settle_begin(push=_envs(3, start=500, dont_filter=True), ack=held,
+    a = proxied.settle_begin(push=envs(3, start=500, dont_filter=True), ack=warm,
                              lease=("w1", 10))
     b = proxied.settle_begin(lease=("w1", 10))
     out_a, out_b = a.result(), b.result()
@@ -83,7 +83,7 @@ def test_lost_replies_on_the_pipe_are_replayed_not_repeated(
     assert c.conserved
     assert c.accepted == 53, "a retried call pushed again"
     assert c.in_flight == 20, "a retried call leased again: requests orphaned"
-    assert _held(direct) == {x.id for x in out_a.leases + out_b.leases}
+    assert held(direct) == {x.id for x in out_a.leases + out_b.leases}
 
 
 def test_a_refused_call_is_not_overtaken_by_the_acks_of_the_next(
@@ -93,11 +93,11 @@ def test_a_refused_call_is_not_overtaken_by_the_acks_of_the_next(
     children. B hands P back (unacked), and so does every later call of the chain until
     the refusal is read; settles begun after that start a new chain."""
     f = make_frontier(batch_size=2)
-    f.push(_envs(4))
+    f.push(envs(4))
     parents = f.lease("w1", 4)
     # A: 3 calls (batch 2), the first refused by Redis: a malformed call (one push too
     # many announced) fails the script's validation before it writes anything
-    calls = f._settle_calls(_envs(5, start=100), (), None, None)
+    calls = f._settle_calls(envs(5, start=100), (), None, None)
     calls[0][0] += 1
     a = PendingSettle(f, calls)
     b = f.settle_begin(ack=parents[:2], lease=("w1", 0))
@@ -110,7 +110,7 @@ def test_a_refused_call_is_not_overtaken_by_the_acks_of_the_next(
     counts = f.counts()
     assert counts.done == 0 and counts.in_flight == 4, "a parent was acked past a refused call"
     # the refusal is read: a new chain
-    d = f.settle_begin(push=_envs(5, start=100), ack=parents)
+    d = f.settle_begin(push=envs(5, start=100), ack=parents)
     assert d.result().acked == 4
     counts = f.counts()
     assert counts.conserved and (counts.done, counts.accepted) == (4, 9), counts

@@ -24,7 +24,7 @@ from redcrawl.frontier import StreamsFrontier, open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
-from .test_kill import _parse, kill_while_holding
+from .killkit import kill_while_holding, parse_log
 
 N = 20_000
 BATCH = 1000
@@ -61,7 +61,7 @@ def _serve(url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 @pytest.mark.slow
-def test_http_producer_four_consumers_two_sigkilled(redis7: RedisServer,
+def test_http_producer_four_consumers_two_sigkilled(redis7: RedisServer,  # noqa: C901 (a scenario: producer, consumers, kills)
                                                     tmp_path: Path) -> None:
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
@@ -136,7 +136,7 @@ def test_http_producer_four_consumers_two_sigkilled(redis7: RedisServer,
     acked: dict[str, list[str]] = defaultdict(list)
     for i, log in enumerate(logs):
         worker = f"w{i}"
-        batches, acks = _parse(log)
+        batches, acks = parse_log(log)
         for n, batch in enumerate(batches):
             for rid, _token in batch:
                 processed[rid].append(worker)

@@ -225,7 +225,7 @@ def _item_fields(obj: Any) -> tuple[str, dict[str, Any]] | None:
     return None
 
 
-def _default(obj: Any) -> Any:
+def _default(obj: Any) -> Any:  # noqa: C901 (one branch per tagged msgpack type, in one place)
     """msgpack's hook for everything that is not exactly str/int/float/bool/None/bytes/
     list/dict: extension types, and subclasses of the plain types as the plain type."""
     t = type(obj)
@@ -394,7 +394,7 @@ def _unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook)
 
 
-def _problem(value: Any, path: str, depth: int = 0) -> str | None:
+def _problem(value: Any, path: str, depth: int = 0) -> str | None:  # noqa: C901 (one branch per storable type, to name the bad value)
     """Why ``value`` (at ``path``) cannot be stored, or None: the slow walk run only
     after msgpack refused something, to name the key."""
     if depth > MAX_DEPTH:
@@ -452,7 +452,7 @@ def _problem(value: Any, path: str, depth: int = 0) -> str | None:
             f"to {_STORABLE} (or remove the key before the request is scheduled)")
 
 
-def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:
+def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:  # noqa: C901 (one branch per optional envelope field: the hot path, flat)
     """Envelope -> bytes. Raises :class:`EncodeError` naming the value that can't be stored.
 
     ``fingerprint=False`` leaves the fingerprint out (the frontier stores it as the
@@ -748,7 +748,7 @@ def _resolve_items(value: Any, depth: int = 0) -> Any:
     return value
 
 
-def to_request(env: Envelope, spider: scrapy.Spider | None = None) -> scrapy.Request:
+def to_request(env: Envelope, spider: scrapy.Spider | None = None) -> scrapy.Request:  # noqa: C901 (one branch per optional Request argument: the hot path, flat)
     """Envelope -> Scrapy request, callbacks resolved on ``spider`` (without a spider the
     request has no callback, so Scrapy uses the spider's default ``parse``). Whatever the
     envelope holds, the only error is :class:`DecodeError`."""

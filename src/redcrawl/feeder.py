@@ -252,7 +252,7 @@ class Feeder:
                     or now >= next_beat or now >= next_tick
                     or self._lease_size(now) > 0)
 
-    def _run(self) -> None:
+    def _run(self) -> None:  # noqa: C901 (the I/O thread's loop: its error handling in one place)
         now = time.monotonic()
         next_beat, next_tick = now + self.heartbeat, now + self.tick
         while True:

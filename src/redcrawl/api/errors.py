@@ -143,7 +143,7 @@ def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
 
 
 
-def install(app: FastAPI, settings: Settings) -> None:
+def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested handler per error kind, registered together)
     """Register the exception handlers that give every error the JSON shape."""
 
     # --- errors ----------------------------------------------------------------------

@@ -1,0 +1,55 @@
+"""What the API tests share: tokens, settings, and the app served by a real uvicorn in a
+thread (not fixtures: each test module builds what it needs from these)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import redis
+import uvicorn
+
+from redcrawl.api import create_app
+from redcrawl.settings import Settings
+
+from .conftest import _free_port
+
+__all__ = ["ADMIN", "AUTH_ADMIN", "AUTH_READ", "MAX_BATCH", "READ", "SRC", "ApiServer",
+           "api_settings"]
+
+READ = "read-token-1"
+ADMIN = "admin-token-1"
+AUTH_READ = {"Authorization": f"Bearer {READ}"}
+AUTH_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
+MAX_BATCH = 10
+SRC = Path(__file__).resolve().parent.parent / "src"
+
+
+class ApiServer:
+    """The app served by a real uvicorn on a free loopback port, in a thread."""
+
+    def __init__(self, settings: Settings, client: redis.Redis) -> None:
+        self.settings = settings
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        config = uvicorn.Config(create_app(settings, client), host="127.0.0.1",
+                                port=self.port, log_level="warning", access_log=False)
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("uvicorn did not start")
+            time.sleep(0.01)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+def api_settings(url: str, **changes: Any) -> Settings:
+    return Settings(redis_url=url, api_tokens=(READ,), api_admin_tokens=(ADMIN,),
+                    api_max_batch=MAX_BATCH, retry_backoff=0.0, max_attempts=3, **changes)

@@ -1,0 +1,51 @@
+"""What the SIGKILL tests share: reading a frontier worker's log, and killing a worker at
+a moment it holds leases (frozen first, so what is seen held is what it holds)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from redcrawl.frontier import InflightInfo, ListsFrontier
+
+__all__ = ["kill_while_holding", "parse_log"]
+
+
+def parse_log(log: Path) -> tuple[list[list[tuple[str, str]]], list[int]]:
+    """Batches of (id, token) processed, and the acked count of each batch that got one."""
+    batches: list[list[tuple[str, str]]] = []
+    acked: list[int] = []
+    current: list[tuple[str, str]] = []
+    for line in log.read_text().splitlines():
+        kind, a, b = line.split()
+        if kind == "P":
+            current.append((a, b))
+        else:
+            batches.append(current)
+            acked.append(int(a))
+            assert int(b) == len(current)
+            current = []
+    if current:
+        batches.append(current)  # processed, never acked: the kill came in between
+    return batches, acked
+
+
+def kill_while_holding(proc: subprocess.Popen[bytes], worker: str, frontier: ListsFrontier,
+                       deadline: float) -> list[InflightInfo]:
+    """SIGKILL ``proc`` at a moment it holds leases, and return them. It is frozen first
+    (SIGSTOP) and a command it had already sent is given time to finish, so what is seen
+    held is what it holds when killed; if it holds nothing, it runs on a little and the
+    next moment is tried."""
+    while True:
+        assert time.monotonic() < deadline, f"{worker} never held a lease"
+        proc.send_signal(signal.SIGSTOP)
+        time.sleep(0.05)
+        held = [x for x in frontier.inflight(limit=10_000) if x.worker == worker]
+        if held:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            return held
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(0.003)
