@@ -3,11 +3,13 @@ thread (not fixtures: each test module builds what it needs from these)."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import redis
 import uvicorn
 
@@ -17,7 +19,7 @@ from redcrawl.settings import Settings
 from .conftest import _free_port
 
 __all__ = ["ADMIN", "AUTH_ADMIN", "AUTH_READ", "MAX_BATCH", "READ", "SRC", "ApiServer",
-           "api_settings"]
+           "api_settings", "wait_serving"]
 
 READ = "read-token-1"
 ADMIN = "admin-token-1"
@@ -53,3 +55,17 @@ class ApiServer:
 def api_settings(url: str, **changes: Any) -> Settings:
     return Settings(redis_url=url, api_tokens=(READ,), api_admin_tokens=(ADMIN,),
                     api_max_batch=MAX_BATCH, retry_backoff=0.0, max_attempts=3, **changes)
+
+
+def wait_serving(proc: subprocess.Popen[bytes], url: str, log: Path,
+                 timeout: float = 30) -> httpx.Response:
+    """The first answer of a ``redcrawl serve`` process at ``url``; fails with its log if
+    it exits or does not answer within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return httpx.get(url, timeout=2)
+        except httpx.TransportError:
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)

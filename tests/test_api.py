@@ -24,7 +24,16 @@ from redcrawl.frontier import ListsFrontier, StreamsFrontier, open_frontier
 from redcrawl.scrapy.scheduler import seed
 from redcrawl.settings import Settings
 
-from .apikit import ADMIN, AUTH_ADMIN, AUTH_READ, MAX_BATCH, SRC, ApiServer, api_settings
+from .apikit import (
+    ADMIN,
+    AUTH_ADMIN,
+    AUTH_READ,
+    MAX_BATCH,
+    SRC,
+    ApiServer,
+    api_settings,
+    wait_serving,
+)
 from .conftest import RedisServer, _binary, _free_port
 
 
@@ -300,15 +309,7 @@ def test_redcrawl_serve_command(redis7: RedisServer, redis7_client: redis.Redis,
         proc = subprocess.Popen([sys.executable, "-m", "redcrawl", "serve"], cwd=tmp_path,
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                r = httpx.get(f"http://127.0.0.1:{port}/v1/ready", timeout=2)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
+        r = wait_serving(proc, f"http://127.0.0.1:{port}/v1/ready", log, timeout=20)
         assert r.json() == {"status": "ok"}
         r = httpx.post(f"http://127.0.0.1:{port}/v1/crawls/cli/requests",
                        json={"requests": [{"url": "https://example.com/"}]})

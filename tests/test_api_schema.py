@@ -12,7 +12,6 @@ import re
 import shutil
 import subprocess
 import sys
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from schemathesis.generation import GenerationMode
 from redcrawl.api import create_app
 from redcrawl.settings import Settings
 
-from .apikit import ADMIN, AUTH_ADMIN, AUTH_READ, READ, SRC, ApiServer, api_settings
+from .apikit import ADMIN, AUTH_ADMIN, AUTH_READ, READ, SRC, ApiServer, api_settings, wait_serving
 from .conftest import RedisServer, _free_port
 
 MAX_EXAMPLES = 12
@@ -158,15 +157,7 @@ def test_black_box_run_reports_no_failures(kind: str, redis7: RedisServer,
     try:
         import httpx
 
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{url}/v1/health", timeout=2)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
+        wait_serving(proc, f"{url}/v1/health", log, timeout=30)
         httpx.post(f"{url}/v1/crawls/c/requests", headers=AUTH_ADMIN if kind != "none"
                    else {}, json={"requests": [{"url": "https://example.com/"}]},
                    timeout=10).raise_for_status()

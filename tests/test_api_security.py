@@ -22,7 +22,7 @@ import redis
 from redcrawl.api import check_bind
 from redcrawl.settings import Settings
 
-from .apikit import ADMIN, AUTH_READ, SRC, ApiServer, api_settings
+from .apikit import ADMIN, AUTH_READ, SRC, ApiServer, api_settings, wait_serving
 from .conftest import RedisServer, _free_port
 
 STATE_CHANGING = [("POST", "/v1/crawls/c/requests"), ("POST", "/v1/crawls/c/dead/requeue"),
@@ -116,15 +116,7 @@ def serve_process(redis7: RedisServer, tmp_path: Path) -> Iterator[str]:
                                 env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{url}/v1/health", timeout=2)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
+        wait_serving(proc, f"{url}/v1/health", log, timeout=30)
         yield url
     finally:
         proc.terminate()
@@ -249,15 +241,7 @@ def test_ipv6_literal_host_binds(redis7: RedisServer, tmp_path: Path) -> None:
                                  "--port", str(port)], cwd=tmp_path, env=env, stdout=out,
                                 stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                r = httpx.get(f"http://[::1]:{port}/v1/health", timeout=2)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, log.read_text()
-                assert time.monotonic() < deadline, log.read_text()
-                time.sleep(0.1)
+        r = wait_serving(proc, f"http://[::1]:{port}/v1/health", log, timeout=30)
         assert r.json() == {"status": "ok"}
         r = httpx.post(f"http://[::1]:{port}/v1/crawls/v6/requests", json=SUBMIT, timeout=10)
         assert r.status_code == 200, r.text
