@@ -3,9 +3,12 @@ thread (not fixtures: each test module builds what it needs from these)."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ from redcrawl.settings import Settings
 from .conftest import _free_port
 
 __all__ = ["ADMIN", "AUTH_ADMIN", "AUTH_READ", "MAX_BATCH", "READ", "SRC", "ApiServer",
-           "api_settings", "wait_serving"]
+           "api_settings", "serving"]
 
 READ = "read-token-1"
 ADMIN = "admin-token-1"
@@ -57,7 +60,7 @@ def api_settings(url: str, **changes: Any) -> Settings:
                     api_max_batch=MAX_BATCH, retry_backoff=0.0, max_attempts=3, **changes)
 
 
-def wait_serving(proc: subprocess.Popen[bytes], url: str, log: Path,
+def _wait_serving(proc: subprocess.Popen[bytes], url: str, log: Path,
                  timeout: float = 30) -> httpx.Response:
     """The first answer of a ``redcrawl serve`` process at ``url``; fails with its log if
     it exits or does not answer within ``timeout`` seconds."""
@@ -69,3 +72,19 @@ def wait_serving(proc: subprocess.Popen[bytes], url: str, log: Path,
             assert proc.poll() is None, log.read_text()
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def serving(cwd: Path, env: dict[str, str], health_url: str, *args: str,
+            timeout: float = 30) -> Iterator[tuple[httpx.Response, Path]]:
+    """``redcrawl serve ARGS`` in its own process for the block: yields its first answer
+    at ``health_url`` and its log file (still there after the block); terminated after."""
+    log = cwd / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "redcrawl", "serve", *args], cwd=cwd,
+                                env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        yield _wait_serving(proc, health_url, log, timeout), log
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -32,7 +32,7 @@ from .apikit import (
     SRC,
     ApiServer,
     api_settings,
-    wait_serving,
+    serving,
 )
 from .conftest import RedisServer, _binary, _free_port
 
@@ -304,20 +304,12 @@ def test_redcrawl_serve_command(redis7: RedisServer, redis7_client: redis.Redis,
            "REDCRAWL_API_PORT": str(port)}
     env.pop("REDCRAWL_API_TOKENS", None)
     env.pop("REDCRAWL_API_ADMIN_TOKENS", None)
-    log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "redcrawl", "serve"], cwd=tmp_path,
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
-    try:
-        r = wait_serving(proc, f"http://127.0.0.1:{port}/v1/ready", log, timeout=20)
+    with serving(tmp_path, env, f"http://127.0.0.1:{port}/v1/ready") as (r, log):
         assert r.json() == {"status": "ok"}
         r = httpx.post(f"http://127.0.0.1:{port}/v1/crawls/cli/requests",
                        json={"requests": [{"url": "https://example.com/"}]})
         assert r.json()["accepted"] == 1
         assert redis7_client.exists("rc:{cli}:stats")
-    finally:
-        proc.terminate()
-        proc.wait(10)
     assert "without authentication" in log.read_text().lower()
     bad = subprocess.run([sys.executable, "-m", "redcrawl", "serve", "--host", "0.0.0.0"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +26,7 @@ from schemathesis.generation import GenerationMode
 from redcrawl.api import create_app
 from redcrawl.settings import Settings
 
-from .apikit import ADMIN, AUTH_ADMIN, AUTH_READ, READ, SRC, ApiServer, api_settings, wait_serving
+from .apikit import ADMIN, AUTH_ADMIN, AUTH_READ, READ, SRC, ApiServer, api_settings, serving
 from .conftest import RedisServer, _free_port
 
 MAX_EXAMPLES = 12
@@ -149,15 +148,10 @@ def test_black_box_run_reports_no_failures(kind: str, redis7: RedisServer,
         env.update(REDCRAWL_API_TOKENS=READ, REDCRAWL_API_ADMIN_TOKENS=ADMIN)
     auth = [] if kind == "none" else ["-H", f"Authorization: Bearer "
                                             f"{ADMIN if kind == 'admin' else READ}"]
-    log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "redcrawl", "serve"], cwd=tmp_path,
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
+    with serving(tmp_path, env, f"{url}/v1/health"):
         import httpx
 
-        wait_serving(proc, f"{url}/v1/health", log, timeout=30)
         httpx.post(f"{url}/v1/crawls/c/requests", headers=AUTH_ADMIN if kind != "none"
                    else {}, json={"requests": [{"url": "https://example.com/"}]},
                    timeout=10).raise_for_status()
@@ -170,12 +164,9 @@ def test_black_box_run_reports_no_failures(kind: str, redis7: RedisServer,
         run = subprocess.run(
             [shutil.which("st") or "st", "--config-file", str(config), "run",
              f"{url}/openapi.json", *auth,
-             "--checks", "all", "--max-examples", os.environ.get("REDCRAWL_ST_EXAMPLES", "5"),
+             "--checks", "all", "--max-examples", os.environ.get("ST_EXAMPLES", "5"),
              "--workers", "1", "--no-color", "--seed", "1"],
             capture_output=True, text=True, timeout=540, cwd=tmp_path)
-    finally:
-        proc.terminate()
-        proc.wait(10)
     tail = run.stdout[-6000:]
     print(tail)
     assert run.returncode == 0, tail + run.stderr[-2000:]

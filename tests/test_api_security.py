@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -22,7 +20,7 @@ import redis
 from redcrawl.api import check_bind
 from redcrawl.settings import Settings
 
-from .apikit import ADMIN, AUTH_READ, SRC, ApiServer, api_settings, wait_serving
+from .apikit import ADMIN, AUTH_READ, SRC, ApiServer, api_settings, serving
 from .conftest import RedisServer, _free_port
 
 STATE_CHANGING = [("POST", "/v1/crawls/c/requests"), ("POST", "/v1/crawls/c/dead/requeue"),
@@ -110,17 +108,9 @@ def serve_process(redis7: RedisServer, tmp_path: Path) -> Iterator[str]:
     env = {**os.environ, "PYTHONPATH": str(SRC), "REDCRAWL_REDIS_URL": redis7.url,
            "REDCRAWL_API_PORT": str(port), "REDCRAWL_API_ADMIN_TOKENS": ADMIN,
            "REDCRAWL_API_MAX_BATCH": "1000"}
-    log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "redcrawl", "serve"], cwd=tmp_path,
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
-    try:
-        wait_serving(proc, f"{url}/v1/health", log, timeout=30)
+    with serving(tmp_path, env, f"{url}/v1/health"):
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 def _health_while(url: str, posts: list[threading.Thread]) -> tuple[list[float], int]:
@@ -235,18 +225,10 @@ def test_ipv6_literal_host_binds(redis7: RedisServer, tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(SRC), "REDCRAWL_REDIS_URL": redis7.url}
     env.pop("REDCRAWL_API_TOKENS", None)
     env.pop("REDCRAWL_API_ADMIN_TOKENS", None)
-    log = tmp_path / "serve.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "redcrawl", "serve", "--host", "[::1]",
-                                 "--port", str(port)], cwd=tmp_path, env=env, stdout=out,
-                                stderr=subprocess.STDOUT)
-    try:
-        r = wait_serving(proc, f"http://[::1]:{port}/v1/health", log, timeout=30)
+    with serving(tmp_path, env, f"http://[::1]:{port}/v1/health", "--host", "[::1]",
+                 "--port", str(port)) as (r, log):
         assert r.json() == {"status": "ok"}
         r = httpx.post(f"http://[::1]:{port}/v1/crawls/v6/requests", json=SUBMIT, timeout=10)
         assert r.status_code == 200, r.text
-    finally:
-        proc.terminate()
-        proc.wait(10)
     text = log.read_text()
     assert text.lower().count("without authentication") == 1, text  # said once

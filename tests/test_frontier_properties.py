@@ -281,38 +281,27 @@ class CorruptingMachine(FrontierMachine):
         assert c.finished and c.conserved and c.done == 5, c
 
 
-@pytest.mark.parametrize("backend,ordering", [("lists", "fifo"), ("lists", "lifo"),
-                                              ("lists", "priority"), ("streams", "fifo")])
-def test_random_interleavings(redis7: RedisServer, backend: str, ordering: str) -> None:
-    client = redis.Redis.from_url(redis7.url)
-
-    class Machine(FrontierMachine):
-        pass
-
-    Machine.client = client
-    Machine.ordering = ordering
-    Machine.backend = backend
-    Machine.TestCase.settings = settings(
+def _run(machine: type[FrontierMachine], url: str, **attrs: str) -> None:
+    """Run a subclass of ``machine`` with ``attrs`` on the server at ``url``."""
+    client = redis.Redis.from_url(url)
+    cls = type("Machine", (machine,), {"client": client, **attrs})
+    cls.TestCase.settings = settings(
         max_examples=60, stateful_step_count=40, deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
     )
-    Machine.TestCase().runTest()
-    client.close()
+    try:
+        cls.TestCase().runTest()
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("backend,ordering", [("lists", "fifo"), ("lists", "lifo"),
+                                              ("lists", "priority"), ("streams", "fifo")])
+def test_random_interleavings(redis7: RedisServer, backend: str, ordering: str) -> None:
+    _run(FrontierMachine, redis7.url, ordering=ordering, backend=backend)
 
 
 @pytest.mark.parametrize("backend", ["lists", "streams"])
 def test_random_corruption_loses_nothing_and_stalls_nothing(redis_server: RedisServer,
                                                            backend: str) -> None:
-    client = redis.Redis.from_url(redis_server.url)
-
-    class Machine(CorruptingMachine):
-        pass
-
-    Machine.client = client
-    Machine.backend = backend
-    Machine.TestCase.settings = settings(
-        max_examples=60, stateful_step_count=40, deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
-    Machine.TestCase().runTest()
-    client.close()
+    _run(CorruptingMachine, redis_server.url, backend=backend)

@@ -48,7 +48,7 @@ import pickle
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from redcrawl import codec
 from redcrawl.errors import ConfigError, DecodeError, EncodeError
@@ -56,6 +56,7 @@ from redcrawl.fingerprint import MODE_FIELD, Fingerprinter, crawl_fingerprint_mo
 from redcrawl.frontier import ListsFrontier
 from redcrawl.frontier.lists import redis_errors
 from redcrawl.lock import CrawlLock
+from redcrawl.settings import QUEUE_CLASSES, Ordering
 
 __all__ = [
     "DEFAULT_DUPEFILTER_KEY",
@@ -76,20 +77,6 @@ DEFAULT_DUPEFILTER_KEY = "%(spider)s:dupefilter"
 """scrapy-redis's ``SCHEDULER_DUPEFILTER_KEY`` default."""
 MIGRATED_FIELD = "migrated-from"
 """Field of the crawl's control hash: JSON of the imports done into it, by queue key."""
-
-QueueOrder = Literal["fifo", "lifo", "priority"]
-
-_QUEUE_CLASSES: dict[str, QueueOrder] = {
-    "scrapy_redis.queue.PriorityQueue": "priority",
-    "scrapy_redis.queue.SpiderPriorityQueue": "priority",
-    "scrapy_redis.queue.FifoQueue": "fifo",
-    "scrapy_redis.queue.SpiderQueue": "fifo",
-    "scrapy_redis.queue.LifoQueue": "lifo",
-    "scrapy_redis.queue.SpiderStack": "lifo",
-    "priority": "priority",
-    "fifo": "fifo",
-    "lifo": "lifo",
-}
 
 _REQUEST_KEYS = frozenset(("url", "callback", "errback", "headers", "body", "cookies", "meta",
                            "encoding", "flags", "cb_kwargs", "dont_filter", "method",
@@ -230,15 +217,15 @@ class MigrationResult:
         return asdict(self)
 
 
-def _queue_order(source: Any, key: str, queue_class: str | None) -> tuple[str, QueueOrder]:
+def _queue_order(source: Any, key: str, queue_class: str | None) -> tuple[str, Ordering]:
     kind = source.type(key)
     kind = kind.decode() if isinstance(kind, bytes) else str(kind)
     wanted = None
     if queue_class is not None:
-        wanted = _QUEUE_CLASSES.get(queue_class.strip())
+        wanted = QUEUE_CLASSES.get(queue_class.strip())
         if wanted is None:
             raise ConfigError("SCHEDULER_QUEUE_CLASS", f"{queue_class!r} is not a scrapy-redis "
-                              f"queue class; use one of {', '.join(_QUEUE_CLASSES)}")
+                              f"queue class; use one of {', '.join(QUEUE_CLASSES)}")
     if kind == "zset":
         if wanted not in (None, "priority"):
             raise ConfigError("SCHEDULER_QUEUE_CLASS", f"{key!r} is a sorted set, written by "
@@ -256,7 +243,7 @@ def _queue_order(source: Any, key: str, queue_class: str | None) -> tuple[str, Q
                       "(a sorted set or a list)")
 
 
-def _entries(source: Any, key: str, kind: str, order: QueueOrder, reverse: bool,
+def _entries(source: Any, key: str, kind: str, order: Ordering, reverse: bool,
              page: int) -> Iterator[tuple[int, bytes]]:
     """The queue's entries in the order scrapy-redis pops them (or the reverse), read in
     pages: ``(position, data)``. ZRANGE ascending is the PriorityQueue's pop order,
@@ -381,7 +368,7 @@ def _note(result: MigrationResult, position: int, reason: str) -> None:
 
 
 def _import_queue(source: Any, frontier: ListsFrontier, result: MigrationResult,
-                  fingerprinter: Fingerprinter, kind: str, order: QueueOrder, *,
+                  fingerprinter: Fingerprinter, kind: str, order: Ordering, *,
                   reverse: bool, batch: int, dry_run: bool, lock: CrawlLock,
                   progress: Callable[[str, int], None] | None) -> set[bytes]:
     """Push the queue's requests; returns their fingerprints."""

@@ -32,7 +32,8 @@ from typing import Any, Literal, cast
 from redcrawl.errors import ConfigError
 from redcrawl.keys import validate_crawl_name
 
-__all__ = ["SETTINGS_DOC", "Ordering", "Settings", "startup_notes", "startup_warnings"]
+__all__ = ["QUEUE_CLASSES", "SETTINGS_DOC", "Ordering", "Settings", "startup_notes",
+           "startup_warnings"]
 
 Ordering = Literal["fifo", "lifo", "priority"]
 
@@ -47,7 +48,8 @@ _SCRAPY_REDIS_QUEUES: dict[str, Ordering] = {
 }
 _ORDER_NAMES: dict[Ordering, str] = {"priority": "strict priority", "fifo": "fifo",
                                      "lifo": "lifo"}
-_QUEUE_CLASSES: dict[str, Ordering] = {
+QUEUE_CLASSES: dict[str, Ordering] = {
+    # SCHEDULER_QUEUE_CLASS values (scrapy-redis's classes and our own names) -> ordering
     **{f"scrapy_redis.queue.{name}": order for name, order in _SCRAPY_REDIS_QUEUES.items()},
     "fifo": "fifo",
     "lifo": "lifo",
@@ -127,8 +129,8 @@ def _ordering(name: str, v: Any) -> Ordering:
     if isinstance(v, type):
         v = f"{v.__module__}.{v.__qualname__}"
     s = str(v).strip()
-    if s in _QUEUE_CLASSES:
-        return _QUEUE_CLASSES[s]
+    if s in QUEUE_CLASSES:
+        return QUEUE_CLASSES[s]
     known = ", ".join(_SCRAPY_REDIS_QUEUES)
     if s.startswith("scrapy_redis."):
         raise ConfigError(name, f"{s!r} is not a queue class of scrapy-redis 0.9.1 (those "
