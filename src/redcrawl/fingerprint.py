@@ -582,7 +582,7 @@ def crawl_fingerprint_mode(client: Any, keys: CrawlKeys,
     :class:`~redcrawl.errors.ConfigError`: fingerprints of two modes never match, so the
     crawl would fetch everything again.
     """
-    from redcrawl.frontier.lists import redis_errors
+    from redcrawl.transport import redis_errors
 
     with redis_errors("reading the crawl's fingerprint mode"):
         recorded = client.hget(keys.control, MODE_FIELD)

@@ -22,8 +22,8 @@ import redis.exceptions
 import redis.lock
 
 from redcrawl.errors import LockError
-from redcrawl.frontier.lists import redis_errors
 from redcrawl.keys import CrawlKeys
+from redcrawl.transport import redis_errors
 
 __all__ = ["CrawlLock"]
 

@@ -54,9 +54,9 @@ from redcrawl import codec
 from redcrawl.errors import ConfigError, DecodeError, EncodeError
 from redcrawl.fingerprint import MODE_FIELD, Fingerprinter, crawl_fingerprint_mode
 from redcrawl.frontier import ListsFrontier
-from redcrawl.frontier.lists import redis_errors
 from redcrawl.lock import CrawlLock
 from redcrawl.settings import QUEUE_CLASSES, Ordering
+from redcrawl.transport import redis_errors
 
 __all__ = [
     "DEFAULT_DUPEFILTER_KEY",

@@ -25,12 +25,11 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 import redis.exceptions
 
+from redcrawl import scripts
 from redcrawl.errors import ConfigError
 from redcrawl.settings import Settings
 
@@ -204,24 +203,14 @@ def resolve_spec(settings: Settings, *, client: Any = None,
     return spec
 
 
-@cache
-def prelude(mode: Mode) -> str:
-    """Lua source defining ``dd_done_flags`` and ``dd_mark_done`` for ``mode``."""
-    lua = resources.files("redcrawl.dedupe") / "lua"
-    return "\n".join((lua / f).read_text("utf-8") for f in ("common.lua", f"{mode}.lua"))
+def prelude(mode: Mode) -> tuple[str, ...]:
+    """The Lua files defining ``dd_done_flags`` and ``dd_mark_done`` for ``mode`` (paths
+    for :func:`redcrawl.scripts.source`)."""
+    return ("dedupe/lua/common.lua", f"dedupe/lua/{mode}.lua")
 
 
-@cache
-def base_lua() -> str:
-    """``redcrawl/lua/base.lua``: the first lines of every frontier and filter script."""
-    return (resources.files("redcrawl") / "lua" / "base.lua").read_text("utf-8")
-
-
-@cache
-def _filter_source(mode: Mode) -> str:
-    lua = resources.files("redcrawl.dedupe") / "lua"
-    return "\n".join([base_lua(), (lua / "header.lua").read_text("utf-8"), prelude(mode),
-                      (lua / "filter.lua").read_text("utf-8")])
+def _filter_files(mode: Mode) -> tuple[str, ...]:
+    return (scripts.BASE, "dedupe/lua/header.lua", *prelude(mode), "dedupe/lua/filter.lua")
 
 
 def split(fp: bytes, bucket_bits: int) -> tuple[int, int]:
@@ -250,7 +239,7 @@ class Filter:
         self.spec = spec
         self.base = base
         self._clock = clock
-        self._script = client.register_script(_filter_source(spec.mode))
+        self._scripts = scripts.Scripts(client, {"filter": _filter_files(spec.mode)})
 
     def _run(self, op: str, fps: Sequence[bytes]) -> list[bool]:
         if not fps:
@@ -261,8 +250,9 @@ class Filter:
         now = "" if self._clock is None else str(int(self._clock()))
         out: list[bool] = []
         for i in range(0, len(fps), 10_000):
-            flags = self._script(keys=[self.base],
-                                 args=[self.spec.encode(), now, op, *fps[i:i + 10_000]])
+            flags = self._scripts.run("filter", [self.base],
+                                      [self.spec.encode(), now, op, *fps[i:i + 10_000]],
+                                      what=f"dedupe {op}")
             out += [c == ord("1") for c in bytes(flags)]
         return out
 

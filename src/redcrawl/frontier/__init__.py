@@ -18,9 +18,10 @@ from redcrawl.frontier.base import (
     SettleCall,
     Settled,
 )
-from redcrawl.frontier.lists import ListsFrontier, PendingSettle, redis_errors, stored_layout
+from redcrawl.frontier.lists import ListsFrontier, PendingSettle, stored_layout
 from redcrawl.frontier.streams import StreamsFrontier
 from redcrawl.settings import Settings
+from redcrawl.transport import redis_errors
 
 __all__ = [
     "Counts",

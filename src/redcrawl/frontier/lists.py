@@ -17,20 +17,17 @@ import logging
 import os
 import re
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from functools import cache
-from importlib import resources
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import msgpack
 import redis
 import redis.exceptions
 
-from redcrawl import codec, dedupe
+from redcrawl import codec, dedupe, scripts
 from redcrawl.codec import Envelope
-from redcrawl.dedupe import DedupeSpec, Filter, Mode, base_lua
-from redcrawl.errors import ConnectionLost, DecodeError, FrontierError
+from redcrawl.dedupe import DedupeSpec, Filter, Mode
+from redcrawl.errors import DecodeError, FrontierError
 from redcrawl.frontier.base import (
     Counts,
     DeadInfo,
@@ -46,6 +43,7 @@ from redcrawl.frontier.base import (
 )
 from redcrawl.keys import CALL_SLOTS, CrawlKeys
 from redcrawl.settings import Settings
+from redcrawl.transport import redis_errors
 
 __all__ = ["ListsFrontier", "PendingSettle"]
 
@@ -57,32 +55,14 @@ MAINTAIN_LIMIT = 1000
 """Most delayed requests promoted and expired leases reclaimed by one script call."""
 
 
-@cache
-def _source(name: str, mode: Mode, backend: str = "lists") -> str:
-    """A frontier script: base.lua, lib.lua, the dedupe prelude, the backend's ready-queue layer
-    (``queue_<backend>.lua``), ops.lua, then the script (``<name>_<backend>.lua`` if the
-    backend has its own)."""
-    lua = resources.files("redcrawl.frontier") / "lua"
-    own = lua / f"{name}_{backend}.lua"
-    script = own if own.is_file() else lua / f"{name}.lua"
-    parts = [lua / "lib.lua", lua / f"queue_{backend}.lua", lua / "ops.lua", script]
-    text = [p.read_text(encoding="utf-8") for p in parts]
-    return "\n".join([base_lua(), text[0], dedupe.prelude(mode), *text[1:]])
-
-
-@contextmanager
-def redis_errors(what: str) -> Iterator[None]:
-    """Convert Redis client exceptions into redcrawl's errors."""
-    try:
-        yield
-    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-        raise ConnectionLost(
-            f"lost the Redis connection during {what} and the retries ran out ({exc}); "
-            "nothing was acknowledged that was not stored — restart the worker when Redis is "
-            "back and expired leases will be handed out again"
-        ) from exc
-    except redis.exceptions.ResponseError as exc:
-        raise FrontierError(f"Redis refused {what}: {exc}") from exc
+def _files(name: str, mode: Mode, backend: str = "lists") -> tuple[str, ...]:
+    """A frontier script's files: base.lua, lib.lua, the dedupe prelude, the backend's
+    ready-queue layer (``queue_<backend>.lua``), ops.lua, then the script
+    (``<name>_<backend>.lua`` if the backend has its own)."""
+    own = f"frontier/lua/{name}_{backend}.lua"
+    script = own if scripts.exists(own) else f"frontier/lua/{name}.lua"
+    return (scripts.BASE, "frontier/lua/lib.lua", *dedupe.prelude(mode),
+            f"frontier/lua/queue_{backend}.lua", "frontier/lua/ops.lua", script)
 
 
 def record(env: Envelope) -> bytes:
@@ -172,12 +152,11 @@ class ListsFrontier:
         self._common = [self._layout(), ",".join(map(str, settings.tier_bounds)),
                         self.dedupe.encode()]
         self._schedule = fair_schedule(settings.tier_weights)
-        self._scripts = {n: client.register_script(_source(n, self.dedupe.mode, self.BACKEND))
-                         for n in _SCRIPTS}
+        self._scripts = scripts.Scripts(
+            client, {n: _files(n, self.dedupe.mode, self.BACKEND) for n in _SCRIPTS}
+            | {"purge": ("frontier/lua/purge.lua",)})
         self._pipe = _Pipe(self)
         self._call_seq = 0
-        self._purge = client.register_script(
-            (resources.files("redcrawl.frontier") / "lua" / "purge.lua").read_text("utf-8"))
 
     # --- plumbing ------------------------------------------------------------------
     def _script_keys(self) -> list[str]:
@@ -198,9 +177,7 @@ class ListsFrontier:
         return parts[2] if len(parts) == 3 else None
 
     def _run(self, name: str, args: Sequence[Any], client: Any = None) -> Any:
-        with redis_errors(name):
-            return self._scripts[name](keys=self._keys, args=self._argv(args),
-                                       client=client or self.client)
+        return self._scripts.run(name, self._keys, self._argv(args), client=client)
 
     def _ms(self, seconds: float | None, default: float) -> int:
         return int(1000 * (default if seconds is None else seconds))
@@ -427,8 +404,8 @@ class ListsFrontier:
         (only the id and token counters stay, so old leases stay stale)."""
         keys = [*self.keys.all_keys(), *self._extra_keys()]
         keys.remove(self.keys.stats)
+        self._scripts.run("purge", [self.keys.stats, *keys], [])
         with redis_errors("purge"):
-            self._purge(keys=[self.keys.stats, *keys])
             self.done.clear()
             Filter(self.client, self.dedupe, self.keys.fp_seen).clear()
 

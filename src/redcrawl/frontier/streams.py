@@ -43,8 +43,9 @@ from redcrawl.frontier.base import (
     format_id,
     parse_id,
 )
-from redcrawl.frontier.lists import ListsFrontier, from_record, parse_record, redis_errors
+from redcrawl.frontier.lists import ListsFrontier, from_record, parse_record
 from redcrawl.settings import Settings
+from redcrawl.transport import redis_errors
 
 __all__ = ["GROUP", "PendingEntry", "ShardInfo", "StreamsFrontier", "host_of", "shard_of"]
 
