@@ -116,17 +116,14 @@ def pack_default(obj: Any) -> Any:  # noqa: C901 (one branch per tagged msgpack 
         ext_counts[0] += 1
         code = _EXT_TUPLE if t is tuple else _EXT_SET if t is set else _EXT_FROZENSET
         return msgpack.ExtType(code, pack(list(obj)))
-    if isinstance(obj, dt.datetime):
+    if isinstance(obj, dt.datetime | dt.time):  # before date: a datetime is a date
         ext_counts[0] += 1
         naive = obj.replace(tzinfo=None, fold=0).isoformat()
-        return msgpack.ExtType(_EXT_DATETIME, pack([naive, obj.fold, _tz_out(obj.tzinfo)]))
+        code = _EXT_DATETIME if isinstance(obj, dt.datetime) else _EXT_TIME
+        return msgpack.ExtType(code, pack([naive, obj.fold, _tz_out(obj.tzinfo)]))
     if isinstance(obj, dt.date):
         ext_counts[0] += 1
         return msgpack.ExtType(_EXT_DATE, obj.isoformat().encode())
-    if isinstance(obj, dt.time):
-        ext_counts[0] += 1
-        naive = obj.replace(tzinfo=None, fold=0).isoformat()
-        return msgpack.ExtType(_EXT_TIME, pack([naive, obj.fold, _tz_out(obj.tzinfo)]))
     if isinstance(obj, dt.timedelta):
         ext_counts[0] += 1
         return msgpack.ExtType(_EXT_TIMEDELTA,

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from redcrawl.api import inputs
 from redcrawl.api.inputs import MAX_BODY_CHARS as MAX_BODY_CHARS
 from redcrawl.api.inputs import MAX_DELAY as MAX_DELAY
 from redcrawl.api.inputs import MAX_HEADERS as MAX_HEADERS
@@ -28,12 +29,6 @@ if TYPE_CHECKING:
     from redcrawl.frontier.base import RequestInfo
 
 __all__ = [
-    "MAX_BODY_CHARS",
-    "MAX_DELAY",
-    "MAX_HEADERS",
-    "MAX_LIST_LIMIT",
-    "MAX_URL_LENGTH",
-    "REQUEST_ID_PATTERN",
     "CrawlDetail",
     "CrawlList",
     "CrawlListItem",
@@ -52,15 +47,13 @@ __all__ = [
     "Rates",
     "ReclaimedOut",
     "RequestDetail",
-    "RequestIn",
-    "RequeueIn",
     "RequeuedOut",
-    "SubmitIn",
     "SubmitItem",
     "SubmitOut",
     "WorkerItem",
     "WorkerList",
 ]
+__all__ += inputs.__all__  # the request bodies, re-exported
 
 
 def printable(text: str) -> str:

@@ -66,6 +66,18 @@ def redact(uri: str) -> str:
     return re.sub(r"(://[^:/?#@]*:)[^@/?#]*@", r"\1***@", uri)
 
 
+def upsert_sql(table: str, values: dict[str, str], *, updated_at: str) -> str:
+    """The one upsert statement of both sinks: insert ``values`` (column -> SQL value),
+    or on a key already stored replace its item and spider, set ``updated_at`` and bump
+    ``version``."""
+    t = quote(table)
+    return (
+        f"INSERT INTO {t} ({', '.join(values)}) VALUES ({', '.join(values.values())}) "
+        "ON CONFLICT (key) DO UPDATE SET item = excluded.item, spider = excluded.spider, "
+        f"updated_at = {updated_at}, version = {t}.version + 1"
+    )
+
+
 def check_columns(table: str, columns: set[str]) -> None:
     missing = [c for c in COLUMNS if c not in columns]
     if missing:

@@ -15,6 +15,7 @@ from redcrawl.scrapy.sinks.common import (
     check_table,
     quote,
     redact,
+    upsert_sql,
 )
 
 logger = logging.getLogger(__name__)
@@ -51,12 +52,8 @@ class PostgresSink:
         self.table = check_table(table)
         self.connect_timeout = connect_timeout
         self._conn: Any = None
-        t = quote(self.table)
-        self._upsert_sql = (
-            f"INSERT INTO {t} (key, item, spider) VALUES (%s, %s::jsonb, %s) "
-            "ON CONFLICT (key) DO UPDATE SET item = excluded.item, spider = excluded.spider, "
-            f"updated_at = now(), version = {t}.version + 1"
-        )
+        self._upsert_sql = upsert_sql(
+            self.table, {"key": "%s", "item": "%s::jsonb", "spider": "%s"}, updated_at="now()")
 
     def __repr__(self) -> str:
         return f"PostgresSink({redact(self.dsn)!r}, table={self.table!r})"

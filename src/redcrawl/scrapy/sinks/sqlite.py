@@ -10,7 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from redcrawl.scrapy.sinks.common import DEFAULT_ITEMS_TABLE, check_columns, check_table, quote
+from redcrawl.scrapy.sinks.common import (
+    DEFAULT_ITEMS_TABLE,
+    check_columns,
+    check_table,
+    quote,
+    upsert_sql,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,13 +43,10 @@ class SQLiteSink:
         self.synchronous = synchronous.upper()
         self.timeout = timeout
         self._conn: sqlite3.Connection | None = None
-        t = quote(self.table)
-        self._upsert_sql = (
-            f"INSERT INTO {t} (key, item, spider, first_seen, updated_at, version) "
-            f"VALUES (?, ?, ?, {_SQLITE_NOW}, {_SQLITE_NOW}, 1) "
-            "ON CONFLICT (key) DO UPDATE SET item = excluded.item, spider = excluded.spider, "
-            f"updated_at = excluded.updated_at, version = {t}.version + 1"
-        )
+        self._upsert_sql = upsert_sql(
+            self.table, {"key": "?", "item": "?", "spider": "?", "first_seen": _SQLITE_NOW,
+                         "updated_at": _SQLITE_NOW, "version": "1"},
+            updated_at="excluded.updated_at")
 
     def __repr__(self) -> str:
         return f"SQLiteSink({str(self.path)!r}, table={self.table!r})"
