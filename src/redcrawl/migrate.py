@@ -1,3 +1,4 @@
+# Over 450 lines on purpose: one job (moving a scrapy-redis crawl in); the only module to unpickle.
 """Move a crawl from scrapy-redis 0.9.1 to redcrawl: its request queue and its dupefilter.
 
 A scrapy-redis crawl lives in two keys (by default ``<spider>:requests`` and

@@ -1,3 +1,4 @@
+# Over 450 lines on purpose: command, spider check, supervisor, runner: one unit all callers share.
 """Run and supervise N local Scrapy worker processes on one crawl.
 
 The library side of ``redcrawl crawl`` (and of ``redcrawl demo``, the test harness and
@@ -23,9 +24,7 @@ What the supervisor guarantees:
   leases to expire.
 
 The live display fed by :func:`run_workers`'s ``progress`` callback is
-:class:`redcrawl.progress.ProgressDisplay`. (Over 450 lines on purpose: the command
-builder, the spider check, the supervisor and the crawl runner are one unit that the
-CLI, the demo, the tests and the bench share.)
+:class:`redcrawl.progress.ProgressDisplay`.
 """
 
 from __future__ import annotations

@@ -1,26 +1,34 @@
-"""Request and response bodies of the HTTP API, with the limits the OpenAPI schema shows."""
+"""Response bodies of the HTTP API. A response that shows a frontier record is built from
+the record (pydantic's ``from_attributes``, :class:`_Record`), so a field added to a record
+shows up here as a mismatch (tests/test_api.py) rather than silently missing. The request
+bodies are in :mod:`redcrawl.api.inputs` and re-exported here."""
 
 from __future__ import annotations
 
 import base64
-import binascii
+import dataclasses
 import math
-import re
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from redcrawl.callbacks import callback_name_problem, framework_names
-from redcrawl.settings import PRIORITY_LIMIT
-from redcrawl.urls import url_problem
+from redcrawl.api import inputs
+from redcrawl.api.inputs import MAX_BODY_CHARS as MAX_BODY_CHARS
+from redcrawl.api.inputs import MAX_DELAY as MAX_DELAY
+from redcrawl.api.inputs import MAX_HEADERS as MAX_HEADERS
+from redcrawl.api.inputs import MAX_LIST_LIMIT as MAX_LIST_LIMIT
+from redcrawl.api.inputs import MAX_URL_LENGTH as MAX_URL_LENGTH
+from redcrawl.api.inputs import META_VALUE_SCHEMA as META_VALUE_SCHEMA
+from redcrawl.api.inputs import REQUEST_ID_PATTERN as REQUEST_ID_PATTERN
+from redcrawl.api.inputs import RequestIn as RequestIn
+from redcrawl.api.inputs import RequeueIn as RequeueIn
+from redcrawl.api.inputs import SubmitIn as SubmitIn
+
+if TYPE_CHECKING:
+    from redcrawl.codec import Envelope
+    from redcrawl.frontier.base import RequestInfo
 
 __all__ = [
-    "MAX_BODY_CHARS",
-    "MAX_DELAY",
-    "MAX_HEADERS",
-    "MAX_LIST_LIMIT",
-    "MAX_URL_LENGTH",
-    "REQUEST_ID_PATTERN",
     "CrawlDetail",
     "CrawlList",
     "CrawlListItem",
@@ -39,67 +47,22 @@ __all__ = [
     "Rates",
     "ReclaimedOut",
     "RequestDetail",
-    "RequestIn",
-    "RequeueIn",
     "RequeuedOut",
-    "SubmitIn",
     "SubmitItem",
     "SubmitOut",
     "WorkerItem",
     "WorkerList",
 ]
-
-MAX_URL_LENGTH = 8192
-MAX_BODY_CHARS = 1_000_000
-MAX_HEADERS = 100
-MAX_DELAY = 30 * 24 * 3600.0
-"""Longest delay of a submitted request: 30 days."""
-MAX_LIST_LIMIT = 1000
-MAX_REQUEUE_IDS = 10_000
-HARD_MAX_BATCH = 100_000
-"""The largest REDCRAWL_API_MAX_BATCH allows; the schema served shows the configured one."""
-REQUEST_ID_PATTERN = r"^([0-9a-fA-F]{40}|#[0-9]{1,20})$"
-CALLBACK_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
-_LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
-_H = "[0-9A-Fa-f]{1,4}"
-_IPV6 = (f"(?:(?:{_H}:){{7}}{_H}|(?:{_H}:){{1,6}}:|(?:{_H}:){{1,6}}:{_H}"
-         f"|(?:{_H}:){{1,5}}(?::{_H}){{1,2}}|(?:{_H}:){{1,4}}(?::{_H}){{1,3}}"
-         f"|(?:{_H}:){{1,3}}(?::{_H}){{1,4}}|(?:{_H}:){{1,2}}(?::{_H}){{1,5}}"
-         f"|{_H}:(?::{_H}){{1,6}}|:(?:(?::{_H}){{1,6}}|:))")
-_PORT = r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?"
-URL_PATTERN = (r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[^\x00-\x20\x7f/?#@\[\]\\]*@)?"
-               rf"(?:{_LABEL}(?:\.{_LABEL})*\.?|\[{_IPV6}\]){_PORT}"
-               r"(?:[/?#][^\x00-\x20\x7f]*)?$")
-_URL = re.compile(URL_PATTERN)
-"""An absolute http(s) URL with an ASCII host name or IP literal (IDNA names in their
-``xn--`` form), no whitespace or control characters; :func:`redcrawl.urls.url_problem`
-checks the rest (IPv6 literal syntax)."""
-_FRAMEWORK_NAMES: list[JsonValue] = [
-    n for n in sorted(framework_names()) if n.isidentifier() and not n.startswith("_")]
-"""Names the callback pattern allows that are refused anyway (Scrapy's own methods)."""
-BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
-"""A body with ``body_base64: true``: standard base64, padded."""
-METHOD_PATTERN = r"^[A-Za-z]{1,16}$"
-HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$"
-
-HeaderName = Annotated[str, Field(pattern=HEADER_NAME_PATTERN)]
-HeaderValue = Annotated[str, Field(max_length=8192, pattern=r"^[^\r\n\x00]*$")]
-HeaderPair = tuple[HeaderName, HeaderValue]
-HeaderMap = Annotated[dict[HeaderName, HeaderValue | list[HeaderValue]],
-                      Field(max_length=MAX_HEADERS,
-                            json_schema_extra={"additionalProperties": False})]
-HeaderList = Annotated[list[HeaderPair], Field(max_length=MAX_HEADERS)]
+__all__ += inputs.__all__  # the request bodies, re-exported
 
 
-def _whole(value: Any) -> Any:
-    # JSON Schema's "integer" includes 5.0; strict mode still refuses "5" and true
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+def printable(text: str) -> str:
+    """``text`` safe to put in a JSON response (no lone surrogates)."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-WholeNumber = Annotated[int, BeforeValidator(_whole)]
-"""An integer; a float with no fractional part (``5.0``) counts as one, as in JSON Schema."""
-RequestId = Annotated[str, Field(pattern=REQUEST_ID_PATTERN,
-                                 examples=["0123456789abcdef0123456789abcdef01234567"])]
+Printable = Annotated[str, AfterValidator(printable)]
+"""Text from Redis (an error message, a meta key): made printable, never refused."""
 
 
 class _Record(BaseModel):
@@ -108,147 +71,6 @@ class _Record(BaseModel):
 
     model_config = ConfigDict(from_attributes=True)
 
-
-class _Strict(BaseModel):
-    """Input: unknown fields refused, and no coercion ("5" is not an int, 0 not a bool)."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-INT_MIN, INT_MAX = -(2**63), 2**64 - 1
-"""The integers a stored request's meta can hold (msgpack's int64 and uint64)."""
-META_VALUE_SCHEMA: dict[str, JsonValue] = {
-    "description": "A meta value: JSON, with finite numbers and integers of 64 bits.",
-    "anyOf": [
-        {"type": "null"}, {"type": "boolean"}, {"type": "string"},
-        {"type": "integer", "minimum": INT_MIN, "maximum": INT_MAX},
-        {"type": "number", "not": {"type": "integer"}},
-        {"type": "array", "items": {"$ref": "#/components/schemas/MetaValue"}},
-        {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/MetaValue"}},
-    ]}
-"""The schema of a meta value (the OpenAPI component ``MetaValue``). As in JSON Schema, a
-number without a fractional part (``2.0``, ``1e300``) is an integer."""
-
-
-def _meta_problem(value: Any, where: str) -> str | None:
-    """What in ``value`` (meta, at ``where``) cannot be stored, or None."""
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return f"{where} is NaN or infinite: JSON numbers must be finite"
-        if value.is_integer() and not INT_MIN <= value <= INT_MAX:
-            return f"{where} = {value!r} is an integer that does not fit in 64 bits"
-    elif isinstance(value, int) and not isinstance(value, bool):
-        if not INT_MIN <= value <= INT_MAX:
-            return f"{where} = {value} does not fit in 64 bits; store it as a string"
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            found = _meta_problem(v, f"{where}[{k!r}]")
-            if found:
-                return found
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            found = _meta_problem(v, f"{where}[{i}]")
-            if found:
-                return found
-    return None
-
-
-def _body_rules(schema: dict[str, Any]) -> None:
-    """The body's rules depend on body_base64: text up to MAX_BODY_CHARS, or base64. The
-    length limit sits in the text branch only: a schema generator asked to break it inside
-    the base64 pattern would need strings no generator can build."""
-    body = schema["properties"]["body"]
-    limit = body.pop("maxLength")
-    schema["anyOf"] = [
-        {"properties": {"body_base64": {"const": False}, "body": {"maxLength": limit}}},
-        {"required": ["body_base64"], "properties": {
-            "body_base64": {"const": True},
-            "body": {"pattern": BASE64_PATTERN, "description": f"At most {limit} characters."}}},
-    ]
-
-
-class RequestIn(_Strict):
-    """One request to add to a crawl's frontier."""
-
-    model_config = ConfigDict(extra="forbid", strict=True,
-                              json_schema_extra=lambda schema: _body_rules(schema))
-
-    url: str = Field(min_length=1, max_length=MAX_URL_LENGTH,
-                     json_schema_extra={"pattern": URL_PATTERN},
-                     description="Absolute http:// or https:// URL with a valid host "
-                                 "(IDNA names as xn--...).",
-                     examples=["https://example.com/page/1"])
-    method: str = Field(default="GET", pattern=METHOD_PATTERN, description="HTTP method.")
-    body: str = Field(default="", max_length=MAX_BODY_CHARS,
-                      description="Request body: text (sent as UTF-8), or base64 with "
-                                  "body_base64.")
-    body_base64: bool = Field(default=False, description="The body is base64-encoded bytes.")
-    headers: HeaderMap | HeaderList = Field(
-        default_factory=dict,
-        description="Headers: {name: value or [values]} or [[name, value], ...].")
-    meta: dict[str, Any] = Field(
-        default_factory=dict, description="Scrapy request meta (a JSON object).",
-        json_schema_extra={"additionalProperties": {"$ref": "#/components/schemas/MetaValue"}})
-    priority: WholeNumber = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
-    callback: str | None = Field(default=None, pattern=CALLBACK_PATTERN, max_length=200,
-                                 json_schema_extra={"not": {"enum": _FRAMEWORK_NAMES}},
-                                 description="Name of the spider method to call (default: "
-                                             "parse).")
-    dont_filter: bool = Field(default=False, description="Skip dedupe: always accepted.")
-    delay: float = Field(default=0.0, ge=0.0, le=MAX_DELAY, allow_inf_nan=False,
-                         description="Seconds before the request becomes ready.")
-
-    @field_validator("url")
-    @classmethod
-    def _http_url(cls, url: str) -> str:
-        problem = url_problem(url)
-        if problem is None and not _URL.fullmatch(url):
-            problem = ("it has whitespace, control characters or a backslash, or a host "
-                       "that is not ASCII (write IDNA names as xn--...)")
-        if problem is not None:
-            raise ValueError(f"{problem}: give an absolute http:// or https:// URL "
-                             "with a valid host")
-        return url
-
-    @field_validator("callback", mode="before")
-    @classmethod
-    def _callback(cls, name: Any) -> Any:
-        # before the pattern, so that the message says why ("private", "Scrapy's")
-        problem = callback_name_problem(name) if isinstance(name, str) and name else None
-        if problem is not None:
-            raise ValueError(f"{problem}; name a public method of your spider")
-        return name
-
-    @field_validator("meta")
-    @classmethod
-    def _storable(cls, meta: dict[str, Any]) -> dict[str, Any]:
-        problem = _meta_problem(meta, "meta")
-        if problem is not None:
-            raise ValueError(problem)
-        return meta
-
-    def body_bytes(self) -> bytes:
-        if not self.body_base64:
-            return self.body.encode("utf-8", "surrogatepass")
-        try:
-            return base64.b64decode(self.body, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise ValueError(f"body is not valid base64 ({exc})") from None
-
-    def header_pairs(self) -> list[tuple[str, list[str]]]:
-        if isinstance(self.headers, list):
-            merged: dict[str, list[str]] = {}
-            for name, value in self.headers:
-                merged.setdefault(name, []).append(value)
-            return list(merged.items())
-        return [(k, v if isinstance(v, list) else [v]) for k, v in self.headers.items()]
-
-
-class SubmitIn(_Strict):
-    requests: list[RequestIn] = Field(min_length=1, max_length=HARD_MAX_BATCH,
-                                      description="1 to REDCRAWL_API_MAX_BATCH requests.")
-    recrawl: bool = Field(default=False, description="Accept requests that are already DONE "
-                          "(crawl them again); requests still stored stay duplicates.")
 
 
 class SubmitItem(BaseModel):
@@ -391,14 +213,9 @@ class ShardList(BaseModel):
 class DeadItem(_Record):
     id: str
     died_at: float
-    error: str
+    error: Printable
     attempts: int
     url: str
-
-    @field_validator("error")
-    @classmethod
-    def _printable(cls, error: str) -> str:
-        return error.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 class DeadList(BaseModel):
@@ -407,30 +224,70 @@ class DeadList(BaseModel):
 
 
 class RequestDetail(BaseModel):
+    # One stored request: the fields of the frontier's RequestInfo, and its envelope shown
+    # as JSON (null if it cannot be decoded); built by `of`. (A comment, not a docstring:
+    # a docstring would become the schema's description.) The envelope's fields default to
+    # null but stay required in the response schema: every response has them.
+    model_config = ConfigDict(json_schema_serialization_defaults_required=True)
+
     crawl: str
     id: str
     state: Literal["ready", "delayed", "in_flight", "dead"]
     attempts: int
     worker: str | None
     due: float | None
-    error: str | None
-    url: str | None = Field(description="Null if the stored envelope cannot be decoded.")
-    method: str | None
-    headers: list[list[str]] | None = Field(description="[[name, value], ...]")
-    body: str | None
+    error: Printable | None
+    url: str | None = Field(default=None,
+                            description="Null if the stored envelope cannot be decoded.")
+    method: str | None = None
+    headers: list[list[str]] | None = Field(default=None, description="[[name, value], ...]")
+    body: str | None = None
     body_base64: bool
-    meta: dict[str, Any] | None
-    callback: str | None
-    priority: int | None
-    dont_filter: bool | None
+    meta: dict[str, Any] | None = None
+    callback: str | None = None
+    priority: int | None = None
+    dont_filter: bool | None = None
+
+    @classmethod
+    def of(cls, crawl: str, info: RequestInfo) -> RequestDetail:
+        """The response for a frontier record: the record's own fields read from it (not
+        listed here again), its envelope as :func:`envelope_view` shows it."""
+        record = {f.name: getattr(info, f.name) for f in dataclasses.fields(info)}
+        envelope = record.pop("envelope")
+        return cls(crawl=crawl, **record, **envelope_view(envelope))
 
 
-class RequeueIn(_Strict):
-    ids: list[RequestId] | None = Field(default=None, max_length=MAX_REQUEUE_IDS,
-                                        description="Dead request ids; null: all, up to "
-                                                    "limit.")
-    limit: WholeNumber = Field(default=1000, ge=1, le=MAX_REQUEUE_IDS,
-                       description="Most requests requeued when ids is null.")
+def envelope_view(env: Envelope | None) -> dict[str, Any]:
+    """The fields of :class:`RequestDetail` an envelope gives: its own fields as they are,
+    the headers as [name, value] pairs, the body as UTF-8 text or base64, the meta made
+    JSON-safe. Only ``body_base64`` (false) for an envelope that cannot be decoded."""
+    if env is None:
+        return {"body_base64": False}
+    try:
+        body, b64 = env.body.decode("utf-8"), False
+    except UnicodeDecodeError:
+        body, b64 = base64.b64encode(env.body).decode("ascii"), True
+    shown = {name: getattr(env, name)
+             for name in ("url", "method", "callback", "priority", "dont_filter")}
+    return {**shown, "body": body, "body_base64": b64, "meta": jsonable(env.meta),
+            "headers": [[k.decode("latin-1"), v.decode("latin-1")]
+                        for k, vs in env.headers for v in vs]}
+
+
+def jsonable(value: Any) -> Any:
+    """Stored meta as JSON: bytes as text, non-finite floats as strings, text printable."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "backslashreplace")
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {printable(str(k)): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, str):
+        return printable(value)
+    return value
+
 
 
 class RequeuedOut(BaseModel):

@@ -1,3 +1,4 @@
+# Over 450 lines on purpose: one class, Scrapy's scheduler interface; its Redis side is feeder.py.
 """The Scrapy scheduler on the shared frontier: ``SCHEDULER = "redcrawl.scrapy.Scheduler"``.
 
 How a request moves through one worker:
@@ -37,7 +38,6 @@ import secrets
 import socket
 import time
 from collections import deque
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, cast
 
 from redis.backoff import ExponentialBackoff
@@ -48,17 +48,16 @@ from scrapy.exceptions import DontCloseSpider
 from twisted.internet import task
 
 from redcrawl import codec
-from redcrawl.callbacks import callback_name_problem
 from redcrawl.connection import connect
 from redcrawl.errors import DecodeError, EncodeError, RedcrawlError
 from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter_for
-from redcrawl.frontier import Lease, ListsFrontier, PushResult, open_frontier
+from redcrawl.frontier import Lease, ListsFrontier, open_frontier
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
 from redcrawl.scrapy import lifecycle
+from redcrawl.seed import seed as seed
 from redcrawl.settings import Settings, startup_notes, startup_warnings
-from redcrawl.urls import url_problem
 
 if TYPE_CHECKING:
     import scrapy
@@ -97,29 +96,6 @@ Scrapy, whose meta is a copy, is recognised); removed from children that copy it
 
 STAT_NAMES = {"nack_retried": "retried", "nack_dead": "dead", "nack_stale": "stale"}
 """I/O thread counters with another name in Scrapy's stats (``redcrawl/<name>``)."""
-
-
-def seed(urls: Iterable[str], *, settings: Settings, crawl: str,
-         callback: str | None = None, priority: int = 0,
-         client: Any = None, recrawl: bool = False) -> PushResult:
-    """Push start URLs straight into a crawl's frontier (durable, deduplicated the way
-    the scheduler dedupes). ``callback`` names a spider method (default: ``parse``).
-    ``recrawl``: URLs already DONE are accepted again. A URL that is not a crawlable
-    http(s) URL (:func:`redcrawl.urls.url_problem`) or a callback name no spider may
-    have (:func:`redcrawl.callbacks.callback_name_problem`) is an
-    :class:`~redcrawl.errors.EncodeError` and nothing is stored."""
-    urls = list(urls)
-    for url in urls:
-        problem = url_problem(url)
-        if problem:
-            raise EncodeError(f"{url!r}: {problem}; nothing was seeded")
-    if callback is not None and (problem := callback_name_problem(callback)):
-        raise EncodeError(f"callback {problem}; nothing was seeded")
-    frontier = open_frontier(client or connect(settings), settings, crawl)
-    fp = fingerprinter_for(settings, frontier.client, frontier.keys)
-    envs = [codec.Envelope(url=u, callback=callback, priority=priority, fingerprint=fp.url(u))
-            for u in map(codec.request_url, urls)]
-    return frontier.push(envs, recrawl=recrawl)
 
 
 def default_worker_id() -> str:

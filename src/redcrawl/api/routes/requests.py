@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import base64
-import math
-from typing import Annotated, Any
+from typing import Annotated
 
 import scrapy
 from fastapi import APIRouter, HTTPException, Path
@@ -13,25 +11,10 @@ from redcrawl import codec
 from redcrawl.api import models as m
 from redcrawl.api.bodies import RawBody, body_doc, parse
 from redcrawl.api.context import Context, Crawl
-from redcrawl.api.errors import Invalid, StateErrors, clean, responses
+from redcrawl.api.errors import Invalid, StateErrors, responses
 from redcrawl.codec import Envelope
 from redcrawl.errors import EncodeError
 from redcrawl.fingerprint import request_fingerprint
-
-
-def jsonable(value: Any) -> Any:
-    """Stored meta as JSON: bytes as text, non-finite floats as strings."""
-    if isinstance(value, bytes):
-        return value.decode("utf-8", "backslashreplace")
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {clean(str(k)): jsonable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [jsonable(v) for v in value]
-    if isinstance(value, str):
-        return clean(value)
-    return value
 
 
 def router(ctx: Context) -> APIRouter:
@@ -105,24 +88,7 @@ def router(ctx: Context) -> APIRouter:
             raise HTTPException(404, f"request {request_id} is not stored in crawl {crawl!r}: "
                                      "it is unknown, or done (done requests are only "
                                      "remembered by their fingerprint)")
-        env = info.envelope
-        text: str | None = None
-        b64 = False
-        if env is not None:
-            try:
-                text = env.body.decode("utf-8")
-            except UnicodeDecodeError:
-                text, b64 = base64.b64encode(env.body).decode("ascii"), True
-        return m.RequestDetail(
-            crawl=crawl, id=info.id, state=info.state,  # type: ignore[arg-type]
-            attempts=info.attempts, worker=info.worker, due=info.due,
-            error=clean(info.error) if info.error is not None else None,
-            url=env.url if env else None, method=env.method if env else None,
-            headers=[[k.decode("latin-1"), v.decode("latin-1")] for k, vs in env.headers
-                     for v in vs] if env else None,
-            body=text, body_base64=b64, meta=jsonable(env.meta) if env else None,
-            callback=env.callback if env else None, priority=env.priority if env else None,
-            dont_filter=env.dont_filter if env else None)
+        return m.RequestDetail.of(crawl, info)
 
     @r.post("/v1/crawls/{crawl}/dead/requeue", tags=["requests"], dependencies=ctx.admin,
             summary="Dead letters back to ready with a fresh attempt budget",
