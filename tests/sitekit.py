@@ -44,6 +44,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, cast
 
 import scrapy
@@ -51,7 +52,11 @@ from scrapy import signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Response
 
-__all__ = ["Fault", "HostSummary", "MultiSite", "Recorder", "SiteKitSpider", "SiteSpec"]
+__all__ = ["SITEKIT_FILE", "Fault", "HostSummary", "MultiSite", "Recorder", "SiteKitSpider",
+           "SiteSpec", "format_summary", "serving"]
+
+SITEKIT_FILE = Path(__file__).resolve()
+"""This file: ``scrapy runspider SITEKIT_FILE`` runs :class:`SiteKitSpider`."""
 
 FIRST_ADDRESS = 2
 """Sites live on 127.0.0.2, 127.0.0.3, ... (127.0.0.1 is left to everything else)."""
