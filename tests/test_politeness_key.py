@@ -209,3 +209,21 @@ def test_same_key_as_scrapys_downloader(labels: list[str], tld: str, port: int |
     except (ValueError, UnicodeError):
         return  # Scrapy refuses the URL: nothing to compare
     assert politeness_key(url) == expected
+
+
+def test_public_surface() -> None:
+    import redcrawl.politeness as pkg
+
+    for name in pkg.__all__:
+        assert hasattr(pkg, name), name
+    # the package knows nothing of Scrapy or Redis
+    import ast
+    from pathlib import Path
+
+    for path in Path(pkg.__file__).parent.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        modules = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                   for alias in node.names}
+        modules |= {node.module or "" for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom)}
+        assert not {m for m in modules if m.split(".")[0] in ("scrapy", "redis", "twisted")}, path

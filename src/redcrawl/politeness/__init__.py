@@ -8,6 +8,8 @@ limits when it grants leases (design: docs/politeness.md).
 
 from redcrawl.politeness.backoff import (
     BackoffPolicy,
+    BackoffState,
+    RetryAfter,
     backoff_delay,
     forgive,
     parse_retry_after,
@@ -17,7 +19,9 @@ from redcrawl.politeness.key import MAX_KEY_BYTES, KeyMode, politeness_key, regi
 __all__ = [
     "MAX_KEY_BYTES",
     "BackoffPolicy",
+    "BackoffState",
     "KeyMode",
+    "RetryAfter",
     "backoff_delay",
     "forgive",
     "parse_retry_after",
