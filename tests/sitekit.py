@@ -8,7 +8,8 @@ politeness key, and nothing listens beyond loopback. One
 ``Content-Length``), all recording into one :class:`Recorder` with one clock
 (``time.monotonic()`` of this process), per host:
 
-* every fetch start (when the request's headers were read) with its path;
+* every fetch (:class:`Fetch`): its start (when the request's headers were read), the
+  moment its response was written, its path and status;
 * the number of requests in progress (started, response not yet written) and the most
   ever seen at once;
 * robots.txt fetches.
@@ -52,8 +53,8 @@ from scrapy import signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Response
 
-__all__ = ["SITEKIT_FILE", "Fault", "HostSummary", "MultiSite", "Recorder", "SiteKitSpider",
-           "SiteSpec", "format_summary", "serving"]
+__all__ = ["SITEKIT_FILE", "Fault", "Fetch", "HostSummary", "MultiSite", "Recorder",
+           "SiteKitSpider", "SiteSpec", "format_summary", "serving"]
 
 SITEKIT_FILE = Path(__file__).resolve()
 """This file: ``scrapy runspider SITEKIT_FILE`` runs :class:`SiteKitSpider`."""
@@ -93,22 +94,35 @@ class HostSummary:
     robots_fetches: int
 
 
+@dataclass(slots=True)
+class Fetch:
+    """One request as a site saw it: when it started (headers read), when its response
+    was written (None while in progress), its path and status."""
+
+    start: float
+    path: str
+    end: float | None = None
+    status: int | None = None
+
+
 class Recorder:
     """What the sites saw, per host, under one lock, on one clock."""
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.starts: dict[str, list[tuple[float, str]]] = {}
+        self.log: dict[str, list[Fetch]] = {}
         self.in_progress: Counter[str] = Counter()
         self.max_in_progress: Counter[str] = Counter()
         self.robots: Counter[str] = Counter()
         self.path_fetches: Counter[tuple[str, str]] = Counter()
 
-    def begin(self, host: str, path: str) -> int:
-        """A fetch of ``path`` starts; returns how many fetches of it came before."""
+    def begin(self, host: str, path: str) -> tuple[Fetch, int]:
+        """A fetch of ``path`` starts: its record, and how many fetches of the path came
+        before it."""
         now = time.monotonic()
         with self.lock:
-            self.starts.setdefault(host, []).append((now, path))
+            fetch = Fetch(now, path)
+            self.log.setdefault(host, []).append(fetch)
             self.in_progress[host] += 1
             self.max_in_progress[host] = max(self.max_in_progress[host],
                                              self.in_progress[host])
@@ -116,15 +130,17 @@ class Recorder:
                 self.robots[host] += 1
             before = self.path_fetches[(host, path)]
             self.path_fetches[(host, path)] += 1
-            return before
+            return fetch, before
 
-    def end(self, host: str) -> None:
+    def end(self, host: str, fetch: Fetch, status: int | None) -> None:
+        now = time.monotonic()
         with self.lock:
+            fetch.end, fetch.status = now, status
             self.in_progress[host] -= 1
 
     def reset(self) -> None:
         with self.lock:
-            self.starts.clear()
+            self.log.clear()
             self.in_progress.clear()
             self.max_in_progress.clear()
             self.robots.clear()
@@ -141,7 +157,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         site = self.server
         path = self.path.split("?", 1)[0]
-        before = site.recorder.begin(site.host, path)
+        fetch, before = site.recorder.begin(site.host, path)
+        status: int | None = None
         try:
             if site.spec.delay:
                 time.sleep(site.spec.delay)
@@ -154,7 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(body)
             self.wfile.flush()
         finally:
-            site.recorder.end(site.host)
+            site.recorder.end(site.host, fetch, status)
 
 
 class _SiteServer(ThreadingHTTPServer):
@@ -239,11 +256,16 @@ class MultiSite:
         spec = self._servers[self.hosts.index(host)].spec
         return {"/"} | {f"/p/{i}" for i in range(spec.pages)}
 
+    def fetches(self, host: str) -> list[Fetch]:
+        """Every fetch at ``host``, in order of start (copies)."""
+        with self.recorder.lock:
+            seen = [Fetch(f.start, f.path, f.end, f.status)
+                    for f in self.recorder.log.get(host, [])]
+        return sorted(seen, key=lambda f: f.start)
+
     def starts(self, host: str, *, robots: bool = True) -> list[float]:
         """Fetch start times at ``host`` (monotonic seconds), in order."""
-        with self.recorder.lock:
-            seen = list(self.recorder.starts.get(host, []))
-        return sorted(t for t, path in seen if robots or path != "/robots.txt")
+        return [f.start for f in self.fetches(host) if robots or f.path != "/robots.txt"]
 
     def fetched(self, host: str) -> Counter[str]:
         """Fetches per path at ``host``."""
