@@ -320,7 +320,7 @@ class SiteKitSpider(scrapy.Spider):
 
     def __init__(self, urls: str = "", idle_grace: str | float = 0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.start_urls_ = [u for u in urls.split(",") if u]
+        self.roots = [u for u in urls.split(",") if u]
         self.idle_grace = float(idle_grace)
         self.last_busy = time.monotonic()
         self._poll: Any = None
@@ -334,7 +334,7 @@ class SiteKitSpider(scrapy.Spider):
 
     async def start(self) -> AsyncIterator[Any]:
         # dont_filter=False: every worker yields the same roots, one of them fetches each
-        for url in self.start_urls_:
+        for url in self.roots:
             yield scrapy.Request(url, callback=self.parse, dont_filter=False)
 
     def parse(self, response: Response) -> Iterator[scrapy.Request]:

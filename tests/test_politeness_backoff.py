@@ -152,3 +152,31 @@ def test_policy_refuses_bad_values_naming_the_field(kwargs: dict[str, float],
                                                     field: str) -> None:
     with pytest.raises(ConfigError, match=field):
         BackoffPolicy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_http_dates_do_not_depend_on_the_locale() -> None:
+    import locale
+
+    saved = locale.setlocale(locale.LC_TIME)
+    try:
+        for name in ("de_DE.UTF-8", "fr_FR.UTF-8", "C.UTF-8"):
+            try:
+                locale.setlocale(locale.LC_TIME, name)
+            except locale.Error:
+                continue
+            assert parse_retry_after("Sun, 06 Nov 1994 08:49:37 GMT", NOW) == RetryAfter(
+                delay=10.0, requested=10.0)
+    finally:
+        locale.setlocale(locale.LC_TIME, saved)
+
+
+@pytest.mark.parametrize("value, when", [
+    ("Thu, 01 Jan 1970 00:00:10 GMT", 10.0),
+    ("Friday, 01-Jan-99 00:00:10 GMT", 915148810.0),  # 2099 is over 50 years ahead: 1999
+    ("Thu Jan  1 00:00:10 1970", 10.0),
+    ("Wednesday, 01-Jan-25 00:00:00 GMT", 1735689600.0),
+    ("sun, 06 nov 1994 08:49:37 gmt", RFC_INSTANT),  # case is forgiven
+])
+def test_http_date_fields(value: str, when: float) -> None:
+    r = parse_retry_after(value, when - 1.0)
+    assert r == RetryAfter(delay=1.0, requested=1.0)

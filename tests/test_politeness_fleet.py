@@ -1,7 +1,7 @@
 """Acceptance tests of fleet-wide politeness (issue 13), seen from the sites' side.
 
-Per-site limits: three real Scrapy workers (``scrapy runspider tests/sitekit.py``) share one crawl of six
-loopback sites (tests/sitekit.py) with ``CONCURRENT_REQUESTS_PER_DOMAIN=2``,
+Per-site limits: three real Scrapy workers (``scrapy runspider tests/sitekit.py``) share
+one crawl of six loopback sites (tests/sitekit.py) with ``CONCURRENT_REQUESTS_PER_DOMAIN=2``,
 ``DOWNLOAD_DELAY=0.2`` and jitter off. Each site answers in 0.3 s, so one worker alone
 already holds two requests at a host; three workers hold up to six. The sites record every
 fetch start; the limits must hold for the fleet as a whole:

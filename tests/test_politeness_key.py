@@ -227,3 +227,8 @@ def test_public_surface() -> None:
         modules |= {node.module or "" for node in ast.walk(tree)
                     if isinstance(node, ast.ImportFrom)}
         assert not {m for m in modules if m.split(".")[0] in ("scrapy", "redis", "twisted")}, path
+
+
+def test_url_that_cannot_be_encoded_is_refused_with_what_to_do() -> None:
+    with pytest.raises(ValueError, match=r"not a valid URL.*download_slot"):
+        politeness_key("http://a\udcff.com/")  # a lone surrogate: no UTF-8 for it

@@ -21,7 +21,7 @@ SITEKIT = Path(__file__).with_name("sitekit.py")
 
 def get(url: str) -> tuple[int, dict[str, str], str]:
     parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=10)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=10)
     try:
         conn.request("GET", parts.path or "/")
         resp = conn.getresponse()

@@ -48,9 +48,19 @@ ABSURD_RETRY_AFTER = 365 * 86400.0
 """Seconds: a ``Retry-After`` beyond this (a year) is taken as garbage, not as a request."""
 
 _DIGITS = re.compile(r"[0-9]{1,16}")
-# RFC 9110 §5.6.7: IMF-fixdate, then the two obsolete forms (RFC 850, asctime)
-_DATE_FORMATS = ("%a, %d %b %Y %H:%M:%S GMT", "%A, %d-%b-%y %H:%M:%S GMT",
-                 "%a %b %d %H:%M:%S %Y")
+_DAYS = "Mon|Tue|Wed|Thu|Fri|Sat|Sun"
+_LONG_DAYS = "Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday"
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
+           "Dec")
+_MON = "|".join(_MONTHS)
+_TIME = r"(?P<H>[0-9]{2}):(?P<M>[0-9]{2}):(?P<S>[0-9]{2})"
+# RFC 9110 §5.6.7: IMF-fixdate, then the two obsolete forms (RFC 850, asctime). Parsed by
+# hand rather than with strptime, whose day and month names follow the process's locale.
+_DATE_FORMS = tuple(re.compile(p, re.IGNORECASE) for p in (
+    rf"(?:{_DAYS}), (?P<d>[0-9]{{2}}) (?P<b>{_MON}) (?P<Y>[0-9]{{4}}) {_TIME} GMT",
+    rf"(?:{_LONG_DAYS}), (?P<d>[0-9]{{2}})-(?P<b>{_MON})-(?P<y>[0-9]{{2}}) {_TIME} GMT",
+    rf"(?:{_DAYS}) (?P<b>{_MON}) (?P<d>[ 0-9][0-9]) {_TIME} (?P<Y>[0-9]{{4}})",
+))
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,17 +77,25 @@ class RetryAfter:
 
 
 def _http_date(text: str) -> float | None:
-    # asctime pads the day with a space ("Nov  6"); strptime's %d takes " 6" only when
-    # the run of spaces is collapsed first
-    text = " ".join(text.split())
-    for fmt in _DATE_FORMATS:
-        try:
-            parsed = datetime.strptime(text, fmt)
-        except ValueError:
+    """Unix seconds of an HTTP-date in any of its three forms, or None."""
+    for form in _DATE_FORMS:
+        m = form.fullmatch(text)
+        if m is None:
             continue
-        if fmt == "%A, %d-%b-%y %H:%M:%S GMT" and parsed.year > datetime.now(UTC).year + 50:
-            parsed = parsed.replace(year=parsed.year - 100)  # RFC 9110: 2-digit years
-        return parsed.replace(tzinfo=UTC).timestamp()
+        fields = m.groupdict()
+        if fields.get("Y") is not None:
+            year = int(fields["Y"])
+        else:  # RFC 850's two digits: a year more than 50 years ahead is in the past
+            year = 2000 + int(fields["y"])
+            if year > datetime.now(UTC).year + 50:
+                year -= 100
+        month = [m.lower() for m in _MONTHS].index(fields["b"].lower()) + 1
+        try:
+            when = datetime(year, month, int(fields["d"]), int(fields["H"]),
+                            int(fields["M"]), int(fields["S"]), tzinfo=UTC)
+        except ValueError:  # 32 Nov, 25:00:00, ...
+            return None
+        return when.timestamp()
     return None
 
 

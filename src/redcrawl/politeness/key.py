@@ -82,16 +82,15 @@ def _scheme(url: str) -> str:
 
 def _host(url: str) -> str | None:
     """The host as Scrapy's downloader sees it, normalised; None when the URL has none."""
-    if not url.isascii():
-        # what scrapy.Request does to a URL: IDNA (Python's codec, as w3lib uses it),
-        # NFKC for full-width characters, percent-encoding of the rest
-        from w3lib.url import safe_url_string
-
-        url = safe_url_string(url)
     try:
-        parts = urlsplit(url.strip())
-        host = parts.hostname
-    except ValueError as exc:
+        if not url.isascii():
+            # what scrapy.Request does to a URL: IDNA (Python's codec, as w3lib uses it),
+            # NFKC for full-width characters, percent-encoding of the rest
+            from w3lib.url import safe_url_string
+
+            url = safe_url_string(url)
+        host = urlsplit(url.strip()).hostname
+    except ValueError as exc:  # UnicodeError included
         raise ValueError(
             f"no politeness key for {url[:200]!r}: it is not a valid URL ({exc}); fix the "
             "URL or set meta['download_slot']") from None
