@@ -141,8 +141,23 @@ def test_keys_at_the_bound_are_kept_and_multibyte_keys_are_measured_in_bytes() -
     assert politeness_key("http://a/", download_slot="x" * MAX_KEY_BYTES) == "x" * MAX_KEY_BYTES
     assert len(politeness_key("http://a/", download_slot="x" * (MAX_KEY_BYTES + 1))) == 97
     wide = "é" * 128  # 128 characters, 256 bytes
-    assert politeness_key("http://a/", download_slot=wide) != wide
+    assert politeness_key("http://a/", download_slot=wide) == "é" * 32 + "~" + blake(wide)
     assert politeness_key("http://a/", download_slot="é" * 127) == "é" * 127
+
+
+@pytest.mark.parametrize("slot", ["\U0001f600" * 300, "a" + "\U0001f600" * 80,
+                                  "\udcff" * 300, "x" * 100_000])
+def test_bounded_in_bytes_whatever_the_characters(slot: str) -> None:
+    key = politeness_key("http://a/", download_slot=slot)
+    raw = key.encode("utf-8", "surrogatepass")
+    assert len(raw) <= 97
+    assert key.endswith("~" + blake(slot))
+
+
+def blake(key: str) -> str:
+    import hashlib
+
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
 @pytest.mark.parametrize("host, domain", [

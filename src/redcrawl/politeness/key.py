@@ -16,9 +16,9 @@ input                           key                         Scrapy's slot key
 ``http://example.com./``        ``example.com``             ``example.com.``
 ``data:,x`` / ``file:///x``     ``data:`` / ``file:``       ``""`` (one slot for all)
 ``meta["download_slot"]="S"``   ``S`` (as given)            the same
-a key over 255 UTF-8 bytes      its first 64 characters,    the key itself
-                                ``~``, 32 hex digits of
-                                BLAKE2b
+a key over 255 UTF-8 bytes      its first 64 bytes (whole   the key itself
+                                characters), ``~``, 32 hex
+                                digits of BLAKE2b
 ==============================  ==========================  ==============================
 
 ``mode="domain"`` groups host names by registrable domain (``www.example.co.uk`` and
@@ -42,12 +42,13 @@ __all__ = ["MAX_KEY_BYTES", "KeyMode", "politeness_key", "registrable_domain"]
 KeyMode = Literal["host", "domain"]
 
 MAX_KEY_BYTES = 255
-"""A key longer than this (UTF-8 bytes) is shortened to ``HASHED_PREFIX`` characters of
-itself, ``~`` and a digest (see :func:`_bounded`). A DNS name has at most 253 characters,
-so only ``download_slot`` values and malformed hosts are ever shortened."""
+"""A key longer than this (UTF-8 bytes) is shortened to ``HASHED_PREFIX`` bytes of
+itself, ``~`` and a digest (see :func:`_bounded`): at most 97 bytes. A DNS name has at
+most 253 characters, so only ``download_slot`` values and malformed hosts are ever
+shortened."""
 
 HASHED_PREFIX = 64
-"""Characters of a too-long key kept, readable, in front of its digest."""
+"""Bytes (whole UTF-8 characters) of a too-long key kept, readable, before its digest."""
 
 
 def politeness_key(url: str, download_slot: object = None, mode: KeyMode = "host") -> str:
@@ -113,11 +114,15 @@ def _ipv6(host: str) -> str:
 
 
 def _bounded(key: str) -> str:
-    """``key``, or a bounded stand-in for it when it is over ``MAX_KEY_BYTES``."""
-    if len(key) <= MAX_KEY_BYTES // 4 or len(key.encode("utf-8", "surrogatepass")) <= MAX_KEY_BYTES:
+    """``key``, or a bounded stand-in for it when it is over ``MAX_KEY_BYTES``: its first
+    ``HASHED_PREFIX`` bytes (whole characters only), ``~`` and a 128-bit digest of it."""
+    if len(key) <= MAX_KEY_BYTES // 4:
+        return key  # at most 4 UTF-8 bytes a character
+    raw = key.encode("utf-8", "surrogatepass")
+    if len(raw) <= MAX_KEY_BYTES:
         return key
-    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
-    return f"{key[:HASHED_PREFIX]}~{digest}"
+    prefix = raw[:HASHED_PREFIX].decode("utf-8", "ignore")  # a cut character is dropped
+    return f"{prefix}~{hashlib.blake2b(raw, digest_size=16).hexdigest()}"
 
 
 @functools.cache
