@@ -1,0 +1,328 @@
+#!/usr/bin/env python
+"""Politeness benchmark: per-site limits as the sites see them, scrapy-redis vs redcrawl.
+
+Usage::
+
+    python bench/bench_politeness.py [--hosts 12] [--pages 20] [--workers 3]
+                                     [--concurrency 2] [--delay 0.2] [--site-delay 0.3]
+                                     [--rounds 1] [--json PATH]
+
+The same multi-site crawl, run in one session on one throw-away ``redis-server`` (see
+``bench_frontier.py``), ``FLUSHALL`` between runs, contenders alternating by round:
+``--hosts`` loopback sites (``tests/sitekit.py``: 127.0.0.2, 127.0.0.3, ..., each
+answering in ``--site-delay`` seconds, ``--pages`` pages each, every root linking to
+every other), crawled by ``--workers`` real ``scrapy runspider tests/sitekit.py``
+processes sharing one crawl, with Scrapy's own per-site settings
+``CONCURRENT_REQUESTS_PER_DOMAIN=--concurrency``, ``DOWNLOAD_DELAY=--delay`` and
+``RANDOMIZE_DOWNLOAD_DELAY=False``:
+
+1. scrapy-redis 0.9.1 (``Scheduler`` + ``RFPDupeFilter``, ``SCHEDULER_PERSIST``);
+2. redcrawl (its ``Scheduler`` and ``DupeFilter``).
+
+The sites record every fetch start and the requests in progress; printed per host and
+over all hosts: the most requests in progress at once against the limit, the smallest
+gap between two fetch starts against the delay, and the achieved fetch rate against
+``1 / delay``, with ratios (``over limit`` = max in progress / concurrency; ``too close``
+= delay / min gap). Each Scrapy process holds the limits for itself, so N workers are
+expected near N times over: neither scheduler enforces them for the fleet yet (issue
+13). When redcrawl's frontier enforces politeness, its columns should read 1.0x.
+
+A benchmark, not a test: no asserts, exit status 0 when it ran to the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+from bench_frontier import RedisServer, environment, flushall, server_binary
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))  # tests.sitekit: the multi-site server and its spider
+
+from redcrawl.workers import worker_command  # noqa: E402
+from tests.sitekit import SITEKIT_FILE, MultiSite, SiteSpec  # noqa: E402
+
+SR = "scrapy-redis"
+RC = "redcrawl"
+CONTENDERS = (SR, RC)
+CLOCK_TOLERANCE = 0.05
+"""Seconds: a gap this much under the delay still counts as kept (as in
+tests/test_politeness_fleet.py)."""
+SR_IDLE_GRACE = 2.0
+"""SiteKitSpider's idle_grace for scrapy-redis (see its docstring)."""
+
+
+def settings(contender: str, redis_url: str, crawl: str, concurrency: int,
+             delay: float) -> list[str]:
+    common = [
+        "CONCURRENT_REQUESTS=16",
+        f"CONCURRENT_REQUESTS_PER_DOMAIN={concurrency}",
+        f"DOWNLOAD_DELAY={delay}",
+        "RANDOMIZE_DOWNLOAD_DELAY=False",
+        "ROBOTSTXT_OBEY=False",
+        "AUTOTHROTTLE_ENABLED=False",
+        "RETRY_ENABLED=False",
+        "COOKIES_ENABLED=False",
+        "TELNETCONSOLE_ENABLED=False",
+        "LOG_LEVEL=WARNING",
+    ]
+    if contender == SR:
+        return [*common, "SCHEDULER=scrapy_redis.scheduler.Scheduler",
+                "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
+                "SCHEDULER_PERSIST=True", f"REDIS_URL={redis_url}"]
+    return [*common, f"REDCRAWL_REDIS_URL={redis_url}", f"REDCRAWL_CRAWL={crawl}",
+            "REDCRAWL_IDLE_BEFORE_CLOSE=0.5"]
+
+
+def worker_env() -> dict[str, str]:
+    """This environment without anything that would change a worker's settings, and
+    this checkout's redcrawl first on the path."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k != "REDIS_URL"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"),
+                                                     env.get("PYTHONPATH")]))
+    return env
+
+
+@dataclass(slots=True)
+class Host:
+    host: str
+    fetches: int
+    max_in_progress: int
+    min_gap: float | None
+    median_gap: float | None
+    rate: float | None          # fetches per second over the host's first->last fetch
+    close_share: float          # share of gaps shorter than the delay (minus tolerance)
+
+
+@dataclass(slots=True)
+class Run:
+    contender: str
+    workers: int
+    seconds: float
+    hosts: list[Host]
+    missing: int
+    failures: list[str] = field(default_factory=list)
+
+    @property
+    def max_in_progress(self) -> int:
+        return max((h.max_in_progress for h in self.hosts), default=0)
+
+    @property
+    def min_gap(self) -> float | None:
+        gaps = [h.min_gap for h in self.hosts if h.min_gap is not None]
+        return min(gaps) if gaps else None
+
+    @property
+    def close_share(self) -> float:
+        gaps = sum(max(h.fetches - 1, 0) for h in self.hosts)
+        close = sum(h.close_share * max(h.fetches - 1, 0) for h in self.hosts)
+        return close / gaps if gaps else 0.0
+
+    @property
+    def median_rate(self) -> float | None:
+        rates = [h.rate for h in self.hosts if h.rate is not None]
+        return statistics.median(rates) if rates else None
+
+
+def host_figures(kit: MultiSite, host: str, delay: float) -> Host:
+    times = kit.starts(host)
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    span = times[-1] - times[0] if len(times) > 1 else 0.0
+    return Host(host, len(times), kit.max_in_progress(host), min(gaps, default=None),
+                statistics.median(gaps) if gaps else None,
+                (len(times) - 1) / span if span > 0 else None,
+                sum(g < delay - CLOCK_TOLERANCE for g in gaps) / len(gaps) if gaps else 0.0)
+
+
+def crawl_once(contender: str, args: argparse.Namespace, admin: redis.Redis, redis_url: str,
+               tmp: Path, run_id: str) -> Run:
+    flushall(admin)
+    spec = SiteSpec(pages=args.pages, links=3, delay=args.site_delay)
+    crawl = f"polite-{run_id}"
+    failures: list[str] = []
+    procs: list[tuple[subprocess.Popen[bytes], Path]] = []
+    with MultiSite([spec] * args.hosts) as kit:
+        spider_args = {"urls": ",".join(kit.roots)}
+        if contender == SR:
+            spider_args["idle_grace"] = str(SR_IDLE_GRACE)
+        started = time.monotonic()
+        try:
+            for i in range(args.workers):
+                log = tmp / f"{run_id}-w{i}.log"
+                cmd = worker_command(SITEKIT_FILE, settings=settings(
+                    contender, redis_url, crawl, args.concurrency, args.delay),
+                    spider_args=spider_args, redcrawl=contender == RC)
+                env = {**worker_env(), "REDCRAWL_WORKER_ID": f"w{i}"}
+                with log.open("wb") as out:
+                    procs.append((subprocess.Popen(cmd, cwd=tmp, env=env,
+                                                   stdin=subprocess.DEVNULL, stdout=out,
+                                                   stderr=subprocess.STDOUT,
+                                                   start_new_session=True), log))
+            deadline = time.monotonic() + args.timeout
+            for p, log in procs:
+                try:
+                    rc = p.wait(max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    failures.append(f"worker pid {p.pid} still running after "
+                                    f"{args.timeout:.0f}s: killed")
+                    continue
+                if rc != 0:
+                    failures.append(f"worker pid {p.pid} exited with {rc}: "
+                                    f"{log.read_text(errors='replace')[-1500:]}")
+        finally:
+            for p, log in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+                log.unlink(missing_ok=True)
+        seconds = time.monotonic() - started
+        hosts = [host_figures(kit, h, args.delay) for h in kit.hosts]
+        missing = sum(len(kit.pages(h) - set(kit.fetched(h))) for h in kit.hosts)
+    flushall(admin)
+    return Run(contender, args.workers, seconds, hosts, missing, failures)
+
+
+def fmt_gap(gap: float | None) -> str:
+    return "-" if gap is None else f"{gap:.3f}"
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    return "-" if a is None or not b else f"{a / b:.1f}x"
+
+
+def gap_ratio(delay: float, gap: float | None) -> str:
+    """delay / gap, or '>100x' when the gap is under a hundredth of the delay (two fetch
+    starts at once: the ratio would be noise)."""
+    if gap is not None and gap < delay / 100:
+        return ">100x"
+    return ratio(delay, gap)
+
+
+def report(runs: dict[str, Run], args: argparse.Namespace) -> str:
+    lines = [f"Limits: {args.concurrency} in progress per host, {args.delay:g} s between fetch "
+             f"starts (at most {1 / args.delay:.1f} fetches/s per host); {args.workers} "
+             "workers. Per host, last round:", ""]
+    head = f"{'host':<12}"
+    for c in CONTENDERS:
+        head += f" | {c + ': max in progress':>27} {'min gap s':>9} {'fetch/s':>7}"
+    lines.append(head)
+    for i, host in enumerate(runs[SR].hosts):
+        row = f"{host.host:<12}"
+        for c in CONTENDERS:
+            h = runs[c].hosts[i]
+            row += (f" | {h.max_in_progress:>27} {fmt_gap(h.min_gap):>9} "
+                    f"{'-' if h.rate is None else f'{h.rate:.1f}':>7}")
+        lines.append(row)
+    lines += ["", f"{'all hosts':<40} {'limit':>8} " + " ".join(f"{c:>14}" for c in CONTENDERS)]
+    rows: list[tuple[str, str, list[str]]] = [
+        ("max in progress at one host", f"{args.concurrency}",
+         [f"{runs[c].max_in_progress}" for c in CONTENDERS]),
+        ("  over the limit (max / limit)", "1.0x",
+         [ratio(runs[c].max_in_progress, args.concurrency) for c in CONTENDERS]),
+        ("min gap between fetch starts (s)", f"{args.delay:g}",
+         [fmt_gap(runs[c].min_gap) for c in CONTENDERS]),
+        ("  too close (delay / min gap)", "1.0x",
+         [gap_ratio(args.delay, runs[c].min_gap) for c in CONTENDERS]),
+        (f"gaps under the delay (-{CLOCK_TOLERANCE:g} s)", "0%",
+         [f"{runs[c].close_share:.0%}" for c in CONTENDERS]),
+        ("median per-host fetch rate (/s)", f"{1 / args.delay:.1f}",
+         [f"{runs[c].median_rate:.1f}" if runs[c].median_rate else "-" for c in CONTENDERS]),
+        ("  over the rate (rate * delay)", "1.0x",
+         [ratio(runs[c].median_rate, 1 / args.delay) for c in CONTENDERS]),
+        ("crawl time (s, start-up included)", "",
+         [f"{runs[c].seconds:.1f}" for c in CONTENDERS]),
+        ("pages never fetched", "0", [f"{runs[c].missing}" for c in CONTENDERS]),
+    ]
+    for label, limit, values in rows:
+        lines.append(f"{label:<40} {limit:>8} " + " ".join(f"{v:>14}" for v in values))
+    return "\n".join(lines)
+
+
+def _on_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # runs the atexit hook that kills redis-server
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--hosts", type=int, default=12, help="sites (default 12)")
+    p.add_argument("--pages", type=int, default=20, help="pages per site (default 20)")
+    p.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
+    p.add_argument("--concurrency", type=int, default=2,
+                   help="CONCURRENT_REQUESTS_PER_DOMAIN (default 2)")
+    p.add_argument("--delay", type=float, default=0.2, help="DOWNLOAD_DELAY (default 0.2)")
+    p.add_argument("--site-delay", type=float, default=0.3,
+                   help="seconds each site takes to answer (default 0.3)")
+    p.add_argument("--rounds", type=int, default=1, help="rounds (default 1; the last is "
+                   "printed per host, every round in the summary lines)")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per crawl")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    args = p.parse_args(argv)
+    if not (1 <= args.hosts <= 250 and args.pages >= 1 and args.workers >= 1
+            and args.concurrency >= 1 and args.delay > 0 and args.rounds >= 1):
+        p.error("--hosts 1..250, --pages, --workers, --concurrency, --rounds at least 1, "
+                "--delay above 0")
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGHUP, _on_signal)
+    binary = server_binary()
+    server = RedisServer(binary)
+    tmp = Path(tempfile.mkdtemp(prefix="redcrawl-bench-polite-"))
+    try:
+        admin = redis.Redis.from_url(server.url)
+        env = environment(admin, binary)
+        env.pop("fingerprint", None)
+        print(f"Redis {env['redis_version']} ({binary}); nproc={env['nproc']}; load "
+              f"{os.getloadavg()[0]:.2f}; scrapy {env['scrapy']}, scrapy-redis "
+              f"{env['scrapy-redis']}; {args.hosts} sites x {args.pages + 1} pages, each "
+              f"answering in {args.site_delay:g} s; {args.rounds} round(s)", flush=True)
+        history: dict[str, list[Run]] = {c: [] for c in CONTENDERS}
+        for rnd in range(args.rounds):
+            order = CONTENDERS if rnd % 2 == 0 else CONTENDERS[::-1]
+            for c in order:
+                run = crawl_once(c, args, admin, server.url, tmp, f"r{rnd}-{c}")
+                history[c].append(run)
+                print(f"  round {rnd + 1} {c:<12} {run.seconds:5.1f}s  max in progress "
+                      f"{run.max_in_progress}  min gap {fmt_gap(run.min_gap)} s  missing "
+                      f"{run.missing}" + (f"  PROBLEMS: {len(run.failures)}"
+                                          if run.failures else ""), flush=True)
+        last = {c: history[c][-1] for c in CONTENDERS}
+        print()
+        print(report(last, args))
+        problems = [f"{c} round {i + 1}: {f}" for c in CONTENDERS
+                    for i, r in enumerate(history[c]) for f in r.failures]
+        if problems:
+            print("\nProblems seen (the numbers above may be off):")
+            for line in problems[:10]:
+                print(f"  {line}")
+        if args.json:
+            Path(args.json).write_text(json.dumps({
+                "environment": env, "args": vars(args),
+                "runs": {c: [asdict(r) for r in rs] for c, rs in history.items()},
+            }, indent=2) + "\n")
+            print(f"results written to {args.json}")
+    finally:
+        server.stop()
+        for leftover in tmp.glob("*"):
+            leftover.unlink()
+        tmp.rmdir()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
