@@ -34,7 +34,7 @@ from .apikit import (
     api_settings,
     serving,
 )
-from .conftest import RedisServer, _binary, _free_port
+from .conftest import RedisServer, _free_port, redis_binary
 
 
 @pytest.fixture(scope="module", params=["lists", "streams"])
@@ -472,10 +472,7 @@ def test_purge(api: httpx.Client, frontier: ListsFrontier) -> None:
 # --- health ------------------------------------------------------------------------------
 
 def test_ready_is_503_when_redis_is_down(tmp_path: Path) -> None:
-    binary = _binary("7")
-    if binary is None:
-        pytest.skip("redis-server 7 not installed")
-    own = RedisServer(binary, tmp_path)
+    own = RedisServer(redis_binary("7"), tmp_path)
     client = redis.Redis.from_url(own.url, socket_connect_timeout=2, socket_timeout=2)
     server = ApiServer(api_settings(own.url), client)
     try:

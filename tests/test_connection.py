@@ -28,7 +28,7 @@ from redcrawl.errors import ConfigError, ConnectionLost, RedcrawlError, RedisUna
 from redcrawl.frontier import ListsFrontier
 from redcrawl.settings import Settings
 
-from .conftest import RedisServer, _binary, _free_port
+from .conftest import RedisServer, _free_port, redis_binary
 
 
 def env(url: str) -> Envelope:
@@ -342,10 +342,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(params=["7", "6.2"])
 def binary(request: pytest.FixtureRequest) -> str:
-    found = _binary(str(request.param))
-    if found is None:
-        pytest.skip(f"redis-server {request.param} not installed")
-    return found
+    return redis_binary(str(request.param))
 
 
 def test_brief_outage_blocks_retries_and_loses_nothing(binary: str, tmp_path: Path) -> None:

@@ -24,7 +24,7 @@ from redcrawl.dedupe import BUCKET_FILL, bucket_key, exact_spec, split
 from redcrawl.frontier import ListsFrontier, open_frontier
 from redcrawl.settings import Settings
 
-from .conftest import IN_CI, _binary, _free_port
+from .conftest import _free_port, redis_binary
 
 N = 1_000_000
 """Done URLs at the end of the memory test (the crawl's planned capacity)."""
@@ -79,12 +79,7 @@ class Server:
 @pytest.fixture(params=[("7", "aof"), ("6.2", "rdb")], ids=["redis7-aof", "redis6.2-rdb"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
     kind, persistence = request.param
-    binary = _binary(kind)
-    if binary is None:
-        msg = f"redis-server {kind} not installed"
-        if IN_CI:
-            pytest.fail(msg + " (CI must provide it: see .ci/run)")
-        pytest.skip(msg)
+    binary = redis_binary(kind)
     s = Server(binary, tmp_path, persistence)
     try:
         yield s
