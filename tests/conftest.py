@@ -146,6 +146,20 @@ class Clock:
         self.ms += int(seconds * 1000)
 
 
+class SecondsClock:
+    """Monotonic seconds: the real :func:`time.monotonic` plus what the test advanced it
+    by (for code that takes a ``clock() -> float``, e.g. the API's rate samples)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
