@@ -21,7 +21,8 @@ import pytest
 import redis
 
 from redcrawl.frontier import ListsFrontier, open_frontier
-from redcrawl.redis_server import RedisServer, find_binary, free_port
+from redcrawl.redis_server import RedisServer as RedisServer  # the name test modules import
+from redcrawl.redis_server import find_binary, free_port
 from redcrawl.settings import Settings
 
 from .proxykit import ReplyDropper

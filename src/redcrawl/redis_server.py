@@ -253,14 +253,22 @@ class RedisServer:
         self.start()
 
     def stop(self) -> None:
-        """Kill the server (nothing saved) and remove its temporary folder. Harmless when
-        called again."""
+        """Kill the server (nothing saved; SIGKILL works on a frozen one too) and remove
+        its temporary folder. Harmless when called again."""
         self._kill()
         if self._own_dir:
             shutil.rmtree(self.directory, ignore_errors=True)
 
+    @property
+    def pid(self) -> int:
+        """The server's process id (to freeze it with SIGSTOP, say)."""
+        pid = self.proc.pid if self.proc is not None else _read_pid(self.pidfile)
+        if pid is None:
+            raise RuntimeError(f"the redis-server at {self.url} is not running")
+        return pid
+
     def _kill(self) -> None:
-        proc, self.proc = self.proc, None
+        proc = self.proc
         if proc is not None:
             if proc.poll() is None:
                 proc.kill()
@@ -279,7 +287,6 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-            self.proc = None
             return
         pid = _read_pid(self.pidfile)
         deadline = time.monotonic() + timeout
