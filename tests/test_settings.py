@@ -461,10 +461,10 @@ def test_settings_doc_lists_every_field_once() -> None:
         assert doc.strip()
         for alias in filter(None, aliases.split(", ")):
             assert alias not in names
-    aliases = {a for row in SETTINGS_DOC for a in row[1].split(", ") if a}
+    all_aliases = {a for row in SETTINGS_DOC for a in row[1].split(", ") if a}
     assert {"REDIS_URL", "REDIS_HOST", "REDIS_PORT", "REDIS_PARAMS", "SCHEDULER_PERSIST",
             "SCHEDULER_FLUSH_ON_START", "SCHEDULER_IDLE_BEFORE_CLOSE", "SCHEDULER_QUEUE_CLASS",
-            "SCHEDULER_QUEUE_KEY", "SCHEDULER_DUPEFILTER_KEY"} <= aliases
+            "SCHEDULER_QUEUE_KEY", "SCHEDULER_DUPEFILTER_KEY"} <= all_aliases
 
 
 # --- scrapy-redis's connection settings, as scrapy-redis reads them (issue 10 item 6) -----
