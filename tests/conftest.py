@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -203,10 +202,6 @@ def make_frontier(redis_client: redis.Redis, clock: Clock,
         return open_frontier(redis_client, s, crawl, clock=clock if use_clock else None)
 
     return make
-
-
-def have_debian_redis() -> bool:
-    return shutil.which("redis-server", path="/usr/bin") is not None
 
 
 @pytest.fixture

@@ -18,12 +18,11 @@ import pytest
 import redis
 
 from redcrawl.demo import ShopSite, SiteConfig
-from tests.conftest import RedisServer
+from tests.conftest import RedisServer, redis_binary
 from tests.scrapy_projects.harness import Run, frontier, start_spider, wait_for
 
 pytestmark = pytest.mark.slow
 
-REDIS = "/usr/bin/redis-server"
 
 SITE = SiteConfig(products=300, per_page=10, categories=3, tracking_params=False,
                   slow_every=1, slow_delay=0.1)
@@ -38,7 +37,8 @@ class OwnRedis:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.server = RedisServer(REDIS, directory, persistence="aof", appendfsync="always")
+        self.server = RedisServer(redis_binary("7"), directory, persistence="aof",
+                                  appendfsync="always")
         self.port = self.server.port
         self.url = self.server.url
 
