@@ -97,3 +97,16 @@ def test_daemonized_server_is_stopped_by_its_pid(binary: str, tmp_path: Path) ->
 def test_a_server_that_does_not_start_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="did not start"):
         RedisServer("/bin/false", tmp_path, timeout=5)
+
+
+def test_a_missing_part_skips_locally_and_fails_in_ci(monkeypatch: pytest.MonkeyPatch) -> None:
+    from . import conftest
+
+    monkeypatch.setattr(conftest, "IN_CI", False)
+    with pytest.raises(pytest.skip.Exception, match="redis-server 99 is missing"):
+        conftest.redis_binary("99")
+    monkeypatch.setattr(conftest, "IN_CI", True)
+    with pytest.raises(pytest.fail.Exception, match="CI must provide it"):
+        conftest.redis_binary("99")
+    with pytest.raises(pytest.fail.Exception, match="no_such_module is missing"):
+        conftest.need_module("no_such_module", "pip install it")
