@@ -32,7 +32,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
-from bench_frontier import RedisServer, _free_port, _on_signal, markdown_table, server_binary
+from bench_frontier import RedisServer, _on_signal, markdown_table, server_binary
+
+from redcrawl.redis_server import free_port as _free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 

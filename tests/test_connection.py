@@ -28,7 +28,7 @@ from redcrawl.errors import ConfigError, ConnectionLost, RedcrawlError, RedisUna
 from redcrawl.frontier import ListsFrontier
 from redcrawl.settings import Settings
 
-from .conftest import RedisServer, _binary, _free_port
+from .conftest import RedisServer, _free_port, redis_binary
 
 
 def env(url: str) -> Envelope:
@@ -315,23 +315,10 @@ def test_embedded_bad_binary_is_redis_unavailable(tmp_path: Path) -> None:
 
 
 def _spawn(binary: str, port: int, directory: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "",
-         "--appendonly", "yes", "--appendfsync", "always", "--dir", str(directory)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
-    deadline = time.monotonic() + 10
-    probe = redis.Redis(port=port, socket_connect_timeout=1, retry=Retry(NoBackoff(), 0))
-    while True:
-        try:
-            if probe.ping():
-                probe.close()
-                return proc
-        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError(f"{binary} did not start on port {port}") from None
-            time.sleep(0.02)
+    """A server on ``port`` with every write fsynced to its AOF (restartable on its data)."""
+    server = RedisServer(binary, directory, port=port, persistence="aof", appendfsync="always")
+    assert server.proc is not None
+    return server.proc
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
@@ -342,10 +329,7 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
 
 @pytest.fixture(params=["7", "6.2"])
 def binary(request: pytest.FixtureRequest) -> str:
-    found = _binary(str(request.param))
-    if found is None:
-        pytest.skip(f"redis-server {request.param} not installed")
-    return found
+    return redis_binary(str(request.param))
 
 
 def test_brief_outage_blocks_retries_and_loses_nothing(binary: str, tmp_path: Path) -> None:

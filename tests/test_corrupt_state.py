@@ -18,7 +18,7 @@ import redis
 
 from redcrawl.codec import Envelope
 from redcrawl.errors import RedcrawlError
-from redcrawl.frontier import ListsFrontier, open_frontier
+from redcrawl.frontier import ListsFrontier, StreamsFrontier, open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import Clock, FrontierFactory
@@ -48,10 +48,12 @@ def test_a_header_number_lua_cannot_hold_goes_dead_not_in_flight_forever(
     f = make_frontier()
     envs = urls(3)
     f.push(envs)
-    rec = redis_client.hget(f.keys.req, envs[0].fingerprint)
-    assert rec is not None
+    fp = envs[0].fingerprint
+    assert fp is not None
+    rec = redis_client.hget(f.keys.req, fp)
+    assert isinstance(rec, bytes)
     _p, _a, _t, body = rec.split(b"|", 3)
-    redis_client.hset(f.keys.req, envs[0].fingerprint, b"0|99999999999999999999||" + body)
+    redis_client.hset(f.keys.req, fp, b"0|99999999999999999999||" + body)
     got = f.lease("w", 3)
     assert len(got) == 2
     f.ack(got)
@@ -217,7 +219,7 @@ def test_a_key_of_another_type_is_refused_before_anything_is_written(
     dead set would lose them."""
     f = make_frontier()
     f.push(urls(5))
-    name = (f.keys.ready(0) if f.BACKEND == "lists" else f.stream_keys()[1]) \
+    name = (f.stream_keys()[1] if isinstance(f, StreamsFrontier) else f.keys.ready(0)) \
         if key == "ready" else getattr(f.keys, key)
     other = {k: redis_client.dump(k) for k in f._keys if k != name and redis_client.exists(k)}
     redis_client.set(name, b"garbage")

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 import pytest
 import redis
 import scrapy
+from redis.commands.bf.info import BFInfo
 
 from redcrawl.codec import Envelope
 from redcrawl.dedupe import BUCKET_FILL, DedupeSpec, Filter, exact_spec, resolve_spec, split
@@ -41,6 +42,7 @@ def count_present(f: Filter, items: list[bytes], batch: int = 10_000) -> int:
 def intset_limit(redis_client: redis.Redis) -> Iterator[None]:
     """Restore the server's set-max-intset-entries after a test changes it."""
     before = redis_client.config_get("set-max-intset-entries")["set-max-intset-entries"]
+    assert before is not None
     yield
     redis_client.config_set("set-max-intset-entries", before)
 
@@ -106,8 +108,8 @@ def test_exact_detects_buckets_falling_back_to_hash_tables(
     assert "no longer intsets" in problems[1]
     # configure() fixes the limit for buckets still to come
     assert f.configure() is None
-    assert int(redis_client.config_get("set-max-intset-entries")["set-max-intset-entries"]) \
-        == spec.intset_entries_needed
+    limit = redis_client.config_get("set-max-intset-entries")["set-max-intset-entries"]
+    assert limit is not None and int(limit) == spec.intset_entries_needed
     assert len(f.health()) == 1  # the converted buckets stay hash tables
 
 
@@ -226,6 +228,8 @@ def test_redisbloom_backend(redisbloom: RedisServer) -> None:
     assert fpr <= 0.012, fpr
     [key] = f.redis_keys()
     info = client.bf().info(key)
+    assert isinstance(info, BFInfo)
+    assert info.insertedNum is not None and info.capacity is not None
     assert 0.95 * len(seen) <= info.insertedNum <= len(seen)
     assert info.capacity >= len(seen)
 

@@ -8,10 +8,7 @@ is Redis's default (set-max-intset-entries 512) and no other test's CONFIG SET l
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +21,7 @@ from redcrawl.dedupe import BUCKET_FILL, bucket_key, exact_spec, split
 from redcrawl.frontier import ListsFrontier, open_frontier
 from redcrawl.settings import Settings
 
-from .conftest import IN_CI, _binary, _free_port
+from .conftest import RedisServer, redis_binary
 
 N = 1_000_000
 """Done URLs at the end of the memory test (the crawl's planned capacity)."""
@@ -33,59 +30,20 @@ THROUGH_FRONTIER = 100_000
 runtime, go straight into the crawl's filter: the same Lua, the same keys)."""
 
 
-class Server:
-    """A redis-server on a fixed port and directory, so that it can be restarted on its
-    own data: RDB (``SHUTDOWN SAVE``) or AOF (``appendonly yes``)."""
+class Server(RedisServer):
+    """A redis-server that can be restarted on its own data, as an operator would: RDB
+    (``SHUTDOWN SAVE``) or AOF (``appendonly yes``)."""
 
-    def __init__(self, binary: str, directory: Path, persistence: str) -> None:
-        self.binary, self.directory, self.persistence = binary, directory, persistence
-        self.port = _free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def start(self) -> None:
-        aof = "yes" if self.persistence == "aof" else "no"
-        self.proc = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--dir",
-             str(self.directory), "--save", "", "--appendonly", aof],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                client = redis.Redis(port=self.port)
-                if client.ping() and client.info("persistence")["loading"] == 0:
-                    return
-            except (redis.ConnectionError, redis.BusyLoadingError):
-                pass
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"{self.binary} did not start")
-            time.sleep(0.05)
-
-    def restart(self) -> None:
-        """Stop the server as an operator would (its data saved) and start it again."""
-        assert self.proc is not None
-        client = redis.Redis(port=self.port)
-        with contextlib.suppress(redis.ConnectionError):
-            client.shutdown(save=self.persistence == "rdb")
-        self.proc.wait(timeout=120)
-        self.start()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+    def restart(self, *, save: bool | None = None) -> None:
+        rdb = self.persistence == "rdb"
+        super().restart(save=save if save is not None else (True if rdb else None))
 
 
 @pytest.fixture(params=[("7", "aof"), ("6.2", "rdb")], ids=["redis7-aof", "redis6.2-rdb"])
 def server(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Server]:
     kind, persistence = request.param
-    binary = _binary(kind)
-    if binary is None:
-        msg = f"redis-server {kind} not installed"
-        if IN_CI:
-            pytest.fail(msg + " (CI must provide it: see .ci/run)")
-        pytest.skip(msg)
-    s = Server(binary, tmp_path, persistence)
+    binary = redis_binary(kind)
+    s = Server(binary, tmp_path, persistence=persistence, timeout=60)
     try:
         yield s
     finally:

@@ -259,8 +259,8 @@ def test_malformed_envelopes_go_dead_not_loop(make_frontier: FrontierFactory,
     f = make_frontier()
     envs = urls(4)
     f.push(envs)
-    ids = [e.fingerprint for e in envs]
-    assert all(isinstance(i, bytes) for i in ids)
+    ids = [e.fingerprint for e in envs if isinstance(e.fingerprint, bytes)]
+    assert len(ids) == len(envs)
     # corrupt one stored envelope, make another a future version, strip a header
     redis_client.hset(f.keys.req, ids[0], b"0|0||\xc1garbage")
     redis_client.hset(f.keys.req, ids[1], b"0|0||" + msgpack.packb({"v": 99, "u": "http://x/"}))

@@ -41,7 +41,7 @@ from redcrawl.codec import Envelope
 from redcrawl.frontier import Lease, open_frontier
 from redcrawl.settings import Settings
 
-from .conftest import Clock, RedisServer
+from .conftest import Clock, RedisServer, raw
 
 WORKERS = ("w1", "w2", "w3")
 TTL = 10.0
@@ -76,8 +76,8 @@ class FrontierMachine(RuleBasedStateMachine):
         self.held: dict[str, list[Held]] = {w: [] for w in WORKERS}
         self.heartbeat: dict[str, int] = dict.fromkeys(WORKERS, 0)
         # id -> every lease ever handed out, for the "never two owners" check
-        self.history: dict[str, list[Held]] = {}
-        self.finished_ids: set[str] = set()
+        self.history: dict[bytes, list[Held]] = {}
+        self.finished_ids: set[bytes] = set()
         self.tokens: set[str] = set()
         self.corrupted = False
         self.setup_more()
@@ -124,7 +124,7 @@ class FrontierMachine(RuleBasedStateMachine):
             # (a corrupted heartbeat or lease record ends a live lease early: then a second
             # owner is the price of losing nothing)
             assert not alive or self.corrupted, \
-                f"{lease.id} leased to {worker} while {alive} may be alive"
+                f"{lease.id!r} leased to {worker} while {alive} may be alive"
             assert lease.token not in self.tokens, "a lease token was reused"
             h = Held(lease, now + int(TTL * 1000))
             self.history[lease.id] = [h]
@@ -199,7 +199,7 @@ class FrontierMachine(RuleBasedStateMachine):
         assert c.done == self.done
         assert c.accepted - c.done == self.client.hlen(self.f.keys.req)
         if not self.corrupted:  # (a record corrupted in flight is counted until reclaimed)
-            held = [r for r in self.client.hvals(self.f.keys.req) if r.split(b"|", 3)[2]]
+            held = [r for r in raw(self.client.hvals(self.f.keys.req)) if r.split(b"|", 3)[2]]
             assert c.in_flight == len(held)
 
     def teardown(self) -> None:
@@ -284,7 +284,7 @@ class CorruptingMachine(FrontierMachine):
 def _run(machine: type[FrontierMachine], url: str, **attrs: str) -> None:
     """Run a subclass of ``machine`` with ``attrs`` on the server at ``url``."""
     client = redis.Redis.from_url(url)
-    cls = type("Machine", (machine,), {"client": client, **attrs})
+    cls: type[FrontierMachine] = type("Machine", (machine,), {"client": client, **attrs})
     cls.TestCase.settings = settings(
         max_examples=60, stateful_step_count=40, deadline=None,
         suppress_health_check=[HealthCheck.too_slow],

@@ -40,7 +40,9 @@ def memory_config(redis7_client: redis.Redis) -> Iterator[redis.Redis]:
     before = redis7_client.config_get("maxmemory*")
     yield redis7_client
     for name in ("maxmemory", "maxmemory-policy"):
-        redis7_client.config_set(name, before[name])
+        value = before[name]
+        assert value is not None
+        redis7_client.config_set(name, value)
 
 
 def frontier(client: redis.Redis, **settings: object) -> ListsFrontier:

@@ -18,6 +18,7 @@ import shutil
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import cast
 from urllib.parse import urlsplit
 
 import pytest
@@ -42,13 +43,13 @@ from redcrawl.migrate import (
     request_dict_to_envelope,
     unpickle_request_dict,
 )
-from redcrawl.settings import Settings
-from tests.conftest import RedisServer
+from redcrawl.settings import Ordering, Settings
+from tests.conftest import RedisServer, raw
 from tests.scrapy_projects.harness import HERE, Worker, clean_env
 
 PROJECT = HERE / "srproj"
 SITE = SiteConfig(products=60, per_page=6, categories=3, tracking_params=False)
-QUEUES = {
+QUEUES: dict[str, Ordering] = {
     "scrapy_redis.queue.PriorityQueue": "priority",
     "scrapy_redis.queue.FifoQueue": "fifo",
     "scrapy_redis.queue.LifoQueue": "lifo",
@@ -102,11 +103,12 @@ def test_unfinished_scrapy_redis_crawl_continues_on_redcrawl(
         assert run.report["reason"] == "closespider_pagecount", run.tail()
         fetched = Counter(site.hits())
         queue_kind = "zset" if QUEUES[queue_class] == "priority" else "list"
-        assert redis7_client.type("srspider:requests").decode() == queue_kind
-        raw = (redis7_client.zrange("srspider:requests", 0, -1) if queue_kind == "zset"
-               else redis7_client.lrange("srspider:requests", 0, -1))
-        queued = Counter(path_of(pickle.loads(entry)["url"]) for entry in raw)
-        members = {m.decode() for m in redis7_client.smembers("srspider:dupefilter")}
+        assert redis7_client.type("srspider:requests") == queue_kind.encode()
+        entries = raw(cast("list[bytes]", redis7_client.zrange("srspider:requests", 0, -1))
+                      if queue_kind == "zset"
+                      else redis7_client.lrange("srspider:requests", 0, -1))
+        queued = Counter(path_of(pickle.loads(entry)["url"]) for entry in entries)
+        members = {m.decode() for m in raw(redis7_client.smembers("srspider:dupefilter"))}
         assert queued and members and sum(fetched.values()) >= 12
         # scrapy-redis's dupefilter holds the queued requests too, and its fingerprints
         # are redcrawl's in scrapy-redis mode (not Scrapy's)

@@ -153,7 +153,7 @@ def test_items_dataclasses_and_attrs_round_trip(redis7_client: redis.Redis,
     assert type(out["offer"]) is Offer and out["offer"].extra == {"k": {1, 2}}
     assert type(out["review"].product) is Product
     with pytest.raises(dataclasses.FrozenInstanceError):
-        out["offer"].sku = "changed"  # still the frozen class
+        out["offer"].sku = "changed"  # type: ignore[misc]  # still the frozen class
 
 
 def test_rebuilding_runs_no_project_code(redis7_client: redis.Redis, spider: Spider) -> None:
@@ -215,6 +215,9 @@ class FixedTz(dt.tzinfo):
     def utcoffset(self, d: Any) -> dt.timedelta:
         return dt.timedelta(hours=1)
 
+    def tzname(self, d: Any) -> str:
+        return "+01:00"
+
     def dst(self, d: Any) -> dt.timedelta:
         return dt.timedelta(0)
 
@@ -230,8 +233,9 @@ def test_classes_a_worker_cannot_find_are_refused_at_encode() -> None:
 
 def item_env(path: str, kind: str, fields: dict[str, Any]) -> bytes:
     payload = msgpack.packb([path, kind, fields], use_bin_type=True)
-    return msgpack.packb({"v": 2, "u": "http://x/", "mt": {"i": msgpack.ExtType(10, payload)}},
-                         use_bin_type=True)
+    out: bytes = msgpack.packb(
+        {"v": 2, "u": "http://x/", "mt": {"i": msgpack.ExtType(10, payload)}}, use_bin_type=True)
+    return out
 
 
 @pytest.mark.parametrize(("path", "kind", "words"), [

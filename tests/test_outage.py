@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,12 +18,11 @@ import pytest
 import redis
 
 from redcrawl.demo import ShopSite, SiteConfig
-from tests.conftest import RedisServer
+from tests.conftest import RedisServer, redis_binary
 from tests.scrapy_projects.harness import Run, frontier, start_spider, wait_for
 
 pytestmark = pytest.mark.slow
 
-REDIS = "/usr/bin/redis-server"
 
 SITE = SiteConfig(products=300, per_page=10, categories=3, tracking_params=False,
                   slow_every=1, slow_delay=0.1)
@@ -39,8 +37,8 @@ class OwnRedis:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self.server = RedisServer(REDIS, directory, "--appendonly", "yes",
-                                  "--appendfsync", "always")
+        self.server = RedisServer(redis_binary("7"), directory, persistence="aof",
+                                  appendfsync="always")
         self.port = self.server.port
         self.url = self.server.url
 
@@ -48,26 +46,16 @@ class OwnRedis:
         return redis.Redis(port=self.port, socket_timeout=5)
 
     def kill(self) -> None:
-        self.server.proc.kill()
-        self.server.proc.wait()
+        self.server.stop()
 
     def restart(self) -> None:
         """A new server on the same port, from the append-only file."""
-        self.server.proc = subprocess.Popen(
-            [REDIS, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "yes", "--appendfsync", "always", "--dir", str(self.directory)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(self._answers, timeout=10, what="the restarted redis-server")
-
-    def _answers(self) -> bool:
-        try:
-            return bool(self.client().ping())
-        except redis.ConnectionError:
-            return False
+        self.server.start()
 
     def stop(self) -> None:
+        assert self.server.proc is not None
         if self.server.proc.poll() is None:
-            os.kill(self.server.proc.pid, signal.SIGCONT)
+            os.kill(self.server.pid, signal.SIGCONT)
         self.kill()
 
 
@@ -115,11 +103,11 @@ def test_frozen_redis_stalls_nothing_and_loses_nothing(tmp_path: Path,
             settings={**WORKER, "REDCRAWL_REDIS_OUTAGE_LIMIT": 90},
             args={"url": site.url + "/"}) as worker:
         wait_for(lambda: fetched(site) >= 60, timeout=60, what="60 pages")
-        os.kill(own_redis.server.proc.pid, signal.SIGSTOP)
+        os.kill(own_redis.server.pid, signal.SIGSTOP)
         frozen_at, during = time.time(), fetched(site)
         time.sleep(30)
         after = fetched(site)
-        os.kill(own_redis.server.proc.pid, signal.SIGCONT)
+        os.kill(own_redis.server.pid, signal.SIGCONT)
         thawed_at = time.time()
         run = worker.wait(timeout=240).ok()
         check_nothing_lost(site, own_redis, "frozen")

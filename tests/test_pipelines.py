@@ -40,7 +40,8 @@ from redcrawl.scrapy.pipelines import (
     sink_from_uri,
 )
 
-from .pg import IN_CI, postgres_dsn
+from .conftest import need_module
+from .pg import postgres_dsn
 
 ROOT = Path(__file__).resolve().parent.parent
 PIPELINE = "redcrawl.scrapy.pipelines.UpsertPipeline"
@@ -52,13 +53,7 @@ PIPELINE = "redcrawl.scrapy.pipelines.UpsertPipeline"
 @pytest.fixture(scope="session")
 def pg_dsn() -> Iterator[str]:
     """DSN of an empty database on a real PostgreSQL server, shared by the session."""
-    try:
-        import psycopg  # noqa: F401
-    except ImportError:
-        msg = 'psycopg 3 not installed (pip install "psycopg[binary]")'
-        if IN_CI:
-            pytest.fail(msg, pytrace=False)
-        pytest.skip(msg)
+    need_module("psycopg", 'pip install "psycopg[binary]"')
     with postgres_dsn() as dsn:
         yield dsn
 

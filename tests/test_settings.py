@@ -14,6 +14,8 @@ import redcrawl.settings as settings_mod
 from redcrawl.errors import ConfigError
 from redcrawl.settings import SETTINGS_DOC, Settings, ignored_setting_reason
 
+from .conftest import need_module
+
 
 def test_defaults() -> None:
     s = Settings()
@@ -143,7 +145,7 @@ def test_scheduler_queue_class_by_name(cls: str, ordering: str) -> None:
 
 @pytest.mark.parametrize(("cls", "ordering"), QUEUES.items())
 def test_scheduler_queue_class_as_class_object(cls: str, ordering: str) -> None:
-    queue = pytest.importorskip("scrapy_redis.queue")
+    queue = need_module("scrapy_redis.queue", "pip install scrapy-redis==0.9.1")
     s = Settings.from_mapping({"SCHEDULER_QUEUE_CLASS": getattr(queue, cls)})
     assert s.ordering == ordering
 
@@ -459,10 +461,10 @@ def test_settings_doc_lists_every_field_once() -> None:
         assert doc.strip()
         for alias in filter(None, aliases.split(", ")):
             assert alias not in names
-    aliases = {a for row in SETTINGS_DOC for a in row[1].split(", ") if a}
+    all_aliases = {a for row in SETTINGS_DOC for a in row[1].split(", ") if a}
     assert {"REDIS_URL", "REDIS_HOST", "REDIS_PORT", "REDIS_PARAMS", "SCHEDULER_PERSIST",
             "SCHEDULER_FLUSH_ON_START", "SCHEDULER_IDLE_BEFORE_CLOSE", "SCHEDULER_QUEUE_CLASS",
-            "SCHEDULER_QUEUE_KEY", "SCHEDULER_DUPEFILTER_KEY"} <= aliases
+            "SCHEDULER_QUEUE_KEY", "SCHEDULER_DUPEFILTER_KEY"} <= all_aliases
 
 
 # --- scrapy-redis's connection settings, as scrapy-redis reads them (issue 10 item 6) -----
@@ -510,7 +512,7 @@ QUEUE_CLASSES_0_9_1 = {
 
 @pytest.mark.parametrize(("cls", "ordering"), QUEUE_CLASSES_0_9_1.items())
 def test_every_scrapy_redis_queue_class_maps(cls: str, ordering: str) -> None:
-    queue = pytest.importorskip("scrapy_redis.queue")
+    queue = need_module("scrapy_redis.queue", "pip install scrapy-redis==0.9.1")
     assert hasattr(queue, cls)  # the table is scrapy-redis 0.9.1's
     assert Settings.from_mapping({"SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{cls}"}
                                  ).ordering == ordering

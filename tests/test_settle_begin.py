@@ -10,7 +10,7 @@ from redcrawl.errors import FrontierError
 from redcrawl.frontier import PendingSettle, open_frontier
 from redcrawl.settings import Settings
 
-from .conftest import Clock, FrontierFactory
+from .conftest import Backend, Clock, FrontierFactory
 from .proxykit import ReplyDropper, envs, held
 
 
@@ -49,7 +49,7 @@ def test_a_script_cache_flush_between_calls_is_survived(
 
 def test_a_refused_call_raises_and_the_next_one_works(
         make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock,
-        frontier_backend: str) -> None:
+        frontier_backend: Backend) -> None:
     f = make_frontier()
     f.push(envs(3))
     other = make_frontier(dedupe="bloom")  # another layout: every script is refused
@@ -63,7 +63,7 @@ def test_a_refused_call_raises_and_the_next_one_works(
 
 def test_lost_replies_on_the_pipe_are_replayed_not_repeated(
         redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
-        frontier_backend: str) -> None:
+        frontier_backend: Backend) -> None:
     settings = Settings(backend=frontier_backend, lease_ttl=10.0, retry_backoff=0.0)
     direct = open_frontier(redis_client, settings, "pipe", clock=clock)
     proxied = open_frontier(dropper.client(settings), settings, "pipe", clock=clock)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -142,7 +142,8 @@ def test_same_host_same_shard_and_lua_agrees_with_python(make_frontier: Frontier
     clock.advance(2)
     f.maintain()
     for key in f.stream_keys():
-        for _eid, fields in redis_client.xrange(key):
+        entries = cast("list[tuple[bytes, dict[bytes, bytes]]]", redis_client.xrange(key))
+        for _eid, fields in entries:
             url = f.describe(fields[b"r"].hex())
             assert url is not None and url.envelope is not None
             assert key == f.keys.stream(shard_of(url.envelope.url, 16), False), url

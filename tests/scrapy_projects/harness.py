@@ -10,7 +10,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import redis
@@ -156,7 +156,7 @@ def frontier(client: redis.Redis, crawl: str, **settings: Any) -> ListsFrontier:
 
 def crawl_keys(client: redis.Redis, crawl: str) -> list[bytes]:
     """Every Redis key of a crawl (default prefix)."""
-    return sorted(client.keys(f"rc:{{{crawl}}}:*"))
+    return sorted(cast("list[bytes]", client.keys(f"rc:{{{crawl}}}:*")))  # no decoding
 
 
 def wait_for(predicate: Any, timeout: float = 30, what: str = "condition") -> None:

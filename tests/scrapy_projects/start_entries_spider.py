@@ -27,6 +27,7 @@ class StartEntries(RedisSpider):
         self.report: dict[str, Any] = {"seen": [], "pushed": False}
 
     def _record(self, response: scrapy.http.Response, callback: str) -> None:
+        assert response.request is not None
         self.report["seen"].append([response.url, response.meta.get("source"),
                                     response.request.dont_filter, callback])
 
@@ -34,6 +35,7 @@ class StartEntries(RedisSpider):
         self._record(response, "parse")
         if self.idle_url and not self.report["pushed"]:
             self.report["pushed"] = True
+            assert self.redis_key is not None
             self.server.lpush(self.redis_key, self.idle_url)
         if self.offsite_link:  # an ordinary request: offsite, so Scrapy drops it
             yield scrapy.Request(self.offsite_link, callback=self.parse_item)

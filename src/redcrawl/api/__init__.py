@@ -14,6 +14,8 @@ from redcrawl.errors import ConfigError
 from redcrawl.settings import Settings
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     import redis
     from fastapi import FastAPI
 
@@ -36,11 +38,12 @@ def check_bind(settings: Settings) -> None:
         )
 
 
-def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI:
+def create_app(settings: Settings, client: redis.Redis | None = None, *,
+               clock: Callable[[], float] | None = None) -> FastAPI:
     """The FastAPI app (see :mod:`redcrawl.api.app`); FastAPI is imported only here."""
     from redcrawl.api.app import create_app as build
 
-    return build(settings, client)
+    return build(settings, client, clock=clock)
 
 
 def serve(settings: Settings) -> None:

@@ -12,7 +12,7 @@ the threadpool, never on the event loop (:mod:`redcrawl.api.bodies`). The routes
 :mod:`redcrawl.api.routes`, one module per resource; errors in :mod:`redcrawl.api.errors`.
 """
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -38,10 +38,12 @@ __all__ = ["create_app", "frontier_for"]
 API_VERSION = "1"
 
 
-def create_app(settings: Settings, client: redis.Redis | None = None) -> FastAPI:
+def create_app(settings: Settings, client: redis.Redis | None = None, *,
+               clock: Callable[[], float] | None = None) -> FastAPI:
     """The control-plane app. ``client``: a Redis client to use (else one is connected at
-    startup and closed at shutdown)."""
-    ctx = Context(settings, client)
+    startup and closed at shutdown). ``clock``: monotonic seconds for the rates (default
+    :func:`time.monotonic`; tests pass one they can advance)."""
+    ctx = Context(settings, client, clock=clock)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

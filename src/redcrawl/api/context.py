@@ -4,6 +4,7 @@ the crawls, the access dependencies and rate samples (one :class:`Context` per a
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Annotated, Any
 
@@ -53,10 +54,11 @@ def frontier_for(client: redis.Redis, settings: Settings, crawl: str) -> Frontie
 class Context:
     """The app's shared state. ``redis``: the client (set at startup when not given)."""
 
-    def __init__(self, settings: Settings, client: redis.Redis | None) -> None:
+    def __init__(self, settings: Settings, client: redis.Redis | None, *,
+                 clock: Callable[[], float] | None = None) -> None:
         self.settings = settings
         self.redis = client
-        self.rates = RateBook()
+        self.rates = RateBook() if clock is None else RateBook(clock)
         self.canonicalizer = canonicalizer_for(settings)
         self.read: list[DependsParam] = [Depends(require(settings, "read"))]
         self.admin: list[DependsParam] = [Depends(require(settings, "admin"))]

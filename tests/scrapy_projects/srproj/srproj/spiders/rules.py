@@ -1,6 +1,11 @@
+# mypy: disallow-subclassing-any=False
 """A RedisCrawlSpider: start URLs from ``REDIS_START_URLS_KEY`` (``srrules:seeds``),
 links followed by rules."""
 
+from collections.abc import Iterator
+from typing import Any
+
+from scrapy.http import Response
 from scrapy.linkextractors import LinkExtractor
 from scrapy.spiders import Rule
 from scrapy_redis.spiders import RedisCrawlSpider
@@ -14,5 +19,5 @@ class RulesSpider(RedisCrawlSpider):
         Rule(LinkExtractor(allow=r"/category/\d+"), follow=True),
     )
 
-    def parse_product(self, response):
+    def parse_product(self, response: Response) -> Iterator[dict[str, Any]]:
         yield {"url": response.url, "sku": response.css(".sku::text").get()}
