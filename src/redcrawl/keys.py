@@ -166,6 +166,16 @@ class CrawlKeys:
         """Key a ``RedisSpider`` reads start URLs from (scrapy-redis's ``%(name)s:start_urls``)."""
         return self._k(f"start:{name}")
 
+    # --- politeness ----------------------------------------------------------------
+    @property
+    def pol_override(self) -> str:
+        """HASH politeness key -> JSON object of what overrides the crawl's defaults for
+        that key, every field optional: ``delay`` (seconds), ``concurrency`` (int),
+        ``block_until`` (ms, server clock), ``paused`` (bool), set by operators (API, CLI);
+        ``crawl_delay`` (seconds, already capped), set by the robots.txt middleware.
+        Never expires; bounded by what operators and robots.txt set."""
+        return self._k("polo")
+
     # --- layouts -------------------------------------------------------------------
     def script_keys(self, shards: int | None = None) -> list[str]:
         """KEYS of every frontier script, in the order ``lua/lib.lua`` expects: the fixed
