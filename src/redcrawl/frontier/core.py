@@ -248,9 +248,12 @@ class FrontierCore(ABC):
         undecodable requests are dead-lettered."""
         leases: list[Lease] = []
         bad: list[tuple[bytes, str, str]] = []
+        last, token = None, ""
         for i in range(0, len(raw or ()), 4):
-            rid, attempts = bytes(raw[i]), int(raw[i + 1])
-            data, token = bytes(raw[i + 2]), bytes(raw[i + 3]).decode()
+            rid, attempts, data = bytes(raw[i]), int(raw[i + 1]), bytes(raw[i + 2])
+            if raw[i + 3] != last:  # (one token for a whole lists lease)
+                last = raw[i + 3]
+                token = bytes(last).decode()
             try:
                 env = from_record(data)
             except DecodeError as exc:

@@ -238,11 +238,12 @@ end
 --   lease_expired(worker, n, ttl, max_attempts, limit) -> got
 --                a lease's reclaim step: expired leases (at most limit) of dead workers
 --                back to READY or DEAD; up to n of their requests may be handed to worker
---                at once, returned as {id, attempts, record, token} entries (lists: none)
+--                at once (lists: none). got is a lease reply: a flat list of id, attempts,
+--                record, token for each request leased
 --   lease_ready(worker, n, ttl, schedule, got)
---                READY -> IN-FLIGHT for up to n requests, appended to got as {id,
---                attempts, record, token} (stamp_leased below does the records); schedule:
---                the weighted-fair tier schedule (lists; unused by streams)
+--                READY -> IN-FLIGHT for up to n requests, appended to the lease reply got
+--                (stamp_leased below does the records); schedule: the weighted-fair tier
+--                schedule (lists; unused by streams)
 --   reclaim_expired(limit, max_attempts, ttl) -> number taken back
 --                maintain's reclaim step: expired leases of dead workers back to READY or
 --                DEAD, without leasing
@@ -317,8 +318,8 @@ end
 -- READY -> IN-FLIGHT for the records of ids (for lease_ready): attempts + 1 and the token
 -- token_of(i) written into each header. A corrupt record goes to DEAD; a missing one (and,
 -- with fresh, one already carrying a token: its request is elsewhere) is skipped. Appends
--- {id, attempts, record, token} to got for each request leased; returns a list aligned
--- with ids: that entry, or false.
+-- id, attempts, record, token to the lease reply got for each request leased; returns a
+-- list aligned with ids: its attempts, or false if it was not leased.
 local function stamp_leased(ids, token_of, fresh, got)
   local recs = hmget(K_REQ, ids)
   local writes, corrupt, whys, out = {}, {}, {}, {}
@@ -333,8 +334,9 @@ local function stamp_leased(ids, token_of, fresh, got)
       local tk = token_of(i)
       rec = header(p, a + 1, tk, env)
       writes[#writes + 1] = id; writes[#writes + 1] = rec
-      out[i] = {id, a + 1, rec, tk}
-      got[#got + 1] = out[i]
+      out[i] = a + 1
+      local at = #got
+      got[at + 1] = id; got[at + 2] = a + 1; got[at + 3] = rec; got[at + 4] = tk
     end
   end
   kill(corrupt, whys)

@@ -9,17 +9,8 @@ if not (PUSH_STRIDE and ready_push and unhold and holds and lease_expired and le
     'does not define every hook of the QUEUE LAYER block in lib.lua; reinstall redcrawl')
 end
 
--- The lease reply of both backends: id, attempts, record, token of each leased request
--- (got: {id, attempts, record, token} entries), in one flat list.
-local function flat_leased(got)
-  local out = {}
-  for _, g in ipairs(got) do
-    out[#out + 1] = g[1]; out[#out + 1] = g[2]; out[#out + 1] = g[3]; out[#out + 1] = g[4]
-  end
-  return out
-end
-
--- (id, token) pairs of a lease reply, flattened.
+-- The lease reply of both backends is one flat list: id, attempts, record, token of each
+-- leased request. lease_pairs: its (id, token) pairs, flattened.
 local function lease_pairs(flat)
   local out = {}
   for i = 1, #flat, 4 do out[#out + 1] = flat[i]; out[#out + 1] = flat[i + 3] end
@@ -92,7 +83,7 @@ end
 -- reclaim: a worker's own expired leases count as expired) and taking the rest from READY
 -- (lease_ready). ttl: lease ttl (ms); schedule: weighted-fair schedule of the tiers, one
 -- hex digit per slot, e.g. "0102010201"; limit: most leases to reclaim / delayed requests
--- to promote in this call. Returns the lease reply (flat_leased; empty when paused).
+-- to promote in this call. Returns the lease reply (empty when paused).
 local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
   promote_due(limit)
   if n < 0 or redis.call('HGET', K_CONTROL, 'paused') == '1' then n = 0 end
@@ -101,8 +92,8 @@ local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
   if deadline > num(redis.call('HGET', K_WORKERS, worker)) then
     redis.call('HSET', K_WORKERS, worker, deadline)
   end
-  if #got < n then lease_ready(worker, n - #got, ttl, schedule, got) end
-  return flat_leased(got)
+  if #got < 4 * n then lease_ready(worker, n - #got / 4, ttl, schedule, got) end
+  return got
 end
 
 -- IN-FLIGHT -> DONE for the ARGV pairs (id, token) starting at ARGV[first], n of them.
@@ -197,10 +188,12 @@ local function call_replay(worker, nonce)
     local token = t[2 + 2 * i]
     if recs[i] then
       local p, a, tk = parse_head(recs[i])
-      if p ~= nil and tk == token then got[#got + 1] = {id, a, recs[i], token} end
+      if p ~= nil and tk == token then
+        got[#got + 1] = id; got[#got + 1] = a; got[#got + 1] = recs[i]; got[#got + 1] = token
+      end
     end
   end
-  return {t[1], string.gsub(t[2], '!$', ''), flat_leased(got)}
+  return {t[1], string.gsub(t[2], '!$', ''), got}
 end
 
 -- Remember a worker's call (see call_replay): its nonce, flags and what it leased

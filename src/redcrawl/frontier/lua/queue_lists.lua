@@ -252,12 +252,13 @@ lease_ready = function(worker, n, ttl, schedule, got)
   local ids = pop_ready(n, schedule)
   if #ids == 0 then return end
   local token = tostring(redis.call('HINCRBY', K_STATS, 'leases', 1))
-  local first = #got
-  stamp_leased(ids, function() return token end, false, got)
-  local held = #got - first
-  if held == 0 then return end
+  local leased = stamp_leased(ids, function() return token end, false, got)
   local kept = {NOW, worker}
-  for i = first + 1, #got do kept[#kept + 1] = got[i][1] end
+  for i, id in ipairs(ids) do
+    if leased[i] then kept[#kept + 1] = id end
+  end
+  local held = #kept - 2
+  if held == 0 then return end
   redis.call('ZADD', K_INFLIGHT, NOW + ttl, token)
   redis.call('HSET', K_LEASES, token, cmsgpack.pack(kept))
   redis.call('HSET', K_LEFT, token, held)

@@ -183,9 +183,9 @@ local function lease_token(k, eid)
   return LEASE .. '/' .. k .. '/' .. eid
 end
 
--- Expired entries of dead workers: claimed by `worker` (up to want of them; returned as
--- {id, attempts, record, token}), dead-lettered once max_attempts deliveries are used
--- up, or put back at the end of their stream. Consumers left without pending entries are
+-- Expired entries of dead workers: claimed by `worker` (up to want of them; returned as a
+-- lease reply: id, attempts, record, token each), dead-lettered once max_attempts
+-- deliveries are used up, or put back at the end of their stream. Consumers left without pending entries are
 -- removed from the group. Returns (claimed, number of requests taken back).
 local function reclaim(cands, max_attempts, ttl, worker, want)
   local got, taken, back = {}, 0, 0
@@ -193,7 +193,7 @@ local function reclaim(cands, max_attempts, ttl, worker, want)
   for _, c in ipairs(cands) do
     local k, eid, owner, count = c[1], c[2], c[3], c[4]
     local key = skey(k)
-    local claim = worker ~= nil and #got < want
+    local claim = worker ~= nil and #got < 4 * want
     local r
     if claim then
       if OFFSET > 0 then
@@ -234,7 +234,7 @@ local function reclaim(cands, max_attempts, ttl, worker, want)
         tk = lease_token(k, eid)
         rec = header(p, a + 1, tk, env)
         redis.call('HSET', K_REQ, rid, rec)
-        got[#got + 1] = {rid, a + 1, rec, tk}
+        got[#got + 1] = rid; got[#got + 1] = a + 1; got[#got + 1] = rec; got[#got + 1] = tk
         back = back + 1
         taken = taken + 1
       else
@@ -333,12 +333,12 @@ lease_ready = function(worker, n, ttl, schedule, got)
                               true, got)
   local fix = {}
   for i, f in ipairs(fresh) do
-    local k, eid, g = f[1], f[2], leased[i]
-    if not g then
+    local k, eid, a = f[1], f[2], leased[i]
+    if not a then
       xdone(k, {eid})  -- dead-lettered (corrupt), or stale: its request is elsewhere (or gone)
-    elseif g[2] ~= 1 or OFFSET > 0 then
-      local key = k .. ':' .. g[2]
-      if not fix[key] then fix[key] = {k, g[2], {}} end
+    elseif a ~= 1 or OFFSET > 0 then
+      local key = k .. ':' .. a
+      if not fix[key] then fix[key] = {k, a, {}} end
       local list = fix[key][3]
       list[#list + 1] = eid
     end
