@@ -27,7 +27,8 @@ nothing else overridden:
 =====================  ================================================================
 
 Every lease reply, from ``lease.lua`` and ``settle.lua`` of either backend, is a flat list
-of (id, attempts, record, token) per leased request (``flat_leased`` in ``lua/lib.lua``).
+of (id, attempts, record, token) per leased request (``op_lease`` in ``lua/ops.lua``),
+decoded by :meth:`FrontierCore._leases`.
 """
 
 from __future__ import annotations
