@@ -16,7 +16,7 @@ nothing else overridden:
 ``_script_keys()``     KEYS of every frontier script (``lua/lib.lua``'s fixed 12, then
                        the queue layer's keys)
 ``_layout()``          ARGV[1] of every script: the queue layout (stored with the crawl)
-``_push_extra(env)``   the queue layer's fields of a pushed request, after (record,
+``_push_extra(envs)``  the queue layer's fields of each pushed request, after (record,
                        fingerprint, priority): as many as its ``PUSH_STRIDE`` - 3
 ``_count_states()``    one consistent read of the counters and the queue sizes
 ``_ready_ids(limit)``  ready ids, next served first, as (tier, ids) batches
@@ -170,8 +170,9 @@ class FrontierCore(ABC):
         """ARGV[1] of every script: the queue layout (part of the crawl's fixed layout)."""
 
     @abstractmethod
-    def _push_extra(self, env: Envelope) -> tuple[Any, ...]:
-        """The queue layer's own fields of a pushed request (its ``PUSH_STRIDE`` - 3)."""
+    def _push_extra(self, envelopes: Sequence[Envelope]) -> Sequence[tuple[Any, ...]] | None:
+        """The queue layer's own fields of each pushed request (its ``PUSH_STRIDE`` - 3),
+        aligned with ``envelopes``; None if it has none."""
 
     @abstractmethod
     def _count_states(self) -> tuple[Sequence[Any], int, int, int]:
@@ -235,9 +236,12 @@ class FrontierCore(ABC):
 
     def _push_args(self, envelopes: Sequence[Envelope]) -> list[Any]:
         args: list[Any] = []
-        for env in envelopes:
+        extra = self._push_extra(envelopes)
+        for i, env in enumerate(envelopes):
             fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
-            args += (record(env), fp, env.priority, *self._push_extra(env))
+            args += (record(env), fp, env.priority)
+            if extra is not None:
+                args += extra[i]
         return args
 
     def _lease_args(self, worker: str, n: int, ttl: float | None) -> list[Any]:
@@ -249,12 +253,8 @@ class FrontierCore(ABC):
         undecodable requests are dead-lettered."""
         leases: list[Lease] = []
         bad: list[tuple[bytes, str, str]] = []
-        last, token = None, ""
-        for i in range(0, len(raw or ()), 4):
-            rid, attempts, data = bytes(raw[i]), int(raw[i + 1]), bytes(raw[i + 2])
-            if raw[i + 3] != last:  # (one token for a whole lists lease)
-                last = raw[i + 3]
-                token = bytes(last).decode()
+        for i in range(0, len(raw or ()), 4):  # (redis-py replies bulk strings as bytes)
+            rid, attempts, data, token = raw[i], int(raw[i + 1]), raw[i + 2], raw[i + 3].decode()
             try:
                 env = from_record(data)
             except DecodeError as exc:

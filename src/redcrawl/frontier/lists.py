@@ -45,8 +45,8 @@ class ListsFrontier(FrontierCore):
     def _layout(self) -> str:
         return self.settings.ordering
 
-    def _push_extra(self, env: Envelope) -> tuple[Any, ...]:
-        return ()
+    def _push_extra(self, envelopes: Sequence[Envelope]) -> None:
+        return None  # PUSH_STRIDE 3: nothing after (record, fingerprint, priority)
 
     def _count_states(self) -> tuple[Sequence[Any], int, int, int]:
         k = self.keys

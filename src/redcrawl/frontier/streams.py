@@ -127,8 +127,9 @@ class StreamsFrontier(FrontierCore):
     def _layout(self) -> str:
         return f"streams/{self.settings.shards}"
 
-    def _push_extra(self, env: Envelope) -> tuple[Any, ...]:
-        return (shard_of(env.url, self.settings.shards),)
+    def _push_extra(self, envelopes: Sequence[Envelope]) -> list[tuple[int]]:
+        shards = self.settings.shards
+        return [(shard_of(env.url, shards),) for env in envelopes]
 
     def _count_states(self) -> tuple[Sequence[Any], int, int, int]:
         """In flight = entries pending in the group, ready = the other entries."""
