@@ -315,14 +315,17 @@ local function expired_why(attempts, worker)
   return 'lease expired ' .. attempts .. ' times (last worker: ' .. tostring(worker) .. ')'
 end
 
--- READY -> IN-FLIGHT for the records of ids (for lease_ready): attempts + 1 and the token
--- token_of(i) written into each header. A corrupt record goes to DEAD; a missing one (and,
--- with fresh, one already carrying a token: its request is elsewhere) is skipped. Appends
--- id, attempts, record, token to the lease reply got for each request leased; returns a
--- list aligned with ids: its attempts, or false if it was not leased.
-local function stamp_leased(ids, token_of, fresh, got)
+-- READY -> IN-FLIGHT for the records of ids (for lease_ready): attempts + 1 and the lease
+-- token written into each header: token (a string) for all of them, or token(i) for the
+-- i-th (a function, called only for a request leased). A corrupt record goes to DEAD; a
+-- missing one (and, with fresh, one already carrying a token: its request is elsewhere) is
+-- skipped. Appends id, attempts, record, token to the lease reply got for each request
+-- leased; returns a list aligned with ids: its attempts, or false if it was not leased.
+local function stamp_leased(ids, token, fresh, got)
+  local one = type(token) == 'string' and token
   local recs = hmget(K_REQ, ids)
   local writes, corrupt, whys, out = {}, {}, {}, {}
+  local g, w = #got, 0
   for i, id in ipairs(ids) do
     local rec = recs[i]
     local p, a, t, env
@@ -331,15 +334,15 @@ local function stamp_leased(ids, token_of, fresh, got)
     if rec and p == nil then
       corrupt[#corrupt + 1] = id; whys[#whys + 1] = CORRUPT
     elseif rec and not (fresh and t ~= '') then
-      local tk = token_of(i)
-      rec = header(p, a + 1, tk, env)
-      writes[#writes + 1] = id; writes[#writes + 1] = rec
-      out[i] = a + 1
-      local at = #got
-      got[at + 1] = id; got[at + 2] = a + 1; got[at + 3] = rec; got[at + 4] = tk
+      local tk = one or token(i)
+      a = a + 1
+      rec = header(p, a, tk, env)
+      writes[w + 1] = id; writes[w + 2] = rec; w = w + 2
+      got[g + 1] = id; got[g + 2] = a; got[g + 3] = rec; got[g + 4] = tk; g = g + 4
+      out[i] = a
     end
   end
   kill(corrupt, whys)
-  if #writes > 0 then bulk('HSET', K_REQ, writes) end
+  if w > 0 then bulk('HSET', K_REQ, writes) end
   return out
 end

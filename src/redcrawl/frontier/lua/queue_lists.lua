@@ -252,7 +252,7 @@ lease_ready = function(worker, n, ttl, schedule, got)
   local ids = pop_ready(n, schedule)
   if #ids == 0 then return end
   local token = tostring(redis.call('HINCRBY', K_STATS, 'leases', 1))
-  local leased = stamp_leased(ids, function() return token end, false, got)
+  local leased = stamp_leased(ids, token, false, got)
   local kept = {NOW, worker}
   for i, id in ipairs(ids) do
     if leased[i] then kept[#kept + 1] = id end
