@@ -19,7 +19,7 @@ from typing import Any, Literal, NoReturn, cast
 import pytest
 import redis
 
-from redcrawl.frontier import ListsFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.redis_server import RedisServer as RedisServer  # the name test modules import
 from redcrawl.redis_server import find_binary, free_port
 from redcrawl.settings import Settings
@@ -173,7 +173,7 @@ def clock() -> Clock:
     return Clock()
 
 
-FrontierFactory = Callable[..., ListsFrontier]
+FrontierFactory = Callable[..., FrontierCore]
 
 Backend = Literal["lists", "streams"]
 """A frontier backend, as the ``frontier_backend`` fixture names it."""
@@ -196,7 +196,7 @@ def make_frontier(redis_client: redis.Redis, clock: Clock,
     """``make_frontier(crawl="c", **settings)``: a frontier of the test's backend on the
     test server with the test clock."""
 
-    def make(crawl: str = "c", *, use_clock: bool = True, **settings: Any) -> ListsFrontier:
+    def make(crawl: str = "c", *, use_clock: bool = True, **settings: Any) -> FrontierCore:
         s = Settings(**{"retry_backoff": 0.0, "lease_ttl": 10.0, "backend": frontier_backend,
                         **settings})
         return open_frontier(redis_client, s, crawl, clock=clock if use_clock else None)

@@ -8,7 +8,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from redcrawl.frontier import InflightInfo, ListsFrontier
+from redcrawl.frontier import FrontierCore, InflightInfo
 
 __all__ = ["kill_while_holding", "parse_log"]
 
@@ -32,7 +32,7 @@ def parse_log(log: Path) -> tuple[list[list[tuple[str, str]]], list[int]]:
     return batches, acked
 
 
-def kill_while_holding(proc: subprocess.Popen[bytes], worker: str, frontier: ListsFrontier,
+def kill_while_holding(proc: subprocess.Popen[bytes], worker: str, frontier: FrontierCore,
                        deadline: float) -> list[InflightInfo]:
     """SIGKILL ``proc`` at a moment it holds leases, and return them. It is frozen first
     (SIGSTOP) and a command it had already sent is given time to finish, so what is seen

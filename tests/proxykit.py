@@ -11,8 +11,8 @@ import redis
 
 from redcrawl.codec import Envelope
 from redcrawl.connection import connect
+from redcrawl.frontier import FrontierCore
 from redcrawl.frontier.base import parse_id
-from redcrawl.frontier.lists import ListsFrontier
 from redcrawl.settings import Settings
 
 __all__ = ["ReplyDropper", "envs", "held"]
@@ -88,5 +88,5 @@ def envs(n: int, start: int = 0, *, dont_filter: bool = False) -> list[Envelope]
                      dont_filter=dont_filter) for i in range(start, start + n)]
 
 
-def held(f: ListsFrontier) -> set[bytes]:
+def held(f: FrontierCore) -> set[bytes]:
     return {parse_id(info.id) for info in f.inflight(limit=1000)}

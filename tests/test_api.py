@@ -20,7 +20,7 @@ from scrapy.utils.request import fingerprint as scrapy_fingerprint
 
 from redcrawl.api import check_bind, serve
 from redcrawl.errors import ConfigError
-from redcrawl.frontier import ListsFrontier, StreamsFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, StreamsFrontier, open_frontier
 from redcrawl.scrapy.scheduler import seed
 from redcrawl.settings import Settings
 
@@ -57,7 +57,7 @@ def api(api_server: ApiServer, redis_client: redis.Redis) -> Iterator[httpx.Clie
 
 
 @pytest.fixture
-def frontier(api_server: ApiServer, redis_client: redis.Redis) -> ListsFrontier:
+def frontier(api_server: ApiServer, redis_client: redis.Redis) -> FrontierCore:
     """The frontier of crawl "c", as a worker sees it."""
     return open_frontier(redis_client, api_server.settings, "c")
 
@@ -66,7 +66,7 @@ def submit(api: httpx.Client, *items: dict[str, Any], crawl: str = "c") -> httpx
     return api.post(f"/v1/crawls/{crawl}/requests", json={"requests": list(items)})
 
 
-def counts(f: ListsFrontier) -> tuple[int, int, int, int, int, int]:
+def counts(f: FrontierCore) -> tuple[int, int, int, int, int, int]:
     c = f.counts()
     assert c.conserved, c
     return c.accepted, c.filtered, c.ready, c.delayed, c.in_flight, c.dead
@@ -74,7 +74,7 @@ def counts(f: ListsFrontier) -> tuple[int, int, int, int, int, int]:
 
 # --- submit ----------------------------------------------------------------------------
 
-def test_submit_one_then_its_duplicate(api: httpx.Client, frontier: ListsFrontier) -> None:
+def test_submit_one_then_its_duplicate(api: httpx.Client, frontier: FrontierCore) -> None:
     url = "https://example.com/page?b=2&a=1"
     r = submit(api, {"url": url, "callback": "parse_page", "priority": 5,
                      "meta": {"depth": 1, "tags": ["x"]}})
@@ -97,7 +97,7 @@ def test_submit_one_then_its_duplicate(api: httpx.Client, frontier: ListsFrontie
 
 
 def test_submit_recrawl_accepts_done_requests_only(api: httpx.Client,
-                                                  frontier: ListsFrontier) -> None:
+                                                  frontier: FrontierCore) -> None:
     url = "https://example.com/done"
     assert submit(api, {"url": url}).json()["accepted"] == 1
     frontier.ack(frontier.lease("w1", 5))
@@ -112,7 +112,7 @@ def test_submit_recrawl_accepts_done_requests_only(api: httpx.Client,
 
 
 def test_submit_batch_with_delays_and_dont_filter(api: httpx.Client,
-                                                  frontier: ListsFrontier) -> None:
+                                                  frontier: FrontierCore) -> None:
     body_b64 = "AAEC/w=="  # bytes 00 01 02 ff
     r = submit(
         api,
@@ -319,7 +319,7 @@ def test_redcrawl_serve_command(redis7: RedisServer, redis7_client: redis.Redis,
 
 # --- inspect -----------------------------------------------------------------------------
 
-def test_list_and_detail(api: httpx.Client, frontier: ListsFrontier) -> None:
+def test_list_and_detail(api: httpx.Client, frontier: FrontierCore) -> None:
     assert api.get("/v1/crawls").json() == {"crawls": []}
     submit(api, {"url": "https://example.com/a"}, {"url": "https://example.com/b"})
     submit(api, {"url": "https://example.com/z", "delay": 30}, crawl="other.crawl")
@@ -341,7 +341,7 @@ def test_list_and_detail(api: httpx.Client, frontier: ListsFrontier) -> None:
 
 
 def test_rates_from_samples(api_server: ApiServer, api: httpx.Client,
-                            frontier: ListsFrontier) -> None:
+                            frontier: FrontierCore) -> None:
     submit(api, {"url": "https://example.com/seed"}, crawl="rated")
     assert api.get("/v1/crawls/rated").json()["rates"]["done_per_s"] is None
     submit(api, *({"url": f"https://example.com/{i}"} for i in range(10)), crawl="rated")
@@ -365,7 +365,7 @@ def test_unknown_crawl_is_404(api: httpx.Client) -> None:
 
 
 def test_inflight_dead_pending_and_describe(api: httpx.Client,
-                                            frontier: ListsFrontier) -> None:
+                                            frontier: FrontierCore) -> None:
     r = submit(api, *({"url": f"https://example.com/{i}"} for i in range(4)))
     ids = [i["id"] for i in r.json()["items"]]
     pending = api.get("/v1/crawls/c/pending").json()["items"]
@@ -400,7 +400,7 @@ def test_inflight_dead_pending_and_describe(api: httpx.Client,
 
 
 def test_describe_dont_filter_request_by_seq_id(api: httpx.Client,
-                                                frontier: ListsFrontier) -> None:
+                                                frontier: FrontierCore) -> None:
     submit(api, {"url": "https://example.com/again", "dont_filter": True,
                  "meta": {"k": "v"}})
     [p] = api.get("/v1/crawls/c/pending").json()["items"]
@@ -411,7 +411,7 @@ def test_describe_dont_filter_request_by_seq_id(api: httpx.Client,
 
 # --- steer -------------------------------------------------------------------------------
 
-def _make_dead(api: httpx.Client, frontier: ListsFrontier, n: int) -> list[str]:
+def _make_dead(api: httpx.Client, frontier: FrontierCore, n: int) -> list[str]:
     r = submit(api, *({"url": f"https://example.com/d{i}"} for i in range(n)))
     for lease in frontier.lease("w1", n):
         frontier.nack(lease, "gone", retry=False)
@@ -419,7 +419,7 @@ def _make_dead(api: httpx.Client, frontier: ListsFrontier, n: int) -> list[str]:
     return [i["id"] for i in r.json()["items"]]
 
 
-def test_requeue_dead_by_id_then_all(api: httpx.Client, frontier: ListsFrontier) -> None:
+def test_requeue_dead_by_id_then_all(api: httpx.Client, frontier: FrontierCore) -> None:
     ids = _make_dead(api, frontier, 3)
     r = api.post("/v1/crawls/c/dead/requeue", json={"ids": [ids[1]]})
     assert r.json() == {"crawl": "c", "requeued": 1}
@@ -435,7 +435,7 @@ def test_requeue_dead_by_id_then_all(api: httpx.Client, frontier: ListsFrontier)
     assert r.status_code == 422 and "ids[0]" in r.json()["detail"]
 
 
-def test_reclaim_a_workers_leases(api: httpx.Client, frontier: ListsFrontier) -> None:
+def test_reclaim_a_workers_leases(api: httpx.Client, frontier: FrontierCore) -> None:
     submit(api, *({"url": f"https://example.com/{i}"} for i in range(3)))
     frontier.lease("w-stuck", 2)
     frontier.lease("w-ok", 1)
@@ -447,7 +447,7 @@ def test_reclaim_a_workers_leases(api: httpx.Client, frontier: ListsFrontier) ->
     assert again["reclaimed"] == 0
 
 
-def test_pause_and_resume(api: httpx.Client, frontier: ListsFrontier) -> None:
+def test_pause_and_resume(api: httpx.Client, frontier: FrontierCore) -> None:
     submit(api, {"url": "https://example.com/p"})
     assert api.post("/v1/crawls/c/pause").json() == {"crawl": "c", "paused": True}
     assert api.get("/v1/crawls/c").json()["paused"] is True
@@ -457,7 +457,7 @@ def test_pause_and_resume(api: httpx.Client, frontier: ListsFrontier) -> None:
     assert len(frontier.lease("w1", 5)) == 2
 
 
-def test_purge(api: httpx.Client, frontier: ListsFrontier) -> None:
+def test_purge(api: httpx.Client, frontier: FrontierCore) -> None:
     submit(api, {"url": "https://example.com/x"}, {"url": "https://example.com/y",
                                                    "delay": 10})
     _make_dead(api, frontier, 1)
@@ -509,7 +509,7 @@ def test_openapi_documents_limits_and_errors(api: httpx.Client) -> None:
     assert "bearer" in str(schema["components"]["securitySchemes"]).lower()
 
 
-def test_streams_crawl_shards_and_counts(api: httpx.Client, frontier: ListsFrontier,
+def test_streams_crawl_shards_and_counts(api: httpx.Client, frontier: FrontierCore,
                                          redis_client: redis.Redis) -> None:
     """The API follows the backend a crawl was created with (a streams crawl with 4
     shards here, whatever the API's own settings), and shows its shards."""

@@ -13,7 +13,7 @@ import redis
 from typer.testing import CliRunner
 
 from redcrawl.cli import app
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import FrontierCore, ListsFrontier
 from redcrawl.scrapy.pipelines import read_items
 from redcrawl.settings import Settings
 
@@ -28,11 +28,11 @@ def invoke(*args: str) -> tuple[int, str]:
 
 
 @pytest.fixture
-def crawl(redis7_client: redis.Redis) -> ListsFrontier:
+def crawl(redis7_client: redis.Redis) -> FrontierCore:
     return ListsFrontier(redis7_client, Settings(), "cli")
 
 
-def test_seed_status_dead_requeue_purge(redis7: RedisServer, crawl: ListsFrontier,
+def test_seed_status_dead_requeue_purge(redis7: RedisServer, crawl: FrontierCore,
                                         tmp_path: Path) -> None:
     url = redis7.url
     code, out = invoke("seed", "https://a.example/1", "https://a.example/2",
@@ -61,7 +61,7 @@ def test_seed_status_dead_requeue_purge(redis7: RedisServer, crawl: ListsFrontie
     assert code == 0 and crawl.counts().accepted == 0
 
 
-def test_seed_recrawl(redis7: RedisServer, crawl: ListsFrontier) -> None:
+def test_seed_recrawl(redis7: RedisServer, crawl: FrontierCore) -> None:
     args = ["seed", "https://a.example/1", "--redis-url", redis7.url, "--crawl", "cli"]
     assert "seeded 1" in invoke(*args)[1]
     crawl.ack(crawl.lease("w", 5))
@@ -77,21 +77,21 @@ def test_seed_recrawl(redis7: RedisServer, crawl: ListsFrontier) -> None:
     ("file:///etc/passwd", "http"),
 ])
 def test_seed_refuses_urls_with_bad_hosts_and_stores_nothing(
-        redis7: RedisServer, crawl: ListsFrontier, bad: str, words: str) -> None:
+        redis7: RedisServer, crawl: FrontierCore, bad: str, words: str) -> None:
     code, out = invoke("seed", "https://ok.example/", bad, "--redis-url", redis7.url,
                        "--crawl", "cli")
     assert code == 2 and words in out and "nothing was seeded" in out, out
     assert crawl.counts().accepted == 0
 
 
-def test_seed_refuses_a_framework_callback(redis7: RedisServer, crawl: ListsFrontier) -> None:
+def test_seed_refuses_a_framework_callback(redis7: RedisServer, crawl: FrontierCore) -> None:
     code, out = invoke("seed", "https://ok.example/", "--callback", "_set_crawler",
                        "--redis-url", redis7.url, "--crawl", "cli")
     assert code == 2 and "private" in out and crawl.counts().accepted == 0
 
 
 def test_bad_input_is_a_clear_error_and_writes_nothing(redis7: RedisServer,
-                                                       crawl: ListsFrontier) -> None:
+                                                       crawl: FrontierCore) -> None:
     code, out = invoke("seed", "https://ok.example/", "ftp://nope/", "--redis-url", redis7.url,
                        "--crawl", "cli")
     assert code == 2 and "ftp://nope/" in out and "nothing was seeded" in out
@@ -107,7 +107,7 @@ def test_unreachable_redis_exit_code(redis7: RedisServer) -> None:
     assert code == 3 and "redis://127.0.0.1:1/0" in out
 
 
-def test_purge_asks_first(redis7: RedisServer, crawl: ListsFrontier) -> None:
+def test_purge_asks_first(redis7: RedisServer, crawl: FrontierCore) -> None:
     invoke("seed", "https://a.example/1", "--redis-url", redis7.url, "--crawl", "cli")
     result = runner.invoke(app, ["purge", "--redis-url", redis7.url, "--crawl", "cli"],
                            input="n\n")
@@ -183,7 +183,7 @@ def test_status_of_the_embedded_redis_names_its_socket(elsewhere: Path) -> None:
 
 
 def test_status_states_duplicates_and_default_crawl(redis7: RedisServer,
-                                                   crawl: ListsFrontier) -> None:
+                                                   crawl: FrontierCore) -> None:
     url = redis7.url
     invoke("seed", "https://a.example/1", "https://a.example/2", "--redis-url", url,
            "--crawl", "cli")
@@ -210,7 +210,7 @@ def test_status_states_duplicates_and_default_crawl(redis7: RedisServer,
     assert code == 1 and "no crawl named 'nope'" in out
 
 
-def test_dead_letters_show_when_they_died(redis7: RedisServer, crawl: ListsFrontier) -> None:
+def test_dead_letters_show_when_they_died(redis7: RedisServer, crawl: FrontierCore) -> None:
     import re
 
     invoke("seed", "https://a.example/1", "--redis-url", redis7.url, "--crawl", "cli")

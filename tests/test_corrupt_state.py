@@ -18,7 +18,7 @@ import redis
 
 from redcrawl.codec import Envelope
 from redcrawl.errors import RedcrawlError
-from redcrawl.frontier import ListsFrontier, StreamsFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, StreamsFrontier, open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import Clock, FrontierFactory
@@ -29,7 +29,7 @@ def urls(n: int, prefix: str = "http://example.com/p") -> list[Envelope]:
                      .digest()) for i in range(n)]
 
 
-def drain(f: ListsFrontier, clock: Clock) -> None:
+def drain(f: FrontierCore, clock: Clock) -> None:
     """Lease and ack until the crawl is finished (expiring leases on the way)."""
     for _ in range(50):
         got = f.lease("drain", 100)

@@ -18,7 +18,7 @@ import redis
 
 from redcrawl.codec import Envelope
 from redcrawl.dedupe import BUCKET_FILL, bucket_key, exact_spec, split
-from redcrawl.frontier import ListsFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer, redis_binary
@@ -62,7 +62,7 @@ def envs(start: int, stop: int) -> list[Envelope]:
     return [Envelope(url=url(i), fingerprint=fp(i)) for i in range(start, stop)]
 
 
-def crawl_through(frontier: ListsFrontier, start: int, stop: int, batch: int = 10_000) -> None:
+def crawl_through(frontier: FrontierCore, start: int, stop: int, batch: int = 10_000) -> None:
     """Push, lease and ack URLs start..stop with the public API, in big batches."""
     for lo in range(start, stop, batch):
         hi = min(stop, lo + batch)
@@ -72,7 +72,7 @@ def crawl_through(frontier: ListsFrontier, start: int, stop: int, batch: int = 1
         assert frontier.ack(leases) == hi - lo
 
 
-def add_directly(frontier: ListsFrontier, start: int, stop: int, batch: int = 10_000) -> None:
+def add_directly(frontier: FrontierCore, start: int, stop: int, batch: int = 10_000) -> None:
     for lo in range(start, stop, batch):
         assert sum(frontier.done.add([fp(i) for i in range(lo, min(stop, lo + batch))])) \
             == min(stop, lo + batch) - lo

@@ -16,7 +16,7 @@ import redis
 from redcrawl.codec import Envelope
 from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import fingerprint
-from redcrawl.frontier import Lease, ListsFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, Lease, open_frontier
 from redcrawl.settings import Settings
 from tests.conftest import RedisServer
 
@@ -36,11 +36,11 @@ def wait_for(predicate: object, timeout: float = 10, what: str = "condition") ->
 
 
 @pytest.fixture
-def front(redis7_client: redis.Redis) -> ListsFrontier:
+def front(redis7_client: redis.Redis) -> FrontierCore:
     return open_frontier(redis7_client, Settings(), "feed")
 
 
-def feeder(front: ListsFrontier, **kwargs: object) -> Iterator[Feeder]:
+def feeder(front: FrontierCore, **kwargs: object) -> Iterator[Feeder]:
     params: dict[str, object] = {"prefetch": 4, "lookahead": 2, "concurrency": 2,
                                  "poll_interval": 0.05, "tick": 0.1, "heartbeat": 1.0}
     f = Feeder(front, "w1", **{**params, **kwargs})  # type: ignore[arg-type]
@@ -52,7 +52,7 @@ def feeder(front: ListsFrontier, **kwargs: object) -> Iterator[Feeder]:
 
 
 @pytest.fixture
-def feed(front: ListsFrontier) -> Iterator[Feeder]:
+def feed(front: FrontierCore) -> Iterator[Feeder]:
     yield from feeder(front)
 
 
@@ -70,7 +70,7 @@ def take(f: Feeder, n: int, timeout: float = 10) -> list[Lease]:
     return got
 
 
-def test_stored_requests_are_leased_then_acked(front: ListsFrontier, feed: Feeder) -> None:
+def test_stored_requests_are_leased_then_acked(front: FrontierCore, feed: Feeder) -> None:
     for i in range(10):
         feed.store(env(i))
     leases = take(feed, 10)
@@ -88,7 +88,7 @@ def test_stored_requests_are_leased_then_acked(front: ListsFrontier, feed: Feede
     assert stats["stored"] == 10 and stats["acked"] == 10 and stats["leased"] == 10
 
 
-def test_children_are_stored_before_their_parent_is_acked(front: ListsFrontier,
+def test_children_are_stored_before_their_parent_is_acked(front: FrontierCore,
                                                           feed: Feeder) -> None:
     """The parent's ack is buffered after its children: whenever Redis shows the parent
     done, its children are stored."""
@@ -110,7 +110,7 @@ def test_children_are_stored_before_their_parent_is_acked(front: ListsFrontier,
     assert front.counts().accepted == 200
 
 
-def test_the_caller_never_waits_on_a_frozen_redis(front: ListsFrontier, feed: Feeder,
+def test_the_caller_never_waits_on_a_frozen_redis(front: FrontierCore, feed: Feeder,
                                                   redis7: RedisServer) -> None:
     """Redis frozen (SIGSTOP) for 3 s: the caller's calls return at once, the feeder
     says Redis is stalled, and everything buffered meanwhile is stored once it thaws."""
@@ -143,7 +143,7 @@ def test_the_caller_never_waits_on_a_frozen_redis(front: ListsFrontier, feed: Fe
     wait_for(lambda: feed.stalled_for() == 0, what="the feeder to see Redis again")
 
 
-def test_leases_arrive_ahead_of_demand_within_bounds(front: ListsFrontier) -> None:
+def test_leases_arrive_ahead_of_demand_within_bounds(front: FrontierCore) -> None:
     """prefetch 4, lookahead 2, concurrency 2: at most 4 * 3 leased ahead while the
     crawl has plenty ready; none leased while the crawl is paused."""
     front.push([env(i) for i in range(100)])
@@ -155,7 +155,7 @@ def test_leases_arrive_ahead_of_demand_within_bounds(front: ListsFrontier) -> No
         assert stats.get("lookahead_calls", 0) >= 1
 
 
-def test_tail_leases_go_back_to_the_crawl(front: ListsFrontier) -> None:
+def test_tail_leases_go_back_to_the_crawl(front: FrontierCore) -> None:
     """At the tail (nothing else ready in the crawl), a worker that holds more than it
     can start gives the rest back when there is another worker: that one leases them."""
     front.push([env(i) for i in range(10)])
@@ -178,7 +178,7 @@ def test_tail_leases_go_back_to_the_crawl(front: ListsFrontier) -> None:
         f.stop(timeout=10)
 
 
-def test_stop_flushes_and_gives_back_what_was_not_started(front: ListsFrontier) -> None:
+def test_stop_flushes_and_gives_back_what_was_not_started(front: FrontierCore) -> None:
     front.push([env(i) for i in range(6)])
     f = Feeder(front, "w1", prefetch=4, lookahead=1, concurrency=2, tick=5.0)
     f.start()
@@ -190,7 +190,7 @@ def test_stop_flushes_and_gives_back_what_was_not_started(front: ListsFrontier) 
     assert (c.accepted, c.done, c.in_flight, c.ready) == (7, 1, 0, 6) and c.conserved
 
 
-def test_flush_waits_until_stored(front: ListsFrontier) -> None:
+def test_flush_waits_until_stored(front: FrontierCore) -> None:
     f = Feeder(front, "w1", tick=30.0, heartbeat=30.0)
     f.start()
     try:
@@ -202,7 +202,7 @@ def test_flush_waits_until_stored(front: ListsFrontier) -> None:
         f.stop(timeout=10)
 
 
-def test_a_lone_worker_keeps_what_it_leased(front: ListsFrontier) -> None:
+def test_a_lone_worker_keeps_what_it_leased(front: FrontierCore) -> None:
     """No other worker: nothing to give back to (no release and lease again)."""
     front.push([env(i) for i in range(10)])
     f = Feeder(front, "w1", prefetch=4, lookahead=2, concurrency=2, tick=0.05)

@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from redcrawl.codec import Envelope
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import FrontierCore
 from redcrawl.frontier.base import fair_schedule
 
 from .conftest import Clock, FrontierFactory
@@ -28,7 +28,7 @@ def urls(n: int, prefix: str = "http://example.com/p") -> list[Envelope]:
     return [env(f"{prefix}{i}") for i in range(n)]
 
 
-def check(f: ListsFrontier) -> None:
+def check(f: FrontierCore) -> None:
     c = f.counts()
     assert c.conserved, c
 

@@ -23,7 +23,7 @@ from redcrawl.cli import app
 from redcrawl.codec import Envelope
 from redcrawl.connection import connect
 from redcrawl.errors import ConfigError
-from redcrawl.frontier import ListsFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, ListsFrontier, open_frontier
 from redcrawl.guard import MemoryWatch, check_memory_policy, check_server
 from redcrawl.settings import Settings
 
@@ -45,7 +45,7 @@ def memory_config(redis7_client: redis.Redis) -> Iterator[redis.Redis]:
         redis7_client.config_set(name, value)
 
 
-def frontier(client: redis.Redis, **settings: object) -> ListsFrontier:
+def frontier(client: redis.Redis, **settings: object) -> FrontierCore:
     return ListsFrontier(client, Settings(**settings), "g")  # type: ignore[arg-type]
 
 

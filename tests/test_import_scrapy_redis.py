@@ -34,7 +34,7 @@ from redcrawl import codec
 from redcrawl.demo import ShopSite, SiteConfig
 from redcrawl.errors import ConfigError
 from redcrawl.fingerprint import MODE_FIELD, crawl_fingerprint_mode, fingerprint
-from redcrawl.frontier import ListsFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.keys import CrawlKeys
 from redcrawl.migrate import (
     RefusedEntry,
@@ -261,7 +261,7 @@ def test_entries_that_are_not_request_dicts_are_refused(data: bytes, reason: str
         request_dict_to_envelope(unpickle_request_dict(data))
 
 
-def frontier_of(client: redis.Redis, crawl: str = "srspider", **settings: object) -> ListsFrontier:
+def frontier_of(client: redis.Redis, crawl: str = "srspider", **settings: object) -> FrontierCore:
     return open_frontier(client, Settings(**settings), crawl)  # type: ignore[arg-type]
 
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 import pytest
 import redis
 
-from redcrawl.frontier import open_frontier
+from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.frontier.base import Lease
-from redcrawl.frontier.lists import ListsFrontier
 from redcrawl.settings import Settings
 
 from .conftest import Backend, Clock, raw
@@ -22,7 +21,7 @@ from .proxykit import ReplyDropper, envs, held
 
 
 def _frontiers(redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
-               backend: Backend) -> tuple[ListsFrontier, ListsFrontier]:
+               backend: Backend) -> tuple[FrontierCore, FrontierCore]:
     """The same crawl seen directly and through the proxy."""
     settings = Settings(backend=backend, lease_ttl=10.0, retry_backoff=0.0)
     direct = open_frontier(redis_client, settings, "lost", clock=clock)
@@ -113,7 +112,7 @@ def test_a_dead_workers_last_call_is_forgotten(
     assert not [k for k in raw(redis_client.hkeys(f.keys.calls)) if k.startswith(b"w3#")]
 
 
-def _dead(f: ListsFrontier, n: int) -> None:
+def _dead(f: FrontierCore, n: int) -> None:
     """n requests DEAD."""
     f.push(envs(n, start=900))
     for lease in f.lease("w9", n):

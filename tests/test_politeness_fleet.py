@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from redcrawl.frontier import InflightInfo, ListsFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, InflightInfo, open_frontier
 from redcrawl.politeness import BackoffPolicy, BackoffState
 from redcrawl.settings import Settings
 from redcrawl.workers import worker_command
@@ -90,7 +90,7 @@ def worker(redis_url: str, crawl: str, kit: MultiSite, name: str, log: Path,
                                 cwd=log.parent, start_new_session=True)
 
 
-def fresh_frontier(server: RedisServer, crawl: str, backend: str) -> ListsFrontier:
+def fresh_frontier(server: RedisServer, crawl: str, backend: str) -> FrontierCore:
     client = redis.Redis.from_url(server.url)
     client.flushall()
     return open_frontier(client, Settings(backend=backend), crawl)  # type: ignore[arg-type]
@@ -122,7 +122,7 @@ def wait_all(procs: list[tuple[subprocess.Popen[bytes], Path]], timeout: float) 
 
 
 def kill_one_holding_leases(procs: list[tuple[subprocess.Popen[bytes], Path]],
-                            frontier: ListsFrontier,
+                            frontier: FrontierCore,
                             deadline: float) -> tuple[int, list[InflightInfo]]:
     """SIGKILL the first worker seen holding leases (frozen first with SIGSTOP, so what
     it is seen holding is what it holds); its index and its leases."""
@@ -142,7 +142,7 @@ def kill_one_holding_leases(procs: list[tuple[subprocess.Popen[bytes], Path]],
     raise AssertionError("unreachable")
 
 
-def check_crawl_complete(kit: MultiSite, frontier: ListsFrontier,
+def check_crawl_complete(kit: MultiSite, frontier: FrontierCore,
                          disallowed: frozenset[str] = frozenset()) -> None:
     """Every page (but ``disallowed`` ones) fetched with a 200, nothing dead, the
     conservation law holds (plain asserts: a failure here is a real failure, never an

@@ -20,7 +20,7 @@ import pytest
 import redis
 
 from redcrawl.demo import ShopSite, SiteConfig
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import FrontierCore
 from tests.conftest import RedisServer
 from tests.scrapy_projects import outcomes_spider as oc
 from tests.scrapy_projects.harness import (
@@ -472,7 +472,7 @@ def test_slow_download_keeps_its_lease(tmp_path: Path, redis7: RedisServer,
         hits = site.hits()
     assert time.monotonic() - started > 3
     assert hits == {"/": 1, "/product/60": 1}
-    f: ListsFrontier = frontier(redis7_client, "lease")
+    f: FrontierCore = frontier(redis7_client, "lease")
     c = f.counts()
     assert c.reclaimed == 0 and c.done == 2 and c.finished and c.conserved
     assert run.stats["redcrawl/acked"] == 2

@@ -14,7 +14,7 @@ import redis
 
 from redcrawl.codec import Envelope
 from redcrawl.errors import ConfigError, FrontierError
-from redcrawl.frontier import ListsFrontier, StreamsFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, ListsFrontier, StreamsFrontier, open_frontier
 from redcrawl.frontier.streams import GROUP, host_of, shard_of
 from redcrawl.settings import Settings
 
@@ -27,7 +27,7 @@ def env(url: str, priority: int = 0) -> Envelope:
     return Envelope(url=url, priority=priority, fingerprint=hashlib.sha1(url.encode()).digest())
 
 
-def streams_of(f: ListsFrontier) -> StreamsFrontier:
+def streams_of(f: FrontierCore) -> StreamsFrontier:
     assert isinstance(f, StreamsFrontier)
     return f
 

@@ -9,7 +9,7 @@ waits on Redis:
   the thread flushes.
 
 The I/O thread loops: it takes everything buffered at once and sends it in one
-:meth:`~redcrawl.frontier.ListsFrontier.settle` (store the children, then ack the
+:meth:`~redcrawl.frontier.FrontierCore.settle` (store the children, then ack the
 parents, then lease more: children are always stored before their parent's ack, since a
 parent finishes after its children were buffered), then the nacks, then the heartbeat
 and, every ``tick``, the crawl-wide counts (the caller's view of "is the crawl
@@ -44,7 +44,7 @@ from redcrawl.errors import ConnectionError_, RedcrawlError
 
 if TYPE_CHECKING:
     from redcrawl.codec import Envelope
-    from redcrawl.frontier import Counts, Lease, ListsFrontier
+    from redcrawl.frontier import Counts, FrontierCore, Lease
 
 __all__ = ["Feeder"]
 
@@ -54,7 +54,7 @@ log = logging.getLogger(__name__)
 class Feeder:
     """Leases, stores and acknowledges for one worker on a thread of its own."""
 
-    def __init__(self, frontier: ListsFrontier, worker: str, *, prefetch: int = 16,
+    def __init__(self, frontier: FrontierCore, worker: str, *, prefetch: int = 16,
                  lookahead: int = 2, concurrency: int = 16, batch_size: int = 100,
                  heartbeat: float = 20.0, poll_interval: float = 0.5, tick: float = 1.0,
                  on_ready: Callable[[], None] | None = None,

@@ -27,7 +27,7 @@ from redcrawl.errors import ConfigError
 from redcrawl.settings import Settings
 
 if TYPE_CHECKING:
-    from redcrawl.frontier import ListsFrontier
+    from redcrawl.frontier import FrontierCore
 
 __all__ = ["MemoryWatch", "check_eviction", "check_memory", "check_memory_policy",
            "check_server"]
@@ -100,7 +100,7 @@ def check_memory_policy(client: Any, settings: Settings) -> list[str]:
     return [w for w in warnings if w]
 
 
-def check_server(frontier: ListsFrontier) -> list[str]:
+def check_server(frontier: FrontierCore) -> list[str]:
     """Every start-time check for a crawl's frontier: :func:`check_memory_policy`, then the
     dedupe filter's server limits and encoding. Returns warnings to log."""
     settings = frontier.settings

@@ -54,7 +54,7 @@ from typing import Any
 from redcrawl import codec
 from redcrawl.errors import ConfigError, DecodeError, EncodeError
 from redcrawl.fingerprint import MODE_FIELD, Fingerprinter, crawl_fingerprint_mode
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import FrontierCore
 from redcrawl.lock import CrawlLock
 from redcrawl.settings import QUEUE_CLASSES, Ordering
 from redcrawl.transport import redis_errors
@@ -264,7 +264,7 @@ def _entries(source: Any, key: str, kind: str, order: Ordering, reverse: bool,
         yield from zip(indexes, chunk, strict=False)
 
 
-def _read_migrations(frontier: ListsFrontier) -> dict[str, Any]:
+def _read_migrations(frontier: FrontierCore) -> dict[str, Any]:
     with redis_errors("reading the crawl's migrations"):
         raw = frontier.client.hget(frontier.keys.control, MIGRATED_FIELD)
     try:
@@ -276,7 +276,7 @@ def _read_migrations(frontier: ListsFrontier) -> dict[str, Any]:
 
 def import_scrapy_redis(
     source: Any,
-    frontier: ListsFrontier,
+    frontier: FrontierCore,
     spider: str,
     *,
     queue_key: str = DEFAULT_QUEUE_KEY,
@@ -368,7 +368,7 @@ def _note(result: MigrationResult, position: int, reason: str) -> None:
         result.examples.append(f"entry {position}: {reason}")
 
 
-def _import_queue(source: Any, frontier: ListsFrontier, result: MigrationResult,
+def _import_queue(source: Any, frontier: FrontierCore, result: MigrationResult,
                   fingerprinter: Fingerprinter, kind: str, order: Ordering, *,
                   reverse: bool, batch: int, dry_run: bool, lock: CrawlLock,
                   progress: Callable[[str, int], None] | None) -> set[bytes]:
@@ -428,7 +428,7 @@ def _import_queue(source: Any, frontier: ListsFrontier, result: MigrationResult,
     return fingerprints
 
 
-def _import_dupefilter(source: Any, frontier: ListsFrontier, result: MigrationResult,
+def _import_dupefilter(source: Any, frontier: FrontierCore, result: MigrationResult,
                        queued: set[bytes], *, batch: int, dry_run: bool, lock: CrawlLock,
                        progress: Callable[[str, int], None] | None) -> None:
     """Mark the dupefilter's members DONE, except the queued requests' own."""
@@ -470,7 +470,7 @@ def _import_dupefilter(source: Any, frontier: ListsFrontier, result: MigrationRe
         flush()
 
 
-def dupefilter_import_warnings(source: Any, key: str, frontier: ListsFrontier) -> list[str]:
+def dupefilter_import_warnings(source: Any, key: str, frontier: FrontierCore) -> list[str]:
     """For ``import-dupefilter`` (the fingerprints only, into the DONE filter): put a crawl
     that holds no requests yet in scrapy-redis fingerprint mode, so that the imported
     members match its requests, and say what the fingerprints alone cannot do. Returns

@@ -17,7 +17,7 @@ import redis
 
 from redcrawl.codec import Envelope
 from redcrawl.fingerprint import fingerprint
-from redcrawl.frontier import ListsFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.settings import Settings
 from redcrawl.workers import REDCRAWL_COMPONENTS, worker_command
 
@@ -149,7 +149,7 @@ def run_spider(spider: str, directory: Path, **kwargs: Any) -> Run:
     return start_spider(spider, directory, **kwargs).wait()
 
 
-def frontier(client: redis.Redis, crawl: str, **settings: Any) -> ListsFrontier:
+def frontier(client: redis.Redis, crawl: str, **settings: Any) -> FrontierCore:
     """The crawl's frontier, for inspection from the test."""
     return open_frontier(client, Settings(**settings), crawl)
 

@@ -18,7 +18,7 @@ from redcrawl.api import models as m
 from redcrawl.api.auth import require
 from redcrawl.api.rates import RateBook
 from redcrawl.fingerprint import canonicalizer_for
-from redcrawl.frontier import Counts, Frontier, open_frontier
+from redcrawl.frontier import Counts, FrontierCore, open_frontier
 from redcrawl.keys import CRAWL_NAME_PATTERN, CrawlKeys
 from redcrawl.settings import Settings
 
@@ -46,7 +46,7 @@ async def single_values(request: Request) -> None:
                                            "msg": "given more than once: give it once"}])
 
 
-def frontier_for(client: redis.Redis, settings: Settings, crawl: str) -> Frontier:
+def frontier_for(client: redis.Redis, settings: Settings, crawl: str) -> FrontierCore:
     """The frontier of ``crawl``: the one place that picks a backend."""
     return open_frontier(client, settings, crawl, follow_layout=True)
 
@@ -67,7 +67,7 @@ class Context:
     def client(self) -> Any:
         return self.redis
 
-    def _open(self, crawl: str) -> Frontier:
+    def _open(self, crawl: str) -> FrontierCore:
         return frontier_for(self.client(), self.settings, crawl)
 
     def stats_key(self, crawl: str) -> str:
@@ -84,7 +84,7 @@ class Context:
         return [not isinstance(r, list) or any(x is not None for x in r)
                 for r in pipe.execute(raise_on_error=False)]
 
-    def existing(self, crawl: str) -> Frontier:
+    def existing(self, crawl: str) -> FrontierCore:
         """The frontier of ``crawl``; 404 if the crawl does not exist."""
         if not self.alive([crawl])[0]:
             raise HTTPException(404, f"crawl {crawl!r} does not exist (no request was "

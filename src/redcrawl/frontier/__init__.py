@@ -1,4 +1,9 @@
-"""The crawl frontier: a request state machine on Redis. See :mod:`.base` for the interface."""
+"""The crawl frontier: a request state machine on Redis.
+
+:class:`FrontierCore` (also exported as ``Frontier``) is the interface and everything the
+backends share (:mod:`.core`); :class:`ListsFrontier` (:mod:`.lists`) and
+:class:`StreamsFrontier` (:mod:`.streams`) are its two queue layers, siblings. The
+records it returns are in :mod:`.base`; docs/frontier.md has the layout, file by file."""
 
 from collections.abc import Callable
 from typing import Any
@@ -9,7 +14,6 @@ from redcrawl.errors import ConfigError, FrontierError
 from redcrawl.frontier.base import (
     Counts,
     DeadInfo,
-    Frontier,
     InflightInfo,
     Lease,
     PendingInfo,
@@ -18,7 +22,10 @@ from redcrawl.frontier.base import (
     SettleCall,
     Settled,
 )
-from redcrawl.frontier.lists import ListsFrontier, PendingSettle, stored_layout
+from redcrawl.frontier.core import FrontierCore
+from redcrawl.frontier.lists import ListsFrontier
+from redcrawl.frontier.records import stored_layout
+from redcrawl.frontier.settle import PendingSettle
 from redcrawl.frontier.streams import StreamsFrontier
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
@@ -27,6 +34,7 @@ __all__ = [
     "Counts",
     "DeadInfo",
     "Frontier",
+    "FrontierCore",
     "InflightInfo",
     "Lease",
     "ListsFrontier",
@@ -40,13 +48,16 @@ __all__ = [
     "open_frontier",
 ]
 
+Frontier = FrontierCore
+"""The frontier interface: what :func:`open_frontier` returns, whichever the backend."""
+
 
 def open_frontier(client: redis.Redis, settings: Settings, crawl: str, *,
                   clock: Callable[[], int] | None = None,
-                  follow_layout: bool = False) -> ListsFrontier:
+                  follow_layout: bool = False) -> FrontierCore:
     """The frontier of ``crawl`` with the backend ``settings.backend`` chooses
-    (``REDCRAWL_BACKEND``): :class:`ListsFrontier` or :class:`StreamsFrontier` (which
-    extends it, so every caller gets the lists backend's full API either way).
+    (``REDCRAWL_BACKEND``): a :class:`ListsFrontier` or a :class:`StreamsFrontier`, both
+    :class:`FrontierCore` (the interface callers type against).
 
     With ``follow_layout`` an existing crawl is opened with the backend (and shard count
     or ordering) it was created with, whatever ``settings`` say: for tools that serve
@@ -54,7 +65,7 @@ def open_frontier(client: redis.Redis, settings: Settings, crawl: str, *,
     refused with an error naming the settings."""
     if follow_layout:
         settings = _created_layout(client, settings, crawl)
-    cls = StreamsFrontier if settings.backend == "streams" else ListsFrontier
+    cls: type[FrontierCore] = StreamsFrontier if settings.backend == "streams" else ListsFrontier
     return cls(client, settings, crawl, clock=clock)
 
 

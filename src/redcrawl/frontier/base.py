@@ -1,4 +1,5 @@
-"""The frontier interface every backend implements, and the records it returns.
+"""The records the frontier returns, and the helpers every backend shares. The interface
+itself is :class:`redcrawl.frontier.core.FrontierCore` (exported as ``Frontier``).
 
 A request is in exactly one state — READY, DELAYED, IN-FLIGHT, DONE or DEAD — and every
 change of state is one atomic Redis step. The conservation law holds at every moment::
@@ -10,14 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 from redcrawl.codec import Envelope
 
 __all__ = [
     "Counts",
     "DeadInfo",
-    "Frontier",
     "InflightInfo",
     "Lease",
     "PendingInfo",
@@ -70,16 +70,17 @@ class PushResult:
 
 @dataclass(frozen=True, slots=True)
 class Settled:
-    """What one :meth:`Frontier.settle` round trip did."""
+    """What one :meth:`~redcrawl.frontier.core.FrontierCore.settle` round trip did."""
 
     pushed: PushResult
     acked: int
     leases: list[Lease]
     unacked: tuple[Lease, ...] = ()
     """Acks this call refused because a settle begun before it was refused by Redis (its
-    children may not be stored): still IN-FLIGHT. Ack them again (:meth:`Frontier.ack`
-    or a later settle) once what the refused settle carried is stored; see
-    :meth:`Frontier.settle_begin`."""
+    children may not be stored): still IN-FLIGHT. Ack them again
+    (:meth:`~redcrawl.frontier.core.FrontierCore.ack` or a later settle) once what the
+    refused settle carried is stored; see
+    :meth:`~redcrawl.frontier.core.FrontierCore.settle_begin`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +143,8 @@ class DeadInfo:
 
 @dataclass(frozen=True, slots=True)
 class RequestInfo:
-    """One stored request, wherever it is (see :meth:`Frontier.describe`)."""
+    """One stored request, wherever it is (see
+    :meth:`~redcrawl.frontier.core.FrontierCore.describe`)."""
 
     id: str
     state: str
@@ -159,42 +161,10 @@ class RequestInfo:
 
 
 class SettleCall(Protocol):
-    """A settle round trip on its way (:meth:`Frontier.settle_begin`)."""
+    """A settle round trip on its way
+    (:meth:`~redcrawl.frontier.core.FrontierCore.settle_begin`)."""
 
     def result(self) -> Settled: ...
-
-
-@runtime_checkable
-class Frontier(Protocol):
-    """The operations of a crawl frontier. See :class:`redcrawl.frontier.ListsFrontier`."""
-
-    def push(self, envelopes: Sequence[Envelope], *, delay: float = 0.0,
-             recrawl: bool = False) -> PushResult: ...
-    def lease(self, worker: str, n: int, ttl: float | None = None) -> list[Lease]: ...
-    def ack(self, leases: Sequence[Lease]) -> int: ...
-    def release(self, leases: Sequence[Lease]) -> int: ...
-    def settle(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = (), *,
-               lease: tuple[str, int] | None = None,
-               ttl: float | None = None) -> Settled: ...
-    def settle_begin(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = (), *,
-                     lease: tuple[str, int] | None = None,
-                     ttl: float | None = None) -> SettleCall: ...
-    def nack(self, lease: Lease, error: str, *, retry: bool = True,
-             delay: float | None = None) -> str: ...
-    def renew(self, worker: str, ttl: float | None = None) -> None: ...
-    def release_worker(self, worker: str) -> int: ...
-    def maintain(self) -> tuple[int, int]: ...
-    def counts(self) -> Counts: ...
-    def pending(self, limit: int = 100) -> list[PendingInfo]: ...
-    def inflight(self, limit: int = 100) -> list[InflightInfo]: ...
-    def dead(self, limit: int = 100) -> list[DeadInfo]: ...
-    def describe(self, id: str) -> RequestInfo | None: ...
-    def requeue_dead(self, ids: Sequence[str] | None = None, *, limit: int = 1000) -> int: ...
-    def pause(self) -> None: ...
-    def resume(self) -> None: ...
-    def is_paused(self) -> bool: ...
-    def workers(self) -> dict[str, float]: ...
-    def purge(self) -> None: ...
 
 
 def fair_schedule(weights: Sequence[int]) -> str:

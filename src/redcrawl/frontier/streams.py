@@ -1,9 +1,9 @@
 """The streams backend: ready and leased requests as entries of Redis Streams, sharded by
 the URL's host, with one consumer group per crawl and one consumer per worker.
 
-Same interface, same request records, same dedupe, DELAYED and DEAD sets, counters and
-heartbeats as the lists backend (:class:`~redcrawl.frontier.ListsFrontier`, which this
-class extends); only the ready-queue layer differs (``lua/queue_streams.lua``):
+The streams backend's queue layer (``lua/queue_streams.lua``); the request records,
+dedupe, DELAYED and DEAD sets, counters and heartbeats are
+:class:`~redcrawl.frontier.core.FrontierCore`'s, shared with the lists backend:
 
 - a request goes to shard ``shard_of(url)`` (a hash of its host), into the shard's high
   stream if its priority is at least the first tier bound (``REDCRAWL_TIER_BOUNDS``,
@@ -20,31 +20,17 @@ See docs/streams.md.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any, Literal
 
-import redis
 import redis.exceptions
 
-from redcrawl import codec
 from redcrawl.codec import Envelope
-from redcrawl.errors import DecodeError
-from redcrawl.frontier.base import (
-    Counts,
-    InflightInfo,
-    Lease,
-    PendingInfo,
-    RequestInfo,
-    format_id,
-    parse_id,
-)
-from redcrawl.frontier.lists import ListsFrontier, from_record, parse_record
-from redcrawl.settings import Settings
+from redcrawl.frontier.base import format_id, parse_id
+from redcrawl.frontier.core import FrontierCore, Held
 from redcrawl.transport import redis_errors
 
 __all__ = ["GROUP", "PendingEntry", "ShardInfo", "StreamsFrontier", "host_of", "shard_of"]
@@ -122,16 +108,9 @@ class ShardInfo:
         return self.length - self.pending
 
 
-def _lua(name: str) -> str:
-    return (resources.files("redcrawl.frontier") / "lua" / name).read_text("utf-8")
-
-
-def _is_nogroup(x: Any) -> bool:
-    return isinstance(x, redis.exceptions.ResponseError) and "NOGROUP" in str(x)
-
-
-class StreamsFrontier(ListsFrontier):
-    """A crawl frontier on Redis Streams (``REDCRAWL_BACKEND=streams``; Redis 6.2+).
+class StreamsFrontier(FrontierCore):
+    """A crawl frontier on Redis Streams (``REDCRAWL_BACKEND=streams``; Redis 6.2+). See
+    :class:`~redcrawl.frontier.core.FrontierCore` for its operations.
 
     ``clock``, if given, returns the time in milliseconds used instead of the server's
     clock (tests); stream idle times are then backdated to follow it (see
@@ -139,62 +118,80 @@ class StreamsFrontier(ListsFrontier):
     """
 
     BACKEND = "streams"
+    STANDALONE = {"counts": ("frontier/lua/counts_streams.lua",)}
 
-    def __init__(
-        self,
-        client: redis.Redis,
-        settings: Settings,
-        crawl: str,
-        *,
-        clock: Callable[[], int] | None = None,
-    ) -> None:
-        if settings.backend != "streams":
-            settings = settings.replace(backend="streams")  # validates the ordering
-        super().__init__(client, settings, crawl, clock=clock)
-        self._counts_script = client.register_script(_lua("counts_streams.lua"))
-
-    # --- plumbing ------------------------------------------------------------------
+    # --- the queue layer (see redcrawl.frontier.core) ------------------------------
     def _script_keys(self) -> list[str]:
         return self.keys.script_keys(self.settings.shards)
 
     def _layout(self) -> str:
         return f"streams/{self.settings.shards}"
 
-    def stream_keys(self) -> list[str]:
-        """The crawl's streams: shard 0 high, shard 0 low, shard 1 high, ..."""
-        return self.keys.streams(self.settings.shards)
-
-    def _push_args(self, envelopes: Sequence[Envelope]) -> list[Any]:
-        args: list[Any] = []
+    def _push_extra(self, envelopes: Sequence[Envelope]) -> list[tuple[int]]:
         shards = self.settings.shards
-        for env, (rec, fp, prio) in zip(envelopes, _triples(super()._push_args(envelopes)),
-                                        strict=True):
-            args += (rec, fp, prio, shard_of(env.url, shards))
-        return args
+        return [(shard_of(env.url, shards),) for env in envelopes]
 
-    def _leases(self, worker: str, raw: Sequence[Any]) -> list[Lease]:
-        """Lease objects from a streams lease reply (id, attempts, record, token per
-        request); undecodable requests are dead-lettered."""
-        leases: list[Lease] = []
-        bad: list[tuple[bytes, str, str]] = []
-        for i in range(0, len(raw or ()), 4):
-            rid, attempts = bytes(raw[i]), int(raw[i + 1])
-            data, token = bytes(raw[i + 2]), bytes(raw[i + 3]).decode()
+    def _count_states(self) -> tuple[Sequence[Any], int, int, int]:
+        """In flight = entries pending in the group, ready = the other entries."""
+        k = self.keys
+        res = self._scripts.run("counts", [k.stats, k.delayed, k.dead, *self.stream_keys()],
+                                [])
+        ready, delayed, dead = (int(x) for x in res[7:])
+        return res[:7], ready, delayed, dead
+
+    def _ready_ids(self, limit: int) -> Iterator[tuple[int, list[bytes]]]:
+        """Entries not yet delivered, high streams (tier 0) first, then low (tier 1)."""
+        for _s, cls, key in self._stream_rows():
+            start = "-"
             try:
-                env = from_record(data)
-            except DecodeError as exc:
-                bad.append((rid, token, f"undecodable envelope: {exc}"))
-                continue
-            if len(rid) == 20:
-                env.fingerprint = rid
-            leases.append(Lease(rid, token, worker, attempts, env))
-        self._dead_letter(worker, bad)
-        return leases
+                for g in self.client.xinfo_groups(key):
+                    if g["name"] in (GROUP, GROUP.encode()):
+                        last = g["last-delivered-id"]
+                        start = "(" + (last.decode() if isinstance(last, bytes) else last)
+            except redis.exceptions.ResponseError:
+                continue  # no such stream
+            entries = self.client.xrange(key, start, "+", count=limit)
+            yield (0 if cls == "high" else 1), [fields[b"r"] for _eid, fields in entries]
+
+    def _held(self, limit: int) -> Iterator[list[Held]]:
+        """Pending entries, oldest first: since their delivery or last extension, until
+        that + the lease ttl."""
+        ttl = self.settings.lease_ttl
+        yield [Held(parse_id(e.id), e.consumer, e.since, e.since + ttl,
+                    _ends_with("/" + e.entry))
+               for info in self.shards(limit) for e in info.entries if e.id != "?"]
+
+    def _holder(self, token: str) -> str | None:
+        """The consumer the token's entry is pending with (the token names it)."""
+        parts = token.split("/", 2)
+        keys = self.stream_keys()
+        if len(parts) != 3 or not parts[1].isdigit() or int(parts[1]) >= len(keys):
+            return None
+        rows = self.client.xpending_range(keys[int(parts[1])], GROUP, parts[2], parts[2], 1)
+        return rows[0]["consumer"].decode() if rows else None
 
     def _extra_keys(self) -> list[str]:
         found = {k.decode() for k in self.client.scan_iter(match=self.keys.stream_pattern(),
                                                             count=1000)}
         return sorted(found | set(self.stream_keys()))
+
+    def _forget_consumers(self, worker: str) -> None:
+        """Its consumers that have nothing pending are removed from the group."""
+        keys = self.stream_keys()
+        pipe = self.client.pipeline(transaction=False)
+        for key in keys:
+            pipe.xpending_range(key, GROUP, "-", "+", 1, consumername=worker)
+        res = pipe.execute(raise_on_error=False)
+        pipe = self.client.pipeline(transaction=False)
+        for key, held in zip(keys, res, strict=True):
+            if isinstance(held, list) and not held:
+                pipe.xgroup_delconsumer(key, GROUP, worker)
+        pipe.execute(raise_on_error=False)
+
+    # --- streams only --------------------------------------------------------------
+    def stream_keys(self) -> list[str]:
+        """The crawl's streams: shard 0 high, shard 0 low, shard 1 high, ..."""
+        return self.keys.streams(self.settings.shards)
 
     def _offset(self) -> int:
         """How far idle times are backdated (0 with the server clock)."""
@@ -203,38 +200,6 @@ class StreamsFrontier(ListsFrontier):
     def _now_ms(self, server_ms: int) -> int:
         return server_ms if self._clock is None else int(self._clock())
 
-    def forget_worker(self, worker: str) -> None:
-        """Remove a worker's heartbeat and its consumers (those with nothing pending)."""
-        super().forget_worker(worker)
-        keys = self.stream_keys()
-        with redis_errors("forget_worker"):
-            pipe = self.client.pipeline(transaction=False)
-            for key in keys:
-                pipe.xpending_range(key, GROUP, "-", "+", 1, consumername=worker)
-            res = pipe.execute(raise_on_error=False)
-            pipe = self.client.pipeline(transaction=False)
-            for key, held in zip(keys, res, strict=True):
-                if isinstance(held, list) and not held:
-                    pipe.xgroup_delconsumer(key, GROUP, worker)
-            pipe.execute(raise_on_error=False)
-
-    # --- inspection ----------------------------------------------------------------
-    def counts(self, *, repaired: bool = False) -> Counts:
-        """A consistent snapshot (one script) of the conservation terms: in flight =
-        entries pending in the group, ready = the other entries. A corrupt counter is
-        repaired first (:meth:`repair`)."""
-        k = self.keys
-        with redis_errors("counts"):
-            res = self._counts_script(keys=[k.stats, k.delayed, k.dead, *self.stream_keys()])
-        stats = self._counters(res[:6], repaired)
-        if stats is None:
-            return self._repaired_counts(repaired)
-        accepted, filtered, done, retried, reclaimed, requeued = stats
-        ready, in_flight, delayed, dead = (int(x) for x in res[6:])
-        return Counts(accepted=accepted, filtered=filtered, ready=ready, delayed=delayed,
-                      in_flight=in_flight, done=done, dead=dead, retried=retried,
-                      reclaimed=reclaimed, requeued=requeued)
-
     def _stream_rows(self) -> list[tuple[int, Literal["high", "low"], str]]:
         """(shard, "high"/"low", key) of every stream, high streams first."""
         rows: list[tuple[int, Literal["high", "low"], str]] = []
@@ -242,29 +207,6 @@ class StreamsFrontier(ListsFrontier):
             for s in range(self.settings.shards):
                 rows.append((s, "high" if high else "low", self.keys.stream(s, high)))
         return rows
-
-    def pending(self, limit: int = 100) -> list[PendingInfo]:
-        """Ready requests (entries not yet delivered), high streams first; ``tier`` is 0
-        for high and 1 for low."""
-        out: list[PendingInfo] = []
-        with redis_errors("pending"):
-            for _s, cls, key in self._stream_rows():
-                if len(out) >= limit:
-                    break
-                start = "-"
-                try:
-                    for g in self.client.xinfo_groups(key):
-                        if g["name"] in (GROUP, GROUP.encode()):
-                            last = g["last-delivered-id"]
-                            start = "(" + (last.decode() if isinstance(last, bytes) else last)
-                except redis.exceptions.ResponseError:
-                    continue  # no such stream
-                entries = self.client.xrange(key, start, "+", count=limit - len(out))
-                ids = [fields[b"r"] for _eid, fields in entries]
-                for rid, env in zip(ids, self._envelopes(ids), strict=True):
-                    out.append(PendingInfo(format_id(rid), 0 if cls == "high" else 1,
-                                           env.url if env else "?", env.priority if env else 0))
-        return out[:limit]
 
     def shards(self, limit: int = 100) -> list[ShardInfo]:
         """Per shard and stream: length, pending count, consumers, and up to ``limit``
@@ -327,52 +269,6 @@ class StreamsFrontier(ListsFrontier):
             out.append(r[0][1].get(b"r") if r else None)
         return out
 
-    def inflight(self, limit: int = 100) -> list[InflightInfo]:
-        """Leased requests: which worker, since when (delivery or last extension), until
-        when (that + the lease ttl), oldest entries first."""
-        out: list[InflightInfo] = []
-        ttl = self.settings.lease_ttl
-        entries = [e for info in self.shards(limit) for e in info.entries if e.id != "?"]
-        if not entries:
-            return out
-        with redis_errors("inflight"):
-            recs = self.client.hmget(self.keys.req, [parse_id(e.id) for e in entries])
-        for e, rec in zip(entries, recs, strict=True):
-            if rec is None:
-                continue
-            try:
-                _p, attempts, token, body = parse_record(rec)
-                url = codec.decode(body).url
-            except DecodeError:
-                continue
-            if not token.endswith("/" + e.entry):
-                continue
-            out.append(InflightInfo(e.id, e.consumer, attempts, e.since, e.since + ttl, url))
-            if len(out) >= limit:
-                break
-        return out
 
-    def describe(self, id: str) -> RequestInfo | None:
-        info = super().describe(id)
-        if info is None or info.state != "in_flight":
-            return info
-        with redis_errors("describe"):
-            rec = self.client.hget(self.keys.req, parse_id(id))
-            try:
-                token = parse_record(rec)[2] if rec else ""
-            except DecodeError:
-                token = ""
-            parts = token.split("/", 2)
-            if len(parts) != 3 or not parts[1].isdigit():
-                return info
-            keys = self.stream_keys()
-            k = int(parts[1])
-            if k >= len(keys):
-                return info
-            rows = self.client.xpending_range(keys[k], GROUP, parts[2], parts[2], 1)
-        worker = rows[0]["consumer"].decode() if rows else None
-        return dataclasses.replace(info, worker=worker)
-
-
-def _triples(args: list[Any]) -> list[tuple[Any, Any, Any]]:
-    return [(args[i], args[i + 1], args[i + 2]) for i in range(0, len(args), 3)]
+def _ends_with(suffix: str) -> Callable[[str], bool]:
+    return lambda token: token.endswith(suffix)

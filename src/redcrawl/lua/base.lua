@@ -1,5 +1,5 @@
 -- base.lua: the first lines of every frontier and dedupe-filter script (prepended by
--- redcrawl/frontier/lists.py and redcrawl/dedupe).
+-- redcrawl.scripts for redcrawl/frontier/core.py and redcrawl/dedupe).
 
 local CHUNK = 2000
 

@@ -52,7 +52,7 @@ from redcrawl.connection import connect
 from redcrawl.errors import DecodeError, EncodeError, RedcrawlError
 from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter_for
-from redcrawl.frontier import Lease, ListsFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, Lease, open_frontier
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
 from redcrawl.scrapy import lifecycle
@@ -120,7 +120,7 @@ class Scheduler(BaseScheduler):
         self.custom_fingerprinter = lifecycle.custom_fingerprinter(crawler)
         self.fingerprinter = Fingerprinter(canonicalizer=self.canonicalizer,
                                            version_meta_key=settings.fingerprint_version_meta)
-        self.frontier: ListsFrontier | None = None
+        self.frontier: FrontierCore | None = None
         self.feeder: Feeder | None = None
         self.spider: scrapy.Spider | None = None
         self._handed_out: dict[int, tuple[scrapy.Request, Lease]] = {}

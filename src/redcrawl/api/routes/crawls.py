@@ -11,7 +11,7 @@ from redcrawl.api import models as m
 from redcrawl.api.context import Context, Crawl, Limit
 from redcrawl.api.errors import TRANSIENT, StateErrors, Unreadable, responses, server_condition
 from redcrawl.errors import FrontierError
-from redcrawl.frontier import Frontier, StreamsFrontier
+from redcrawl.frontier import FrontierCore, StreamsFrontier
 from redcrawl.keys import crawl_of_stats_key, stats_key_pattern
 
 
@@ -93,7 +93,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
         items = ctx.existing(crawl).dead(limit)
         return m.DeadList(crawl=crawl, items=[m.DeadItem.model_validate(x) for x in items])
 
-    def switch(crawl: str, action: Callable[[Frontier], None]) -> m.PausedOut:
+    def switch(crawl: str, action: Callable[[FrontierCore], None]) -> m.PausedOut:
         f = ctx.existing(crawl)
         action(f)
         return m.PausedOut(crawl=crawl, paused=f.is_paused())

@@ -1,8 +1,9 @@
 -- counts_streams.lua: the conservation terms of a streams crawl in one atomic step.
 -- Standalone (no prelude). KEYS[1] stats, KEYS[2] delayed, KEYS[3] dead, KEYS[4..] streams.
--- Returns {accepted, filtered, done, retried, reclaimed, requeued, ready, in_flight,
--- delayed, dead} (the first six as stored: Python checks them, see ListsFrontier.counts): in_flight = entries pending in the group, ready = the other entries
--- (acked entries are deleted at once, so every entry is one or the other).
+-- Returns {accepted, filtered, done, retried, reclaimed, requeued, in_flight, ready,
+-- delayed, dead}: the first six as stored (Python checks them: FrontierCore.counts),
+-- in_flight (as a string, in their place) = entries pending in the group, ready = the
+-- other entries (acked entries are deleted at once, so every entry is one or the other).
 local st = redis.call('HMGET', KEYS[1], 'accepted', 'filtered', 'done', 'retried', 'reclaimed',
                       'requeued')
 local out = {}
@@ -13,8 +14,8 @@ for i = 4, #KEYS do
   local p = redis.pcall('XPENDING', KEYS[i], 'g')
   if type(p) == 'table' and not p.err then pending = pending + tonumber(p[1]) end
 end
-out[7] = len - pending
-out[8] = pending
+out[7] = tostring(pending)
+out[8] = len - pending
 out[9] = redis.call('ZCARD', KEYS[2])
 out[10] = redis.call('ZCARD', KEYS[3])
 return out

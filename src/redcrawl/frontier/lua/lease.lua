@@ -3,8 +3,8 @@
 -- ARGV[5] worker id   ARGV[6] n   ARGV[7] lease ttl (ms)   ARGV[8] max_attempts
 -- ARGV[9] weighted-fair schedule   ARGV[10] most leases to reclaim / requests to promote
 -- ARGV[11] call nonce ("" for none; see call_replay in ops.lua)
--- Returns the lease list of the backend (lists: token, then id, attempts, record for each
--- request; streams: id, attempts, record, token for each).
+-- Returns the lease reply: id, attempts, record, token of each leased request, in one
+-- flat list (both backends).
 local worker, nonce = ARGV[5], ARGV[11]
 local replay = call_replay(worker, nonce)
 if replay then return replay[3] end

@@ -1,6 +1,7 @@
--- lib.lua: shared prelude of every frontier script of both backends (prepended by
--- frontier/lists.py; then come the dedupe prelude, the ready-queue layer queue_<backend>.lua,
--- ops.lua and the script itself).
+-- lib.lua: shared prelude of every frontier script of both backends. A script is, in this
+-- order (redcrawl.frontier.core.script_files): lua/base.lua, this file, the dedupe prelude
+-- (redcrawl/dedupe/lua), the backend's queue layer queue_<backend>.lua (the contract it
+-- fulfils is the QUEUE LAYER block below), ops.lua, then the script itself.
 --
 -- Request ids: a request with a fingerprint is identified by it (20 raw bytes), so "is it
 -- queued?" is "is it a field of req?"; a request without one (dont_filter) gets
@@ -175,8 +176,6 @@ do
   end
 end
 
-local TWO32 = 4294967296
-
 -- HMGET in chunks; returns a list aligned with ids.
 local function hmget(key, ids)
   local out = {}
@@ -218,16 +217,41 @@ local function tier_of(priority)
   return #BOUNDS
 end
 
--- The ready-queue layer (queue_lists.lua or queue_streams.lua, prepended after the dedupe
--- prelude) defines these: ready_push(items, front) puts {id, priority, seq, shard,
--- record} items into READY (shard and record optional), unhold(tokens) ends the
--- IN-FLIGHT holds of those tokens (the records are rewritten by the caller),
--- flat_leased(got) is the lease reply for {id, attempts, record, token} entries and
--- lease_pairs(reply) the (id, token) pairs of a lease reply, flattened, and
--- holds(token, id) whether the lease token covers the request id whose record is corrupt
--- (so that a worker giving it back sends it to DEAD).
-local ready_push, unhold, flat_leased, lease_pairs, holds
-local PUSH_STRIDE = 3
+-- QUEUE LAYER. The backend's queue layer (queue_lists.lua, queue_streams.lua) keeps READY
+-- and IN-FLIGHT requests; everything else (records, dedupe, DELAYED, DEAD, counters,
+-- heartbeats, pause, call replay) is this file's and ops.lua's. These names are declared
+-- here and defined by the queue layer, each of them (ops.lua refuses to run otherwise);
+-- nothing else of a queue layer is used outside it.
+--
+--   PUSH_STRIDE  number of ARGV fields per pushed request: (record, fingerprint, priority)
+--                and the layer's own after them (lists 3; streams 4: the shard)
+--   ready_push(items, front)
+--                put {id, priority, seq, shard, record} items into READY (shard: nil if
+--                unknown; record: nil unless the caller has it). front: requests coming
+--                back (from IN-FLIGHT, DELAYED or DEAD), served next where the layer can
+--   unhold(tokens)
+--                the requests of these tokens (one per request) left IN-FLIGHT: end their
+--                holds (the caller has rewritten their records already)
+--   holds(token, id) -> boolean
+--                whether the lease token covers id, whose record is corrupt (so its own
+--                token is unreadable): a worker giving it back sends it to DEAD
+--   lease_expired(worker, n, ttl, max_attempts, limit) -> got
+--                a lease's reclaim step: expired leases (at most limit) of dead workers
+--                back to READY or DEAD; up to n of their requests may be handed to worker
+--                at once (lists: none). got is a lease reply: a flat list of id, attempts,
+--                record, token for each request leased
+--   lease_ready(worker, n, ttl, schedule, got)
+--                READY -> IN-FLIGHT for up to n requests, appended to the lease reply got
+--                (stamp_leased below does the records); schedule: the weighted-fair tier
+--                schedule (lists; unused by streams)
+--   reclaim_expired(limit, max_attempts, ttl) -> number taken back
+--                maintain's reclaim step: expired leases of dead workers back to READY or
+--                DEAD, without leasing
+--   expire_worker(worker) -> number of requests held
+--                make all of the worker's leases expire now (its heartbeat is gone)
+-- ops.lua builds op_lease from these (promote, lease_expired, heartbeat, lease_ready).
+local PUSH_STRIDE
+local ready_push, unhold, holds, lease_expired, lease_ready, reclaim_expired, expire_worker
 
 -- A worker's last calls are kept in this many slots of K_CALLS (redcrawl.keys.CALL_SLOTS).
 local CALL_SLOTS = 16
@@ -285,3 +309,40 @@ local function promote_due(limit)
   return #due
 end
 
+
+-- Why a request whose lease expired attempts times goes to DEAD.
+local function expired_why(attempts, worker)
+  return 'lease expired ' .. attempts .. ' times (last worker: ' .. tostring(worker) .. ')'
+end
+
+-- READY -> IN-FLIGHT for the records of ids (for lease_ready): attempts + 1 and the lease
+-- token written into each header: token (a string) for all of them, or token(i) for the
+-- i-th (a function, called only for a request leased). A corrupt record goes to DEAD; a
+-- missing one (and, with fresh, one already carrying a token: its request is elsewhere) is
+-- skipped. Appends id, attempts, record, token to the lease reply got for each request
+-- leased; returns a list aligned with ids: its attempts, or false if it was not leased.
+local function stamp_leased(ids, token, fresh, got)
+  local one = type(token) == 'string' and token
+  local recs = hmget(K_REQ, ids)
+  local writes, corrupt, whys, out = {}, {}, {}, {}
+  local g, w = #got, 0
+  for i, id in ipairs(ids) do
+    local rec = recs[i]
+    local p, a, t, env
+    if rec then p, a, t, env = parse(rec) end
+    out[i] = false
+    if rec and p == nil then
+      corrupt[#corrupt + 1] = id; whys[#whys + 1] = CORRUPT
+    elseif rec and not (fresh and t ~= '') then
+      local tk = one or token(i)
+      a = a + 1
+      rec = header(p, a, tk, env)
+      writes[w + 1] = id; writes[w + 2] = rec; w = w + 2
+      got[g + 1] = id; got[g + 2] = a; got[g + 3] = rec; got[g + 4] = tk; g = g + 4
+      out[i] = a
+    end
+  end
+  kill(corrupt, whys)
+  if w > 0 then bulk('HSET', K_REQ, writes) end
+  return out
+end

@@ -1,10 +1,25 @@
--- ops.lua: the frontier's batch operations as functions (prepended after lib.lua and the
--- dedupe prelude), so that a worker can store, acknowledge and lease in one script call
--- (settle.lua) and each operation also has a script of its own.
+-- ops.lua: the frontier's batch operations as functions (after lib.lua, the dedupe prelude
+-- and the queue layer), so that a worker can store, acknowledge and lease in one script
+-- call (settle.lua) and each operation also has a script of its own.
 
--- Dedupe and enqueue the requests given as ARGV triples (record "<priority>|0||<envelope>",
--- fingerprint or "" for no dedupe, priority; the streams layer adds a 4th, the shard: see
--- PUSH_STRIDE) starting at ARGV[first], n of them.
+-- The queue layer must define every hook lib.lua's QUEUE LAYER block declares.
+if not (PUSH_STRIDE and ready_push and unhold and holds and lease_expired and lease_ready
+        and reclaim_expired and expire_worker) then
+  return redis.error_reply('frontier scripts: the queue layer for "' .. ORDERING .. '" ' ..
+    'does not define every hook of the QUEUE LAYER block in lib.lua; reinstall redcrawl')
+end
+
+-- The lease reply of both backends is one flat list: id, attempts, record, token of each
+-- leased request. lease_pairs: its (id, token) pairs, flattened.
+local function lease_pairs(flat)
+  local out = {}
+  for i = 1, #flat, 4 do out[#out + 1] = flat[i]; out[#out + 1] = flat[i + 3] end
+  return out
+end
+
+-- Dedupe and enqueue the requests given as ARGV PUSH_STRIDE-tuples (record
+-- "<priority>|0||<envelope>", fingerprint or "" for no dedupe, priority, then the queue
+-- layer's own: see lib.lua) starting at ARGV[first], n of them.
 -- A request is a duplicate if its fingerprint is DONE or already stored (READY, DELAYED,
 -- IN-FLIGHT or DEAD), earlier in this batch included.
 -- delay_ms > 0: accepted requests wait in DELAYED that long instead of going READY.
@@ -60,6 +75,25 @@ local function kill_corrupt_held(id, token)
   kill({id}, {CORRUPT})
   unhold({token})
   return true
+end
+
+-- Hand up to n READY requests to a worker (READY -> IN-FLIGHT), after promoting due
+-- DELAYED requests and dealing with expired leases (the queue layer's lease_expired may
+-- hand some of them to this worker), then renewing the worker's heartbeat (after the
+-- reclaim: a worker's own expired leases count as expired) and taking the rest from READY
+-- (lease_ready). ttl: lease ttl (ms); schedule: weighted-fair schedule of the tiers, one
+-- hex digit per slot, e.g. "0102010201"; limit: most leases to reclaim / delayed requests
+-- to promote in this call. Returns the lease reply (empty when paused).
+local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
+  promote_due(limit)
+  if n < 0 or redis.call('HGET', K_CONTROL, 'paused') == '1' then n = 0 end
+  local got = lease_expired(worker, n, ttl, max_attempts, limit)
+  local deadline = NOW + ttl
+  if deadline > num(redis.call('HGET', K_WORKERS, worker)) then
+    redis.call('HSET', K_WORKERS, worker, deadline)
+  end
+  if #got < 4 * n then lease_ready(worker, n - #got / 4, ttl, schedule, got) end
+  return got
 end
 
 -- IN-FLIGHT -> DONE for the ARGV pairs (id, token) starting at ARGV[first], n of them.
@@ -154,10 +188,12 @@ local function call_replay(worker, nonce)
     local token = t[2 + 2 * i]
     if recs[i] then
       local p, a, tk = parse_head(recs[i])
-      if p ~= nil and tk == token then got[#got + 1] = {id, a, recs[i], token} end
+      if p ~= nil and tk == token then
+        got[#got + 1] = id; got[#got + 1] = a; got[#got + 1] = recs[i]; got[#got + 1] = token
+      end
     end
   end
-  return {t[1], string.gsub(t[2], '!$', ''), flat_leased(got)}
+  return {t[1], string.gsub(t[2], '!$', ''), got}
 end
 
 -- Remember a worker's call (see call_replay): its nonce, flags and what it leased

@@ -1,11 +1,16 @@
--- queue_lists.lua: the lists backend's ready-queue layer (prepended after lib.lua and the
--- dedupe prelude): ready queues are Redis lists per tier (or one ZSET for strict priority),
--- leases are entries of inflight/leases/left (see lib.lua's KEYS 2-4).
+-- queue_lists.lua: the lists backend's queue layer (after lib.lua and the dedupe prelude;
+-- it defines the hooks lib.lua's QUEUE LAYER block declares, and nothing outside this file
+-- uses anything else of it): ready queues are Redis lists per tier (or one ZSET for strict
+-- priority), KEYS 13..; leases are entries of inflight/leases/left (lib.lua's KEYS 2-4).
+
+PUSH_STRIDE = 3  -- record, fingerprint, priority
+
+local TWO32 = 4294967296
 
 local function ready_key(tier) return KEYS[FIRST_TIER + tier] end
 
--- Put ids into their ready queues. items: list of {id, priority, seq}. front=true: served
--- next within the tier (requests coming back from IN-FLIGHT, DELAYED or DEAD).
+-- Put ids into their ready queues. items: list of {id, priority, seq, ...}. front=true:
+-- served next within the tier (requests coming back from IN-FLIGHT, DELAYED or DEAD).
 ready_push = function(items, front)
   local per_tier = {}
   for _, it in ipairs(items) do
@@ -140,7 +145,7 @@ end
 -- are used up, or when its record was corrupted while held). A lease whose own record
 -- is corrupt has no known worker: it is taken back. Returns the number of requests taken
 -- back.
-local function reclaim_expired(limit, max_attempts)
+reclaim_expired = function(limit, max_attempts)
   local tokens = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
   local taken = 0
   for _, token in ipairs(tokens) do
@@ -159,7 +164,7 @@ local function reclaim_expired(limit, max_attempts)
         writes[#writes + 1] = id; writes[#writes + 1] = header(p, a, '', env)
         if a >= max_attempts then
           dead[#dead + 1] = id
-          whys[#whys + 1] = 'lease expired ' .. a .. ' times (last worker: ' .. tostring(worker) .. ')'
+          whys[#whys + 1] = expired_why(a, worker)
         else
           back[#back + 1] = id
         end
@@ -189,103 +194,92 @@ unhold = function(tokens)
   for t, k in pairs(per_lease) do lease_release(t, k) end
 end
 
--- The lease reply: the token, then id, attempts, record of each leased request.
-flat_leased = function(got)
-  if #got == 0 then return {} end
-  local out = {got[1][4]}
-  for _, g in ipairs(got) do
-    out[#out + 1] = g[1]; out[#out + 1] = g[2]; out[#out + 1] = g[3]
-  end
-  return out
-end
-
--- (id, token) pairs of a lease reply, flattened.
-lease_pairs = function(flat)
-  local out = {}
-  for i = 2, #flat, 3 do out[#out + 1] = flat[i]; out[#out + 1] = flat[1] end
-  return out
-end
-
--- Hand up to n READY requests to a worker (READY -> IN-FLIGHT) as one lease, after
--- promoting due DELAYED requests and reclaiming expired leases.
--- schedule: weighted-fair schedule, one tier digit per slot (hex), e.g. "0102010201".
--- limit: most leases to reclaim / delayed requests to promote in this call.
--- Returns a flat list: token, then id, attempts, record for each request (empty when
--- paused or nothing is ready).
-local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
-  promote_due(limit)
+-- A lease's reclaim step: expired leases go back to READY (none is handed out directly).
+lease_expired = function(worker, n, ttl, max_attempts, limit)
   reclaim_expired(limit, max_attempts)
+  return {}
+end
 
-  local deadline = NOW + ttl
-  local hb = num(redis.call('HGET', K_WORKERS, worker))
-  if deadline > hb then redis.call('HSET', K_WORKERS, worker, deadline) end
-
-  if n <= 0 or redis.call('HGET', K_CONTROL, 'paused') == '1' then return {} end
-
+-- Up to n ready ids, popped by the weighted-fair schedule over the tiers (one tier digit
+-- per slot, hex, e.g. "0102010201"; the crawl-wide cursor is its position), or by
+-- priority.
+local function pop_ready(n, schedule)
   local ids = {}
   if ORDERING == 'priority' then
     local popped = redis.call('ZPOPMIN', ready_key(0), n)
     for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
-  else
-    -- Plan the picks over the schedule, skipping empty tiers, then pop per tier.
-    local avail, take = {}, {}
-    local total = 0
-    for t = 0, NTIERS - 1 do
-      avail[t] = redis.call('LLEN', ready_key(t))
-      take[t] = 0
-      total = total + avail[t]
-    end
-    if n > total then n = total end
-    local cursor = num(redis.call('HGET', K_CONTROL, 'cursor'))
-    local slots = #schedule
-    local picked = 0
-    while picked < n do
-      local t = tonumber(string.sub(schedule, cursor % slots + 1, cursor % slots + 1), 16)
-      cursor = cursor + 1
-      if avail[t] > take[t] then
-        take[t] = take[t] + 1
-        picked = picked + 1
-      end
-    end
-    if n > 0 then redis.call('HSET', K_CONTROL, 'cursor', cursor % (slots * 1000000)) end
-    for t = 0, NTIERS - 1 do
-      if take[t] > 0 then
-        local got
-        if ORDERING == 'fifo' then
-          got = redis.call('RPOP', ready_key(t), take[t])
-        else
-          got = redis.call('LPOP', ready_key(t), take[t])
-        end
-        for _, id in ipairs(got) do ids[#ids + 1] = id end
-      end
+    return ids
+  end
+  -- Plan the picks over the schedule, skipping empty tiers, then pop per tier.
+  local avail, take = {}, {}
+  local total = 0
+  for t = 0, NTIERS - 1 do
+    avail[t] = redis.call('LLEN', ready_key(t))
+    take[t] = 0
+    total = total + avail[t]
+  end
+  if n > total then n = total end
+  local cursor = num(redis.call('HGET', K_CONTROL, 'cursor'))
+  local slots = #schedule
+  local picked = 0
+  while picked < n do
+    local t = tonumber(string.sub(schedule, cursor % slots + 1, cursor % slots + 1), 16)
+    cursor = cursor + 1
+    if avail[t] > take[t] then
+      take[t] = take[t] + 1
+      picked = picked + 1
     end
   end
+  if n > 0 then redis.call('HSET', K_CONTROL, 'cursor', cursor % (slots * 1000000)) end
+  for t = 0, NTIERS - 1 do
+    if take[t] > 0 then
+      local got
+      if ORDERING == 'fifo' then
+        got = redis.call('RPOP', ready_key(t), take[t])
+      else
+        got = redis.call('LPOP', ready_key(t), take[t])
+      end
+      for _, id in ipairs(got) do ids[#ids + 1] = id end
+    end
+  end
+  return ids
+end
 
-  if #ids == 0 then return {} end
+-- Up to n READY requests to a worker as one lease: one token (a crawl-wide counter) for
+-- them all, with its deadline in inflight, its record (since, worker, ids) in leases and
+-- its count in left.
+lease_ready = function(worker, n, ttl, schedule, got)
+  local ids = pop_ready(n, schedule)
+  if #ids == 0 then return end
   local token = tostring(redis.call('HINCRBY', K_STATS, 'leases', 1))
-  local recs = hmget(K_REQ, ids)
-  local out, writes, kept, corrupt, whys = {token}, {}, {NOW, worker}, {}, {}
+  local leased = stamp_leased(ids, token, false, got)
+  local kept = {NOW, worker}
   for i, id in ipairs(ids) do
-    local rec = recs[i]
-    local p, a, tk, env
-    if rec then p, a, tk, env = parse(rec) end
-    if rec and p == nil then
-      corrupt[#corrupt + 1] = id; whys[#whys + 1] = CORRUPT
-    elseif rec then
-      a = a + 1
-      rec = header(p, a, token, env)
-      writes[#writes + 1] = id; writes[#writes + 1] = rec
-      kept[#kept + 1] = id
-      out[#out + 1] = id; out[#out + 1] = a; out[#out + 1] = rec
-    end
+    if leased[i] then kept[#kept + 1] = id end
   end
-  kill(corrupt, whys)
   local held = #kept - 2
-  if held == 0 then return {} end
-  bulk('HSET', K_REQ, writes)
-  redis.call('ZADD', K_INFLIGHT, deadline, token)
+  if held == 0 then return end
+  redis.call('ZADD', K_INFLIGHT, NOW + ttl, token)
   redis.call('HSET', K_LEASES, token, cmsgpack.pack(kept))
   redis.call('HSET', K_LEFT, token, held)
   redis.call('HINCRBY', K_STATS, 'inflight', held)
-  return out
+end
+
+-- All of a worker's leases expire now. Scans the leases hash: an operator action (or a
+-- clean shutdown), not a hot path.
+expire_worker = function(worker)
+  local n, cursor = 0, '0'
+  repeat
+    local r = redis.call('HSCAN', K_LEASES, cursor, 'COUNT', 1000)
+    cursor = r[1]
+    local kv = r[2]
+    for i = 1, #kv, 2 do
+      local _, w = lease_info(kv[i])
+      if w == worker then
+        redis.call('ZADD', K_INFLIGHT, 0, kv[i])
+        n = n + math.max(num(redis.call('HGET', K_LEFT, kv[i])), 0)
+      end
+    end
+  until cursor == '0'
+  return n
 end

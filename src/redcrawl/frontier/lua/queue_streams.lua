@@ -1,7 +1,8 @@
--- queue_streams.lua: the streams backend's ready-queue layer (prepended after lib.lua and
--- the dedupe prelude, instead of queue_lists.lua). Everything else — the request hash and
--- its record header, dedupe, DELAYED, DEAD, stats, heartbeats, pause — is lib.lua's and
--- ops.lua's, shared with the lists backend.
+-- queue_streams.lua: the streams backend's queue layer (after lib.lua and the dedupe
+-- prelude, instead of queue_lists.lua; it defines the hooks lib.lua's QUEUE LAYER block
+-- declares, and nothing outside this file uses anything else of it). Everything else —
+-- the request hash and its record header, dedupe, DELAYED, DEAD, stats, heartbeats, pause
+-- — is lib.lua's and ops.lua's, shared with the lists backend.
 --
 -- KEYS 13..: the streams, two per shard: KEYS[13 + 2s] is shard s's high-priority stream
 -- (priority >= the first tier bound), KEYS[14 + 2s] its low one. "k" below is a stream's
@@ -41,7 +42,7 @@
 -- exactly when the caller's clock has moved ttl past its delivery, whatever the real
 -- time. With the server clock OFFSET = 0: plain idle times, min-idle = ttl.
 
-PUSH_STRIDE = 4
+PUSH_STRIDE = 4  -- record, fingerprint, priority, shard
 local S_GROUP = 'g'
 local S_K = 1000000000000
 local NSTREAMS = #KEYS - FIRST_TIER + 1
@@ -182,9 +183,9 @@ local function lease_token(k, eid)
   return LEASE .. '/' .. k .. '/' .. eid
 end
 
--- Expired entries of dead workers: claimed by `worker` (up to want of them; returned as
--- {id, attempts, record, token}), dead-lettered once max_attempts deliveries are used
--- up, or put back at the end of their stream. Consumers left without pending entries are
+-- Expired entries of dead workers: claimed by `worker` (up to want of them; returned as a
+-- lease reply: id, attempts, record, token each), dead-lettered once max_attempts
+-- deliveries are used up, or put back at the end of their stream. Consumers left without pending entries are
 -- removed from the group. Returns (claimed, number of requests taken back).
 local function reclaim(cands, max_attempts, ttl, worker, want)
   local got, taken, back = {}, 0, 0
@@ -192,7 +193,7 @@ local function reclaim(cands, max_attempts, ttl, worker, want)
   for _, c in ipairs(cands) do
     local k, eid, owner, count = c[1], c[2], c[3], c[4]
     local key = skey(k)
-    local claim = worker ~= nil and #got < want
+    local claim = worker ~= nil and #got < 4 * want
     local r
     if claim then
       if OFFSET > 0 then
@@ -224,7 +225,7 @@ local function reclaim(cands, max_attempts, ttl, worker, want)
       elseif a >= max_attempts then
         xdone(k, {eid})
         redis.call('HSET', K_REQ, rid, header(p, a, '', env))
-        kill({rid}, {'lease expired ' .. a .. ' times (last worker: ' .. owner .. ')'})
+        kill({rid}, {expired_why(a, owner)})
         taken = taken + 1
       elseif claim then
         if count ~= a then
@@ -233,7 +234,7 @@ local function reclaim(cands, max_attempts, ttl, worker, want)
         tk = lease_token(k, eid)
         rec = header(p, a + 1, tk, env)
         redis.call('HSET', K_REQ, rid, rec)
-        got[#got + 1] = {rid, a + 1, rec, tk}
+        got[#got + 1] = rid; got[#got + 1] = a + 1; got[#got + 1] = rec; got[#got + 1] = tk
         back = back + 1
         taken = taken + 1
       else
@@ -264,7 +265,7 @@ end
 
 -- maintain: expired entries of dead workers back to READY (or DEAD), and consumers of
 -- the group that are dead (no heartbeat) with nothing pending removed from it.
-local function reclaim_expired(limit, max_attempts, ttl)
+reclaim_expired = function(limit, max_attempts, ttl)
   local _, taken = reclaim(expired(ttl, limit), max_attempts, ttl, nil, 0)
   for k = 0, NSTREAMS - 1 do
     local key = skey(k)
@@ -286,45 +287,21 @@ local function reclaim_expired(limit, max_attempts, ttl)
   return taken
 end
 
--- The lease reply: id, attempts, record, token of each leased request, in one flat list.
-flat_leased = function(got)
-  local out = {}
-  for _, g in ipairs(got) do
-    out[#out + 1] = g[1]; out[#out + 1] = g[2]; out[#out + 1] = g[3]; out[#out + 1] = g[4]
-  end
-  return out
+-- A lease's reclaim step: expired entries of dead workers, up to n of them claimed by
+-- worker (their delivery count + 1), the others back to READY or DEAD.
+lease_expired = function(worker, n, ttl, max_attempts, limit)
+  local got = reclaim(expired(ttl, limit), max_attempts, ttl, n > 0 and worker or nil, n)
+  return got
 end
 
--- (id, token) pairs of a lease reply, flattened.
-lease_pairs = function(flat)
-  local out = {}
-  for i = 1, #flat, 4 do out[#out + 1] = flat[i]; out[#out + 1] = flat[i + 3] end
-  return out
-end
-
--- Hand up to n READY requests to a worker: after promoting due DELAYED requests and
--- dealing with expired leases, expired entries of dead workers are claimed first, then
--- new entries are read (XREADGROUP ">"), high-priority streams before low ones, spread
--- over the shards from a rotating start. schedule is unused (no tiers). Returns a flat
--- list: id, attempts, record, token for each request (empty when paused).
-local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
-  promote_due(limit)
-  local want = n
-  if n <= 0 or redis.call('HGET', K_CONTROL, 'paused') == '1' then want = 0 end
-  local cands = expired(ttl, limit)
-  local got = reclaim(cands, max_attempts, ttl, want > 0 and worker or nil, want)
-  -- the heartbeat after the reclaim, as in the lists backend: a worker's own expired
-  -- leases count as expired
-  local deadline = NOW + ttl
-  local hb = num(redis.call('HGET', K_WORKERS, worker))
-  if deadline > hb then redis.call('HSET', K_WORKERS, worker, deadline) end
-  if want - #got <= 0 then return flat_leased(got) end
-
+-- Up to n new entries (XREADGROUP ">"), high-priority streams before low ones, spread over
+-- the shards from a rotating start (schedule is unused: no tiers).
+lease_ready = function(worker, n, ttl, schedule, got)
   -- New entries: a fair split over the shards, then whatever is left from any of them.
   local fresh = {}
   local cursor = num(redis.call('HGET', K_CONTROL, 'cursor')) % SHARDS
   local drained = {}
-  local need = want - #got
+  local need = n
   for cls = 0, 1 do
     for round = 1, 2 do
       for i = 0, SHARDS - 1 do
@@ -352,33 +329,20 @@ local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
 
   local ids = {}
   for i, f in ipairs(fresh) do ids[i] = f[3] end
-  local recs = hmget(K_REQ, ids)
-  local writes, corrupt, whys, fix = {}, {}, {}, {}
+  local leased = stamp_leased(ids, function(i) return lease_token(fresh[i][1], fresh[i][2]) end,
+                              true, got)
+  local fix = {}
   for i, f in ipairs(fresh) do
-    local k, eid, rid, rec = f[1], f[2], f[3], recs[i]
-    local p, a, t, env
-    if rec then p, a, t, env = parse(rec) end
-    if rec and p == nil then
-      xdone(k, {eid})
-      corrupt[#corrupt + 1] = rid; whys[#whys + 1] = CORRUPT
-    elseif rec == nil or rec == false or t ~= '' then
-      xdone(k, {eid})  -- a stale entry: its request is elsewhere (or gone)
-    else
-      a = a + 1
-      local tk = lease_token(k, eid)
-      rec = header(p, a, tk, env)
-      writes[#writes + 1] = rid; writes[#writes + 1] = rec
-      got[#got + 1] = {rid, a, rec, tk}
-      if a ~= 1 or OFFSET > 0 then
-        local key = k .. ':' .. a
-        if not fix[key] then fix[key] = {k, a, {}} end
-        local list = fix[key][3]
-        list[#list + 1] = eid
-      end
+    local k, eid, a = f[1], f[2], leased[i]
+    if not a then
+      xdone(k, {eid})  -- dead-lettered (corrupt), or stale: its request is elsewhere (or gone)
+    elseif a ~= 1 or OFFSET > 0 then
+      local key = k .. ':' .. a
+      if not fix[key] then fix[key] = {k, a, {}} end
+      local list = fix[key][3]
+      list[#list + 1] = eid
     end
   end
-  kill(corrupt, whys)
-  if #writes > 0 then bulk('HSET', K_REQ, writes) end
   -- The delivery count is the request's attempts; with a test clock, backdate the idle.
   for _, f in pairs(fix) do
     local eids = f[3]
@@ -391,5 +355,28 @@ local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
       redis.call(unpack(args))
     end
   end
-  return flat_leased(got)
+end
+
+-- All of a worker's pending entries expire now (XCLAIM ... IDLE far in the past, JUSTID:
+-- the delivery count is kept), so the next lease/maintain call reclaims them and then
+-- removes the consumer from the group.
+expire_worker = function(worker)
+  local n = 0
+  for k = 0, NSTREAMS - 1 do
+    local key = skey(k)
+    local p = redis.pcall('XPENDING', key, S_GROUP, '-', '+', 1000000, worker)
+    if type(p) == 'table' and not p.err and #p > 0 then
+      local eids = {}
+      for i, e in ipairs(p) do eids[i] = e[1] end
+      for i = 1, #eids, CHUNK do
+        local args = {'XCLAIM', key, S_GROUP, worker, 0,
+                      unpack(eids, i, math.min(i + CHUNK - 1, #eids))}
+        args[#args + 1] = 'IDLE'; args[#args + 1] = OFFSET + 100000000000
+        args[#args + 1] = 'JUSTID'
+        redis.call(unpack(args))
+      end
+      n = n + #p
+    end
+  end
+  return n
 end

@@ -1,0 +1,72 @@
+"""The stored record of a request and the stored numbers of a crawl, as Python reads them
+(the same rules as ``parse_head``, ``int_ok`` and ``layout_ok`` in ``lua/lib.lua``).
+
+A request is stored once, in the crawl's request hash, as
+``<priority>|<attempts>|<lease token>|<msgpack envelope>`` (the token is empty unless
+the request is IN-FLIGHT).
+"""
+
+from __future__ import annotations
+
+import re
+
+from redcrawl import codec
+from redcrawl.codec import Envelope
+from redcrawl.errors import DecodeError, FrontierError
+
+__all__ = ["from_record", "parse_record", "record", "stored_int", "stored_layout"]
+
+
+def record(env: Envelope) -> bytes:
+    """The stored form of a new request: the state header ``<priority>|<attempts>|<lease
+    token>|`` and the encoded envelope (without the fingerprint, which is the id)."""
+    return b"%d|0||%s" % (env.priority, codec.encode(env, fingerprint=False))
+
+
+_HEAD_NUMBER = re.compile(rb"-?[0-9]{1,15}")
+"""A number of a record's header, as ``parse_head`` in ``lua/lib.lua`` reads it (Lua
+would print anything past 2^53 as ``1e+20``)."""
+_INTEGER = re.compile(rb"-?[0-9]{1,18}")
+"""A counter or time as the scripts accept it (``int_ok`` in ``lua/lib.lua``)."""
+_LAYOUT = re.compile(rb"[a-z][a-z/0-9]* [-0-9,]* [a-z]+[ A-Za-z0-9.+-]*")
+"""A well-formed stored layout (``layout_ok`` in ``lua/lib.lua``)."""
+
+
+def stored_int(raw: bytes | None) -> int | None:
+    """A stored counter or time (None: missing, 0), or None if it is corrupt."""
+    if raw is None:
+        return 0
+    return int(raw) if _INTEGER.fullmatch(raw) else None
+
+
+def stored_layout(control: dict[bytes, bytes]) -> bytes | None:
+    """The layout a crawl was created with, from its control hash (``layout``, or
+    ``layout.copy`` if that one is corrupt); None for a new crawl. Raises
+    :class:`FrontierError` when neither copy is readable."""
+    first, copy = control.get(b"layout"), control.get(b"layout.copy")
+    for raw in (first, copy):
+        if raw is not None and _LAYOUT.fullmatch(raw):
+            return raw
+    if first is None and copy is None:
+        return None
+    raise FrontierError(f"crawl layout unreadable: the control hash holds layout {first!r} "
+                        f"and layout.copy {copy!r}; if you know the settings the crawl was "
+                        "created with, set both fields to the layout a worker with those "
+                        "settings uses, or purge the crawl")
+
+
+def parse_record(data: bytes) -> tuple[int, int, str, bytes]:
+    """(priority, attempts, lease token, envelope bytes) of a stored record."""
+    parts = data.split(b"|", 3)
+    try:
+        if (len(parts) != 4 or not _HEAD_NUMBER.fullmatch(parts[0])
+                or not _HEAD_NUMBER.fullmatch(parts[1]) or parts[1].startswith(b"-")):
+            raise ValueError
+        return int(parts[0]), int(parts[1]), parts[2].decode(), parts[3]
+    except (ValueError, UnicodeDecodeError):
+        raise DecodeError("stored record has no state header") from None
+
+
+def from_record(data: bytes) -> Envelope:
+    """The envelope of a stored record; :class:`DecodeError` if corrupt."""
+    return codec.decode(parse_record(data)[3])

@@ -1,0 +1,147 @@
+"""Pipelined settles (:meth:`FrontierCore.settle_begin
+<redcrawl.frontier.core.FrontierCore.settle_begin>`): the calls of a frontier's pending
+settles go out, in order, on one connection of their own, and their replies are read in
+that order too."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import redis.exceptions
+
+from redcrawl.errors import FrontierError
+from redcrawl.frontier.base import Lease, Settled
+
+if TYPE_CHECKING:
+    from redcrawl.frontier.core import FrontierCore
+
+__all__ = ["PendingSettle"]
+
+
+class PendingSettle:
+    """A :meth:`~redcrawl.frontier.core.FrontierCore.settle` on its way. All of a
+    frontier's pending settles go out, in order, on one connection of their own, so Redis
+    runs them in the order they were begun (a parent's ack never overtakes its children's
+    push), and their replies are read in that order too.
+
+    Each call names the call begun before it (its worker and nonce): if Redis refused
+    that one (out of memory, say) and runs this one, this one does not acknowledge its
+    parents (their children may have been in the refused call) and hands them back in
+    :attr:`Settled.unacked`; so does every later call of the chain, until the refusal has
+    been read (:meth:`result`), after which new settles start a new chain."""
+
+    def __init__(self, frontier: FrontierCore, calls: list[list[Any]],
+                 ack: Sequence[Lease] = ()) -> None:
+        self._frontier = frontier
+        self.calls = calls
+        self.ack = ack
+        pipe = frontier._pipe
+        for args in calls:
+            args[9], args[10] = pipe.last
+            pipe.last = (args[3], args[8])
+        self.replies: list[Any] = []
+        self.sent = False
+        """Whether the calls went out (else :meth:`result` runs them the ordinary way)."""
+        self.outcome: Settled | None = None
+        self.error: BaseException | None = None
+        frontier._pipe.send(self)
+
+    def result(self) -> Settled:
+        """Wait for the reply (reading those of earlier pending settles first) and return
+        what :meth:`~redcrawl.frontier.core.FrontierCore.settle` would have. Raises what it
+        raises (an earlier settle's error is kept for that one's own :meth:`result`)."""
+        pipe = self._frontier._pipe
+        while self.outcome is None and self.error is None:
+            oldest = pipe.queue[0]
+            try:
+                pipe.finish_oldest()
+            except BaseException:
+                if oldest is self:
+                    raise
+        if self.error is not None:
+            raise self.error
+        assert self.outcome is not None
+        return self.outcome
+
+
+class SettlePipe:
+    """The connection and queue of a frontier's pending settles."""
+
+    def __init__(self, frontier: FrontierCore) -> None:
+        self.frontier = frontier
+        self.conn: Any = None
+        self.broken = False
+        self.loaded = False
+        self.queue: deque[PendingSettle] = deque()
+        self.last: tuple[str, bytes] = ("", b"")
+        """Worker and nonce of the last call begun: the next one names it."""
+
+    def send(self, call: PendingSettle) -> None:
+        f = self.frontier
+        self.queue.append(call)
+        pool = getattr(f.client, "connection_pool", None)
+        if not call.calls or pool is None or self.broken:
+            return
+        script, keys = f._scripts["settle"], f._keys
+        try:
+            if self.conn is None:
+                self.conn = pool.get_connection()
+                if not self.loaded:  # so that NOSCRIPT is only ever a server restart
+                    f.client.script_load(script.script)
+                    self.loaded = True
+            self.conn.send_packed_command(self.conn.pack_commands(
+                [("EVALSHA", script.sha, len(keys), *keys, *f._argv(args))
+                 for args in call.calls]))
+            call.sent = True
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            self._break()
+
+    def finish_oldest(self) -> None:
+        call = self.queue[0]
+        f = self.frontier
+        try:
+            if call.sent and not self.broken:
+                try:
+                    while len(call.replies) < len(call.calls):
+                        try:
+                            reply = self.conn.read_response()
+                        except redis.exceptions.NoScriptError:
+                            reply = None  # not run (the server lost its scripts): run below
+                        except redis.exceptions.ResponseError as exc:
+                            reply = exc
+                        call.replies.append(reply)
+                except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                    # what ran is replayed (lease nonce) or deduplicated by the retry
+                    self._break()
+            error = next((r for r in call.replies if isinstance(r, Exception)), None)
+            if error is not None:
+                raise FrontierError(f"Redis refused settle: {error}") from error
+            # whatever did not run, or whose reply was lost, runs now, in order
+            replies = [r if r is not None else f._run("settle", args)
+                       for args, r in zip(call.calls, call.replies, strict=False)]
+            replies += [f._run("settle", args) for args in call.calls[len(replies):]]
+            call.outcome = f._settled(call.calls, replies, call.ack)
+        except BaseException as exc:
+            call.error = exc
+            self.last = ("", b"")  # seen: settles begun from now on start a new chain
+            raise
+        finally:
+            self.queue.popleft()
+            if not self.queue:
+                self._release()
+
+    def _break(self) -> None:
+        """The connection failed: what is still queued runs the ordinary way."""
+        self.broken = True
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            conn.disconnect()
+            self.frontier.client.connection_pool.release(conn)
+
+    def _release(self) -> None:
+        self.broken = False
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            self.frontier.client.connection_pool.release(conn)
