@@ -461,12 +461,15 @@ def _cum(stats: pstats.Stats, path: str, func: str) -> float:
 
 
 def script_names() -> dict[str, str]:
-    """SHA1 -> name of redcrawl's frontier scripts (empty if that internal API moved)."""
-    try:
-        from redcrawl.frontier.lists import _SCRIPTS, _source
-    except ImportError:
-        return {}
-    return {hashlib.sha1(_source(n).encode()).hexdigest(): n for n in _SCRIPTS}
+    """SHA1 -> name of redcrawl's frontier scripts, for every dedupe mode and backend."""
+    from typing import get_args
+
+    from redcrawl import scripts
+    from redcrawl.dedupe import Mode
+    from redcrawl.frontier.core import _SCRIPTS, script_files
+
+    return {hashlib.sha1(scripts.source(*script_files(n, mode, backend)).encode()).hexdigest(): n
+            for n in _SCRIPTS for mode in get_args(Mode) for backend in ("lists", "streams")}
 
 
 def redis_time_by_command(c: str, config: SiteConfig, admin: redis.Redis, redis_url: str,
