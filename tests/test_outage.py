@@ -74,6 +74,14 @@ def fetched(site: ShopSite) -> int:
     return len(site.hits())
 
 
+def unfetched(site: ShopSite, own_redis: OwnRedis, crawl: str) -> int:
+    """Requests leased to the worker and not fetched yet, at least: in flight minus the
+    pages fetched but not acknowledged. The counts are read before the site's pages, so a
+    fetch that ends in between can only make this smaller."""
+    c = frontier(own_redis.client(), crawl).counts()
+    return c.in_flight - (fetched(site) - c.done)
+
+
 def max_stall(run: Run, since: float = 0.0, until: float = float("inf"),
               blocked: bool = False) -> float:
     """The longest reactor stall (ms) between two wall-clock times (stalls under 50 ms
@@ -102,7 +110,10 @@ def test_frozen_redis_stalls_nothing_and_loses_nothing(tmp_path: Path,
             "outage_spider.py", tmp_path, redis_url=own_redis.url, crawl="frozen",
             settings={**WORKER, "REDCRAWL_REDIS_OUTAGE_LIMIT": 90},
             args={"url": site.url + "/"}) as worker:
-        wait_for(lambda: fetched(site) >= 60, timeout=60, what="60 pages")
+        # freeze while the worker holds leased pages it has not fetched yet (a freeze
+        # that lands while it waits for its next lease leaves it nothing to go on with)
+        wait_for(lambda: fetched(site) >= 60 and unfetched(site, own_redis, "frozen") >= 8,
+                 timeout=60, what="60 pages, and 8 leased but not fetched")
         os.kill(own_redis.server.pid, signal.SIGSTOP)
         frozen_at, during = time.time(), fetched(site)
         time.sleep(30)

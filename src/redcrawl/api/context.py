@@ -21,6 +21,7 @@ from redcrawl.fingerprint import canonicalizer_for
 from redcrawl.frontier import Counts, FrontierCore, open_frontier
 from redcrawl.keys import CRAWL_NAME_PATTERN, CrawlKeys
 from redcrawl.settings import Settings
+from redcrawl.transport import redis_errors
 
 __all__ = ["Context", "Crawl", "Limit", "frontier_for", "single_values"]
 
@@ -81,8 +82,9 @@ class Context:
         pipe = self.client().pipeline(transaction=False)
         for crawl in crawls:
             pipe.hmget(self.stats_key(crawl), "accepted", "filtered")
-        return [not isinstance(r, list) or any(x is not None for x in r)
-                for r in pipe.execute(raise_on_error=False)]
+        with redis_errors("reading the crawls' counts"):
+            replies = pipe.execute(raise_on_error=False)
+        return [not isinstance(r, list) or any(x is not None for x in r) for r in replies]
 
     def existing(self, crawl: str) -> FrontierCore:
         """The frontier of ``crawl``; 404 if the crawl does not exist."""
@@ -98,5 +100,6 @@ class Context:
         return {"crawl": crawl, **dataclasses.asdict(c), "finished": c.finished}
 
     def server_time(self) -> float:
-        sec, usec = self.client().time()
+        with redis_errors("reading the server's clock"):
+            sec, usec = self.client().time()
         return float(sec) + float(usec) / 1e6

@@ -40,9 +40,8 @@ SERVER_CONDITIONS = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY", "NOREPL
 any other refusal of a frontier step comes from what a crawl's keys hold."""
 
 
-def clean(text: str) -> str:
-    """``text`` safe to put in a JSON response (no lone surrogates)."""
-    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+clean = m.printable
+"""``text`` safe to put in a JSON response (no lone surrogates)."""
 
 
 def error(status_code: int, detail: str, errors: list[m.ErrorItem] | None = None,
@@ -76,8 +75,8 @@ def server_condition(exc: BaseException) -> bool:
     return str(cause).lstrip().startswith(SERVER_CONDITIONS)
 
 
-TRANSIENT: tuple[type[BaseException], ...] = (
-    ConnectionError_, redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+TRANSIENT: tuple[type[BaseException], ...] = (ConnectionError_,)
+"""Redis could not be reached (every Redis call goes through redcrawl.transport)."""
 
 
 class StateErrors(APIRoute):
@@ -88,7 +87,7 @@ class StateErrors(APIRoute):
 
     PASS: tuple[type[BaseException], ...] = (
         *TRANSIENT, StarletteHTTPException, RequestValidationError, BodyTooLarge,
-        FrontierError, redis.exceptions.ResponseError)
+        FrontierError)
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -203,27 +202,12 @@ def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested
     async def on_lost(request: Request, exc: ConnectionError_) -> JSONResponse:
         return unavailable(exc)
 
-    @app.exception_handler(redis.exceptions.ConnectionError)
-    async def on_redis_down(request: Request, exc: Exception) -> JSONResponse:
-        return unavailable(exc)
-
-    @app.exception_handler(redis.exceptions.TimeoutError)
-    async def on_redis_slow(request: Request, exc: Exception) -> JSONResponse:
-        return unavailable(exc)
-
     @app.exception_handler(FrontierError)
     async def on_refused(request: Request, exc: FrontierError) -> JSONResponse:
         if not server_condition(exc):
             return await on_unreadable(request, Unreadable(crawl_of(request), exc))
         return error(503, f"{exc}. Check the Redis server's state (memory, replica "
                            "role, loading) and retry.")
-
-    @app.exception_handler(redis.exceptions.ResponseError)
-    async def on_redis_refused(request: Request, exc: Exception) -> JSONResponse:
-        if not server_condition(exc):
-            return await on_unreadable(request, Unreadable(crawl_of(request), exc))
-        return error(503, f"Redis refused the operation: {exc}. Check the Redis server's "
-                           "state (memory, replica role, loading) and retry.")
 
     @app.exception_handler(Exception)
     async def on_bug(request: Request, exc: Exception) -> JSONResponse:

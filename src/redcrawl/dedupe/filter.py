@@ -13,6 +13,7 @@ import redis.exceptions
 
 from redcrawl import scripts
 from redcrawl.dedupe.spec import DedupeSpec, Mode, bucket_key
+from redcrawl.transport import redis_errors
 
 
 def prelude(mode: Mode) -> tuple[str, ...]:
@@ -67,10 +68,11 @@ class Filter:
     def redis_keys(self, count: int | None = None) -> list[bytes]:
         """Keys holding this filter (SCAN; up to ``count``)."""
         out: list[bytes] = []
-        for key in self.client.scan_iter(match=f"{self.base}:*", count=1000):
-            out.append(key)
-            if count is not None and len(out) >= count:
-                break
+        with redis_errors("listing the dedupe filter's keys"):
+            for key in self.client.scan_iter(match=f"{self.base}:*", count=1000):
+                out.append(key)
+                if count is not None and len(out) >= count:
+                    break
         return out
 
     def memory(self) -> int:
@@ -81,14 +83,16 @@ class Filter:
             pipe = self.client.pipeline(transaction=False)
             for key in keys[i:i + 1000]:
                 pipe.memory_usage(key, samples=0)
-            total += sum(int(x or 0) for x in pipe.execute())
+            with redis_errors("measuring the dedupe filter"):
+                total += sum(int(x or 0) for x in pipe.execute())
         return total
 
     def clear(self) -> int:
         """Delete the filter's keys; returns how many."""
         keys = self.redis_keys()
-        for i in range(0, len(keys), 1000):
-            self.client.unlink(*keys[i:i + 1000])
+        with redis_errors("deleting the dedupe filter"):
+            for i in range(0, len(keys), 1000):
+                self.client.unlink(*keys[i:i + 1000])
         return len(keys)
 
     def intset_limit(self) -> int | None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import redis.exceptions
 from fastapi import APIRouter, HTTPException
 
 from redcrawl.api import models as m
@@ -13,6 +12,7 @@ from redcrawl.api.errors import TRANSIENT, StateErrors, Unreadable, responses, s
 from redcrawl.errors import FrontierError
 from redcrawl.frontier import FrontierCore, StreamsFrontier
 from redcrawl.keys import crawl_of_stats_key, stats_key_pattern
+from redcrawl.transport import redis_errors
 
 
 def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpoint of the resource)
@@ -25,10 +25,11 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
     def list_crawls(limit: Limit = 100) -> m.CrawlList:
         names: set[str] = set()
         pattern = stats_key_pattern(ctx.settings.key_prefix)
-        for key in ctx.client().scan_iter(match=pattern, count=1000):
-            name = crawl_of_stats_key(key, ctx.settings.key_prefix)
-            if name is not None:
-                names.add(name)
+        with redis_errors("listing crawls"):
+            for key in ctx.client().scan_iter(match=pattern, count=1000):
+                name = crawl_of_stats_key(key, ctx.settings.key_prefix)
+                if name is not None:
+                    names.add(name)
         ordered = sorted(names)
         ordered = [n for n, ok in zip(ordered, ctx.alive(ordered), strict=True) if ok]
         out = []
@@ -38,8 +39,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
             except TRANSIENT:
                 raise
             except Exception as exc:  # one broken crawl must not hide the others
-                if isinstance(exc, FrontierError | redis.exceptions.ResponseError) and \
-                        server_condition(exc):
+                if isinstance(exc, FrontierError) and server_condition(exc):
                     raise
                 out.append(m.CrawlListItem(crawl=name, error=str(Unreadable(name, exc))))
                 continue

@@ -7,6 +7,7 @@ from fastapi import APIRouter
 from redcrawl.api import models as m
 from redcrawl.api.context import Context
 from redcrawl.api.errors import RESPONSES, StateErrors, responses
+from redcrawl.transport import redis_errors
 
 
 def router(ctx: Context) -> APIRouter:
@@ -21,7 +22,8 @@ def router(ctx: Context) -> APIRouter:
     @r.get("/v1/ready", tags=["health"], summary="Redis answers",
            responses=responses(503))
     def ready() -> m.Health:
-        ctx.client().ping()
+        with redis_errors("ping"):
+            ctx.client().ping()
         return m.Health(status="ok")
 
     return r
