@@ -23,7 +23,7 @@ Each site's pages (a pure function of the path and its :class:`SiteSpec`):
     Links to ``links`` other pages of the same site (``i+1 .. i+links``, wrapping) and
     to ``/``.
 ``/robots.txt``
-    ``SiteSpec.robots`` when set, else 404.
+    ``SiteSpec.robots`` when set, else 404; after ``SiteSpec.robots_delay`` more seconds.
 
 Every response waits ``SiteSpec.delay`` seconds first. ``SiteSpec.faults`` maps a path to
 a :class:`Fault` (a status, an optional ``Retry-After``, for the first ``times`` fetches
@@ -83,6 +83,8 @@ class SiteSpec:
     robots: str | None = None
     faults: dict[str, Fault] = field(default_factory=dict)
     cross_links: bool = True
+    robots_delay: float = 0.0
+    """Seconds robots.txt waits on top of ``delay`` (to have requests pile up behind it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +164,8 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if site.spec.delay:
                 time.sleep(site.spec.delay)
+            if path == "/robots.txt" and site.spec.robots_delay:
+                time.sleep(site.spec.robots_delay)
             status, headers, body = site.page(path, before)
             self.send_response(status)
             for name, value in headers:
