@@ -282,3 +282,61 @@ def test_robots_txt_is_read_from_the_cache_then_fetched_again_after_its_ttl(
         assert stat(logs, "redcrawl/robots/disallowed") == 1
         assert kit.fetched(host)["/p/5"] == 0 and kit.fetched(host)["/"] == 3
         assert frontier.counts().finished
+
+
+@pytest.mark.slow
+def test_requests_waiting_together_for_robots_txt_are_all_checked(redis7: RedisServer,
+                                                                   tmp_path: Path) -> None:
+    """Scrapy's own middleware checks only the first of the requests waiting for the same
+    robots.txt download (FACTS.md): here five disallowed start URLs wait together behind a
+    slow robots.txt in one worker, and none of them is fetched."""
+    crawl = "robots-waiting"
+    frontier = fresh_frontier(redis7, crawl, "lists")
+    sites = [SiteSpec(pages=6, robots="User-agent: *\nDisallow: /p/\n", robots_delay=0.5,
+                      cross_links=False)]
+    with serving(sites) as kit:
+        root = kit.roots[0]
+        logs = run_fleet(redis7.url, crawl, [f"{root}p/{i}" for i in range(1, 6)] + [root],
+                         tmp_path, 1)
+        host = kit.hosts[0]
+        assert kit.robots_fetches(host) == 1
+        assert [f.path for f in kit.fetches(host)] == ["/robots.txt", "/"]
+        assert stat(logs, "redcrawl/robots/disallowed") == 6  # /p/0 .. /p/5
+        c = frontier.counts()
+        assert c.finished and c.conserved and c.done == c.accepted == 7, c
+
+
+@pytest.mark.slow
+def test_listed_in_downloader_middlewares_it_replaces_scrapys(redis7: RedisServer,
+                                                               tmp_path: Path) -> None:
+    """A project that lists redcrawl.scrapy.RobotsTxtMiddleware itself: Scrapy's is taken
+    out (a startup note says so), robots.txt is still fetched once for the fleet."""
+    crawl = "robots-listed"
+    fresh_frontier(redis7, crawl, "lists")
+    sites = [SiteSpec(pages=6, robots="User-agent: *\nDisallow: /p/3\n", robots_delay=0.3)]
+    listed = json.dumps({"redcrawl.scrapy.RobotsTxtMiddleware": 100})
+    with serving(sites) as kit:
+        logs = run_fleet(redis7.url, crawl, kit.roots, tmp_path, 2,
+                         [f"DOWNLOADER_MIDDLEWARES={listed}", "REDCRAWL_PREFETCH=2",
+                          "REDCRAWL_LOOKAHEAD=0"])
+        host = kit.hosts[0]
+        assert kit.robots_fetches(host) == 1 and kit.fetched(host)["/p/3"] == 0
+        assert all("Scrapy's RobotsTxtMiddleware is disabled" in text for text in logs)
+
+
+@pytest.mark.slow
+def test_robots_shared_off_keeps_scrapys_middleware(redis7: RedisServer,
+                                                     tmp_path: Path) -> None:
+    """REDCRAWL_ROBOTS_SHARED=False: Scrapy's middleware, one robots.txt fetch per
+    worker that needs it (said at start)."""
+    crawl = "robots-off"
+    fresh_frontier(redis7, crawl, "lists")
+    sites = [SiteSpec(pages=10, delay=0.1, cross_links=False)]
+    with serving(sites) as kit:
+        logs = run_fleet(redis7.url, crawl, kit.roots, tmp_path, 2,
+                         ["REDCRAWL_ROBOTS_SHARED=False", "REDCRAWL_PREFETCH=2",
+                          "REDCRAWL_LOOKAHEAD=0"])
+        host = kit.hosts[0]
+        assert stat(logs, "redcrawl/robots/fetched") == 0
+        assert kit.robots_fetches(host) == stat(logs, "robotstxt/request_count") >= 1
+        assert all("REDCRAWL_ROBOTS_SHARED is off" in text for text in logs)
