@@ -246,8 +246,8 @@ def test_a_fleet_fetches_each_robots_txt_once_and_obeys_it(redis7: RedisServer,
         assert stat(logs, "redcrawl/robots/cached") >= 1  # the others read it from Redis
         assert stat(logs, "redcrawl/robots/crawl_delay_capped") == 1
         assert sum("Crawl-delay 60 s; keeping 5 s" in text for text in logs) == 1
-        override = {k.decode(): json.loads(v) for k, v in
-                    client.hgetall(keys.pol_override).items()}
+        override = {(k.decode() if isinstance(k, bytes) else k): json.loads(v)
+                    for k, v in client.hgetall(keys.pol_override).items()}
         assert override == {ruled: {"concurrency": 3, "crawl_delay": 1},
                             capped: {"crawl_delay": 5}}
         assert any("robots.txt is fetched once per site for the fleet" in text
