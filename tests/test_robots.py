@@ -144,6 +144,22 @@ def test_entries_that_cannot_be_read_decode_to_none() -> None:
         "rules", "rules", "allow", "allow", "error", "error"]
 
 
+@pytest.mark.parametrize(("url", "origin"), [
+    ("http://Example.COM/a?b", "http://example.com"),
+    ("http://example.com:80/", "http://example.com"),
+    ("https://example.com:443/", "https://example.com"),
+    ("https://example.com:8443/", "https://example.com:8443"),
+    ("http://user:secret@example.com:8080/", "http://example.com:8080"),
+    ("http://[::1]:8080/x", "http://[::1]:8080"),
+])
+def test_the_origin_a_robots_txt_applies_to(url: str, origin: str) -> None:
+    from scrapy import Request
+
+    from redcrawl.scrapy.robots import _origin
+
+    assert _origin(Request(url)) == origin
+
+
 # --- a fleet of real workers --------------------------------------------------------------
 
 def robots_worker(redis_url: str, crawl: str, urls: Sequence[str], name: str, log: Path,

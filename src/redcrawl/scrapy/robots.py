@@ -172,8 +172,7 @@ class RobotsTxtMiddleware:
             return
         if request.url.startswith(("data:", "file:")):
             return
-        parsed = urlparse_cached(request)
-        origin = f"{parsed.scheme}://{parsed.netloc}".lower()
+        origin = _origin(request)
         parser = self._known(origin)
         if parser is _MISSING:
             from scrapy.utils.defer import maybe_deferred_to_future
@@ -264,8 +263,10 @@ class RobotsTxtMiddleware:
 
     def _poll(self) -> None:
         waiting = sorted(self._remote)[:LOOKUP_BATCH]
-        if waiting or self._fetching:
+        if waiting or time.monotonic() - self._last_renew > LOCK_TTL / 3:
             self._resolve(waiting)
+        else:
+            self._schedule_poll()  # only downloads of our own: nothing to ask Redis yet
 
     # --- downloading it ---------------------------------------------------------------
     def _fetch(self, origin: str, *, shared: bool) -> None:
@@ -382,6 +383,28 @@ class RobotsTxtMiddleware:
             self._local.popitem(last=False)
         for waiter in self._waiters.pop(origin, []):
             waiter.callback(parser)
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin(request: Request) -> str:
+    """What a robots.txt applies to (RFC 9309): scheme, host and port, lower-case, the
+    scheme's default port and any user:password@ left out (they would end up in key
+    names and logs)."""
+    parsed = urlparse_cached(request)
+    scheme = parsed.scheme.lower()
+    try:
+        host, port = parsed.hostname, parsed.port
+    except ValueError:  # a bad port: as Scrapy, by the network location
+        return f"{scheme}://{parsed.netloc.lower()}"
+    if not host:
+        return f"{scheme}://{parsed.netloc.lower()}"
+    if ":" in host:
+        host = f"[{host}]"
+    if port is None or port == _DEFAULT_PORTS.get(scheme):
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{port}"
 
 
 def _build(cls: Any, crawler: Crawler, *args: Any) -> Any:
