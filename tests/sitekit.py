@@ -66,7 +66,8 @@ FIRST_ADDRESS = 2
 @dataclass(frozen=True, slots=True)
 class Fault:
     """Answer ``status`` (with ``Retry-After: retry_after`` when set) to the first
-    ``times`` fetches of a path, or to every fetch when ``times`` is None."""
+    ``times`` fetches of a path, or to every fetch when ``times`` is None. Status 0:
+    close the connection without an answer (a network error for the client)."""
 
     status: int
     retry_after: str | None = None
@@ -167,6 +168,9 @@ class _Handler(BaseHTTPRequestHandler):
             if path == "/robots.txt" and site.spec.robots_delay:
                 time.sleep(site.spec.robots_delay)
             status, headers, body = site.page(path, before)
+            if status == 0:  # Fault(0): hang up without answering
+                self.close_connection = True
+                return
             self.send_response(status)
             for name, value in headers:
                 self.send_header(name, value)

@@ -218,7 +218,8 @@ DISALLOWED = frozenset({"/p/1", "/p/2"})
 def test_a_fleet_fetches_each_robots_txt_once_and_obeys_it(redis7: RedisServer,
                                                            tmp_path: Path) -> None:
     """3 workers; 2 hosts with rules (Crawl-delay 1, and 60 capped to 5), one whose
-    robots.txt answers 500 and one without (404). robots.txt answers slowly and the
+    robots.txt answers 500, one without (404) and one that hangs up (a network error):
+    the last three allow everything. robots.txt answers slowly and the
     disallowed pages are start URLs too, so many requests wait for the same robots.txt at
     once in each worker. Each robots.txt is fetched once for the fleet, no disallowed page
     is fetched, the disallowed requests end DONE, and Crawl-delay lands in the override
@@ -230,10 +231,11 @@ def test_a_fleet_fetches_each_robots_txt_once_and_obeys_it(redis7: RedisServer,
              SiteSpec(pages=10, delay=0.1, robots=RULES.format(delay=60), robots_delay=0.6),
              SiteSpec(pages=10, delay=0.1, robots_delay=0.6,
                       faults={"/robots.txt": Fault(500)}),
-             SiteSpec(pages=10, delay=0.1, robots_delay=0.6)]
+             SiteSpec(pages=10, delay=0.1, robots_delay=0.6),
+             SiteSpec(pages=10, delay=0.1, faults={"/robots.txt": Fault(0)})]
     keys = frontier.keys
     with serving(sites) as kit:
-        ruled, capped, failing, missing = kit.hosts
+        ruled, capped, failing, missing, broken = kit.hosts
         client.hset(keys.pol_override, ruled, json.dumps({"concurrency": 3}))
         urls = [f"{root}{path}" for root in kit.roots for path in ("", "p/1", "p/2", "p/3")]
         # small leases, so that every worker gets requests of every host
@@ -247,7 +249,7 @@ def test_a_fleet_fetches_each_robots_txt_once_and_obeys_it(redis7: RedisServer,
             fetched = {p for p in DISALLOWED if kit.fetched(host)[p]}
             assert not fetched, f"{host}: disallowed {fetched} fetched\n{table}"
         # the others allow everything: every page fetched
-        for host in (failing, missing):
+        for host in (failing, missing, broken):
             ok = {f.path for f in kit.fetches(host) if f.status == 200}
             assert kit.pages(host) <= ok, f"{host}: {sorted(kit.pages(host) - ok)} missing"
         for host in (ruled, capped):
@@ -257,8 +259,8 @@ def test_a_fleet_fetches_each_robots_txt_once_and_obeys_it(redis7: RedisServer,
         assert c.finished and c.conserved and c.dead == 0 and c.ready == 0, c
         assert c.done == c.accepted, c  # the disallowed requests too: DONE, not lost
         assert stat(logs, "redcrawl/robots/disallowed") == 2 * len(DISALLOWED)
-        assert stat(logs, "redcrawl/robots/fetched") == 4
-        assert stat(logs, "redcrawl/robots/errors") == 1
+        assert stat(logs, "redcrawl/robots/fetched") == 5
+        assert stat(logs, "redcrawl/robots/errors") == 2  # the 500 and the hang-up
         assert stat(logs, "redcrawl/robots/cached") >= 1  # the others read it from Redis
         assert stat(logs, "redcrawl/robots/crawl_delay_capped") == 1
         assert sum("Crawl-delay 60 s; keeping 5 s" in text for text in logs) == 1

@@ -23,7 +23,8 @@ so: both would fetch robots.txt).
   frontier enforces it for the fleet.
 * **Errors:** a 4xx allows everything; a 5xx (after Scrapy's retries) or a failed download
   allows everything too, as Scrapy does, and is cached for ``REDCRAWL_ROBOTS_ERROR_TTL``
-  only. ``ROBOTSTXT_PARSER`` and ``ROBOTSTXT_USER_AGENT`` are honoured.
+  only. ``ROBOTSTXT_PARSER`` and ``ROBOTSTXT_USER_AGENT`` are honoured, and the
+  ``robots_parsed`` signal is sent as Scrapy does (once per origin and worker).
 
 Stats: ``redcrawl/robots/fetched`` (downloaded by this worker), ``redcrawl/robots/cached``
 (taken from the fleet's cache), ``redcrawl/robots/disallowed``, ``redcrawl/robots/errors``
@@ -102,6 +103,7 @@ class RobotsTxtMiddleware:
         self._remote: set[str] = set()      # another worker fetches these
         self._fetching: set[str] = set()    # we hold their lock and download them
         self._capped: set[str] = set()
+        self._first: dict[str, Request] = {}  # the request that first waited, per origin
         self._executor: ThreadPoolExecutor | None = None
         self._poll_call: Any = None
         self._last_renew = 0.0
@@ -180,6 +182,7 @@ class RobotsTxtMiddleware:
             waiter: Deferred[Any] = Deferred()
             self._waiters.setdefault(origin, []).append(waiter)
             if len(self._waiters[origin]) == 1:
+                self._first[origin] = request
                 self._resolve([origin])
             parser = await maybe_deferred_to_future(waiter)
         self._check(parser, request)
@@ -381,6 +384,10 @@ class RobotsTxtMiddleware:
         self._local.move_to_end(origin)
         while len(self._local) > LOCAL_MAX:
             self._local.popitem(last=False)
+        first = self._first.pop(origin, None)
+        if parser is not None and first is not None:  # as Scrapy's middleware
+            self.crawler.signals.send_catch_log(signal=signals.robots_parsed,
+                                                robotparser=parser, request=first)
         for waiter in self._waiters.pop(origin, []):
             waiter.callback(parser)
 
