@@ -24,7 +24,7 @@ from redcrawl.politeness.robots import RobotsCache, RobotsEntry
 from redcrawl.workers import worker_command
 
 from .conftest import RedisServer
-from .sitekit import Fault, SiteSpec, format_summary, serving
+from .sitekit import Fault, MultiSite, SiteSpec, format_summary, serving
 from .test_politeness_fleet import fresh_frontier
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -358,3 +358,83 @@ def test_robots_shared_off_keeps_scrapys_middleware(redis7: RedisServer,
         assert stat(logs, "redcrawl/robots/fetched") == 0
         assert kit.robots_fetches(host) == stat(logs, "robotstxt/request_count") >= 1
         assert all("REDCRAWL_ROBOTS_SHARED is off" in text for text in logs)
+
+
+SLOW_ROBOTS = [SiteSpec(pages=6, robots="User-agent: *\nDisallow: /p/5\n", robots_delay=4.0,
+                        cross_links=False)]
+LOCKING = ["REDCRAWL_ROBOTS_LOCK_TTL=1.5", "REDCRAWL_PREFETCH=2", "REDCRAWL_LOOKAHEAD=0",
+           "CONCURRENT_REQUESTS=2"]  # w0 cannot hold every start request
+
+
+def start_pair(redis_url: str, crawl: str, kit: MultiSite, tmp_path: Path
+               ) -> list[tuple[subprocess.Popen[bytes], Path]]:
+    """w0, then (once w0 is downloading robots.txt) w1, both with a start URL for each
+    page, so that w1 has requests waiting for the same robots.txt."""
+    root = kit.roots[0]
+    urls = [root] + [f"{root}p/{i}" for i in range(6)]
+    procs = [(robots_worker(redis_url, crawl, urls, "w0", tmp_path / "w0.log", LOCKING),
+              tmp_path / "w0.log")]
+    deadline = time.monotonic() + 30
+    while kit.robots_fetches(kit.hosts[0]) == 0:
+        assert time.monotonic() < deadline and procs[0][0].poll() is None
+        time.sleep(0.02)
+    procs.append((robots_worker(redis_url, crawl, urls, "w1", tmp_path / "w1.log", LOCKING),
+                  tmp_path / "w1.log"))
+    return procs
+
+
+def stop(procs: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
+    for p, _ in procs:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+
+
+@pytest.mark.slow
+def test_the_lock_is_renewed_through_a_slow_robots_txt(redis7: RedisServer,
+                                                        tmp_path: Path) -> None:
+    """robots.txt takes 4 s, the lock lasts 1.5 s unless renewed: the second worker
+    still waits for the first one's download instead of fetching it too."""
+    crawl = "robots-renew"
+    frontier = fresh_frontier(redis7, crawl, "lists")
+    with serving(SLOW_ROBOTS) as kit:
+        procs = start_pair(redis7.url, crawl, kit, tmp_path)
+        try:
+            for p, log in procs:
+                assert p.wait(timeout=60) == 0, log.read_text()[-3000:]
+        finally:
+            stop(procs)
+        logs = [log.read_text() for _, log in procs]
+        host = kit.hosts[0]
+        assert kit.robots_fetches(host) == 1, format_summary(kit.summary())
+        assert kit.fetched(host)["/p/5"] == 0
+        assert stat(logs, "redcrawl/robots/cached") >= 1  # w1 had to wait for it
+        assert frontier.counts().finished
+
+
+@pytest.mark.slow
+def test_a_worker_killed_while_fetching_robots_txt_does_not_hold_the_fleet(
+        redis7: RedisServer, tmp_path: Path) -> None:
+    """The worker downloading robots.txt is SIGKILLed: its lock runs out
+    (REDCRAWL_ROBOTS_LOCK_TTL), the waiting worker fetches robots.txt itself, obeys it and
+    finishes the crawl (the killed worker's leases come back)."""
+    crawl = "robots-kill"
+    frontier = fresh_frontier(redis7, crawl, "lists")
+    with serving(SLOW_ROBOTS) as kit:
+        procs = start_pair(redis7.url, crawl, kit, tmp_path)
+        try:
+            time.sleep(2.5)  # w1 started, leased and is waiting; w0's download goes on
+            assert kit.robots_fetches(kit.hosts[0]) == 1
+            os.killpg(procs[0][0].pid, signal.SIGKILL)
+            procs[0][0].wait()
+            p, log = procs[1]
+            assert p.wait(timeout=60) == 0, log.read_text()[-3000:]
+        finally:
+            stop(procs)
+        host = kit.hosts[0]
+        assert kit.robots_fetches(host) == 2, format_summary(kit.summary())
+        assert kit.fetched(host)["/p/5"] == 0
+        ok = {f.path for f in kit.fetches(host) if f.status == 200}
+        assert kit.pages(host) - {"/p/5"} <= ok
+        c = frontier.counts()
+        assert c.finished and c.conserved and c.dead == 0, c

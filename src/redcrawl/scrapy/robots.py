@@ -68,10 +68,6 @@ T = TypeVar("T")
 POLL = 0.2
 """Seconds between two looks at the cache while another worker fetches a robots.txt."""
 
-LOCK_TTL = 30.0
-"""Seconds an origin's lock lasts unless renewed (renewed every third of it while the
-download goes on): a worker killed while fetching holds the others back that long."""
-
 LOCAL_MAX = 10_000
 """Parsed robots.txt a worker keeps in memory (least recently used dropped first)."""
 
@@ -121,7 +117,7 @@ class RobotsTxtMiddleware:
         """Use ``client`` and ``keys`` (the scheduler's frontier's) for the cache."""
         if self._cache is None:
             self._cache = RobotsCache(client, keys, max_bytes=self._max_bytes(),
-                                      lock_ttl=LOCK_TTL)
+                                      lock_ttl=self.settings.robots_lock_ttl)
 
     def _max_bytes(self) -> int:
         # one entry of the largest size always fits (else every worker would refetch it)
@@ -217,7 +213,7 @@ class RobotsTxtMiddleware:
         """Look ``origins`` up in the fleet's cache (on the thread), then act on each."""
         renew = []
         now = time.monotonic()
-        if self._fetching and now - self._last_renew > LOCK_TTL / 3:
+        if self._fetching and now - self._last_renew > self.settings.robots_lock_ttl / 3:
             renew, self._last_renew = sorted(self._fetching), now
 
         def work() -> list[Lookup]:
@@ -266,7 +262,7 @@ class RobotsTxtMiddleware:
 
     def _poll(self) -> None:
         waiting = sorted(self._remote)[:LOOKUP_BATCH]
-        if waiting or time.monotonic() - self._last_renew > LOCK_TTL / 3:
+        if waiting or time.monotonic() - self._last_renew > self.settings.robots_lock_ttl / 3:
             self._resolve(waiting)
         else:
             self._schedule_poll()  # only downloads of our own: nothing to ask Redis yet

@@ -72,6 +72,7 @@ class Settings:
     robots_shared: bool = True
     robots_ttl: float = 86400.0
     robots_error_ttl: float = 600.0
+    robots_lock_ttl: float = 30.0
     robots_max_crawl_delay: float = 30.0
     robots_max_body: int = 500 * 1024
     robots_cache_max_bytes: int = 64 * 1024 * 1024

@@ -275,6 +275,10 @@ SPECS: tuple[Spec, ...] = (
           "stays cached for the fleet before it is fetched again."),
     Spec("robots_error_ttl", _number(float, 1.0), "Seconds the outcome of a robots.txt that "
           "answered 5xx or failed to download (allow all, as Scrapy does) stays cached."),
+    Spec("robots_lock_ttl", _number(float, 0.5), "Seconds the worker fetching a robots.txt "
+          "for the fleet holds its lock unless renewed (it renews it every third of that "
+          "while the download goes on); a worker killed meanwhile holds the others back "
+          "that long at most."),
     Spec("robots_max_crawl_delay", _number(float, 0.0), "Upper bound, in seconds, of the "
           "per-site delay taken from a robots.txt Crawl-delay (logged once per site when "
           "it bites); 0 ignores Crawl-delay."),
