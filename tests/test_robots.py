@@ -238,10 +238,11 @@ def test_a_fleet_fetches_each_robots_txt_once_and_obeys_it(redis7: RedisServer,
         ruled, capped, failing, missing, broken = kit.hosts
         client.hset(keys.pol_override, ruled, json.dumps({"concurrency": 3}))
         urls = [f"{root}{path}" for root in kit.roots for path in ("", "p/1", "p/2", "p/3")]
-        # small leases, so that every worker gets requests of every host
+        # small leases and few requests at once, so that every worker gets requests of
+        # several hosts (and reads robots.txt from the cache) even if one starts late
         logs = run_fleet(redis7.url, crawl, urls, tmp_path, 3,
                          ["REDCRAWL_ROBOTS_MAX_CRAWL_DELAY=5", "REDCRAWL_PREFETCH=2",
-                          "REDCRAWL_LOOKAHEAD=0"])
+                          "REDCRAWL_LOOKAHEAD=0", "CONCURRENT_REQUESTS=4"])
         table = format_summary(kit.summary())
         assert {h: kit.robots_fetches(h) for h in kit.hosts} == dict.fromkeys(kit.hosts, 1), \
             table
