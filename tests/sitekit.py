@@ -23,7 +23,7 @@ Each site's pages (a pure function of the path and its :class:`SiteSpec`):
     Links to ``links`` other pages of the same site (``i+1 .. i+links``, wrapping) and
     to ``/``.
 ``/robots.txt``
-    ``SiteSpec.robots`` when set, else 404.
+    ``SiteSpec.robots`` when set, else 404; after ``SiteSpec.robots_delay`` more seconds.
 
 Every response waits ``SiteSpec.delay`` seconds first. ``SiteSpec.faults`` maps a path to
 a :class:`Fault` (a status, an optional ``Retry-After``, for the first ``times`` fetches
@@ -66,7 +66,8 @@ FIRST_ADDRESS = 2
 @dataclass(frozen=True, slots=True)
 class Fault:
     """Answer ``status`` (with ``Retry-After: retry_after`` when set) to the first
-    ``times`` fetches of a path, or to every fetch when ``times`` is None."""
+    ``times`` fetches of a path, or to every fetch when ``times`` is None. Status 0:
+    close the connection without an answer (a network error for the client)."""
 
     status: int
     retry_after: str | None = None
@@ -83,6 +84,8 @@ class SiteSpec:
     robots: str | None = None
     faults: dict[str, Fault] = field(default_factory=dict)
     cross_links: bool = True
+    robots_delay: float = 0.0
+    """Seconds robots.txt waits on top of ``delay`` (to have requests pile up behind it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +165,12 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if site.spec.delay:
                 time.sleep(site.spec.delay)
+            if path == "/robots.txt" and site.spec.robots_delay:
+                time.sleep(site.spec.robots_delay)
             status, headers, body = site.page(path, before)
+            if status == 0:  # Fault(0): hang up without answering
+                self.close_connection = True
+                return
             self.send_response(status)
             for name, value in headers:
                 self.send_header(name, value)

@@ -176,6 +176,30 @@ class CrawlKeys:
         Never expires; bounded by what operators and robots.txt set."""
         return self._k("polo")
 
+    @property
+    def robots(self) -> str:
+        """HASH robots.txt origin (``scheme://host:port``) -> the cached robots.txt: a
+        msgpack entry (see :mod:`redcrawl.politeness.robots`), shared by the fleet; entries
+        end with their time in :attr:`robots_expiry`. Bounded by
+        ``REDCRAWL_ROBOTS_CACHE_MAX_BYTES`` (:attr:`robots_bytes`)."""
+        return self._k("robots")
+
+    @property
+    def robots_expiry(self) -> str:
+        """ZSET robots.txt origin -> when its :attr:`robots` entry expires (ms, server
+        clock); expired entries are removed by the next store."""
+        return self._k("robots:exp")
+
+    @property
+    def robots_bytes(self) -> str:
+        """STRING: the bytes of every entry in :attr:`robots` (an integer)."""
+        return self._k("robots:bytes")
+
+    def robots_lock(self, origin: str) -> str:
+        """STRING holding the token of the worker fetching ``origin``'s robots.txt for the
+        fleet (``SET NX PX``; renewed while it fetches, deleted when it stores)."""
+        return self._k(f"robots:lock:{origin}")
+
     # --- layouts -------------------------------------------------------------------
     def script_keys(self, shards: int | None = None) -> list[str]:
         """KEYS of every frontier script, in the order ``lua/lib.lua`` expects: the fixed

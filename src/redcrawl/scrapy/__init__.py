@@ -4,12 +4,16 @@ In a project's ``settings.py``::
 
     SCHEDULER = "redcrawl.scrapy.Scheduler"
     DUPEFILTER_CLASS = "redcrawl.scrapy.DupeFilter"
+
+With ``ROBOTSTXT_OBEY = True`` the scheduler puts :class:`RobotsTxtMiddleware` (robots.txt
+once per site for the fleet) in place of Scrapy's own.
 """
 
 from redcrawl.scrapy.dupefilter import DupeFilter
 from redcrawl.scrapy.lifecycle import OutcomeMiddleware
+from redcrawl.scrapy.robots import RobotsTxtMiddleware
 from redcrawl.scrapy.scheduler import Scheduler, seed
 from redcrawl.scrapy.spiders import RedisCrawlSpider, RedisMixin, RedisSpider
 
 __all__ = ["DupeFilter", "OutcomeMiddleware", "RedisCrawlSpider", "RedisMixin", "RedisSpider",
-           "Scheduler", "seed"]
+           "RobotsTxtMiddleware", "Scheduler", "seed"]

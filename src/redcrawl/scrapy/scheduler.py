@@ -55,7 +55,7 @@ from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter
 from redcrawl.frontier import FrontierCore, Lease, open_frontier
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
-from redcrawl.scrapy import lifecycle
+from redcrawl.scrapy import lifecycle, robots
 from redcrawl.seed import seed as seed
 from redcrawl.settings import Settings, startup_notes, startup_warnings
 
@@ -181,6 +181,7 @@ class Scheduler(BaseScheduler):
         self._unhook = lifecycle.on_request_finished(self.crawler, self._on_finished)
         lifecycle.mark_start_requests(self.crawler)
         lifecycle.install_outcome_middleware(self.crawler, self)
+        robots.install(self.crawler, client, self.frontier.keys)
         from twisted.internet import reactor
 
         def memory_check() -> None:

@@ -69,6 +69,13 @@ class Settings:
     configure_server: bool = True
     allow_eviction: bool = False
     memory_warn_ratio: float = 0.9
+    robots_shared: bool = True
+    robots_ttl: float = 86400.0
+    robots_error_ttl: float = 600.0
+    robots_lock_ttl: float = 30.0
+    robots_max_crawl_delay: float = 30.0
+    robots_max_body: int = 500 * 1024
+    robots_cache_max_bytes: int = 64 * 1024 * 1024
     api_host: str = "127.0.0.1"
     api_port: int = 8700
     api_tokens: tuple[str, ...] = ()

@@ -267,6 +267,26 @@ SPECS: tuple[Spec, ...] = (
           "evict frontier keys (requests and fingerprints would be lost silently)."),
     Spec("memory_warn_ratio", _number(float, 0.0, 1.0), "Warn when the server's used memory "
           "crosses this fraction of maxmemory."),
+    Spec("robots_shared", _bool, "With ROBOTSTXT_OBEY: fetch each site's robots.txt once for "
+          "the whole fleet and share it through Redis (redcrawl.scrapy.RobotsTxtMiddleware, "
+          "installed by the scheduler in place of Scrapy's RobotsTxtMiddleware); false keeps "
+          "Scrapy's, which fetches robots.txt in every worker."),
+    Spec("robots_ttl", _number(float, 1.0), "Seconds a robots.txt (2xx, or 4xx: allow all) "
+          "stays cached for the fleet before it is fetched again."),
+    Spec("robots_error_ttl", _number(float, 1.0), "Seconds the outcome of a robots.txt that "
+          "answered 5xx or failed to download (allow all, as Scrapy does) stays cached."),
+    Spec("robots_lock_ttl", _number(float, 0.5), "Seconds the worker fetching a robots.txt "
+          "for the fleet holds its lock unless renewed (it renews it every third of that "
+          "while the download goes on); a worker killed meanwhile holds the others back "
+          "that long at most."),
+    Spec("robots_max_crawl_delay", _number(float, 0.0), "Upper bound, in seconds, of the "
+          "per-site delay taken from a robots.txt Crawl-delay (logged once per site when "
+          "it bites); 0 ignores Crawl-delay."),
+    Spec("robots_max_body", _number(int, 1024, 64 * 1024 * 1024), "Bytes of a robots.txt "
+          "that are read, parsed and cached (the rest is ignored, as Google does)."),
+    Spec("robots_cache_max_bytes", _number(int, 0), "Bound on the bytes of all cached "
+          "robots.txt entries of a crawl in Redis (compressed); past it the entries "
+          "closest to expiry are dropped (fetched again when next needed)."),
     Spec("api_host", _str, "Address `redcrawl serve` binds to. Without API tokens it must "
           "be a loopback address."),
     Spec("api_port", _number(int, 1, 65535), "Port of `redcrawl serve`."),
