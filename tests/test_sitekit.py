@@ -91,6 +91,11 @@ def test_faults_answer_their_status_then_recover() -> None:
         assert [get(root + "p/1")[0] for _ in range(3)] == [503, 503, 503]
         assert "Retry-After" not in get(root + "p/1")[1]
         assert [get(root + "p/2")[0] for _ in range(2)] == [429, 200]
+        # the server records a fetch's end after the client has read the answer: wait
+        deadline = time.monotonic() + 5
+        while any(f.end is None for f in kit.fetches(kit.hosts[0])) and \
+                time.monotonic() < deadline:
+            time.sleep(0.01)
         log = kit.fetches(kit.hosts[0])
         assert [(f.path, f.status) for f in log[:3]] == [("/p/0", 429), ("/p/0", 429),
                                                          ("/p/0", 200)]
