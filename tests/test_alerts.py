@@ -16,6 +16,8 @@ import yaml
 
 from redcrawl.codec import Envelope
 from redcrawl.frontier import open_frontier
+from redcrawl.metrics.rules import Thresholds
+from redcrawl.metrics.rules import rules as rule_list
 from redcrawl.settings import Settings
 
 from .apikit import AUTH_READ, ApiServer, api_settings
@@ -74,3 +76,29 @@ def test_rules_use_only_exported_metrics(redis7: RedisServer,
     used = {name for rule in _rules() for name in re.findall(r"redcrawl_[a-z_]+", rule["expr"])}
     assert used, "no metric found in the rules"
     assert used <= exported, used - exported
+
+
+def _seconds(text: str) -> float:
+    return float(text[:-1]) * {"s": 1, "m": 60, "h": 3600}[text[-1]]
+
+
+def test_the_watchdog_uses_the_numbers_of_the_rules() -> None:
+    t = Thresholds()
+    rules = {rule["alert"]: rule for rule in _rules()}
+
+    def check(alert: str, numbers: list[float], windows: list[float], for_: float) -> None:
+        expr = rules[alert]["expr"]
+        assert [float(x) for x in re.findall(r"[<>]=? ?([0-9.]+)(?![0-9.]*[smh]\])", expr)
+                if float(x)] == numbers, (alert, expr)
+        assert [_seconds(w) for w in re.findall(r"\[([0-9]+[smh])\]", expr)] == windows, alert
+        assert _seconds(rules[alert].get("for", "0s")) == for_, alert
+        assert dict(watchdog_for)[alert] == for_, alert
+
+    watchdog_for = [(r.name, r.for_) for r in rule_list(t)]
+    check("RedcrawlBacklogHigh", [t.backlog], [t.backlog_window], t.backlog_for)
+    check("RedcrawlWorkerHeartbeatLost", [t.heartbeat_lost], [], 0)
+    check("RedcrawlCrawlStalled", [], [t.stall_window], t.stall_for)
+    check("RedcrawlDeadLettersGrowing", [], [t.dead_window], t.dead_for)
+    check("RedcrawlRedisMemoryHigh", [t.memory_ratio], [], t.memory_for)
+    check("RedcrawlStreamPendingOld", [t.pending_age], [], 0)
+    assert set(rules) == {name for name, _f in watchdog_for}

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -187,3 +188,31 @@ def test_exporter_command_serves_metrics(redis7: RedisServer,
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_a_user_without_info_still_gets_the_crawl_metrics(redis7: RedisServer,
+                                                          redis7_client: redis.Redis) -> None:
+    fill(_frontier(redis7_client, "lists"), 2)
+    redis7_client.acl_setuser("noinfo", enabled=True, passwords=["+pw"], keys=["*"],
+                              channels=["*"], commands=["+@all", "-info"])
+    limited = redis.Redis(host="127.0.0.1", port=redis7.port, username="noinfo",
+                          password="pw")
+    try:
+        found = samples(render(SnapshotReader(limited, Settings())).decode())
+    finally:
+        limited.close()
+        redis7_client.acl_deluser("noinfo")
+    assert value(found, "redcrawl_up") == 1
+    assert value(found, "redcrawl_requests", crawl="c", state="ready") == 2
+    assert not [name for name, _l in found if name.startswith("redcrawl_redis_")]
+
+
+def test_docs_list_every_exported_metric(redis7_client: redis.Redis) -> None:
+    fill(_frontier(redis7_client, "streams"), 2)
+    _frontier(redis7_client, "streams").lease("w", 1)
+    text = render(SnapshotReader(redis7_client, Settings())).decode()
+    exported = {fam.name + ("_total" if fam.type == "counter" else "")
+                for fam in text_string_to_metric_families(text)}
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text()
+    documented = set(re.findall(r"^\| `(redcrawl_[a-z_]+)` \|", doc, re.M))
+    assert exported == documented, (exported - documented, documented - exported)

@@ -88,7 +88,7 @@ def families(snap: Snapshot) -> list[Metric]:
             spend.add_metric([c.crawl, str(s.shard), s.stream], s.pending)
             sage.add_metric([c.crawl, str(s.shard), s.stream], s.oldest_age)
     r = snap.redis
-    redis_families: list[Metric] = [
+    redis_families: list[Metric] = [] if r is None else [
         _gauge("redis_memory_used_bytes", "Redis used_memory.", r.used_memory),
         _gauge("redis_memory_max_bytes", "Redis maxmemory (0: no limit).", r.maxmemory),
         _counter("redis_evicted_keys", "Keys Redis evicted (evicted_keys).", r.evicted_keys),

@@ -123,7 +123,7 @@ def dead_growing(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]
 
 def memory(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
     r = snap.redis
-    if r.maxmemory and r.used_memory > t.memory_ratio * r.maxmemory:
+    if r is not None and r.maxmemory and r.used_memory > t.memory_ratio * r.maxmemory:
         yield Finding((), f"Redis uses {r.used_memory:,} of {r.maxmemory:,} bytes of "
                       f"maxmemory ({r.used_memory / r.maxmemory:.0%})")
 

@@ -22,6 +22,7 @@ opened once and kept (opening one reads its layout).
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -114,7 +115,8 @@ class RedisInfo:
 @dataclass(slots=True)
 class Snapshot:
     crawls: list[CrawlSnapshot]
-    redis: RedisInfo
+    redis: RedisInfo | None
+    """None if INFO was refused (e.g. an ACL user without it)."""
     now: float
     """Redis server clock, seconds since the epoch."""
     crawls_left_out: int
@@ -137,6 +139,7 @@ class SnapshotReader:
         self.scan_budget = scan_budget
         self.top_workers = top_workers
         self._frontiers: OrderedDict[str, FrontierCore] = OrderedDict()
+        self._lock = threading.Lock()
 
     def find_crawls(self) -> tuple[list[str], int]:
         """(crawls to read, how many more were found); a SCAN over stats keys only."""
@@ -154,12 +157,15 @@ class SnapshotReader:
         return names[:self.max_crawls], max(0, len(names) - self.max_crawls)
 
     def frontier(self, crawl: str) -> FrontierCore:
-        f = self._frontiers.pop(crawl, None)
+        """The crawl's frontier, opened once (concurrent scrapes share the reader)."""
+        with self._lock:
+            f = self._frontiers.pop(crawl, None)
         if f is None:
             f = open_frontier(self.client, self.settings, crawl, follow_layout=True)
-        self._frontiers[crawl] = f
-        while len(self._frontiers) > 4 * self.max_crawls:
-            self._frontiers.popitem(last=False)
+        with self._lock:
+            self._frontiers[crawl] = f
+            while len(self._frontiers) > 4 * self.max_crawls:
+                self._frontiers.popitem(last=False)
         return f
 
     def read(self) -> Snapshot:
@@ -182,7 +188,7 @@ class SnapshotReader:
         res = pipe.execute(raise_on_error=False)
         sec, usec = res[0]
         now = float(sec) + float(usec) / 1e6
-        info = RedisInfo.from_info(res[1])
+        info = RedisInfo.from_info(res[1]) if isinstance(res[1], dict) else None
         out: list[CrawlSnapshot] = []
         at = 2
         for f, c, rows in zip(frontiers, counts, streams, strict=True):

@@ -5,6 +5,8 @@ scrape config); open when no token is configured (``serve`` then binds loopback 
 
 from __future__ import annotations
 
+import threading
+
 from fastapi import APIRouter, Response
 
 from redcrawl.api.context import Context
@@ -18,14 +20,16 @@ def router(ctx: Context) -> APIRouter:
 
     r = APIRouter(route_class=StateErrors)
     readers: list[SnapshotReader] = []
+    lock = threading.Lock()
 
     @r.get("/metrics", tags=["metrics"], dependencies=ctx.read,
            summary="Prometheus metrics of every crawl (docs/metrics.md)",
            response_class=Response,
            responses={200: {"content": {"text/plain": {}}}, **responses(401)})
     def metrics() -> Response:
-        if not readers:  # the client is set at startup
-            readers.append(SnapshotReader(ctx.client(), ctx.settings))
+        with lock:
+            if not readers:  # the client is set at startup
+                readers.append(SnapshotReader(ctx.client(), ctx.settings))
         return Response(render(readers[0]), media_type=CONTENT_TYPE)
 
     return r
