@@ -79,6 +79,10 @@ def test_metrics_show_the_crawl_states_counters_and_workers(
     states = {s: value(found, "redcrawl_requests", crawl="c", state=s)
               for s in ("ready", "delayed", "in_flight", "done", "dead")}
     assert states == {"ready": 6, "delayed": 0, "in_flight": 1, "done": 2, "dead": 1}
+    tiers = {dict(labels)["tier"]: v for (name, labels), v in found.items()
+             if name == "redcrawl_requests_ready_by_tier"}
+    assert sum(tiers.values()) == 6
+    assert set(tiers) == ({"0", "1", "2"} if frontier_backend == "lists" else {"high", "low"})
     assert value(found, "redcrawl_requests_accepted_total", crawl="c") == 10
     assert value(found, "redcrawl_requests_filtered_total", crawl="c") == 1
     assert value(found, "redcrawl_requests_done_total", crawl="c") == 2
@@ -133,10 +137,10 @@ def test_a_scrape_costs_the_same_at_10_and_at_20000_requests(
     f.ack(f.lease("w2", 500)[:300])
     big = _scrape_cost(redis7_client, reader)
     assert big == small, (small, big)
-    # SCAN, TIME, INFO, the counts' read, 3 hashes; streams: the counts script reads each
-    # stream (XLEN, XINFO GROUPS / XPENDING inside it), and one XPENDING summary per stream
+    # SCAN, TIME, INFO, the counts' read, 3 hashes, the ready tiers; streams: the counts
+    # script reads each stream, then one XPENDING summary and one XLEN per stream
     streams = 2 * f.settings.shards if frontier_backend == "streams" else 0
-    assert small <= 16 + 4 * streams, small
+    assert small <= 20 + 4 * streams, small
     print(f"{frontier_backend}: {small} Redis commands per scrape at 10 and 20,000 requests")
 
 

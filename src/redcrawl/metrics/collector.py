@@ -56,6 +56,8 @@ def families(snap: Snapshot) -> list[Metric]:
                   ["crawl", "state"])
     counters = {name: CounterMetricFamily(f"redcrawl_{name}", doc, labels=["crawl"])
                 for name, (_f, doc) in COUNTERS.items()}
+    tiers = _g("requests_ready_by_tier", "Ready requests per tier (lists: 0 is the highest "
+               "priority; streams: high/low, summed over shards).", ["crawl", "tier"])
     paused = _g("crawl_paused", "1 while the crawl is paused.", ["crawl"])
     finished = _g("crawl_finished", "1 when nothing is ready, delayed or in flight.",
                   ["crawl"])
@@ -77,6 +79,8 @@ def families(snap: Snapshot) -> list[Metric]:
             requests.add_metric([c.crawl, state], getattr(n, state))
         for name, (stat, _doc) in COUNTERS.items():
             counters[name].add_metric([c.crawl], c.stats.get(stat, 0))
+        for tier, ready in c.ready_by_tier.items():
+            tiers.add_metric([c.crawl, tier], ready)
         paused.add_metric([c.crawl], int(c.paused))
         finished.add_metric([c.crawl], int(n.finished))
         known.add_metric([c.crawl], c.workers_known)
@@ -101,7 +105,7 @@ def families(snap: Snapshot) -> list[Metric]:
         _gauge("redis_aof_last_write_ok", "1 if Redis's last AOF write succeeded.",
                int(r.aof_last_write_ok)),
     ]
-    return [requests, *counters.values(), paused, finished, known, alive, age, wup, spend,
+    return [requests, tiers, *counters.values(), paused, finished, known, alive, age, wup, spend,
             sage, *redis_families,
             _gauge("crawls_left_out", "Crawls found but not exported (over the cap).",
                    snap.crawls_left_out)]

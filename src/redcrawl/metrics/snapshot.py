@@ -11,8 +11,8 @@ which crawls             the ones given, else one SCAN over the stats keys only
 per crawl                ``FrontierCore.counts()`` (one MULTI of O(1) commands, or one
                          script on streams), the stats hash (fixed fields, plus what
                          ``add_stats`` adds), the workers' heartbeat hash (one field per
-                         worker that did not close cleanly); streams: one XPENDING summary
-                         per stream (2 x shards)
+                         worker that did not close cleanly), the size of each ready tier;
+                         streams: one XPENDING summary and one XLEN per stream (2 x shards)
 the Redis server         one INFO, one TIME
 =======================  ===============================================================
 
@@ -33,6 +33,7 @@ import redis
 
 from redcrawl.frontier import Counts, FrontierCore, open_frontier
 from redcrawl.frontier.records import stored_int
+from redcrawl.frontier.streams import GROUP
 from redcrawl.keys import crawl_of_stats_key, stats_key_pattern
 from redcrawl.settings import Settings
 
@@ -83,6 +84,10 @@ class CrawlSnapshot:
     workers_alive: int
     paused: bool
     streams: list[StreamPending] = field(default_factory=list)
+    ready_by_tier: dict[str, int] = field(default_factory=dict)
+    """Ready requests per tier: ``"0"``, ``"1"``, ... (lists), ``high``/``low`` (streams,
+    summed over shards). Read apart from :attr:`counts`, so the sum may differ from
+    ``counts.ready`` by what moved in between."""
 
     @property
     def died(self) -> int:
@@ -184,7 +189,13 @@ class SnapshotReader:
             rows = _stream_rows(f)
             streams.append(rows)
             for _s, _c, key in rows:
-                pipe.xpending(key, "g")
+                pipe.xpending(key, GROUP)
+                pipe.xlen(key)
+            for tier in range(f.keys.tiers if not rows else 0):
+                if f.settings.ordering == "priority":
+                    pipe.zcard(f.keys.ready(tier))
+                else:
+                    pipe.llen(f.keys.ready(tier))
         res = pipe.execute(raise_on_error=False)
         sec, usec = res[0]
         now = float(sec) + float(usec) / 1e6
@@ -194,9 +205,22 @@ class SnapshotReader:
         for f, c, rows in zip(frontiers, counts, streams, strict=True):
             stats_raw, workers_raw, paused = res[at:at + 3]
             at += 3
-            pend = res[at:at + len(rows)]
-            at += len(rows)
-            out.append(self._crawl(f, c, now, stats_raw, workers_raw, paused, rows, pend))
+            pend = res[at:at + 2 * len(rows)]
+            at += 2 * len(rows)
+            tiers = 0 if rows else f.keys.tiers
+            snap = self._crawl(f, c, now, stats_raw, workers_raw, paused, rows, pend[::2])
+            if rows:
+                for (_s, cls, _k), summary, length in zip(rows, pend[::2], pend[1::2],
+                                                         strict=True):
+                    if isinstance(length, int):
+                        held = int(summary["pending"]) if isinstance(summary, dict) else 0
+                        snap.ready_by_tier[cls] = (snap.ready_by_tier.get(cls, 0)
+                                                   + max(0, length - held))
+            else:
+                snap.ready_by_tier = {str(t): int(n) for t, n in
+                                      enumerate(res[at:at + tiers]) if isinstance(n, int)}
+            at += tiers
+            out.append(snap)
         return Snapshot(out, info, now, left_out, time.perf_counter() - started)
 
     def _crawl(self, f: FrontierCore, c: Counts, now: float, stats_raw: Any,
