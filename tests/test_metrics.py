@@ -220,3 +220,20 @@ def test_docs_list_every_exported_metric(redis7_client: redis.Redis) -> None:
     doc = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text()
     documented = set(re.findall(r"^\| `(redcrawl_[a-z_]+)` \|", doc, re.M))
     assert exported == documented, (exported - documented, documented - exported)
+
+
+@pytest.mark.parametrize("corrupt", ["layout", "wrong type"])
+def test_an_unreadable_crawl_is_left_out_and_counted(redis7_client: redis.Redis,
+                                                     corrupt: str) -> None:
+    for name in ("a", "b"):
+        fill(_frontier(redis7_client, "lists", name), 2)
+    if corrupt == "layout":
+        redis7_client.hset("rc:{a}:control", mapping={"layout": "streams/0", "layout.copy": "x"})
+    else:
+        redis7_client.delete("rc:{a}:delayed")
+        redis7_client.set("rc:{a}:delayed", "x")
+    found = samples(render(SnapshotReader(redis7_client, Settings())).decode())
+    assert value(found, "redcrawl_up") == 1
+    assert value(found, "redcrawl_crawls_unreadable") == 1
+    assert value(found, "redcrawl_requests", crawl="b", state="ready") == 2
+    assert ("redcrawl_requests", (("crawl", "a"), ("state", "ready"))) not in found

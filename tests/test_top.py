@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import signal
 import subprocess
@@ -11,9 +12,12 @@ import time
 from pathlib import Path
 
 import redis
+from rich.console import Console
 
 from redcrawl.codec import Envelope
 from redcrawl.frontier import FrontierCore, open_frontier
+from redcrawl.metrics.snapshot import SnapshotReader
+from redcrawl.metrics.top import Top
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
@@ -87,3 +91,12 @@ def test_ctrl_c_ends_top_cleanly(redis7: RedisServer, redis7_client: redis.Redis
     text = log.read_text()
     assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
     assert "crawl shop" in text
+
+
+def test_top_says_when_the_crawl_cannot_be_read(redis7_client: redis.Redis) -> None:
+    _crawl(redis7_client)
+    redis7_client.delete("rc:{shop}:delayed")
+    redis7_client.set("rc:{shop}:delayed", "x")  # wrong type: counts can't be read
+    out = io.StringIO()
+    Top(SnapshotReader(redis7_client, Settings()), "shop").once(Console(file=out, width=120))
+    assert "crawl shop: its state could not be read" in out.getvalue()

@@ -108,7 +108,9 @@ def families(snap: Snapshot) -> list[Metric]:
     return [requests, tiers, *counters.values(), paused, finished, known, alive, age, wup, spend,
             sage, *redis_families,
             _gauge("crawls_left_out", "Crawls found but not exported (over the cap).",
-                   snap.crawls_left_out)]
+                   snap.crawls_left_out),
+            _gauge("crawls_unreadable", "Crawls found whose state could not be read (e.g. "
+                   "corrupt counters; the exporter logs why).", snap.crawls_unreadable)]
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -16,12 +16,15 @@ per crawl                ``FrontierCore.counts()`` (one MULTI of O(1) commands, 
 the Redis server         one INFO, one TIME
 =======================  ===============================================================
 
-Every crawl's reads go in one pipeline (one round trip); the crawls' frontiers are
-opened once and kept (opening one reads its layout).
+The counts take one round trip per crawl (they must be one consistent read each);
+everything else, for every crawl, goes in one pipeline. The crawls' frontiers are opened
+once and kept (opening one reads its layout). A crawl whose state can't be read (corrupt
+counters) is left out and counted, so the other crawls are still exported.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -31,6 +34,7 @@ from typing import Any
 
 import redis
 
+from redcrawl.errors import RedcrawlError
 from redcrawl.frontier import Counts, FrontierCore, open_frontier
 from redcrawl.frontier.records import stored_int
 from redcrawl.frontier.streams import GROUP
@@ -39,6 +43,8 @@ from redcrawl.settings import Settings
 
 __all__ = ["MAX_CRAWLS", "SCAN_BUDGET", "TOP_WORKERS", "CrawlSnapshot", "RedisInfo",
            "Snapshot", "SnapshotReader", "StreamPending", "WorkerBeat", "read_snapshot"]
+
+log = logging.getLogger(__name__)
 
 MAX_CRAWLS = 100
 """Most crawls one snapshot reads (``--max-crawls``)."""
@@ -128,6 +134,8 @@ class Snapshot:
     """Crawls found but not read (over ``max_crawls``)."""
     duration: float
     """Seconds the read took."""
+    crawls_unreadable: int = 0
+    """Crawls found whose state could not be read (e.g. corrupt counters; logged)."""
 
 
 class SnapshotReader:
@@ -176,8 +184,17 @@ class SnapshotReader:
     def read(self) -> Snapshot:
         started = time.perf_counter()
         names, left_out = self.find_crawls()
-        frontiers = [self.frontier(n) for n in names]
-        counts = [f.counts() for f in frontiers]  # each one consistent read
+        frontiers: list[FrontierCore] = []
+        counts: list[Counts] = []
+        unreadable = 0
+        for name in names:  # each crawl's counts: one consistent read (a round trip)
+            try:
+                f = self.frontier(name)
+                counts.append(f.counts())
+                frontiers.append(f)
+            except RedcrawlError as exc:  # e.g. corrupt counters: the other crawls still count
+                log.warning("metrics: crawl %s left out: %s", name, exc)
+                unreadable += 1
         pipe = self.client.pipeline(transaction=False)
         pipe.time()
         pipe.info()
@@ -221,7 +238,7 @@ class SnapshotReader:
                                       enumerate(res[at:at + tiers]) if isinstance(n, int)}
             at += tiers
             out.append(snap)
-        return Snapshot(out, info, now, left_out, time.perf_counter() - started)
+        return Snapshot(out, info, now, left_out, time.perf_counter() - started, unreadable)
 
     def _crawl(self, f: FrontierCore, c: Counts, now: float, stats_raw: Any,
                workers_raw: Any, paused: Any, rows: list[tuple[int, str, str]],

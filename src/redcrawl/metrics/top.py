@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
+from rich.text import Text
 
 from redcrawl.frontier import FrontierCore
 from redcrawl.frontier.base import format_id
@@ -26,12 +27,13 @@ class Top:
         self.dead_rows = dead_rows
         self.last: CrawlSnapshot | None = None
 
-    def snapshot(self) -> CrawlSnapshot:
+    def snapshot(self) -> CrawlSnapshot | None:
+        """The crawl now, or None if its state could not be read (logged)."""
         snap = self.reader.read()
         for c in snap.crawls:
             if c.crawl == self.crawl:
                 return c
-        raise LookupError(self.crawl)
+        return None
 
     def _recent_dead(self, f: FrontierCore) -> list[tuple[str, str]]:
         client: Any = f.client
@@ -42,6 +44,9 @@ class Top:
 
     def frame(self) -> RenderableType:
         c = self.snapshot()
+        if c is None:
+            return Text(f"crawl {self.crawl}: its state could not be read (corrupt? see "
+                        "`redcrawl status`); trying again", style="bold red")
         prev, self.last = self.last, c
         dt = c.now - prev.now if prev is not None else 0.0
 
