@@ -33,6 +33,7 @@ from redcrawl.settings import Settings
 
 from .apikit import AUTH_READ, SRC, ApiServer, api_settings
 from .conftest import RedisServer, need, need_module
+from .sitekit import SiteSpec, serving
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 K8S = DEPLOY / "kubernetes"
@@ -327,6 +328,41 @@ def test_worker_image_command_finds_the_example_spider() -> None:
     assert out.stdout.strip() == cmd[1]
     compose = _compose()["services"]["worker"]["command"]
     assert compose[1] == "${CRAWL_SPIDER:-" + cmd[1] + "}"
+
+
+@pytest.mark.slow
+def test_worker_and_seed_commands_crawl_as_in_the_containers(redis7: RedisServer,
+                                                            tmp_path: Path) -> None:
+    """compose's `seed` entrypoint and the worker target's CMD, run as the containers run
+    them (the example project as the working folder, Redis from REDCRAWL_REDIS_URL):
+    the site is crawled, and nothing is written into the project (mounted read-only)."""
+    project = tmp_path / "crawl"
+    shutil.copytree(DEPLOY / "example-project", project)
+    before = sorted(p.relative_to(project) for p in project.rglob("*"))
+    worker = json.loads(next(rest for w, rest in reversed(_stages()["worker"]) if w == "CMD"))
+    seed = [re.sub(r"\$\{[A-Z_]+:-([^}]+)\}", r"\1", a)
+            for a in _compose()["services"]["seed"]["entrypoint"]]
+    assert seed[:2] == ["redcrawl", "seed"]
+    client = redis.Redis.from_url(redis7.url)
+    client.flushall()
+    env = {**os.environ, "PYTHONPATH": str(SRC), "PYTHONDONTWRITEBYTECODE": "1",
+           "REDCRAWL_REDIS_URL": redis7.url, "REDCRAWL_MAX_IDLE_TIME": "1"}
+    try:
+        with serving([SiteSpec(pages=4, cross_links=False)]) as site:
+            run = subprocess.run([sys.executable, "-m", "redcrawl", *seed[1:], site.roots[0]],
+                                 cwd=project, env=env, capture_output=True, text=True,
+                                 timeout=60)
+            assert run.returncode == 0, run.stdout + run.stderr
+            run = subprocess.run([sys.executable, "-m", "redcrawl", *worker], cwd=project,
+                                 env=env, capture_output=True, text=True, timeout=100)
+            assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+            assert site.fetched(site.hosts[0]).keys() >= site.pages(site.hosts[0])
+        counts = open_frontier(client, Settings(), seed[-1]).counts()
+        assert counts.done == 5 and counts.dead == 0, counts
+    finally:
+        client.flushall()
+        client.close()
+    assert sorted(p.relative_to(project) for p in project.rglob("*")) == before
 
 
 # --- Kubernetes ---------------------------------------------------------------------------
