@@ -17,6 +17,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,8 @@ from redcrawl.codec import Envelope
 from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
 
-from .apikit import AUTH_READ, SRC, ApiServer, api_settings
-from .conftest import RedisServer, need, need_module
+from .apikit import AUTH_READ, READ, SRC, ApiServer, api_settings
+from .conftest import RedisServer, _free_port, need, need_module
 from .sitekit import SiteSpec, serving
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -557,6 +558,99 @@ def test_keda_query_parses_and_uses_exported_metrics(exported: set[str], tmp_pat
     names = _promql_names(query)
     assert names and names <= exported, names - exported
     assert 'state="ready"' in query
+
+
+@pytest.mark.slow
+def test_a_real_prometheus_with_the_shipped_config_answers_every_query(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
+    """Debian's Prometheus runs deploy/prometheus/prometheus.yml (the target and the token
+    file pointed at a live API, a 1 s interval): it scrapes with the token, loads the
+    rules, and every dashboard query and the KEDA query return series (so label values
+    such as ``state="in_flight"`` are right, not only the metric names)."""
+    binary = _tool("prometheus", "install Debian's prometheus package (scripts/test.sh does)")
+    client = redis.Redis.from_url(redis7.url)
+    client.flushall()
+    old_maxmemory = client.config_get("maxmemory")["maxmemory"]
+    client.config_set("maxmemory", str(1 << 30))  # for the memory-vs-maxmemory panels
+    api = ApiServer(api_settings(redis7.url), client)
+    proc: subprocess.Popen[bytes] | None = None
+    try:
+        for crawl, backend in (("example", "lists"), ("s", "streams")):
+            f = open_frontier(client, Settings(backend=backend, max_attempts=1), crawl)
+            urls = [f"http://example.com/{crawl}/{i}" for i in range(6)]
+            f.push([Envelope(url=u, fingerprint=hashlib.sha1(u.encode()).digest()) for u in urls])
+            f.push([Envelope(url=urls[0], fingerprint=hashlib.sha1(urls[0].encode()).digest())])
+            leased = f.lease("w1", 3)
+            f.ack(leased[:1])
+            f.nack(leased[1], "boom", retry=False)
+        token = tmp_path / "token"
+        token.write_text(READ)
+        shutil.copy(DEPLOY / "prometheus" / "alerts.yml", tmp_path / "alerts.yml")
+        text = (DEPLOY / "prometheus" / "prometheus.yml").read_text()
+        for old, new in (
+            ("/run/secrets/redcrawl_read_token", str(token)),
+            ('"serve:8700"', f'"127.0.0.1:{api.port}"'),
+            ("scrape_interval: 15s", "scrape_interval: 1s"),
+            ("evaluation_interval: 15s", "evaluation_interval: 1s"),
+        ):
+            assert old in text, old
+            text = text.replace(old, new)
+        (tmp_path / "prometheus.yml").write_text(text)
+        port = _free_port()
+        url = f"http://127.0.0.1:{port}"
+        log = tmp_path / "prometheus.log"
+        with log.open("wb") as out:
+            proc = subprocess.Popen(
+                [
+                    binary,
+                    f"--config.file={tmp_path / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={tmp_path / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{port}",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+
+        def query(expr: str) -> list[Any]:
+            r = httpx.get(f"{url}/api/v1/query", params={"query": expr}, timeout=5)
+            assert r.status_code == 200, f"{expr}: {r.text}"
+            result: list[Any] = r.json()["data"]["result"]
+            return result
+
+        deadline = time.monotonic() + 60
+        while True:  # a few scrapes, so that rate() and increase() have two samples
+            try:
+                ready = len(query('count_over_time(redcrawl_up{job="redcrawl"}[1m])')) == 1
+                if ready and float(query("count_over_time(redcrawl_up[1m])")[0]["value"][1]) >= 3:
+                    break
+            except httpx.TransportError:
+                pass
+            assert proc.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.3)
+        assert float(query('up{job="redcrawl"}')[0]["value"][1]) == 1
+        exprs = {**_dashboard_exprs(), "keda": _keda_query()}
+        empty = []
+        for where, expr in exprs.items():
+            concrete = expr.replace("$__rate_interval", "1m").replace("$crawl", ".*")
+            if not query(concrete):
+                empty.append(f"{where}: {expr}")
+        assert not empty, "queries without a series:\n" + "\n".join(empty)
+        values = httpx.get(
+            f"{url}/api/v1/label/crawl/values", params={"match[]": "redcrawl_requests"}, timeout=5
+        ).json()["data"]
+        assert set(values) == {"example", "s"}
+        rules = httpx.get(f"{url}/api/v1/rules", timeout=5).json()["data"]["groups"]
+        assert rules and all(r["health"] == "ok" for g in rules for r in g["rules"]), rules
+    finally:
+        if proc is not None:
+            proc.terminate()
+            proc.wait(10)
+        api.stop()
+        client.config_set("maxmemory", old_maxmemory)
+        client.flushall()
+        client.close()
 
 
 def test_readme_commands_name_real_files() -> None:
