@@ -33,7 +33,7 @@ from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
 
 from .apikit import AUTH_READ, READ, SRC, ApiServer, api_settings
-from .conftest import RedisServer, _free_port, need, need_module
+from .conftest import Backend, RedisServer, _free_port, need, need_module
 from .sitekit import SiteSpec, serving
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
@@ -571,12 +571,13 @@ def test_a_real_prometheus_with_the_shipped_config_answers_every_query(
     binary = _tool("prometheus", "install Debian's prometheus package (scripts/test.sh does)")
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
-    old_maxmemory = client.config_get("maxmemory")["maxmemory"]
+    old_maxmemory = str(client.config_get("maxmemory")["maxmemory"])
     client.config_set("maxmemory", str(1 << 30))  # for the memory-vs-maxmemory panels
     api = ApiServer(api_settings(redis7.url), client)
     proc: subprocess.Popen[bytes] | None = None
     try:
-        for crawl, backend in (("example", "lists"), ("s", "streams")):
+        backends: tuple[tuple[str, Backend], ...] = (("example", "lists"), ("s", "streams"))
+        for crawl, backend in backends:
             f = open_frontier(client, Settings(backend=backend, max_attempts=1), crawl)
             urls = [f"http://example.com/{crawl}/{i}" for i in range(6)]
             f.push([Envelope(url=u, fingerprint=hashlib.sha1(u.encode()).digest()) for u in urls])
@@ -621,9 +622,10 @@ def test_a_real_prometheus_with_the_shipped_config_answers_every_query(
         deadline = time.monotonic() + 60
         while True:  # a few scrapes, so that rate() and increase() have two samples
             try:
-                ready = len(query('count_over_time(redcrawl_up{job="redcrawl"}[1m])')) == 1
-                if ready and float(query("count_over_time(redcrawl_up[1m])")[0]["value"][1]) >= 3:
-                    break
+                if httpx.get(f"{url}/-/ready", timeout=2).status_code == 200:
+                    scrapes = query('count_over_time(redcrawl_up{job="redcrawl"}[1m])')
+                    if scrapes and float(scrapes[0]["value"][1]) >= 3:
+                        break
             except httpx.TransportError:
                 pass
             assert proc.poll() is None, log.read_text()
