@@ -345,7 +345,7 @@ def test_worker_image_command_finds_the_example_spider() -> None:
     out = subprocess.run(
         [sys.executable, "-c", code],
         cwd=DEPLOY / "example-project",
-        env={**os.environ, "PYTHONPATH": str(SRC)},
+        env={**os.environ, "PYTHONPATH": str(SRC), "PYTHONDONTWRITEBYTECODE": "1"},
         capture_output=True,
         text=True,
         timeout=60,
