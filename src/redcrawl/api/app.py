@@ -72,6 +72,7 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *,
         routes.health, routes.requests, routes.crawls, routes.workers, routes.metrics)]
     for router in routers:
         app.include_router(router)
+    app.include_router(routes.dashboard.router(ctx))  # HTML pages at /, not in api_routes
     # every method of a path, for the Allow header of a 405 (see errors.install)
     app.state.api_routes = [route for router in routers for route in router.routes
                             if isinstance(route, APIRoute)]
