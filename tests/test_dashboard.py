@@ -10,6 +10,7 @@ import hashlib
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -197,18 +198,22 @@ def test_history_is_one_sample_per_minute_capped(
     assert "<svg" in page and "polyline" in page
 
 
-def test_open_api_needs_no_login_but_still_a_session_csrf(
+def test_open_api_needs_no_login_but_still_a_session_csrf_streams_backend(
     redis7: RedisServer, redis7_client: redis.Redis
 ) -> None:
-    settings = Settings(redis_url=redis7.url, retry_backoff=0.0, max_attempts=3)
+    settings = Settings(redis_url=redis7.url, retry_backoff=0.0, max_attempts=3, backend="streams")
     server = ApiServer(settings, redis7_client)
     try:
         f = open_frontier(redis7_client, settings, "shop")
         live_crawl(f)
         with client(server) as c:
             assert c.get("/login").status_code == 303
-            page = c.get("/crawls/shop")
-            assert page.status_code == 200 and "redcrawl_session" in page.headers["set-cookie"]
+            first = c.get("/crawls/shop")
+            assert 'id="count-inflight">3<' in first.text
+            assert "redcrawl_session" in first.headers["set-cookie"]
+            page = c.get("/crawls/shop")  # the same session: no new cookie
+            assert page.status_code == 200 and "set-cookie" not in page.headers
+            assert csrf_of(page.text) == csrf_of(first.text)
             token = csrf_of(page.text)
             assert c.post("/crawls/shop/pause", data={"csrf": token}).status_code == 303
             assert f.is_paused()
@@ -321,7 +326,10 @@ def test_browser_shows_a_live_crawl_and_requeues_pauses_resumes(
     assert frontier.is_paused() and browser.find_element(By.ID, "state").text == "paused"
     assert frontier.lease("w3", 5) == []
     if os.environ.get("REDCRAWL_SCREENSHOT"):
-        click(browser, By.ID, "btn-resume")
+        click(browser, By.ID, "btn-resume")  # a page load: the first rate sample
+        time.sleep(1.5)
+        frontier.push([env(f"https://shop.example/q{i}") for i in range(20)])
+        frontier.ack(frontier.lease("w1", 4))
         frontier.nack(frontier.lease("w3", 1)[0], "HTTP 503 Service Unavailable", retry=False)
         browser.get(f"{api_server.url}/crawls/shop?refresh=0")
         Path(os.environ["REDCRAWL_SCREENSHOT"]).write_bytes(browser.get_screenshot_as_png())
