@@ -133,6 +133,8 @@ def test_actions_need_the_csrf_token_of_the_session(
         assert r.status_code == 303 and frontier.is_paused()
         r = c.post("/crawls/shop/resume", data={"csrf": token}, follow_redirects=True)
         assert r.status_code == 200 and "resumed" in r.text and not frontier.is_paused()
+        r = c.post("/crawls/shop/requeue", data={"csrf": token, "id": "not-an-id"})
+        assert r.status_code == 422 and frontier.counts().dead == 1
         r = c.post("/crawls/shop/requeue", data={"csrf": token}, follow_redirects=True)
         assert "requeued 1" in r.text
         assert (frontier.counts().dead, frontier.counts().ready) == (0, 8)
@@ -153,6 +155,28 @@ def test_unknown_crawl_is_404(api_server: ApiServer, frontier: FrontierCore) -> 
     with client(api_server, headers=AUTH_ADMIN) as c:
         token = csrf_of(_admin_page_with_a_crawl(c, frontier))
         assert c.post("/crawls/nothing-here/pause", data={"csrf": token}).status_code == 404
+
+
+def test_refresh_period_is_kept_by_links_and_forms(
+    api_server: ApiServer, frontier: FrontierCore
+) -> None:
+    live_crawl(frontier)
+    with client(api_server, headers=AUTH_ADMIN) as c:
+        assert 'http-equiv=refresh content="10"' in c.get("/").text
+        page = c.get("/", params={"refresh": "0"}).text
+        assert "http-equiv=refresh" not in page and 'href="/crawls/shop?refresh=0"' in page
+        page = c.get("/crawls/shop", params={"refresh": "30"}).text
+        assert 'content="30"' in page and 'action="/crawls/shop/pause?refresh=30"' in page
+        r = c.post("/crawls/shop/pause?refresh=30", data={"csrf": csrf_of(page)})
+        assert r.headers["location"] == "/crawls/shop?done=paused&refresh=30"
+
+
+def test_wrong_method_names_the_allowed_one(api_server: ApiServer) -> None:
+    with client(api_server, headers=AUTH_ADMIN) as c:
+        r = c.get("/crawls/shop/pause")
+        assert r.status_code == 405 and r.headers["allow"] == "POST"
+        r = c.post("/")
+        assert r.status_code == 405 and r.headers["allow"] == "GET"
 
 
 def _admin_page_with_a_crawl(c: httpx.Client, frontier: FrontierCore) -> str:
@@ -274,7 +298,8 @@ def login(driver: Any, server: ApiServer, token: str, path: str) -> None:
 
 
 def click(driver: Any, by: str, what: str) -> None:
-    """Click an element that loads a page, and wait until the new page is there."""
+    """Click an element that loads a page, and wait until the new page is there (pages
+    are asked with ``?refresh=0``: no reload of its own may come between)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.wait import WebDriverWait
@@ -285,6 +310,7 @@ def click(driver: Any, by: str, what: str) -> None:
     WebDriverWait(driver, 10).until(
         lambda d: d.execute_script("return document.readyState") == "complete"
     )
+    assert driver.find_elements(By.CSS_SELECTOR, "meta[http-equiv=refresh]") == []
 
 
 def count(driver: Any, name: str) -> int:

@@ -39,6 +39,7 @@ from starlette.concurrency import run_in_threadpool
 from redcrawl.api.auth import _matches, open_access
 from redcrawl.api.context import Context
 from redcrawl.api.errors import StateErrors
+from redcrawl.api.inputs import REQUEST_ID_PATTERN
 from redcrawl.frontier import Counts
 from redcrawl.keys import CRAWL_NAME_PATTERN, HISTORY_MINUTES, HISTORY_TTL, CrawlKeys
 from redcrawl.metrics.snapshot import CrawlSnapshot, SnapshotReader
@@ -56,6 +57,7 @@ DEAD_ROWS = 50
 MAX_FORM = 4096
 """Largest form body a dashboard POST reads."""
 _CRAWL_NAME = re.compile(CRAWL_NAME_PATTERN)
+_REQUEST_ID = re.compile(REQUEST_ID_PATTERN)
 CSP = (
     "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'"
@@ -138,6 +140,11 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
         raw = request.query_params.get("refresh", "")
         return min(int(raw), 3600) if raw.isascii() and raw.isdigit() and len(raw) < 6 else REFRESH
 
+    def sticky(request: Request) -> str:
+        """``?refresh=N`` when the page was asked with one: links and forms keep it."""
+        raw = request.query_params.get("refresh", "")
+        return f"?refresh={refresh_of(request)}" if raw else ""
+
     def reader() -> SnapshotReader:
         if not readers:  # the client is set at startup
             readers.append(SnapshotReader(ctx.client(), settings))
@@ -157,12 +164,13 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
         ]
         hist = _history(ctx.client(), settings, crawls, snap.now)
         rows = []
+        keep = sticky(request)
         for c in crawls:
             n = c.counts
             rate = ctx.rates.observe(c.crawl, n.done, n.accepted)
             rows.append(
                 "<tr>"
-                f'<td><a href="/crawls/{quote(c.crawl, safe="")}">{escape(c.crawl)}</a></td>'
+                f'<td><a href="/crawls/{quote(c.crawl, safe="")}{keep}">{escape(c.crawl)}</a></td>'
                 f"<td>{escape(_state(c))}</td>"
                 + "".join(
                     f"<td class=n>{x:,}</td>"
@@ -217,9 +225,10 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
         admin = v.level == "admin"
         token = csrf(v) if admin else ""
         path = f"/crawls/{quote(crawl, safe='')}"
+        keep = sticky(request)
         msg = request.query_params.get("done", "")
         body = [
-            f'<p><a href="/">&larr; all crawls</a></p>'
+            f'<p><a href="/{keep}">&larr; all crawls</a></p>'
             f"<h1>{escape(crawl)} <small id=state>{escape(_state(c))}</small></h1>"
         ]
         if msg:
@@ -235,7 +244,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
         )
         if admin:
             action = "resume" if c.paused else "pause"
-            body.append(_form(f"{path}/{action}", token, action, f"btn-{action}"))
+            body.append(_form(f"{path}/{action}{keep}", token, action, f"btn-{action}"))
         body.append(f"<h2>Workers ({c.workers_alive:,} alive of {c.workers_known:,} known)</h2>")
         if c.workers:
             body.append(
@@ -255,7 +264,9 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
             rows = []
             for d in dead:
                 button = (
-                    _form(f"{path}/requeue", token, "requeue", "", {"id": d.id}) if admin else ""
+                    _form(f"{path}/requeue{keep}", token, "requeue", "", {"id": d.id})
+                    if admin
+                    else ""
                 )
                 when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(d.died_at))
                 rows.append(
@@ -273,7 +284,9 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
                 body.append(f"<p class=note>the {len(dead)} oldest shown.</p>")
             if admin:
                 body.append(
-                    _form(f"{path}/requeue", token, f"requeue all {n.dead:,}", "btn-requeue-all")
+                    _form(
+                        f"{path}/requeue{keep}", token, f"requeue all {n.dead:,}", "btn-requeue-all"
+                    )
                 )
         else:
             body.append("<p>None.</p>")
@@ -316,6 +329,14 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
             )
         if not _CRAWL_NAME.match(crawl):
             return page(v, "not found", "<h1>No such crawl</h1>", status=404)
+        if form.get("id") and not _REQUEST_ID.match(form["id"]):
+            return page(
+                v,
+                "invalid",
+                "<h1>Invalid request id</h1><p>Give 40 hex digits or "
+                "#&lt;seq&gt;, as listed on the crawl's page.</p>",
+                status=422,
+            )
 
         def run() -> str:
             f = ctx.existing(crawl)
@@ -329,8 +350,11 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
             return f"requeued {f.requeue_dead(ids):,}"
 
         done = await run_in_threadpool(run)
+        back = {"done": done}
+        if request.query_params.get("refresh"):
+            back["refresh"] = str(refresh_of(request))
         return RedirectResponse(
-            f"/crawls/{quote(crawl, safe='')}?" + urlencode({"done": done}), status_code=303
+            f"/crawls/{quote(crawl, safe='')}?" + urlencode(back), status_code=303
         )
 
     @r.post("/crawls/{crawl}/requeue")
