@@ -10,6 +10,7 @@ need=()
 [ -x /usr/bin/redis-server ] || need+=(redis-server redis-tools)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 [ -x /usr/bin/promtool ] || need+=(prometheus)  # promtool and the server: alert rule tests
+[ -x /usr/bin/chromedriver ] || need+=(chromium chromium-driver)  # dashboard browser tests
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]} (Debian)"
   export DEBIAN_FRONTEND=noninteractive

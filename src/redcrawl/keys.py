@@ -14,12 +14,17 @@ from dataclasses import dataclass
 
 from redcrawl.errors import ConfigError
 
-__all__ = ["CRAWL_NAME_PATTERN", "CrawlKeys", "crawl_of_stats_key", "stats_key_pattern",
-           "validate_crawl_name"]
+__all__ = ["CRAWL_NAME_PATTERN", "HISTORY_MINUTES", "HISTORY_TTL", "CrawlKeys",
+           "crawl_of_stats_key", "stats_key_pattern", "validate_crawl_name"]
 
 CRAWL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
 """What a crawl name may be (it is a Redis Cluster hash tag, so no braces)."""
 _CRAWL_NAME = re.compile(CRAWL_NAME_PATTERN)
+
+HISTORY_MINUTES = 60
+"""Samples kept in :attr:`CrawlKeys.history` (one per minute: the last hour)."""
+HISTORY_TTL = 2 * 3600
+"""Seconds :attr:`CrawlKeys.history` outlives its last write."""
 
 CALL_SLOTS = 16
 """Slots per worker in the ``calls`` hash: more than the lease/settle calls a worker ever
@@ -199,6 +204,15 @@ class CrawlKeys:
         """STRING holding the token of the worker fetching ``origin``'s robots.txt for the
         fleet (``SET NX PX``; renewed while it fetches, deleted when it stores)."""
         return self._k(f"robots:lock:{origin}")
+
+    # --- observation ---------------------------------------------------------------
+    @property
+    def history(self) -> str:
+        """ZSET epoch minute (score) -> ``<minute>:<done>:<accepted>``: one sample of the
+        crawl's counters per minute (the last one read in that minute), the last
+        :data:`HISTORY_MINUTES` minutes, written when the dashboard is read; expires
+        :data:`HISTORY_TTL` seconds after the last write (not part of ``purge``)."""
+        return self._k("hist")
 
     # --- layouts -------------------------------------------------------------------
     def script_keys(self, shards: int | None = None) -> list[str]:

@@ -69,7 +69,8 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *,
     app.add_middleware(HostGuard, allowed=allowed_hosts(settings))  # outermost: runs first
     install(app, settings)
     routers = [module.router(ctx) for module in (
-        routes.health, routes.requests, routes.crawls, routes.workers, routes.metrics)]
+        routes.health, routes.requests, routes.crawls, routes.workers, routes.metrics,
+        routes.dashboard)]
     for router in routers:
         app.include_router(router)
     # every method of a path, for the Allow header of a 405 (see errors.install)
