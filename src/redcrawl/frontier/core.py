@@ -33,19 +33,20 @@ decoded by :meth:`FrontierCore._leases`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import redis
 
 from redcrawl import codec, dedupe, scripts
 from redcrawl.codec import Envelope
 from redcrawl.dedupe import DedupeSpec, Filter, Mode
-from redcrawl.errors import DecodeError, FrontierError
+from redcrawl.errors import ConfigError, DecodeError, EncodeError, FrontierError
 from redcrawl.frontier.base import (
     Counts,
     DeadInfo,
@@ -68,6 +69,7 @@ from redcrawl.frontier.records import (
 )
 from redcrawl.frontier.settle import PendingSettle, SettlePipe
 from redcrawl.keys import CALL_SLOTS, CrawlKeys
+from redcrawl.politeness import KeyMode, politeness_key
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
@@ -146,6 +148,9 @@ class FrontierCore(ABC):
         self.keys = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers)
         self.crawl = crawl
         self._clock = clock
+        self.politeness: str | None = self._politeness_mode()
+        """The politeness key mode ("host", "domain") if the frontier enforces fleet-wide
+        politeness for this crawl (lists crawls created with it), else None."""
         self._keys = self._script_keys()
         self.dedupe: DedupeSpec = dedupe.resolve_spec(settings, client=client,
                                                       created=self._created_dedupe())
@@ -159,6 +164,8 @@ class FrontierCore(ABC):
             | {"purge": ("frontier/lua/purge.lua",)} | dict(self.STANDALONE))
         self._pipe = SettlePipe(self)
         self._call_seq = 0
+        if self.politeness:
+            self._store_politeness()
 
     # --- the queue layer (see the module docstring) ----------------------------------
     @abstractmethod
@@ -202,6 +209,52 @@ class FrontierCore(ABC):
     def _forget_consumers(self, worker: str) -> None:
         """Forget what the queue layer keeps of ``worker`` (it is closing)."""
 
+    # --- politeness (lists; see docs/politeness.md) -----------------------------------
+    def _politeness_mode(self) -> str | None:
+        """The key mode if this crawl has politeness: asked for by the settings and the
+        crawl is new or was created with it (older crawls keep their layout)."""
+        return None
+
+    def _store_politeness(self) -> None:
+        """Store the crawl's default limits (kept from its first worker; another worker's
+        other values are warned about) and its per-key settings (DOWNLOAD_SLOTS)."""
+        s = self.settings
+        conc = s.politeness_concurrency_per_ip or s.politeness_concurrency
+        mine = json.dumps({"concurrency": conc, "delay": s.politeness_delay,
+                           "randomize": s.politeness_randomize}, sort_keys=True)
+        slots: dict[str, str] = {}
+        for key, value in s.politeness_slots.items():
+            if not isinstance(value, Mapping):
+                raise ConfigError("DOWNLOAD_SLOTS", f"the entry {key!r} is {value!r}; give a "
+                                  "mapping like {\"concurrency\": 1, \"delay\": 2.0}")
+            slots[str(key)] = json.dumps({k: value[k] for k in
+                                          ("concurrency", "delay", "randomize_delay")
+                                          if k in value})
+        with redis_errors("storing the crawl's politeness settings"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hsetnx(self.keys.control, "politeness", mine)
+            pipe.hget(self.keys.control, "politeness")
+            if slots:
+                pipe.hset(self.keys.pol_slots, mapping=slots)
+            stored = pipe.execute()[1]
+        if stored is not None and stored.decode(errors="replace") != mine:
+            log.warning("crawl %s keeps the politeness defaults it was created with (%s); this "
+                        "worker's settings say %s: the frontier enforces the crawl's for the "
+                        "whole fleet", self.crawl, stored.decode(errors="replace"), mine)
+
+    def _record(self, env: Envelope) -> bytes:
+        """The stored record of a pushed request (with its politeness key if the crawl
+        has politeness)."""
+        if self.politeness is None:
+            return record(env)
+        slot = env.meta.get("download_slot") if isinstance(env.meta, dict) else None
+        try:
+            key = politeness_key(env.url, slot, cast(KeyMode, self.politeness))
+        except (ValueError, TypeError) as exc:
+            raise EncodeError(f"request {env.url!r} has no politeness key: {exc}; fix the "
+                              "URL, or set meta['download_slot'] to a string") from exc
+        return record(env, key)
+
     # --- plumbing ------------------------------------------------------------------
     def _created_dedupe(self) -> str | None:
         """The dedupe spec the crawl was created with (needed to resolve an automatic
@@ -239,7 +292,7 @@ class FrontierCore(ABC):
         extra = self._push_extra(envelopes)
         for i, env in enumerate(envelopes):
             fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
-            args += (record(env), fp, env.priority)
+            args += (self._record(env), fp, env.priority)
             if extra is not None:
                 args += extra[i]
         return args
