@@ -165,7 +165,7 @@ class FrontierCore(ABC):
         self._pipe = SettlePipe(self)
         self._call_seq = 0
         if self.politeness:
-            self._store_politeness()
+            self.store_politeness()
 
     # --- the queue layer (see the module docstring) ----------------------------------
     @abstractmethod
@@ -215,9 +215,11 @@ class FrontierCore(ABC):
         crawl is new or was created with it (older crawls keep their layout)."""
         return None
 
-    def _store_politeness(self) -> None:
-        """Store the crawl's default limits (kept from its first worker; another worker's
-        other values are warned about) and its per-key settings (DOWNLOAD_SLOTS)."""
+    def store_politeness(self, *, worker: bool = False) -> None:
+        """Store the crawl's default limits and per-key settings (DOWNLOAD_SLOTS) from
+        this frontier's settings. A Scrapy worker (``worker``) sets them, the spider's
+        settings being the fleet's (the latest worker wins; a change is logged); other
+        users (API, CLI, tools) only when the crawl has none yet."""
         s = self.settings
         conc = s.politeness_concurrency_per_ip or s.politeness_concurrency
         mine = json.dumps({"concurrency": conc, "delay": s.politeness_delay,
@@ -232,15 +234,21 @@ class FrontierCore(ABC):
                                           if k in value})
         with redis_errors("storing the crawl's politeness settings"):
             pipe = self.client.pipeline(transaction=True)
-            pipe.hsetnx(self.keys.control, "politeness", mine)
             pipe.hget(self.keys.control, "politeness")
-            if slots:
+            if worker:
+                pipe.hset(self.keys.control, "politeness", mine)
+            else:
+                pipe.hsetnx(self.keys.control, "politeness", mine)
+            if slots and worker:
                 pipe.hset(self.keys.pol_slots, mapping=slots)
-            stored = pipe.execute()[1]
-        if stored is not None and stored.decode(errors="replace") != mine:
-            log.warning("crawl %s keeps the politeness defaults it was created with (%s); this "
-                        "worker's settings say %s: the frontier enforces the crawl's for the "
-                        "whole fleet", self.crawl, stored.decode(errors="replace"), mine)
+            stored = pipe.execute()[0]
+            if slots and not worker and stored is None:
+                self.client.hset(self.keys.pol_slots, mapping=slots)
+        if worker and stored is not None and stored.decode(errors="replace") != mine:
+            log.warning("crawl %s: the fleet-wide politeness defaults change from %s to this "
+                        "worker's %s (give every worker the same CONCURRENT_REQUESTS_PER_DOMAIN, "
+                        "DOWNLOAD_DELAY and RANDOMIZE_DOWNLOAD_DELAY)", self.crawl,
+                        stored.decode(errors="replace"), mine)
 
     def _record(self, env: Envelope) -> bytes:
         """The stored record of a pushed request (with its politeness key if the crawl
