@@ -84,6 +84,9 @@ class ListsFrontier(FrontierCore):
             pipe.zcard(k.delayed)
             pipe.zcard(k.dead)
             stored, ready, delayed, dead = pipe.execute()
+            if stored_int(ready) is None:  # corrupt: recounted by any script, e.g. repair
+                self.repair()
+                ready = self.client.hget(k.stats, "ready")
             return stored, max(stored_int(ready) or 0, 0), delayed, dead
         for t in range(k.tiers):
             if self.settings.ordering == "priority":

@@ -56,8 +56,10 @@ local function limits(key)
   local lim = LIMITS[key]
   if lim then return lim end
   if not POL_DEFAULTS then
+    -- missing (a crawl whose workers have not started) or unreadable: the most careful
+    -- limit, one at a time, until a worker stores its settings again
     local d = json_obj(redis.call('HGET', K_CONTROL, 'politeness'), 'defaults') or {}
-    POL_DEFAULTS = {pos_num(d.concurrency, 1, 1e9) or 8, pos_num(d.delay, 0, 1e9) or 0,
+    POL_DEFAULTS = {pos_num(d.concurrency, 1, 1e9) or 1, pos_num(d.delay, 0, 1e9) or 0,
                     d.randomize == true}
   end
   local conc, delay, jitter = POL_DEFAULTS[1], POL_DEFAULTS[2], POL_DEFAULTS[3]
@@ -540,4 +542,19 @@ expire_worker = function(worker)
     end
   until cursor == '0'
   return n
+end
+
+-- The ready count of a crawl with politeness is a counter (stats "ready"); a corrupt one
+-- is recounted from the key queues before anything is written (every key with ready
+-- requests is in its tier's open zset).
+if POLITE and not int_ok(redis.call('HGET', K_STATS, 'ready')) then
+  local n = 0
+  for t = 0, NTIERS - 1 do
+    for _, key in ipairs(redis.call('ZRANGE', open_key(t), 0, -1)) do
+      if ORDERING == 'priority' then n = n + redis.call('ZCARD', pq_key(t, key))
+      else n = n + redis.call('LLEN', pq_key(t, key)) end
+    end
+  end
+  redis.call('HSET', K_STATS, 'ready', n)
+  repaired('counter ready held a non-integer; recounted: ' .. n)
 end
