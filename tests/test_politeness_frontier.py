@@ -128,7 +128,8 @@ def test_idle_key_state_expires(make_frontier: FrontierFactory) -> None:
     f.ack([lease])
     assert 0 < f.client.pttl(key) <= 3_600_000
     f.push(site("a.test", 1, start=5))
-    assert f.client.pttl(key) == -1  # ready work again: kept
+    f.lease("w", 10)
+    assert f.client.pttl(key) == -1  # in use again: kept
 
 
 def test_overrides_concurrency_delay_pause_and_block(make_frontier: FrontierFactory,

@@ -49,7 +49,7 @@ local function pos_num(v, low, high)
   return nil
 end
 
-local POL_DEFAULTS
+local POL_DEFAULTS, ANY_SLOTS, ANY_OVERRIDES
 local LIMITS = {}
 -- The key's limits: {conc, delay (ms), jitter (bool), block (ms), paused}.
 local function limits(key)
@@ -61,16 +61,19 @@ local function limits(key)
     local d = json_obj(redis.call('HGET', K_CONTROL, 'politeness'), 'defaults') or {}
     POL_DEFAULTS = {pos_num(d.concurrency, 1, 1e9) or 1, pos_num(d.delay, 0, 1e9) or 0,
                     d.randomize == true}
+    -- (most crawls have no per-key settings or overrides: no lookup per key then)
+    ANY_SLOTS = redis.call('EXISTS', K_POLS) == 1
+    ANY_OVERRIDES = redis.call('EXISTS', K_POLO) == 1
   end
   local conc, delay, jitter = POL_DEFAULTS[1], POL_DEFAULTS[2], POL_DEFAULTS[3]
   local block, paused = 0, false
-  local slot = json_obj(redis.call('HGET', K_POLS, key), 'slot ' .. key)
+  local slot = ANY_SLOTS and json_obj(redis.call('HGET', K_POLS, key), 'slot ' .. key)
   if slot then
     conc = pos_num(slot.concurrency, 1, 1e9) or conc
     delay = pos_num(slot.delay, 0, 1e9) or delay
     if type(slot.randomize_delay) == 'boolean' then jitter = slot.randomize_delay end
   end
-  local ov = json_obj(redis.call('HGET', K_POLO, key), 'override ' .. key)
+  local ov = ANY_OVERRIDES and json_obj(redis.call('HGET', K_POLO, key), 'override ' .. key)
   if ov then
     local cd = pos_num(ov.crawl_delay, 0, 1e9)
     if cd and cd > delay then delay = cd end
@@ -104,13 +107,10 @@ local function pol_rescore(key, score)
   for t = 0, NTIERS - 1 do redis.call('ZADD', open_key(t), 'XX', score, key) end
 end
 
--- A key with nothing in flight and nothing ready: its state expires once its next
--- allowed time has passed (plus IDLE_TTL).
+-- A key with nothing in flight: its state (only its next allowed time matters then)
+-- expires IDLE_TTL after that time; a grant makes it persist again.
 local function pol_idle_check(key, inn, nxt)
   if inn > 0 then return end
-  for t = 0, NTIERS - 1 do
-    if redis.call('ZSCORE', open_key(t), key) then return end
-  end
   redis.call('PEXPIRE', K_POL .. key, math.max(nxt - NOW, 0) + IDLE_TTL)
 end
 
@@ -170,7 +170,6 @@ local function pol_push(items, front)
     if not redis.call('ZSCORE', open_key(t), key) then
       local inn, nxt = pol_state(key)
       redis.call('ZADD', open_key(t), opens_at(key, inn, nxt), key)
-      if inn == 0 then redis.call('PERSIST', K_POL .. key) end
     end
   end
   pol_count(#items)
@@ -443,13 +442,18 @@ local function pol_pop(n, schedule)
   local slots = #schedule
   local cursor = num(redis.call('HGET', K_CONTROL, 'cursor'))
   local guard = 2 * n + 64  -- a key found closed is rescored once, then skipped
+  -- the open key of each tier (false: none open now), read again only when it may have
+  -- changed (the key just served or rescored)
+  local heads = {}
   while #ids < n and guard > 0 do
     guard = guard - 1
-    local heads = {}
     local any = false
     for t = 0, NTIERS - 1 do
-      local h = redis.call('ZRANGE', open_key(t), 0, 0, 'WITHSCORES')
-      if h[1] and tonumber(h[2]) <= NOW then heads[t] = h[1]; any = true end
+      if heads[t] == nil then
+        local h = redis.call('ZRANGE', open_key(t), 0, 0, 'WITHSCORES')
+        heads[t] = (h[1] and tonumber(h[2]) <= NOW) and h[1] or false
+      end
+      if heads[t] then any = true end
     end
     if not any then break end
     local t = 0
@@ -461,6 +465,10 @@ local function pol_pop(n, schedule)
       end
     end
     local key = heads[t]
+    for u = 0, NTIERS - 1 do
+      if heads[u] == key then heads[u] = nil end
+    end
+    heads[t] = nil
     local inn, nxt = pol_state(key)
     local score = opens_at(key, inn, nxt)
     if score > NOW then
@@ -481,11 +489,13 @@ local function pol_pop(n, schedule)
         local lim = limits(key)
         local gap = lim[2]
         if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor()) end
+        redis.call('HSET', K_POL .. key, 'in', inn + 1, 'next', NOW + gap)
+        if inn == 0 then redis.call('PERSIST', K_POL .. key) end
         inn, nxt = inn + 1, NOW + gap
-        redis.call('HSET', K_POL .. key, 'in', inn, 'next', nxt)
-        redis.call('PERSIST', K_POL .. key)
         if redis.call('EXISTS', q) == 0 then redis.call('ZREM', open_key(t), key) end
-        pol_rescore(key, opens_at(key, inn, nxt))
+        -- a grant only raises the key's score: in the other tiers a stale (lower) score
+        -- is corrected when it comes up (above), so only this tier is rescored now
+        redis.call('ZADD', open_key(t), 'XX', opens_at(key, inn, nxt), key)
       end
     end
   end
