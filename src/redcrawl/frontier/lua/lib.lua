@@ -145,7 +145,8 @@ elseif CREATED ~= LAYOUT then
     'every worker the same REDCRAWL_BACKEND, REDCRAWL_SHARDS, REDCRAWL_ORDERING ' ..
     '(SCHEDULER_QUEUE_CLASS), REDCRAWL_TIER_BOUNDS, ' ..
     'REDCRAWL_DEDUPE, REDCRAWL_DEDUPE_CAPACITY, REDCRAWL_DEDUPE_ERROR_RATE and ' ..
-    'REDCRAWL_RECRAWL_AFTER, or purge the crawl')
+    'REDCRAWL_RECRAWL_AFTER, REDCRAWL_POLITENESS and REDCRAWL_POLITENESS_KEY (lists: ' ..
+    '"<ordering>/<key mode>" is a crawl with fleet-wide politeness), or purge the crawl')
 end
 
 local NOW
