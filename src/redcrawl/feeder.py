@@ -69,7 +69,7 @@ class Feeder:
         self.poll_interval = poll_interval
         self.tick = tick
         self.on_ready = on_ready
-        """Called (on the I/O thread) when leases arrive after a :meth:`take` found none."""
+        """Called (on the I/O thread) when leases arrive."""
         self.on_tick = on_tick
         """Called on the I/O thread every ``tick`` (e.g. a memory check)."""
         self.ahead = prefetch * (1 + lookahead)
@@ -337,11 +337,14 @@ class Feeder:
                               len(acks) - out.acked, len(out.leases), n, now)
                 push, acks = [], []
                 with self._cond:
-                    was_empty = self._demand
                     self._ready.extend(out.leases)
                     if out.leases:
                         self._demand = False
-                if out.leases and was_empty and self.on_ready is not None:
+                # the caller is told whenever leases arrive (not only when it found none):
+                # with fleet-wide politeness a request's delay was charged when it was
+                # granted, so it should reach the downloader without waiting for the
+                # engine's next look
+                if out.leases and self.on_ready is not None:
                     self.on_ready()
             while nacks:
                 lease, error, retry = nacks[0]
