@@ -12,7 +12,7 @@ import pytest
 import redis
 
 from redcrawl.codec import Envelope
-from redcrawl.errors import EncodeError
+from redcrawl.errors import EncodeError, FrontierError
 from redcrawl.fingerprint import fingerprint
 from redcrawl.frontier import FrontierCore, Lease
 
@@ -229,3 +229,23 @@ def test_purge_deletes_the_per_key_state(make_frontier: FrontierFactory,
     assert not list(redis_client.scan_iter(match=f.keys.pol_queue_base + "*"))
     assert not list(redis_client.scan_iter(match=f.keys.pol_state_base + "*"))
     assert f.counts().ready == 0
+
+
+def test_domain_mode_groups_hosts_by_registrable_domain(make_frontier: FrontierFactory) -> None:
+    f = make_frontier(politeness_key="domain", politeness_concurrency=1,
+                      politeness_delay=0.0)
+    assert f.politeness == "domain"
+    f.push([env("http://www.a.co.uk/1"), env("http://shop.a.co.uk/2"),
+            env("http://b.example/3")])
+    got = f.lease("w", 10)
+    assert len(got) == 2
+    assert in_flight(f, "a.co.uk") == 1 and in_flight(f, "b.example") == 1
+    assert f.client.hget(f.keys.control, "layout").startswith(b"fifo/domain ")
+
+
+def test_a_worker_without_politeness_is_refused_on_a_polite_crawl(
+        make_frontier: FrontierFactory) -> None:
+    polite(make_frontier).push(site("a.test", 1))
+    other = make_frontier(politeness=False)
+    with pytest.raises(FrontierError, match="REDCRAWL_POLITENESS"):
+        other.lease("w", 1)
