@@ -20,6 +20,8 @@ call, so a lease call's nonce still returns the first execution's outcome) while
 caller goes on with what it holds. :meth:`Feeder.stalled_for` tells how long Redis has
 not answered: the caller decides when to give up (``REDCRAWL_REDIS_OUTAGE_LIMIT``).
 
+With fleet-wide politeness (``polite``) a worker always leases only what it can start now.
+
 How much is leased: ``prefetch`` at a time, keeping ``prefetch * lookahead`` ready ahead
 of the caller's demand, within ``prefetch * (1 + lookahead) + concurrency`` held in all.
 At the tail of a crawl (the crawl-wide ready count below ``prefetch * (1 + lookahead)``,
@@ -58,7 +60,7 @@ class Feeder:
                  lookahead: int = 2, concurrency: int = 16, batch_size: int = 100,
                  heartbeat: float = 20.0, poll_interval: float = 0.5, tick: float = 1.0,
                  on_ready: Callable[[], None] | None = None,
-                 on_tick: Callable[[], None] | None = None) -> None:
+                 on_tick: Callable[[], None] | None = None, polite: bool = False) -> None:
         self.frontier = frontier
         self.worker = worker
         self.prefetch = prefetch
@@ -77,6 +79,11 @@ class Feeder:
         has fewer ready, lease only what can start now and give back the rest."""
         self.held = 0
         """Requests the caller holds (handed out, not finished): set by the caller."""
+        self.polite = polite
+        """The frontier enforces fleet-wide politeness: a lease holds its key's slot and
+        its delay was charged when it was granted, so lease only what can start now
+        (as at the tail of a crawl), never ahead: a request waiting in this buffer would
+        hold a site's slot idle and start later than its turn."""
 
         self._cond = threading.Condition()
         self._ready: deque[Lease] = deque()
@@ -228,7 +235,7 @@ class Feeder:
             return 0
         room = self.ahead + self.concurrency - self.held - ready
         n = min(self.prefetch, room)
-        if self._counts is not None and self._counts.ready < self.ahead:
+        if self.polite or (self._counts is not None and self._counts.ready < self.ahead):
             # the tail of the crawl: only what can start now (one if the caller asks)
             free = self.concurrency - self.held - ready
             n = min(n, free if free > 0 else int(self._demand and not ready))

@@ -197,7 +197,7 @@ class Scheduler(BaseScheduler):
             batch_size=self.settings.batch_size, heartbeat=self.settings.heartbeat,
             poll_interval=self.settings.poll_interval, tick=TICK,
             on_ready=lambda: cast(Any, reactor).callFromThread(self._wake),
-            on_tick=memory_check)
+            on_tick=memory_check, polite=self.frontier.politeness is not None)
         self.feeder.start()
         self._watchdog = task.LoopingCall(self._watch)
         self._watchdog.start(WATCH, now=False)
