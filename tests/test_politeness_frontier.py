@@ -249,3 +249,13 @@ def test_a_worker_without_politeness_is_refused_on_a_polite_crawl(
     other = make_frontier(politeness=False)
     with pytest.raises(FrontierError, match="REDCRAWL_POLITENESS"):
         other.lease("w", 1)
+
+
+def test_purge_of_many_keys(make_frontier: FrontierFactory,
+                            redis_client: redis.Redis) -> None:
+    f = polite(make_frontier)
+    for start in range(0, 12_000, 2000):
+        f.push([env(f"http://h{i}.test/") for i in range(start, start + 2000)])
+    f.purge()
+    assert not list(redis_client.scan_iter(match=f.keys.pol_queue_base + "*"))
+    assert f.counts().ready == 0

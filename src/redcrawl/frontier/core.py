@@ -205,6 +205,10 @@ class FrontierCore(ABC):
     def _extra_keys(self) -> list[str]:
         """Keys of the crawl's state beyond :meth:`CrawlKeys.all_keys` (purge deletes them)."""
 
+    def _purge_extra(self) -> None:
+        """Delete what the queue layer keeps under per-key names (after the purge script:
+        there may be too many for one script call)."""
+
     @abstractmethod
     def _forget_consumers(self, worker: str) -> None:
         """Forget what the queue layer keeps of ``worker`` (it is closing)."""
@@ -507,6 +511,7 @@ class FrontierCore(ABC):
         keys.remove(self.keys.stats)
         self._scripts.run("purge", [self.keys.stats, *keys], [])
         with redis_errors("purge"):
+            self._purge_extra()
             self.done.clear()
             Filter(self.client, self.dedupe, self.keys.fp_seen).clear()
 

@@ -145,11 +145,19 @@ class ListsFrontier(FrontierCore):
         return lease[1] if lease else None
 
     def _extra_keys(self) -> list[str]:
-        # the ready tiers are in all_keys; the per-key politeness keys are found by SCAN
-        out: list[str] = []
+        return []  # the ready tiers and open zsets are in all_keys
+
+    def _purge_extra(self) -> None:
+        """The per-key politeness queues and states, found by SCAN, deleted in batches."""
         for pattern in self.keys.pol_patterns():
-            out += [k.decode() for k in self.client.scan_iter(match=pattern, count=1000)]
-        return out
+            batch: list[bytes] = []
+            for key in self.client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    self.client.unlink(*batch)
+                    batch = []
+            if batch:
+                self.client.unlink(*batch)
 
     def _forget_consumers(self, worker: str) -> None:
         pass  # a worker's leases are its only trace, and they are given back already
