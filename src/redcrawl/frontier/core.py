@@ -207,7 +207,8 @@ class FrontierCore(ABC):
 
     def _purge_extra(self) -> None:
         """Delete what the queue layer keeps under per-key names (after the purge script:
-        there may be too many for one script call)."""
+        there may be too many for one script call). Nothing by default."""
+        return
 
     @abstractmethod
     def _forget_consumers(self, worker: str) -> None:
