@@ -23,9 +23,9 @@ The sites record every fetch start and the requests in progress; printed per hos
 over all hosts: the most requests in progress at once against the limit, the smallest
 gap between two fetch starts against the delay, and the achieved fetch rate against
 ``1 / delay``, with ratios (``over limit`` = max in progress / concurrency; ``too close``
-= delay / min gap). Each Scrapy process holds the limits for itself, so N workers are
-expected near N times over: neither scheduler enforces them for the fleet yet (issue
-13). When redcrawl's frontier enforces politeness, its columns should read 1.0x.
+= delay / min gap). Each scrapy-redis process holds the limits for itself, so N workers
+are expected near N times over; redcrawl's frontier enforces them for the fleet (lists
+backend, ``REDCRAWL_POLITENESS`` on), so its columns should read 1.0x.
 
 ``--frontier`` measures the frontier alone instead (no Scrapy, no sites): ``--n``
 requests spread over ``--keys`` hosts are pushed, then leased and acked by one client in

@@ -23,6 +23,8 @@ nothing else overridden:
 ``_held(limit)``       what the leases claim to hold, as batches of :class:`Held`
 ``_holder(token)``     the worker holding a lease token
 ``_extra_keys()``      the queue layer's keys beyond ``CrawlKeys.all_keys`` (purge)
+``_purge_extra()``     what purge deletes after its script (lists: per-key politeness keys)
+``_politeness_mode()`` the politeness key mode of the crawl, or None (lists only)
 ``_forget_consumers``  what the queue layer keeps of a worker that is closing
 =====================  ================================================================
 
