@@ -259,3 +259,19 @@ def test_purge_of_many_keys(make_frontier: FrontierFactory,
     f.purge()
     assert not list(redis_client.scan_iter(match=f.keys.pol_queue_base + "*"))
     assert f.counts().ready == 0
+
+
+def test_next_open_tells_when_a_key_opens(make_frontier: FrontierFactory,
+                                          clock: Clock) -> None:
+    f = polite(make_frontier, politeness_concurrency=1, politeness_delay=2.0)
+    assert f.next_open() is None
+    f.push(site("a.test", 3) + site("b.test", 3))
+    assert f.next_open() == 0.0
+    got = f.lease("w", 10)
+    assert len(got) == 2
+    assert f.next_open() is None  # both full
+    f.ack(got)
+    assert f.next_open() == pytest.approx(2.0)
+    clock.advance(0.5)
+    assert f.next_open() == pytest.approx(1.5)
+    assert make_frontier("x", politeness=False).next_open() is None

@@ -342,6 +342,14 @@ class Feeder:
                 out = f.settle(push=push, ack=acks, lease=(self.worker, n) if n else None)
                 self._account(out.pushed.accepted, out.pushed.filtered, out.acked,
                               len(acks) - out.acked, len(out.leases), n, now)
+                if self.polite and n and not out.leases:
+                    # every site with ready work is busy or waiting for its delay: ask
+                    # again when the first one opens, if that is before the next poll
+                    opens = f.next_open()
+                    if opens is not None:
+                        with self._cond:
+                            self._next_lease = min(self._next_lease,
+                                                   now + max(opens, 0.005))
                 push, acks = [], []
                 with self._cond:
                     self._ready.extend(out.leases)

@@ -604,6 +604,22 @@ class FrontierCore(ABC):
             self.client.hdel(self.keys.calls, *self.keys.call_fields(worker))
             self._forget_consumers(worker)
 
+    def next_open(self) -> float | None:
+        """Seconds until the first politeness key with ready work opens (0 if one is open
+        now), on the server's clock; None without politeness or when every key with ready
+        work has all its slots taken (an ack opens it)."""
+        if self.politeness is None:
+            return None
+        with redis_errors("next_open"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            for t in range(self.keys.tiers):
+                pipe.zrange(self.keys.open(t), 0, 0, withscores=True)
+            (sec, usec), *heads = pipe.execute()
+        now = sec * 1000 + usec / 1000 if self._clock is None else self._clock()
+        scores = [h[0][1] for h in heads if h and h[0][1] < 2**52]
+        return max(min(scores) - now, 0.0) / 1000 if scores else None
+
     def server_time(self) -> float:
         """The Redis server's clock (seconds since the epoch): the clock of every deadline."""
         with redis_errors("time"):
