@@ -166,8 +166,7 @@ class FrontierCore(ABC):
             | {"purge": ("frontier/lua/purge.lua",)} | dict(self.STANDALONE))
         self._pipe = SettlePipe(self)
         self._call_seq = 0
-        if self.politeness:
-            self.store_politeness()
+        self._pol_stored = False  # the crawl's politeness defaults: stored at first push
 
     # --- the queue layer (see the module docstring) ----------------------------------
     @abstractmethod
@@ -239,6 +238,7 @@ class FrontierCore(ABC):
             slots[str(key)] = json.dumps({k: value[k] for k in
                                           ("concurrency", "delay", "randomize_delay")
                                           if k in value})
+        self._pol_stored = True
         with redis_errors("storing the crawl's politeness settings"):
             pipe = self.client.pipeline(transaction=True)
             pipe.hget(self.keys.control, "politeness")
@@ -303,6 +303,8 @@ class FrontierCore(ABC):
         return bytes([self._call_seq]) + os.urandom(7)
 
     def _push_args(self, envelopes: Sequence[Envelope]) -> list[Any]:
+        if self.politeness is not None and not self._pol_stored and envelopes:
+            self.store_politeness()  # (not at construction: readers must not write)
         args: list[Any] = []
         extra = self._push_extra(envelopes)
         for i, env in enumerate(envelopes):
