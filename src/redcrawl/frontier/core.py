@@ -515,6 +515,7 @@ class FrontierCore(ABC):
             keys = [*self.keys.all_keys(), *self._extra_keys()]
         keys.remove(self.keys.stats)
         self._scripts.run("purge", [self.keys.stats, *keys], [])
+        self._pol_stored = False
         with redis_errors("purge"):
             self._purge_extra()
             self.done.clear()

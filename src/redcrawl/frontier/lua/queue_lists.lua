@@ -56,11 +56,13 @@ local function limits(key)
   local lim = LIMITS[key]
   if lim then return lim end
   if not POL_DEFAULTS then
-    -- missing (a crawl whose workers have not started) or unreadable: the most careful
-    -- limit, one at a time, until a worker stores its settings again
-    local d = json_obj(redis.call('HGET', K_CONTROL, 'politeness'), 'defaults') or {}
-    POL_DEFAULTS = {pos_num(d.concurrency, 1, 1e9) or 1, pos_num(d.delay, 0, 1e9) or 0,
-                    d.randomize == true}
+    -- missing (stored at a frontier's first push; gone after a purge until the next one
+    -- or a worker's start): Scrapy's defaults, 8 at a time and no delay; unreadable: the
+    -- most careful limit, one at a time, until a worker stores its settings again
+    local raw = redis.call('HGET', K_CONTROL, 'politeness')
+    local d = json_obj(raw, 'defaults') or {}
+    local conc = pos_num(d.concurrency, 1, 1e9) or (raw and 1 or 8)
+    POL_DEFAULTS = {conc, pos_num(d.delay, 0, 1e9) or 0, d.randomize == true}
     -- (most crawls have no per-key settings or overrides: no lookup per key then)
     ANY_SLOTS = redis.call('EXISTS', K_POLS) == 1
     ANY_OVERRIDES = redis.call('EXISTS', K_POLO) == 1
