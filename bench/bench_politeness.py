@@ -23,9 +23,16 @@ The sites record every fetch start and the requests in progress; printed per hos
 over all hosts: the most requests in progress at once against the limit, the smallest
 gap between two fetch starts against the delay, and the achieved fetch rate against
 ``1 / delay``, with ratios (``over limit`` = max in progress / concurrency; ``too close``
-= delay / min gap). Each Scrapy process holds the limits for itself, so N workers are
-expected near N times over: neither scheduler enforces them for the fleet yet (issue
-13). When redcrawl's frontier enforces politeness, its columns should read 1.0x.
+= delay / min gap). Each scrapy-redis process holds the limits for itself, so N workers
+are expected near N times over; redcrawl's frontier enforces them for the fleet (lists
+backend, ``REDCRAWL_POLITENESS`` on), so its columns should read 1.0x.
+
+``--frontier`` measures the frontier alone instead (no Scrapy, no sites): ``--n``
+requests spread over ``--keys`` hosts are pushed, then leased and acked by one client in
+``settle`` round trips of 64 (ack the previous batch, lease the next) with politeness on
+(no delay, concurrency 8 per host) and off, alternating by round on the same server;
+printed: lease+ack throughput of each, the ratio on/off, and Redis memory per host key
+with ready work (politeness on minus off, after the push, divided by ``--keys``).
 
 A benchmark, not a test: no asserts, exit status 0 when it ran to the end.
 """
@@ -258,6 +265,64 @@ def _on_signal(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)  # runs the atexit hook that kills redis-server
 
 
+def frontier_once(url: str, admin: redis.Redis, n: int, keys: int,
+                  polite: bool) -> tuple[float, int]:
+    """(lease+ack requests per second, Redis memory after the push in bytes)."""
+    from redcrawl.codec import Envelope
+    from redcrawl.fingerprint import fingerprint
+    from redcrawl.frontier import open_frontier
+    from redcrawl.settings import Settings
+
+    flushall(admin)
+    settings = Settings(redis_url=url, politeness=polite, politeness_concurrency=8,
+                        politeness_delay=0.0)
+    client = redis.Redis.from_url(url)
+    f = open_frontier(client, settings, "bench")
+    step = 1000
+    for start in range(0, n, step):
+        envs = []
+        for i in range(start, min(n, start + step)):
+            u = f"http://h{i % keys}.example/{i}"
+            envs.append(Envelope(url=u, fingerprint=fingerprint(u)))
+        f.push(envs)
+    mem = int(admin.info("memory")["used_memory"])
+    t0 = time.perf_counter()
+    done = 0
+    out = f.settle(lease=("w", 64))
+    while out.leases:
+        done += len(out.leases)
+        out = f.settle(ack=out.leases, lease=("w", 64))
+    elapsed = time.perf_counter() - t0
+    client.close()
+    return done / elapsed, mem
+
+
+def frontier_bench(args: argparse.Namespace) -> int:
+    binary = server_binary()
+    server = RedisServer(binary)
+    try:
+        admin = redis.Redis.from_url(server.url)
+        print(f"frontier alone: {args.n} requests over {args.keys} hosts, lease+ack in "
+              f"settle calls of 64, {args.rounds} round(s); load {os.getloadavg()[0]:.2f}",
+              flush=True)
+        rates: dict[bool, list[float]] = {True: [], False: []}
+        mems: dict[bool, list[int]] = {True: [], False: []}
+        for rnd in range(args.rounds):
+            for polite in ((True, False) if rnd % 2 == 0 else (False, True)):
+                rate, mem = frontier_once(server.url, admin, args.n, args.keys, polite)
+                rates[polite].append(rate)
+                mems[polite].append(mem)
+                print(f"  round {rnd + 1} politeness {'on ' if polite else 'off'} "
+                      f"lease+ack {rate:10,.0f}/s", flush=True)
+        on, off = statistics.median(rates[True]), statistics.median(rates[False])
+        per_key = (statistics.median(mems[True]) - statistics.median(mems[False])) / args.keys
+        print(f"median lease+ack: on {on:,.0f}/s, off {off:,.0f}/s, on/off {on / off:.2f}; "
+              f"Redis memory per host key with ready work: {per_key:,.0f} B")
+    finally:
+        server.stop()
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--hosts", type=int, default=12, help="sites (default 12)")
@@ -272,7 +337,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                    "printed per host, every round in the summary lines)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per crawl")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--frontier", action="store_true", help="the frontier alone: lease+ack "
+                   "with politeness on vs off (see the module docstring)")
+    p.add_argument("--n", type=int, default=200_000, help="--frontier: requests")
+    p.add_argument("--keys", type=int, default=20_000, help="--frontier: hosts")
     args = p.parse_args(argv)
+    if args.frontier:
+        return frontier_bench(args)
     if not (1 <= args.hosts <= 250 and args.pages >= 1 and args.workers >= 1
             and args.concurrency >= 1 and args.delay > 0 and args.rounds >= 1):
         p.error("--hosts 1..250, --pages, --workers, --concurrency, --rounds at least 1, "

@@ -37,7 +37,8 @@ def wait_for(predicate: object, timeout: float = 10, what: str = "condition") ->
 
 @pytest.fixture
 def front(redis7_client: redis.Redis) -> FrontierCore:
-    return open_frontier(redis7_client, Settings(), "feed")
+    # one host, many requests: the feeder's own buffering, without fleet-wide limits
+    return open_frontier(redis7_client, Settings(politeness=False), "feed")
 
 
 def feeder(front: FrontierCore, **kwargs: object) -> Iterator[Feeder]:
@@ -213,3 +214,19 @@ def test_a_lone_worker_keeps_what_it_leased(front: FrontierCore) -> None:
         assert "released" not in f.stats()
     finally:
         f.stop(timeout=10)
+
+
+def test_polite_worker_leases_only_what_can_start_now(front: FrontierCore) -> None:
+    """With fleet-wide politeness a lease holds a site's slot: a worker leases for its
+    free capacity (concurrency 2 here) only, never ahead."""
+    front.push([env(i) for i in range(100)])
+    for f in feeder(front, polite=True):
+        wait_for(lambda: front.counts().in_flight >= 2, what="leases")
+        time.sleep(0.3)
+        assert front.counts().in_flight == 2
+        got = take(f, 2)
+        f.ack(got[0])
+        f.held = 1
+        wait_for(lambda: front.counts().done == 1, what="the ack")
+        time.sleep(0.3)
+        assert front.counts().in_flight <= 2

@@ -107,7 +107,7 @@ def test_strict_priority_order_fifo_among_equals(make_frontier: FrontierFactory)
 
 @pytest.mark.backends("lists")  # lifo / strict priority / weighted tiers: lists only
 def test_tiers_weighted_fair_choice(make_frontier: FrontierFactory) -> None:
-    f = make_frontier(tier_weights=(5, 3, 2), tier_bounds=(1, 0))
+    f = make_frontier(tier_weights=(5, 3, 2), tier_bounds=(1, 0), politeness=False)
     for tier_prio, name in ((5, "h"), (0, "m"), (-5, "l")):
         f.push([env(f"http://{name}/{i}", tier_prio) for i in range(2000)])
     seen: Counter[str] = Counter()
@@ -121,7 +121,7 @@ def test_tiers_weighted_fair_choice(make_frontier: FrontierFactory) -> None:
 
 
 def test_empty_tier_gives_its_share_to_others(make_frontier: FrontierFactory) -> None:
-    f = make_frontier()
+    f = make_frontier(politeness=False)
     f.push([env(f"http://l/{i}", -1) for i in range(30)])
     f.push([env(f"http://h/{i}", 3) for i in range(5)])
     got = [lease.envelope.url[7] for lease in f.lease("w", 35)]
@@ -156,7 +156,7 @@ def test_lease_expires_and_is_reclaimed_once(make_frontier: FrontierFactory,
 
 def test_many_reclaimers_do_not_double_requeue(make_frontier: FrontierFactory,
                                                clock: Clock) -> None:
-    f = make_frontier(lease_ttl=5)
+    f = make_frontier(lease_ttl=5, politeness=False)
     f.push(urls(50))
     f.lease("dead-worker", 50)
     clock.advance(6)

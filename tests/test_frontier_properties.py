@@ -1,8 +1,10 @@
 """Property-based test: random interleavings of push / lease / ack / nack / expire /
 renew / requeue across simulated workers, on a real Redis.
 
-After every step the conservation law holds, the counters match a model, and a request is
-never handed to a second worker while an earlier lease of it may still be alive.
+After every step the conservation law holds, the counters match a model, a request is
+never handed to a second worker while an earlier lease of it may still be alive, and (lists,
+with fleet-wide politeness) no politeness key has more requests in flight than its
+concurrency (requests go to three hosts, concurrency 2, a delay of 1 s on the test clock).
 
 The corrupting machine adds a step that writes random bytes over a value of the crawl's
 state (a field of one of its hashes: records, lease records, lease counts, counters,
@@ -39,6 +41,7 @@ from hypothesis.stateful import (
 
 from redcrawl.codec import Envelope
 from redcrawl.frontier import Lease, open_frontier
+from redcrawl.frontier.records import record_key
 from redcrawl.settings import Settings
 
 from .conftest import Clock, RedisServer, raw
@@ -46,6 +49,8 @@ from .conftest import Clock, RedisServer, raw
 WORKERS = ("w1", "w2", "w3")
 TTL = 10.0
 MAX_ATTEMPTS = 3
+CONCURRENCY = 2
+HOSTS = 3
 
 
 @dataclass
@@ -66,7 +71,9 @@ class FrontierMachine(RuleBasedStateMachine):
         self.f = open_frontier(
             self.client,
             Settings(lease_ttl=TTL, max_attempts=MAX_ATTEMPTS, retry_backoff=0.0,
-                     ordering=self.ordering, backend=self.backend),  # type: ignore[arg-type]
+                     ordering=self.ordering, backend=self.backend,  # type: ignore[arg-type]
+                     politeness_concurrency=CONCURRENCY, politeness_delay=1.0,
+                     politeness_randomize=False),
             "prop",
             clock=self.clock,
         )
@@ -89,7 +96,7 @@ class FrontierMachine(RuleBasedStateMachine):
     @rule(urls=st.lists(st.integers(0, 40), min_size=1, max_size=8),
           dont_filter=st.booleans(), priority=st.sampled_from([-2, 0, 0, 3]))
     def push(self, urls: list[int], dont_filter: bool, priority: int) -> None:
-        envs = [Envelope(url=f"http://s/{u}", priority=priority, dont_filter=dont_filter,
+        envs = [Envelope(url=f"http://s{u % HOSTS}/{u}", priority=priority, dont_filter=dont_filter,
                          fingerprint=hashlib.sha1(str(u).encode()).digest()) for u in urls]
         result = self.f.push(envs)
         expected = 0
@@ -201,6 +208,24 @@ class FrontierMachine(RuleBasedStateMachine):
         if not self.corrupted:  # (a record corrupted in flight is counted until reclaimed)
             held = [r for r in raw(self.client.hvals(self.f.keys.req)) if r.split(b"|", 3)[2]]
             assert c.in_flight == len(held)
+
+    @invariant()
+    def in_flight_per_key_within_concurrency(self) -> None:
+        if getattr(self, "f", None) is None or self.f.politeness is None:
+            return
+        held: dict[str, int] = {}
+        for r in raw(self.client.hvals(self.f.keys.req)):
+            if r.split(b"|", 3)[2:3] != [b""]:
+                key = record_key(r)
+                if key is not None:
+                    held[key] = held.get(key, 0) + 1
+        for h in range(HOSTS):
+            key = f"s{h}"
+            counted = int(self.client.hget(self.f.keys.pol_state_base + key, "in") or 0)
+            assert held.get(key, 0) <= CONCURRENCY, (key, held)
+            assert counted <= CONCURRENCY, (key, counted)
+            if not self.corrupted:  # (a record corrupted in flight keeps its slot: a gap)
+                assert counted == held.get(key, 0), (key, counted, held)
 
     def teardown(self) -> None:
         if not hasattr(self, "f"):

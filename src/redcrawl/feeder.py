@@ -20,6 +20,8 @@ call, so a lease call's nonce still returns the first execution's outcome) while
 caller goes on with what it holds. :meth:`Feeder.stalled_for` tells how long Redis has
 not answered: the caller decides when to give up (``REDCRAWL_REDIS_OUTAGE_LIMIT``).
 
+With fleet-wide politeness (``polite``) a worker always leases only what it can start now.
+
 How much is leased: ``prefetch`` at a time, keeping ``prefetch * lookahead`` ready ahead
 of the caller's demand, within ``prefetch * (1 + lookahead) + concurrency`` held in all.
 At the tail of a crawl (the crawl-wide ready count below ``prefetch * (1 + lookahead)``,
@@ -58,7 +60,7 @@ class Feeder:
                  lookahead: int = 2, concurrency: int = 16, batch_size: int = 100,
                  heartbeat: float = 20.0, poll_interval: float = 0.5, tick: float = 1.0,
                  on_ready: Callable[[], None] | None = None,
-                 on_tick: Callable[[], None] | None = None) -> None:
+                 on_tick: Callable[[], None] | None = None, polite: bool = False) -> None:
         self.frontier = frontier
         self.worker = worker
         self.prefetch = prefetch
@@ -69,7 +71,7 @@ class Feeder:
         self.poll_interval = poll_interval
         self.tick = tick
         self.on_ready = on_ready
-        """Called (on the I/O thread) when leases arrive after a :meth:`take` found none."""
+        """Called (on the I/O thread) when leases arrive."""
         self.on_tick = on_tick
         """Called on the I/O thread every ``tick`` (e.g. a memory check)."""
         self.ahead = prefetch * (1 + lookahead)
@@ -77,6 +79,11 @@ class Feeder:
         has fewer ready, lease only what can start now and give back the rest."""
         self.held = 0
         """Requests the caller holds (handed out, not finished): set by the caller."""
+        self.polite = polite
+        """The frontier enforces fleet-wide politeness: a lease holds its key's slot and
+        its delay was charged when it was granted, so lease only what can start now
+        (as at the tail of a crawl), never ahead: a request waiting in this buffer would
+        hold a site's slot idle and start later than its turn."""
 
         self._cond = threading.Condition()
         self._ready: deque[Lease] = deque()
@@ -228,7 +235,7 @@ class Feeder:
             return 0
         room = self.ahead + self.concurrency - self.held - ready
         n = min(self.prefetch, room)
-        if self._counts is not None and self._counts.ready < self.ahead:
+        if self.polite or (self._counts is not None and self._counts.ready < self.ahead):
             # the tail of the crawl: only what can start now (one if the caller asks)
             free = self.concurrency - self.held - ready
             n = min(n, free if free > 0 else int(self._demand and not ready))
@@ -335,13 +342,24 @@ class Feeder:
                 out = f.settle(push=push, ack=acks, lease=(self.worker, n) if n else None)
                 self._account(out.pushed.accepted, out.pushed.filtered, out.acked,
                               len(acks) - out.acked, len(out.leases), n, now)
+                if self.polite and n and not out.leases:
+                    # every site with ready work is busy or waiting for its delay: ask
+                    # again when the first one opens, if that is before the next poll
+                    opens = f.next_open()
+                    if opens is not None:
+                        with self._cond:
+                            self._next_lease = min(self._next_lease,
+                                                   now + max(opens, 0.005))
                 push, acks = [], []
                 with self._cond:
-                    was_empty = self._demand
                     self._ready.extend(out.leases)
                     if out.leases:
                         self._demand = False
-                if out.leases and was_empty and self.on_ready is not None:
+                # the caller is told whenever leases arrive (not only when it found none):
+                # with fleet-wide politeness a request's delay was charged when it was
+                # granted, so it should reach the downloader without waiting for the
+                # engine's next look
+                if out.leases and self.on_ready is not None:
                     self.on_ready()
             while nacks:
                 lease, error, retry = nacks[0]

@@ -214,12 +214,51 @@ class CrawlKeys:
         :data:`HISTORY_TTL` seconds after the last write (not part of ``purge``)."""
         return self._k("hist")
 
+    def open(self, tier: int) -> str:
+        """ZSET (lists crawls with politeness) politeness key -> the time (ms) it may next
+        be served, for every key with ready requests in ``tier``; a key whose slots are
+        all taken is scored 2^52 (it leaves the head until one of its leases ends)."""
+        if not 0 <= tier < self.tiers:
+            raise IndexError(tier)
+        return self._k(f"open:{tier}")
+
+    @property
+    def pol_queue_base(self) -> str:
+        """Key base of the per-key ready queues (lists crawls with politeness): the ready
+        ids of politeness key ``K`` in tier ``t`` are ``<base><t>:<K>``, a LIST (fifo,
+        lifo) or ZSET (priority), absent when empty. Built in Lua from this base, in the
+        crawl's hash tag."""
+        return self._k("pq:")
+
+    @property
+    def pol_state_base(self) -> str:
+        """Key base of the per-key politeness state: ``<base><K>`` is a HASH ``in``
+        (requests of key K in flight) and ``next`` (ms: earliest next grant); it expires
+        once the key is idle (nothing ready or in flight) and its ``next`` has passed."""
+        return self._k("pol:")
+
+    @property
+    def pol_slots(self) -> str:
+        """HASH politeness key -> JSON ``{concurrency, delay, randomize_delay}``: the
+        crawl's per-key settings (Scrapy's ``DOWNLOAD_SLOTS``), written by workers at start;
+        the field ``""`` -> JSON ``{concurrency, delay, randomize}``: the crawl's defaults
+        (``CONCURRENT_REQUESTS_PER_DOMAIN``, ``DOWNLOAD_DELAY``, ``RANDOMIZE_DOWNLOAD_DELAY``),
+        kept from the crawl's first worker. Operators' and robots.txt's values go to
+        :attr:`pol_override`, which wins."""
+        return self._k("pols")
+
     # --- layouts -------------------------------------------------------------------
-    def script_keys(self, shards: int | None = None) -> list[str]:
+    def script_keys(self, shards: int | None = None, *, polite: bool = False) -> list[str]:
         """KEYS of every frontier script, in the order ``lua/lib.lua`` expects: the fixed
-        keys, then the ready tiers (lists) or, given ``shards``, the streams (streams)."""
+        keys, then the ready tiers (lists) or, given ``shards``, the streams (streams).
+        ``polite`` (lists): then the ``open`` zset of each tier, the per-key queue base,
+        the per-key state base, :attr:`pol_override` and :attr:`pol_slots`."""
         if shards is not None:
             return [*self.script_keys()[:-self.tiers], *self.streams(shards)]
+        if polite:
+            return [*self.script_keys(), *(self.open(t) for t in range(self.tiers)),
+                    self.pol_queue_base, self.pol_state_base, self.pol_override,
+                    self.pol_slots]
         return [
             self.req,
             self.inflight,
@@ -241,7 +280,12 @@ class CrawlKeys:
         then the dedupe filters' keys under :attr:`fp_done` and :attr:`fp_seen`), for
         every possible number of tiers."""
         every_tier = CrawlKeys(self.crawl, self.prefix, 16)
-        return [*self.script_keys()[:-self.tiers], *(every_tier.ready(t) for t in range(16))]
+        return [*self.script_keys()[:-self.tiers], *(every_tier.ready(t) for t in range(16)),
+                *(every_tier.open(t) for t in range(16)), self.pol_override, self.pol_slots]
+
+    def pol_patterns(self) -> list[str]:
+        """SCAN patterns of the per-key politeness keys (queues and state): purge."""
+        return [self.pol_queue_base + "*", self.pol_state_base + "*"]
 
 
 def stats_key_pattern(prefix: str = "rc") -> str:

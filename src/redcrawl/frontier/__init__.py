@@ -79,10 +79,15 @@ def _created_layout(client: redis.Redis, settings: Settings, crawl: str) -> Sett
     head = raw.decode(errors="replace").split(" ", 1)[0] if raw else ""
     if head.startswith("streams/") and head[8:].isdigit():
         try:
-            return settings.replace(backend="streams", shards=int(head[8:]), ordering="fifo")
+            return settings.replace(backend="streams", shards=int(head[8:]), ordering="fifo",
+                                    politeness=False)
         except ConfigError as exc:
             raise FrontierError(f"crawl {crawl!r}: its stored layout {raw!r} is not one "
                                 f"redcrawl can open ({exc}); purge the crawl") from exc
     if head in ("fifo", "lifo", "priority"):
-        return settings.replace(backend="lists", ordering=head)
+        return settings.replace(backend="lists", ordering=head, politeness=False)
+    order, _, mode = head.partition("/")
+    if order in ("fifo", "lifo", "priority") and mode in ("host", "domain"):
+        return settings.replace(backend="lists", ordering=order, politeness=True,
+                                politeness_key=mode)
     return settings

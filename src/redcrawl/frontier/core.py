@@ -23,6 +23,8 @@ nothing else overridden:
 ``_held(limit)``       what the leases claim to hold, as batches of :class:`Held`
 ``_holder(token)``     the worker holding a lease token
 ``_extra_keys()``      the queue layer's keys beyond ``CrawlKeys.all_keys`` (purge)
+``_purge_extra()``     what purge deletes after its script (lists: per-key politeness keys)
+``_politeness_mode()`` the politeness key mode of the crawl, or None (lists only)
 ``_forget_consumers``  what the queue layer keeps of a worker that is closing
 =====================  ================================================================
 
@@ -33,19 +35,20 @@ decoded by :meth:`FrontierCore._leases`.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import redis
 
 from redcrawl import codec, dedupe, scripts
 from redcrawl.codec import Envelope
 from redcrawl.dedupe import DedupeSpec, Filter, Mode
-from redcrawl.errors import DecodeError, FrontierError
+from redcrawl.errors import ConfigError, DecodeError, EncodeError, FrontierError
 from redcrawl.frontier.base import (
     Counts,
     DeadInfo,
@@ -68,6 +71,7 @@ from redcrawl.frontier.records import (
 )
 from redcrawl.frontier.settle import PendingSettle, SettlePipe
 from redcrawl.keys import CALL_SLOTS, CrawlKeys
+from redcrawl.politeness import KeyMode, politeness_key
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
@@ -146,6 +150,9 @@ class FrontierCore(ABC):
         self.keys = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers)
         self.crawl = crawl
         self._clock = clock
+        self.politeness: str | None = self._politeness_mode()
+        """The politeness key mode ("host", "domain") if the frontier enforces fleet-wide
+        politeness for this crawl (lists crawls created with it), else None."""
         self._keys = self._script_keys()
         self.dedupe: DedupeSpec = dedupe.resolve_spec(settings, client=client,
                                                       created=self._created_dedupe())
@@ -159,6 +166,7 @@ class FrontierCore(ABC):
             | {"purge": ("frontier/lua/purge.lua",)} | dict(self.STANDALONE))
         self._pipe = SettlePipe(self)
         self._call_seq = 0
+        self._pol_stored = False  # the crawl's politeness defaults: stored at first push
 
     # --- the queue layer (see the module docstring) ----------------------------------
     @abstractmethod
@@ -198,9 +206,69 @@ class FrontierCore(ABC):
     def _extra_keys(self) -> list[str]:
         """Keys of the crawl's state beyond :meth:`CrawlKeys.all_keys` (purge deletes them)."""
 
+    def _purge_extra(self) -> None:
+        """Delete what the queue layer keeps under per-key names (after the purge script:
+        there may be too many for one script call). Nothing by default."""
+        return
+
     @abstractmethod
     def _forget_consumers(self, worker: str) -> None:
         """Forget what the queue layer keeps of ``worker`` (it is closing)."""
+
+    # --- politeness (lists; see docs/politeness.md) -----------------------------------
+    def _politeness_mode(self) -> str | None:
+        """The key mode if this crawl has politeness: asked for by the settings and the
+        crawl is new or was created with it (older crawls keep their layout)."""
+        return None
+
+    def store_politeness(self, *, worker: bool = False) -> None:
+        """Store the crawl's default limits and per-key settings (DOWNLOAD_SLOTS) from
+        this frontier's settings. A Scrapy worker (``worker``) sets them, the spider's
+        settings being the fleet's (the latest worker wins; a change is logged); other
+        users (API, CLI, tools) only when the crawl has none yet."""
+        s = self.settings
+        conc = s.politeness_concurrency_per_ip or s.politeness_concurrency
+        mine = json.dumps({"concurrency": conc, "delay": s.politeness_delay,
+                           "randomize": s.politeness_randomize}, sort_keys=True)
+        slots: dict[str, str] = {}
+        for key, value in s.politeness_slots.items():
+            if not isinstance(value, Mapping):
+                raise ConfigError("DOWNLOAD_SLOTS", f"the entry {key!r} is {value!r}; give a "
+                                  "mapping like {\"concurrency\": 1, \"delay\": 2.0}")
+            slots[str(key)] = json.dumps({k: value[k] for k in
+                                          ("concurrency", "delay", "randomize_delay")
+                                          if k in value})
+        self._pol_stored = True
+        with redis_errors("storing the crawl's politeness settings"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hget(self.keys.control, "politeness")
+            if worker:
+                pipe.hset(self.keys.control, "politeness", mine)
+            else:
+                pipe.hsetnx(self.keys.control, "politeness", mine)
+            if slots and worker:
+                pipe.hset(self.keys.pol_slots, mapping=slots)
+            stored = pipe.execute()[0]
+            if slots and not worker and stored is None:
+                self.client.hset(self.keys.pol_slots, mapping=slots)
+        if worker and stored is not None and stored.decode(errors="replace") != mine:
+            log.warning("crawl %s: the fleet-wide politeness defaults change from %s to this "
+                        "worker's %s (give every worker the same CONCURRENT_REQUESTS_PER_DOMAIN, "
+                        "DOWNLOAD_DELAY and RANDOMIZE_DOWNLOAD_DELAY)", self.crawl,
+                        stored.decode(errors="replace"), mine)
+
+    def _record(self, env: Envelope) -> bytes:
+        """The stored record of a pushed request (with its politeness key if the crawl
+        has politeness)."""
+        if self.politeness is None:
+            return record(env)
+        slot = env.meta.get("download_slot") if isinstance(env.meta, dict) else None
+        try:
+            key = politeness_key(env.url, slot, cast(KeyMode, self.politeness))
+        except (ValueError, TypeError) as exc:
+            raise EncodeError(f"request {env.url!r} has no politeness key: {exc}; fix the "
+                              "URL, or set meta['download_slot'] to a string") from exc
+        return record(env, key)
 
     # --- plumbing ------------------------------------------------------------------
     def _created_dedupe(self) -> str | None:
@@ -235,11 +303,13 @@ class FrontierCore(ABC):
         return bytes([self._call_seq]) + os.urandom(7)
 
     def _push_args(self, envelopes: Sequence[Envelope]) -> list[Any]:
+        if self.politeness is not None and not self._pol_stored and envelopes:
+            self.store_politeness()  # (not at construction: readers must not write)
         args: list[Any] = []
         extra = self._push_extra(envelopes)
         for i, env in enumerate(envelopes):
             fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
-            args += (record(env), fp, env.priority)
+            args += (self._record(env), fp, env.priority)
             if extra is not None:
                 args += extra[i]
         return args
@@ -445,7 +515,9 @@ class FrontierCore(ABC):
             keys = [*self.keys.all_keys(), *self._extra_keys()]
         keys.remove(self.keys.stats)
         self._scripts.run("purge", [self.keys.stats, *keys], [])
+        self._pol_stored = False
         with redis_errors("purge"):
+            self._purge_extra()
             self.done.clear()
             Filter(self.client, self.dedupe, self.keys.fp_seen).clear()
 
@@ -534,6 +606,22 @@ class FrontierCore(ABC):
             self.client.hdel(self.keys.workers, worker)
             self.client.hdel(self.keys.calls, *self.keys.call_fields(worker))
             self._forget_consumers(worker)
+
+    def next_open(self) -> float | None:
+        """Seconds until the first politeness key with ready work opens (0 if one is open
+        now), on the server's clock; None without politeness or when every key with ready
+        work has all its slots taken (an ack opens it)."""
+        if self.politeness is None:
+            return None
+        with redis_errors("next_open"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            for t in range(self.keys.tiers):
+                pipe.zrange(self.keys.open(t), 0, 0, withscores=True)
+            (sec, usec), *heads = pipe.execute()
+        now = sec * 1000 + usec / 1000 if self._clock is None else self._clock()
+        scores = [h[0][1] for h in heads if h and h[0][1] < 2**52]
+        return max(min(scores) - now, 0.0) / 1000 if scores else None
 
     def server_time(self) -> float:
         """The Redis server's clock (seconds since the epoch): the clock of every deadline."""

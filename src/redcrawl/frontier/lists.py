@@ -15,6 +15,7 @@ Everything else is :class:`~redcrawl.frontier.core.FrontierCore`'s.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,12 +23,21 @@ import msgpack
 
 from redcrawl.codec import Envelope
 from redcrawl.frontier.core import FrontierCore, Held
-from redcrawl.frontier.records import from_record, parse_record, record, stored_layout
+from redcrawl.frontier.records import (
+    from_record,
+    parse_record,
+    record,
+    stored_int,
+    stored_layout,
+)
 from redcrawl.frontier.settle import PendingSettle
+from redcrawl.transport import redis_errors
 
 __all__ = ["ListsFrontier", "PendingSettle", "from_record", "parse_record", "record",
            "stored_layout"]
 
+
+log = logging.getLogger(__name__)
 
 _COUNTED = ("accepted", "filtered", "done", "retried", "reclaimed", "requeued", "inflight")
 """The stored counters :meth:`FrontierCore.counts` reads (in flight is one of them here)."""
@@ -40,10 +50,27 @@ class ListsFrontier(FrontierCore):
     BACKEND = "lists"
 
     def _script_keys(self) -> list[str]:
-        return self.keys.script_keys()
+        return self.keys.script_keys(polite=self.politeness is not None)
 
     def _layout(self) -> str:
+        if self.politeness is not None:
+            return f"{self.settings.ordering}/{self.politeness}"
         return self.settings.ordering
+
+    def _politeness_mode(self) -> str | None:
+        if not self.settings.politeness:
+            return None
+        with redis_errors("reading the crawl layout"):
+            raw = stored_layout(self.client.hgetall(self.keys.control))
+        if raw is None:
+            return self.settings.politeness_key
+        head = raw.decode(errors="replace").split(" ", 1)[0]
+        if "/" not in head:
+            log.warning("crawl %s was created without fleet-wide politeness and keeps its "
+                        "layout: each worker limits itself (purge the crawl, or use a new "
+                        "crawl name, to have the frontier enforce the limits)", self.crawl)
+            return None
+        return self.settings.politeness_key
 
     def _push_extra(self, envelopes: Sequence[Envelope]) -> None:
         return None  # PUSH_STRIDE 3: nothing after (record, fingerprint, priority)
@@ -52,6 +79,15 @@ class ListsFrontier(FrontierCore):
         k = self.keys
         pipe = self.client.pipeline(transaction=True)
         pipe.hmget(k.stats, *_COUNTED)
+        if self.politeness is not None:
+            pipe.hget(k.stats, "ready")
+            pipe.zcard(k.delayed)
+            pipe.zcard(k.dead)
+            stored, ready, delayed, dead = pipe.execute()
+            if stored_int(ready) is None:  # corrupt: recounted by any script, e.g. repair
+                self.repair()
+                ready = self.client.hget(k.stats, "ready")
+            return stored, max(stored_int(ready) or 0, 0), delayed, dead
         for t in range(k.tiers):
             if self.settings.ordering == "priority":
                 pipe.zcard(k.ready(t))
@@ -64,6 +100,9 @@ class ListsFrontier(FrontierCore):
         return res[0], sum(res[1:1 + k.tiers]), delayed, dead
 
     def _ready_ids(self, limit: int) -> Iterator[tuple[int, list[bytes]]]:
+        if self.politeness is not None:
+            yield from self._pol_ready_ids(limit)
+            return
         for t in range(self.keys.tiers):
             key = self.keys.ready(t)
             if self.settings.ordering == "priority":
@@ -72,6 +111,24 @@ class ListsFrontier(FrontierCore):
                 yield t, self.client.lrange(key, -limit, -1)[::-1]
             else:
                 yield t, self.client.lrange(key, 0, limit - 1)
+
+    def _pol_ready_ids(self, limit: int) -> Iterator[tuple[int, list[bytes]]]:
+        """Key by key, in the order the keys open, within each tier."""
+        base = self.keys.pol_queue_base
+        for t in range(self.keys.tiers):
+            got = 0
+            for key in self.client.zrange(self.keys.open(t), 0, limit - 1):
+                q = f"{base}{t}:".encode() + key
+                if self.settings.ordering == "priority":
+                    ids = self.client.zrange(q, 0, limit - got - 1)
+                elif self.settings.ordering == "fifo":
+                    ids = self.client.lrange(q, -(limit - got), -1)[::-1]
+                else:
+                    ids = self.client.lrange(q, 0, limit - got - 1)
+                got += len(ids)
+                yield t, ids
+                if got >= limit:
+                    break
 
     def _held(self, limit: int) -> Iterator[list[Held]]:
         """Lease by lease, soonest deadline first."""
@@ -88,7 +145,19 @@ class ListsFrontier(FrontierCore):
         return lease[1] if lease else None
 
     def _extra_keys(self) -> list[str]:
-        return []  # the ready tiers are in all_keys
+        return []  # the ready tiers and open zsets are in all_keys
+
+    def _purge_extra(self) -> None:
+        """The per-key politeness queues and states, found by SCAN, deleted in batches."""
+        for pattern in self.keys.pol_patterns():
+            batch: list[bytes] = []
+            for key in self.client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    self.client.unlink(*batch)
+                    batch = []
+            if batch:
+                self.client.unlink(*batch)
 
     def _forget_consumers(self, worker: str) -> None:
         pass  # a worker's leases are its only trace, and they are given back already

@@ -3,7 +3,10 @@
 
 A request is stored once, in the crawl's request hash, as
 ``<priority>|<attempts>|<lease token>|<msgpack envelope>`` (the token is empty unless
-the request is IN-FLIGHT).
+the request is IN-FLIGHT). In a crawl with politeness (lists layout ``<ordering>/<mode>``)
+the envelope is preceded by the request's politeness key, ``K<length>:<key>``, computed
+once at push so that Lua never parses URLs (``rec_key`` in ``lua/lib.lua``); an envelope
+(a msgpack map) never starts with ``K``.
 """
 
 from __future__ import annotations
@@ -14,13 +17,35 @@ from redcrawl import codec
 from redcrawl.codec import Envelope
 from redcrawl.errors import DecodeError, FrontierError
 
-__all__ = ["from_record", "parse_record", "record", "stored_int", "stored_layout"]
+__all__ = ["from_record", "parse_record", "record", "record_key", "stored_int",
+           "stored_layout"]
 
 
-def record(env: Envelope) -> bytes:
+def record(env: Envelope, key: str | None = None) -> bytes:
     """The stored form of a new request: the state header ``<priority>|<attempts>|<lease
-    token>|`` and the encoded envelope (without the fingerprint, which is the id)."""
-    return b"%d|0||%s" % (env.priority, codec.encode(env, fingerprint=False))
+    token>|``, its politeness ``key`` if given (``K<length>:<key>``), and the encoded
+    envelope (without the fingerprint, which is the id)."""
+    body = codec.encode(env, fingerprint=False)
+    if key is not None:
+        k = key.encode()
+        body = b"K%d:%s%s" % (len(k), k, body)
+    return b"%d|0||%s" % (env.priority, body)
+
+
+_KEY_PREFIX = re.compile(rb"K([0-9]{1,6}):")
+
+
+def _split_key(body: bytes) -> tuple[str | None, bytes]:
+    m = _KEY_PREFIX.match(body)
+    if m is None:
+        return None, body
+    end = m.end() + int(m.group(1))
+    return body[m.end():end].decode(errors="replace"), body[end:]
+
+
+def record_key(data: bytes) -> str | None:
+    """The politeness key stored in a record (None: the crawl has no politeness)."""
+    return _split_key(data.split(b"|", 3)[-1])[0]
 
 
 _HEAD_NUMBER = re.compile(rb"-?[0-9]{1,15}")
@@ -62,7 +87,7 @@ def parse_record(data: bytes) -> tuple[int, int, str, bytes]:
         if (len(parts) != 4 or not _HEAD_NUMBER.fullmatch(parts[0])
                 or not _HEAD_NUMBER.fullmatch(parts[1]) or parts[1].startswith(b"-")):
             raise ValueError
-        return int(parts[0]), int(parts[1]), parts[2].decode(), parts[3]
+        return int(parts[0]), int(parts[1]), parts[2].decode(), _split_key(parts[3])[1]
     except (ValueError, UnicodeDecodeError):
         raise DecodeError("stored record has no state header") from None
 

@@ -21,6 +21,7 @@ See docs/streams.md.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from redcrawl.frontier.core import FrontierCore, Held
 from redcrawl.transport import redis_errors
 
 __all__ = ["GROUP", "PendingEntry", "ShardInfo", "StreamsFrontier", "host_of", "shard_of"]
+
+log = logging.getLogger(__name__)
 
 GROUP = "g"
 """The consumer group of every stream of a crawl."""
@@ -121,6 +124,15 @@ class StreamsFrontier(FrontierCore):
     STANDALONE = {"counts": ("frontier/lua/counts_streams.lua",)}
 
     # --- the queue layer (see redcrawl.frontier.core) ------------------------------
+    def _politeness_mode(self) -> str | None:
+        if self.settings.politeness:
+            log.warning("REDCRAWL_POLITENESS: the streams backend does not enforce fleet-wide "
+                        "politeness yet; each worker limits itself (Scrapy's per-process "
+                        "CONCURRENT_REQUESTS_PER_DOMAIN and DOWNLOAD_DELAY). Use "
+                        "REDCRAWL_BACKEND=lists for limits that hold for the whole fleet, or "
+                        "set REDCRAWL_POLITENESS=off to silence this")
+        return None
+
     def _script_keys(self) -> list[str]:
         return self.keys.script_keys(self.settings.shards)
 

@@ -170,6 +170,9 @@ class Scheduler(BaseScheduler):
         client = connect(self.settings,
                          retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries))
         self.frontier = open_frontier(client, self.settings, crawl)
+        if self.frontier.politeness is not None:
+            self.frontier.store_politeness(worker=True)
+            self._frontier_paces_downloads()
         for warning in check_server(self.frontier):
             log.warning("redcrawl: %s", warning)
         memory = MemoryWatch(client, self.settings)
@@ -195,12 +198,34 @@ class Scheduler(BaseScheduler):
             batch_size=self.settings.batch_size, heartbeat=self.settings.heartbeat,
             poll_interval=self.settings.poll_interval, tick=TICK,
             on_ready=lambda: cast(Any, reactor).callFromThread(self._wake),
-            on_tick=memory_check)
+            on_tick=memory_check, polite=self.frontier.politeness is not None)
         self.feeder.start()
         self._watchdog = task.LoopingCall(self._watch)
         self._watchdog.start(WATCH, now=False)
         log.info("redcrawl: worker %s on crawl %r (%s)", self.worker, crawl,
                  self.settings.redis_url or f"embedded Redis in {self.settings.embedded_dir}")
+
+    def _frontier_paces_downloads(self) -> None:
+        """The frontier enforces DOWNLOAD_DELAY (and DOWNLOAD_SLOTS delays) for the whole
+        fleet at lease time: this worker's downloader must not wait a second time. Its
+        slots' delay goes to 0 (Scrapy's per-process CONCURRENT_REQUESTS_PER_DOMAIN stays:
+        the fleet-wide limit is never above it for one worker)."""
+        engine = getattr(self.crawler, "engine", None)
+        downloader = getattr(engine, "downloader", None)
+        if downloader is None:
+            return
+        if hasattr(downloader, "_delay"):  # Scrapy 2.11-2.19: the default delay of new slots
+            downloader._delay = 0.0
+        per_slot = getattr(downloader, "per_slot_settings", None)
+        if isinstance(per_slot, dict):
+            downloader.per_slot_settings = {k: {**v, "delay": 0.0} if isinstance(v, dict)
+                                            else v for k, v in per_slot.items()}
+        for slot in getattr(downloader, "slots", {}).values():
+            slot.delay = 0.0
+        log.info("redcrawl: fleet-wide politeness is on: the frontier spaces the requests of "
+                 "each site by DOWNLOAD_DELAY and caps them at CONCURRENT_REQUESTS_PER_DOMAIN "
+                 "for all workers together; this worker's downloader adds no delay of its own "
+                 "(REDCRAWL_POLITENESS=off for Scrapy's per-process behaviour)")
 
     def _warn_if_finished(self) -> None:
         """A finished persistent crawl fetches nothing when run again: say so."""

@@ -84,6 +84,13 @@ class Settings:
     api_max_body: int = 16 * 1024 * 1024
     api_allowed_hosts: tuple[str, ...] = ()
     max_idle_time: float = 0.0
+    politeness: bool = True
+    politeness_key: Literal["host", "domain"] = "host"
+    politeness_concurrency: int = 8
+    politeness_concurrency_per_ip: int = 0
+    politeness_delay: float = 0.0
+    politeness_randomize: bool = True
+    politeness_slots: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # Every field goes through its setting's parser, however the object was built.

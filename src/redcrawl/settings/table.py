@@ -300,6 +300,27 @@ SPECS: tuple[Spec, ...] = (
     Spec("api_allowed_hosts", _str_tuple, "Extra `Host` names the HTTP API answers "
           "(comma-separated; `*`: any), e.g. the name clients use behind a proxy. By default "
           "only the bound address (and localhost on loopback): DNS rebinding protection."),
+    Spec("politeness", _bool, "Fleet-wide politeness (lists backend): the frontier grants a "
+          "lease only while the request's politeness key (its download slot: host, or "
+          "meta download_slot) has fewer requests in flight than its concurrency and its "
+          "delay has passed since its last grant, for every worker at once. Fixed per crawl "
+          "when it is created (older crawls keep their layout, without it); off: each worker "
+          "limits itself, as Scrapy does. See docs/politeness.md."),
+    Spec("politeness_key", _choice("host", "domain"), "What a politeness key groups: host "
+          "(Scrapy's download slot) or domain (registrable domain, Public Suffix List). "
+          "Fixed per crawl."),
+    Spec("politeness_concurrency", _number(int, 1, 1_000_000), "Requests of one politeness key "
+          "in flight at once across the whole fleet (a lease holds its slot from the lease "
+          "to the ack).", ("CONCURRENT_REQUESTS_PER_DOMAIN",)),
+    Spec("politeness_concurrency_per_ip", _number(int, 0, 1_000_000), "When above 0, used "
+          "instead of CONCURRENT_REQUESTS_PER_DOMAIN, as in Scrapy (the key stays the host).",
+          ("CONCURRENT_REQUESTS_PER_IP",)),
+    Spec("politeness_delay", _number(float, 0.0, 86_400.0), "Seconds between two lease "
+          "grants of one politeness key across the whole fleet.", ("DOWNLOAD_DELAY",)),
+    Spec("politeness_randomize", _bool, "Each gap is the delay times a random factor in "
+          "[0.5, 1.5), drawn by the frontier.", ("RANDOMIZE_DOWNLOAD_DELAY",)),
+    Spec("politeness_slots", parse_dict, "Per-key concurrency and delay (JSON object: key -> "
+          "{concurrency, delay, randomize_delay}), fleet-wide.", ("DOWNLOAD_SLOTS",)),
     Spec("max_idle_time", _number(float, 0.0), "RedisSpider: seconds to wait for new start "
           "URLs once the crawl is finished before closing; 0 waits forever (scrapy-redis's "
           "default).", ("MAX_IDLE_TIME_BEFORE_CLOSE",)),

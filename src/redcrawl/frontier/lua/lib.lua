@@ -46,7 +46,14 @@ local K_REQ, K_INFLIGHT, K_LEASES, K_LEFT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_DELAYED, K_DEAD, K_ERR, K_STATS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_WORKERS, K_CONTROL, K_FPD, K_CALLS = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local FIRST_TIER = 13
-local ORDERING = ARGV[1]
+-- A lists crawl with politeness has the layout "<ordering>/<key mode>" ("fifo/host"):
+-- POLITE is then the key mode, and the queue layer's keys after the ready tiers are the
+-- politeness keys (see queue_lists.lua); nil otherwise.
+local ORDERING, POLITE = ARGV[1], nil
+do
+  local o, m = string.match(ARGV[1], '^(%l+)/(%l+)$')
+  if o and o ~= 'streams' then ORDERING, POLITE = o, m end
+end
 
 local BOUNDS = {}
 for b in string.gmatch(ARGV[2], '[^,]+') do BOUNDS[#BOUNDS + 1] = tonumber(b) end
@@ -63,8 +70,16 @@ do
   local queue = 'list'
   if ORDERING == 'priority' then queue = 'zset'
   elseif string.sub(ORDERING, 1, 8) == 'streams/' then queue = 'stream' end
+  local last_queue = #KEYS
+  if POLITE then
+    -- the ready tiers, the open zset of each tier, two key bases (not keys), two hashes
+    last_queue = FIRST_TIER + NTIERS - 1
+    for i = last_queue + 1, last_queue + NTIERS do want[i] = 'zset' end
+    want[last_queue + 2 * NTIERS + 3] = 'hash'
+    want[last_queue + 2 * NTIERS + 4] = 'hash'
+  end
   for i = 1, math.min(#KEYS, FIRST_TIER + 15) do
-    local expect = want[i] or (i >= FIRST_TIER and queue)
+    local expect = want[i] or (i >= FIRST_TIER and i <= last_queue and queue)
     if expect then
       local t = redis.call('TYPE', KEYS[i])['ok']
       if t ~= 'none' and t ~= expect then
@@ -130,7 +145,8 @@ elseif CREATED ~= LAYOUT then
     'every worker the same REDCRAWL_BACKEND, REDCRAWL_SHARDS, REDCRAWL_ORDERING ' ..
     '(SCHEDULER_QUEUE_CLASS), REDCRAWL_TIER_BOUNDS, ' ..
     'REDCRAWL_DEDUPE, REDCRAWL_DEDUPE_CAPACITY, REDCRAWL_DEDUPE_ERROR_RATE and ' ..
-    'REDCRAWL_RECRAWL_AFTER, or purge the crawl')
+    'REDCRAWL_RECRAWL_AFTER, REDCRAWL_POLITENESS and REDCRAWL_POLITENESS_KEY (lists: ' ..
+    '"<ordering>/<key mode>" is a crawl with fleet-wide politeness), or purge the crawl')
 end
 
 local NOW
@@ -207,6 +223,16 @@ end
 
 local CORRUPT = "stored record has no state header"
 
+-- The politeness key stored in a record ("K<length>:<key>" in front of the envelope; see
+-- redcrawl.frontier.records), or nil if it has none.
+local function rec_key(rec)
+  local _, _, _, pos = parse_head(rec)
+  if not pos then return nil end
+  local n, at = string.match(rec, '^K(%d+):()', pos)
+  if not n then return nil end
+  return string.sub(rec, at, at + tonumber(n) - 1)
+end
+
 local function header(p, a, t, env) return p .. '|' .. a .. '|' .. t .. '|' .. env end
 
 local function tier_of(priority)
@@ -229,9 +255,11 @@ end
 --                put {id, priority, seq, shard, record} items into READY (shard: nil if
 --                unknown; record: nil unless the caller has it). front: requests coming
 --                back (from IN-FLIGHT, DELAYED or DEAD), served next where the layer can
---   unhold(tokens)
+--   unhold(tokens, recs)
 --                the requests of these tokens (one per request) left IN-FLIGHT: end their
---                holds (the caller has rewritten their records already)
+--                holds (the caller has rewritten their records already); recs: their
+--                records, aligned with tokens (nil, or nil entries, where unknown: a
+--                politeness slot is then not given back)
 --   holds(token, id) -> boolean
 --                whether the lease token covers id, whose record is corrupt (so its own
 --                token is unreadable): a worker giving it back sends it to DEAD

@@ -15,7 +15,7 @@ for i = 8, #ARGV, 4 do
   if rec then p, a, t, env = parse(rec) end
   if p ~= nil and t ~= '' and t == token then
     redis.call('HSET', K_REQ, id, header(p, a, '', env))
-    unhold({token})
+    unhold({token}, {rec})
     if delay < 0 or a >= max_attempts then
       kill({id}, {why})
       flags[#flags + 1] = 'd'

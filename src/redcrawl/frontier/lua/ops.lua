@@ -49,7 +49,7 @@ local function op_push(first, n, delay_ms, recrawl)
       plain[#plain + 1] = id; plain[#plain + 1] = rec
     end
     if id then
-      items[#items + 1] = {id, priority, seq + i, tonumber(ARGV[at + 3])}
+      items[#items + 1] = {id, priority, seq + i, tonumber(ARGV[at + 3]), rec}
       flags[i] = '1'
     else
       flags[i] = '0'
@@ -109,7 +109,7 @@ local function op_ack(first, n, refuse)
     tokens[#tokens + 1] = ARGV[first + 2 * i + 1]
   end
   local recs = hmget(K_REQ, ids)
-  local ok, fps, held, flags, seen = {}, {}, {}, {}, {}
+  local ok, fps, held, hrecs, flags, seen = {}, {}, {}, {}, {}, {}
   for i, id in ipairs(ids) do
     flags[i] = '0'
     local rec = recs[i]
@@ -123,6 +123,7 @@ local function op_ack(first, n, refuse)
         ok[#ok + 1] = id
         if is_fingerprint(id) then fps[#fps + 1] = id end
         held[#held + 1] = t
+        hrecs[#held] = rec
       end
     end
   end
@@ -130,7 +131,7 @@ local function op_ack(first, n, refuse)
     bulk('HDEL', K_REQ, ok)
     if redis.call('EXISTS', K_ERR) == 1 then bulk('HDEL', K_ERR, ok) end
     dd_mark_done(fps)
-    unhold(held)
+    unhold(held, hrecs)
     redis.call('HINCRBY', K_STATS, 'done', #ok)
   end
   return table.concat(flags)

@@ -9,9 +9,178 @@ local TWO32 = 4294967296
 
 local function ready_key(tier) return KEYS[FIRST_TIER + tier] end
 
+-- POLITENESS (layout "<ordering>/<mode>", POLITE set; docs/politeness.md). The ready
+-- requests of a tier are kept per politeness key (the key is in each record, rec_key):
+-- the queue of key K in tier t is K_PQ .. t .. ':' .. K, and the tier's open zset (KEYS
+-- after the ready tiers) holds every key with ready requests in that tier, scored by the
+-- time (ms) it may next be granted: max(next, block_until) while it has a free slot,
+-- OPEN_FULL while its slots are all taken (an ack brings it back), now + PAUSE_RECHECK
+-- while an override pauses it. A lease takes the key of lowest score: O(log keys) per
+-- grant; a key without ready requests is in no zset and costs nothing. Per key, the
+-- hash K_POL .. K holds "in" (in flight) and "next" (ms); it expires once the key is idle.
+-- The key's limits: the crawl's defaults (control "politeness"), its DOWNLOAD_SLOTS
+-- entry (K_POLS), then the override hash K_POLO (crawl_delay: the larger of it and the
+-- configured delay; delay, concurrency: win outright; block_until; paused).
+local OPEN_FULL = 4503599627370496  -- 2^52: not open until one of its leases ends
+local PAUSE_RECHECK = 1000
+local IDLE_TTL = 3600000
+local K_OPEN, K_PQ, K_POL, K_POLO, K_POLS
+if POLITE then
+  K_OPEN = FIRST_TIER + NTIERS
+  K_PQ = KEYS[K_OPEN + NTIERS]
+  K_POL = KEYS[K_OPEN + NTIERS + 1]
+  K_POLO = KEYS[K_OPEN + NTIERS + 2]
+  K_POLS = KEYS[K_OPEN + NTIERS + 3]
+end
+local function open_key(tier) return KEYS[K_OPEN + tier] end
+local function pq_key(tier, key) return K_PQ .. tier .. ':' .. key end
+
+-- A JSON object from the state (nil if absent or unreadable: a bad value is ignored,
+-- with a line in the server log, rather than stopping the crawl).
+local function json_obj(raw, what)
+  if not raw then return nil end
+  local ok, v = pcall(cjson.decode, raw)
+  if ok and type(v) == 'table' then return v end
+  redis.log(redis.LOG_WARNING, 'redcrawl: ignoring unreadable politeness ' .. what)
+  return nil
+end
+local function pos_num(v, low, high)
+  if type(v) == 'number' and v == v and v >= low and v <= high then return v end
+  return nil
+end
+
+local POL_DEFAULTS, ANY_SLOTS, ANY_OVERRIDES
+local LIMITS = {}
+-- The key's limits: {conc, delay (ms), jitter (bool), block (ms), paused}.
+local function limits(key)
+  local lim = LIMITS[key]
+  if lim then return lim end
+  if not POL_DEFAULTS then
+    -- missing (stored at a frontier's first push; gone after a purge until the next one
+    -- or a worker's start): Scrapy's defaults, 8 at a time and no delay; unreadable: the
+    -- most careful limit, one at a time, until a worker stores its settings again
+    local raw = redis.call('HGET', K_CONTROL, 'politeness')
+    local d = json_obj(raw, 'defaults') or {}
+    local conc = pos_num(d.concurrency, 1, 1e9) or (raw and 1 or 8)
+    POL_DEFAULTS = {conc, pos_num(d.delay, 0, 1e9) or 0, d.randomize == true}
+    -- (most crawls have no per-key settings or overrides: no lookup per key then)
+    ANY_SLOTS = redis.call('EXISTS', K_POLS) == 1
+    ANY_OVERRIDES = redis.call('EXISTS', K_POLO) == 1
+  end
+  local conc, delay, jitter = POL_DEFAULTS[1], POL_DEFAULTS[2], POL_DEFAULTS[3]
+  local block, paused = 0, false
+  local slot = ANY_SLOTS and json_obj(redis.call('HGET', K_POLS, key), 'slot ' .. key)
+  if slot then
+    conc = pos_num(slot.concurrency, 1, 1e9) or conc
+    delay = pos_num(slot.delay, 0, 1e9) or delay
+    if type(slot.randomize_delay) == 'boolean' then jitter = slot.randomize_delay end
+  end
+  local ov = ANY_OVERRIDES and json_obj(redis.call('HGET', K_POLO, key), 'override ' .. key)
+  if ov then
+    local cd = pos_num(ov.crawl_delay, 0, 1e9)
+    if cd and cd > delay then delay = cd end
+    delay = pos_num(ov.delay, 0, 1e9) or delay
+    conc = pos_num(ov.concurrency, 1, 1e9) or conc
+    block = pos_num(ov.block_until, 0, 1e15) or 0
+    paused = ov.paused == true
+  end
+  lim = {math.floor(conc), math.floor(delay * 1000 + 0.5), jitter, math.floor(block), paused}
+  LIMITS[key] = lim
+  return lim
+end
+
+-- In flight and next allowed grant (ms) of a key.
+local function pol_state(key)
+  local v = redis.call('HMGET', K_POL .. key, 'in', 'next')
+  return math.max(num(v[1]), 0), num(v[2])
+end
+
+-- When the key may next be granted, given its limits and state.
+local function opens_at(key, inn, nxt)
+  local lim = limits(key)
+  if lim[5] then return NOW + PAUSE_RECHECK end
+  if inn >= lim[1] then return OPEN_FULL end
+  return math.max(nxt, lim[4])
+end
+
+-- The key's score in every tier's open zset where it is (it is there iff it has ready
+-- requests in that tier).
+local function pol_rescore(key, score)
+  for t = 0, NTIERS - 1 do redis.call('ZADD', open_key(t), 'XX', score, key) end
+end
+
+-- A key with nothing in flight: its state (only its next allowed time matters then)
+-- expires IDLE_TTL after that time; a grant makes it persist again.
+local function pol_idle_check(key, inn, nxt)
+  if inn > 0 then return end
+  redis.call('PEXPIRE', K_POL .. key, math.max(nxt - NOW, 0) + IDLE_TTL)
+end
+
+-- Slots given back: one per record (nil or keyless records are skipped).
+local function pol_release(recs)
+  local per_key = {}
+  for _, rec in pairs(recs) do
+    local key = rec and rec_key(rec)
+    if key then per_key[key] = (per_key[key] or 0) + 1 end
+  end
+  for key, k in pairs(per_key) do
+    local inn = redis.call('HINCRBY', K_POL .. key, 'in', -k)
+    if inn < 0 then redis.call('HSET', K_POL .. key, 'in', 0); inn = 0 end
+    local _, nxt = pol_state(key)
+    pol_rescore(key, opens_at(key, inn, nxt))
+    pol_idle_check(key, inn, nxt)
+  end
+end
+
+-- Ready count of a crawl with politeness (the per-key queues cannot be summed cheaply).
+local function pol_count(n)
+  if n ~= 0 then redis.call('HINCRBY', K_STATS, 'ready', n) end
+end
+
+-- READY for crawls with politeness: into each request's key queue; a key new to a
+-- tier's open zset gets its score.
+local function pol_push(items, front)
+  local missing = {}
+  for i, it in ipairs(items) do
+    if not it[5] then missing[#missing + 1] = i end
+  end
+  if #missing > 0 then
+    local ids = {}
+    for j, i in ipairs(missing) do ids[j] = items[i][1] end
+    local recs = hmget(K_REQ, ids)
+    for j, i in ipairs(missing) do items[i][5] = recs[j] end
+  end
+  local groups, order = {}, {}
+  for _, it in ipairs(items) do
+    local key = (it[5] and rec_key(it[5])) or ''
+    local t = tier_of(it[2])
+    local g = t .. ':' .. key
+    local list = groups[g]
+    if not list then list = {t, key}; groups[g] = list; order[#order + 1] = g end
+    if ORDERING == 'priority' then
+      list[#list + 1] = -it[2] * TWO32 + (front and 0 or (it[3] % TWO32))
+    end
+    list[#list + 1] = it[1]
+  end
+  local cmd = 'LPUSH'
+  if ORDERING == 'priority' then cmd = 'ZADD'
+  elseif ORDERING == 'fifo' and front then cmd = 'RPUSH' end
+  for _, g in ipairs(order) do
+    local list = groups[g]
+    local t, key = list[1], list[2]
+    bulk(cmd, pq_key(t, key), {unpack(list, 3)})
+    if not redis.call('ZSCORE', open_key(t), key) then
+      local inn, nxt = pol_state(key)
+      redis.call('ZADD', open_key(t), opens_at(key, inn, nxt), key)
+    end
+  end
+  pol_count(#items)
+end
+
 -- Put ids into their ready queues. items: list of {id, priority, seq, ...}. front=true:
 -- served next within the tier (requests coming back from IN-FLIGHT, DELAYED or DEAD).
 ready_push = function(items, front)
+  if POLITE then return pol_push(items, front) end
   local per_tier = {}
   for _, it in ipairs(items) do
     local t = tier_of(it[2])
@@ -57,7 +226,14 @@ local function queued(id)
   end
   for tier = 0, NTIERS - 1 do
     local at
-    if ORDERING == 'priority' then at = redis.call('ZSCORE', ready_key(tier), id)
+    if POLITE then
+      -- (the record is corrupt, so its key is unreadable: every key queue of the tier)
+      for _, k in ipairs(redis.call('ZRANGE', open_key(tier), 0, -1)) do
+        if ORDERING == 'priority' then at = redis.call('ZSCORE', pq_key(tier, k), id)
+        else at = redis.call('LPOS', pq_key(tier, k), id) end
+        if at then return true end
+      end
+    elseif ORDERING == 'priority' then at = redis.call('ZSCORE', ready_key(tier), id)
     else at = redis.call('LPOS', ready_key(tier), id) end
     if at then return true end
   end
@@ -171,6 +347,7 @@ reclaim_expired = function(limit, max_attempts)
       end
       for _, id in ipairs(lost) do dead[#dead + 1] = id; whys[#whys + 1] = CORRUPT end
       if #writes > 0 then bulk('HSET', K_REQ, writes) end
+      if POLITE then pol_release(recs) end
       kill(dead, whys)
       requeue(back, false)
       if #back > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', #back) end
@@ -188,7 +365,8 @@ reclaim_expired = function(limit, max_attempts)
 end
 
 -- The requests of these tokens (one per request) left IN-FLIGHT.
-unhold = function(tokens)
+unhold = function(tokens, recs)
+  if POLITE and recs then pol_release(recs) end
   local per_lease = {}
   for _, t in ipairs(tokens) do per_lease[t] = (per_lease[t] or 0) + 1 end
   for t, k in pairs(per_lease) do lease_release(t, k) end
@@ -245,17 +423,111 @@ local function pop_ready(n, schedule)
   return ids
 end
 
+-- A small deterministic generator for the delay jitter (no math.random in scripts: Redis
+-- 6.2 seeds it the same in every call), seeded from the clock and the lease counter.
+local JSEED
+local function jitter_factor()
+  if not JSEED then
+    JSEED = (NOW + 7919 * num(redis.call('HGET', K_STATS, 'leases'))) % 2147483647
+    if JSEED <= 0 then JSEED = 12345 end
+  end
+  JSEED = (JSEED * 16807) % 2147483647
+  return 0.5 + JSEED / 2147483647  -- [0.5, 1.5), as Scrapy's RANDOMIZE_DOWNLOAD_DELAY
+end
+
+-- Up to n ids whose keys are open now, for crawls with politeness: the tier by the
+-- weighted-fair schedule among tiers with an open key, then the key that opened first in
+-- it. Each grant takes a slot of its key (in + 1) and charges its delay (next). Returns
+-- the ids and their keys.
+local function pol_pop(n, schedule)
+  local ids, keys = {}, {}
+  local slots = #schedule
+  local cursor = num(redis.call('HGET', K_CONTROL, 'cursor'))
+  local guard = 2 * n + 64  -- a key found closed is rescored once, then skipped
+  -- the open key of each tier (false: none open now), read again only when it may have
+  -- changed (the key just served or rescored)
+  local heads = {}
+  while #ids < n and guard > 0 do
+    guard = guard - 1
+    local any = false
+    for t = 0, NTIERS - 1 do
+      if heads[t] == nil then
+        local h = redis.call('ZRANGE', open_key(t), 0, 0, 'WITHSCORES')
+        heads[t] = (h[1] and tonumber(h[2]) <= NOW) and h[1] or false
+      end
+      if heads[t] then any = true end
+    end
+    if not any then break end
+    local t = 0
+    if ORDERING ~= 'priority' then
+      for _ = 1, slots do
+        local c = tonumber(string.sub(schedule, cursor % slots + 1, cursor % slots + 1), 16)
+        cursor = cursor + 1
+        if heads[c] then t = c; break end
+      end
+    end
+    local key = heads[t]
+    for u = 0, NTIERS - 1 do
+      if heads[u] == key then heads[u] = nil end
+    end
+    heads[t] = nil
+    local inn, nxt = pol_state(key)
+    local score = opens_at(key, inn, nxt)
+    if score > NOW then
+      -- its override or state changed since it was scored: put it where it belongs
+      redis.call('ZADD', open_key(t), score, key)
+    else
+      local q = pq_key(t, key)
+      local id
+      if ORDERING == 'priority' then
+        local p = redis.call('ZPOPMIN', q)
+        id = p[1]
+      elseif ORDERING == 'fifo' then id = redis.call('RPOP', q)
+      else id = redis.call('LPOP', q) end
+      if not id then
+        redis.call('ZREM', open_key(t), key)
+      else
+        ids[#ids + 1] = id; keys[#ids] = key
+        local lim = limits(key)
+        local gap = lim[2]
+        if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor()) end
+        redis.call('HSET', K_POL .. key, 'in', inn + 1, 'next', NOW + gap)
+        if inn == 0 then redis.call('PERSIST', K_POL .. key) end
+        inn, nxt = inn + 1, NOW + gap
+        if redis.call('EXISTS', q) == 0 then redis.call('ZREM', open_key(t), key) end
+        -- a grant only raises the key's score: in the other tiers a stale (lower) score
+        -- is corrected when it comes up (above), so only this tier is rescored now
+        redis.call('ZADD', open_key(t), 'XX', opens_at(key, inn, nxt), key)
+      end
+    end
+  end
+  if ORDERING ~= 'priority' then
+    redis.call('HSET', K_CONTROL, 'cursor', cursor % (slots * 1000000))
+  end
+  pol_count(-#ids)
+  return ids, keys
+end
+
 -- Up to n READY requests to a worker as one lease: one token (a crawl-wide counter) for
 -- them all, with its deadline in inflight, its record (since, worker, ids) in leases and
 -- its count in left.
 lease_ready = function(worker, n, ttl, schedule, got)
-  local ids = pop_ready(n, schedule)
+  local ids, keys
+  if POLITE then ids, keys = pol_pop(n, schedule) else ids = pop_ready(n, schedule) end
   if #ids == 0 then return end
   local token = tostring(redis.call('HINCRBY', K_STATS, 'leases', 1))
   local leased = stamp_leased(ids, token, false, got)
   local kept = {NOW, worker}
+  local unused = {}
   for i, id in ipairs(ids) do
-    if leased[i] then kept[#kept + 1] = id end
+    if leased[i] then kept[#kept + 1] = id
+    elseif keys then unused[#unused + 1] = 'K' .. #keys[i] .. ':' .. keys[i] end
+  end
+  if #unused > 0 then
+    -- popped but not leased (a missing or corrupt record): its slot back
+    local fake = {}
+    for i, k in ipairs(unused) do fake[i] = '0|0||' .. k end
+    pol_release(fake)
   end
   local held = #kept - 2
   if held == 0 then return end
@@ -282,4 +554,19 @@ expire_worker = function(worker)
     end
   until cursor == '0'
   return n
+end
+
+-- The ready count of a crawl with politeness is a counter (stats "ready"); a corrupt one
+-- is recounted from the key queues before anything is written (every key with ready
+-- requests is in its tier's open zset).
+if POLITE and not int_ok(redis.call('HGET', K_STATS, 'ready')) then
+  local n = 0
+  for t = 0, NTIERS - 1 do
+    for _, key in ipairs(redis.call('ZRANGE', open_key(t), 0, -1)) do
+      if ORDERING == 'priority' then n = n + redis.call('ZCARD', pq_key(t, key))
+      else n = n + redis.call('LLEN', pq_key(t, key)) end
+    end
+  end
+  redis.call('HSET', K_STATS, 'ready', n)
+  repaired('counter ready held a non-integer; recounted: ' .. n)
 end

@@ -7,7 +7,7 @@
 local worker, nonce = ARGV[5], ARGV[6]
 local replay = call_replay(worker, nonce)
 if replay then return tonumber(replay[1]) end
-local back, held, writes, items, seen = 0, {}, {}, {}, {}
+local back, held, hrecs, writes, items, seen = 0, {}, {}, {}, {}, {}
 for i = 7, #ARGV, 2 do
   local id, token = ARGV[i], ARGV[i + 1]
   local rec = redis.call('HGET', K_REQ, id)
@@ -22,13 +22,14 @@ for i = 7, #ARGV, 2 do
     writes[#writes + 1] = id; writes[#writes + 1] = nrec
     items[#items + 1] = {id, p, 0, nil, nrec}
     held[#held + 1] = t
+    hrecs[#held] = rec
     back = back + 1
   end
 end
 if back > 0 then
   bulk('HSET', K_REQ, writes)
   ready_push(items, true)
-  unhold(held)
+  unhold(held, hrecs)
 end
 call_record(worker, nonce, tostring(back), '', {})
 return back
