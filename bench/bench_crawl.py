@@ -80,6 +80,9 @@ SR_FLEET_IDLE_GRACE = 2.0
 COMMON_SETTINGS = (
     "CONCURRENT_REQUESTS=16",
     "CONCURRENT_REQUESTS_PER_DOMAIN=16",  # Scrapy's default is 8: one host would cap at 8
+    # scrapy-redis has no fleet-wide limits: compare the frontiers' cost, not politeness
+    # (bench_politeness.py compares the limits each keeps)
+    "REDCRAWL_POLITENESS=off",
     "LOG_LEVEL=WARNING",
     "TELNETCONSOLE_ENABLED=False",
     "AUTOTHROTTLE_ENABLED=False",

@@ -229,7 +229,9 @@ class Redcrawl(Contender):
 
     def __init__(self, url: str, ordering: Ordering, spider: BenchSpider) -> None:
         self.name = RC_PRIO if ordering == "priority" else RC_FIFO
-        self.settings = Settings(redis_url=url, ordering=ordering)
+        # one host: fleet-wide politeness would cap it at 8 in flight; this bench measures
+        # the queue itself (bench_politeness.py measures politeness on against off)
+        self.settings = Settings(redis_url=url, ordering=ordering, politeness=False)
         self.client = connect(self.settings)
         self.frontier = ListsFrontier(self.client, self.settings, CRAWL)
         self.spider = spider

@@ -58,7 +58,7 @@ class Backend(bf.Redcrawl):
     def __init__(self, url: str, backend: str, spider: bf.BenchSpider, shards: int) -> None:
         self.name = backend
         self.settings = Settings(redis_url=url, backend=backend,  # type: ignore[arg-type]
-                                 shards=shards)
+                                 shards=shards, politeness=False)  # as bench_frontier
         self.client = connect(self.settings)
         self.frontier = open_frontier(self.client, self.settings, bf.CRAWL)
         self.spider = spider
