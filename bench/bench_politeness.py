@@ -74,8 +74,9 @@ SR_IDLE_GRACE = 2.0
 """SiteKitSpider's idle_grace for scrapy-redis (see its docstring)."""
 
 
-def settings(contender: str, redis_url: str, crawl: str, concurrency: int,
-             delay: float) -> list[str]:
+def settings(
+    contender: str, redis_url: str, crawl: str, concurrency: int, delay: float
+) -> list[str]:
     common = [
         "CONCURRENT_REQUESTS=16",
         f"CONCURRENT_REQUESTS_PER_DOMAIN={concurrency}",
@@ -89,20 +90,30 @@ def settings(contender: str, redis_url: str, crawl: str, concurrency: int,
         "LOG_LEVEL=WARNING",
     ]
     if contender == SR:
-        return [*common, "SCHEDULER=scrapy_redis.scheduler.Scheduler",
-                "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
-                "SCHEDULER_PERSIST=True", f"REDIS_URL={redis_url}"]
-    return [*common, f"REDCRAWL_REDIS_URL={redis_url}", f"REDCRAWL_CRAWL={crawl}",
-            "REDCRAWL_IDLE_BEFORE_CLOSE=0.5"]
+        return [
+            *common,
+            "SCHEDULER=scrapy_redis.scheduler.Scheduler",
+            "DUPEFILTER_CLASS=scrapy_redis.dupefilter.RFPDupeFilter",
+            "SCHEDULER_PERSIST=True",
+            f"REDIS_URL={redis_url}",
+        ]
+    return [
+        *common,
+        f"REDCRAWL_REDIS_URL={redis_url}",
+        f"REDCRAWL_CRAWL={crawl}",
+        "REDCRAWL_IDLE_BEFORE_CLOSE=0.5",
+    ]
 
 
 def worker_env() -> dict[str, str]:
     """This environment without anything that would change a worker's settings, and
     this checkout's redcrawl first on the path."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k != "REDIS_URL"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"),
-                                                     env.get("PYTHONPATH")]))
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k != "REDIS_URL"
+    }
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
     return env
 
 
@@ -113,8 +124,8 @@ class Host:
     max_in_progress: int
     min_gap: float | None
     median_gap: float | None
-    rate: float | None          # fetches per second over the host's first->last fetch
-    close_share: float          # share of gaps shorter than the delay (minus tolerance)
+    rate: float | None  # fetches per second over the host's first->last fetch
+    close_share: float  # share of gaps shorter than the delay (minus tolerance)
 
 
 @dataclass(slots=True)
@@ -151,14 +162,25 @@ def host_figures(kit: MultiSite, host: str, delay: float) -> Host:
     times = kit.starts(host)
     gaps = [b - a for a, b in itertools.pairwise(times)]
     span = times[-1] - times[0] if len(times) > 1 else 0.0
-    return Host(host, len(times), kit.max_in_progress(host), min(gaps, default=None),
-                statistics.median(gaps) if gaps else None,
-                (len(times) - 1) / span if span > 0 else None,
-                sum(g < delay - CLOCK_TOLERANCE for g in gaps) / len(gaps) if gaps else 0.0)
+    return Host(
+        host,
+        len(times),
+        kit.max_in_progress(host),
+        min(gaps, default=None),
+        statistics.median(gaps) if gaps else None,
+        (len(times) - 1) / span if span > 0 else None,
+        sum(g < delay - CLOCK_TOLERANCE for g in gaps) / len(gaps) if gaps else 0.0,
+    )
 
 
-def crawl_once(contender: str, args: argparse.Namespace, admin: redis.Redis, redis_url: str,
-               tmp: Path, run_id: str) -> Run:
+def crawl_once(
+    contender: str,
+    args: argparse.Namespace,
+    admin: redis.Redis,
+    redis_url: str,
+    tmp: Path,
+    run_id: str,
+) -> Run:
     flushall(admin)
     spec = SiteSpec(pages=args.pages, links=3, delay=args.site_delay)
     crawl = f"polite-{run_id}"
@@ -172,26 +194,42 @@ def crawl_once(contender: str, args: argparse.Namespace, admin: redis.Redis, red
         try:
             for i in range(args.workers):
                 log = tmp / f"{run_id}-w{i}.log"
-                cmd = worker_command(SITEKIT_FILE, settings=settings(
-                    contender, redis_url, crawl, args.concurrency, args.delay),
-                    spider_args=spider_args, redcrawl=contender == RC)
+                cmd = worker_command(
+                    SITEKIT_FILE,
+                    settings=settings(contender, redis_url, crawl, args.concurrency, args.delay),
+                    spider_args=spider_args,
+                    redcrawl=contender == RC,
+                )
                 env = {**worker_env(), "REDCRAWL_WORKER_ID": f"w{i}"}
                 with log.open("wb") as out:
-                    procs.append((subprocess.Popen(cmd, cwd=tmp, env=env,
-                                                   stdin=subprocess.DEVNULL, stdout=out,
-                                                   stderr=subprocess.STDOUT,
-                                                   start_new_session=True), log))
+                    procs.append(
+                        (
+                            subprocess.Popen(
+                                cmd,
+                                cwd=tmp,
+                                env=env,
+                                stdin=subprocess.DEVNULL,
+                                stdout=out,
+                                stderr=subprocess.STDOUT,
+                                start_new_session=True,
+                            ),
+                            log,
+                        )
+                    )
             deadline = time.monotonic() + args.timeout
             for p, log in procs:
                 try:
                     rc = p.wait(max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
-                    failures.append(f"worker pid {p.pid} still running after "
-                                    f"{args.timeout:.0f}s: killed")
+                    failures.append(
+                        f"worker pid {p.pid} still running after {args.timeout:.0f}s: killed"
+                    )
                     continue
                 if rc != 0:
-                    failures.append(f"worker pid {p.pid} exited with {rc}: "
-                                    f"{log.read_text(errors='replace')[-1500:]}")
+                    failures.append(
+                        f"worker pid {p.pid} exited with {rc}: "
+                        f"{log.read_text(errors='replace')[-1500:]}"
+                    )
         finally:
             for p, log in procs:
                 if p.poll() is None:
@@ -222,9 +260,12 @@ def gap_ratio(delay: float, gap: float | None) -> str:
 
 
 def report(runs: dict[str, Run], args: argparse.Namespace) -> str:
-    lines = [f"Limits: {args.concurrency} in progress per host, {args.delay:g} s between fetch "
-             f"starts (at most {1 / args.delay:.1f} fetches/s per host); {args.workers} "
-             "workers. Per host, last round:", ""]
+    lines = [
+        f"Limits: {args.concurrency} in progress per host, {args.delay:g} s between fetch "
+        f"starts (at most {1 / args.delay:.1f} fetches/s per host); {args.workers} "
+        "workers. Per host, last round:",
+        "",
+    ]
     head = f"{'host':<12}"
     for c in CONTENDERS:
         head += f" | {c + ': max in progress':>27} {'min gap s':>9} {'fetch/s':>7}"
@@ -233,27 +274,49 @@ def report(runs: dict[str, Run], args: argparse.Namespace) -> str:
         row = f"{host.host:<12}"
         for c in CONTENDERS:
             h = runs[c].hosts[i]
-            row += (f" | {h.max_in_progress:>27} {fmt_gap(h.min_gap):>9} "
-                    f"{'-' if h.rate is None else f'{h.rate:.1f}':>7}")
+            row += (
+                f" | {h.max_in_progress:>27} {fmt_gap(h.min_gap):>9} "
+                f"{'-' if h.rate is None else f'{h.rate:.1f}':>7}"
+            )
         lines.append(row)
     lines += ["", f"{'all hosts':<40} {'limit':>8} " + " ".join(f"{c:>14}" for c in CONTENDERS)]
     rows: list[tuple[str, str, list[str]]] = [
-        ("max in progress at one host", f"{args.concurrency}",
-         [f"{runs[c].max_in_progress}" for c in CONTENDERS]),
-        ("  over the limit (max / limit)", "1.0x",
-         [ratio(runs[c].max_in_progress, args.concurrency) for c in CONTENDERS]),
-        ("min gap between fetch starts (s)", f"{args.delay:g}",
-         [fmt_gap(runs[c].min_gap) for c in CONTENDERS]),
-        ("  too close (delay / min gap)", "1.0x",
-         [gap_ratio(args.delay, runs[c].min_gap) for c in CONTENDERS]),
-        (f"gaps under the delay (-{CLOCK_TOLERANCE:g} s)", "0%",
-         [f"{runs[c].close_share:.0%}" for c in CONTENDERS]),
-        ("median per-host fetch rate (/s)", f"{1 / args.delay:.1f}",
-         [f"{runs[c].median_rate:.1f}" if runs[c].median_rate else "-" for c in CONTENDERS]),
-        ("  over the rate (rate * delay)", "1.0x",
-         [ratio(runs[c].median_rate, 1 / args.delay) for c in CONTENDERS]),
-        ("crawl time (s, start-up included)", "",
-         [f"{runs[c].seconds:.1f}" for c in CONTENDERS]),
+        (
+            "max in progress at one host",
+            f"{args.concurrency}",
+            [f"{runs[c].max_in_progress}" for c in CONTENDERS],
+        ),
+        (
+            "  over the limit (max / limit)",
+            "1.0x",
+            [ratio(runs[c].max_in_progress, args.concurrency) for c in CONTENDERS],
+        ),
+        (
+            "min gap between fetch starts (s)",
+            f"{args.delay:g}",
+            [fmt_gap(runs[c].min_gap) for c in CONTENDERS],
+        ),
+        (
+            "  too close (delay / min gap)",
+            "1.0x",
+            [gap_ratio(args.delay, runs[c].min_gap) for c in CONTENDERS],
+        ),
+        (
+            f"gaps under the delay (-{CLOCK_TOLERANCE:g} s)",
+            "0%",
+            [f"{runs[c].close_share:.0%}" for c in CONTENDERS],
+        ),
+        (
+            "median per-host fetch rate (/s)",
+            f"{1 / args.delay:.1f}",
+            [f"{runs[c].median_rate:.1f}" if runs[c].median_rate else "-" for c in CONTENDERS],
+        ),
+        (
+            "  over the rate (rate * delay)",
+            "1.0x",
+            [ratio(runs[c].median_rate, 1 / args.delay) for c in CONTENDERS],
+        ),
+        ("crawl time (s, start-up included)", "", [f"{runs[c].seconds:.1f}" for c in CONTENDERS]),
         ("pages never fetched", "0", [f"{runs[c].missing}" for c in CONTENDERS]),
     ]
     for label, limit, values in rows:
@@ -265,8 +328,9 @@ def _on_signal(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)  # runs the atexit hook that kills redis-server
 
 
-def frontier_once(url: str, admin: redis.Redis, n: int, keys: int,
-                  polite: bool) -> tuple[float, int]:
+def frontier_once(
+    url: str, admin: redis.Redis, n: int, keys: int, polite: bool
+) -> tuple[float, int]:
     """(lease+ack requests per second, Redis memory after the push in bytes)."""
     from redcrawl.codec import Envelope
     from redcrawl.fingerprint import fingerprint
@@ -274,8 +338,9 @@ def frontier_once(url: str, admin: redis.Redis, n: int, keys: int,
     from redcrawl.settings import Settings
 
     flushall(admin)
-    settings = Settings(redis_url=url, politeness=polite, politeness_concurrency=8,
-                        politeness_delay=0.0)
+    settings = Settings(
+        redis_url=url, politeness=polite, politeness_concurrency=8, politeness_delay=0.0
+    )
     client = redis.Redis.from_url(url)
     f = open_frontier(client, settings, "bench")
     step = 1000
@@ -302,22 +367,29 @@ def frontier_bench(args: argparse.Namespace) -> int:
     server = RedisServer(binary)
     try:
         admin = redis.Redis.from_url(server.url)
-        print(f"frontier alone: {args.n} requests over {args.keys} hosts, lease+ack in "
-              f"settle calls of 64, {args.rounds} round(s); load {os.getloadavg()[0]:.2f}",
-              flush=True)
+        print(
+            f"frontier alone: {args.n} requests over {args.keys} hosts, lease+ack in "
+            f"settle calls of 64, {args.rounds} round(s); load {os.getloadavg()[0]:.2f}",
+            flush=True,
+        )
         rates: dict[bool, list[float]] = {True: [], False: []}
         mems: dict[bool, list[int]] = {True: [], False: []}
         for rnd in range(args.rounds):
-            for polite in ((True, False) if rnd % 2 == 0 else (False, True)):
+            for polite in (True, False) if rnd % 2 == 0 else (False, True):
                 rate, mem = frontier_once(server.url, admin, args.n, args.keys, polite)
                 rates[polite].append(rate)
                 mems[polite].append(mem)
-                print(f"  round {rnd + 1} politeness {'on ' if polite else 'off'} "
-                      f"lease+ack {rate:10,.0f}/s", flush=True)
+                print(
+                    f"  round {rnd + 1} politeness {'on ' if polite else 'off'} "
+                    f"lease+ack {rate:10,.0f}/s",
+                    flush=True,
+                )
         on, off = statistics.median(rates[True]), statistics.median(rates[False])
         per_key = (statistics.median(mems[True]) - statistics.median(mems[False])) / args.keys
-        print(f"median lease+ack: on {on:,.0f}/s, off {off:,.0f}/s, on/off {on / off:.2f}; "
-              f"Redis memory per host key with ready work: {per_key:,.0f} B")
+        print(
+            f"median lease+ack: on {on:,.0f}/s, off {off:,.0f}/s, on/off {on / off:.2f}; "
+            f"Redis memory per host key with ready work: {per_key:,.0f} B"
+        )
     finally:
         server.stop()
     return 0
@@ -328,26 +400,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--hosts", type=int, default=12, help="sites (default 12)")
     p.add_argument("--pages", type=int, default=20, help="pages per site (default 20)")
     p.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
-    p.add_argument("--concurrency", type=int, default=2,
-                   help="CONCURRENT_REQUESTS_PER_DOMAIN (default 2)")
+    p.add_argument(
+        "--concurrency", type=int, default=2, help="CONCURRENT_REQUESTS_PER_DOMAIN (default 2)"
+    )
     p.add_argument("--delay", type=float, default=0.2, help="DOWNLOAD_DELAY (default 0.2)")
-    p.add_argument("--site-delay", type=float, default=0.3,
-                   help="seconds each site takes to answer (default 0.3)")
-    p.add_argument("--rounds", type=int, default=1, help="rounds (default 1; the last is "
-                   "printed per host, every round in the summary lines)")
+    p.add_argument(
+        "--site-delay",
+        type=float,
+        default=0.3,
+        help="seconds each site takes to answer (default 0.3)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="rounds (default 1; the last is printed per host, every round in the summary lines)",
+    )
     p.add_argument("--timeout", type=float, default=300.0, help="seconds allowed per crawl")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
-    p.add_argument("--frontier", action="store_true", help="the frontier alone: lease+ack "
-                   "with politeness on vs off (see the module docstring)")
+    p.add_argument(
+        "--frontier",
+        action="store_true",
+        help="the frontier alone: lease+ack with politeness on vs off (see the module docstring)",
+    )
     p.add_argument("--n", type=int, default=200_000, help="--frontier: requests")
     p.add_argument("--keys", type=int, default=20_000, help="--frontier: hosts")
     args = p.parse_args(argv)
     if args.frontier:
         return frontier_bench(args)
-    if not (1 <= args.hosts <= 250 and args.pages >= 1 and args.workers >= 1
-            and args.concurrency >= 1 and args.delay > 0 and args.rounds >= 1):
-        p.error("--hosts 1..250, --pages, --workers, --concurrency, --rounds at least 1, "
-                "--delay above 0")
+    if not (
+        1 <= args.hosts <= 250
+        and args.pages >= 1
+        and args.workers >= 1
+        and args.concurrency >= 1
+        and args.delay > 0
+        and args.rounds >= 1
+    ):
+        p.error(
+            "--hosts 1..250, --pages, --workers, --concurrency, --rounds at least 1, "
+            "--delay above 0"
+        )
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGHUP, _on_signal)
@@ -358,34 +450,50 @@ def main(argv: Sequence[str] | None = None) -> int:
         admin = redis.Redis.from_url(server.url)
         env = environment(admin, binary)
         env.pop("fingerprint", None)
-        print(f"Redis {env['redis_version']} ({binary}); nproc={env['nproc']}; load "
-              f"{os.getloadavg()[0]:.2f}; scrapy {env['scrapy']}, scrapy-redis "
-              f"{env['scrapy-redis']}; {args.hosts} sites x {args.pages + 1} pages, each "
-              f"answering in {args.site_delay:g} s; {args.rounds} round(s)", flush=True)
+        print(
+            f"Redis {env['redis_version']} ({binary}); nproc={env['nproc']}; load "
+            f"{os.getloadavg()[0]:.2f}; scrapy {env['scrapy']}, scrapy-redis "
+            f"{env['scrapy-redis']}; {args.hosts} sites x {args.pages + 1} pages, each "
+            f"answering in {args.site_delay:g} s; {args.rounds} round(s)",
+            flush=True,
+        )
         history: dict[str, list[Run]] = {c: [] for c in CONTENDERS}
         for rnd in range(args.rounds):
             order = CONTENDERS if rnd % 2 == 0 else CONTENDERS[::-1]
             for c in order:
                 run = crawl_once(c, args, admin, server.url, tmp, f"r{rnd}-{c}")
                 history[c].append(run)
-                print(f"  round {rnd + 1} {c:<12} {run.seconds:5.1f}s  max in progress "
-                      f"{run.max_in_progress}  min gap {fmt_gap(run.min_gap)} s  missing "
-                      f"{run.missing}" + (f"  PROBLEMS: {len(run.failures)}"
-                                          if run.failures else ""), flush=True)
+                print(
+                    f"  round {rnd + 1} {c:<12} {run.seconds:5.1f}s  max in progress "
+                    f"{run.max_in_progress}  min gap {fmt_gap(run.min_gap)} s  missing "
+                    f"{run.missing}" + (f"  PROBLEMS: {len(run.failures)}" if run.failures else ""),
+                    flush=True,
+                )
         last = {c: history[c][-1] for c in CONTENDERS}
         print()
         print(report(last, args))
-        problems = [f"{c} round {i + 1}: {f}" for c in CONTENDERS
-                    for i, r in enumerate(history[c]) for f in r.failures]
+        problems = [
+            f"{c} round {i + 1}: {f}"
+            for c in CONTENDERS
+            for i, r in enumerate(history[c])
+            for f in r.failures
+        ]
         if problems:
             print("\nProblems seen (the numbers above may be off):")
             for line in problems[:10]:
                 print(f"  {line}")
         if args.json:
-            Path(args.json).write_text(json.dumps({
-                "environment": env, "args": vars(args),
-                "runs": {c: [asdict(r) for r in rs] for c, rs in history.items()},
-            }, indent=2) + "\n")
+            Path(args.json).write_text(
+                json.dumps(
+                    {
+                        "environment": env,
+                        "args": vars(args),
+                        "runs": {c: [asdict(r) for r in rs] for c, rs in history.items()},
+                    },
+                    indent=2,
+                )
+                + "\n"
+            )
             print(f"results written to {args.json}")
     finally:
         server.stop()

@@ -57,8 +57,12 @@ class Backend(bf.Redcrawl):
 
     def __init__(self, url: str, backend: str, spider: bf.BenchSpider, shards: int) -> None:
         self.name = backend
-        self.settings = Settings(redis_url=url, backend=backend,  # type: ignore[arg-type]
-                                 shards=shards, politeness=False)  # as bench_frontier
+        self.settings = Settings(
+            redis_url=url,
+            backend=backend,  # type: ignore[arg-type]
+            shards=shards,
+            politeness=False,
+        )  # as bench_frontier
         self.client = connect(self.settings)
         self.frontier = open_frontier(self.client, self.settings, bf.CRAWL)
         self.spider = spider
@@ -70,13 +74,17 @@ class Backend(bf.Redcrawl):
             self.all_keys += self.frontier.stream_keys()
 
 
-def build_requests(n: int, spider: bf.BenchSpider, *, seed: int = 0,
-                   path: str = "product") -> tuple[list[scrapy.Request], int]:
+def build_requests(
+    n: int, spider: bf.BenchSpider, *, seed: int = 0, path: str = "product"
+) -> tuple[list[scrapy.Request], int]:
     """bench_frontier's workload with the URLs spread over HOSTS hosts."""
     requests, dups = _BUILD(n, spider, seed=seed, path=path)
-    out = [r.replace(url=r.url.replace("example.com",
-                                       f"h{zlib.crc32(r.url.encode()) % HOSTS}.example.com"))
-           for r in requests]
+    out = [
+        r.replace(
+            url=r.url.replace("example.com", f"h{zlib.crc32(r.url.encode()) % HOSTS}.example.com")
+        )
+        for r in requests
+    ]
     return out, dups
 
 
@@ -93,11 +101,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         admin = redis.Redis.from_url(server.url)
         env = bf.environment(admin, binary)
-        print(f"Redis {env['redis_version']} ({binary}); nproc={env['nproc']} ({env['cpu']}); "
-              f"Python {env['python']}, redis-py {env['redis-py']}, hiredis {env['hiredis']}")
-        print(f"N={args.n} distinct requests + {args.n // bf.DUP_EVERY} duplicates over "
-              f"{HOSTS} hosts, {args.rounds} round(s), streams with {args.shards} shards",
-              flush=True)
+        print(
+            f"Redis {env['redis_version']} ({binary}); nproc={env['nproc']} ({env['cpu']}); "
+            f"Python {env['python']}, redis-py {env['redis-py']}, hiredis {env['hiredis']}"
+        )
+        print(
+            f"N={args.n} distinct requests + {args.n // bf.DUP_EVERY} duplicates over "
+            f"{HOSTS} hosts, {args.rounds} round(s), streams with {args.shards} shards",
+            flush=True,
+        )
         spider = bf.BenchSpider()
         backends = [Backend(server.url, b, spider, args.shards) for b in ("lists", "streams")]
         # bench_frontier's measure() and warm_up() build their workload with
@@ -110,18 +122,23 @@ def main(argv: list[str] | None = None) -> int:
             for b in backends if rnd % 2 == 0 else backends[::-1]:
                 s = bf.measure(b, admin, spider, args.n, seed=rnd)
                 samples[b.name].append(s)
-                print(f"  round {rnd + 1} {b.name:<8} push {s.push_rps:>9,.0f}/s  "
-                      f"lease+ack {s.lease_rps:>9,.0f}/s  {s.bytes_per_req:>5.0f} B/req",
-                      flush=True)
+                print(
+                    f"  round {rnd + 1} {b.name:<8} push {s.push_rps:>9,.0f}/s  "
+                    f"lease+ack {s.lease_rps:>9,.0f}/s  {s.bytes_per_req:>5.0f} B/req",
+                    flush=True,
+                )
         med = bf.medians(samples)
         rows = [["metric", "lists", "streams", "streams / lists"]]
         for m in bf.METRICS:
             lo, st = med["lists"][m.attr], med["streams"][m.attr]
-            rows.append([m.label, m.fmt.format(lo), m.fmt.format(st),
-                         f"{st / lo:.2f}x" if lo else "-"])
+            rows.append(
+                [m.label, m.fmt.format(lo), m.fmt.format(st), f"{st / lo:.2f}x" if lo else "-"]
+            )
         print()
-        print(f"Median of {args.rounds} round(s), N={args.n}, one client process, batches of "
-              f"{backends[0].batch}.")
+        print(
+            f"Median of {args.rounds} round(s), N={args.n}, one client process, batches of "
+            f"{backends[0].batch}."
+        )
         print(bf.markdown_table(rows))
         st = med["streams"]
         # push_rps counts offered requests (N + duplicates): time per accepted request
@@ -131,20 +148,33 @@ def main(argv: list[str] | None = None) -> int:
         ops = 2 * args.n / (push_s + lease_s)
         cpu_ops = 2 * args.n / (offered / st["push_cpu_rps"] + args.n / st["lease_cpu_rps"])
         print()
-        print(bf.markdown_table([
-            ["XADD + XREADGROUP ops/s", "ops/s", "host"],
-            ["redcrawl streams, this run (wall clock)", f"{ops:,.0f}",
-             f"{env['nproc']} cores, Redis {env['redis_version']}, {args.shards} shards, "
-             "client on the same host"],
-            ["redcrawl streams, CPU-bound estimate", f"{cpu_ops:,.0f}", "same"],
-            [FIELD, f"{FIELD_OPS:,}", "32 cores"],
-        ]))
+        print(
+            bf.markdown_table(
+                [
+                    ["XADD + XREADGROUP ops/s", "ops/s", "host"],
+                    [
+                        "redcrawl streams, this run (wall clock)",
+                        f"{ops:,.0f}",
+                        f"{env['nproc']} cores, Redis {env['redis_version']}, "
+                        f"{args.shards} shards, "
+                        "client on the same host",
+                    ],
+                    ["redcrawl streams, CPU-bound estimate", f"{cpu_ops:,.0f}", "same"],
+                    [FIELD, f"{FIELD_OPS:,}", "32 cores"],
+                ]
+            )
+        )
         if args.json:
-            out: dict[str, Any] = {"n": args.n, "rounds": args.rounds, "shards": args.shards,
-                                   "environment": env, "median": med,
-                                   "streams_ops_per_s": ops, "streams_cpu_ops_per_s": cpu_ops,
-                                   "samples": {k: [asdict(s) for s in v]
-                                               for k, v in samples.items()}}
+            out: dict[str, Any] = {
+                "n": args.n,
+                "rounds": args.rounds,
+                "shards": args.shards,
+                "environment": env,
+                "median": med,
+                "streams_ops_per_s": ops,
+                "streams_cpu_ops_per_s": cpu_ops,
+                "samples": {k: [asdict(s) for s in v] for k, v in samples.items()},
+            }
             Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     finally:
         server.stop()

@@ -63,8 +63,13 @@ class CrawlBenchSpider(scrapy.Spider):
         "RETRY_ENABLED": False,
     }
 
-    def __init__(self, url: str = "http://127.0.0.1:8000", stats_file: str | None = None,
-                 idle_grace: str | float = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        url: str = "http://127.0.0.1:8000",
+        stats_file: str | None = None,
+        idle_grace: str | float = 0,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.base_url = url.rstrip("/")
         self.stats_file = stats_file
@@ -174,10 +179,13 @@ class CrawlBenchSpider(scrapy.Spider):
             "stalls": _stalls(self.response_times),
             "idle_grace": self.idle_grace,
             "grace_polls": self.grace_polls,
-            "scheduler": _class_name(getattr(getattr(self.crawler.engine, "_slot", None),
-                                             "scheduler", None)),
-            "stats": {k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
-                      for k, v in stats.items()},
+            "scheduler": _class_name(
+                getattr(getattr(self.crawler.engine, "_slot", None), "scheduler", None)
+            ),
+            "stats": {
+                k: v if isinstance(v, (int, float, str, bool)) or v is None else str(v)
+                for k, v in stats.items()
+            },
         }
         with open(self.stats_file, "w", encoding="utf-8") as fh:
             json.dump(report, fh, indent=1, sort_keys=True)

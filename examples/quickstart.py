@@ -23,11 +23,16 @@ def main() -> None:
     frontier.purge()
 
     urls = [f"http://shop.local/item/{i % 1500}" for i in range(2000)]  # 500 duplicates
-    result = frontier.push([
-        Envelope(url=u, priority=1 if u.endswith("7") else 0,
-                 fingerprint=hashlib.sha1(u.encode()).digest())
-        for u in urls
-    ])
+    result = frontier.push(
+        [
+            Envelope(
+                url=u,
+                priority=1 if u.endswith("7") else 0,
+                fingerprint=hashlib.sha1(u.encode()).digest(),
+            )
+            for u in urls
+        ]
+    )
     print(f"pushed {len(urls)}: {result.accepted} accepted, {result.filtered} duplicates")
 
     def worker(name: str) -> None:
@@ -50,8 +55,10 @@ def main() -> None:
 
     c = frontier.counts()
     print(f"done {c.done}, dead {c.dead}, retried {c.retried}, still pending {c.pending}")
-    print(f"conservation: accepted {c.accepted} = ready {c.ready} + delayed {c.delayed} + "
-          f"in flight {c.in_flight} + done {c.done} + dead {c.dead}: {c.conserved}")
+    print(
+        f"conservation: accepted {c.accepted} = ready {c.ready} + delayed {c.delayed} + "
+        f"in flight {c.in_flight} + done {c.done} + dead {c.dead}: {c.conserved}"
+    )
     for d in frontier.dead():
         print(f"  dead: {d.url} after {d.attempts} attempts: {d.error}")
 

@@ -1,7 +1,7 @@
 """Write docs/settings.md from redcrawl.settings.SETTINGS_DOC (the table in settings/table.py).
 
-    python scripts/gen_settings_doc.py          # rewrite the file
-    python scripts/gen_settings_doc.py --check  # exit 1 if it is out of date
+python scripts/gen_settings_doc.py          # rewrite the file
+python scripts/gen_settings_doc.py --check  # exit 1 if it is out of date
 """
 
 from __future__ import annotations

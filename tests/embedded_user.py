@@ -37,9 +37,13 @@ def main(directory: str) -> int:
         command, _, arg = line.strip().partition(" ")
         if command == "push":
             stamp = f"{time.time_ns()}"
-            envelopes = [Envelope(url=f"http://example.com/{stamp}/{i}",
-                                  fingerprint=hashlib.sha1(f"{stamp}/{i}".encode()).digest())
-                         for i in range(int(arg))]
+            envelopes = [
+                Envelope(
+                    url=f"http://example.com/{stamp}/{i}",
+                    fingerprint=hashlib.sha1(f"{stamp}/{i}".encode()).digest(),
+                )
+                for i in range(int(arg))
+            ]
             print(f"pushed {frontier.push(envelopes).accepted}", flush=True)
         elif command == "counts":
             counts = frontier.counts()

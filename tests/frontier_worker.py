@@ -21,10 +21,10 @@ from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
 
 
-def main(url: str, crawl: str, worker: str, logfile: str, backend: str = "lists",
-         until_key: str = "") -> None:
-    settings = Settings(redis_url=url, lease_ttl=1.5, batch_size=50,
-                        backend=backend)  # type: ignore[arg-type]
+def main(
+    url: str, crawl: str, worker: str, logfile: str, backend: str = "lists", until_key: str = ""
+) -> None:
+    settings = Settings(redis_url=url, lease_ttl=1.5, batch_size=50, backend=backend)  # type: ignore[arg-type]
     client = connect(settings)
     frontier = open_frontier(client, settings, crawl)
     with open(logfile, "a", buffering=1) as log:

@@ -32,8 +32,9 @@ def parse_log(log: Path) -> tuple[list[list[tuple[str, str]]], list[int]]:
     return batches, acked
 
 
-def kill_while_holding(proc: subprocess.Popen[bytes], worker: str, frontier: FrontierCore,
-                       deadline: float) -> list[InflightInfo]:
+def kill_while_holding(
+    proc: subprocess.Popen[bytes], worker: str, frontier: FrontierCore, deadline: float
+) -> list[InflightInfo]:
     """SIGKILL ``proc`` at a moment it holds leases, and return them. It is frozen first
     (SIGSTOP) and a command it had already sent is given time to finish, so what is seen
     held is what it holds when killed; if it holds nothing, it runs on a little and the

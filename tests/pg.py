@@ -45,14 +45,18 @@ def require_bindir() -> Path:
     """The binaries' folder; skips the test (fails it in CI) when PostgreSQL is missing."""
     bindir = find_bindir()
     if bindir is None:
-        need("PostgreSQL", "no server binaries in /usr/lib/postgresql/*/bin; "
-             "apt-get install postgresql")
+        need(
+            "PostgreSQL",
+            "no server binaries in /usr/lib/postgresql/*/bin; apt-get install postgresql",
+        )
     if os.geteuid() == 0:
         try:
             pwd.getpwnam("postgres")
         except KeyError:
-            need("PostgreSQL's 'postgres' system user", "running as root needs it; "
-                 "apt-get install postgresql creates it")
+            need(
+                "PostgreSQL's 'postgres' system user",
+                "running as root needs it; apt-get install postgresql creates it",
+            )
     return bindir
 
 
@@ -77,11 +81,22 @@ class PostgresServer:
             if self.as_root:
                 pw = pwd.getpwnam("postgres")
                 os.chown(self.root, pw.pw_uid, pw.pw_gid)
-            self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
-                      "--encoding=UTF8", "--locale=C", "--no-sync", "--no-instructions")
+            self._run(
+                "initdb",
+                "-D",
+                str(self.data),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--no-instructions",
+            )
             self._start(start_timeout)
-            self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres",
-                      DATABASE)
+            self._run(
+                "createdb", "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", DATABASE
+            )
         except BaseException:
             self.stop()
             raise
@@ -91,10 +106,16 @@ class PostgresServer:
         cmd = [str(self.bindir / program), *args]
         return ["runuser", "-u", "postgres", "--", *cmd] if self.as_root else cmd
 
-    def _run(self, program: str, *args: str, check: bool = True,
-             timeout: float = 60.0) -> subprocess.CompletedProcess[str]:
-        result = subprocess.run(self._cmd(program, *args), cwd=self.root, text=True,
-                                capture_output=True, timeout=timeout)
+    def _run(
+        self, program: str, *args: str, check: bool = True, timeout: float = 60.0
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            self._cmd(program, *args),
+            cwd=self.root,
+            text=True,
+            capture_output=True,
+            timeout=timeout,
+        )
         if check and result.returncode != 0:
             raise RuntimeError(
                 f"{program} failed ({result.returncode}):\n{result.stdout}{result.stderr}"
@@ -112,22 +133,36 @@ class PostgresServer:
         # The free port can be taken between choosing and binding it: try a few.
         for attempt in range(3):
             self.port = _free_port()
-            options = (f"-F -c fsync=off -c listen_addresses=127.0.0.1 -p {self.port} "
-                       "-c unix_socket_directories='' -c max_connections=50")
-            result = self._run("pg_ctl", "start", "-D", str(self.data), "-l", str(self.log),
-                               "-w", "-t", str(int(timeout)), "-o", options, check=False,
-                               timeout=timeout + 10)
+            options = (
+                f"-F -c fsync=off -c listen_addresses=127.0.0.1 -p {self.port} "
+                "-c unix_socket_directories='' -c max_connections=50"
+            )
+            result = self._run(
+                "pg_ctl",
+                "start",
+                "-D",
+                str(self.data),
+                "-l",
+                str(self.log),
+                "-w",
+                "-t",
+                str(int(timeout)),
+                "-o",
+                options,
+                check=False,
+                timeout=timeout + 10,
+            )
             if result.returncode == 0:
                 return
             if attempt == 2 or "could not bind" not in self._log_tail():
-                raise RuntimeError(f"pg_ctl start failed:\n{result.stdout}{result.stderr}"
-                                   f"{self._log_tail()}")
+                raise RuntimeError(
+                    f"pg_ctl start failed:\n{result.stdout}{result.stderr}{self._log_tail()}"
+                )
             time.sleep(0.1)
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
-            self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "immediate", "-w",
-                      check=False)
+            self._run("pg_ctl", "stop", "-D", str(self.data), "-m", "immediate", "-w", check=False)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

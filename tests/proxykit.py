@@ -29,7 +29,7 @@ class ReplyDropper:
         self.port = self.listener.getsockname()[1]
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self._armed = threading.Event()  # waiting for an EVALSHA to go out
-        self._drop = threading.Event()   # its reply is the next to come back
+        self._drop = threading.Event()  # its reply is the next to come back
         self.dropped = 0
         self._socks: list[socket.socket] = []
         self._clients: list[redis.Redis] = []
@@ -52,10 +52,8 @@ class ReplyDropper:
                 return
             server = socket.create_connection(self.upstream)
             self._socks += (client, server)
-            threading.Thread(target=self._pump, args=(client, server, False),
-                             daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, True),
-                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, server, False), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, True), daemon=True).start()
 
     def _pump(self, src: socket.socket, dst: socket.socket, replies: bool) -> None:
         try:
@@ -84,8 +82,14 @@ class ReplyDropper:
 
 
 def envs(n: int, start: int = 0, *, dont_filter: bool = False) -> list[Envelope]:
-    return [Envelope(url=f"http://h{i % 3}.example/{i}", fingerprint=i.to_bytes(20, "big"),
-                     dont_filter=dont_filter) for i in range(start, start + n)]
+    return [
+        Envelope(
+            url=f"http://h{i % 3}.example/{i}",
+            fingerprint=i.to_bytes(20, "big"),
+            dont_filter=dont_filter,
+        )
+        for i in range(start, start + n)
+    ]
 
 
 def held(f: FrontierCore) -> set[bytes]:

@@ -53,8 +53,18 @@ from scrapy import signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.http import Response
 
-__all__ = ["SITEKIT_FILE", "Fault", "Fetch", "HostSummary", "MultiSite", "Recorder",
-           "SiteKitSpider", "SiteSpec", "format_summary", "serving"]
+__all__ = [
+    "SITEKIT_FILE",
+    "Fault",
+    "Fetch",
+    "HostSummary",
+    "MultiSite",
+    "Recorder",
+    "SiteKitSpider",
+    "SiteSpec",
+    "format_summary",
+    "serving",
+]
 
 SITEKIT_FILE = Path(__file__).resolve()
 """This file: ``scrapy runspider SITEKIT_FILE`` runs :class:`SiteKitSpider`."""
@@ -127,8 +137,7 @@ class Recorder:
             fetch = Fetch(now, path)
             self.log.setdefault(host, []).append(fetch)
             self.in_progress[host] += 1
-            self.max_in_progress[host] = max(self.max_in_progress[host],
-                                             self.in_progress[host])
+            self.max_in_progress[host] = max(self.max_in_progress[host], self.in_progress[host])
             if path == "/robots.txt":
                 self.robots[host] += 1
             before = self.path_fetches[(host, path)]
@@ -186,8 +195,7 @@ class _SiteServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, host: str, spec: SiteSpec, recorder: Recorder,
-                 kit: MultiSite) -> None:
+    def __init__(self, host: str, spec: SiteSpec, recorder: Recorder, kit: MultiSite) -> None:
         super().__init__((host, 0), _Handler)
         self.host = host
         self.spec = spec
@@ -217,8 +225,7 @@ class _SiteServer(ThreadingHTTPServer):
             links = [f"/p/{(i + k) % n}" for k in range(1, self.spec.links + 1)] + ["/"]
         else:
             return 404, [], b"not found\n"
-        body = "".join(f'<a href="{html.escape(link)}">{html.escape(link)}</a>\n'
-                       for link in links)
+        body = "".join(f'<a href="{html.escape(link)}">{html.escape(link)}</a>\n' for link in links)
         page = f"<html><body><h1>{html.escape(self.host + path)}</h1>\n{body}</body></html>\n"
         return 200, [("Content-Type", "text/html; charset=utf-8")], page.encode()
 
@@ -232,15 +239,20 @@ class MultiSite:
             raise ValueError(f"{len(specs)} sites: give 1 to 250")
         self.recorder = Recorder()
         self.hosts = [f"127.0.0.{FIRST_ADDRESS + i}" for i in range(len(specs))]
-        self._servers = [_SiteServer(h, s, self.recorder, self)
-                         for h, s in zip(self.hosts, specs, strict=True)]
+        self._servers = [
+            _SiteServer(h, s, self.recorder, self) for h, s in zip(self.hosts, specs, strict=True)
+        ]
         self.roots = [s.root for s in self._servers]
         self._threads: list[threading.Thread] = []
 
     def start(self) -> MultiSite:
         for s in self._servers:
-            t = threading.Thread(target=s.serve_forever, kwargs={"poll_interval": 0.05},
-                                 daemon=True, name=f"site-{s.host}")
+            t = threading.Thread(
+                target=s.serve_forever,
+                kwargs={"poll_interval": 0.05},
+                daemon=True,
+                name=f"site-{s.host}",
+            )
             t.start()
             self._threads.append(t)
         return self
@@ -267,8 +279,9 @@ class MultiSite:
     def fetches(self, host: str) -> list[Fetch]:
         """Every fetch at ``host``, in order of start (copies)."""
         with self.recorder.lock:
-            seen = [Fetch(f.start, f.path, f.end, f.status)
-                    for f in self.recorder.log.get(host, [])]
+            seen = [
+                Fetch(f.start, f.path, f.end, f.status) for f in self.recorder.log.get(host, [])
+            ]
         return sorted(seen, key=lambda f: f.start)
 
     def starts(self, host: str, *, robots: bool = True) -> list[float]:
@@ -278,8 +291,7 @@ class MultiSite:
     def fetched(self, host: str) -> Counter[str]:
         """Fetches per path at ``host``."""
         with self.recorder.lock:
-            return Counter({p: n for (h, p), n in self.recorder.path_fetches.items()
-                            if h == host})
+            return Counter({p: n for (h, p), n in self.recorder.path_fetches.items() if h == host})
 
     def max_in_progress(self, host: str) -> int:
         """The most requests ``host`` ever had in progress at once."""
@@ -297,8 +309,16 @@ class MultiSite:
             return self.recorder.robots[host]
 
     def summary(self) -> list[HostSummary]:
-        return [HostSummary(h, len(self.starts(h)), self.max_in_progress(h), self.min_gap(h),
-                            self.robots_fetches(h)) for h in self.hosts]
+        return [
+            HostSummary(
+                h,
+                len(self.starts(h)),
+                self.max_in_progress(h),
+                self.min_gap(h),
+                self.robots_fetches(h),
+            )
+            for h in self.hosts
+        ]
 
     def reset(self) -> None:
         self.recorder.reset()
@@ -309,10 +329,12 @@ def format_summary(rows: Sequence[HostSummary]) -> str:
     return "\n".join(
         f"{r.host:<12} fetches {r.fetches:>4}  max in progress {r.max_in_progress:>2}  "
         f"min gap {'-' if r.min_gap is None else f'{r.min_gap:.3f}s'}  robots {r.robots_fetches}"
-        for r in rows)
+        for r in rows
+    )
 
 
 # --- the spider ----------------------------------------------------------------------
+
 
 class SiteKitSpider(scrapy.Spider):
     """Crawls every page of a :class:`MultiSite`: starts at ``urls`` (comma-separated

@@ -34,15 +34,24 @@ def promtool() -> str:
 
 
 def test_rules_are_valid() -> None:
-    out = subprocess.run([promtool(), "check", "rules", str(RULES / "alerts.yml")],
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [promtool(), "check", "rules", str(RULES / "alerts.yml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS: 6 rules found" in out.stdout
 
 
 def test_rules_unit_tests_pass() -> None:
-    out = subprocess.run([promtool(), "test", "rules", "alerts_test.yml"], cwd=RULES,
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [promtool(), "test", "rules", "alerts_test.yml"],
+        cwd=RULES,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
 
 
@@ -53,16 +62,17 @@ def _rules() -> list[dict[str, str]]:
 
 def test_every_rule_has_a_firing_case() -> None:
     tests = yaml.safe_load((RULES / "alerts_test.yml").read_text())["tests"]
-    fired = {case["alertname"] for t in tests for case in t["alert_rule_test"]
-             if case["exp_alerts"]}
-    quiet = {case["alertname"] for t in tests for case in t["alert_rule_test"]
-             if not case["exp_alerts"]}
+    fired = {
+        case["alertname"] for t in tests for case in t["alert_rule_test"] if case["exp_alerts"]
+    }
+    quiet = {
+        case["alertname"] for t in tests for case in t["alert_rule_test"] if not case["exp_alerts"]
+    }
     names = {rule["alert"] for rule in _rules()}
     assert fired == names and quiet == names
 
 
-def test_rules_use_only_exported_metrics(redis7: RedisServer,
-                                         redis7_client: redis.Redis) -> None:
+def test_rules_use_only_exported_metrics(redis7: RedisServer, redis7_client: redis.Redis) -> None:
     f = open_frontier(redis7_client, Settings(backend="streams"), "c")
     url = "http://example.com/"
     f.push([Envelope(url=url, fingerprint=hashlib.sha1(url.encode()).digest())])
@@ -88,8 +98,9 @@ def test_the_watchdog_uses_the_numbers_of_the_rules() -> None:
 
     def check(alert: str, numbers: list[float], windows: list[float], for_: float) -> None:
         expr = rules[alert]["expr"]
-        assert [float(x) for x in re.findall(r"[<>]=? ?([0-9.]+)(?![0-9.]*[smh]\])", expr)
-                if float(x)] == numbers, (alert, expr)
+        assert [
+            float(x) for x in re.findall(r"[<>]=? ?([0-9.]+)(?![0-9.]*[smh]\])", expr) if float(x)
+        ] == numbers, (alert, expr)
         assert [_seconds(w) for w in re.findall(r"\[([0-9]+[smh])\]", expr)] == windows, alert
         assert _seconds(rules[alert].get("for", "0s")) == for_, alert
         assert dict(watchdog_for)[alert] == for_, alert

@@ -42,8 +42,9 @@ def api_server(redis_server: RedisServer, request: pytest.FixtureRequest) -> Ite
     """An API with read and admin tokens, per Redis version and per frontier backend (new
     crawls are created with it)."""
     client = redis.Redis.from_url(redis_server.url)
-    server = ApiServer(api_settings(redis_server.url, backend=request.param), client,
-                       clock=SecondsClock())
+    server = ApiServer(
+        api_settings(redis_server.url, backend=request.param), client, clock=SecondsClock()
+    )
     yield server
     server.stop()
     client.close()
@@ -74,53 +75,69 @@ def counts(f: FrontierCore) -> tuple[int, int, int, int, int, int]:
 
 # --- submit ----------------------------------------------------------------------------
 
+
 def test_submit_one_then_its_duplicate(api: httpx.Client, frontier: FrontierCore) -> None:
     url = "https://example.com/page?b=2&a=1"
-    r = submit(api, {"url": url, "callback": "parse_page", "priority": 5,
-                     "meta": {"depth": 1, "tags": ["x"]}})
+    r = submit(
+        api,
+        {"url": url, "callback": "parse_page", "priority": 5, "meta": {"depth": 1, "tags": ["x"]}},
+    )
     assert r.status_code == 200, r.text
     expected_id = scrapy_fingerprint(Request(url)).hex()
-    assert r.json() == {"crawl": "c", "accepted": 1, "filtered": 0,
-                        "items": [{"accepted": True, "id": expected_id}]}
+    assert r.json() == {
+        "crawl": "c",
+        "accepted": 1,
+        "filtered": 0,
+        "items": [{"accepted": True, "id": expected_id}],
+    }
     r = submit(api, {"url": url})
     assert r.json()["filtered"] == 1 and r.json()["items"] == [
-        {"accepted": False, "id": expected_id}]
+        {"accepted": False, "id": expected_id}
+    ]
     # the scheduler's own seeding path dedupes against it too
-    assert seed([url], settings=frontier.settings, crawl="c",
-                client=frontier.client).filtered == 1
+    assert seed([url], settings=frontier.settings, crawl="c", client=frontier.client).filtered == 1
     assert counts(frontier) == (1, 2, 1, 0, 0, 0)
     [lease] = frontier.lease("w1", 5)
     env = lease.envelope
     assert (env.url, env.callback, env.priority, env.meta) == (
-        url, "parse_page", 5, {"depth": 1, "tags": ["x"]})
+        url,
+        "parse_page",
+        5,
+        {"depth": 1, "tags": ["x"]},
+    )
     assert lease.id.hex() == expected_id
 
 
-def test_submit_recrawl_accepts_done_requests_only(api: httpx.Client,
-                                                  frontier: FrontierCore) -> None:
+def test_submit_recrawl_accepts_done_requests_only(
+    api: httpx.Client, frontier: FrontierCore
+) -> None:
     url = "https://example.com/done"
     assert submit(api, {"url": url}).json()["accepted"] == 1
     frontier.ack(frontier.lease("w1", 5))
-    assert submit(api, {"url": url}).json()["accepted"] == 0           # done: a duplicate
-    again = api.post("/v1/crawls/c/requests", json={"requests": [{"url": url}],
-                                                      "recrawl": True})
+    assert submit(api, {"url": url}).json()["accepted"] == 0  # done: a duplicate
+    again = api.post("/v1/crawls/c/requests", json={"requests": [{"url": url}], "recrawl": True})
     assert again.status_code == 200 and again.json()["accepted"] == 1  # crawled again
-    queued = api.post("/v1/crawls/c/requests", json={"requests": [{"url": url}],
-                                                       "recrawl": True})
-    assert queued.json()["accepted"] == 0                             # but once: it is queued
+    queued = api.post("/v1/crawls/c/requests", json={"requests": [{"url": url}], "recrawl": True})
+    assert queued.json()["accepted"] == 0  # but once: it is queued
     assert counts(frontier) == (2, 2, 1, 0, 0, 0)
 
 
-def test_submit_batch_with_delays_and_dont_filter(api: httpx.Client,
-                                                  frontier: FrontierCore) -> None:
+def test_submit_batch_with_delays_and_dont_filter(
+    api: httpx.Client, frontier: FrontierCore
+) -> None:
     body_b64 = "AAEC/w=="  # bytes 00 01 02 ff
     r = submit(
         api,
         {"url": "https://example.com/1"},
         {"url": "https://example.com/2", "delay": 60},
-        {"url": "https://example.com/1", "delay": 60},          # duplicate of item 0
-        {"url": "https://example.com/3", "method": "post", "body": body_b64,
-         "body_base64": True, "headers": [["X-Token", "a"], ["X-Token", "b"]]},
+        {"url": "https://example.com/1", "delay": 60},  # duplicate of item 0
+        {
+            "url": "https://example.com/3",
+            "method": "post",
+            "body": body_b64,
+            "body_base64": True,
+            "headers": [["X-Token", "a"], ["X-Token", "b"]],
+        },
         {"url": "https://example.com/4", "dont_filter": True},
         {"url": "https://example.com/4", "dont_filter": True, "delay": 0.5},
     )
@@ -132,8 +149,12 @@ def test_submit_batch_with_delays_and_dont_filter(api: httpx.Client,
     assert out["items"][0]["id"] == out["items"][2]["id"]
     assert counts(frontier) == (5, 1, 3, 2, 0, 0)
     post_id = out["items"][3]["id"]
-    assert post_id == scrapy_fingerprint(
-        Request("https://example.com/3", method="POST", body=b"\x00\x01\x02\xff")).hex()
+    assert (
+        post_id
+        == scrapy_fingerprint(
+            Request("https://example.com/3", method="POST", body=b"\x00\x01\x02\xff")
+        ).hex()
+    )
     d = api.get(f"/v1/crawls/c/requests/{post_id}").json()
     assert (d["method"], d["body"], d["body_base64"]) == ("POST", body_b64, True)
     assert d["headers"] == [["X-Token", "a"], ["X-Token", "b"]]
@@ -151,12 +172,14 @@ BAD_ITEMS = [
     ({"url": "https://e.com", "meta": [1]}, "requests[2].meta", "object"),
     ({"url": "https://e.com", "delay": -1}, "requests[2].delay", "greater than or equal"),
     ({"url": "https://e.com", "delay": 1e12}, "requests[2].delay", "less than or equal"),
-    ({"url": "https://e.com", "body": "%%%", "body_base64": True}, "requests[2].body",
-     "base64"),
+    ({"url": "https://e.com", "body": "%%%", "body_base64": True}, "requests[2].body", "base64"),
     ({"url": "https://e.com", "method": "GE T"}, "requests[2].method", "pattern"),
     ({"url": "https://e.com", "headers": {"Bad Name": "v"}}, "requests[2].headers", ""),
-    ({"url": "https://e.com", "headers": {"X": "a\r\nInjected: 1"}}, "requests[2].headers",
-     "pattern"),
+    (
+        {"url": "https://e.com", "headers": {"X": "a\r\nInjected: 1"}},
+        "requests[2].headers",
+        "pattern",
+    ),
     ({"url": "https://e.com", "colour": "red"}, "requests[2].colour", "not permitted"),
     ({"method": "GET"}, "requests[2].url", "required"),
     # strict types: no coercion (issue 11, item 3)
@@ -178,20 +201,28 @@ BAD_ITEMS = [
     ({"url": "http://bücher.example/"}, "requests[2].url", "xn--"),
     ({"url": "https://user\\evil.example@example.com/"}, "requests[2].url", "backslash"),
     ({"url": "https://e.com", "callback": "_set_crawler"}, "requests[2].callback", "private"),
-    ({"url": "https://e.com", "callback": "start_requests"}, "requests[2].callback",
-     "Scrapy's or redcrawl's"),
-    ({"url": "https://e.com", "callback": "spider_idle"}, "requests[2].callback",
-     "Scrapy's or redcrawl's"),
+    (
+        {"url": "https://e.com", "callback": "start_requests"},
+        "requests[2].callback",
+        "Scrapy's or redcrawl's",
+    ),
+    (
+        {"url": "https://e.com", "callback": "spider_idle"},
+        "requests[2].callback",
+        "Scrapy's or redcrawl's",
+    ),
 ]
 
 
-@pytest.mark.parametrize(("item", "loc", "words"), BAD_ITEMS,
-                         ids=[x[1].split(".")[-1] + str(i) for i, x in enumerate(BAD_ITEMS)])
-def test_invalid_item_rejects_the_whole_batch(api: httpx.Client, redis_client: redis.Redis,
-                                              item: dict[str, Any], loc: str,
-                                              words: str) -> None:
-    r = submit(api, {"url": "https://example.com/ok1"}, {"url": "https://example.com/ok2"},
-               item)
+@pytest.mark.parametrize(
+    ("item", "loc", "words"),
+    BAD_ITEMS,
+    ids=[x[1].split(".")[-1] + str(i) for i, x in enumerate(BAD_ITEMS)],
+)
+def test_invalid_item_rejects_the_whole_batch(
+    api: httpx.Client, redis_client: redis.Redis, item: dict[str, Any], loc: str, words: str
+) -> None:
+    r = submit(api, {"url": "https://example.com/ok1"}, {"url": "https://example.com/ok2"}, item)
     assert r.status_code == 422, r.text
     body = r.json()
     assert loc in body["detail"] and words in body["detail"], body
@@ -204,16 +235,18 @@ def test_batch_size_limits(api: httpx.Client, redis_client: redis.Redis) -> None
     assert r.status_code == 422 and f"at most {MAX_BATCH}" in r.json()["detail"]
     r = submit(api)
     assert r.status_code == 422 and "requests" in r.json()["detail"]
-    r = api.post("/v1/crawls/c/requests", content=b"{not json",
-                 headers={"Content-Type": "application/json"})
+    r = api.post(
+        "/v1/crawls/c/requests", content=b"{not json", headers={"Content-Type": "application/json"}
+    )
     assert r.status_code == 422
     assert redis_client.dbsize() == 0
     r = submit(api, *({"url": f"https://example.com/{i}"} for i in range(MAX_BATCH)))
     assert r.json()["accepted"] == MAX_BATCH
 
 
-def test_invalid_crawl_name_is_422_with_the_rule(api: httpx.Client,
-                                                 redis_client: redis.Redis) -> None:
+def test_invalid_crawl_name_is_422_with_the_rule(
+    api: httpx.Client, redis_client: redis.Redis
+) -> None:
     for path in ("/v1/crawls/bad%7Bname%7D/requests", "/v1/crawls/-dash/requests"):
         r = api.post(path, json={"requests": [{"url": "https://example.com/"}]})
         assert r.status_code == 422, r.text
@@ -242,10 +275,8 @@ ENDPOINTS = [  # method, path, admin?
 ]
 
 
-def _call(client: httpx.Client, method: str, path: str,
-          headers: dict[str, str]) -> httpx.Response:
-    body = {"requests": [{"url": "https://example.com/"}]} if path.endswith("/requests") \
-        else None
+def _call(client: httpx.Client, method: str, path: str, headers: dict[str, str]) -> httpx.Response:
+    body = {"requests": [{"url": "https://example.com/"}]} if path.endswith("/requests") else None
     return client.request(method, path, json=body, headers=headers)
 
 
@@ -259,8 +290,9 @@ def test_auth_matrix(api_server: ApiServer, redis_client: redis.Redis) -> None:
             assert none.headers["www-authenticate"] == "Bearer"
             assert "Bearer" in none.json()["detail"]
             assert _call(c, method, path, {"Authorization": "Bearer nope"}).status_code == 401
-            assert _call(c, method, path, {"Authorization": f"Basic {ADMIN}"}
-                         ).status_code == 401, where
+            assert _call(c, method, path, {"Authorization": f"Basic {ADMIN}"}).status_code == 401, (
+                where
+            )
             ro = _call(c, method, path, AUTH_READ)
             if needs_admin:
                 assert ro.status_code == 403, where
@@ -273,8 +305,7 @@ def test_auth_matrix(api_server: ApiServer, redis_client: redis.Redis) -> None:
             assert c.get(path).status_code == 200, path
 
 
-def test_open_without_tokens_on_loopback(redis7: RedisServer,
-                                         redis7_client: redis.Redis) -> None:
+def test_open_without_tokens_on_loopback(redis7: RedisServer, redis7_client: redis.Redis) -> None:
     settings = Settings(redis_url=redis7.url)
     server = ApiServer(settings, redis7_client)
     try:
@@ -297,27 +328,41 @@ def test_serve_refuses_non_loopback_without_tokens() -> None:
     check_bind(Settings(api_host="0.0.0.0", api_tokens=("t",)))
 
 
-def test_redcrawl_serve_command(redis7: RedisServer, redis7_client: redis.Redis,
-                                tmp_path: Path) -> None:
+def test_redcrawl_serve_command(
+    redis7: RedisServer, redis7_client: redis.Redis, tmp_path: Path
+) -> None:
     """`redcrawl serve` runs uvicorn until interrupted and says it is open on loopback."""
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(SRC), "REDCRAWL_REDIS_URL": redis7.url,
-           "REDCRAWL_API_PORT": str(port)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(SRC),
+        "REDCRAWL_REDIS_URL": redis7.url,
+        "REDCRAWL_API_PORT": str(port),
+    }
     env.pop("REDCRAWL_API_TOKENS", None)
     env.pop("REDCRAWL_API_ADMIN_TOKENS", None)
     with serving(tmp_path, env, f"http://127.0.0.1:{port}/v1/ready") as (r, log):
         assert r.json() == {"status": "ok"}
-        r = httpx.post(f"http://127.0.0.1:{port}/v1/crawls/cli/requests",
-                       json={"requests": [{"url": "https://example.com/"}]})
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/crawls/cli/requests",
+            json={"requests": [{"url": "https://example.com/"}]},
+        )
         assert r.json()["accepted"] == 1
         assert redis7_client.exists("rc:{cli}:stats")
     assert "without authentication" in log.read_text().lower()
-    bad = subprocess.run([sys.executable, "-m", "redcrawl", "serve", "--host", "0.0.0.0"],
-                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    bad = subprocess.run(
+        [sys.executable, "-m", "redcrawl", "serve", "--host", "0.0.0.0"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode != 0 and "REDCRAWL_API_HOST" in bad.stdout + bad.stderr
 
 
 # --- inspect -----------------------------------------------------------------------------
+
 
 def test_list_and_detail(api: httpx.Client, frontier: FrontierCore) -> None:
     assert api.get("/v1/crawls").json() == {"crawls": []}
@@ -336,12 +381,15 @@ def test_list_and_detail(api: httpx.Client, frontier: FrontierCore) -> None:
     assert (d["ready"], d["paused"], d["workers_alive"], d["finished"]) == (2, False, 1, False)
     w = api.get("/v1/crawls/c/workers").json()
     assert [(x["worker"], x["alive"]) for x in w["workers"]] == [
-        ("w-alive", True), ("w-gone", False)]
+        ("w-alive", True),
+        ("w-gone", False),
+    ]
     assert w["workers"][0]["heartbeat_deadline"] > w["server_time"] + 50
 
 
-def test_rates_from_samples(api_server: ApiServer, api: httpx.Client,
-                            frontier: FrontierCore) -> None:
+def test_rates_from_samples(
+    api_server: ApiServer, api: httpx.Client, frontier: FrontierCore
+) -> None:
     submit(api, {"url": "https://example.com/seed"}, crawl="rated")
     assert api.get("/v1/crawls/rated").json()["rates"]["done_per_s"] is None
     submit(api, *({"url": f"https://example.com/{i}"} for i in range(10)), crawl="rated")
@@ -364,8 +412,7 @@ def test_unknown_crawl_is_404(api: httpx.Client) -> None:
         assert "does not exist" in r.json()["detail"]
 
 
-def test_inflight_dead_pending_and_describe(api: httpx.Client,
-                                            frontier: FrontierCore) -> None:
+def test_inflight_dead_pending_and_describe(api: httpx.Client, frontier: FrontierCore) -> None:
     r = submit(api, *({"url": f"https://example.com/{i}"} for i in range(4)))
     ids = [i["id"] for i in r.json()["items"]]
     pending = api.get("/v1/crawls/c/pending").json()["items"]
@@ -381,11 +428,16 @@ def test_inflight_dead_pending_and_describe(api: httpx.Client,
     assert inflight[0]["deadline"] > inflight[0]["since"]
     dead = api.get("/v1/crawls/c/dead").json()["items"]
     assert [(x["id"], x["error"], x["url"]) for x in dead] == [
-        (ids[1], "HTTP 500 boom", "https://example.com/1")]
+        (ids[1], "HTTP 500 boom", "https://example.com/1")
+    ]
 
     d = api.get(f"/v1/crawls/c/requests/{ids[0]}").json()
     assert (d["state"], d["worker"], d["attempts"], d["url"]) == (
-        "in_flight", "w1", 1, "https://example.com/0")
+        "in_flight",
+        "w1",
+        1,
+        "https://example.com/0",
+    )
     d = api.get(f"/v1/crawls/c/requests/{ids[1].upper()}").json()
     assert (d["state"], d["error"]) == ("dead", "HTTP 500 boom")
     assert api.get(f"/v1/crawls/c/requests/{ids[2]}").json()["state"] == "ready"
@@ -399,10 +451,8 @@ def test_inflight_dead_pending_and_describe(api: httpx.Client,
     assert api.get("/v1/crawls/c/dead", params={"limit": 1001}).status_code == 422
 
 
-def test_describe_dont_filter_request_by_seq_id(api: httpx.Client,
-                                                frontier: FrontierCore) -> None:
-    submit(api, {"url": "https://example.com/again", "dont_filter": True,
-                 "meta": {"k": "v"}})
+def test_describe_dont_filter_request_by_seq_id(api: httpx.Client, frontier: FrontierCore) -> None:
+    submit(api, {"url": "https://example.com/again", "dont_filter": True, "meta": {"k": "v"}})
     [p] = api.get("/v1/crawls/c/pending").json()["items"]
     assert p["id"].startswith("#")
     d = api.get(f"/v1/crawls/c/requests/{p['id'].replace('#', '%23')}").json()
@@ -410,6 +460,7 @@ def test_describe_dont_filter_request_by_seq_id(api: httpx.Client,
 
 
 # --- steer -------------------------------------------------------------------------------
+
 
 def _make_dead(api: httpx.Client, frontier: FrontierCore, n: int) -> list[str]:
     r = submit(api, *({"url": f"https://example.com/d{i}"} for i in range(n)))
@@ -458,8 +509,7 @@ def test_pause_and_resume(api: httpx.Client, frontier: FrontierCore) -> None:
 
 
 def test_purge(api: httpx.Client, frontier: FrontierCore) -> None:
-    submit(api, {"url": "https://example.com/x"}, {"url": "https://example.com/y",
-                                                   "delay": 10})
+    submit(api, {"url": "https://example.com/x"}, {"url": "https://example.com/y", "delay": 10})
     _make_dead(api, frontier, 1)
     assert api.delete("/v1/crawls/c").json() == {"crawl": "c", "purged": True}
     assert frontier.counts().accepted == 0
@@ -473,6 +523,7 @@ def test_purge(api: httpx.Client, frontier: FrontierCore) -> None:
 
 
 # --- health ------------------------------------------------------------------------------
+
 
 def test_ready_is_503_when_redis_is_down(tmp_path: Path) -> None:
     own = RedisServer(redis_binary("7"), tmp_path)
@@ -509,18 +560,23 @@ def test_openapi_documents_limits_and_errors(api: httpx.Client) -> None:
     assert "bearer" in str(schema["components"]["securitySchemes"]).lower()
 
 
-def test_streams_crawl_shards_and_counts(api: httpx.Client, frontier: FrontierCore,
-                                         redis_client: redis.Redis) -> None:
+def test_streams_crawl_shards_and_counts(
+    api: httpx.Client, frontier: FrontierCore, redis_client: redis.Redis
+) -> None:
     """The API follows the backend a crawl was created with (a streams crawl with 4
     shards here, whatever the API's own settings), and shows its shards."""
     from redcrawl.frontier.streams import shard_of
 
-    worker = open_frontier(redis_client, api_settings("redis://unused", backend="streams",
-                                                      shards=4), "s")
+    worker = open_frontier(
+        redis_client, api_settings("redis://unused", backend="streams", shards=4), "s"
+    )
     assert isinstance(worker, StreamsFrontier)
     seed(["https://a.example/0"], settings=worker.settings, crawl="s", client=redis_client)
-    r = submit(api, *({"url": f"https://a.example/{i}", "priority": 2 if i == 3 else 0}
-                      for i in range(1, 4)), crawl="s")
+    r = submit(
+        api,
+        *({"url": f"https://a.example/{i}", "priority": 2 if i == 3 else 0} for i in range(1, 4)),
+        crawl="s",
+    )
     assert r.json()["accepted"] == 3
     (lease,) = worker.lease("w1", 1)  # the high-priority one comes first
     assert lease.envelope.url == "https://a.example/3"
@@ -539,14 +595,19 @@ def test_streams_crawl_shards_and_counts(api: httpx.Client, frontier: FrontierCo
     assert 0 <= entry["idle"] < 5
     assert api.get("/v1/crawls/s/inflight").json()["items"][0]["worker"] == "w1"
     # a lists crawl has no shards (whatever the API's own backend)
-    seed(["https://example.com/"], settings=api_settings("redis://unused", backend="lists"),
-         crawl="l", client=redis_client)
+    seed(
+        ["https://example.com/"],
+        settings=api_settings("redis://unused", backend="lists"),
+        crawl="l",
+        client=redis_client,
+    )
     r = api.get("/v1/crawls/l/shards")
     assert r.status_code == 409 and "lists backend" in r.json()["detail"]
 
 
 def test_bodies_over_the_limit_are_refused_before_they_are_read(
-        redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     client = redis.Redis.from_url(redis7.url)
     server = ApiServer(api_settings(redis7.url, api_max_body=4096), client)
     items = [{"url": f"https://example.com/{i}"} for i in range(300)]  # about 10 KB
@@ -561,16 +622,22 @@ def test_bodies_over_the_limit_are_refused_before_they_are_read(
 
             def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it streams
                 for i in range(0, len(payload), 1000):
-                    yield payload[i:i + 1000]
+                    yield payload[i : i + 1000]
 
-            r = api.post("/v1/crawls/c/requests", content=chunks(),
-                         headers={"Content-Type": "application/json"})
+            r = api.post(
+                "/v1/crawls/c/requests",
+                content=chunks(),
+                headers={"Content-Type": "application/json"},
+            )
             assert r.status_code == 413, r.text
             assert redis7_client.dbsize() == 0  # nothing of either call was stored
 
             small = json.dumps({"requests": items[:MAX_BATCH]}).encode()
-            r = api.post("/v1/crawls/c/requests", content=iter([small[:50], small[50:]]),
-                         headers={"Content-Type": "application/json"})
+            r = api.post(
+                "/v1/crawls/c/requests",
+                content=iter([small[:50], small[50:]]),
+                headers={"Content-Type": "application/json"},
+            )
             assert r.status_code == 200 and r.json()["accepted"] == MAX_BATCH, r.text
             assert api.get("/v1/crawls/c").status_code == 200
     finally:
@@ -580,43 +647,59 @@ def test_bodies_over_the_limit_are_refused_before_they_are_read(
 
 @pytest.mark.parametrize("number", ["NaN", "Infinity", "-Infinity", "1e400"])
 @pytest.mark.parametrize("where", ["meta", "delay", "priority"])
-def test_non_finite_numbers_are_refused_everywhere(api: httpx.Client,
-                                                   redis_client: redis.Redis, number: str,
-                                                   where: str) -> None:
-    value = {"meta": f'{{"deep": [1, {{"x": {number}}}]}}', "delay": number,
-             "priority": number}[where]
+def test_non_finite_numbers_are_refused_everywhere(
+    api: httpx.Client, redis_client: redis.Redis, number: str, where: str
+) -> None:
+    value = {"meta": f'{{"deep": [1, {{"x": {number}}}]}}', "delay": number, "priority": number}[
+        where
+    ]
     body = f'{{"requests": [{{"url": "https://example.com/", "{where}": {value}}}]}}'.encode()
-    r = api.post("/v1/crawls/c/requests", content=body,
-                 headers={"Content-Type": "application/json"})
+    r = api.post(
+        "/v1/crawls/c/requests", content=body, headers={"Content-Type": "application/json"}
+    )
     assert r.status_code == 422, r.text
     assert r.json()["errors"] and "requests[0]" in r.json()["detail"], r.text
     assert redis_client.dbsize() == 0
 
 
-@pytest.mark.parametrize("body", [b"\xff\xfe{\x00}", b'{"requests": [' + b"[" * 1000 +
-                                  b"]" * 1000 + b"]}", b"{", b"[]", b"null", b'"x"'])
-def test_unparseable_bodies_are_422_with_errors(api: httpx.Client, redis_client: redis.Redis,
-                                                body: bytes) -> None:
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"\xff\xfe{\x00}",
+        b'{"requests": [' + b"[" * 1000 + b"]" * 1000 + b"]}",
+        b"{",
+        b"[]",
+        b"null",
+        b'"x"',
+    ],
+)
+def test_unparseable_bodies_are_422_with_errors(
+    api: httpx.Client, redis_client: redis.Redis, body: bytes
+) -> None:
     for path in ("/v1/crawls/c/requests", "/v1/crawls/c/dead/requeue"):
         r = api.post(path, content=body, headers={"Content-Type": "application/json"})
         if r.status_code == 404:  # requeue on a crawl that does not exist: body read first
             continue
         assert r.status_code == 422, (path, r.text)
-        assert r.json()["errors"][0]["loc"].startswith("body") or \
-            r.json()["errors"][0]["loc"].startswith("requests"), r.text
+        assert r.json()["errors"][0]["loc"].startswith("body") or r.json()["errors"][0][
+            "loc"
+        ].startswith("requests"), r.text
     assert redis_client.dbsize() == 0
 
 
 def test_405_lists_every_method_of_the_path(api: httpx.Client) -> None:
     submit(api, {"url": "https://example.com/"})
-    for method, path, allowed in (("PATCH", "/v1/crawls/c", {"GET", "DELETE"}),
-                                  ("PUT", "/v1/crawls/c", {"GET", "DELETE"}),
-                                  ("GET", "/v1/crawls/c/pause", {"POST"}),
-                                  ("DELETE", "/v1/crawls", {"GET"})):
+    for method, path, allowed in (
+        ("PATCH", "/v1/crawls/c", {"GET", "DELETE"}),
+        ("PUT", "/v1/crawls/c", {"GET", "DELETE"}),
+        ("GET", "/v1/crawls/c/pause", {"POST"}),
+        ("DELETE", "/v1/crawls", {"GET"}),
+    ):
         r = api.request(method, path)
         assert r.status_code == 405, (method, path, r.text)
-        assert allowed <= {m.strip() for m in r.headers["allow"].split(",")} <= (
-            allowed | {"HEAD"}), r.headers["allow"]
+        assert (
+            allowed <= {m.strip() for m in r.headers["allow"].split(",")} <= (allowed | {"HEAD"})
+        ), r.headers["allow"]
         assert r.json()["detail"]
 
 
@@ -632,32 +715,46 @@ def test_response_models_follow_the_frontier_records() -> None:
     def names(record: Any) -> set[str]:
         return {f.name for f in fields(record)}
 
-    for model, record in ((m.PendingItem, PendingInfo), (m.InflightItem, InflightInfo),
-                          (m.DeadItem, DeadInfo), (m.PendingEntryItem, PendingEntry)):
+    for model, record in (
+        (m.PendingItem, PendingInfo),
+        (m.InflightItem, InflightInfo),
+        (m.DeadItem, DeadInfo),
+        (m.PendingEntryItem, PendingEntry),
+    ):
         assert set(model.model_fields) == names(record), model
     assert set(m.ShardItem.model_fields) == names(ShardInfo) | {"ready"}
     assert set(m.CrawlSummary.model_fields) == names(Counts) | {"crawl", "finished"}
     assert set(m.CrawlListItem.model_fields) == set(m.CrawlSummary.model_fields) | {"error"}
 
 
-def test_a_purged_crawl_is_reopened_with_its_new_layout(api: httpx.Client,
-                                                        api_server: ApiServer,
-                                                        redis_client: redis.Redis) -> None:
+def test_a_purged_crawl_is_reopened_with_its_new_layout(
+    api: httpx.Client, api_server: ApiServer, redis_client: redis.Redis
+) -> None:
     submit(api, {"url": "https://example.com/"}, crawl="re")
     was = api_server.settings.backend
     assert api.get("/v1/crawls/re/shards").status_code == (200 if was == "streams" else 409)
     assert api.delete("/v1/crawls/re").status_code == 200
     other = "lists" if was == "streams" else "streams"
-    seed(["https://example.com/"], settings=api_settings("redis://unused", backend=other),
-         crawl="re", client=redis_client)
+    seed(
+        ["https://example.com/"],
+        settings=api_settings("redis://unused", backend=other),
+        crawl="re",
+        client=redis_client,
+    )
     assert api.get("/v1/crawls/re/shards").status_code == (200 if other == "streams" else 409)
     assert api.get("/v1/crawls/re").json()["ready"] == 1
 
 
 def test_query_values_are_whole_numbers_given_once(api: httpx.Client) -> None:
     submit(api, {"url": "https://example.com/"})
-    for query in ("limit=4%0C", "limit=+4", "limit=4.0", "limit=%20%204", "limit=1&limit=2",
-                  "limit=x&limit=4"):
+    for query in (
+        "limit=4%0C",
+        "limit=+4",
+        "limit=4.0",
+        "limit=%20%204",
+        "limit=1&limit=2",
+        "limit=x&limit=4",
+    ):
         r = api.get(f"/v1/crawls?{query}")
         assert r.status_code == 422, (query, r.text)
         assert r.json()["errors"][0]["loc"] == "limit", r.text

@@ -26,8 +26,12 @@ def api(redis7: RedisServer, redis7_client: redis.Redis) -> Iterator[httpx.Clien
     opened them yet); an admin client."""
     settings = api_settings(redis7.url)
     for crawl in CRAWLS:
-        seed([f"https://example.com/{crawl}/1", f"https://example.com/{crawl}/2"],
-             settings=settings, crawl=crawl, client=redis7_client)
+        seed(
+            [f"https://example.com/{crawl}/1", f"https://example.com/{crawl}/2"],
+            settings=settings,
+            crawl=crawl,
+            client=redis7_client,
+        )
     server = ApiServer(settings, redis7_client)
     with httpx.Client(base_url=server.url, headers=AUTH_ADMIN, timeout=10) as c:
         yield c
@@ -49,9 +53,9 @@ def _listed(api: httpx.Client) -> dict[str, dict[str, object]]:
 
 
 CORRUPTIONS = {  # what the frontier cannot repair by itself
-    "layout, both copies": lambda r: r.hset("rc:{a}:control",
-                                            mapping={"layout": "streams/0",
-                                                     "layout.copy": "x"}),
+    "layout, both copies": lambda r: r.hset(
+        "rc:{a}:control", mapping={"layout": "streams/0", "layout.copy": "x"}
+    ),
     "wrong type": lambda r: (r.delete("rc:{a}:delayed"), r.set("rc:{a}:delayed", "x")),
 }
 REPAIRED = {  # what it repairs (docs/frontier.md, "Corrupt state")
@@ -61,9 +65,9 @@ REPAIRED = {  # what it repairs (docs/frontier.md, "Corrupt state")
 
 
 @pytest.mark.parametrize("corrupt", list(REPAIRED))
-def test_repairable_corruption_is_repaired_and_listed(api: httpx.Client,
-                                                      redis7_client: redis.Redis,
-                                                      corrupt: str) -> None:
+def test_repairable_corruption_is_repaired_and_listed(
+    api: httpx.Client, redis7_client: redis.Redis, corrupt: str
+) -> None:
     REPAIRED[corrupt](redis7_client)
     listed = _listed(api)
     assert set(listed) == set(CRAWLS)
@@ -73,9 +77,9 @@ def test_repairable_corruption_is_repaired_and_listed(api: httpx.Client,
 
 
 @pytest.mark.parametrize("corrupt", list(CORRUPTIONS))
-def test_one_broken_crawl_does_not_hide_the_others(api: httpx.Client,
-                                                   redis7_client: redis.Redis,
-                                                   corrupt: str) -> None:
+def test_one_broken_crawl_does_not_hide_the_others(
+    api: httpx.Client, redis7_client: redis.Redis, corrupt: str
+) -> None:
     CORRUPTIONS[corrupt](redis7_client)
     listed = _listed(api)
     assert set(listed) == set(CRAWLS)
@@ -87,8 +91,7 @@ def test_one_broken_crawl_does_not_hide_the_others(api: httpx.Client,
     assert api.get("/v1/crawls/b").json()["accepted"] == 2
 
 
-def test_garbage_lease_entry_is_a_json_error(api: httpx.Client,
-                                            redis7_client: redis.Redis) -> None:
+def test_garbage_lease_entry_is_a_json_error(api: httpx.Client, redis7_client: redis.Redis) -> None:
     settings = api_settings("redis://unused")
     f = open_frontier(redis7_client, settings, "a")
     [lease] = f.lease("w1", 1)
@@ -105,8 +108,9 @@ def test_garbage_lease_entry_is_a_json_error(api: httpx.Client,
     assert _listed(api)["b"]["in_flight"] == 1
 
 
-def test_open_api_reports_corrupt_state_as_json_too(redis7: RedisServer,
-                                                    redis7_client: redis.Redis) -> None:
+def test_open_api_reports_corrupt_state_as_json_too(
+    redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     """The same without tokens (another dependency path)."""
     server = ApiServer(Settings(redis_url=redis7.url), redis7_client)
     try:

@@ -40,8 +40,9 @@ ALL_CHECKS = [c for c in CHECKS.get_all() if callable(c) and not isinstance(c, t
 
 
 @pytest.fixture(scope="module", params=list(KINDS))
-def schema_server(request: pytest.FixtureRequest,
-                  redis7: RedisServer) -> Iterator[tuple[str, ApiServer]]:
+def schema_server(
+    request: pytest.FixtureRequest, redis7: RedisServer
+) -> Iterator[tuple[str, ApiServer]]:
     kind = str(request.param)
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
@@ -50,8 +51,12 @@ def schema_server(request: pytest.FixtureRequest,
     # one crawl with a request, so that some generated calls find it
     import httpx
 
-    httpx.post(f"{server.url}/v1/crawls/c/requests", headers=AUTH_ADMIN, timeout=10,
-               json={"requests": [{"url": "https://example.com/"}]}).raise_for_status()
+    httpx.post(
+        f"{server.url}/v1/crawls/c/requests",
+        headers=AUTH_ADMIN,
+        timeout=10,
+        json={"requests": [{"url": "https://example.com/"}]},
+    ).raise_for_status()
     yield kind, server
     server.stop()
     client.close()
@@ -61,14 +66,20 @@ def _operations() -> list[tuple[str, str, bool]]:
     """(method, path, takes input) of every operation, from the app's schema (no server,
     no Redis). An operation without parameters or body can't be given malformed input."""
     spec = create_app(api_settings("redis://127.0.0.1:1")).openapi()
-    return sorted((m.upper(), p, bool(op.get("parameters") or op.get("requestBody")))
-                  for p, item in spec["paths"].items() for m, op in item.items())
+    return sorted(
+        (m.upper(), p, bool(op.get("parameters") or op.get("requestBody")))
+        for p, item in spec["paths"].items()
+        for m, op in item.items()
+    )
 
 
 OPERATIONS = _operations()
-CASES = [pytest.param(m, p, mode, id=f"{m} {p} {mode.value}") for m, p, takes_input in OPERATIONS
-         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
-         if takes_input or mode == GenerationMode.POSITIVE]
+CASES = [
+    pytest.param(m, p, mode, id=f"{m} {p} {mode.value}")
+    for m, p, takes_input in OPERATIONS
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+    if takes_input or mode == GenerationMode.POSITIVE
+]
 
 
 @pytest.fixture(scope="module")
@@ -85,14 +96,23 @@ def api_schema(schema_server: tuple[str, ApiServer]) -> Any:
 # schemathesis's own pytest integration breaks on pytest 9.2 (it sets a private node
 # attribute), so each operation's cases are drawn with plain hypothesis here.
 @pytest.mark.parametrize(("method", "path", "mode"), CASES)
-def test_all_checks(method: str, path: str, mode: GenerationMode, api_schema: Any,
-                    schema_server: tuple[str, ApiServer]) -> None:
+def test_all_checks(
+    method: str,
+    path: str,
+    mode: GenerationMode,
+    api_schema: Any,
+    schema_server: tuple[str, ApiServer],
+) -> None:
     kind = schema_server[0]
     operation = api_schema[path][method]
 
-    @hypothesis.settings(max_examples=MAX_EXAMPLES, deadline=None, database=None,
-                         suppress_health_check=list(hypothesis.HealthCheck),
-                         phases=[hypothesis.Phase.generate])
+    @hypothesis.settings(
+        max_examples=MAX_EXAMPLES,
+        deadline=None,
+        database=None,
+        suppress_health_check=list(hypothesis.HealthCheck),
+        phases=[hypothesis.Phase.generate],
+    )
     @hypothesis.given(case=operation.as_strategy(generation_mode=mode))
     def check(case: Any) -> None:
         # A random valid crawl name would almost always be unknown (404 before any work):
@@ -115,61 +135,93 @@ def test_every_operation_was_exercised(schema_server: tuple[str, ApiServer]) -> 
 
     kind, server = schema_server
     spec = httpx.get(f"{server.url}/openapi.json").json()
-    operations = {f"{method.upper()} {path}" for path, item in spec["paths"].items()
-                  for method in item}
+    operations = {
+        f"{method.upper()} {path}" for path, item in spec["paths"].items() for method in item
+    }
     assert len(operations) == 17 and operations == {f"{m} {p}" for m, p, _ in OPERATIONS}
     missing = operations - set(CALLS[kind])
     assert not missing, f"never called: {missing}; calls: {CALLS[kind]}"
-    assert all(CALLS[kind][op] >= 5 for op in operations if "health" not in op
-               and "ready" not in op and "metrics" not in op), CALLS[kind]
+    assert all(
+        CALLS[kind][op] >= 5
+        for op in operations
+        if "health" not in op and "ready" not in op and "metrics" not in op
+    ), CALLS[kind]
     statuses = STATUSES[kind]
     assert statuses[200] > 0 and statuses[422] > 0 and statuses[404] > 0, statuses
     assert (statuses[403] > 0) == (kind == "read"), statuses  # admin calls refused
     assert not [s for s in statuses if s >= 500], statuses
-    assert ("bearer" in str(spec.get("components", {}).get("securitySchemes", {})).lower()
-            ) == (kind != "none")
+    assert ("bearer" in str(spec.get("components", {}).get("securitySchemes", {})).lower()) == (
+        kind != "none"
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_black_box_run_reports_no_failures(kind: str, redis7: RedisServer,
-                                           tmp_path: Path) -> None:
+def test_black_box_run_reports_no_failures(kind: str, redis7: RedisServer, tmp_path: Path) -> None:
     """`st run --checks all` against a live `redcrawl serve`, as an outside audit runs it
     (coverage, fuzzing and stateful phases): 0 failures, 0 errors."""
     if shutil.which("st") is None:
         need("schemathesis's st command", "pip install schemathesis")
     redis.Redis.from_url(redis7.url).flushall()
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(SRC), "REDCRAWL_REDIS_URL": redis7.url,
-           "REDCRAWL_API_PORT": str(port)}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(SRC),
+        "REDCRAWL_REDIS_URL": redis7.url,
+        "REDCRAWL_API_PORT": str(port),
+    }
     for name in ("REDCRAWL_API_TOKENS", "REDCRAWL_API_ADMIN_TOKENS"):
         env.pop(name, None)
     if kind != "none":
         env.update(REDCRAWL_API_TOKENS=READ, REDCRAWL_API_ADMIN_TOKENS=ADMIN)
-    auth = [] if kind == "none" else ["-H", f"Authorization: Bearer "
-                                            f"{ADMIN if kind == 'admin' else READ}"]
+    auth = (
+        []
+        if kind == "none"
+        else ["-H", f"Authorization: Bearer {ADMIN if kind == 'admin' else READ}"]
+    )
     url = f"http://127.0.0.1:{port}"
     with serving(tmp_path, env, f"{url}/v1/health"):
         import httpx
 
-        httpx.post(f"{url}/v1/crawls/c/requests", headers=AUTH_ADMIN if kind != "none"
-                   else {}, json={"requests": [{"url": "https://example.com/"}]},
-                   timeout=10).raise_for_status()
+        httpx.post(
+            f"{url}/v1/crawls/c/requests",
+            headers=AUTH_ADMIN if kind != "none" else {},
+            json={"requests": [{"url": "https://example.com/"}]},
+            timeout=10,
+        ).raise_for_status()
         # 413 (a body over REDCRAWL_API_MAX_BODY, e.g. 1001 fat items) is a rejection too:
         # schemathesis's default list of rejection statuses leaves it out
         config = tmp_path / "schemathesis.toml"
-        config.write_text('[checks.negative_data_rejection]\nexpected-statuses = ["400", '
-                          '"401", "403", "404", "405", "406", "409", "413", "415", "422", '
-                          '"428", "429", "5xx"]\n')
+        config.write_text(
+            '[checks.negative_data_rejection]\nexpected-statuses = ["400", '
+            '"401", "403", "404", "405", "406", "409", "413", "415", "422", '
+            '"428", "429", "5xx"]\n'
+        )
         run = subprocess.run(
-            [shutil.which("st") or "st", "--config-file", str(config), "run",
-             f"{url}/openapi.json", *auth,
-             "--checks", "all", "--max-examples", os.environ.get("ST_EXAMPLES", "5"),
-             "--workers", "1", "--no-color", "--seed", "1"],
-            capture_output=True, text=True, timeout=540, cwd=tmp_path)
+            [
+                shutil.which("st") or "st",
+                "--config-file",
+                str(config),
+                "run",
+                f"{url}/openapi.json",
+                *auth,
+                "--checks",
+                "all",
+                "--max-examples",
+                os.environ.get("ST_EXAMPLES", "5"),
+                "--workers",
+                "1",
+                "--no-color",
+                "--seed",
+                "1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=540,
+            cwd=tmp_path,
+        )
     tail = run.stdout[-6000:]
     print(tail)
     assert run.returncode == 0, tail + run.stderr[-2000:]
     assert "Internal Server Error" not in run.stdout
-

@@ -20,32 +20,50 @@ from redcrawl.errors import DecodeError, EncodeError
 from tests.conftest import RedisServer
 from tests.scrapy_projects.harness import frontier, run_spider
 
-FORBIDDEN = ["_set_crawler", "start_requests", "spider_idle", "close", "closed",
-             "from_crawler", "setup_redis", "_private", "__init__", "logger", "name"]
+FORBIDDEN = [
+    "_set_crawler",
+    "start_requests",
+    "spider_idle",
+    "close",
+    "closed",
+    "from_crawler",
+    "setup_redis",
+    "_private",
+    "__init__",
+    "logger",
+    "name",
+]
 
 
 @pytest.fixture
 def site() -> Iterator[ShopSite]:
-    with ShopSite(SiteConfig(products=6, per_page=3, categories=2,
-                             tracking_params=False)) as s:
+    with ShopSite(SiteConfig(products=6, per_page=3, categories=2, tracking_params=False)) as s:
         yield s
 
 
 def test_forbidden_callbacks_in_redis_are_dead_letters_never_calls(
-        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis,
-        site: ShopSite) -> None:
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis, site: ShopSite
+) -> None:
     redis7_client.flushall()
     f = frontier(redis7_client, "callbacks")
-    bad = {f"{site.url}/product/{i}": name
-           for i, name in enumerate(["_set_crawler", "start_requests", "spider_idle"], 1)}
+    bad = {
+        f"{site.url}/product/{i}": name
+        for i, name in enumerate(["_set_crawler", "start_requests", "spider_idle"], 1)
+    }
     envs = [Envelope(url=url, callback=name, dont_filter=True) for url, name in bad.items()]
-    envs.append(Envelope(url=f"{site.url}/product/4", errback="_set_crawler",
-                         callback="parse_item", dont_filter=True))
-    envs.append(Envelope(url=f"{site.url}/product/5", callback="parse_item",
-                         dont_filter=True))
+    envs.append(
+        Envelope(
+            url=f"{site.url}/product/4",
+            errback="_set_crawler",
+            callback="parse_item",
+            dont_filter=True,
+        )
+    )
+    envs.append(Envelope(url=f"{site.url}/product/5", callback="parse_item", dont_filter=True))
     assert f.push(envs).accepted == 5
-    run = run_spider("start_entries_spider.py", tmp_path, redis_url=redis7.url,
-                     crawl="callbacks").ok()
+    run = run_spider(
+        "start_entries_spider.py", tmp_path, redis_url=redis7.url, crawl="callbacks"
+    ).ok()
     assert [u for u, *_ in run.report["spider"]["seen"]] == [f"{site.url}/product/5"]
     assert site.hits() == {"/product/5": 1}
     dead = {d.url: d.error for d in f.dead()}
@@ -73,8 +91,9 @@ def test_generic_spiders_own_callbacks_still_travel() -> None:
     """CrawlSpider gives its rule links ``_callback``/``_errback`` and SitemapSpider its
     sitemaps ``_parse_sitemap``: allowed on spiders of those classes only."""
     rules = Rules()
-    link = scrapy.Request("http://a.example/p", callback=rules._callback,
-                          errback=rules._errback, meta={"rule": 0})
+    link = scrapy.Request(
+        "http://a.example/p", callback=rules._callback, errback=rules._errback, meta={"rule": 0}
+    )
     out = to_request(decode(encode(from_request(link, rules))), rules)
     assert out.callback == rules._callback and out.errback == rules._errback
     maps = Maps()

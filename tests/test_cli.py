@@ -32,11 +32,13 @@ def crawl(redis7_client: redis.Redis) -> FrontierCore:
     return ListsFrontier(redis7_client, Settings(), "cli")
 
 
-def test_seed_status_dead_requeue_purge(redis7: RedisServer, crawl: FrontierCore,
-                                        tmp_path: Path) -> None:
+def test_seed_status_dead_requeue_purge(
+    redis7: RedisServer, crawl: FrontierCore, tmp_path: Path
+) -> None:
     url = redis7.url
-    code, out = invoke("seed", "https://a.example/1", "https://a.example/2",
-                       "--redis-url", url, "--crawl", "cli")
+    code, out = invoke(
+        "seed", "https://a.example/1", "https://a.example/2", "--redis-url", url, "--crawl", "cli"
+    )
     assert code == 0 and "seeded 2" in out
     listing = tmp_path / "urls.txt"
     listing.write_text("https://a.example/2\nhttps://a.example/3\n\n")
@@ -70,30 +72,45 @@ def test_seed_recrawl(redis7: RedisServer, crawl: FrontierCore) -> None:
     assert crawl.counts().ready == 1
 
 
-@pytest.mark.parametrize("bad,words", [
-    ("http://exa mple.com/", "whitespace"),
-    ("http://a\x00b.example/", "control"),
-    ("http:///no-host", "no host"),
-    ("file:///etc/passwd", "http"),
-])
+@pytest.mark.parametrize(
+    "bad,words",
+    [
+        ("http://exa mple.com/", "whitespace"),
+        ("http://a\x00b.example/", "control"),
+        ("http:///no-host", "no host"),
+        ("file:///etc/passwd", "http"),
+    ],
+)
 def test_seed_refuses_urls_with_bad_hosts_and_stores_nothing(
-        redis7: RedisServer, crawl: FrontierCore, bad: str, words: str) -> None:
-    code, out = invoke("seed", "https://ok.example/", bad, "--redis-url", redis7.url,
-                       "--crawl", "cli")
+    redis7: RedisServer, crawl: FrontierCore, bad: str, words: str
+) -> None:
+    code, out = invoke(
+        "seed", "https://ok.example/", bad, "--redis-url", redis7.url, "--crawl", "cli"
+    )
     assert code == 2 and words in out and "nothing was seeded" in out, out
     assert crawl.counts().accepted == 0
 
 
 def test_seed_refuses_a_framework_callback(redis7: RedisServer, crawl: FrontierCore) -> None:
-    code, out = invoke("seed", "https://ok.example/", "--callback", "_set_crawler",
-                       "--redis-url", redis7.url, "--crawl", "cli")
+    code, out = invoke(
+        "seed",
+        "https://ok.example/",
+        "--callback",
+        "_set_crawler",
+        "--redis-url",
+        redis7.url,
+        "--crawl",
+        "cli",
+    )
     assert code == 2 and "private" in out and crawl.counts().accepted == 0
 
 
-def test_bad_input_is_a_clear_error_and_writes_nothing(redis7: RedisServer,
-                                                       crawl: FrontierCore) -> None:
-    code, out = invoke("seed", "https://ok.example/", "ftp://nope/", "--redis-url", redis7.url,
-                       "--crawl", "cli")
+def test_bad_input_is_a_clear_error_and_writes_nothing(
+    redis7: RedisServer, crawl: FrontierCore
+) -> None:
+    code, out = invoke(
+        "seed", "https://ok.example/", "ftp://nope/", "--redis-url", redis7.url, "--crawl", "cli"
+    )
     assert code == 2 and "ftp://nope/" in out and "nothing was seeded" in out
     assert crawl.counts().accepted == 0
     code, out = invoke("status", "--redis-url", redis7.url)
@@ -109,8 +126,7 @@ def test_unreachable_redis_exit_code(redis7: RedisServer) -> None:
 
 def test_purge_asks_first(redis7: RedisServer, crawl: FrontierCore) -> None:
     invoke("seed", "https://a.example/1", "--redis-url", redis7.url, "--crawl", "cli")
-    result = runner.invoke(app, ["purge", "--redis-url", redis7.url, "--crawl", "cli"],
-                           input="n\n")
+    result = runner.invoke(app, ["purge", "--redis-url", redis7.url, "--crawl", "cli"], input="n\n")
     assert result.exit_code == 1 and crawl.counts().accepted == 1
 
 
@@ -119,10 +135,25 @@ def test_demo_command(tmp_path: Path) -> None:
     """README's main command, small: serves the shop, crawls it with 2 workers on the
     embedded Redis, reports, exits 0."""
     result = subprocess.run(
-        [sys.executable, "-m", "redcrawl", "demo", "--workers", "2", "--products", "300",
-         "--no-progress", "--dir", str(tmp_path / "demo")],
-        capture_output=True, text=True, timeout=180, cwd=tmp_path,
-        env={**os.environ, "COLUMNS": "200"})
+        [
+            sys.executable,
+            "-m",
+            "redcrawl",
+            "demo",
+            "--workers",
+            "2",
+            "--products",
+            "300",
+            "--no-progress",
+            "--dir",
+            str(tmp_path / "demo"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = result.stdout
     assert "321 of 321" in report  # pages fetched (distinct) of canonical pages
@@ -133,6 +164,7 @@ def test_demo_command(tmp_path: Path) -> None:
 
 # --- inspection never starts a server; default crawl; states ---------------------------
 
+
 @pytest.fixture
 def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A folder with no crawl in it, as the current directory, no Redis URL set."""
@@ -142,11 +174,18 @@ def elsewhere(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path
 
 
-@pytest.mark.parametrize("command", [["status", "--crawl", "x"], ["dead", "--crawl", "x"],
-                                     ["crawls"], ["pause", "--crawl", "x"],
-                                     ["purge", "--yes", "--crawl", "x"], ["status"]])
-def test_inspection_elsewhere_starts_no_embedded_redis(elsewhere: Path,
-                                                       command: list[str]) -> None:
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["status", "--crawl", "x"],
+        ["dead", "--crawl", "x"],
+        ["crawls"],
+        ["pause", "--crawl", "x"],
+        ["purge", "--yes", "--crawl", "x"],
+        ["status"],
+    ],
+)
+def test_inspection_elsewhere_starts_no_embedded_redis(elsewhere: Path, command: list[str]) -> None:
     """Run from another folder, an inspection command says it found no crawl state
     there, exits non-zero and leaves no .redcrawl folder behind (it used to start a fresh
     empty server and report the crawl finished)."""
@@ -175,18 +214,25 @@ def test_status_of_the_embedded_redis_names_its_socket(elsewhere: Path) -> None:
     # stopped, its data on disk: status reads it (starting a server for itself, in a
     # process of its own so that the server goes away with it)
     env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
-    result = subprocess.run([sys.executable, "-m", "redcrawl", "status", "--crawl", "emb",
-                             "--json"], cwd=elsewhere, env=env, capture_output=True,
-                            text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "redcrawl", "status", "--crawl", "emb", "--json"],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["ready"] == 1
 
 
-def test_status_states_duplicates_and_default_crawl(redis7: RedisServer,
-                                                   crawl: FrontierCore) -> None:
+def test_status_states_duplicates_and_default_crawl(
+    redis7: RedisServer, crawl: FrontierCore
+) -> None:
     url = redis7.url
-    invoke("seed", "https://a.example/1", "https://a.example/2", "--redis-url", url,
-           "--crawl", "cli")
+    invoke(
+        "seed", "https://a.example/1", "https://a.example/2", "--redis-url", url, "--crawl", "cli"
+    )
     code, out = invoke("status", "--redis-url", url)  # the only crawl in this Redis
     assert code == 0 and "crawl cli" in out and "stopped (no live workers)" in out
     crawl.lease("w1", 1)  # a live worker
@@ -218,17 +264,18 @@ def test_dead_letters_show_when_they_died(redis7: RedisServer, crawl: FrontierCo
         crawl.dead_letter(lease, "HTTP 500 forever")
     code, out = invoke("dead", "--redis-url", redis7.url, "--crawl", "cli")
     assert code == 0
-    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ  \S+  https://a.example/1  attempts=",
-                    out), out
+    assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ  \S+  https://a.example/1  attempts=", out), (
+        out
+    )
 
 
-PROJECT_SPIDER = '''
+PROJECT_SPIDER = """
 import scrapy
 
 
 class One(scrapy.Spider):
     name = "only"
-'''
+"""
 
 
 @pytest.fixture
@@ -260,8 +307,9 @@ def test_wrong_spider_outside_a_project(elsewhere: Path) -> None:
     assert code == 2 and "not a Scrapy project" in " ".join(out.split())
 
 
-def test_default_crawl_is_the_projects_only_spider(project: Path, redis7: RedisServer,
-                                                   redis7_client: redis.Redis) -> None:
+def test_default_crawl_is_the_projects_only_spider(
+    project: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     code, out = invoke("seed", "https://a.example/", "--redis-url", redis7.url)
     assert code == 0, out
     assert ListsFrontier(redis7_client, Settings(), "only").counts().ready == 1
@@ -278,8 +326,16 @@ def test_progress_line_does_not_wrap_at_80_columns() -> None:
 
     sink = io.StringIO()
     display = ProgressDisplay(Console(file=sink, width=80, force_terminal=True))
-    big = Counts(accepted=12_345_678, filtered=9_999_999, ready=1_234_567, delayed=12_345,
-                 in_flight=256, done=10_000_000, dead=1_234, retried=99_999)
+    big = Counts(
+        accepted=12_345_678,
+        filtered=9_999_999,
+        ready=1_234_567,
+        delayed=12_345,
+        in_flight=256,
+        done=10_000_000,
+        dead=1_234,
+        retried=99_999,
+    )
     display(Tick(big, {"items": 9_876_543}, 3725.0, 4))
     display.console.print(display.progress.get_renderable())
     lines = sink.getvalue().rstrip("\n").split("\n")
@@ -297,13 +353,26 @@ def test_fail_on_dead(redis7: RedisServer, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
     env.update(REDCRAWL_REDIS_URL=redis7.url, COLUMNS="200")
     with ShopSite(SiteConfig(products=30, always_fail=(7,))) as site:
-        cmd = [sys.executable, "-m", "redcrawl", "crawl", str(SPIDER), "--workers", "1",
-               "--crawl", "fod", "--arg", f"url={site.url}", "--no-progress",
-               "--fail-on-dead"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "redcrawl",
+            "crawl",
+            str(SPIDER),
+            "--workers",
+            "1",
+            "--crawl",
+            "fod",
+            "--arg",
+            f"url={site.url}",
+            "--no-progress",
+            "--fail-on-dead",
+        ]
         for item in [*demo_worker_settings(tmp_path / "items.db"), "REDCRAWL_RETRY_BACKOFF=0.1"]:
             cmd += ["--set", item]
-        result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
-                                timeout=100)
+        result = subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100
+        )
     assert result.returncode == 4, result.stderr[-3000:]
     assert "1 dead letter(s)" in result.stderr
 

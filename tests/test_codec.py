@@ -123,8 +123,10 @@ def test_round_trip_cookie_list_dont_filter_and_extremes() -> None:
     )
     back = decode(encode(env))
     assert back == env
-    assert back.cookies == [{"name": "a", "value": "1", "domain": "example.org"},
-                            {"name": "b", "value": "2"}]
+    assert back.cookies == [
+        {"name": "a", "value": "1", "domain": "example.org"},
+        {"name": "b", "value": "2"},
+    ]
     low = Envelope(url="http://x/", priority=-1_000_000)
     assert decode(encode(low)).priority == -1_000_000
 
@@ -144,12 +146,39 @@ def test_defaults_are_left_out_of_the_bytes() -> None:
     assert len(encode(with_fp)) < len(url) + 40
     assert len(encode(Envelope(url=url))) < len(url) + 10
     # Explicit defaults are omitted too.
-    explicit = Envelope(url=url, method="GET", encoding="utf-8", priority=0, dont_filter=False,
-                        body=b"", meta={}, flags=[], cb_kwargs={}, headers=[], extra={})
+    explicit = Envelope(
+        url=url,
+        method="GET",
+        encoding="utf-8",
+        priority=0,
+        dont_filter=False,
+        body=b"",
+        meta={},
+        flags=[],
+        cb_kwargs={},
+        headers=[],
+        extra={},
+    )
     assert encode(explicit) == encode(Envelope(url=url))
     # And every non-default field does show up under its short key.
-    assert set(raw(FULL)) == {"v", "u", "m", "h", "b", "c", "mt", "cb", "eb", "p", "fl", "k",
-                              "e", "cls", "x", "f"}
+    assert set(raw(FULL)) == {
+        "v",
+        "u",
+        "m",
+        "h",
+        "b",
+        "c",
+        "mt",
+        "cb",
+        "eb",
+        "p",
+        "fl",
+        "k",
+        "e",
+        "cls",
+        "x",
+        "f",
+    }
     assert raw(FULL)["v"] == codec.PLAIN_VERSION == 1  # plain data: readable by v1 workers
 
 
@@ -224,27 +253,30 @@ def test_unstorable_flag_is_encode_error() -> None:
 # --- decoding hostile bytes -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("data", [
-    b"",
-    b"\xc1",  # never-used msgpack byte
-    b"\x81",  # truncated map
-    b"garbage that is not msgpack \xff\xfe",
-    b"\xff" * 64,
-    packed({"v": 1, "u": "http://x/"}) + b"\x00",  # trailing data
-    packed([1, "http://x/"]),
-    packed("http://x/"),
-    packed(None),
-    packed({"v": 3, "u": "http://x/"}),
-    packed({"v": 0, "u": "http://x/"}),
-    packed({"v": "1", "u": "http://x/"}),
-    packed({"u": "http://x/"}),
-    packed({"v": 1}),
-    packed({"v": 1, "u": ""}),
-    packed({"v": 1, "u": 5}),
-    packed({"v": 1, "u": b"http://x/"}),
-    packed({1: 1}),  # integer map key
-    b"\x82\xa1v\x01\xa1u\xa3\xff\xfe\xfd",  # URL str with invalid UTF-8
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\xc1",  # never-used msgpack byte
+        b"\x81",  # truncated map
+        b"garbage that is not msgpack \xff\xfe",
+        b"\xff" * 64,
+        packed({"v": 1, "u": "http://x/"}) + b"\x00",  # trailing data
+        packed([1, "http://x/"]),
+        packed("http://x/"),
+        packed(None),
+        packed({"v": 3, "u": "http://x/"}),
+        packed({"v": 0, "u": "http://x/"}),
+        packed({"v": "1", "u": "http://x/"}),
+        packed({"u": "http://x/"}),
+        packed({"v": 1}),
+        packed({"v": 1, "u": ""}),
+        packed({"v": 1, "u": 5}),
+        packed({"v": 1, "u": b"http://x/"}),
+        packed({1: 1}),  # integer map key
+        b"\x82\xa1v\x01\xa1u\xa3\xff\xfe\xfd",  # URL str with invalid UTF-8
+    ],
+)
 def test_decode_rejects_garbage(data: bytes) -> None:
     with pytest.raises(DecodeError):
         decode(data)
@@ -255,20 +287,43 @@ def test_future_version_message_says_what_to_do() -> None:
         decode(packed({"v": 3, "u": "http://x/", "new": "field"}))
 
 
-@pytest.mark.parametrize(("key", "value"), [
-    ("m", 5), ("h", "X-A: b"), ("h", [["X-A"]]), ("h", [5]), ("h", [[b"a", 5]]),
-    ("h", [[b"a", ["v"]]]), ("h", [[-1, []]]), ("b", "text body"), ("mt", [1, 2]),
-    ("cb", 1), ("eb", b"on_error"), ("p", "1"), ("p", 1.5), ("fl", {"a": 1}), ("df", 1),
-    ("df", "yes"), ("k", [1]), ("e", 8), ("cls", ["scrapy.Request"]), ("x", "dumps"),
-    ("f", "not-bytes"), ("m", None),
-])
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("m", 5),
+        ("h", "X-A: b"),
+        ("h", [["X-A"]]),
+        ("h", [5]),
+        ("h", [[b"a", 5]]),
+        ("h", [[b"a", ["v"]]]),
+        ("h", [[-1, []]]),
+        ("b", "text body"),
+        ("mt", [1, 2]),
+        ("cb", 1),
+        ("eb", b"on_error"),
+        ("p", "1"),
+        ("p", 1.5),
+        ("fl", {"a": 1}),
+        ("df", 1),
+        ("df", "yes"),
+        ("k", [1]),
+        ("e", 8),
+        ("cls", ["scrapy.Request"]),
+        ("x", "dumps"),
+        ("f", "not-bytes"),
+        ("m", None),
+    ],
+)
 def test_decode_rejects_wrong_field_types(key: str, value: Any) -> None:
     with pytest.raises(DecodeError):
         decode(packed({"v": 1, "u": "http://x/", key: value}))
 
 
-@pytest.mark.parametrize("headers", [[[3, [b"v"]]], [[b"X-A", [4]]], [[2**63, []]]],
-                         ids=["int-name", "int-value", "huge-int-name"])
+@pytest.mark.parametrize(
+    "headers",
+    [[[3, [b"v"]]], [[b"X-A", [4]]], [[2**63, []]]],
+    ids=["int-name", "int-value", "huge-int-name"],
+)
 def test_decode_rejects_integer_headers(headers: Any) -> None:
     with pytest.raises(DecodeError):
         decode(packed({"v": 1, "u": "http://x/", "h": headers}))
@@ -286,18 +341,43 @@ def test_decode_random_bytes_only_ever_raises_decode_error(data: bytes) -> None:
 
 def _values() -> st.SearchStrategy[Any]:
     # Small ints only: huge integers in headers are the known bug tested above.
-    leaves = (st.none() | st.booleans() | st.integers(-300, 300) | st.floats(allow_nan=False)
-              | st.text(max_size=8) | st.binary(max_size=8))
+    leaves = (
+        st.none()
+        | st.booleans()
+        | st.integers(-300, 300)
+        | st.floats(allow_nan=False)
+        | st.text(max_size=8)
+        | st.binary(max_size=8)
+    )
     return st.recursive(
         leaves,
-        lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=3), kids,
-                                                                  max_size=3),
+        lambda kids: (
+            st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=3), kids, max_size=3)
+        ),
         max_leaves=8,
     )
 
 
-FIELDS = ["v", "u", "m", "h", "b", "c", "mt", "cb", "eb", "p", "fl", "df", "k", "e", "cls", "x",
-          "f", "zz"]
+FIELDS = [
+    "v",
+    "u",
+    "m",
+    "h",
+    "b",
+    "c",
+    "mt",
+    "cb",
+    "eb",
+    "p",
+    "fl",
+    "df",
+    "k",
+    "e",
+    "cls",
+    "x",
+    "f",
+    "zz",
+]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -315,8 +395,9 @@ def test_decode_random_maps_only_ever_raises_decode_error(d: dict[str, Any], val
 # --- Scrapy requests ---------------------------------------------------------------------
 
 
-def through_redis(request: scrapy.Request, spider: scrapy.Spider | None,
-                  fingerprint: bytes | None = None) -> scrapy.Request:
+def through_redis(
+    request: scrapy.Request, spider: scrapy.Spider | None, fingerprint: bytes | None = None
+) -> scrapy.Request:
     env = from_request(request, spider, fingerprint=fingerprint)
     back = decode(encode(env))
     if env.dont_filter:  # dont_filter requests are stored without their fingerprint
@@ -328,10 +409,19 @@ def through_redis(request: scrapy.Request, spider: scrapy.Spider | None,
 
 def test_scrapy_request_round_trip(spider: MySpider) -> None:
     req = scrapy.Request(
-        "http://example.com/a?b=1", callback=spider.parse_detail, errback=spider.on_error,
-        method="POST", headers={"X-A": ["1", "2"], "User-Agent": "ua"},
-        body=b"\x00\xff\x00", cookies={"k": "v"}, meta={"m": {"n": [1, 2]}, "b": b"\x01"},
-        priority=5, dont_filter=True, flags=["f1"], cb_kwargs={"x": 1}, encoding="latin-1",
+        "http://example.com/a?b=1",
+        callback=spider.parse_detail,
+        errback=spider.on_error,
+        method="POST",
+        headers={"X-A": ["1", "2"], "User-Agent": "ua"},
+        body=b"\x00\xff\x00",
+        cookies={"k": "v"},
+        meta={"m": {"n": [1, 2]}, "b": b"\x01"},
+        priority=5,
+        dont_filter=True,
+        flags=["f1"],
+        cb_kwargs={"x": 1},
+        encoding="latin-1",
     )
     env = from_request(req, spider, fingerprint=FP)
     assert env.callback == "parse_detail" and env.errback == "on_error"
@@ -346,28 +436,39 @@ def test_scrapy_request_round_trip(spider: MySpider) -> None:
     assert out.cookies == {"k": "v"}
     assert out.meta == {"m": {"n": [1, 2]}, "b": b"\x01"}
     assert (out.priority, out.dont_filter, out.flags, out.cb_kwargs, out.encoding) == (
-        5, True, ["f1"], {"x": 1}, "latin-1")
+        5,
+        True,
+        ["f1"],
+        {"x": 1},
+        "latin-1",
+    )
 
 
 def test_plain_get_request_round_trip(spider: MySpider) -> None:
     req = scrapy.Request("http://example.com/", callback=spider.parse)
     out = through_redis(req, spider, FP)
     assert (out.url, out.method, out.body, out.callback) == (
-        "http://example.com/", "GET", b"", spider.parse)
+        "http://example.com/",
+        "GET",
+        b"",
+        spider.parse,
+    )
     assert out.meta == {} and out.cb_kwargs == {} and out.flags == []
     assert out.errback is None and out.priority == 0 and not out.dont_filter
 
 
 def test_request_without_callback_round_trip(spider: MySpider) -> None:
-    out = through_redis(scrapy.Request("http://example.com/x", cookies=[{"name": "a",
-                                                                         "value": "1"}]), spider)
+    out = through_redis(
+        scrapy.Request("http://example.com/x", cookies=[{"name": "a", "value": "1"}]), spider
+    )
     assert out.callback is None and out.errback is None
     assert out.cookies == [{"name": "a", "value": "1"}]
 
 
 def test_form_request_round_trip(spider: MySpider) -> None:
-    req = FormRequest("http://example.com/post", formdata={"a": "1", "b": ["2", "3 4"]},
-                      callback=spider.parse)
+    req = FormRequest(
+        "http://example.com/post", formdata={"a": "1", "b": ["2", "3 4"]}, callback=spider.parse
+    )
     env = from_request(req, spider)
     assert env.request_class == "scrapy.http.request.form.FormRequest"
     out = through_redis(req, spider)
@@ -379,8 +480,12 @@ def test_form_request_round_trip(spider: MySpider) -> None:
 
 
 def test_json_request_round_trip_keeps_dumps_kwargs(spider: MySpider) -> None:
-    req = JsonRequest("http://example.com/api", data={"k": [1, 2], "z": None},
-                      dumps_kwargs={"indent": 2}, callback=spider.parse)
+    req = JsonRequest(
+        "http://example.com/api",
+        data={"k": [1, 2], "z": None},
+        dumps_kwargs={"indent": 2},
+        callback=spider.parse,
+    )
     env = from_request(req, spider)
     assert env.request_class == "scrapy.http.request.json_request.JsonRequest"
     assert env.extra == {"dumps_kwargs": {"indent": 2, "sort_keys": True}}
@@ -393,8 +498,9 @@ def test_json_request_round_trip_keeps_dumps_kwargs(spider: MySpider) -> None:
     assert out.headers.get("Content-Type") == b"application/json"
 
 
-def test_unknown_request_subclass_needs_allow_request_class(spider: MySpider,
-                                                            allowed: set[str]) -> None:
+def test_unknown_request_subclass_needs_allow_request_class(
+    spider: MySpider, allowed: set[str]
+) -> None:
     path = f"{__name__}.CustomRequest"
     req = CustomRequest("http://example.com/c", callback=spider.parse, meta={"a": 1})
     with pytest.raises(EncodeError, match="allow_request_class") as info:
@@ -417,8 +523,9 @@ def test_lambda_and_foreign_callbacks_are_encode_errors(spider: MySpider) -> Non
         with pytest.raises(EncodeError, match="spider methods"):
             from_request(scrapy.Request("http://x/", callback=cb), spider)
     with pytest.raises(EncodeError):
-        from_request(scrapy.Request("http://x/", callback=spider.parse,
-                                    errback=lambda f: None), spider)
+        from_request(
+            scrapy.Request("http://x/", callback=spider.parse, errback=lambda f: None), spider
+        )
     # Without a spider there is nothing to name a callback by.
     with pytest.raises(EncodeError):
         from_request(scrapy.Request("http://x/", callback=spider.parse), None)
@@ -432,8 +539,9 @@ def test_request_with_unstorable_meta_fails_at_encode(spider: MySpider) -> None:
         encode(from_request(scrapy.Request("http://x/", priority=2_000_000), spider))
 
 
-@pytest.mark.parametrize("name", ["__init__", "__class__", "__reduce__", "name", "nope",
-                                  "start_urls", "custom_settings"])
+@pytest.mark.parametrize(
+    "name", ["__init__", "__class__", "__reduce__", "name", "nope", "start_urls", "custom_settings"]
+)
 def test_callback_that_is_not_a_spider_method_is_decode_error(spider: MySpider, name: str) -> None:
     env = decode(encode(Envelope(url="http://x/", callback=name)))
     with pytest.raises(DecodeError, match=name):
@@ -452,16 +560,16 @@ def test_callable_non_method_attribute_is_decode_error(spider: MySpider, name: s
 EVIL = "redcrawl_evil_module_xyz"
 
 
-@pytest.mark.parametrize("path", [f"{EVIL}.Cls", "os.system", "subprocess.Popen",
-                                  "builtins.eval", "scrapy.Spider"])
-def test_disallowed_request_class_is_never_imported(path: str, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch,
-                                                    spider: MySpider) -> None:
+@pytest.mark.parametrize(
+    "path", [f"{EVIL}.Cls", "os.system", "subprocess.Popen", "builtins.eval", "scrapy.Spider"]
+)
+def test_disallowed_request_class_is_never_imported(
+    path: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spider: MySpider
+) -> None:
     # A real, importable module whose import would leave a mark.
     marker = tmp_path / "imported"
     (tmp_path / f"{EVIL}.py").write_text(
-        f"open({str(marker)!r}, 'w').close()\n"
-        "import scrapy\nclass Cls(scrapy.Request):\n    pass\n"
+        f"open({str(marker)!r}, 'w').close()\nimport scrapy\nclass Cls(scrapy.Request):\n    pass\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     imports: list[str] = []
@@ -488,8 +596,9 @@ def test_allowed_but_bogus_class_is_decode_error(allowed: set[str], spider: MySp
     with pytest.raises(DecodeError, match=r"not a scrapy\.Request subclass"):
         to_request(Envelope(url="http://x/", request_class="os.getcwd"), spider)
     with pytest.raises(DecodeError, match="cannot be imported"):
-        to_request(Envelope(url="http://x/", request_class="redcrawl_no_such_module_abc.Req"),
-                   spider)
+        to_request(
+            Envelope(url="http://x/", request_class="redcrawl_no_such_module_abc.Req"), spider
+        )
 
 
 def test_extra_attributes_unknown_to_the_class_are_ignored(spider: MySpider) -> None:
@@ -519,10 +628,14 @@ def test_redcrawl_source_never_uses_pickle() -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             if path == migration:
-                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-                        and node.value.id == "pickle"):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "pickle"
+                ):
                     assert node.attr in allowed_in_migration, (
-                        f"{path}:{node.lineno} uses pickle.{node.attr}")
+                        f"{path}:{node.lineno} uses pickle.{node.attr}"
+                    )
                 if isinstance(node, ast.ImportFrom) and node.module == "pickle":
                     raise AssertionError(f"{path}:{node.lineno}: from pickle import ...")
                 continue
@@ -547,18 +660,32 @@ _URL_CHARS = "Aa0z9-._~:/?#[]@!$&'()*+,;=% \"<>\\^`{|}é\x7f\t"
 
 
 @settings(max_examples=3000, deadline=None)
-@given(st.sampled_from(["http://", "https://", "HTTP://", "ftp://", "data:", "http://a.b",
-                        "https://x-1.com:8080/", "http://[::1]"]),
-       st.text(alphabet=_URL_CHARS, max_size=30),
-       st.sampled_from([scrapy.Request, FormRequest, JsonRequest]))
+@given(
+    st.sampled_from(
+        [
+            "http://",
+            "https://",
+            "HTTP://",
+            "ftp://",
+            "data:",
+            "http://a.b",
+            "https://x-1.com:8080/",
+            "http://[::1]",
+        ]
+    ),
+    st.text(alphabet=_URL_CHARS, max_size=30),
+    st.sampled_from([scrapy.Request, FormRequest, JsonRequest]),
+)
 def test_rebuilt_url_is_what_scrapy_would_make_of_any_stored_url(
-        prefix: str, rest: str, cls: type[scrapy.Request]) -> None:
+    prefix: str, rest: str, cls: type[scrapy.Request]
+) -> None:
     """to_request skips Scrapy's URL escaping for URLs already in escaped form; for any
     string at all in an envelope, the request it builds has the URL Scrapy's own
     constructor gives (or both refuse it)."""
     url = prefix + rest
-    env = Envelope(url=url, request_class=None if cls is scrapy.Request
-                   else f"{cls.__module__}.{cls.__name__}")
+    env = Envelope(
+        url=url, request_class=None if cls is scrapy.Request else f"{cls.__module__}.{cls.__name__}"
+    )
     try:
         expected = cls(url).url
     except (TypeError, ValueError):
@@ -574,12 +701,10 @@ def test_rebuilt_request_is_a_plain_request_tracked_as_one(spider: MySpider) -> 
     from scrapy.utils.trackref import live_refs
 
     before = len(live_refs.get(scrapy.Request, ()))
-    out = to_request(Envelope(url="http://example.com/p?q=1", callback="parse", priority=3),
-                     spider)
+    out = to_request(Envelope(url="http://example.com/p?q=1", callback="parse", priority=3), spider)
     assert type(out) is scrapy.Request and out.__class__ is scrapy.Request
     assert len(live_refs[scrapy.Request]) == before + 1
-    assert (out.url, out.priority, out.callback) == ("http://example.com/p?q=1", 3,
-                                                     spider.parse)
+    assert (out.url, out.priority, out.callback) == ("http://example.com/p?q=1", 3, spider.parse)
     assert out.replace(url="http://example.com/x y").url == "http://example.com/x%20y"
     assert codec._trusting_class(scrapy.Request) is not None  # the fast path is in use
 

@@ -92,14 +92,17 @@ def test_password_is_redacted_in_the_error() -> None:
     assert "secret" not in info.value.url
 
 
-@pytest.mark.parametrize(("url", "expected"), [
-    ("redis://user:secret@h:1/0", "redis://user:***@h:1/0"),
-    ("redis://:secret@h/2", "redis://:***@h/2"),
-    ("rediss://u:p%40ss@h:6380", "rediss://u:***@h:6380"),
-    ("redis://h:1/0", "redis://h:1/0"),
-    ("redis://user@h:1/0", "redis://user@h:1/0"),
-    ("unix:///tmp/redis.sock", "unix:///tmp/redis.sock"),
-])
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("redis://user:secret@h:1/0", "redis://user:***@h:1/0"),
+        ("redis://:secret@h/2", "redis://:***@h/2"),
+        ("rediss://u:p%40ss@h:6380", "rediss://u:***@h:6380"),
+        ("redis://h:1/0", "redis://h:1/0"),
+        ("redis://user@h:1/0", "redis://user@h:1/0"),
+        ("unix:///tmp/redis.sock", "unix:///tmp/redis.sock"),
+    ],
+)
 def test_redact(url: str, expected: str) -> None:
     assert redact(url) == expected
 
@@ -125,8 +128,9 @@ def test_malformed_port_with_password_is_config_error() -> None:
 
 def test_acl_user_password(redis7: RedisServer, redis7_client: redis.Redis) -> None:
     user = "rc_acl_user"
-    redis7_client.execute_command("ACL", "SETUSER", user, "reset", "on", ">s3cret-pass",
-                                  "~*", "&*", "+@all")
+    redis7_client.execute_command(
+        "ACL", "SETUSER", user, "reset", "on", ">s3cret-pass", "~*", "&*", "+@all"
+    )
     try:
         good = redis7.url.replace("redis://", f"redis://{user}:s3cret-pass@")
         client = connect(Settings(redis_url=good))
@@ -185,8 +189,9 @@ def test_embedded_start_and_reuse(tmp_path: Path, embedded: list[EmbeddedRedis])
     client.close()
 
 
-def test_embedded_data_persists_across_stop_and_start(tmp_path: Path,
-                                                      embedded: list[EmbeddedRedis]) -> None:
+def test_embedded_data_persists_across_stop_and_start(
+    tmp_path: Path, embedded: list[EmbeddedRedis]
+) -> None:
     server = EmbeddedRedis(tmp_path)
     embedded.append(server)
     client = redis.Redis.from_url(server.start())
@@ -225,8 +230,9 @@ def test_embedded_restarts_after_a_crash(tmp_path: Path, embedded: list[Embedded
     client.close()
 
 
-def test_resolve_url_without_url_starts_embedded(tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_resolve_url_without_url_starts_embedded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(connection, "_embedded", {})
     monkeypatch.setattr(redis.retry, "sleep", lambda s: None)  # see test_embedded_stop_is_prompt
     directory = tmp_path / "emb"
@@ -242,16 +248,21 @@ def test_resolve_url_without_url_starts_embedded(tmp_path: Path,
         assert client.ping()
         client.close()
         # A configured URL never starts anything.
-        assert connection.resolve_url(Settings(redis_url="redis://h:1", embedded_dir=tmp_path /
-                                               "unused")) == "redis://h:1"
+        assert (
+            connection.resolve_url(
+                Settings(redis_url="redis://h:1", embedded_dir=tmp_path / "unused")
+            )
+            == "redis://h:1"
+        )
         assert not (tmp_path / "unused").exists()
     finally:
         for server in connection._embedded.values():
             server.stop()
 
 
-def test_connect_without_url_starts_embedded(tmp_path: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_connect_without_url_starts_embedded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(connection, "_embedded", {})
     monkeypatch.setattr(redis.retry, "sleep", lambda s: None)  # see test_embedded_stop_is_prompt
     directory = tmp_path / "emb"
@@ -367,7 +378,8 @@ def test_brief_outage_blocks_retries_and_loses_nothing(binary: str, tmp_path: Pa
         assert counts.accepted == 6 and counts.ready == 6
         leased = frontier.lease("w", 10)
         assert sorted(lease.envelope.url for lease in leased) == sorted(
-            [e.url for e in before] + ["http://example.com/during-outage"])
+            [e.url for e in before] + ["http://example.com/during-outage"]
+        )
         # Dedupe state survived too.
         assert frontier.push(before).accepted == 0
         client.close()
@@ -381,15 +393,19 @@ def test_server_gone_for_good_is_connection_lost(binary: str, tmp_path: Path) ->
     url = f"redis://127.0.0.1:{port}/0"
     proc = _spawn(binary, port, tmp_path)
     try:
-        client = connect(Settings(redis_url=url),
-                         retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), 2))
+        client = connect(
+            Settings(redis_url=url), retry=Retry(ExponentialBackoff(cap=0.05, base=0.01), 2)
+        )
         frontier = ListsFrontier(client, Settings(), "c")
         assert frontier.push([env("http://example.com/1")]).accepted == 1
     finally:
         _kill(proc)
 
-    for call in (frontier.counts, lambda: frontier.push([env("http://example.com/2")]),
-                 lambda: frontier.lease("w", 1)):
+    for call in (
+        frontier.counts,
+        lambda: frontier.push([env("http://example.com/2")]),
+        lambda: frontier.lease("w", 1),
+    ):
         with pytest.raises(ConnectionLost) as info:
             call()
         assert not isinstance(info.value, redis.exceptions.RedisError)
@@ -406,9 +422,14 @@ class User:
     def __init__(self, directory: Path) -> None:
         root = Path(__file__).resolve().parent.parent
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.embedded_user", str(directory)], cwd=root,
+            [sys.executable, "-m", "tests.embedded_user", str(directory)],
+            cwd=root,
             env={**os.environ, "PYTHONPATH": f"{root / 'src'}{os.pathsep}{root}"},
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         self.server_pid = int(self.expect("ready")[0])
 
     def expect(self, word: str) -> list[str]:
@@ -504,8 +525,9 @@ def test_embedded_outlives_the_first_process_to_exit(tmp_path: Path, users: list
     assert _wait_gone(third.server_pid)
 
 
-def test_a_sigkilled_user_does_not_keep_the_embedded_alive(tmp_path: Path,
-                                                           users: list[User]) -> None:
+def test_a_sigkilled_user_does_not_keep_the_embedded_alive(
+    tmp_path: Path, users: list[User]
+) -> None:
     starter = User(tmp_path)  # starts the server (its parent)
     users.append(starter)
     other = User(tmp_path)
@@ -517,7 +539,8 @@ def test_a_sigkilled_user_does_not_keep_the_embedded_alive(tmp_path: Path,
 
 
 def test_embedded_left_by_a_sigkilled_last_user_is_stopped_by_the_next(
-        tmp_path: Path, users: list[User]) -> None:
+    tmp_path: Path, users: list[User]
+) -> None:
     only = User(tmp_path)
     users.append(only)
     assert only.send("push 4", "pushed") == ["4"]
@@ -551,9 +574,9 @@ def test_stop_embedded(tmp_path: Path, users: list[User]) -> None:
     assert _wait_gone(again.server_pid)
 
 
-def test_embedded_socket_is_logged_once_per_process(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_embedded_socket_is_logged_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.setattr(connection, "_embedded", {})
     monkeypatch.setattr(connection, "_announced", set())
     monkeypatch.setattr(redis.retry, "sleep", lambda s: None)
@@ -575,10 +598,12 @@ def test_embedded_socket_is_logged_once_per_process(tmp_path: Path,
     assert f"redis-cli -s {sock}" in lines[0]
     assert connection.redis_cli_hint(settings) == f"redis-cli -s {sock}"
     assert connection.redis_cli_hint(Settings(redis_url="redis://u:secret@h:1/2")) == (
-        "redis-cli -u 'redis://u:***@h:1/2'")
+        "redis-cli -u 'redis://u:***@h:1/2'"
+    )
     spaced = Settings(embedded_dir=tmp_path / "a b")
     assert connection.redis_cli_hint(spaced) == (
-        f"redis-cli -s '{(tmp_path / 'a b').resolve() / 'redis.sock'}'")
+        f"redis-cli -s '{(tmp_path / 'a b').resolve() / 'redis.sock'}'"
+    )
     assert not (tmp_path / "a b").exists()  # the hint never starts anything
 
 
@@ -586,8 +611,9 @@ def test_embedded_socket_is_logged_once_per_process(tmp_path: Path,
 
 
 def test_redis_port_alone_connects_to_localhost(redis7: RedisServer, tmp_path: Path) -> None:
-    settings = Settings.from_mapping({"REDIS_PORT": redis7.port,
-                                      "REDCRAWL_EMBEDDED_DIR": str(tmp_path / "no")})
+    settings = Settings.from_mapping(
+        {"REDIS_PORT": redis7.port, "REDCRAWL_EMBEDDED_DIR": str(tmp_path / "no")}
+    )
     client = connect(settings)  # scrapy-redis: localhost:REDIS_PORT; no embedded server
     try:
         assert int(client.info("server")["tcp_port"]) == redis7.port
@@ -598,9 +624,11 @@ def test_redis_port_alone_connects_to_localhost(redis7: RedisServer, tmp_path: P
 
 def test_redis_db_selects_the_database(redis7: RedisServer, redis7_client: redis.Redis) -> None:
     bare = f"redis://127.0.0.1:{redis7.port}"
-    for values in ({"REDIS_URL": bare, "REDIS_DB": 3},
-                   {"REDIS_PORT": redis7.port, "REDIS_DB": "3"},
-                   {"REDIS_PARAMS": {"port": redis7.port, "db": 3}}):
+    for values in (
+        {"REDIS_URL": bare, "REDIS_DB": 3},
+        {"REDIS_PORT": redis7.port, "REDIS_DB": "3"},
+        {"REDIS_PARAMS": {"port": redis7.port, "db": 3}},
+    ):
         client = connect(Settings.from_mapping(values))
         try:
             client.set("rc-db-probe", "3")
@@ -634,15 +662,26 @@ def test_two_scrapy_crawls_share_the_embedded_redis(tmp_path: Path) -> None:
     config = SiteConfig(products=60, slow_every=60, slow_delay=2, tracking_params=False)
     with ShopSite(config) as site:
         # A starts the embedded server and stays up through its slow page
-        a = start_spider("fanout_spider.py", tmp_path, redis_url="", crawl="a", tag="a",
-                         args={"url": site.url, "leaves": 3})
+        a = start_spider(
+            "fanout_spider.py",
+            tmp_path,
+            redis_url="",
+            crawl="a",
+            tag="a",
+            args={"url": site.url, "leaves": 3},
+        )
         with a:
             wait_for(lambda: site.hits().get("/product/60", 0) > 0, "A's slow page")
             # B has no start URL and would wait a long time for work
-            b = start_spider("fanout_spider.py", tmp_path, redis_url="", crawl="b", tag="b",
-                             args={"url": site.url, "start": "0"},
-                             settings={"REDCRAWL_IDLE_BEFORE_CLOSE": 600,
-                                       "REDCRAWL_POLL_INTERVAL": 0.1})
+            b = start_spider(
+                "fanout_spider.py",
+                tmp_path,
+                redis_url="",
+                crawl="b",
+                tag="b",
+                args={"url": site.url, "start": "0"},
+                settings={"REDCRAWL_IDLE_BEFORE_CLOSE": 600, "REDCRAWL_POLL_INTERVAL": 0.1},
+            )
             with b:
                 probe = redis.Redis.from_url(server.url, retry=Retry(NoBackoff(), 0))
                 frontier_b = ListsFrontier(probe, Settings(), "b")
@@ -652,8 +691,7 @@ def test_two_scrapy_crawls_share_the_embedded_redis(tmp_path: Path) -> None:
                 assert b.proc.poll() is None  # B is still there, waiting for work
                 # B keeps using the server: it fetches what arrives after A left
                 urls = [f"{site.url}/product/{i}" for i in (10, 11, 12)]
-                seed(urls, settings=Settings(), crawl="b", client=probe,
-                     callback="parse_leaf")
+                seed(urls, settings=Settings(), crawl="b", client=probe, callback="parse_leaf")
                 wait_for(lambda: frontier_b.counts().done == 3, "B to fetch the new pages")
                 probe.close()
                 b.proc.send_signal(signal.SIGINT)  # Ctrl-C: a clean close, now

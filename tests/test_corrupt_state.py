@@ -25,8 +25,10 @@ from .conftest import Clock, FrontierFactory
 
 
 def urls(n: int, prefix: str = "http://example.com/p") -> list[Envelope]:
-    return [Envelope(url=f"{prefix}{i}", fingerprint=hashlib.sha1(f"{prefix}{i}".encode())
-                     .digest()) for i in range(n)]
+    return [
+        Envelope(url=f"{prefix}{i}", fingerprint=hashlib.sha1(f"{prefix}{i}".encode()).digest())
+        for i in range(n)
+    ]
 
 
 def drain(f: FrontierCore, clock: Clock) -> None:
@@ -43,7 +45,8 @@ def drain(f: FrontierCore, clock: Clock) -> None:
 
 
 def test_a_header_number_lua_cannot_hold_goes_dead_not_in_flight_forever(
-        make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock) -> None:
+    make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock
+) -> None:
     """Item 9: attempts beyond 2^53 became "1e+20" in Lua, which no parser reads back."""
     f = make_frontier()
     envs = urls(3)
@@ -65,7 +68,8 @@ def test_a_header_number_lua_cannot_hold_goes_dead_not_in_flight_forever(
 
 
 def test_a_held_record_corrupted_in_flight_goes_dead_when_its_lease_expires(
-        make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock) -> None:
+    make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock
+) -> None:
     f = make_frontier()
     envs = urls(2)
     f.push(envs)
@@ -81,7 +85,8 @@ def test_a_held_record_corrupted_in_flight_goes_dead_when_its_lease_expires(
 
 @pytest.mark.parametrize("give_back", ["ack", "nack", "release"])
 def test_a_record_corrupted_in_a_live_workers_hands_goes_dead_when_given_back(
-        make_frontier: FrontierFactory, redis_client: redis.Redis, give_back: str) -> None:
+    make_frontier: FrontierFactory, redis_client: redis.Redis, give_back: str
+) -> None:
     """A live worker renews its leases forever: the corrupt record must not wait for an
     expiry that never comes."""
     f = make_frontier()
@@ -103,7 +108,8 @@ def test_a_record_corrupted_in_a_live_workers_hands_goes_dead_when_given_back(
 
 @pytest.mark.backends("lists")
 def test_a_garbage_lease_record_breaks_neither_leasing_nor_inspection(
-        make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock) -> None:
+    make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock
+) -> None:
     """Item 10: one garbage entry in the leases hash made every lease of the crawl fail."""
     f = make_frontier()
     f.push(urls(6))
@@ -122,7 +128,8 @@ def test_a_garbage_lease_record_breaks_neither_leasing_nor_inspection(
 
 @pytest.mark.backends("lists")
 def test_a_garbage_left_count_or_heartbeat_is_repaired(
-        make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock) -> None:
+    make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock
+) -> None:
     f = make_frontier()
     f.push(urls(6))
     held = f.lease("w1", 3)
@@ -138,8 +145,8 @@ def test_a_garbage_left_count_or_heartbeat_is_repaired(
 
 @pytest.mark.parametrize("counter", ["leases", "seq", "inflight", "died", "accepted", "done"])
 def test_a_garbage_counter_is_repaired_before_any_write(
-        make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock,
-        counter: str) -> None:
+    make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock, counter: str
+) -> None:
     """Item 11: with stats.leases = 'abc' the lease script popped 3 ids and then failed
     (a script is not rolled back): 3 requests lost."""
     f = make_frontier()
@@ -157,7 +164,8 @@ def test_a_garbage_counter_is_repaired_before_any_write(
 
 
 def test_counts_repairs_a_garbage_counter_and_other_crawls_are_unaffected(
-        make_frontier: FrontierFactory, redis_client: redis.Redis) -> None:
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
     """Item 12 (frontier side): stats.accepted = 'abc' made counts() raise ValueError."""
     f = make_frontier("broken")
     g = make_frontier("fine")
@@ -175,8 +183,8 @@ def test_counts_repairs_a_garbage_counter_and_other_crawls_are_unaffected(
 
 
 def test_a_garbage_layout_is_a_clear_error_or_restored(
-        make_frontier: FrontierFactory, redis_client: redis.Redis, frontier_backend: str,
-        clock: Clock) -> None:
+    make_frontier: FrontierFactory, redis_client: redis.Redis, frontier_backend: str, clock: Clock
+) -> None:
     """Item 12: a bad layout value made every crawl's listing answer 422 (a ConfigError
     about settings that were fine)."""
     f = make_frontier("broken")
@@ -198,7 +206,8 @@ def test_a_garbage_layout_is_a_clear_error_or_restored(
 
 
 def test_a_garbage_token_from_a_caller_is_stale_not_a_script_error(
-        make_frontier: FrontierFactory, redis_client: redis.Redis) -> None:
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
     f = make_frontier()
     f.push(urls(2))
     got = f.lease("w", 2)
@@ -213,18 +222,21 @@ def test_a_garbage_token_from_a_caller_is_stale_not_a_script_error(
 
 @pytest.mark.parametrize("key", ["dead", "req", "stats", "ready"])
 def test_a_key_of_another_type_is_refused_before_anything_is_written(
-        make_frontier: FrontierFactory, redis_client: redis.Redis, key: str) -> None:
+    make_frontier: FrontierFactory, redis_client: redis.Redis, key: str
+) -> None:
     """A whole key overwritten (here with a string) cannot be repaired, but no script may
     fail on it halfway through a change: e.g. a lease that pops ids and then fails on the
     dead set would lose them."""
     f = make_frontier()
     f.push(urls(5))
-    name = (f.stream_keys()[1] if isinstance(f, StreamsFrontier) else f.keys.ready(0)) \
-        if key == "ready" else getattr(f.keys, key)
+    name = (
+        (f.stream_keys()[1] if isinstance(f, StreamsFrontier) else f.keys.ready(0))
+        if key == "ready"
+        else getattr(f.keys, key)
+    )
     other = {k: redis_client.dump(k) for k in f._keys if k != name and redis_client.exists(k)}
     redis_client.set(name, b"garbage")
-    with pytest.raises(RedcrawlError, match="damaged.*" + name.replace("{", ".").replace(
-            "}", ".")):
+    with pytest.raises(RedcrawlError, match="damaged.*" + name.replace("{", ".").replace("}", ".")):
         f.lease("w", 5)
     with pytest.raises(RedcrawlError, match="damaged"):
         f.push(urls(2, prefix="http://example.com/q"))

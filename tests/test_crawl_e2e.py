@@ -31,21 +31,48 @@ from .conftest import RedisServer
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def _worker(url: str, crawl: str, site: ShopSite, items_db: Path, name: str,
-            log: Path, backend: str = "lists") -> subprocess.Popen[bytes]:
+def _worker(
+    url: str,
+    crawl: str,
+    site: ShopSite,
+    items_db: Path,
+    name: str,
+    log: Path,
+    backend: str = "lists",
+) -> subprocess.Popen[bytes]:
     """A `scrapy runspider` worker process; its log goes to ``log``."""
-    cmd = [sys.executable, "-m", "scrapy", "runspider", str(SPIDER), "-a", f"url={site.url}",
-           "-s", "SCHEDULER=redcrawl.scrapy.Scheduler",
-           "-s", "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter"]
-    for item in [*demo_worker_settings(items_db), "REDCRAWL_LEASE_TTL=3",
-                 "REDCRAWL_RETRY_BACKOFF=0.1", "LOG_LEVEL=INFO"]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "scrapy",
+        "runspider",
+        str(SPIDER),
+        "-a",
+        f"url={site.url}",
+        "-s",
+        "SCHEDULER=redcrawl.scrapy.Scheduler",
+        "-s",
+        "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter",
+    ]
+    for item in [
+        *demo_worker_settings(items_db),
+        "REDCRAWL_LEASE_TTL=3",
+        "REDCRAWL_RETRY_BACKOFF=0.1",
+        "LOG_LEVEL=INFO",
+    ]:
         cmd += ["-s", item]
-    env = {**os.environ, "REDCRAWL_REDIS_URL": url, "REDCRAWL_CRAWL": crawl,
-           "REDCRAWL_WORKER_ID": name, "REDCRAWL_BACKEND": backend,
-           "PYTHONPATH": str(ROOT / "src")}  # this checkout's redcrawl
+    env = {
+        **os.environ,
+        "REDCRAWL_REDIS_URL": url,
+        "REDCRAWL_CRAWL": crawl,
+        "REDCRAWL_WORKER_ID": name,
+        "REDCRAWL_BACKEND": backend,
+        "PYTHONPATH": str(ROOT / "src"),
+    }  # this checkout's redcrawl
     with log.open("wb") as out:
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=out,
-                                cwd=items_db.parent)
+        return subprocess.Popen(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=out, cwd=items_db.parent
+        )
 
 
 def _rows(db: Path) -> tuple[int, int]:
@@ -56,27 +83,38 @@ def _rows(db: Path) -> tuple[int, int]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["lists", "streams"])
-def test_three_workers_one_sigkilled_crawl_completes(redis7: RedisServer, tmp_path: Path,
-                                                     backend: str) -> None:
+def test_three_workers_one_sigkilled_crawl_completes(
+    redis7: RedisServer, tmp_path: Path, backend: str
+) -> None:
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
     crawl = "e2e-kill"
     frontier = open_frontier(client, Settings(backend=backend), crawl)  # type: ignore[arg-type]
-    config = SiteConfig(products=1900, per_page=20, categories=10, error_every=97,
-                        throttle_every=89, slow_every=50, slow_delay=0.2)
+    config = SiteConfig(
+        products=1900,
+        per_page=20,
+        categories=10,
+        error_every=97,
+        throttle_every=89,
+        slow_every=50,
+        slow_delay=0.2,
+    )
     items_db = tmp_path / "items.db"
     with ShopSite(config) as site:
         assert 1990 <= len(site.canonical_pages()) <= 2100
-        procs = [_worker(redis7.url, crawl, site, items_db, f"w{i}", tmp_path / f"w{i}.log",
-                         backend) for i in range(3)]
+        procs = [
+            _worker(redis7.url, crawl, site, items_db, f"w{i}", tmp_path / f"w{i}.log", backend)
+            for i in range(3)
+        ]
         victim = procs[1]
         deadline = time.monotonic() + 120
         # kill once a third of the crawl is done and the victim holds leases: frozen first
         # (SIGSTOP), so that what it holds can't change between the look and the kill
         held: list[InflightInfo] = []
         while not held:
-            while (frontier.counts().done < 700
-                   or not any(x.worker.startswith("w1:") for x in frontier.inflight(1000))):
+            while frontier.counts().done < 700 or not any(
+                x.worker.startswith("w1:") for x in frontier.inflight(1000)
+            ):
                 assert time.monotonic() < deadline, "no progress"
                 assert victim.poll() is None, (tmp_path / "w1.log").read_text()[-3000:]
                 time.sleep(0.05)
@@ -106,8 +144,7 @@ def test_three_workers_one_sigkilled_crawl_completes(redis7: RedisServer, tmp_pa
 
 
 @pytest.mark.slow
-def test_sigint_then_rerun_resumes_without_refetching(redis7: RedisServer,
-                                                      tmp_path: Path) -> None:
+def test_sigint_then_rerun_resumes_without_refetching(redis7: RedisServer, tmp_path: Path) -> None:
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
     crawl = "e2e-resume"
@@ -119,10 +156,24 @@ def test_sigint_then_rerun_resumes_without_refetching(redis7: RedisServer,
         sets += ["--set", item]
     env = {**os.environ, "REDCRAWL_REDIS_URL": redis7.url}
     with ShopSite(config) as site:
-        cmd = [sys.executable, "-m", "redcrawl.cli", "crawl", str(SPIDER), "--workers", "2",
-               "--crawl", crawl, "--no-progress", "--arg", f"url={site.url}", *sets]
-        first = subprocess.Popen(cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT)
+        cmd = [
+            sys.executable,
+            "-m",
+            "redcrawl.cli",
+            "crawl",
+            str(SPIDER),
+            "--workers",
+            "2",
+            "--crawl",
+            crawl,
+            "--no-progress",
+            "--arg",
+            f"url={site.url}",
+            *sets,
+        ]
+        first = subprocess.Popen(
+            cmd, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
         deadline = time.monotonic() + 60
         while frontier.counts().done < 150:
             assert first.poll() is None, first.communicate()[0].decode()[-3000:]

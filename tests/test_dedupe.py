@@ -26,16 +26,17 @@ def fps(prefix: str, n: int, start: int = 0) -> list[bytes]:
 
 
 def env(url: str, dont_filter: bool = False) -> Envelope:
-    return Envelope(url=url, dont_filter=dont_filter,
-                    fingerprint=hashlib.sha1(url.encode()).digest())
+    return Envelope(
+        url=url, dont_filter=dont_filter, fingerprint=hashlib.sha1(url.encode()).digest()
+    )
 
 
 def add_all(f: Filter, items: list[bytes], batch: int = 10_000) -> int:
-    return sum(sum(f.add(items[i:i + batch])) for i in range(0, len(items), batch))
+    return sum(sum(f.add(items[i : i + batch])) for i in range(0, len(items), batch))
 
 
 def count_present(f: Filter, items: list[bytes], batch: int = 10_000) -> int:
-    return sum(sum(f.contains(items[i:i + batch])) for i in range(0, len(items), batch))
+    return sum(sum(f.contains(items[i : i + batch])) for i in range(0, len(items), batch))
 
 
 @pytest.fixture
@@ -49,19 +50,21 @@ def intset_limit(redis_client: redis.Redis) -> Iterator[None]:
 
 # --- exact ------------------------------------------------------------------------------
 
-def test_exact_million_urls_no_false_positive_no_false_negative(redis7_client: redis.Redis,
-                                                               ) -> None:
+
+def test_exact_million_urls_no_false_positive_no_false_negative(
+    redis7_client: redis.Redis,
+) -> None:
     spec = resolve_spec(Settings(dedupe_capacity=1_000_000))
     assert (spec.bucket_bits, spec.bucket_fill, spec.width_bits) == (12, BUCKET_FILL, 75)
-    assert spec.intset_entries_needed == 512             # Redis's default: nothing to raise
+    assert spec.intset_entries_needed == 512  # Redis's default: nothing to raise
     f = Filter(redis7_client, spec, "t:{c}:fpd")
     seen = fps("http://example.com/page/", 1_000_000)
-    assert add_all(f, seen) == len(seen)                 # all new, none collided
-    assert add_all(f, seen[:50_000]) == 0                # and now all known
-    assert count_present(f, seen) == len(seen)           # no false negative
+    assert add_all(f, seen) == len(seen)  # all new, none collided
+    assert add_all(f, seen[:50_000]) == 0  # and now all known
+    assert count_present(f, seen) == len(seen)  # no false negative
     assert count_present(f, fps("http://example.com/other/", 1_000_000)) == 0
     assert redis7_client.get("t:{c}:fpd:n") == b"1000000"
-    assert spec.level_of(1_000_000) == 0                 # the capacity fits level 0
+    assert spec.level_of(1_000_000) == 0  # the capacity fits level 0
     per_url = f.memory() / len(seen)
     assert per_url <= 10, f"{per_url:.2f} bytes per URL"
     assert f.health() == []
@@ -75,17 +78,18 @@ def test_exact_stores_63_bit_integers_in_intset_buckets(redis_client: redis.Redi
     f.add(items)
     for fp in items[:50]:
         bucket, member = split(fp, spec.bucket_bits)
-        assert 0 <= member < 2 ** 63
+        assert 0 <= member < 2**63
         assert redis_client.sismember(f"t:{{c}}:fpd:{bucket}", str(member))
     keys = [k for k in f.redis_keys() if not k.endswith(b":n")]
-    assert len(keys) == 2 ** spec.bucket_bits
+    assert len(keys) == 2**spec.bucket_bits
     assert {redis_client.object("encoding", k) for k in keys} == {b"intset"}
     assert sum(redis_client.scard(k) for k in keys) == len(items)
-    assert redis_client.get("t:{c}:fpd:n") == b"20000"   # the count that plans levels
+    assert redis_client.get("t:{c}:fpd:n") == b"20000"  # the count that plans levels
 
 
-@pytest.mark.parametrize("value", [0, 1, 9_999_999, 10_000_000, 10**14 - 1, 10**14,
-                                   2**53 + 1, 2**63 - 1, 2**64 - 1])
+@pytest.mark.parametrize(
+    "value", [0, 1, 9_999_999, 10_000_000, 10**14 - 1, 10**14, 2**53 + 1, 2**63 - 1, 2**64 - 1]
+)
 def test_exact_member_is_the_exact_integer(redis7_client: redis.Redis, value: int) -> None:
     spec = resolve_spec(Settings(dedupe_capacity=100_000))
     fp = b"\x01\x02\x03" + b"\x00" * 5 + value.to_bytes(8, "big") + b"\xff" * 4
@@ -117,8 +121,9 @@ def test_exact_reports_when_the_server_refuses_config_set(
     redis_client: redis.Redis, redis_server: RedisServer, intset_limit: None
 ) -> None:
     redis_client.config_set("set-max-intset-entries", 16)
-    redis_client.execute_command("ACL", "SETUSER", "worker", "on", ">pw", "~*", "&*", "+@all",
-                                 "-config")
+    redis_client.execute_command(
+        "ACL", "SETUSER", "worker", "on", ">pw", "~*", "&*", "+@all", "-config"
+    )
     try:
         limited = redis.Redis.from_url(redis_server.url.replace("://", "://worker:pw@"))
         f = Filter(limited, resolve_spec(Settings(dedupe_capacity=100_000)), "t:{c}:fpd")
@@ -147,29 +152,30 @@ def test_collision_probability_documented_values() -> None:
 def test_legacy_plan_is_kept_only_for_crawls_created_with_it() -> None:
     settings = Settings(dedupe_capacity=10**8)
     legacy = exact_spec(10**8, legacy=True)
-    assert legacy.encode() == "exact 16 0 0"             # what crawls were created with
+    assert legacy.encode() == "exact 16 0 0"  # what crawls were created with
     assert resolve_spec(settings, created="exact 16 0 0") == legacy
     assert resolve_spec(settings, created=None).encode() == "exact 19 0 0 320"
     assert resolve_spec(settings, created="exact 13 0 0") == resolve_spec(settings)
 
 
-def test_exact_levels_beyond_capacity_with_generations(redis_client: redis.Redis,
-                                                      clock: Clock) -> None:
+def test_exact_levels_beyond_capacity_with_generations(
+    redis_client: redis.Redis, clock: Clock
+) -> None:
     """Past the capacity, in a recrawl window's generations: each generation counts and
     grows its own levels; lookups read every level of every live generation."""
     spec = resolve_spec(Settings(dedupe_capacity=1_000, recrawl_after=3600.0))
     f = Filter(redis_client, spec, "t:{c}:fpd", clock=clock)
     first = fps("a", 40_000)
-    assert add_all(f, first, batch=700) == len(first)    # crosses levels mid-batch
+    assert add_all(f, first, batch=700) == len(first)  # crosses levels mid-batch
     clock.advance(spec.gen_ms / 1000)
     second = fps("b", 3_000)
-    assert add_all(f, second, batch=1) == len(second)    # one at a time: the sparse path
+    assert add_all(f, second, batch=1) == len(second)  # one at a time: the sparse path
     assert count_present(f, first + second) == len(first) + len(second)
     assert count_present(f, fps("c", 5_000)) == 0
     keys = [k for k in f.redis_keys() if not k.endswith(b":n")]
     assert {redis_client.object("encoding", k) for k in keys} == {b"intset"}
     assert max(redis_client.scard(k) for k in keys) < 512
-    assert spec.level_of(40_000) == 3                    # 5,120 + 10,240 + 20,480 + ...
+    assert spec.level_of(40_000) == 3  # 5,120 + 10,240 + 20,480 + ...
     assert any(b":L3:" in k for k in keys) and not any(b":L4:" in k for k in keys)
     assert all(redis_client.pttl(k) > 0 for k in f.redis_keys())
     clock.advance(spec.gen_ms * (spec.gens + 1) / 1000)  # the first generation is gone
@@ -178,9 +184,12 @@ def test_exact_levels_beyond_capacity_with_generations(redis_client: redis.Redis
 
 # --- Bloom ------------------------------------------------------------------------------
 
+
 def bloom(client: redis.Redis, capacity: int, backend: str = "lua", **kw: object) -> Filter:
-    spec = resolve_spec(Settings(dedupe="bloom", dedupe_capacity=capacity,
-                                 bloom_backend=backend, **kw), client=client)  # type: ignore[arg-type]
+    spec = resolve_spec(
+        Settings(dedupe="bloom", dedupe_capacity=capacity, bloom_backend=backend, **kw),  # type: ignore[arg-type]
+        client=client,
+    )
     return Filter(client, spec, "t:{c}:fpd")
 
 
@@ -189,25 +198,25 @@ def test_own_bloom_fpr_and_size_at_capacity(redis7_client: redis.Redis) -> None:
     assert f.spec.mode == "bloom"
     seen = fps("http://a/", 200_000)
     add_all(f, seen)
-    assert count_present(f, seen) == len(seen)           # never a false negative
+    assert count_present(f, seen) == len(seen)  # never a false negative
     fpr = count_present(f, fps("http://b/", 200_000)) / 200_000
-    assert 0.008 <= fpr <= 0.012, fpr                    # configured 1%, within 20%
+    assert 0.008 <= fpr <= 0.012, fpr  # configured 1%, within 20%
     bits = sum(redis7_client.strlen(k) for k in f.redis_keys() if not k.endswith(b":n"))
-    assert bits / len(seen) <= 1.2                       # -ln(p)/ln(2)^2 bits per URL
-    assert f.memory() / len(seen) <= 1.35                # plus what the allocator adds
+    assert bits / len(seen) <= 1.2  # -ln(p)/ln(2)^2 bits per URL
+    assert f.memory() / len(seen) <= 1.35  # plus what the allocator adds
 
 
 def test_own_bloom_scales_with_layers_and_bounded_keys(redis_client: redis.Redis) -> None:
     spec = DedupeSpec("bloom", 20_000, 0.01, segment_bits=16)  # 8 KiB keys
     f = Filter(redis_client, spec, "t:{c}:fpd")
-    seen = fps("http://a/", 100_000)                     # 5x the first layer's capacity
+    seen = fps("http://a/", 100_000)  # 5x the first layer's capacity
     add_all(f, seen, batch=5_000)
     assert count_present(f, seen) == len(seen)
     fpr = count_present(f, fps("http://b/", 100_000)) / 100_000
-    assert fpr < 0.02, fpr                               # layers keep it below 2p
+    assert fpr < 0.02, fpr  # layers keep it below 2p
     keys = f.redis_keys()
     assert len({k.split(b":")[3] for k in keys if not k.endswith(b":n")}) == 3  # layers 0-2
-    assert max(redis_client.strlen(k) for k in keys if not k.endswith(b":n")) <= 2 ** 16 // 8
+    assert max(redis_client.strlen(k) for k in keys if not k.endswith(b":n")) <= 2**16 // 8
 
 
 def test_auto_backend_without_redisbloom_is_own_bloom(redis7_client: redis.Redis) -> None:
@@ -240,7 +249,7 @@ def test_frontier_on_redisbloom_keeps_its_backend(redisbloom: RedisServer) -> No
     own = ListsFrontier(client, Settings(dedupe="bloom", bloom_backend="lua"), "c1")
     own.push([env("http://a/1")])
     again = ListsFrontier(client, Settings(dedupe="bloom"), "c1")
-    assert again.dedupe.mode == "bloom"                  # created with own Bloom: stays
+    assert again.dedupe.mode == "bloom"  # created with own Bloom: stays
     fresh = ListsFrontier(client, Settings(dedupe="bloom"), "c2")
     assert fresh.dedupe.mode == "rbloom"
     fresh.push([env("http://a/1"), env("http://a/2")])
@@ -251,40 +260,43 @@ def test_frontier_on_redisbloom_keeps_its_backend(redisbloom: RedisServer) -> No
 
 # --- the frontier with each filter ------------------------------------------------------
 
-MODES = [pytest.param({"dedupe": "exact"}, id="exact"),
-         pytest.param({"dedupe": "bloom", "bloom_backend": "lua"}, id="bloom")]
+MODES = [
+    pytest.param({"dedupe": "exact"}, id="exact"),
+    pytest.param({"dedupe": "bloom", "bloom_backend": "lua"}, id="bloom"),
+]
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_done_filters_and_recrawl_bypasses_it(make_frontier: FrontierFactory,
-                                              mode: dict[str, str]) -> None:
+def test_done_filters_and_recrawl_bypasses_it(
+    make_frontier: FrontierFactory, mode: dict[str, str]
+) -> None:
     f = make_frontier(**mode, dedupe_capacity=10_000)
     f.push([env("http://a/1"), env("http://a/2")])
     f.ack(f.lease("w", 1))
     assert f.push([env("http://a/1"), env("http://a/2")]).accepted == 0  # done, queued
     r = f.push([env("http://a/1"), env("http://a/2")], recrawl=True)
-    assert r.flags == (True, False)                       # queued still counts
+    assert r.flags == (True, False)  # queued still counts
     assert f.push([env("http://a/1", dont_filter=True)]).accepted == 1
     assert f.counts().conserved
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_recrawl_window_expires_done_fingerprints(make_frontier: FrontierFactory,
-                                                  clock: Clock, redis_client: redis.Redis,
-                                                  mode: dict[str, str]) -> None:
+def test_recrawl_window_expires_done_fingerprints(
+    make_frontier: FrontierFactory, clock: Clock, redis_client: redis.Redis, mode: dict[str, str]
+) -> None:
     window = 7 * 24 * 3600.0
     f = make_frontier(**mode, dedupe_capacity=10_000, recrawl_after=window)
     f.push([env("http://a/1")])
     f.ack(f.lease("w", 1))
-    for key in f.done.redis_keys():                            # whole keys expire, no scans
+    for key in f.done.redis_keys():  # whole keys expire, no scans
         assert redis_client.pttl(key) > 0
     assert not any("no longer intsets" in p for p in f.done.health())  # current generation
     clock.advance(window * 0.99)
     assert f.push([env("http://a/1")]).accepted == 0
-    clock.advance(window * 0.27)                         # past W * (1 + 1/4)
+    clock.advance(window * 0.27)  # past W * (1 + 1/4)
     assert f.push([env("http://a/1")]).accepted == 1
     f.ack(f.lease("w", 1))
-    assert f.push([env("http://a/1")]).accepted == 0     # done again, in a new generation
+    assert f.push([env("http://a/1")]).accepted == 0  # done again, in a new generation
 
 
 def test_a_crawl_keeps_its_dedupe_layout(make_frontier: FrontierFactory) -> None:
@@ -296,22 +308,28 @@ def test_a_crawl_keeps_its_dedupe_layout(make_frontier: FrontierFactory) -> None
 
 # --- the standalone DupeFilter (another scheduler) ----------------------------------------
 
+
 @pytest.mark.parametrize("mode", MODES)
-def test_standalone_dupefilter_with_version_meta(redis7: RedisServer,
-                                                 redis7_client: redis.Redis,
-                                                 mode: dict[str, str]) -> None:
-    settings = Settings(redis_url=redis7.url, crawl="df", fingerprint_version_meta="v",
-                        dedupe_capacity=10_000, **mode)  # type: ignore[arg-type]
+def test_standalone_dupefilter_with_version_meta(
+    redis7: RedisServer, redis7_client: redis.Redis, mode: dict[str, str]
+) -> None:
+    settings = Settings(
+        redis_url=redis7.url,
+        crawl="df",
+        fingerprint_version_meta="v",
+        dedupe_capacity=10_000,
+        **mode,  # type: ignore[arg-type]
+    )
     frontier = ListsFrontier(redis7_client, settings, "df")
     frontier.push([Envelope(url="http://a/done", fingerprint=fingerprint("http://a/done"))])
     frontier.ack(frontier.lease("w", 1))
     df = DupeFilter(settings)
     try:
-        assert df.request_seen(scrapy.Request("http://a/done"))          # done in the crawl
+        assert df.request_seen(scrapy.Request("http://a/done"))  # done in the crawl
         assert not df.request_seen(scrapy.Request("http://a/1", meta={"v": 1}))
         assert not df.request_seen(scrapy.Request("http://a/1", meta={"v": 2}))  # new version
         assert df.request_seen(scrapy.Request("http://a/1", meta={"v": 2}))
-        assert not df.request_seen(scrapy.Request("http://a/1"))         # no version
+        assert not df.request_seen(scrapy.Request("http://a/1"))  # no version
     finally:
         df.close("finished")
     frontier.purge()

@@ -74,14 +74,15 @@ def crawl_through(frontier: FrontierCore, start: int, stop: int, batch: int = 10
 
 def add_directly(frontier: FrontierCore, start: int, stop: int, batch: int = 10_000) -> None:
     for lo in range(start, stop, batch):
-        assert sum(frontier.done.add([fp(i) for i in range(lo, min(stop, lo + batch))])) \
+        assert (
+            sum(frontier.done.add([fp(i) for i in range(lo, min(stop, lo + batch))]))
             == min(stop, lo + batch) - lo
+        )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)  # ~45 s on a loaded 2-core machine
-def test_a_million_done_urls_cost_at_most_10_bytes_each_on_a_default_redis(
-        server: Server) -> None:
+def test_a_million_done_urls_cost_at_most_10_bytes_each_on_a_default_redis(server: Server) -> None:
     client = redis.Redis(port=server.port)
     assert client.config_get("set-max-intset-entries")["set-max-intset-entries"] == "512"
     settings = Settings(dedupe_capacity=N)
@@ -103,8 +104,10 @@ def test_a_million_done_urls_cost_at_most_10_bytes_each_on_a_default_redis(
     # frontier's own keys, scripts, AOF and client buffers all count in used_memory)
     per_url = frontier.done.memory() / N
     used_per_url = (int(client.info("memory")["used_memory"]) - used0) / N
-    print(f"Redis {client.info('server')['redis_version']}: {per_url:.2f} B/URL (MEMORY "
-          f"USAGE), used_memory delta {used_per_url:.2f} B/URL, {len(keys)} buckets")
+    print(
+        f"Redis {client.info('server')['redis_version']}: {per_url:.2f} B/URL (MEMORY "
+        f"USAGE), used_memory delta {used_per_url:.2f} B/URL, {len(keys)} buckets"
+    )
     assert per_url <= 10, f"{per_url:.2f} bytes per done URL"
     # a loose cross-check (hash-table buckets cost 30-75 bytes per URL): used_memory also
     # holds the lease replies kept for retries (CALL_SLOTS of up to 10,000 ids here)
@@ -177,6 +180,6 @@ def test_a_crawl_created_with_the_legacy_plan_keeps_it(server: Server) -> None:
     assert frontier.push(envs(0, 6_000)).accepted == 0
     assert client.hget(frontier.keys.control, "layout") == (layout + legacy.encode()).encode()
     assert client.exists("rc:{old}:fpd:n") == 0  # no counter, no levels
-    assert len(frontier.done.redis_keys()) == 2 ** legacy.bucket_bits
+    assert len(frontier.done.redis_keys()) == 2**legacy.bucket_bits
     # the new plan for a new crawl with the same settings
     assert open_frontier(client, settings, "new").dedupe == exact_spec(100_000)

@@ -68,8 +68,11 @@ def _ld(body: bytes) -> dict[str, Any]:
 
 def _strip_tracking(target: str) -> str:
     parts = urlsplit(target)
-    query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-             if not (k.startswith("utm_") or k == "ref")]
+    query = [
+        (k, v)
+        for k, v in parse_qsl(parts.query, keep_blank_values=True)
+        if not (k.startswith("utm_") or k == "ref")
+    ]
     return urlunsplit(parts._replace(query=urlencode(query), fragment=""))
 
 
@@ -101,25 +104,48 @@ def _crawl(site: ShopSite, *, strip: bool) -> dict[str, int]:
 def test_config_pages_and_demo() -> None:
     demo = SiteConfig.demo()
     assert (demo.products, demo.slow_every, demo.error_every, demo.throttle_every) == (
-        3000, 97, 53, 71)
+        3000,
+        97,
+        53,
+        71,
+    )
     assert demo.always_fail == (1234,) and demo.tracking_params
     assert demo.pages == 1 + 10 * 15 + 3000 == 3151
-    for config in (SiteConfig(), demo, SiteConfig(products=95, per_page=4, categories=4),
-                   SiteConfig(products=3, categories=5), SiteConfig(products=0),
-                   SiteConfig(products=20, per_page=20, categories=1)):
+    for config in (
+        SiteConfig(),
+        demo,
+        SiteConfig(products=95, per_page=4, categories=4),
+        SiteConfig(products=3, categories=5),
+        SiteConfig(products=0),
+        SiteConfig(products=20, per_page=20, categories=1),
+    ):
         pages = ShopSite(config).canonical_pages()
         assert len(pages) == config.pages
         assert "/" in pages and "/category/1?page=1" in pages
         assert sum(p.startswith("/product/") for p in pages) == config.products
     # categories 4 and 5 are empty but still have a (linked) page 1
     assert ShopSite(SiteConfig(products=3, categories=5)).canonical_pages() == {
-        "/", *(f"/category/{c}?page=1" for c in range(1, 6)), "/product/1", "/product/2",
-        "/product/3"}
+        "/",
+        *(f"/category/{c}?page=1" for c in range(1, 6)),
+        "/product/1",
+        "/product/2",
+        "/product/3",
+    }
     assert ShopSite(SiteConfig(products=7)).product_ids() == [1, 2, 3, 4, 5, 6, 7]
 
 
-@pytest.mark.parametrize("field", ["products", "slow_every", "error_every", "throttle_every",
-                                   "flaky_failures", "links_per_page", "slow_delay"])
+@pytest.mark.parametrize(
+    "field",
+    [
+        "products",
+        "slow_every",
+        "error_every",
+        "throttle_every",
+        "flaky_failures",
+        "links_per_page",
+        "slow_delay",
+    ],
+)
 def test_config_rejects_negatives(field: str) -> None:
     with pytest.raises(ValueError, match=field):
         bad: dict[str, Any] = {field: -1}
@@ -209,7 +235,8 @@ def test_home_page(site: ShopSite) -> None:
     assert body.startswith(b"<!DOCTYPE html>")
     links = _links(body)
     assert {_strip_tracking(h) for h in links if "/category/" in h} == {
-        f"/category/{c}?page=1" for c in range(1, 5)}
+        f"/category/{c}?page=1" for c in range(1, 5)
+    }
     featured = [h for h in links if h.startswith("/product/")]
     assert len(featured) == 5 and all("?" in h for h in featured)  # all with tracking
     assert len({_strip_tracking(h) for h in featured}) == 5
@@ -235,12 +262,19 @@ def test_category_page_and_pagination(site: ShopSite) -> None:
     assert b'rel="prev"' not in first and b'rel="next"' in first
     assert b'rel="next"' not in last and b'rel="prev"' in last
     assert {_strip_tracking(h) for h in _links(last) if h.startswith("/product/")} == {
-        "/product/82", "/product/86", "/product/90", "/product/94"}
+        "/product/82",
+        "/product/86",
+        "/product/90",
+        "/product/94",
+    }
     # category 4 holds 23 products: its last page is not full
     short = _get(site, "/category/4?page=6")[2]
     assert b"page 6 of 6" in short
     assert {_strip_tracking(h) for h in _links(short) if h.startswith("/product/")} == {
-        "/product/84", "/product/88", "/product/92"}
+        "/product/84",
+        "/product/88",
+        "/product/92",
+    }
     # a page without ?page= is page 1
     assert _get(site, "/category/2")[2] == first
 
@@ -274,12 +308,27 @@ def test_product_page(site: ShopSite) -> None:
     assert "Café Supplies" in cafe
 
 
-@pytest.mark.parametrize("target", [
-    "/product/0", "/product/96", "/product/abc", "/product/017", "/product/", "/product/1/x",
-    "/category/0?page=1", "/category/5?page=1", "/category/1?page=0", "/category/1?page=7",
-    "/category/1?page=x", "/category/x?page=1", "/category/1?page=", "/nope", "/products/1",
-    "/product/" + "9" * 5000,
-])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "/product/0",
+        "/product/96",
+        "/product/abc",
+        "/product/017",
+        "/product/",
+        "/product/1/x",
+        "/category/0?page=1",
+        "/category/5?page=1",
+        "/category/1?page=0",
+        "/category/1?page=7",
+        "/category/1?page=x",
+        "/category/x?page=1",
+        "/category/1?page=",
+        "/nope",
+        "/products/1",
+        "/product/" + "9" * 5000,
+    ],
+)
 def test_not_found(site: ShopSite, target: str) -> None:
     status, headers, body = _get(site, target)
     assert status == 404 and b"404 Not Found" in body
@@ -297,9 +346,11 @@ def test_robots_txt(site: ShopSite) -> None:
 
 
 def test_flaky_errors_throttling_and_poison_pages() -> None:
-    config = SiteConfig(products=30, error_every=4, throttle_every=6, flaky_failures=2,
-                        always_fail=(3, 5))
+    config = SiteConfig(
+        products=30, error_every=4, throttle_every=6, flaky_failures=2, always_fail=(3, 5)
+    )
     with ShopSite(config) as site:
+
         def statuses(p: int, n: int = 4) -> list[int]:
             return [_get(site, f"/product/{p}")[0] for _ in range(n)]
 
@@ -339,9 +390,17 @@ def test_slow_pages() -> None:
 
 def test_hits_are_canonical(site: ShopSite) -> None:
     assert site.hits() == {}
-    for target in ("/product/5?utm_source=a&utm_medium=b", "/product/5?ref=x", "/product/5",
-                   "/category/2?page=1&utm_source=home", "/category/2?ref=a&page=1",
-                   "/category/2", "/?ref=x", "/", "/product/96"):
+    for target in (
+        "/product/5?utm_source=a&utm_medium=b",
+        "/product/5?ref=x",
+        "/product/5",
+        "/category/2?page=1&utm_source=home",
+        "/category/2?ref=a&page=1",
+        "/category/2",
+        "/?ref=x",
+        "/",
+        "/product/96",
+    ):
         _get(site, target)
     assert site.hits() == {"/product/5": 3, "/category/2?page=1": 3, "/": 2, "/product/96": 1}
     hits = site.hits()
@@ -375,8 +434,9 @@ def test_naive_crawl_sees_duplicates_of_the_same_pages() -> None:
 
 
 def test_bench_mode_extra_links_and_no_tracking() -> None:
-    config = SiteConfig(products=120, per_page=6, categories=3, links_per_page=15,
-                        tracking_params=False)
+    config = SiteConfig(
+        products=120, per_page=6, categories=3, links_per_page=15, tracking_params=False
+    )
     with ShopSite(config) as site:
         for target in ("/", "/category/2?page=3", "/product/50"):
             body = _get(site, target)[2]
@@ -393,7 +453,7 @@ def test_bench_mode_extra_links_and_no_tracking() -> None:
 
 # -- a real Scrapy crawl ------------------------------------------------------------------
 
-SPIDER = r'''
+SPIDER = r"""
 import json
 import sys
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -449,7 +509,7 @@ process.crawl(crawler, url=url)
 process.start()
 with open(stats, "w") as f:
     json.dump(crawler.stats.get_stats(), f, default=str)
-'''
+"""
 
 
 @pytest.mark.timeout(60)
@@ -459,7 +519,9 @@ def test_scrapy_crawl_fetches_every_canonical_page(tmp_path: Path) -> None:
     with ShopSite(config) as site:
         proc = subprocess.run(
             [sys.executable, "-c", SPIDER, site.url, str(items_file), str(stats_file)],
-            capture_output=True, text=True, timeout=50,
+            capture_output=True,
+            text=True,
+            timeout=50,
         )
         assert proc.returncode == 0, proc.stderr
         assert "Traceback" not in proc.stderr, proc.stderr
@@ -482,10 +544,10 @@ def test_scrapy_crawl_fetches_every_canonical_page(tmp_path: Path) -> None:
 
     stats = json.loads(stats_file.read_text())
     assert stats["retry/max_reached"] == 1
-    assert stats["downloader/response_status_count/429"] == len(
-        [p for p in flaky if p % 7 != 0])
-    assert stats["downloader/response_status_count/500"] == len(
-        [p for p in flaky if p % 7 == 0]) + 4
+    assert stats["downloader/response_status_count/429"] == len([p for p in flaky if p % 7 != 0])
+    assert (
+        stats["downloader/response_status_count/500"] == len([p for p in flaky if p % 7 == 0]) + 4
+    )
     assert stats["item_scraped_count"] == 199
 
 
@@ -494,9 +556,22 @@ def test_scrapy_crawl_fetches_every_canonical_page(tmp_path: Path) -> None:
 
 def test_command_line_serves_until_interrupted() -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-W", "error", "-m", "redcrawl.demo.site", "--port", "0",
-         "--products", "12", "--per-page", "5"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-W",
+            "error",
+            "-m",
+            "redcrawl.demo.site",
+            "--port",
+            "0",
+            "--products",
+            "12",
+            "--per-page",
+            "5",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None

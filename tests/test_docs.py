@@ -10,8 +10,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_settings_doc_is_up_to_date() -> None:
-    result = subprocess.run([sys.executable, "scripts/gen_settings_doc.py", "--check"],
-                            cwd=ROOT, check=False)
+    result = subprocess.run(
+        [sys.executable, "scripts/gen_settings_doc.py", "--check"], cwd=ROOT, check=False
+    )
     assert result.returncode == 0, "docs/settings.md is stale: run scripts/gen_settings_doc.py"
 
 

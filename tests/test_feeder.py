@@ -42,8 +42,14 @@ def front(redis7_client: redis.Redis) -> FrontierCore:
 
 
 def feeder(front: FrontierCore, **kwargs: object) -> Iterator[Feeder]:
-    params: dict[str, object] = {"prefetch": 4, "lookahead": 2, "concurrency": 2,
-                                 "poll_interval": 0.05, "tick": 0.1, "heartbeat": 1.0}
+    params: dict[str, object] = {
+        "prefetch": 4,
+        "lookahead": 2,
+        "concurrency": 2,
+        "poll_interval": 0.05,
+        "tick": 0.1,
+        "heartbeat": 1.0,
+    }
     f = Feeder(front, "w1", **{**params, **kwargs})  # type: ignore[arg-type]
     f.start()
     try:
@@ -76,21 +82,25 @@ def test_stored_requests_are_leased_then_acked(front: FrontierCore, feed: Feeder
         feed.store(env(i))
     leases = take(feed, 10)
     assert sorted(lease.envelope.url for lease in leases) == sorted(
-        URL.format(i) for i in range(10))
+        URL.format(i) for i in range(10)
+    )
     for lease in leases:
         feed.ack(lease)
     feed.held = 0
     wait_for(lambda: front.counts().done == 10, what="the acks")
     c = front.counts()
     assert c.finished and c.conserved and c.accepted == 10
-    wait_for(lambda: (v := feed.crawl_counts()) is not None and v.finished,
-             what="the feeder's view of the finished crawl")
+    wait_for(
+        lambda: (v := feed.crawl_counts()) is not None and v.finished,
+        what="the feeder's view of the finished crawl",
+    )
     stats = feed.stats()
     assert stats["stored"] == 10 and stats["acked"] == 10 and stats["leased"] == 10
 
 
-def test_children_are_stored_before_their_parent_is_acked(front: FrontierCore,
-                                                          feed: Feeder) -> None:
+def test_children_are_stored_before_their_parent_is_acked(
+    front: FrontierCore, feed: Feeder
+) -> None:
     """The parent's ack is buffered after its children: whenever Redis shows the parent
     done, its children are stored."""
     feed.store(env(0))
@@ -111,8 +121,9 @@ def test_children_are_stored_before_their_parent_is_acked(front: FrontierCore,
     assert front.counts().accepted == 200
 
 
-def test_the_caller_never_waits_on_a_frozen_redis(front: FrontierCore, feed: Feeder,
-                                                  redis7: RedisServer) -> None:
+def test_the_caller_never_waits_on_a_frozen_redis(
+    front: FrontierCore, feed: Feeder, redis7: RedisServer
+) -> None:
     """Redis frozen (SIGSTOP) for 3 s: the caller's calls return at once, the feeder
     says Redis is stalled, and everything buffered meanwhile is stored once it thaws."""
     for i in range(8):
@@ -161,8 +172,16 @@ def test_tail_leases_go_back_to_the_crawl(front: FrontierCore) -> None:
     can start gives the rest back when there is another worker: that one leases them."""
     front.push([env(i) for i in range(10)])
     front.renew("w2")  # another worker of the crawl (its heartbeat)
-    f = Feeder(front, "w1", prefetch=4, lookahead=2, concurrency=2, poll_interval=0.05,
-               tick=5.0, heartbeat=1.0)
+    f = Feeder(
+        front,
+        "w1",
+        prefetch=4,
+        lookahead=2,
+        concurrency=2,
+        poll_interval=0.05,
+        tick=5.0,
+        heartbeat=1.0,
+    )
     f.start()
     try:
         wait_for(lambda: front.counts().in_flight == 10, what="the feeder to hoard")

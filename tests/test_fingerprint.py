@@ -803,12 +803,15 @@ def test_canonicalizer_is_frozen() -> None:
     assert Canonicalizer(strip_www=True) != Canonicalizer()
 
 
-@pytest.mark.parametrize("url", [
-    "http://127.0.0.1:54321/product/7?utm_source=x&b=1",
-    "http://127.0.0.1:65535/",
-    "http://127.0.0.1:65536/",
-    "https://example.com:99999/x",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:54321/product/7?utm_source=x&b=1",
+        "http://127.0.0.1:65535/",
+        "http://127.0.0.1:65536/",
+        "https://example.com:99999/x",
+    ],
+)
 def test_five_digit_ports_match_scrapy(url: str) -> None:
     from scrapy.utils.request import fingerprint as scrapy_fingerprint
 
@@ -823,6 +826,7 @@ def test_five_digit_ports_match_scrapy(url: str) -> None:
 
 # ------------------------------------------------------- scrapy-redis mode (migrated crawls)
 
+
 def scrapy_redis_fp(request: Request) -> bytes:
     """scrapy-redis 0.9.1's own fingerprint (its RFPDupeFilter, installed), as bytes."""
     from scrapy_redis.dupefilter import RFPDupeFilter
@@ -835,16 +839,22 @@ def scrapy_redis_fp(request: Request) -> bytes:
     url=st.one_of(urls, simple_urls),
     method=st.sampled_from(["GET", "POST", "put"]),
     body=st.binary(max_size=64),
-    headers=st.dictionaries(st.sampled_from(["Accept", "X-Token"]), st.text(max_size=5),
-                            max_size=2),
+    headers=st.dictionaries(
+        st.sampled_from(["Accept", "X-Token"]), st.text(max_size=5), max_size=2
+    ),
     verbatim=st.booleans(),
 )
-def test_scrapy_redis_mode_matches_scrapy_redis(url: str, method: str, body: bytes,
-                                                headers: dict[str, str],
-                                                verbatim: bool) -> None:
+def test_scrapy_redis_mode_matches_scrapy_redis(
+    url: str, method: str, body: bytes, headers: dict[str, str], verbatim: bool
+) -> None:
     try:
-        request = Request(url, method=method, body=body, headers=headers,
-                          meta={"verbatim_url": True} if verbatim else None)
+        request = Request(
+            url,
+            method=method,
+            body=body,
+            headers=headers,
+            meta={"verbatim_url": True} if verbatim else None,
+        )
     except ValueError:
         return  # not a URL Scrapy makes a request of
     try:
@@ -871,5 +881,7 @@ def test_scrapy_redis_mode_refuses_headers_and_fragments() -> None:
 def test_scrapy_redis_mode_with_version_adds_the_version() -> None:
     url = "http://example.com/item?id=1"
     plain = fingerprint(url, mode="scrapy-redis")
-    assert fingerprint(url, version="2", mode="scrapy-redis") not in (plain, fingerprint(
-        url, version="2"))
+    assert fingerprint(url, version="2", mode="scrapy-redis") not in (
+        plain,
+        fingerprint(url, version="2"),
+    )

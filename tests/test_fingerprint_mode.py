@@ -29,15 +29,15 @@ def test_new_crawl_records_scrapy_by_default(redis_client: redis.Redis) -> None:
     assert fingerprinter_for(Settings(), redis_client, KEYS).mode == "scrapy"
 
 
-def test_new_crawl_records_the_asked_mode_and_workers_follow_it(
-        redis_client: redis.Redis) -> None:
+def test_new_crawl_records_the_asked_mode_and_workers_follow_it(redis_client: redis.Redis) -> None:
     assert crawl_fingerprint_mode(redis_client, KEYS, "scrapy-redis") == "scrapy-redis"
     fp = fingerprinter_for(Settings(), redis_client, KEYS)  # setting unset: follow the crawl
     assert fp.mode == "scrapy-redis"
     request = Request("http://a.example/x?b=1&a=2")
     assert fp.request(request) == request_fingerprint(request, mode="scrapy-redis")
-    assert fp.url("http://a.example/x?b=1&a=2") == fingerprint("http://a.example/x?a=2&b=1",
-                                                               mode="scrapy-redis")
+    assert fp.url("http://a.example/x?b=1&a=2") == fingerprint(
+        "http://a.example/x?a=2&b=1", mode="scrapy-redis"
+    )
 
 
 def test_a_setting_contradicting_the_crawl_is_refused(redis_client: redis.Redis) -> None:
@@ -51,11 +51,11 @@ def test_a_setting_contradicting_the_crawl_is_refused(redis_client: redis.Redis)
 
 
 def test_scrapy_redis_mode_refused_on_a_crawl_that_already_has_requests(
-        redis_client: redis.Redis) -> None:
+    redis_client: redis.Redis,
+) -> None:
     """A crawl from before modes were recorded (no field, requests accepted)."""
     frontier = open_frontier(redis_client, Settings(), "c")
-    frontier.push([Envelope(url="http://a.example/", fingerprint=fingerprint(
-        "http://a.example/"))])
+    frontier.push([Envelope(url="http://a.example/", fingerprint=fingerprint("http://a.example/"))])
     assert redis_client.hget(KEYS.control, MODE_FIELD) is None
     with pytest.raises(ConfigError, match="already holds requests"):
         crawl_fingerprint_mode(redis_client, KEYS, "scrapy-redis")

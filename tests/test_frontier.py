@@ -20,8 +20,12 @@ from .conftest import Clock, FrontierFactory
 
 
 def env(url: str, priority: int = 0, dont_filter: bool = False) -> Envelope:
-    return Envelope(url=url, priority=priority, dont_filter=dont_filter,
-                    fingerprint=hashlib.sha1(url.encode()).digest())
+    return Envelope(
+        url=url,
+        priority=priority,
+        dont_filter=dont_filter,
+        fingerprint=hashlib.sha1(url.encode()).digest(),
+    )
 
 
 def urls(n: int, prefix: str = "http://example.com/p") -> list[Envelope]:
@@ -99,8 +103,16 @@ def test_fifo_and_lifo_order(make_frontier: FrontierFactory) -> None:
 @pytest.mark.backends("lists")  # lifo / strict priority / weighted tiers: lists only
 def test_strict_priority_order_fifo_among_equals(make_frontier: FrontierFactory) -> None:
     f = make_frontier(ordering="priority")
-    f.push([env("http://x/a", 0), env("http://x/b", 5), env("http://x/c", -3),
-            env("http://x/d", 5), env("http://x/e", 100), env("http://x/f", 0)])
+    f.push(
+        [
+            env("http://x/a", 0),
+            env("http://x/b", 5),
+            env("http://x/c", -3),
+            env("http://x/d", 5),
+            env("http://x/e", 100),
+            env("http://x/f", 0),
+        ]
+    )
     got = [lease.envelope.url[-1] for lease in f.lease("w", 6)]
     assert got == list("ebdafc")
 
@@ -136,8 +148,7 @@ def test_fair_schedule_shape() -> None:
     assert fair_schedule([1]) == "0"
 
 
-def test_lease_expires_and_is_reclaimed_once(make_frontier: FrontierFactory,
-                                             clock: Clock) -> None:
+def test_lease_expires_and_is_reclaimed_once(make_frontier: FrontierFactory, clock: Clock) -> None:
     f = make_frontier(lease_ttl=10)
     f.push(urls(3))
     first = f.lease("w1", 3)
@@ -154,8 +165,9 @@ def test_lease_expires_and_is_reclaimed_once(make_frontier: FrontierFactory,
     check(f)
 
 
-def test_many_reclaimers_do_not_double_requeue(make_frontier: FrontierFactory,
-                                               clock: Clock) -> None:
+def test_many_reclaimers_do_not_double_requeue(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
     f = make_frontier(lease_ttl=5, politeness=False)
     f.push(urls(50))
     f.lease("dead-worker", 50)
@@ -183,8 +195,7 @@ def test_heartbeat_keeps_leases_alive(make_frontier: FrontierFactory, clock: Clo
     assert f.ack(held) == 0
 
 
-def test_nack_retries_with_delay_then_dead(make_frontier: FrontierFactory,
-                                           clock: Clock) -> None:
+def test_nack_retries_with_delay_then_dead(make_frontier: FrontierFactory, clock: Clock) -> None:
     f = make_frontier(max_attempts=3)
     f.push(urls(1))
     lease = f.lease("w", 1)[0]
@@ -209,8 +220,9 @@ def test_nack_retries_with_delay_then_dead(make_frontier: FrontierFactory,
     assert f.nack(lease, "late") == "stale"
 
 
-def test_backoff_grows_exponentially(make_frontier: FrontierFactory, clock: Clock,
-                                     redis_client: redis.Redis) -> None:
+def test_backoff_grows_exponentially(
+    make_frontier: FrontierFactory, clock: Clock, redis_client: redis.Redis
+) -> None:
     f = make_frontier(max_attempts=10, retry_backoff=2.0, retry_backoff_max=5.0)
     f.push(urls(1))
     dues = []
@@ -241,8 +253,9 @@ def test_no_retry_goes_dead_and_requeue_dead(make_frontier: FrontierFactory) -> 
     assert f.dead() == []
 
 
-def test_expired_lease_counts_toward_max_attempts(make_frontier: FrontierFactory,
-                                                  clock: Clock) -> None:
+def test_expired_lease_counts_toward_max_attempts(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
     f = make_frontier(max_attempts=2, lease_ttl=1)
     f.push(urls(1))
     for _ in range(2):
@@ -254,8 +267,9 @@ def test_expired_lease_counts_toward_max_attempts(make_frontier: FrontierFactory
     check(f)
 
 
-def test_malformed_envelopes_go_dead_not_loop(make_frontier: FrontierFactory,
-                                              redis_client: redis.Redis) -> None:
+def test_malformed_envelopes_go_dead_not_loop(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
     f = make_frontier()
     envs = urls(4)
     f.push(envs)
@@ -286,8 +300,9 @@ def test_pause_resume(make_frontier: FrontierFactory) -> None:
     assert not f.is_paused() and len(f.lease("w", 10)) == 5
 
 
-def test_purge_removes_everything(make_frontier: FrontierFactory,
-                                  redis_client: redis.Redis) -> None:
+def test_purge_removes_everything(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
     f = make_frontier()
     other = make_frontier("other")
     other.push(urls(2))
@@ -310,11 +325,17 @@ def test_inspection(make_frontier: FrontierFactory, clock: Clock) -> None:
     f.push([env("http://a/hi", 4), env("http://a/lo", -2), env("http://a/mid")])
     pend = f.pending()
     if f.BACKEND == "lists":
-        assert [(p.url, p.tier) for p in pend] == [("http://a/hi", 0), ("http://a/mid", 1),
-                                                   ("http://a/lo", 2)]
+        assert [(p.url, p.tier) for p in pend] == [
+            ("http://a/hi", 0),
+            ("http://a/mid", 1),
+            ("http://a/lo", 2),
+        ]
     else:  # a high and a low stream, arrival order in each
-        assert [(p.url, p.tier) for p in pend] == [("http://a/hi", 0), ("http://a/lo", 1),
-                                                   ("http://a/mid", 1)]
+        assert [(p.url, p.tier) for p in pend] == [
+            ("http://a/hi", 0),
+            ("http://a/lo", 1),
+            ("http://a/mid", 1),
+        ]
     lease = f.lease("worker-7", 1)[0]
     (info,) = f.inflight()
     assert info.worker == "worker-7" and info.id == lease.id.hex() and info.attempts == 1
@@ -347,8 +368,7 @@ def test_server_clock_is_used_without_test_clock(make_frontier: FrontierFactory)
 
 
 @pytest.mark.backends("lists")  # lifo / strict priority / weighted tiers: lists only
-def test_priority_mode_requeue_keeps_order(make_frontier: FrontierFactory,
-                                           clock: Clock) -> None:
+def test_priority_mode_requeue_keeps_order(make_frontier: FrontierFactory, clock: Clock) -> None:
     f = make_frontier(ordering="priority", lease_ttl=1)
     f.push([env("http://x/hi", 10), env("http://x/lo", 1)])
     f.lease("w", 1)  # takes hi
@@ -365,8 +385,9 @@ def test_crawls_are_isolated_and_keys_share_a_hash_tag(make_frontier: FrontierFa
     assert len({key_slot(k.encode()) for k in a.keys.script_keys()}) == 1
 
 
-def test_stale_lease_cannot_ack_after_dead_and_requeue(make_frontier: FrontierFactory,
-                                                       clock: Clock) -> None:
+def test_stale_lease_cannot_ack_after_dead_and_requeue(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
     """Tokens are unique per lease: a lease from before a requeue can't ack the new one."""
     f = make_frontier(max_attempts=1, lease_ttl=1)
     f.push(urls(1))
@@ -402,8 +423,9 @@ def test_settle_stores_children_before_acking_parent(make_frontier: FrontierFact
     f = make_frontier()
     f.push(urls(1, "http://root/"))
     (parent,) = f.lease("w", 1)
-    out = f.settle(push=urls(3, "http://child/") + urls(1, "http://root/"), ack=[parent],
-                   lease=("w", 2))
+    out = f.settle(
+        push=urls(3, "http://child/") + urls(1, "http://root/"), ack=[parent], lease=("w", 2)
+    )
     assert (out.pushed.accepted, out.pushed.filtered, out.acked) == (3, 1, 1)
     assert [x.envelope.url for x in out.leases] == ["http://child/0", "http://child/1"]
     c = f.counts()
@@ -461,8 +483,9 @@ def test_push_with_delay_waits_in_delayed(make_frontier: FrontierFactory, clock:
     check(f)
 
 
-def test_describe_follows_a_request_through_its_states(make_frontier: FrontierFactory,
-                                                       clock: Clock) -> None:
+def test_describe_follows_a_request_through_its_states(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
     f = make_frontier(max_attempts=2)
     f.push([env("http://a/1")])
     rid = hashlib.sha1(b"http://a/1").hexdigest()
@@ -480,8 +503,7 @@ def test_describe_follows_a_request_through_its_states(make_frontier: FrontierFa
     [lease] = f.lease("w1", 1)
     assert f.nack(lease, "boom again") == "dead"
     info = f.describe(rid)
-    assert info is not None and (info.state, info.attempts, info.error) == ("dead", 2,
-                                                                            "boom again")
+    assert info is not None and (info.state, info.attempts, info.error) == ("dead", 2, "boom again")
     f.requeue_dead([rid])
     [lease] = f.lease("w1", 1)
     f.ack([lease])

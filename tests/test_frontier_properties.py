@@ -70,10 +70,16 @@ class FrontierMachine(RuleBasedStateMachine):
         self.clock = Clock()
         self.f = open_frontier(
             self.client,
-            Settings(lease_ttl=TTL, max_attempts=MAX_ATTEMPTS, retry_backoff=0.0,
-                     ordering=self.ordering, backend=self.backend,  # type: ignore[arg-type]
-                     politeness_concurrency=CONCURRENCY, politeness_delay=1.0,
-                     politeness_randomize=False),
+            Settings(
+                lease_ttl=TTL,
+                max_attempts=MAX_ATTEMPTS,
+                retry_backoff=0.0,
+                ordering=self.ordering,  # type: ignore[arg-type]
+                backend=self.backend,  # type: ignore[arg-type]
+                politeness_concurrency=CONCURRENCY,
+                politeness_delay=1.0,
+                politeness_randomize=False,
+            ),
             "prop",
             clock=self.clock,
         )
@@ -93,11 +99,21 @@ class FrontierMachine(RuleBasedStateMachine):
         """More setup for subclasses."""
 
     # --- rules -----------------------------------------------------------------------
-    @rule(urls=st.lists(st.integers(0, 40), min_size=1, max_size=8),
-          dont_filter=st.booleans(), priority=st.sampled_from([-2, 0, 0, 3]))
+    @rule(
+        urls=st.lists(st.integers(0, 40), min_size=1, max_size=8),
+        dont_filter=st.booleans(),
+        priority=st.sampled_from([-2, 0, 0, 3]),
+    )
     def push(self, urls: list[int], dont_filter: bool, priority: int) -> None:
-        envs = [Envelope(url=f"http://s{u % HOSTS}/{u}", priority=priority, dont_filter=dont_filter,
-                         fingerprint=hashlib.sha1(str(u).encode()).digest()) for u in urls]
+        envs = [
+            Envelope(
+                url=f"http://s{u % HOSTS}/{u}",
+                priority=priority,
+                dont_filter=dont_filter,
+                fingerprint=hashlib.sha1(str(u).encode()).digest(),
+            )
+            for u in urls
+        ]
         result = self.f.push(envs)
         expected = 0
         for e in envs:
@@ -116,7 +132,8 @@ class FrontierMachine(RuleBasedStateMachine):
         now = self.clock()
         for rid, leases in self.history.items():
             self.history[rid] = [
-                h for h in leases
+                h
+                for h in leases
                 if not (now >= h.deadline and self.heartbeat[h.lease.worker] <= now)
             ]
 
@@ -130,8 +147,9 @@ class FrontierMachine(RuleBasedStateMachine):
             alive = self.history.get(lease.id, [])
             # (a corrupted heartbeat or lease record ends a live lease early: then a second
             # owner is the price of losing nothing)
-            assert not alive or self.corrupted, \
+            assert not alive or self.corrupted, (
                 f"{lease.id!r} leased to {worker} while {alive} may be alive"
+            )
             assert lease.token not in self.tokens, "a lease token was reused"
             h = Held(lease, now + int(TTL * 1000))
             self.history[lease.id] = [h]
@@ -158,8 +176,12 @@ class FrontierMachine(RuleBasedStateMachine):
             self.finished_ids.add(h.lease.id)
         self._retire(h)
 
-    @rule(worker=st.sampled_from(WORKERS), index=st.integers(0, 10), retry=st.booleans(),
-          delay=st.sampled_from([0.0, 1.0, 30.0]))
+    @rule(
+        worker=st.sampled_from(WORKERS),
+        index=st.integers(0, 10),
+        retry=st.booleans(),
+        delay=st.sampled_from([0.0, 1.0, 30.0]),
+    )
     def nack(self, worker: str, index: int, retry: bool, delay: float) -> None:
         h = self._take(worker, index)
         if h is None:
@@ -253,18 +275,27 @@ class CorruptingMachine(FrontierMachine):
 
     def setup_more(self) -> None:
         self.other = open_frontier(
-            self.client, Settings(lease_ttl=TTL, backend=self.backend),  # type: ignore[arg-type]
-            "other", clock=self.clock)
-        self.other.push([Envelope(url=f"http://o/{i}", fingerprint=bytes([i]) * 20)
-                         for i in range(5)])
+            self.client,
+            Settings(lease_ttl=TTL, backend=self.backend),  # type: ignore[arg-type]
+            "other",
+            clock=self.clock,
+        )
+        self.other.push(
+            [Envelope(url=f"http://o/{i}", fingerprint=bytes([i]) * 20) for i in range(5)]
+        )
         self.other_held = self.other.lease("ow", 2, TTL)
         self.other_counts = self.other.counts()
 
     @precondition(lambda self: not self.corrupted)
-    @rule(which=st.integers(0, 1000), pick=st.integers(0, 1000),
-          garbage=st.one_of(st.binary(max_size=12),
-                            st.just(b"99999999999999999999"),
-                            st.just(b"0|99999999999999999999||")))
+    @rule(
+        which=st.integers(0, 1000),
+        pick=st.integers(0, 1000),
+        garbage=st.one_of(
+            st.binary(max_size=12),
+            st.just(b"99999999999999999999"),
+            st.just(b"0|99999999999999999999||"),
+        ),
+    )
     def corrupt(self, which: int, pick: int, garbage: bytes) -> None:
         """Random bytes over the value of a random field of one of the crawl's hashes
         (once per run: a second fault before the first is healed can destroy what the
@@ -311,7 +342,9 @@ def _run(machine: type[FrontierMachine], url: str, **attrs: str) -> None:
     client = redis.Redis.from_url(url)
     cls: type[FrontierMachine] = type("Machine", (machine,), {"client": client, **attrs})
     cls.TestCase.settings = settings(
-        max_examples=60, stateful_step_count=40, deadline=None,
+        max_examples=60,
+        stateful_step_count=40,
+        deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
     )
     try:
@@ -320,13 +353,16 @@ def _run(machine: type[FrontierMachine], url: str, **attrs: str) -> None:
         client.close()
 
 
-@pytest.mark.parametrize("backend,ordering", [("lists", "fifo"), ("lists", "lifo"),
-                                              ("lists", "priority"), ("streams", "fifo")])
+@pytest.mark.parametrize(
+    "backend,ordering",
+    [("lists", "fifo"), ("lists", "lifo"), ("lists", "priority"), ("streams", "fifo")],
+)
 def test_random_interleavings(redis7: RedisServer, backend: str, ordering: str) -> None:
     _run(FrontierMachine, redis7.url, ordering=ordering, backend=backend)
 
 
 @pytest.mark.parametrize("backend", ["lists", "streams"])
-def test_random_corruption_loses_nothing_and_stalls_nothing(redis_server: RedisServer,
-                                                           backend: str) -> None:
+def test_random_corruption_loses_nothing_and_stalls_nothing(
+    redis_server: RedisServer, backend: str
+) -> None:
     _run(CorruptingMachine, redis_server.url, backend=backend)

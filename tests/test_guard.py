@@ -88,39 +88,49 @@ def test_memory_threshold_warns(memory_config: redis.Redis) -> None:
     assert check_server(frontier(memory_config, memory_warn_ratio=0.9)) == []
 
 
-def test_cli_crawl_refuses_an_evicting_server(memory_config: redis.Redis,
-                                              redis7: RedisServer) -> None:
+def test_cli_crawl_refuses_an_evicting_server(
+    memory_config: redis.Redis, redis7: RedisServer
+) -> None:
     memory_config.config_set("maxmemory", 2**30)
     memory_config.config_set("maxmemory-policy", "allkeys-lru")
     from redcrawl.demo.run import SPIDER  # a spider that exists (checked first)
 
-    result = runner.invoke(app, ["crawl", str(SPIDER), "--redis-url", redis7.url,
-                                 "--crawl", "g", "--no-progress"])
+    result = runner.invoke(
+        app, ["crawl", str(SPIDER), "--redis-url", redis7.url, "--crawl", "g", "--no-progress"]
+    )
     assert result.exit_code == 2, result.output
     assert "maxmemory-policy is allkeys-lru" in " ".join(result.output.split())
 
 
-def test_import_dupefilter_from_scrapy_redis_set(redis7_client: redis.Redis,
-                                                 redis7: RedisServer) -> None:
+def test_import_dupefilter_from_scrapy_redis_set(
+    redis7_client: redis.Redis, redis7: RedisServer
+) -> None:
     hexes = [hashlib.sha1(b"%d" % i).hexdigest() for i in range(25_000)]
     redis7_client.sadd("spider:dupefilter", *hexes, "not-a-fingerprint")
     f = frontier(redis7_client)
-    f.done.add([bytes.fromhex(hexes[0])])               # one already known
-    args = ["import-dupefilter", "spider:dupefilter", "--redis-url", redis7.url,
-            "--crawl", "g", "--batch", "1000"]
+    f.done.add([bytes.fromhex(hexes[0])])  # one already known
+    args = [
+        "import-dupefilter",
+        "spider:dupefilter",
+        "--redis-url",
+        redis7.url,
+        "--crawl",
+        "g",
+        "--batch",
+        "1000",
+    ]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "25,001 fingerprints" in result.output and "24,999 added" in result.output
     assert "1 already there" in result.output and "1 invalid" in result.output
     assert f.done.contains([bytes.fromhex(h) for h in hexes]) == [True] * len(hexes)
     assert redis7_client.scard("spider:dupefilter") == 25_001  # the source is untouched
-    assert "0 added" in runner.invoke(app, args).output      # running again is harmless
+    assert "0 added" in runner.invoke(app, args).output  # running again is harmless
     missing = runner.invoke(app, [*args[:1], "nope:dupefilter", *args[2:]])
     assert missing.exit_code == 2 and "does not exist" in missing.output
 
 
-def test_serve_refuses_an_evicting_server(memory_config: redis.Redis,
-                                          redis7: RedisServer) -> None:
+def test_serve_refuses_an_evicting_server(memory_config: redis.Redis, redis7: RedisServer) -> None:
     from redcrawl.api import serve
 
     memory_config.config_set("maxmemory", 2**30)
@@ -137,8 +147,9 @@ def acl_url(redis7_client: redis.Redis, redis7: RedisServer) -> Iterator[str]:
     """A Redis 7 user that may touch only rc:* keys and no @dangerous command (INFO,
     CONFIG, ...), as a cautious operator gives a crawl."""
     user = f"rc-acl-{uuid.uuid4().hex[:8]}"
-    redis7_client.execute_command("ACL", "SETUSER", user, "on", ">pw", "~rc:*", "+@all",
-                                  "-@dangerous")
+    redis7_client.execute_command(
+        "ACL", "SETUSER", user, "on", ">pw", "~rc:*", "+@all", "-@dangerous"
+    )
     try:
         yield redis7.url.replace("redis://", f"redis://{user}:pw@")
     finally:
@@ -174,8 +185,10 @@ def test_frontier_works_for_an_acl_user(acl_url: str) -> None:
     try:
         f = open_frontier(client, settings, "acl-ops")
         f.purge()
-        envs = [Envelope(url=f"http://example.com/{i}",
-                         fingerprint=hashlib.sha1(b"%d" % i).digest()) for i in range(10)]
+        envs = [
+            Envelope(url=f"http://example.com/{i}", fingerprint=hashlib.sha1(b"%d" % i).digest())
+            for i in range(10)
+        ]
         assert f.push(envs).accepted == 10
         assert f.push(envs).accepted == 0  # deduplicated
         leased = f.lease("w", 10)
@@ -193,16 +206,20 @@ def test_serve_starts_for_an_acl_user(acl_url: str, tmp_path: Path) -> None:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
     env |= {"PYTHONPATH": str(ROOT / "src"), "REDCRAWL_REDIS_URL": acl_url}
-    proc = subprocess.Popen([sys.executable, "-m", "redcrawl", "serve", "--port", str(port)],
-                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "redcrawl", "serve", "--port", str(port)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60  # a hang guard, not a timing assert
         answer = None
         while answer is None and proc.poll() is None and time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/crawls",
-                                            timeout=5) as r:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/crawls", timeout=5) as r:
                     answer = json.loads(r.read())
             except OSError:
                 time.sleep(0.2)
@@ -216,24 +233,37 @@ def test_serve_starts_for_an_acl_user(acl_url: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_whole_crawl_as_an_acl_user(acl_url: str, redis7_client: redis.Redis,
-                                    tmp_path: Path) -> None:
+def test_whole_crawl_as_an_acl_user(
+    acl_url: str, redis7_client: redis.Redis, tmp_path: Path
+) -> None:
     from redcrawl.demo.run import SPIDER, demo_worker_settings
     from redcrawl.demo.site import ShopSite, SiteConfig
 
     crawl = f"acl-crawl-{uuid.uuid4().hex[:6]}"
     items_db = tmp_path / "items.db"
     env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
-    env |= {"PYTHONPATH": str(ROOT / "src"), "REDCRAWL_REDIS_URL": acl_url,
-            "REDCRAWL_CRAWL": crawl}
+    env |= {"PYTHONPATH": str(ROOT / "src"), "REDCRAWL_REDIS_URL": acl_url, "REDCRAWL_CRAWL": crawl}
     with ShopSite(SiteConfig(products=60, per_page=20, categories=3)) as site:
-        cmd = [sys.executable, "-m", "scrapy", "runspider", str(SPIDER), "-a", f"url={site.url}",
-               "-s", "SCHEDULER=redcrawl.scrapy.Scheduler",
-               "-s", "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter", "-s", "LOG_LEVEL=INFO"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "scrapy",
+            "runspider",
+            str(SPIDER),
+            "-a",
+            f"url={site.url}",
+            "-s",
+            "SCHEDULER=redcrawl.scrapy.Scheduler",
+            "-s",
+            "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter",
+            "-s",
+            "LOG_LEVEL=INFO",
+        ]
         for item in [*demo_worker_settings(items_db), "REDCRAWL_IDLE_BEFORE_CLOSE=0"]:
             cmd += ["-s", item]
-        result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
-                                timeout=300, check=False)
+        result = subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
+        )
         pages = len(site.canonical_pages())
     assert result.returncode == 0, result.stderr[-3000:]
     assert "NoPermissionError" not in result.stderr

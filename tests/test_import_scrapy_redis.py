@@ -71,10 +71,11 @@ def migrated_copy(dst: Path) -> Path:
     shutil.copytree(PROJECT, dst, ignore=shutil.ignore_patterns("__pycache__"))
     for path in dst.rglob("*.py"):
         text = path.read_text(encoding="utf-8")
-        new = (text.replace('"scrapy_redis.scheduler.Scheduler"', '"redcrawl.scrapy.Scheduler"')
-               .replace('"scrapy_redis.dupefilter.RFPDupeFilter"',
-                        '"redcrawl.scrapy.DupeFilter"')
-               .replace("from scrapy_redis.spiders import", "from redcrawl.scrapy import"))
+        new = (
+            text.replace('"scrapy_redis.scheduler.Scheduler"', '"redcrawl.scrapy.Scheduler"')
+            .replace('"scrapy_redis.dupefilter.RFPDupeFilter"', '"redcrawl.scrapy.DupeFilter"')
+            .replace("from scrapy_redis.spiders import", "from redcrawl.scrapy import")
+        )
         path.write_text(new, encoding="utf-8")
     return dst
 
@@ -83,30 +84,37 @@ def scrapy_crawl(project: Path, redis_url: str, out: Path, *settings: str) -> Wo
     cmd = [sys.executable, "-m", "scrapy", "crawl", "srspider"]
     for item in settings:
         cmd += ["-s", item]
-    return Worker(cmd, out, cwd=project,
-                  env=clean_env(SRPROJ_REDIS_URL=redis_url, SRPROJ_REPORT=str(out)))
+    return Worker(
+        cmd, out, cwd=project, env=clean_env(SRPROJ_REDIS_URL=redis_url, SRPROJ_REPORT=str(out))
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("queue_class", list(QUEUES))
 def test_unfinished_scrapy_redis_crawl_continues_on_redcrawl(
-        queue_class: str, tmp_path: Path, redis7: RedisServer,
-        redis7_client: redis.Redis) -> None:
+    queue_class: str, tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     with ShopSite(SITE) as site:
         pages, base = site.canonical_pages(), site.url
         # 1. scrapy-redis, stopped after 12 of the site's pages
         redis7_client.lpush("srspider:start_urls", site.url + "/")
-        run = scrapy_crawl(PROJECT, redis7.url, tmp_path / "sr.json",
-                           f"SCHEDULER_QUEUE_CLASS={queue_class}",
-                           "CLOSESPIDER_PAGECOUNT=12").wait()
+        run = scrapy_crawl(
+            PROJECT,
+            redis7.url,
+            tmp_path / "sr.json",
+            f"SCHEDULER_QUEUE_CLASS={queue_class}",
+            "CLOSESPIDER_PAGECOUNT=12",
+        ).wait()
         assert run.returncode == 0, run.tail()
         assert run.report["reason"] == "closespider_pagecount", run.tail()
         fetched = Counter(site.hits())
         queue_kind = "zset" if QUEUES[queue_class] == "priority" else "list"
         assert redis7_client.type("srspider:requests") == queue_kind.encode()
-        entries = raw(cast("list[bytes]", redis7_client.zrange("srspider:requests", 0, -1))
-                      if queue_kind == "zset"
-                      else redis7_client.lrange("srspider:requests", 0, -1))
+        entries = raw(
+            cast("list[bytes]", redis7_client.zrange("srspider:requests", 0, -1))
+            if queue_kind == "zset"
+            else redis7_client.lrange("srspider:requests", 0, -1)
+        )
         queued = Counter(path_of(pickle.loads(entry)["url"]) for entry in entries)
         members = {m.decode() for m in raw(redis7_client.smembers("srspider:dupefilter"))}
         assert queued and members and sum(fetched.values()) >= 12
@@ -115,22 +123,31 @@ def test_unfinished_scrapy_redis_crawl_continues_on_redcrawl(
         for path in queued:
             assert sr_fingerprint(site.url + path) in members
             assert fingerprint(site.url + path, mode="scrapy-redis").hex() == sr_fingerprint(
-                site.url + path)
+                site.url + path
+            )
             assert fingerprint(site.url + path).hex() not in members
         # pages scrapy-redis took from its queue but had not fetched when it stopped:
         # lost by scrapy-redis itself (nothing can tell them from fetched ones)
-        lost = {p for p in pages if sr_fingerprint(site.url + p) in members
-                and p not in fetched and p not in queued}
+        lost = {
+            p
+            for p in pages
+            if sr_fingerprint(site.url + p) in members and p not in fetched and p not in queued
+        }
 
         # 2. migrate into the crawl the project's workers will open (same ordering)
-        frontier = open_frontier(redis7_client, Settings(ordering=QUEUES[queue_class]),
-                                 "srspider")
-        result = import_scrapy_redis(redis7_client, frontier, "srspider",
-                                     queue_class=queue_class, batch=7)
+        frontier = open_frontier(redis7_client, Settings(ordering=QUEUES[queue_class]), "srspider")
+        result = import_scrapy_redis(
+            redis7_client, frontier, "srspider", queue_class=queue_class, batch=7
+        )
         assert (result.queue_read, result.pushed, result.refused, result.unstorable) == (
-            sum(queued.values()), sum(queued.values()), 0, 0)
-        assert result.queued_members == len({p for p in queued
-                                             if sr_fingerprint(site.url + p) in members})
+            sum(queued.values()),
+            sum(queued.values()),
+            0,
+            0,
+        )
+        assert result.queued_members == len(
+            {p for p in queued if sr_fingerprint(site.url + p) in members}
+        )
         assert result.done_added + result.queued_members == len(members)
         assert not result.source_changed
         assert frontier.counts().ready == sum(queued.values())
@@ -139,8 +156,9 @@ def test_unfinished_scrapy_redis_crawl_continues_on_redcrawl(
         # 3. the project with only the class paths changed, on redcrawl
         site.reset_hits()
         project = migrated_copy(tmp_path / "migrated")
-        run2 = scrapy_crawl(project, redis7.url, tmp_path / "rc.json",
-                            f"SCHEDULER_QUEUE_CLASS={queue_class}").wait(timeout=120)
+        run2 = scrapy_crawl(
+            project, redis7.url, tmp_path / "rc.json", f"SCHEDULER_QUEUE_CLASS={queue_class}"
+        ).wait(timeout=120)
         assert run2.returncode == 0, run2.tail()
         assert not run2.report["scrapy_redis_loaded"]
         second = Counter(site.hits())
@@ -149,17 +167,19 @@ def test_unfinished_scrapy_redis_crawl_continues_on_redcrawl(
     # seen; nothing it had fetched (or taken from its queue) is fetched again
     never_seen = {p for p in pages if sr_fingerprint(base + p) not in members}
     expected = queued + Counter(never_seen - set(queued))
-    assert second == expected, (sorted((second - expected).items()),
-                                sorted((expected - second).items()))
+    assert second == expected, (
+        sorted((second - expected).items()),
+        sorted((expected - second).items()),
+    )
     # every page of the site fetched in the two runs, but the ones scrapy-redis lost
     assert set(fetched) | set(second) == pages - lost
     assert len(lost) <= 1  # CONCURRENT_REQUESTS = 1: at most the one it held
-    c = open_frontier(redis7_client, Settings(ordering=QUEUES[queue_class]),
-                      "srspider").counts()
+    c = open_frontier(redis7_client, Settings(ordering=QUEUES[queue_class]), "srspider").counts()
     assert c.finished and c.conserved and c.done == sum(expected.values())
 
 
 # --- the importer on hand-made queues --------------------------------------------------------
+
 
 class SpiderWithCallbacks(Spider):
     name = "srspider"
@@ -190,11 +210,20 @@ class Touch:
 
 
 REQUESTS = [
-    Request("http://a.example/x?b=1&a=2", meta={"depth": 2, "link_text": "hi", "rule": 0},
-            priority=3),
-    Request("http://a.example/y", callback=SPIDER.parse_item, errback=SPIDER.on_error,
-            cb_kwargs={"k": [1, 2]}, headers={"X-Token": "y"}, cookies={"c": "d"},
-            flags=["f"], method="POST", body=b"xx"),
+    Request(
+        "http://a.example/x?b=1&a=2", meta={"depth": 2, "link_text": "hi", "rule": 0}, priority=3
+    ),
+    Request(
+        "http://a.example/y",
+        callback=SPIDER.parse_item,
+        errback=SPIDER.on_error,
+        cb_kwargs={"k": [1, 2]},
+        headers={"X-Token": "y"},
+        cookies={"c": "d"},
+        flags=["f"],
+        method="POST",
+        body=b"xx",
+    ),
     Request("http://a.example/again", dont_filter=True),
     FormRequest("http://a.example/form", formdata={"a": "b"}),
     JsonRequest("http://a.example/json", data={"a": 1}),
@@ -212,15 +241,23 @@ def test_real_scrapy_redis_entries_need_no_class(tmp_path: Path) -> None:
         assert rebuilt.to_dict(spider=SPIDER) == request.to_dict(spider=SPIDER)
 
 
-@pytest.mark.parametrize("payload", [
-    pytest.param(lambda m: Touch(m), id="reduce-os-system"),
-    pytest.param(lambda m: {"url": "http://a.example/", "meta": {"x": Touch(m)}},
-                 id="reduce-inside-meta"),
-    pytest.param(lambda m: {"url": "http://a.example/", "meta": {"when": __import__(
-        "datetime").datetime(2024, 1, 1)}}, id="object-in-meta"),
-])
-def test_unpickler_refuses_globals_without_running_them(payload: object,
-                                                        tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(lambda m: Touch(m), id="reduce-os-system"),
+        pytest.param(
+            lambda m: {"url": "http://a.example/", "meta": {"x": Touch(m)}}, id="reduce-inside-meta"
+        ),
+        pytest.param(
+            lambda m: {
+                "url": "http://a.example/",
+                "meta": {"when": __import__("datetime").datetime(2024, 1, 1)},
+            },
+            id="object-in-meta",
+        ),
+    ],
+)
+def test_unpickler_refuses_globals_without_running_them(payload: object, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     data = pickle.dumps(payload(marker), protocol=pickle.HIGHEST_PROTOCOL)  # type: ignore[operator]
     with pytest.raises(RefusedEntry, match="refused: the entry needs"):
@@ -249,13 +286,16 @@ def test_extension_registry_is_refused_too(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
-@pytest.mark.parametrize("data, reason", [
-    (pickle.dumps(["http://a.example/"]), "not a request dict"),
-    (pickle.dumps({"meta": {}}), "no 'url'"),
-    (b"not a pickle", "not a readable pickle"),
-    (pickle.dumps({"url": "http://a.example/", "headers": "x"}), "'headers' is a str"),
-    (pickle.dumps({"url": "http://a.example/", "what": 1}), "unknown request fields"),
-])
+@pytest.mark.parametrize(
+    "data, reason",
+    [
+        (pickle.dumps(["http://a.example/"]), "not a request dict"),
+        (pickle.dumps({"meta": {}}), "no 'url'"),
+        (b"not a pickle", "not a readable pickle"),
+        (pickle.dumps({"url": "http://a.example/", "headers": "x"}), "'headers' is a str"),
+        (pickle.dumps({"url": "http://a.example/", "what": 1}), "unknown request fields"),
+    ],
+)
 def test_entries_that_are_not_request_dicts_are_refused(data: bytes, reason: str) -> None:
     with pytest.raises(RefusedEntry, match=reason):
         request_dict_to_envelope(unpickle_request_dict(data))
@@ -265,12 +305,14 @@ def frontier_of(client: redis.Redis, crawl: str = "srspider", **settings: object
     return open_frontier(client, Settings(**settings), crawl)  # type: ignore[arg-type]
 
 
-def test_malicious_queue_entry_is_counted_and_never_run(tmp_path: Path,
-                                                        redis_client: redis.Redis) -> None:
+def test_malicious_queue_entry_is_counted_and_never_run(
+    tmp_path: Path, redis_client: redis.Redis
+) -> None:
     marker = tmp_path / "pwned"
     good = sr_entry(REQUESTS[0])
-    redis_client.zadd("srspider:requests", {good: -3, pickle.dumps(Touch(marker)): 0,
-                                            b"\x80\x05garbage": 0})
+    redis_client.zadd(
+        "srspider:requests", {good: -3, pickle.dumps(Touch(marker)): 0, b"\x80\x05garbage": 0}
+    )
     frontier = frontier_of(redis_client)
     result = import_scrapy_redis(redis_client, frontier, "srspider")
     assert not marker.exists()
@@ -298,8 +340,7 @@ def test_queue_kept_whole_callbacks_by_name_in_pop_order(redis_client: redis.Red
         if request.dont_filter:
             assert lease.id.startswith(b"#")
         else:  # the id of a request with a fingerprint is its fingerprint
-            assert lease.id == bytes.fromhex(RFPDupeFilter(None, "k").request_fingerprint(
-                request))
+            assert lease.id == bytes.fromhex(RFPDupeFilter(None, "k").request_fingerprint(request))
     assert leases[1].envelope.callback == "parse_item"
     assert leases[1].envelope.errback == "on_error"
 
@@ -308,33 +349,47 @@ def test_lifo_queue_pop_order(redis_client: redis.Redis) -> None:
     for request in REQUESTS[1:4]:  # one priority: the order is the queue's alone
         redis_client.lpush("srspider:requests", sr_entry(request))
     frontier = frontier_of(redis_client)
-    import_scrapy_redis(redis_client, frontier, "srspider",
-                        queue_class="scrapy_redis.queue.LifoQueue")
-    assert [x.envelope.url for x in frontier.lease("w", 10)] == [
-        r.url for r in REQUESTS[1:4]][::-1]
+    import_scrapy_redis(
+        redis_client, frontier, "srspider", queue_class="scrapy_redis.queue.LifoQueue"
+    )
+    assert [x.envelope.url for x in frontier.lease("w", 10)] == [r.url for r in REQUESTS[1:4]][::-1]
 
 
 def test_dupefilter_members_of_queued_requests_stay_ready(redis_client: redis.Redis) -> None:
     queued = Request("http://a.example/queued")
     redis_client.zadd("srspider:requests", {sr_entry(queued): 0})
     done_urls = [f"http://a.example/done/{i}" for i in range(30)]
-    redis_client.sadd("srspider:dupefilter", sr_fingerprint(queued.url),
-                      *map(sr_fingerprint, done_urls), "not-hex")
+    redis_client.sadd(
+        "srspider:dupefilter",
+        sr_fingerprint(queued.url),
+        *map(sr_fingerprint, done_urls),
+        "not-hex",
+    )
     frontier = frontier_of(redis_client)
     result = import_scrapy_redis(redis_client, frontier, "srspider", batch=4)
-    assert (result.pushed, result.done_added, result.queued_members,
-            result.invalid_members) == (1, 30, 1, 1)
+    assert (result.pushed, result.done_added, result.queued_members, result.invalid_members) == (
+        1,
+        30,
+        1,
+        1,
+    )
     c = frontier.counts()
     assert c.ready == c.accepted == 1 and c.done == 0 and c.conserved
     # new requests of the crawl are fingerprinted as scrapy-redis did: the done ones
     # are duplicates, the queued one too (it is still queued), a new one is accepted
-    envs = [codec.Envelope(url=u, fingerprint=fingerprint(u, mode="scrapy-redis"))
-            for u in [*done_urls[:3], queued.url, "http://a.example/new"]]
+    envs = [
+        codec.Envelope(url=u, fingerprint=fingerprint(u, mode="scrapy-redis"))
+        for u in [*done_urls[:3], queued.url, "http://a.example/new"]
+    ]
     assert frontier.push(envs).flags == (False, False, False, False, True)
 
 
-def test_source_on_another_server(redis_client: redis.Redis, redis7_client: redis.Redis,
-                                  redis_server: RedisServer, redis7: RedisServer) -> None:
+def test_source_on_another_server(
+    redis_client: redis.Redis,
+    redis7_client: redis.Redis,
+    redis_server: RedisServer,
+    redis7: RedisServer,
+) -> None:
     if redis_server.url == redis7.url:
         pytest.skip("needs two servers: runs with the 6.2 source")
     redis_client.zadd("srspider:requests", {sr_entry(REQUESTS[0]): -3})
@@ -349,8 +404,13 @@ def test_source_on_another_server(redis_client: redis.Redis, redis7_client: redi
 def test_custom_keys(redis_client: redis.Redis) -> None:
     redis_client.rpush("q:srspider", sr_entry(REQUESTS[0]))
     redis_client.sadd("df:srspider", sr_fingerprint("http://a.example/old"))
-    result = import_scrapy_redis(redis_client, frontier_of(redis_client), "srspider",
-                                 queue_key="q:%(spider)s", dupefilter_key="df:%(spider)s")
+    result = import_scrapy_redis(
+        redis_client,
+        frontier_of(redis_client),
+        "srspider",
+        queue_key="q:%(spider)s",
+        dupefilter_key="df:%(spider)s",
+    )
     assert (result.queue_key, result.pushed, result.done_added) == ("q:srspider", 1, 1)
 
 
@@ -360,16 +420,20 @@ def test_refusals(redis_client: redis.Redis) -> None:
     redis_client.zadd("srspider:requests", {sr_entry(REQUESTS[0]): 0})
     # a crawl already fingerprinted the Scrapy way
     other = frontier_of(redis_client, "busy")
-    other.push([codec.Envelope(url="http://a.example/", fingerprint=fingerprint(
-        "http://a.example/"))])
+    other.push(
+        [codec.Envelope(url="http://a.example/", fingerprint=fingerprint("http://a.example/"))]
+    )
     with pytest.raises(ConfigError, match="REDCRAWL_FINGERPRINTER"):
         import_scrapy_redis(redis_client, other, "srspider")
     with pytest.raises(ConfigError, match="REDCRAWL_CANONICALIZE"):
-        import_scrapy_redis(redis_client, frontier_of(redis_client, canonicalize=True),
-                            "srspider")
+        import_scrapy_redis(redis_client, frontier_of(redis_client, canonicalize=True), "srspider")
     with pytest.raises(ConfigError, match="written by PriorityQueue"):
-        import_scrapy_redis(redis_client, frontier_of(redis_client), "srspider",
-                            queue_class="scrapy_redis.queue.FifoQueue")
+        import_scrapy_redis(
+            redis_client,
+            frontier_of(redis_client),
+            "srspider",
+            queue_class="scrapy_redis.queue.FifoQueue",
+        )
     # a second import of the same queue, unless forced
     frontier = frontier_of(redis_client)
     assert import_scrapy_redis(redis_client, frontier, "srspider").pushed == 1
@@ -385,14 +449,14 @@ def test_dry_run_writes_nothing(redis_client: redis.Redis) -> None:
     redis_client.zadd("srspider:requests", {sr_entry(REQUESTS[0]): 0})
     redis_client.sadd("srspider:dupefilter", sr_fingerprint("http://a.example/old"))
     before = sorted(redis_client.keys("*"))
-    result = import_scrapy_redis(redis_client, frontier_of(redis_client), "srspider",
-                                 dry_run=True)
+    result = import_scrapy_redis(redis_client, frontier_of(redis_client), "srspider", dry_run=True)
     assert (result.pushed, result.done_added, result.dry_run) == (1, 1, True)
     assert sorted(redis_client.keys("*")) == before
     assert crawl_fingerprint_mode(redis_client, frontier_of(redis_client).keys) == "scrapy"
 
 
 # --- the commands ------------------------------------------------------------------------
+
 
 def cli_app() -> typer.Typer:
     """The ``redcrawl`` command."""
@@ -424,8 +488,7 @@ def test_command(redis_client: redis.Redis, tmp_path: Path) -> None:
     assert again.exit_code == 2 and "--force" in again.output
 
 
-def test_old_import_dupefilter_command_sets_the_mode_or_warns(
-        redis_client: redis.Redis) -> None:
+def test_old_import_dupefilter_command_sets_the_mode_or_warns(redis_client: redis.Redis) -> None:
     from redcrawl.cli import app
 
     url = redis_client.connection_pool.connection_kwargs
@@ -439,12 +502,22 @@ def test_old_import_dupefilter_command_sets_the_mode_or_warns(
     assert "warning" not in result.output
     assert redis_client.hget(CrawlKeys("fresh").control, MODE_FIELD) == b"scrapy-redis"
     f = frontier_of(redis_client, "fresh")
-    assert f.push([codec.Envelope(url="http://a.example/old", fingerprint=fingerprint(
-        "http://a.example/old", mode="scrapy-redis"))]).accepted == 0
+    assert (
+        f.push(
+            [
+                codec.Envelope(
+                    url="http://a.example/old",
+                    fingerprint=fingerprint("http://a.example/old", mode="scrapy-redis"),
+                )
+            ]
+        ).accepted
+        == 0
+    )
     # a crawl with Scrapy's fingerprints, and a queue left behind: both said
     busy = frontier_of(redis_client, "busy")
-    busy.push([codec.Envelope(url="http://a.example/", fingerprint=fingerprint(
-        "http://a.example/"))])
+    busy.push(
+        [codec.Envelope(url="http://a.example/", fingerprint=fingerprint("http://a.example/"))]
+    )
     redis_client.zadd("srspider:requests", {sr_entry(REQUESTS[0]): 0})
     result = runner.invoke(app, [*args, "--crawl", "busy"])
     assert result.exit_code == 0, result.output

@@ -28,21 +28,36 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["lists", "streams"])
-def test_sigkill_one_of_four_workers_loses_nothing(redis7: RedisServer, tmp_path: Path,
-                                                   backend: str) -> None:
+def test_sigkill_one_of_four_workers_loses_nothing(
+    redis7: RedisServer, tmp_path: Path, backend: str
+) -> None:
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
     crawl = "kill"
     frontier = open_frontier(client, Settings(backend=backend), crawl)  # type: ignore[arg-type]
-    envs = [Envelope(url=f"http://site/{i}", fingerprint=hashlib.sha1(b"%d" % i).digest())
-            for i in range(N)]
+    envs = [
+        Envelope(url=f"http://site/{i}", fingerprint=hashlib.sha1(b"%d" % i).digest())
+        for i in range(N)
+    ]
     assert frontier.push(envs).accepted == N
 
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     logs = [tmp_path / f"w{i}.log" for i in range(4)]
     procs = [
-        subprocess.Popen([sys.executable, "-m", "tests.frontier_worker", redis7.url, crawl,
-                          f"w{i}", str(logs[i]), backend], cwd=ROOT, env=env)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.frontier_worker",
+                redis7.url,
+                crawl,
+                f"w{i}",
+                str(logs[i]),
+                backend,
+            ],
+            cwd=ROOT,
+            env=env,
+        )
         for i in range(4)
     ]
     victim = procs[1]

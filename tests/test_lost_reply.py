@@ -20,8 +20,9 @@ from .conftest import Backend, Clock, raw
 from .proxykit import ReplyDropper, envs, held
 
 
-def _frontiers(redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
-               backend: Backend) -> tuple[FrontierCore, FrontierCore]:
+def _frontiers(
+    redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock, backend: Backend
+) -> tuple[FrontierCore, FrontierCore]:
     """The same crawl seen directly and through the proxy."""
     settings = Settings(backend=backend, lease_ttl=10.0, retry_backoff=0.0)
     direct = open_frontier(redis_client, settings, "lost", clock=clock)
@@ -30,8 +31,8 @@ def _frontiers(redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
 
 
 def test_lost_lease_reply_returns_the_same_lease(
-        redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
-        frontier_backend: Backend) -> None:
+    redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock, frontier_backend: Backend
+) -> None:
     direct, proxied = _frontiers(redis_client, dropper, clock, frontier_backend)
     direct.push(envs(30))
     # the lease script is in the server's cache, so the dropped reply is the lease's own
@@ -53,8 +54,8 @@ def test_lost_lease_reply_returns_the_same_lease(
 
 
 def test_lost_settle_reply_pushes_acks_and_leases_once(
-        redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
-        frontier_backend: Backend) -> None:
+    redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock, frontier_backend: Backend
+) -> None:
     direct, proxied = _frontiers(redis_client, dropper, clock, frontier_backend)
     direct.push(envs(40))
     first = proxied.lease("w1", 10)
@@ -75,7 +76,8 @@ def test_lost_settle_reply_pushes_acks_and_leases_once(
 
 
 def test_replay_returns_only_what_is_still_held(
-        redis_client: redis.Redis, clock: Clock, frontier_backend: Backend) -> None:
+    redis_client: redis.Redis, clock: Clock, frontier_backend: Backend
+) -> None:
     """A replay after part of the lease was already settled elsewhere (its lease expired
     and was reclaimed) returns only the requests the worker still holds."""
     settings = Settings(backend=frontier_backend, lease_ttl=10.0, retry_backoff=0.0)
@@ -92,7 +94,8 @@ def test_replay_returns_only_what_is_still_held(
 
 
 def test_a_dead_workers_last_call_is_forgotten(
-        redis_client: redis.Redis, clock: Clock, frontier_backend: Backend) -> None:
+    redis_client: redis.Redis, clock: Clock, frontier_backend: Backend
+) -> None:
     settings = Settings(backend=frontier_backend, lease_ttl=10.0, retry_backoff=0.0)
     f = open_frontier(redis_client, settings, "lost", clock=clock)
     f.push(envs(4))
@@ -119,15 +122,28 @@ def _dead(f: FrontierCore, n: int) -> None:
         f.nack(lease, "boom", retry=False)
 
 
-@pytest.mark.parametrize("call", ["push_delayed", "push_plain", "push_batches", "settle_push",
-                                  "nack", "requeue_dead", "release"])
+@pytest.mark.parametrize(
+    "call",
+    [
+        "push_delayed",
+        "push_plain",
+        "push_batches",
+        "settle_push",
+        "nack",
+        "requeue_dead",
+        "release",
+    ],
+)
 def test_every_state_changing_call_is_replayed_not_repeated(
-        redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock, frontier_backend: Backend,
-        call: str) -> None:
+    redis_client: redis.Redis,
+    dropper: ReplyDropper,
+    clock: Clock,
+    frontier_backend: Backend,
+    call: str,
+) -> None:
     """Issue 11 item 15: calls that lease nothing carried no nonce, so a lost reply
     enqueued dont_filter requests twice (and requeued, nacked... twice)."""
-    settings = Settings(backend=frontier_backend, lease_ttl=10.0, retry_backoff=0.0,
-                        batch_size=2)
+    settings = Settings(backend=frontier_backend, lease_ttl=10.0, retry_backoff=0.0, batch_size=2)
     direct = open_frontier(redis_client, settings, "lost", clock=clock)
     proxied = open_frontier(dropper.client(settings), settings, "lost", clock=clock)
     for name in ("push", "settle", "nack", "requeue_dead", "release"):

@@ -93,8 +93,7 @@ def spider() -> Spider:
 
 def through(client: redis.Redis, value: Any, spider: Spider) -> Any:
     """``value`` as meta of a request stored in Redis and rebuilt from it."""
-    req = scrapy.Request("http://example.com/", callback=spider.parse_item,
-                         meta={"v": value})
+    req = scrapy.Request("http://example.com/", callback=spider.parse_item, meta={"v": value})
     client.set("env", encode(from_request(req, spider)))
     data = client.get("env")
     assert isinstance(data, bytes)
@@ -105,16 +104,19 @@ PARIS = zoneinfo.ZoneInfo("Europe/Paris")
 VALUES: list[Any] = [
     dt.datetime(2024, 5, 6, 7, 8, 9, 123456),
     dt.datetime(2024, 5, 6, 7, 8, 9, tzinfo=dt.UTC),
-    dt.datetime(2024, 5, 6, 7, 8, tzinfo=dt.timezone(dt.timedelta(hours=-3, minutes=-30),
-                                                       "NST")),
+    dt.datetime(2024, 5, 6, 7, 8, tzinfo=dt.timezone(dt.timedelta(hours=-3, minutes=-30), "NST")),
     dt.datetime(2024, 10, 27, 2, 30, tzinfo=PARIS, fold=1),  # the second 02:30 that day
     dt.date(1999, 12, 31),
     dt.time(23, 59, 59, 999999),
     dt.time(1, 2, tzinfo=dt.timezone(dt.timedelta(hours=5))),
     dt.timedelta(days=-3, seconds=5, microseconds=7),
-    decimal.Decimal("1.10"), decimal.Decimal("-0"), decimal.Decimal("NaN"),
+    decimal.Decimal("1.10"),
+    decimal.Decimal("-0"),
+    decimal.Decimal("NaN"),
     decimal.Decimal("1E+999999"),
-    {1, 2, "a"}, frozenset({b"x", (1, 2)}), set(),
+    {1, 2, "a"},
+    frozenset({b"x", (1, 2)}),
+    set(),
     (1, (2, (3, [4, (5,)])), {"k": ()}),
     (),
     uuid.UUID("12345678-1234-5678-1234-567812345678"),
@@ -123,8 +125,9 @@ VALUES: list[Any] = [
 
 
 @pytest.mark.parametrize("value", VALUES, ids=lambda v: type(v).__name__)
-def test_fixed_types_round_trip_with_their_types(redis7_client: redis.Redis, spider: Spider,
-                                                 value: Any) -> None:
+def test_fixed_types_round_trip_with_their_types(
+    redis7_client: redis.Redis, spider: Spider, value: Any
+) -> None:
     out = through(redis7_client, value, spider)
     if isinstance(value, decimal.Decimal) and value.is_nan():
         assert out.is_nan() and type(out) is decimal.Decimal
@@ -137,8 +140,7 @@ def test_fixed_types_round_trip_with_their_types(redis7_client: redis.Redis, spi
         assert out.utcoffset() == value.utcoffset()
 
 
-def test_items_dataclasses_and_attrs_round_trip(redis7_client: redis.Redis,
-                                                spider: Spider) -> None:
+def test_items_dataclasses_and_attrs_round_trip(redis7_client: redis.Redis, spider: Spider) -> None:
     when = dt.datetime(2024, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
     product = Product(name="Lamp", price=decimal.Decimal("9.90"), tags=("a", "b"))
     meta = {
@@ -165,27 +167,48 @@ def test_rebuilding_runs_no_project_code(redis7_client: redis.Redis, spider: Spi
 
 
 def test_subclasses_of_plain_types_are_stored_as_the_plain_type(
-        redis7_client: redis.Redis, spider: Spider) -> None:
-    meta = {"od": collections.OrderedDict(a=1), "dd": collections.defaultdict(int, b=2),
-            "enum": Color.RED, "point": Point(1, 2), "ba": bytearray(b"xy")}
+    redis7_client: redis.Redis, spider: Spider
+) -> None:
+    meta = {
+        "od": collections.OrderedDict(a=1),
+        "dd": collections.defaultdict(int, b=2),
+        "enum": Color.RED,
+        "point": Point(1, 2),
+        "ba": bytearray(b"xy"),
+    }
     out = through(redis7_client, meta, spider)
     assert out == {"od": {"a": 1}, "dd": {"b": 2}, "enum": 1, "point": (1, 2), "ba": b"xy"}
     assert [type(out[k]) for k in ("od", "dd", "enum", "point", "ba")] == [
-        dict, dict, int, tuple, bytes]
+        dict,
+        dict,
+        int,
+        tuple,
+        bytes,
+    ]
 
 
 def test_version_1_for_plain_data_version_2_only_with_extensions() -> None:
     plain = msgpack.unpackb(encode(Envelope(url="http://x/", meta={"a": [1]})))
     assert plain["v"] == codec.PLAIN_VERSION == 1
-    tagged = msgpack.unpackb(encode(Envelope(url="http://x/", meta={"a": (1,)})),
-                             ext_hook=lambda code, data: code)
+    tagged = msgpack.unpackb(
+        encode(Envelope(url="http://x/", meta={"a": (1,)})), ext_hook=lambda code, data: code
+    )
     assert tagged["v"] == codec.FORMAT_VERSION == 2 and tagged["mt"] == {"a": 1}
 
 
 def test_old_version_1_envelopes_still_decode(spider: Spider) -> None:
     """Bytes as the version-1 codec wrote them (meta of plain data, a list for a tuple)."""
-    old = msgpack.packb({"v": 1, "u": "http://x/", "mt": {"t": [1, 2], "n": {"a": None}},
-                         "cb": "parse_item", "p": 3, "f": bytes(20)}, use_bin_type=True)
+    old = msgpack.packb(
+        {
+            "v": 1,
+            "u": "http://x/",
+            "mt": {"t": [1, 2], "n": {"a": None}},
+            "cb": "parse_item",
+            "p": 3,
+            "f": bytes(20),
+        },
+        use_bin_type=True,
+    )
     req = to_request(decode(old), spider)
     assert req.meta == {"t": [1, 2], "n": {"a": None}} and req.priority == 3
     assert req.callback == spider.parse_item
@@ -198,8 +221,7 @@ class Thing:
 def test_what_still_cannot_be_stored_is_an_encode_error_naming_the_key() -> None:
     cases: list[tuple[Any, str]] = [
         ({"a": [Thing()]}, "meta['a'][0] holds a value of type Thing"),
-        ({"a": Offer("x", decimal.Decimal(1), dt.datetime(2024, 1, 1), {"o": Thing()})},
-         "Thing"),
+        ({"a": Offer("x", decimal.Decimal(1), dt.datetime(2024, 1, 1), {"o": Thing()})}, "Thing"),
         ({"a": (1, {Thing()})}, "Thing"),
         ({"f": lambda: 1}, "meta['f'] holds a value of type function"),
         ({"t": dt.datetime(2024, 1, 1, tzinfo=FixedTz())}, "time zone"),
@@ -234,20 +256,24 @@ def test_classes_a_worker_cannot_find_are_refused_at_encode() -> None:
 def item_env(path: str, kind: str, fields: dict[str, Any]) -> bytes:
     payload = msgpack.packb([path, kind, fields], use_bin_type=True)
     out: bytes = msgpack.packb(
-        {"v": 2, "u": "http://x/", "mt": {"i": msgpack.ExtType(10, payload)}}, use_bin_type=True)
+        {"v": 2, "u": "http://x/", "mt": {"i": msgpack.ExtType(10, payload)}}, use_bin_type=True
+    )
     return out
 
 
-@pytest.mark.parametrize(("path", "kind", "words"), [
-    ("os:system", "dataclass", "not a class"),
-    ("subprocess:Popen", "item", "not a item"),
-    ("builtins:eval", "attrs", "not a class"),
-    ("tests.test_meta_types:Thing", "dataclass", "not a dataclass"),
-    ("tests.test_meta_types:Offer", "attrs", "not a attrs"),
-    ("tests.test_meta_types:Nope", "item", "does not exist"),
-    ("tests.test_meta_types:Offer.__init__", "dataclass", "not a class"),
-    ("tests.test_meta_types:Offer.nope", "dataclass", "does not exist"),
-])
+@pytest.mark.parametrize(
+    ("path", "kind", "words"),
+    [
+        ("os:system", "dataclass", "not a class"),
+        ("subprocess:Popen", "item", "not a item"),
+        ("builtins:eval", "attrs", "not a class"),
+        ("tests.test_meta_types:Thing", "dataclass", "not a dataclass"),
+        ("tests.test_meta_types:Offer", "attrs", "not a attrs"),
+        ("tests.test_meta_types:Nope", "item", "does not exist"),
+        ("tests.test_meta_types:Offer.__init__", "dataclass", "not a class"),
+        ("tests.test_meta_types:Offer.nope", "dataclass", "does not exist"),
+    ],
+)
 def test_stored_class_paths_pick_only_item_classes(path: str, kind: str, words: str) -> None:
     with pytest.raises(DecodeError, match=words):
         decode(item_env(path, kind, {}))
@@ -284,36 +310,56 @@ assert "email.mime.text" not in sys.modules
 print("ok")
 """
     data = item_env("email.mime.text:MIMEText", "dataclass", {"x": 1})
-    out = subprocess.run([sys.executable, "-c", code, data.hex()], capture_output=True,
-                         text=True, timeout=60, env={"PYTHONPATH": codec.__file__.rsplit(
-                             "/redcrawl/", 1)[0]})
+    out = subprocess.run(
+        [sys.executable, "-c", code, data.hex()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PYTHONPATH": codec.__file__.rsplit("/redcrawl/", 1)[0]},
+    )
     assert out.stdout.strip() == "ok", out.stderr
 
 
 def test_stored_item_resolves_once_the_module_is_imported(spider: Spider) -> None:
     env = decode(item_env("tests.test_meta_types:Product", "item", {"name": "n"}))
     assert not env.unresolved and type(env.meta["i"]) is Product
-    placeholder = Envelope(url="http://x/", meta={"i": StoredItem(
-        "tests.test_meta_types:Product", "item", {"name": "n"})}, unresolved=True)
+    placeholder = Envelope(
+        url="http://x/",
+        meta={"i": StoredItem("tests.test_meta_types:Product", "item", {"name": "n"})},
+        unresolved=True,
+    )
     assert to_request(placeholder, spider).meta["i"] == Product(name="n")
 
 
 # --- any values -------------------------------------------------------------------------
 
+
 def storable() -> st.SearchStrategy[Any]:
     keys = st.text(max_size=3) | st.integers(-5, 5) | st.binary(max_size=3)
-    leaves = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1)
-              | st.floats(allow_nan=False) | st.text(max_size=6) | st.binary(max_size=6)
-              | st.datetimes(timezones=st.none() | st.just(dt.UTC))
-              | st.dates() | st.times() | st.timedeltas()
-              | st.decimals(allow_nan=False) | st.uuids())
+    leaves = (
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**63), 2**64 - 1)
+        | st.floats(allow_nan=False)
+        | st.text(max_size=6)
+        | st.binary(max_size=6)
+        | st.datetimes(timezones=st.none() | st.just(dt.UTC))
+        | st.dates()
+        | st.times()
+        | st.timedeltas()
+        | st.decimals(allow_nan=False)
+        | st.uuids()
+    )
     return st.recursive(
         leaves,
-        lambda kids: (st.lists(kids, max_size=3) | st.tuples(kids, kids)
-                      | st.dictionaries(keys, kids, max_size=3)
-                      | st.frozensets(st.integers(-9, 9) | st.text(max_size=3), max_size=3)
-                      | st.sets(st.integers(-(2**63), 2**63), max_size=3)
-                      | st.builds(Product, name=kids, price=kids)),
+        lambda kids: (
+            st.lists(kids, max_size=3)
+            | st.tuples(kids, kids)
+            | st.dictionaries(keys, kids, max_size=3)
+            | st.frozensets(st.integers(-9, 9) | st.text(max_size=3), max_size=3)
+            | st.sets(st.integers(-(2**63), 2**63), max_size=3)
+            | st.builds(Product, name=kids, price=kids)
+        ),
         max_leaves=10,
     )
 
@@ -341,32 +387,75 @@ def _typed(value: Any) -> Any:
 
 
 def _garbage() -> st.SearchStrategy[Any]:
-    leaves = (st.none() | st.booleans() | st.integers(-(2**63), 2**64 - 1) | st.floats()
-              | st.text(max_size=12) | st.binary(max_size=12)
-              | st.sampled_from(["nope", "utf-16", "idna", "rot13", "latin-1", "base64",
-                                 "http://exa mple.com/é ü", "parse_item", "_set_crawler",
-                                 "scrapy.http.FormRequest", "GET", "POST\r\n"])
-              | st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=12)))
+    leaves = (
+        st.none()
+        | st.booleans()
+        | st.integers(-(2**63), 2**64 - 1)
+        | st.floats()
+        | st.text(max_size=12)
+        | st.binary(max_size=12)
+        | st.sampled_from(
+            [
+                "nope",
+                "utf-16",
+                "idna",
+                "rot13",
+                "latin-1",
+                "base64",
+                "http://exa mple.com/é ü",
+                "parse_item",
+                "_set_crawler",
+                "scrapy.http.FormRequest",
+                "GET",
+                "POST\r\n",
+            ]
+        )
+        | st.builds(msgpack.ExtType, st.integers(0, 127), st.binary(max_size=12))
+    )
     return st.recursive(
         leaves,
-        lambda kids: st.lists(kids, max_size=3) | st.dictionaries(
-            st.text(max_size=3) | st.integers(-3, 3), kids, max_size=3),
+        lambda kids: (
+            st.lists(kids, max_size=3)
+            | st.dictionaries(st.text(max_size=3) | st.integers(-3, 3), kids, max_size=3)
+        ),
         max_leaves=8,
     )
 
 
-FIELDS = ["v", "u", "m", "h", "b", "c", "mt", "cb", "eb", "p", "fl", "df", "k", "e", "cls",
-          "x", "f"]
+FIELDS = [
+    "v",
+    "u",
+    "m",
+    "h",
+    "b",
+    "c",
+    "mt",
+    "cb",
+    "eb",
+    "p",
+    "fl",
+    "df",
+    "k",
+    "e",
+    "cls",
+    "x",
+    "f",
+]
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[
-    HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(st.dictionaries(st.sampled_from(FIELDS), _garbage(), max_size=9),
-       st.sampled_from([None, 1, 2]),
-       st.sampled_from(["http://x/", "http://exa mple.com/ü ?q=é", "https://a.example/%zz#!x"]))
+@settings(
+    max_examples=400,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+@given(
+    st.dictionaries(st.sampled_from(FIELDS), _garbage(), max_size=9),
+    st.sampled_from([None, 1, 2]),
+    st.sampled_from(["http://x/", "http://exa mple.com/ü ?q=é", "https://a.example/%zz#!x"]),
+)
 def test_to_request_of_anything_in_redis_is_a_request_or_a_decode_error(
-        redis7_client: redis.Redis, spider: Spider, d: dict[str, Any], version: int | None,
-        url: str) -> None:
+    redis7_client: redis.Redis, spider: Spider, d: dict[str, Any], version: int | None, url: str
+) -> None:
     if version is not None:
         d = {**d, "v": version, "u": d.get("u", url)}
     redis7_client.set("garbage", msgpack.packb(d, use_bin_type=True))
@@ -387,20 +476,34 @@ def test_unknown_encoding_with_a_url_to_escape_is_a_decode_error(spider: Spider)
 
 # --- a real crawl -------------------------------------------------------------------------
 
-def test_meta_with_items_and_dates_survives_a_real_crawl(tmp_path: Any, redis7: Any,
-                                                         redis7_client: redis.Redis) -> None:
+
+def test_meta_with_items_and_dates_survives_a_real_crawl(
+    tmp_path: Any, redis7: Any, redis7_client: redis.Redis
+) -> None:
     from redcrawl.demo import ShopSite, SiteConfig
     from tests.scrapy_projects.harness import frontier, run_spider
 
     redis7_client.flushall()
     with ShopSite(SiteConfig(products=4, tracking_params=False)) as site:
-        run = run_spider("meta_types_spider.py", tmp_path, redis_url=redis7.url,
-                         crawl="meta-types", args={"url": site.url}).ok()
+        run = run_spider(
+            "meta_types_spider.py",
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="meta-types",
+            args={"url": site.url},
+        ).ok()
     got = run.report["spider"]["got"]
     assert len(got) == 2 and run.report["spider"]["equal"], got
     types = {k: t for k, (t, _) in got[0].items()}
-    assert types == {"item": "Product", "offer": "Offer", "when": "datetime", "seen": "set",
-                     "pair": "tuple", "price": "Decimal", "cb_pair": "tuple"}
+    assert types == {
+        "item": "Product",
+        "offer": "Offer",
+        "when": "datetime",
+        "seen": "set",
+        "pair": "tuple",
+        "price": "Decimal",
+        "cb_pair": "tuple",
+    }
     assert got[0]["price"][1] == "Decimal('1.10')"
     assert run.stats.get("redcrawl/unstorable") is None
     c = frontier(redis7_client, "meta-types").counts()

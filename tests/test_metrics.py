@@ -48,13 +48,15 @@ def env(url: str) -> Envelope:
 def fill(f: FrontierCore, n: int, start: int = 0) -> None:
     batch = 1000
     for at in range(start, start + n, batch):
-        f.push([env(f"http://h{i % 50}.example/{i}")
-                for i in range(at, min(start + n, at + batch))])
+        f.push(
+            [env(f"http://h{i % 50}.example/{i}") for i in range(at, min(start + n, at + batch))]
+        )
 
 
 def _frontier(client: redis.Redis, backend: Backend, crawl: str = "c") -> FrontierCore:
-    return open_frontier(client, Settings(backend=backend, retry_backoff=0.0, max_attempts=1),
-                         crawl)
+    return open_frontier(
+        client, Settings(backend=backend, retry_backoff=0.0, max_attempts=1), crawl
+    )
 
 
 @pytest.fixture
@@ -65,7 +67,8 @@ def api_server(redis7: RedisServer, redis7_client: redis.Redis) -> Iterator[ApiS
 
 
 def test_metrics_show_the_crawl_states_counters_and_workers(
-        api_server: ApiServer, redis7_client: redis.Redis, frontier_backend: Backend) -> None:
+    api_server: ApiServer, redis7_client: redis.Redis, frontier_backend: Backend
+) -> None:
     f = _frontier(redis7_client, frontier_backend)
     fill(f, 10)
     f.push([env("http://h0.example/0")])  # a duplicate
@@ -76,11 +79,16 @@ def test_metrics_show_the_crawl_states_counters_and_workers(
     assert r.status_code == 200, r.text
     assert r.headers["content-type"].startswith("text/plain")
     found = samples(r.text)
-    states = {s: value(found, "redcrawl_requests", crawl="c", state=s)
-              for s in ("ready", "delayed", "in_flight", "done", "dead")}
+    states = {
+        s: value(found, "redcrawl_requests", crawl="c", state=s)
+        for s in ("ready", "delayed", "in_flight", "done", "dead")
+    }
     assert states == {"ready": 6, "delayed": 0, "in_flight": 1, "done": 2, "dead": 1}
-    tiers = {dict(labels)["tier"]: v for (name, labels), v in found.items()
-             if name == "redcrawl_requests_ready_by_tier"}
+    tiers = {
+        dict(labels)["tier"]: v
+        for (name, labels), v in found.items()
+        if name == "redcrawl_requests_ready_by_tier"
+    }
     assert sum(tiers.values()) == 6
     assert set(tiers) == ({"0", "1", "2"} if frontier_backend == "lists" else {"high", "low"})
     assert value(found, "redcrawl_requests_accepted_total", crawl="c") == 10
@@ -88,8 +96,7 @@ def test_metrics_show_the_crawl_states_counters_and_workers(
     assert value(found, "redcrawl_requests_done_total", crawl="c") == 2
     assert value(found, "redcrawl_requests_died_total", crawl="c") == 1
     assert value(found, "redcrawl_workers_alive", crawl="c") == 1
-    assert 0 <= value(found, "redcrawl_worker_heartbeat_age_seconds", crawl="c",
-                      worker="w1") < 5
+    assert 0 <= value(found, "redcrawl_worker_heartbeat_age_seconds", crawl="c", worker="w1") < 5
     assert value(found, "redcrawl_redis_memory_used_bytes") > 0
     assert value(found, "redcrawl_up") == 1
     assert value(found, "redcrawl_scrape_duration_seconds") > 0
@@ -114,8 +121,9 @@ def test_metrics_say_redis_is_down_instead_of_failing(tmp_path: Path) -> None:
 
 def _commands(client: redis.Redis) -> int:
     stats = client.info("commandstats")
-    return sum(int(v["calls"]) for k, v in stats.items()
-               if k not in ("cmdstat_info", "cmdstat_config"))
+    return sum(
+        int(v["calls"]) for k, v in stats.items() if k not in ("cmdstat_info", "cmdstat_config")
+    )
 
 
 def _scrape_cost(client: redis.Redis, reader: SnapshotReader) -> int:
@@ -127,7 +135,8 @@ def _scrape_cost(client: redis.Redis, reader: SnapshotReader) -> int:
 
 
 def test_a_scrape_costs_the_same_at_10_and_at_20000_requests(
-        redis7_client: redis.Redis, frontier_backend: Backend) -> None:
+    redis7_client: redis.Redis, frontier_backend: Backend
+) -> None:
     f = _frontier(redis7_client, frontier_backend)
     fill(f, 10)
     f.ack(f.lease("w1", 3)[:1])
@@ -152,8 +161,9 @@ def test_crawls_read_are_capped_and_the_rest_counted(redis7_client: redis.Redis)
     assert crawls == {"c0", "c1", "c2"}
     assert value(found, "redcrawl_crawls_left_out") == 2
     only = samples(render(SnapshotReader(redis7_client, Settings(), crawls=["c4"])).decode())
-    assert {dict(labels)["crawl"] for (name, labels) in only
-            if name == "redcrawl_requests"} == {"c4"}
+    assert {dict(labels)["crawl"] for (name, labels) in only if name == "redcrawl_requests"} == {
+        "c4"
+    }
 
 
 def test_workers_listed_one_by_one_are_the_top_n(redis7_client: redis.Redis) -> None:
@@ -162,22 +172,39 @@ def test_workers_listed_one_by_one_are_the_top_n(redis7_client: redis.Redis) -> 
     for i in range(6):
         f.renew(f"w{i}", ttl=10 + i)
     found = samples(render(SnapshotReader(redis7_client, Settings(), top_workers=2)).decode())
-    listed = {dict(labels)["worker"] for (name, labels) in found
-              if name == "redcrawl_worker_heartbeat_age_seconds"}
+    listed = {
+        dict(labels)["worker"]
+        for (name, labels) in found
+        if name == "redcrawl_worker_heartbeat_age_seconds"
+    }
     assert listed == {"w5", "w4"}  # the most recent heartbeats (latest deadlines)
     assert value(found, "redcrawl_workers", crawl="c") == 6
 
 
-def test_exporter_command_serves_metrics(redis7: RedisServer,
-                                         redis7_client: redis.Redis, tmp_path: Path) -> None:
+def test_exporter_command_serves_metrics(
+    redis7: RedisServer, redis7_client: redis.Redis, tmp_path: Path
+) -> None:
     fill(_frontier(redis7_client, "lists", "shop"), 3)
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
     log = tmp_path / "exporter.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "redcrawl", "exporter", "--port",
-                                 str(port), "--redis-url", redis7.url], cwd=tmp_path, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "redcrawl",
+                "exporter",
+                "--port",
+                str(port),
+                "--redis-url",
+                redis7.url,
+            ],
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -194,13 +221,19 @@ def test_exporter_command_serves_metrics(redis7: RedisServer,
         proc.wait(10)
 
 
-def test_a_user_without_info_still_gets_the_crawl_metrics(redis7: RedisServer,
-                                                          redis7_client: redis.Redis) -> None:
+def test_a_user_without_info_still_gets_the_crawl_metrics(
+    redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     fill(_frontier(redis7_client, "lists"), 2)
-    redis7_client.acl_setuser("noinfo", enabled=True, passwords=["+pw"], keys=["*"],
-                              channels=["*"], commands=["+@all", "-info"])
-    limited = redis.Redis(host="127.0.0.1", port=redis7.port, username="noinfo",
-                          password="pw")
+    redis7_client.acl_setuser(
+        "noinfo",
+        enabled=True,
+        passwords=["+pw"],
+        keys=["*"],
+        channels=["*"],
+        commands=["+@all", "-info"],
+    )
+    limited = redis.Redis(host="127.0.0.1", port=redis7.port, username="noinfo", password="pw")
     try:
         found = samples(render(SnapshotReader(limited, Settings())).decode())
     finally:
@@ -215,16 +248,19 @@ def test_docs_list_every_exported_metric(redis7_client: redis.Redis) -> None:
     fill(_frontier(redis7_client, "streams"), 2)
     _frontier(redis7_client, "streams").lease("w", 1)
     text = render(SnapshotReader(redis7_client, Settings())).decode()
-    exported = {fam.name + ("_total" if fam.type == "counter" else "")
-                for fam in text_string_to_metric_families(text)}
+    exported = {
+        fam.name + ("_total" if fam.type == "counter" else "")
+        for fam in text_string_to_metric_families(text)
+    }
     doc = (Path(__file__).resolve().parent.parent / "docs" / "metrics.md").read_text()
     documented = set(re.findall(r"^\| `(redcrawl_[a-z_]+)` \|", doc, re.M))
     assert exported == documented, (exported - documented, documented - exported)
 
 
 @pytest.mark.parametrize("corrupt", ["layout", "wrong type"])
-def test_an_unreadable_crawl_is_left_out_and_counted(redis7_client: redis.Redis,
-                                                     corrupt: str) -> None:
+def test_an_unreadable_crawl_is_left_out_and_counted(
+    redis7_client: redis.Redis, corrupt: str
+) -> None:
     for name in ("a", "b"):
         fill(_frontier(redis7_client, "lists", name), 2)
     if corrupt == "layout":

@@ -28,8 +28,9 @@ PUSHED = 40
 
 
 @pytest.fixture
-def prometheus(tmp_path: Path, redis7: RedisServer,
-               redis7_client: redis.Redis) -> Iterator[tuple[str, ApiServer]]:
+def prometheus(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> Iterator[tuple[str, ApiServer]]:
     binary = shutil.which("prometheus")
     if binary is None:
         need("prometheus", "install Debian's prometheus package (scripts/test.sh does)")
@@ -49,10 +50,16 @@ scrape_configs:
 """)
     log = tmp_path / "prometheus.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([binary, f"--config.file={config}",
-                                 f"--storage.tsdb.path={tmp_path / 'data'}",
-                                 f"--web.listen-address=127.0.0.1:{port}"],
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={config}",
+                f"--storage.tsdb.path={tmp_path / 'data'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -91,8 +98,9 @@ def wait_for(url: str, expr: str, want: float, timeout: float = 30) -> None:
         time.sleep(0.5)
 
 
-def test_prometheus_sees_the_backlog_fall_to_zero(prometheus: tuple[str, ApiServer],
-                                                  redis7_client: redis.Redis) -> None:
+def test_prometheus_sees_the_backlog_fall_to_zero(
+    prometheus: tuple[str, ApiServer], redis7_client: redis.Redis
+) -> None:
     url, _api = prometheus
     f = open_frontier(redis7_client, Settings(backend="lists"), "live")
     urls = [f"http://h{i % 4}.example/{i}" for i in range(PUSHED)]

@@ -58,8 +58,11 @@ def migrated(tmp_path: Path) -> Path:
         removed = [line[2:] for line in diff if line.startswith("- ")]
         added = [line[2:] for line in diff if line.startswith("+ ")]
         changed[str(path.relative_to(dst))] = list(zip(removed, added, strict=True))
-    assert sorted(changed) == ["srproj/settings.py", "srproj/spiders/rules.py",
-                               "srproj/spiders/shop.py"]
+    assert sorted(changed) == [
+        "srproj/settings.py",
+        "srproj/spiders/rules.py",
+        "srproj/spiders/shop.py",
+    ]
     pairs = [pair for file_pairs in changed.values() for pair in file_pairs]
     assert len(pairs) == 4  # SCHEDULER, DUPEFILTER_CLASS and two spider imports
     for old, new in pairs:
@@ -73,21 +76,29 @@ def site() -> Iterator[ShopSite]:
         yield s
 
 
-def start_project(project: Path, spider: str, redis_url: str, out_dir: Path,
-                  **env: str) -> Worker:
+def start_project(project: Path, spider: str, redis_url: str, out_dir: Path, **env: str) -> Worker:
     """``scrapy crawl <spider>`` inside the project, its REDIS_URL from the environment."""
     out = out_dir / f"{project.name}-{spider}.json"
-    return Worker([sys.executable, "-m", "scrapy", "crawl", spider], out, cwd=project,
-                  env=clean_env(SRPROJ_REDIS_URL=redis_url, SRPROJ_REPORT=str(out), **env))
+    return Worker(
+        [sys.executable, "-m", "scrapy", "crawl", spider],
+        out,
+        cwd=project,
+        env=clean_env(SRPROJ_REDIS_URL=redis_url, SRPROJ_REPORT=str(out), **env),
+    )
 
 
 def push_srspider_entries(client: redis.Redis, site: ShopSite) -> None:
     """A plain URL and a JSON entry with meta, LPUSHed as scrapy-redis users do."""
     client.lpush("srspider:start_urls", site.url + "/")
-    client.lpush("srspider:start_urls", json.dumps({
-        "url": site.url + "/category/2?page=1",
-        "meta": {"source": "feed", "fanout": FANOUT},
-    }))
+    client.lpush(
+        "srspider:start_urls",
+        json.dumps(
+            {
+                "url": site.url + "/category/2?page=1",
+                "meta": {"source": "feed", "fanout": FANOUT},
+            }
+        ),
+    )
 
 
 def fanout_order(run: Run) -> list[str]:
@@ -104,17 +115,20 @@ def check_srspider_run(run: Run, site: ShopSite) -> None:
 
 # --- (a) the project as it is, on scrapy-redis ---------------------------------------------
 
+
 @pytest.mark.slow
-def test_project_runs_on_scrapy_redis(tmp_path: Path, redis7: RedisServer,
-                                      redis7_client: redis.Redis) -> None:
+def test_project_runs_on_scrapy_redis(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     """Sanity check of the reference: both spiders on scrapy-redis 0.9.1 (Scrapy 2.19
     no longer calls start_requests(), so scrapy-redis reads its start URLs at the first
     idle; and it closes only at the engine's 5 s idle heartbeat). Run side by side."""
     with ShopSite(SITE) as shop_site, ShopSite(SITE) as rules_site:
         push_srspider_entries(redis7_client, shop_site)
         redis7_client.lpush("srrules:seeds", rules_site.url + "/")
-        workers = [start_project(PROJECT, name, redis7.url, tmp_path)
-                   for name in ("srspider", "srrules")]
+        workers = [
+            start_project(PROJECT, name, redis7.url, tmp_path) for name in ("srspider", "srrules")
+        ]
         shop, rules = (w.wait().ok() for w in workers)
         check_srspider_run(shop, shop_site)
         # scrapy-redis doesn't fingerprint start URLs (dont_filter): fetched again when linked
@@ -128,8 +142,10 @@ def test_project_runs_on_scrapy_redis(tmp_path: Path, redis7: RedisServer,
 
 # --- (b) the same project with only the class paths changed, on redcrawl -----------------
 
-def test_migrated_redis_spider(migrated: Path, site: ShopSite, tmp_path: Path,
-                               redis7: RedisServer, redis7_client: redis.Redis) -> None:
+
+def test_migrated_redis_spider(
+    migrated: Path, site: ShopSite, tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     push_srspider_entries(redis7_client, site)
     worker = start_project(migrated, "srspider", redis7.url, tmp_path)
     run = worker.wait().ok()
@@ -154,8 +170,9 @@ def test_migrated_redis_spider(migrated: Path, site: ShopSite, tmp_path: Path,
     assert run.report["closed_at"] - worker.launched_at >= 2
 
 
-def test_migrated_redis_crawl_spider(migrated: Path, site: ShopSite, tmp_path: Path,
-                                     redis7: RedisServer, redis7_client: redis.Redis) -> None:
+def test_migrated_redis_crawl_spider(
+    migrated: Path, site: ShopSite, tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     """RedisCrawlSpider: rules and LinkExtractor; start URLs from REDIS_START_URLS_KEY
     (``%(name)s:seeds``), the spider having no redis_key of its own."""
     redis7_client.lpush("srrules:seeds", site.url + "/")
@@ -170,13 +187,17 @@ def test_migrated_redis_crawl_spider(migrated: Path, site: ShopSite, tmp_path: P
 
 
 def test_max_idle_time_counts_from_the_end_of_the_crawl(
-        migrated: Path, tmp_path: Path, redis7: RedisServer,
-        redis7_client: redis.Redis) -> None:
-    config = SiteConfig(products=12, per_page=4, categories=2, tracking_params=False,
-                        slow_every=12, slow_delay=3)  # the crawl lasts > 3 s
+    migrated: Path, tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    config = SiteConfig(
+        products=12, per_page=4, categories=2, tracking_params=False, slow_every=12, slow_delay=3
+    )  # the crawl lasts > 3 s
     with ShopSite(config) as slow_site:
         redis7_client.lpush("srspider:start_urls", slow_site.url + "/")
-        run = start_project(migrated, "srspider", redis7.url, tmp_path,
-                            SRPROJ_MAX_IDLE="2").wait().ok()
+        run = (
+            start_project(migrated, "srspider", redis7.url, tmp_path, SRPROJ_MAX_IDLE="2")
+            .wait()
+            .ok()
+        )
     last_response = max(t for _, _, t in run.report["responses"])
     assert run.report["closed_at"] - last_response >= 1.8

@@ -61,8 +61,9 @@ def pg_dsn() -> Iterator[str]:
 class Backend:
     """A database plus a table of its own, and direct (not via the pipeline) reads."""
 
-    def __init__(self, kind: str, uri: str, table: str, dsn: str | None = None,
-                 path: Path | None = None) -> None:
+    def __init__(
+        self, kind: str, uri: str, table: str, dsn: str | None = None, path: Path | None = None
+    ) -> None:
         self.kind, self.uri, self.table, self.dsn, self.path = kind, uri, table, dsn, path
 
     def query(self, sql: str) -> list[tuple[Any, ...]]:
@@ -85,9 +86,13 @@ class Backend:
         for key, item, version, spider, first, updated in self.query(
             "SELECT key, item, version, spider, first_seen, updated_at FROM {t}"
         ):
-            out[key] = {"item": json.loads(item) if isinstance(item, str) else item,
-                        "version": version, "spider": spider,
-                        "first_seen": first, "updated_at": updated}
+            out[key] = {
+                "item": json.loads(item) if isinstance(item, str) else item,
+                "version": version,
+                "spider": spider,
+                "first_seen": first,
+                "updated_at": updated,
+            }
         return out
 
     def count(self) -> int:
@@ -109,8 +114,10 @@ class ItemsSpider(Spider):
 
 
 def make_pipeline(backend: Backend, **settings: Any) -> tuple[UpsertPipeline, Any]:
-    crawler = get_crawler(ItemsSpider, {"REDCRAWL_ITEMS_URI": backend.uri,
-                                        "REDCRAWL_ITEMS_TABLE": backend.table, **settings})
+    crawler = get_crawler(
+        ItemsSpider,
+        {"REDCRAWL_ITEMS_URI": backend.uri, "REDCRAWL_ITEMS_TABLE": backend.table, **settings},
+    )
     pipeline = UpsertPipeline.from_crawler(crawler)
     pipeline.open_spider()  # as recent Scrapy calls it: no spider argument
     return pipeline, crawler
@@ -191,33 +198,43 @@ def test_dict_scrapy_item_dataclass_and_attrs_items(backend: Backend) -> None:
     product = Product(url="https://shop/p1", title="Kettle", price=19.5)
     article = Article(url="https://news/a1", title="Héllo wörld ✓", tags=["x", "y"])
     page = Page(url="https://site/p", status=200, meta={"depth": 2, "nested": {"ok": True}})
-    nested = {"url": "https://shop/bundle", "products": [Product(url="u1", title="t1")],
-              "article": Article(url="u2", title="t2")}
+    nested = {
+        "url": "https://shop/bundle",
+        "products": [Product(url="u1", title="t1")],
+        "article": Article(url="u2", title="t2"),
+    }
     for item in (product, article, page, nested, {"url": "https://d/", "v": None}):
         assert pipeline.process_item(item) is item
     pipeline.close_spider()
 
     assert read_items(backend.uri, backend.table) == {
         "https://shop/p1": {"url": "https://shop/p1", "title": "Kettle", "price": 19.5},
-        "https://news/a1": {"url": "https://news/a1", "title": "Héllo wörld ✓",
-                            "tags": ["x", "y"]},
-        "https://site/p": {"url": "https://site/p", "status": 200,
-                           "meta": {"depth": 2, "nested": {"ok": True}}},
-        "https://shop/bundle": {"url": "https://shop/bundle",
-                                "products": [{"url": "u1", "title": "t1"}],
-                                "article": {"url": "u2", "title": "t2", "tags": []}},
+        "https://news/a1": {"url": "https://news/a1", "title": "Héllo wörld ✓", "tags": ["x", "y"]},
+        "https://site/p": {
+            "url": "https://site/p",
+            "status": 200,
+            "meta": {"depth": 2, "nested": {"ok": True}},
+        },
+        "https://shop/bundle": {
+            "url": "https://shop/bundle",
+            "products": [{"url": "u1", "title": "t1"}],
+            "article": {"url": "u2", "title": "t2", "tags": []},
+        },
         "https://d/": {"url": "https://d/", "v": None},
     }
     assert crawler.stats.get_value("redcrawl/items_written") == 5
 
 
-@pytest.mark.parametrize("item, state", [
-    ({"title": "no url"}, "is missing"),
-    ({"url": None, "title": "t"}, "is None"),
-    ({"url": "", "title": "t"}, "is empty"),
-    ({"url": "   ", "title": "t"}, "is empty"),
-    (Product(title="declared but unset"), "is missing"),
-])
+@pytest.mark.parametrize(
+    "item, state",
+    [
+        ({"title": "no url"}, "is missing"),
+        ({"url": None, "title": "t"}, "is None"),
+        ({"url": "", "title": "t"}, "is empty"),
+        ({"url": "   ", "title": "t"}, "is empty"),
+        (Product(title="declared but unset"), "is missing"),
+    ],
+)
 def test_item_without_key_is_dropped(backend: Backend, item: Any, state: str) -> None:
     pipeline, crawler = make_pipeline(backend)
     with pytest.raises(DropItem, match=f"key field 'url' .*{state}"):
@@ -246,17 +263,21 @@ def test_custom_key_field_and_integer_keys(backend: Backend) -> None:
     assert rows["1234"]["item"] == {"sku": 1234, "url": "https://b/"}
 
 
-@pytest.mark.parametrize("field, value", [
-    ("body", b"raw bytes"),
-    ("fetched", datetime(2024, 1, 1)),
-    ("tags", {"a", "b"}),
-    ("score", math.nan),
-    ("score", math.inf),
-    ("nested", {"deep": [1, object()]}),
-    ("text", "lone surrogate \ud800"),
-])
-def test_unserialisable_value_is_dropped_naming_the_field(backend: Backend, field: str,
-                                                          value: Any) -> None:
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("body", b"raw bytes"),
+        ("fetched", datetime(2024, 1, 1)),
+        ("tags", {"a", "b"}),
+        ("score", math.nan),
+        ("score", math.inf),
+        ("nested", {"deep": [1, object()]}),
+        ("text", "lone surrogate \ud800"),
+    ],
+)
+def test_unserialisable_value_is_dropped_naming_the_field(
+    backend: Backend, field: str, value: Any
+) -> None:
     pipeline, crawler = make_pipeline(backend)
     with pytest.raises(DropItem, match=f"field '{field}' is not JSON-serialisable"):
         pipeline.process_item({"url": "https://bad/", "title": "fine", field: value})
@@ -302,11 +323,17 @@ def test_reserved_word_table_name(backend: Backend) -> None:
 
 
 def test_runs_inside_scrapys_pipeline_manager_without_deprecation_warnings(
-        backend: Backend) -> None:
+    backend: Backend,
+) -> None:
     # filterwarnings=error: a required `spider` argument would warn (recent Scrapy).
-    crawler = get_crawler(ItemsSpider, {"ITEM_PIPELINES": {PIPELINE: 300},
-                                        "REDCRAWL_ITEMS_URI": backend.uri,
-                                        "REDCRAWL_ITEMS_TABLE": backend.table})
+    crawler = get_crawler(
+        ItemsSpider,
+        {
+            "ITEM_PIPELINES": {PIPELINE: 300},
+            "REDCRAWL_ITEMS_URI": backend.uri,
+            "REDCRAWL_ITEMS_TABLE": backend.table,
+        },
+    )
     manager = ItemPipelineManager.from_crawler(crawler)
     (pipeline,) = manager.middlewares
     assert isinstance(pipeline, UpsertPipeline)
@@ -322,11 +349,15 @@ def test_runs_inside_scrapys_pipeline_manager_without_deprecation_warnings(
 # --- configuration ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("table", ["1items", "items; DROP TABLE x", "my-items", "my items",
-                                   "", "ítems", 'it"ems', "x" * 64, 42])
+@pytest.mark.parametrize(
+    "table",
+    ["1items", "items; DROP TABLE x", "my-items", "my items", "", "ítems", 'it"ems', "x" * 64, 42],
+)
 def test_bad_table_name_is_a_config_error(table: Any, tmp_path: Path) -> None:
-    crawler = get_crawler(ItemsSpider, {"REDCRAWL_ITEMS_URI": f"sqlite:///{tmp_path}/i.db",
-                                        "REDCRAWL_ITEMS_TABLE": table})
+    crawler = get_crawler(
+        ItemsSpider,
+        {"REDCRAWL_ITEMS_URI": f"sqlite:///{tmp_path}/i.db", "REDCRAWL_ITEMS_TABLE": table},
+    )
     with pytest.raises(ConfigError) as info:
         UpsertPipeline.from_crawler(crawler)
     assert info.value.setting == "REDCRAWL_ITEMS_TABLE"
@@ -336,9 +367,20 @@ def test_bad_table_name_is_a_config_error(table: Any, tmp_path: Path) -> None:
     assert not (tmp_path / "i.db").exists()
 
 
-@pytest.mark.parametrize("uri", ["mysql://u:p@h/db", "items.db", "/tmp/items.db",
-                                 "sqlite://host/items.db", "sqlite:///", "sqlite:////tmp/",
-                                 "", "redis://localhost:6379/0", 5])
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "mysql://u:p@h/db",
+        "items.db",
+        "/tmp/items.db",
+        "sqlite://host/items.db",
+        "sqlite:///",
+        "sqlite:////tmp/",
+        "",
+        "redis://localhost:6379/0",
+        5,
+    ],
+)
 def test_bad_uri_is_a_config_error(uri: Any) -> None:
     crawler = get_crawler(ItemsSpider, {"REDCRAWL_ITEMS_URI": uri})
     with pytest.raises(ConfigError) as info:
@@ -355,15 +397,15 @@ def test_password_is_not_echoed_in_uri_errors() -> None:
 
 
 def test_empty_item_key_is_a_config_error(tmp_path: Path) -> None:
-    crawler = get_crawler(ItemsSpider, {"REDCRAWL_ITEMS_URI": f"sqlite:///{tmp_path}/i.db",
-                                        "REDCRAWL_ITEM_KEY": ""})
+    crawler = get_crawler(
+        ItemsSpider, {"REDCRAWL_ITEMS_URI": f"sqlite:///{tmp_path}/i.db", "REDCRAWL_ITEM_KEY": ""}
+    )
     with pytest.raises(ConfigError) as info:
         UpsertPipeline.from_crawler(crawler)
     assert info.value.setting == "REDCRAWL_ITEM_KEY"
 
 
-def test_default_and_relative_sqlite_uris(tmp_path: Path,
-                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_default_and_relative_sqlite_uris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     default = UpsertPipeline.from_crawler(get_crawler(ItemsSpider))
     assert isinstance(default.sink, SQLiteSink)
@@ -398,8 +440,7 @@ def test_read_items_missing_table_and_missing_file(tmp_path: Path) -> None:
 def test_postgres_uri_gives_postgres_sink_and_missing_table_reads_empty(pg_dsn: str) -> None:
     sink = sink_from_uri(pg_dsn, "t1")
     assert isinstance(sink, PostgresSink)
-    assert isinstance(sink_from_uri(pg_dsn.replace("postgresql://", "postgres://")),
-                      PostgresSink)
+    assert isinstance(sink_from_uri(pg_dsn.replace("postgresql://", "postgres://")), PostgresSink)
     assert read_items(pg_dsn, "never_created") == {}
 
 
@@ -413,8 +454,10 @@ def test_missing_psycopg_gives_install_hint(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_module_does_not_import_psycopg() -> None:
-    code = ("import sys, redcrawl.scrapy.pipelines as p; "
-            "p.sink_from_uri('sqlite:///x.db'); assert 'psycopg' not in sys.modules")
+    code = (
+        "import sys, redcrawl.scrapy.pipelines as p; "
+        "p.sink_from_uri('sqlite:///x.db'); assert 'psycopg' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, env=_child_env(), timeout=60)
 
 
@@ -463,11 +506,17 @@ print("written", crawler.stats.get_value("redcrawl/items_written"), flush=True)
 
 def test_three_processes_write_overlapping_keys_concurrently(backend: Backend) -> None:
     n = 500
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, backend.uri, backend.table,
-                               str(w), str(n)],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=_child_env())
-             for w in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, backend.uri, backend.table, str(w), str(n)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=_child_env(),
+        )
+        for w in range(3)
+    ]
     try:
         for p in procs:
             assert p.stdout is not None and p.stdout.readline().strip() == "ready"
@@ -540,9 +589,12 @@ for i in range(10_000_000):
 
 
 def test_items_reported_done_survive_sigkill(backend: Backend) -> None:
-    with subprocess.Popen([sys.executable, "-c", KILLED_WRITER, backend.uri, backend.table],
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          env=_child_env()) as proc:
+    with subprocess.Popen(
+        [sys.executable, "-c", KILLED_WRITER, backend.uri, backend.table],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=_child_env(),
+    ) as proc:
         reported = _report_then_kill(proc)
     assert len(reported) >= KILL_AFTER
     assert reported == list(range(len(reported)))
@@ -551,8 +603,11 @@ def test_items_reported_done_survive_sigkill(backend: Backend) -> None:
     missing = [i for i in reported if f"https://site/{i}" not in rows]
     assert not missing, f"{len(missing)} items reported done but not committed: {missing[:10]}"
     for i in reported:
-        assert rows[f"https://site/{i}"]["item"] == {"url": f"https://site/{i}", "n": i,
-                                                     "body": "x" * 200}
+        assert rows[f"https://site/{i}"]["item"] == {
+            "url": f"https://site/{i}",
+            "n": i,
+            "body": "x" * 200,
+        }
     # At most the one item in flight at the kill is stored without having been reported.
     assert len(rows) - len(reported) in (0, 1)
     if backend.kind == "sqlite":
@@ -594,15 +649,23 @@ print(json.dumps({k: v for k, v in stats.items() if k.startswith("redcrawl/")}))
 def test_real_scrapy_crawl_twice_keeps_one_row_per_item(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path}/crawl.db"
     for run in ("1", "2"):
-        result = subprocess.run([sys.executable, "-c", CRAWL, uri, "catalogue", run],
-                                capture_output=True, text=True, env=_child_env(), timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-c", CRAWL, uri, "catalogue", run],
+            capture_output=True,
+            text=True,
+            env=_child_env(),
+            timeout=60,
+        )
         assert result.returncode == 0, result.stderr
         assert "Deprecat" not in result.stderr, result.stderr
         assert json.loads(result.stdout.splitlines()[-1]) == {
-            "redcrawl/items_written": 15, "redcrawl/items_dropped": 3}
+            "redcrawl/items_written": 15,
+            "redcrawl/items_dropped": 3,
+        }
     items = read_items(uri, "catalogue")
     assert len(items) == 15
     assert {item["run"] for item in items.values()} == {"2"}
     with closing(sqlite3.connect(tmp_path / "crawl.db")) as conn:
-        assert conn.execute("SELECT min(version), max(version), min(spider) "
-                            "FROM catalogue").fetchone() == (2, 2, "catalogue")
+        assert conn.execute(
+            "SELECT min(version), max(version), min(spider) FROM catalogue"
+        ).fetchone() == (2, 2, "catalogue")

@@ -58,41 +58,75 @@ enforcement the fleet's gaps are a few milliseconds."""
 
 SITES = [SiteSpec(pages=24, links=3, delay=0.3) for _ in range(6)]
 
+
 class PolitenessViolated(AssertionError):
     """A site saw more than the fleet-wide limits allow (the only failure the strict
     xfail accepts)."""
 
 
-NOT_YET = pytest.mark.xfail(strict=True, raises=PolitenessViolated,
-                            reason="issue 13: frontier does not enforce politeness yet")
-LISTS_ENFORCED = ["lists", pytest.param("streams", marks=pytest.mark.xfail(
-    strict=True, raises=PolitenessViolated,
-    reason="issue 13: the streams backend does not enforce politeness yet"))]
+NOT_YET = pytest.mark.xfail(
+    strict=True,
+    raises=PolitenessViolated,
+    reason="issue 13: frontier does not enforce politeness yet",
+)
+LISTS_ENFORCED = [
+    "lists",
+    pytest.param(
+        "streams",
+        marks=pytest.mark.xfail(
+            strict=True,
+            raises=PolitenessViolated,
+            reason="issue 13: the streams backend does not enforce politeness yet",
+        ),
+    ),
+]
 """Backends of the tests whose limits the frontier enforces now: lists only."""
 
 
-def worker(redis_url: str, crawl: str, kit: MultiSite, name: str, log: Path,
-           backend: str, extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
+def worker(
+    redis_url: str,
+    crawl: str,
+    kit: MultiSite,
+    name: str,
+    log: Path,
+    backend: str,
+    extra: Sequence[str] = (),
+) -> subprocess.Popen[bytes]:
     """A redcrawl worker crawling the kit's sites; its log goes to ``log``."""
-    cmd = worker_command(SITEKIT, settings=[
-        "CONCURRENT_REQUESTS=16",
-        f"CONCURRENT_REQUESTS_PER_DOMAIN={CONCURRENCY}",
-        f"DOWNLOAD_DELAY={DELAY}",
-        "RANDOMIZE_DOWNLOAD_DELAY=False",
-        "ROBOTSTXT_OBEY=False",
-        "RETRY_ENABLED=False",
-        "TELNETCONSOLE_ENABLED=False",
-        "LOG_LEVEL=INFO",
-        "REDCRAWL_LEASE_TTL=3",
-        "REDCRAWL_IDLE_BEFORE_CLOSE=0.5",
-        *extra,
-    ], spider_args={"urls": ",".join(kit.roots)})
-    env = {**os.environ, "REDCRAWL_REDIS_URL": redis_url, "REDCRAWL_CRAWL": crawl,
-           "REDCRAWL_WORKER_ID": name, "REDCRAWL_BACKEND": backend,
-           "PYTHONPATH": str(ROOT / "src")}  # this checkout's redcrawl
+    cmd = worker_command(
+        SITEKIT,
+        settings=[
+            "CONCURRENT_REQUESTS=16",
+            f"CONCURRENT_REQUESTS_PER_DOMAIN={CONCURRENCY}",
+            f"DOWNLOAD_DELAY={DELAY}",
+            "RANDOMIZE_DOWNLOAD_DELAY=False",
+            "ROBOTSTXT_OBEY=False",
+            "RETRY_ENABLED=False",
+            "TELNETCONSOLE_ENABLED=False",
+            "LOG_LEVEL=INFO",
+            "REDCRAWL_LEASE_TTL=3",
+            "REDCRAWL_IDLE_BEFORE_CLOSE=0.5",
+            *extra,
+        ],
+        spider_args={"urls": ",".join(kit.roots)},
+    )
+    env = {
+        **os.environ,
+        "REDCRAWL_REDIS_URL": redis_url,
+        "REDCRAWL_CRAWL": crawl,
+        "REDCRAWL_WORKER_ID": name,
+        "REDCRAWL_BACKEND": backend,
+        "PYTHONPATH": str(ROOT / "src"),
+    }  # this checkout's redcrawl
     with log.open("wb") as out:
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=out,
-                                cwd=log.parent, start_new_session=True)
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+            cwd=log.parent,
+            start_new_session=True,
+        )
 
 
 def fresh_frontier(server: RedisServer, crawl: str, backend: str) -> FrontierCore:
@@ -102,8 +136,14 @@ def fresh_frontier(server: RedisServer, crawl: str, backend: str) -> FrontierCor
 
 
 @contextlib.contextmanager
-def fleet(redis_url: str, crawl: str, kit: MultiSite, tmp_path: Path, backend: str,
-          extra: Sequence[str] = ()) -> Iterator[list[tuple[subprocess.Popen[bytes], Path]]]:
+def fleet(
+    redis_url: str,
+    crawl: str,
+    kit: MultiSite,
+    tmp_path: Path,
+    backend: str,
+    extra: Sequence[str] = (),
+) -> Iterator[list[tuple[subprocess.Popen[bytes], Path]]]:
     """Three workers w0, w1, w2 (process, log), with ``extra`` settings after the common
     ones; any still running at the end is killed."""
     procs = []
@@ -126,9 +166,9 @@ def wait_all(procs: list[tuple[subprocess.Popen[bytes], Path]], timeout: float) 
         assert rc == 0, log.read_text()[-3000:]
 
 
-def kill_one_holding_leases(procs: list[tuple[subprocess.Popen[bytes], Path]],
-                            frontier: FrontierCore,
-                            deadline: float) -> tuple[int, list[InflightInfo]]:
+def kill_one_holding_leases(
+    procs: list[tuple[subprocess.Popen[bytes], Path]], frontier: FrontierCore, deadline: float
+) -> tuple[int, list[InflightInfo]]:
     """SIGKILL the first worker seen holding leases (frozen first with SIGSTOP, so what
     it is seen holding is what it holds); its index and its leases."""
     for i in itertools.cycle(range(len(procs))):
@@ -147,8 +187,9 @@ def kill_one_holding_leases(procs: list[tuple[subprocess.Popen[bytes], Path]],
     raise AssertionError("unreachable")
 
 
-def check_crawl_complete(kit: MultiSite, frontier: FrontierCore,
-                         disallowed: frozenset[str] = frozenset()) -> None:
+def check_crawl_complete(
+    kit: MultiSite, frontier: FrontierCore, disallowed: frozenset[str] = frozenset()
+) -> None:
     """Every page (but ``disallowed`` ones) fetched with a 200, nothing dead, the
     conservation law holds (plain asserts: a failure here is a real failure, never an
     expected one)."""
@@ -164,20 +205,23 @@ def check_crawl_complete(kit: MultiSite, frontier: FrontierCore,
 def check_politeness(kit: MultiSite) -> None:
     """The fleet-wide limits, as the sites saw them."""
     table = format_summary(kit.summary())
-    over = {h: kit.max_in_progress(h) for h in kit.hosts
-            if kit.max_in_progress(h) > CONCURRENCY}
+    over = {h: kit.max_in_progress(h) for h in kit.hosts if kit.max_in_progress(h) > CONCURRENCY}
     if over:
         raise PolitenessViolated(f"more than {CONCURRENCY} in progress at {over}:\n{table}")
-    close = {h: gap for h in kit.hosts
-             if (gap := kit.min_gap(h)) is not None and gap < DELAY - CLOCK_TOLERANCE}
+    close = {
+        h: gap
+        for h in kit.hosts
+        if (gap := kit.min_gap(h)) is not None and gap < DELAY - CLOCK_TOLERANCE
+    }
     if close:
         raise PolitenessViolated(f"fetch starts closer than {DELAY}s at {close}:\n{table}")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", LISTS_ENFORCED)
-def test_three_workers_keep_per_host_limits_fleet_wide(redis7: RedisServer, tmp_path: Path,
-                                                       backend: str) -> None:
+def test_three_workers_keep_per_host_limits_fleet_wide(
+    redis7: RedisServer, tmp_path: Path, backend: str
+) -> None:
     crawl = "polite"
     frontier = fresh_frontier(redis7, crawl, backend)
     with serving(SITES) as kit, fleet(redis7.url, crawl, kit, tmp_path, backend) as procs:
@@ -188,9 +232,9 @@ def test_three_workers_keep_per_host_limits_fleet_wide(redis7: RedisServer, tmp_
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", LISTS_ENFORCED)
-def test_a_killed_worker_gives_its_slots_back_and_limits_hold(redis7: RedisServer,
-                                                             tmp_path: Path,
-                                                             backend: str) -> None:
+def test_a_killed_worker_gives_its_slots_back_and_limits_hold(
+    redis7: RedisServer, tmp_path: Path, backend: str
+) -> None:
     """A worker is SIGKILLed while it holds leases: its hosts are not stuck (its slots
     come back with its leases, after REDCRAWL_LEASE_TTL), nothing is lost, and the limits
     still hold at every host."""
@@ -221,8 +265,9 @@ def fetches_within(kit: MultiSite, host: str, start: float, end: float) -> list[
     return [f for f in kit.fetches(host) if start <= f.start < end]
 
 
-def check_blocked_after(kit: MultiSite, host: str, pushed_back: Fetch, block: float,
-                        why: str) -> None:
+def check_blocked_after(
+    kit: MultiSite, host: str, pushed_back: Fetch, block: float, why: str
+) -> None:
     """No fetch at ``host`` starts from REACTION after ``pushed_back``'s response until
     ``block`` seconds after it (less the clock tolerance)."""
     assert pushed_back.end is not None
@@ -231,22 +276,25 @@ def check_blocked_after(kit: MultiSite, host: str, pushed_back: Fetch, block: fl
     if early:
         raise PolitenessViolated(
             f"{host} was fetched {len(early)} time(s) during its {block:.2f}s block after "
-            f"{why}: {[(f.path, round(f.start - pushed_back.end, 3)) for f in early]}")
+            f"{why}: {[(f.path, round(f.start - pushed_back.end, 3)) for f in early]}"
+        )
 
 
 @pytest.mark.slow
 @NOT_YET
 @pytest.mark.parametrize("backend", ["lists", "streams"])
-def test_retry_after_blocks_the_host_for_every_worker(redis7: RedisServer, tmp_path: Path,
-                                                      backend: str) -> None:
+def test_retry_after_blocks_the_host_for_every_worker(
+    redis7: RedisServer, tmp_path: Path, backend: str
+) -> None:
     """A 429 with ``Retry-After: 3`` from one host: no worker fetches that host for 3 s,
     the other hosts keep going, and the page is fetched once the block is over."""
     crawl = "polite-429"
     frontier = fresh_frontier(redis7, crawl, backend)
-    sites = [SiteSpec(pages=40, delay=0.3, faults={"/p/1": Fault(429, "3", times=1)}),
-             *[SiteSpec(pages=20, delay=0.3) for _ in range(4)]]
-    with serving(sites) as kit, fleet(redis7.url, crawl, kit, tmp_path, backend,
-                                      RETRYING) as procs:
+    sites = [
+        SiteSpec(pages=40, delay=0.3, faults={"/p/1": Fault(429, "3", times=1)}),
+        *[SiteSpec(pages=20, delay=0.3) for _ in range(4)],
+    ]
+    with serving(sites) as kit, fleet(redis7.url, crawl, kit, tmp_path, backend, RETRYING) as procs:
         wait_all(procs, timeout=90)
         check_crawl_complete(kit, frontier)
         host = kit.hosts[0]
@@ -254,28 +302,33 @@ def test_retry_after_blocks_the_host_for_every_worker(redis7: RedisServer, tmp_p
         check_blocked_after(kit, host, throttled, 3.0, "429 Retry-After: 3")
         check_politeness(kit)
         assert throttled.end is not None
-        others = [f for h in kit.hosts[1:]
-                  for f in fetches_within(kit, h, throttled.end + REACTION, throttled.end + 3)]
+        others = [
+            f
+            for h in kit.hosts[1:]
+            for f in fetches_within(kit, h, throttled.end + REACTION, throttled.end + 3)
+        ]
         assert others, "the other hosts stopped too while one was blocked:\n" + format_summary(
-            kit.summary())
+            kit.summary()
+        )
 
 
 @pytest.mark.slow
 @NOT_YET
 @pytest.mark.parametrize("backend", ["lists", "streams"])
-def test_503_without_retry_after_backs_off_then_recovers(redis7: RedisServer,
-                                                         tmp_path: Path,
-                                                         backend: str) -> None:
+def test_503_without_retry_after_backs_off_then_recovers(
+    redis7: RedisServer, tmp_path: Path, backend: str
+) -> None:
     """503 without ``Retry-After``, twice: the host is blocked for at least the backoff's
     shortest delay after each (``BackoffPolicy`` defaults, jitter at its lowest), then it
     is crawled at its normal pace again."""
     crawl = "polite-503"
     frontier = fresh_frontier(redis7, crawl, backend)
-    sites = [SiteSpec(pages=40, delay=0.3, faults={"/p/1": Fault(503, times=2)}),
-             *[SiteSpec(pages=10, delay=0.3) for _ in range(3)]]
+    sites = [
+        SiteSpec(pages=40, delay=0.3, faults={"/p/1": Fault(503, times=2)}),
+        *[SiteSpec(pages=10, delay=0.3) for _ in range(3)],
+    ]
     policy = BackoffPolicy()
-    with serving(sites) as kit, fleet(redis7.url, crawl, kit, tmp_path, backend,
-                                      RETRYING) as procs:
+    with serving(sites) as kit, fleet(redis7.url, crawl, kit, tmp_path, backend, RETRYING) as procs:
         wait_all(procs, timeout=90)
         check_crawl_complete(kit, frontier)
         host = kit.hosts[0]
@@ -306,8 +359,10 @@ def robots_crawl(server: RedisServer, crawl: str, tmp_path: Path, backend: str) 
     DONE)."""
     frontier = fresh_frontier(server, crawl, backend)
     sites = [SiteSpec(pages=5, delay=0.1, robots=ROBOTS) for _ in range(4)]
-    with serving(sites) as kit, fleet(server.url, crawl, kit, tmp_path, backend,
-                                      ["ROBOTSTXT_OBEY=True"]) as procs:
+    with (
+        serving(sites) as kit,
+        fleet(server.url, crawl, kit, tmp_path, backend, ["ROBOTSTXT_OBEY=True"]) as procs,
+    ):
         wait_all(procs, timeout=90)
         check_crawl_complete(kit, frontier, disallowed=frozenset({"/p/1"}))
         table = format_summary(kit.summary())
@@ -322,9 +377,9 @@ def robots_crawl(server: RedisServer, crawl: str, tmp_path: Path, backend: str) 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("backend", ["lists", "streams"])
-def test_robots_txt_once_per_host_and_nothing_disallowed_fetched(redis7: RedisServer,
-                                                                 tmp_path: Path,
-                                                                 backend: str) -> None:
+def test_robots_txt_once_per_host_and_nothing_disallowed_fetched(
+    redis7: RedisServer, tmp_path: Path, backend: str
+) -> None:
     """Each robots.txt is fetched exactly once for the fleet and no disallowed page is
     fetched (redcrawl.scrapy.RobotsTxtMiddleware, installed by the scheduler)."""
     robots_crawl(redis7, "polite-robots", tmp_path, backend)
@@ -333,8 +388,9 @@ def test_robots_txt_once_per_host_and_nothing_disallowed_fetched(redis7: RedisSe
 @pytest.mark.slow
 @NOT_YET
 @pytest.mark.parametrize("backend", ["lists", "streams"])
-def test_robots_txt_crawl_delay_kept_at_the_site(redis7: RedisServer, tmp_path: Path,
-                                                 backend: str) -> None:
+def test_robots_txt_crawl_delay_kept_at_the_site(
+    redis7: RedisServer, tmp_path: Path, backend: str
+) -> None:
     """The same crawl: page fetches at a host are at least 1 s apart (``Crawl-delay: 1``,
     written to the host's override by the robots.txt middleware, enforced by the
     frontier)."""

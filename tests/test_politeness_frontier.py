@@ -43,8 +43,11 @@ def conserved(f: FrontierCore) -> None:
 
 
 def polite(make_frontier: FrontierFactory, **settings: object) -> FrontierCore:
-    params: dict[str, object] = {"politeness_concurrency": 2, "politeness_delay": 0.0,
-                                 "politeness_randomize": False}
+    params: dict[str, object] = {
+        "politeness_concurrency": 2,
+        "politeness_delay": 0.0,
+        "politeness_randomize": False,
+    }
     f = make_frontier(**{**params, **settings})
     assert f.politeness == "host"
     return f
@@ -66,7 +69,8 @@ def test_concurrency_per_key_holds_across_workers(make_frontier: FrontierFactory
 
 
 def test_slots_come_back_on_nack_release_expiry_and_release_worker(
-        make_frontier: FrontierFactory, clock: Clock) -> None:
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
     f = polite(make_frontier, politeness_concurrency=1, lease_ttl=5.0)
     f.push(site("a.test", 10))
     (first,) = f.lease("w1", 10)
@@ -91,8 +95,9 @@ def test_slots_come_back_on_nack_release_expiry_and_release_worker(
     assert third.token != fifth.token
 
 
-def test_delay_spaces_grants_on_the_frontier_clock(make_frontier: FrontierFactory,
-                                                   clock: Clock) -> None:
+def test_delay_spaces_grants_on_the_frontier_clock(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
     f = polite(make_frontier, politeness_concurrency=10, politeness_delay=1.0)
     f.push(site("a.test", 5) + site("b.test", 5))
     assert hosts(f.lease("w", 10)) == {"a.test": 1, "b.test": 1}
@@ -104,10 +109,12 @@ def test_delay_spaces_grants_on_the_frontier_clock(make_frontier: FrontierFactor
     conserved(f)
 
 
-def test_randomized_delay_stays_within_half_to_one_and_a_half(make_frontier: FrontierFactory,
-                                                              clock: Clock) -> None:
-    f = polite(make_frontier, politeness_concurrency=100, politeness_delay=1.0,
-               politeness_randomize=True)
+def test_randomized_delay_stays_within_half_to_one_and_a_half(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    f = polite(
+        make_frontier, politeness_concurrency=100, politeness_delay=1.0, politeness_randomize=True
+    )
     f.push(site("a.test", 40))
     gaps = []
     for _ in range(30):
@@ -132,8 +139,9 @@ def test_idle_key_state_expires(make_frontier: FrontierFactory) -> None:
     assert f.client.pttl(key) == -1  # in use again: kept
 
 
-def test_overrides_concurrency_delay_pause_and_block(make_frontier: FrontierFactory,
-                                                      clock: Clock) -> None:
+def test_overrides_concurrency_delay_pause_and_block(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
     f = polite(make_frontier, politeness_concurrency=5)
     polo = f.keys.pol_override
     f.client.hset(polo, "a.test", json.dumps({"concurrency": 1}))
@@ -152,8 +160,9 @@ def test_overrides_concurrency_delay_pause_and_block(make_frontier: FrontierFact
     conserved(f)
 
 
-def test_override_delay_wins_and_crawl_delay_only_when_larger(make_frontier: FrontierFactory,
-                                                              clock: Clock) -> None:
+def test_override_delay_wins_and_crawl_delay_only_when_larger(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
     f = polite(make_frontier, politeness_concurrency=5, politeness_delay=1.0)
     polo = f.keys.pol_override
     f.client.hset(polo, "a.test", json.dumps({"crawl_delay": 0.2}))  # smaller: 1.0 wins
@@ -168,8 +177,9 @@ def test_override_delay_wins_and_crawl_delay_only_when_larger(make_frontier: Fro
 
 def test_download_slots_and_meta_download_slot(make_frontier: FrontierFactory) -> None:
     f = polite(make_frontier, politeness_slots={"shared": {"concurrency": 3}})
-    f.push([env(f"http://h{i}.test/", download_slot="shared") for i in range(10)]
-           + site("a.test", 10))
+    f.push(
+        [env(f"http://h{i}.test/", download_slot="shared") for i in range(10)] + site("a.test", 10)
+    )
     got = f.lease("w", 100)
     assert hosts(got)["a.test"] == 2
     assert sum(1 for x in got if x.envelope.url.startswith("http://h")) == 3
@@ -178,8 +188,7 @@ def test_download_slots_and_meta_download_slot(make_frontier: FrontierFactory) -
 def test_unreadable_override_is_ignored(make_frontier: FrontierFactory) -> None:
     f = polite(make_frontier)
     f.client.hset(f.keys.pol_override, "a.test", b"{not json")
-    f.client.hset(f.keys.pol_override, "b.test", json.dumps({"concurrency": -3,
-                                                             "delay": "soon"}))
+    f.client.hset(f.keys.pol_override, "b.test", json.dumps({"concurrency": -3, "delay": "soon"}))
     f.push(site("a.test", 5) + site("b.test", 5))
     assert hosts(f.lease("w", 100)) == {"a.test": 2, "b.test": 2}
 
@@ -196,8 +205,9 @@ def test_bad_download_slot_is_refused_at_push(make_frontier: FrontierFactory) ->
 
 def test_priority_within_a_key_and_tiers_kept(make_frontier: FrontierFactory) -> None:
     f = polite(make_frontier, politeness_concurrency=1)
-    f.push([env("http://a.test/low", -5), env("http://a.test/mid", 0),
-            env("http://a.test/high", 5)])
+    f.push(
+        [env("http://a.test/low", -5), env("http://a.test/mid", 0), env("http://a.test/high", 5)]
+    )
     (lease,) = f.lease("w", 10)
     assert lease.envelope.url.endswith("/high")
     f.ack([lease])
@@ -220,8 +230,9 @@ def test_politeness_off_leases_like_before(make_frontier: FrontierFactory) -> No
     assert not f.client.exists(f.keys.open(0))
 
 
-def test_purge_deletes_the_per_key_state(make_frontier: FrontierFactory,
-                                         redis_client: redis.Redis) -> None:
+def test_purge_deletes_the_per_key_state(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
     f = polite(make_frontier)
     f.push(site("a.test", 5))
     f.lease("w", 1)
@@ -232,11 +243,9 @@ def test_purge_deletes_the_per_key_state(make_frontier: FrontierFactory,
 
 
 def test_domain_mode_groups_hosts_by_registrable_domain(make_frontier: FrontierFactory) -> None:
-    f = make_frontier(politeness_key="domain", politeness_concurrency=1,
-                      politeness_delay=0.0)
+    f = make_frontier(politeness_key="domain", politeness_concurrency=1, politeness_delay=0.0)
     assert f.politeness == "domain"
-    f.push([env("http://www.a.co.uk/1"), env("http://shop.a.co.uk/2"),
-            env("http://b.example/3")])
+    f.push([env("http://www.a.co.uk/1"), env("http://shop.a.co.uk/2"), env("http://b.example/3")])
     got = f.lease("w", 10)
     assert len(got) == 2
     assert in_flight(f, "a.co.uk") == 1 and in_flight(f, "b.example") == 1
@@ -244,15 +253,15 @@ def test_domain_mode_groups_hosts_by_registrable_domain(make_frontier: FrontierF
 
 
 def test_a_worker_without_politeness_is_refused_on_a_polite_crawl(
-        make_frontier: FrontierFactory) -> None:
+    make_frontier: FrontierFactory,
+) -> None:
     polite(make_frontier).push(site("a.test", 1))
     other = make_frontier(politeness=False)
     with pytest.raises(FrontierError, match="REDCRAWL_POLITENESS"):
         other.lease("w", 1)
 
 
-def test_purge_of_many_keys(make_frontier: FrontierFactory,
-                            redis_client: redis.Redis) -> None:
+def test_purge_of_many_keys(make_frontier: FrontierFactory, redis_client: redis.Redis) -> None:
     f = polite(make_frontier)
     for start in range(0, 12_000, 2000):
         f.push([env(f"http://h{i}.test/") for i in range(start, start + 2000)])
@@ -261,8 +270,7 @@ def test_purge_of_many_keys(make_frontier: FrontierFactory,
     assert f.counts().ready == 0
 
 
-def test_next_open_tells_when_a_key_opens(make_frontier: FrontierFactory,
-                                          clock: Clock) -> None:
+def test_next_open_tells_when_a_key_opens(make_frontier: FrontierFactory, clock: Clock) -> None:
     f = polite(make_frontier, politeness_concurrency=1, politeness_delay=2.0)
     assert f.next_open() is None
     f.push(site("a.test", 3) + site("b.test", 3))

@@ -60,8 +60,9 @@ def test_a_throwaway_server_has_no_persistence_and_leaves_nothing(binary: str) -
 
 def test_unix_socket_and_extra_arguments(binary: str, tmp_path: Path) -> None:
     sock = tmp_path / "r.sock"
-    with RedisServer(binary, tmp_path, unix_socket=sock,
-                     extra=["--maxmemory", "12345678"]) as server:
+    with RedisServer(
+        binary, tmp_path, unix_socket=sock, extra=["--maxmemory", "12345678"]
+    ) as server:
         assert server.url == f"unix://{sock}"
         assert server.port == 0
         with redis.Redis.from_url(server.url) as client:
@@ -70,10 +71,12 @@ def test_unix_socket_and_extra_arguments(binary: str, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("persistence", ["aof", "rdb"])
-def test_restart_on_the_same_port_keeps_the_data(binary: str, tmp_path: Path,
-                                                 persistence: str) -> None:
-    with RedisServer(binary, tmp_path, persistence="aof" if persistence == "aof" else "rdb",
-                     appendfsync="always") as server:
+def test_restart_on_the_same_port_keeps_the_data(
+    binary: str, tmp_path: Path, persistence: str
+) -> None:
+    with RedisServer(
+        binary, tmp_path, persistence="aof" if persistence == "aof" else "rdb", appendfsync="always"
+    ) as server:
         port = server.port
         with server.client() as client:
             client.set("k", "v")

@@ -33,18 +33,26 @@ SITEKIT = Path(__file__).with_name("sitekit.py")
 
 # --- the cache ---------------------------------------------------------------------------
 
+
 @pytest.fixture
 def keys() -> CrawlKeys:
     return CrawlKeys("robots-test")
 
 
-def cache(client: redis.Redis, keys: CrawlKeys, *, max_bytes: int = 1 << 20,
-          token: str | None = None, lock_ttl: float = 30.0) -> RobotsCache:
+def cache(
+    client: redis.Redis,
+    keys: CrawlKeys,
+    *,
+    max_bytes: int = 1 << 20,
+    token: str | None = None,
+    lock_ttl: float = 30.0,
+) -> RobotsCache:
     return RobotsCache(client, keys, max_bytes=max_bytes, token=token, lock_ttl=lock_ttl)
 
 
-def test_one_worker_fetches_the_others_wait_then_all_read_it(redis7_client: redis.Redis,
-                                                             keys: CrawlKeys) -> None:
+def test_one_worker_fetches_the_others_wait_then_all_read_it(
+    redis7_client: redis.Redis, keys: CrawlKeys
+) -> None:
     a, b = cache(redis7_client, keys, token="a"), cache(redis7_client, keys, token="b")
     origin = "http://example.com:80"
     [first] = a.lookup([origin])
@@ -61,8 +69,7 @@ def test_one_worker_fetches_the_others_wait_then_all_read_it(redis7_client: redi
         assert 59_000 < found.ms_left <= 60_000
 
 
-def test_entries_expire_and_are_fetched_again(redis7_client: redis.Redis,
-                                              keys: CrawlKeys) -> None:
+def test_entries_expire_and_are_fetched_again(redis7_client: redis.Redis, keys: CrawlKeys) -> None:
     c = cache(redis7_client, keys)
     origin = "https://example.org:443"
     assert c.lookup([origin])[0].state == "fetch"
@@ -73,34 +80,74 @@ def test_entries_expire_and_are_fetched_again(redis7_client: redis.Redis,
 
 
 def test_crawl_delay_is_merged_into_the_override_keeping_operator_fields(
-        redis7_client: redis.Redis, keys: CrawlKeys) -> None:
+    redis7_client: redis.Redis, keys: CrawlKeys
+) -> None:
     c = cache(redis7_client, keys)
-    redis7_client.hset(keys.pol_override, "a.example", json.dumps(
-        {"concurrency": 2, "block_until": 1_800_000_000_000, "paused": False}))
+    redis7_client.hset(
+        keys.pol_override,
+        "a.example",
+        json.dumps({"concurrency": 2, "block_until": 1_800_000_000_000, "paused": False}),
+    )
     origin = "http://a.example:80"
     c.lookup([origin])
-    assert c.store(origin, RobotsEntry(200, b"Crawl-delay: 2.5\n"), ttl=60,
-                   politeness_key="a.example", crawl_delay=2.5).override == 1
+    assert (
+        c.store(
+            origin,
+            RobotsEntry(200, b"Crawl-delay: 2.5\n"),
+            ttl=60,
+            politeness_key="a.example",
+            crawl_delay=2.5,
+        ).override
+        == 1
+    )
     assert json.loads(redis7_client.hget(keys.pol_override, "a.example") or b"") == {
-        "concurrency": 2, "block_until": 1_800_000_000_000, "paused": False,
-        "crawl_delay": 2.5}
+        "concurrency": 2,
+        "block_until": 1_800_000_000_000,
+        "paused": False,
+        "crawl_delay": 2.5,
+    }
     # robots.txt no longer says it: our field goes, the operator's stay
-    assert c.store(origin, RobotsEntry(200, b""), ttl=60, politeness_key="a.example",
-                   crawl_delay=None).override == 1
+    assert (
+        c.store(
+            origin, RobotsEntry(200, b""), ttl=60, politeness_key="a.example", crawl_delay=None
+        ).override
+        == 1
+    )
     assert json.loads(redis7_client.hget(keys.pol_override, "a.example") or b"") == {
-        "concurrency": 2, "block_until": 1_800_000_000_000, "paused": False}
+        "concurrency": 2,
+        "block_until": 1_800_000_000_000,
+        "paused": False,
+    }
     # a key with nothing but our field: the field goes, then the whole key
-    c.store("http://b.example:80", RobotsEntry(200), ttl=60, politeness_key="b.example",
-            crawl_delay=1.0)
+    c.store(
+        "http://b.example:80", RobotsEntry(200), ttl=60, politeness_key="b.example", crawl_delay=1.0
+    )
     assert json.loads(redis7_client.hget(keys.pol_override, "b.example") or b"") == {
-        "crawl_delay": 1}
-    assert c.store("http://b.example:80", RobotsEntry(200), ttl=60,
-                   politeness_key="b.example", crawl_delay=None).override == 1
+        "crawl_delay": 1
+    }
+    assert (
+        c.store(
+            "http://b.example:80",
+            RobotsEntry(200),
+            ttl=60,
+            politeness_key="b.example",
+            crawl_delay=None,
+        ).override
+        == 1
+    )
     assert redis7_client.hexists(keys.pol_override, "b.example") == 0
     # an override that is not a JSON object is left alone, and said so
     redis7_client.hset(keys.pol_override, "c.example", b"[1, 2")
-    assert c.store("http://c.example:80", RobotsEntry(200), ttl=60,
-                   politeness_key="c.example", crawl_delay=1.0).override == -1
+    assert (
+        c.store(
+            "http://c.example:80",
+            RobotsEntry(200),
+            ttl=60,
+            politeness_key="c.example",
+            crawl_delay=1.0,
+        ).override
+        == -1
+    )
     assert redis7_client.hget(keys.pol_override, "c.example") == b"[1, 2"
 
 
@@ -109,25 +156,40 @@ def test_the_cache_stays_under_its_bound(redis7_client: redis.Redis, keys: Crawl
     size = len(RobotsEntry(200, body).encode())
     c = cache(redis7_client, keys, max_bytes=3 * size + 10)
     for i in range(5):
-        stored = c.store(f"http://h{i}:80", RobotsEntry(200, body), ttl=60 + i,
-                         politeness_key=f"h{i}", crawl_delay=None)
+        stored = c.store(
+            f"http://h{i}:80",
+            RobotsEntry(200, body),
+            ttl=60 + i,
+            politeness_key=f"h{i}",
+            crawl_delay=None,
+        )
         assert stored.stored and stored.evicted == (1 if i >= 3 else 0)
     total = int(redis7_client.get(keys.robots_bytes) or 0)
-    assert total == 3 * size == sum(redis7_client.hstrlen(keys.robots, f)
-                                    for f in redis7_client.hkeys(keys.robots))
+    assert (
+        total
+        == 3 * size
+        == sum(redis7_client.hstrlen(keys.robots, f) for f in redis7_client.hkeys(keys.robots))
+    )
     # the ones closest to expiry went first
-    assert sorted(redis7_client.hkeys(keys.robots)) == [b"http://h2:80", b"http://h3:80",
-                                                       b"http://h4:80"]
+    assert sorted(redis7_client.hkeys(keys.robots)) == [
+        b"http://h2:80",
+        b"http://h3:80",
+        b"http://h4:80",
+    ]
     assert c.lookup(["http://h0:80"])[0].state == "fetch"
     # an entry larger than the whole bound is not stored (and nothing is evicted for it)
-    big = c.store("http://big:80", RobotsEntry(200, os.urandom(4 * size)), ttl=60,
-                  politeness_key="big", crawl_delay=None)
+    big = c.store(
+        "http://big:80",
+        RobotsEntry(200, os.urandom(4 * size)),
+        ttl=60,
+        politeness_key="big",
+        crawl_delay=None,
+    )
     assert not big.stored and big.evicted == 0
     assert redis7_client.hlen(keys.robots) == 3
 
 
-def test_a_lock_is_renewed_only_by_its_owner(redis7_client: redis.Redis,
-                                             keys: CrawlKeys) -> None:
+def test_a_lock_is_renewed_only_by_its_owner(redis7_client: redis.Redis, keys: CrawlKeys) -> None:
     a = cache(redis7_client, keys, token="a", lock_ttl=0.5)
     b = cache(redis7_client, keys, token="b", lock_ttl=0.5)
     origin = "http://slow.example:80"
@@ -141,17 +203,26 @@ def test_entries_that_cannot_be_read_decode_to_none() -> None:
     assert RobotsEntry.decode(b"garbage") is None
     assert RobotsEntry.decode(RobotsEntry(404).encode()) == RobotsEntry(404)
     assert [RobotsEntry(s).kind for s in (200, 301, 404, 410, 500, 0)] == [
-        "rules", "rules", "allow", "allow", "error", "error"]
+        "rules",
+        "rules",
+        "allow",
+        "allow",
+        "error",
+        "error",
+    ]
 
 
-@pytest.mark.parametrize(("url", "origin"), [
-    ("http://Example.COM/a?b", "http://example.com"),
-    ("http://example.com:80/", "http://example.com"),
-    ("https://example.com:443/", "https://example.com"),
-    ("https://example.com:8443/", "https://example.com:8443"),
-    ("http://user:secret@example.com:8080/", "http://example.com:8080"),
-    ("http://[::1]:8080/x", "http://[::1]:8080"),
-])
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("http://Example.COM/a?b", "http://example.com"),
+        ("http://example.com:80/", "http://example.com"),
+        ("https://example.com:443/", "https://example.com"),
+        ("https://example.com:8443/", "https://example.com:8443"),
+        ("http://user:secret@example.com:8080/", "http://example.com:8080"),
+        ("http://[::1]:8080/x", "http://[::1]:8080"),
+    ],
+)
 def test_the_origin_a_robots_txt_applies_to(url: str, origin: str) -> None:
     from scrapy import Request
 
@@ -162,28 +233,52 @@ def test_the_origin_a_robots_txt_applies_to(url: str, origin: str) -> None:
 
 # --- a fleet of real workers --------------------------------------------------------------
 
-def robots_worker(redis_url: str, crawl: str, urls: Sequence[str], name: str, log: Path,
-                  extra: Sequence[str] = ()) -> subprocess.Popen[bytes]:
-    cmd = worker_command(SITEKIT, settings=[
-        "CONCURRENT_REQUESTS=16",
-        "CONCURRENT_REQUESTS_PER_DOMAIN=4",
-        "ROBOTSTXT_OBEY=True",
-        "RETRY_ENABLED=False",
-        "TELNETCONSOLE_ENABLED=False",
-        "LOG_LEVEL=INFO",
-        "REDCRAWL_LEASE_TTL=5",
-        "REDCRAWL_IDLE_BEFORE_CLOSE=0.5",
-        *extra,
-    ], spider_args={"urls": ",".join(urls)})
-    env = {**os.environ, "REDCRAWL_REDIS_URL": redis_url, "REDCRAWL_CRAWL": crawl,
-           "REDCRAWL_WORKER_ID": name, "PYTHONPATH": str(ROOT / "src")}
+
+def robots_worker(
+    redis_url: str, crawl: str, urls: Sequence[str], name: str, log: Path, extra: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
+    cmd = worker_command(
+        SITEKIT,
+        settings=[
+            "CONCURRENT_REQUESTS=16",
+            "CONCURRENT_REQUESTS_PER_DOMAIN=4",
+            "ROBOTSTXT_OBEY=True",
+            "RETRY_ENABLED=False",
+            "TELNETCONSOLE_ENABLED=False",
+            "LOG_LEVEL=INFO",
+            "REDCRAWL_LEASE_TTL=5",
+            "REDCRAWL_IDLE_BEFORE_CLOSE=0.5",
+            *extra,
+        ],
+        spider_args={"urls": ",".join(urls)},
+    )
+    env = {
+        **os.environ,
+        "REDCRAWL_REDIS_URL": redis_url,
+        "REDCRAWL_CRAWL": crawl,
+        "REDCRAWL_WORKER_ID": name,
+        "PYTHONPATH": str(ROOT / "src"),
+    }
     with log.open("wb") as out:
-        return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=out,
-                                cwd=log.parent, start_new_session=True)
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=out,
+            cwd=log.parent,
+            start_new_session=True,
+        )
 
 
-def run_fleet(redis_url: str, crawl: str, urls: Sequence[str], tmp_path: Path, n: int,
-              extra: Sequence[str] = (), timeout: float = 90) -> list[str]:
+def run_fleet(
+    redis_url: str,
+    crawl: str,
+    urls: Sequence[str],
+    tmp_path: Path,
+    n: int,
+    extra: Sequence[str] = (),
+    timeout: float = 90,
+) -> list[str]:
     """``n`` workers to the end; their logs."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     procs = []
@@ -215,8 +310,9 @@ DISALLOWED = frozenset({"/p/1", "/p/2"})
 
 
 @pytest.mark.slow
-def test_a_fleet_fetches_each_robots_txt_once_and_obeys_it(redis7: RedisServer,
-                                                           tmp_path: Path) -> None:
+def test_a_fleet_fetches_each_robots_txt_once_and_obeys_it(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
     """3 workers; 2 hosts with rules (Crawl-delay 1, and 60 capped to 5), one whose
     robots.txt answers 500, one without (404) and one that hangs up (a network error):
     the last three allow everything. robots.txt answers slowly and the
@@ -227,12 +323,13 @@ def test_a_fleet_fetches_each_robots_txt_once_and_obeys_it(redis7: RedisServer,
     crawl = "robots-fleet"
     frontier = fresh_frontier(redis7, crawl, "lists")
     client = redis.Redis.from_url(redis7.url)
-    sites = [SiteSpec(pages=10, delay=0.1, robots=RULES.format(delay=1), robots_delay=0.6),
-             SiteSpec(pages=10, delay=0.1, robots=RULES.format(delay=60), robots_delay=0.6),
-             SiteSpec(pages=10, delay=0.1, robots_delay=0.6,
-                      faults={"/robots.txt": Fault(500)}),
-             SiteSpec(pages=10, delay=0.1, robots_delay=0.6),
-             SiteSpec(pages=10, delay=0.1, faults={"/robots.txt": Fault(0)})]
+    sites = [
+        SiteSpec(pages=10, delay=0.1, robots=RULES.format(delay=1), robots_delay=0.6),
+        SiteSpec(pages=10, delay=0.1, robots=RULES.format(delay=60), robots_delay=0.6),
+        SiteSpec(pages=10, delay=0.1, robots_delay=0.6, faults={"/robots.txt": Fault(500)}),
+        SiteSpec(pages=10, delay=0.1, robots_delay=0.6),
+        SiteSpec(pages=10, delay=0.1, faults={"/robots.txt": Fault(0)}),
+    ]
     keys = frontier.keys
     with serving(sites) as kit:
         ruled, capped, failing, missing, broken = kit.hosts
@@ -240,12 +337,21 @@ def test_a_fleet_fetches_each_robots_txt_once_and_obeys_it(redis7: RedisServer,
         urls = [f"{root}{path}" for root in kit.roots for path in ("", "p/1", "p/2", "p/3")]
         # small leases and few requests at once, so that every worker gets requests of
         # several hosts (and reads robots.txt from the cache) even if one starts late
-        logs = run_fleet(redis7.url, crawl, urls, tmp_path, 3,
-                         ["REDCRAWL_ROBOTS_MAX_CRAWL_DELAY=5", "REDCRAWL_PREFETCH=2",
-                          "REDCRAWL_LOOKAHEAD=0", "CONCURRENT_REQUESTS=4"])
+        logs = run_fleet(
+            redis7.url,
+            crawl,
+            urls,
+            tmp_path,
+            3,
+            [
+                "REDCRAWL_ROBOTS_MAX_CRAWL_DELAY=5",
+                "REDCRAWL_PREFETCH=2",
+                "REDCRAWL_LOOKAHEAD=0",
+                "CONCURRENT_REQUESTS=4",
+            ],
+        )
         table = format_summary(kit.summary())
-        assert {h: kit.robots_fetches(h) for h in kit.hosts} == dict.fromkeys(kit.hosts, 1), \
-            table
+        assert {h: kit.robots_fetches(h) for h in kit.hosts} == dict.fromkeys(kit.hosts, 1), table
         for host in (ruled, capped):
             fetched = {p for p in DISALLOWED if kit.fetched(host)[p]}
             assert not fetched, f"{host}: disallowed {fetched} fetched\n{table}"
@@ -265,17 +371,18 @@ def test_a_fleet_fetches_each_robots_txt_once_and_obeys_it(redis7: RedisServer,
         assert stat(logs, "redcrawl/robots/cached") >= 1  # the others read it from Redis
         assert stat(logs, "redcrawl/robots/crawl_delay_capped") == 1
         assert sum("Crawl-delay 60 s; keeping 5 s" in text for text in logs) == 1
-        override = {(k.decode() if isinstance(k, bytes) else k): json.loads(v)
-                    for k, v in client.hgetall(keys.pol_override).items()}
-        assert override == {ruled: {"concurrency": 3, "crawl_delay": 1},
-                            capped: {"crawl_delay": 5}}
-        assert any("robots.txt is fetched once per site for the fleet" in text
-                   for text in logs)
+        override = {
+            (k.decode() if isinstance(k, bytes) else k): json.loads(v)
+            for k, v in client.hgetall(keys.pol_override).items()
+        }
+        assert override == {ruled: {"concurrency": 3, "crawl_delay": 1}, capped: {"crawl_delay": 5}}
+        assert any("robots.txt is fetched once per site for the fleet" in text for text in logs)
 
 
 @pytest.mark.slow
 def test_robots_txt_is_read_from_the_cache_then_fetched_again_after_its_ttl(
-        redis7: RedisServer, tmp_path: Path) -> None:
+    redis7: RedisServer, tmp_path: Path
+) -> None:
     """REDCRAWL_ROBOTS_TTL=6: a worker started right after the first one reads the host's
     robots.txt from Redis (no fetch); one started after the TTL fetches it again. Its
     rules hold every time."""
@@ -294,8 +401,9 @@ def test_robots_txt_is_read_from_the_cache_then_fetched_again_after_its_ttl(
         assert kit.robots_fetches(host) == 1 and kit.fetched(host)["/"] == 2
         assert stat(logs, "redcrawl/robots/cached") == 1
         time.sleep(max(0.0, first_done + 6.2 - time.monotonic()))
-        logs = run_fleet(redis7.url, crawl, [root + "?later", root + "p/5?later"],
-                         tmp_path / "3", 1, ttl)
+        logs = run_fleet(
+            redis7.url, crawl, [root + "?later", root + "p/5?later"], tmp_path / "3", 1, ttl
+        )
         assert kit.robots_fetches(host) == 2, format_summary(kit.summary())
         assert stat(logs, "redcrawl/robots/fetched") == 1
         assert stat(logs, "redcrawl/robots/disallowed") == 1
@@ -304,19 +412,24 @@ def test_robots_txt_is_read_from_the_cache_then_fetched_again_after_its_ttl(
 
 
 @pytest.mark.slow
-def test_requests_waiting_together_for_robots_txt_are_all_checked(redis7: RedisServer,
-                                                                   tmp_path: Path) -> None:
+def test_requests_waiting_together_for_robots_txt_are_all_checked(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
     """Scrapy's own middleware checks only the first of the requests waiting for the same
     robots.txt download (FACTS.md): here five disallowed start URLs wait together behind a
     slow robots.txt in one worker, and none of them is fetched."""
     crawl = "robots-waiting"
     frontier = fresh_frontier(redis7, crawl, "lists")
-    sites = [SiteSpec(pages=6, robots="User-agent: *\nDisallow: /p/\n", robots_delay=0.5,
-                      cross_links=False)]
+    sites = [
+        SiteSpec(
+            pages=6, robots="User-agent: *\nDisallow: /p/\n", robots_delay=0.5, cross_links=False
+        )
+    ]
     with serving(sites) as kit:
         root = kit.roots[0]
-        logs = run_fleet(redis7.url, crawl, [f"{root}p/{i}" for i in range(1, 6)] + [root],
-                         tmp_path, 1)
+        logs = run_fleet(
+            redis7.url, crawl, [f"{root}p/{i}" for i in range(1, 6)] + [root], tmp_path, 1
+        )
         host = kit.hosts[0]
         assert kit.robots_fetches(host) == 1
         assert [f.path for f in kit.fetches(host)] == ["/robots.txt", "/"]
@@ -326,8 +439,9 @@ def test_requests_waiting_together_for_robots_txt_are_all_checked(redis7: RedisS
 
 
 @pytest.mark.slow
-def test_listed_in_downloader_middlewares_it_replaces_scrapys(redis7: RedisServer,
-                                                               tmp_path: Path) -> None:
+def test_listed_in_downloader_middlewares_it_replaces_scrapys(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
     """A project that lists redcrawl.scrapy.RobotsTxtMiddleware itself: Scrapy's is taken
     out (a startup note says so), robots.txt is still fetched once for the fleet."""
     crawl = "robots-listed"
@@ -335,52 +449,75 @@ def test_listed_in_downloader_middlewares_it_replaces_scrapys(redis7: RedisServe
     sites = [SiteSpec(pages=6, robots="User-agent: *\nDisallow: /p/3\n", robots_delay=0.3)]
     listed = json.dumps({"redcrawl.scrapy.RobotsTxtMiddleware": 100})
     with serving(sites) as kit:
-        logs = run_fleet(redis7.url, crawl, kit.roots, tmp_path, 2,
-                         [f"DOWNLOADER_MIDDLEWARES={listed}", "REDCRAWL_PREFETCH=2",
-                          "REDCRAWL_LOOKAHEAD=0"])
+        logs = run_fleet(
+            redis7.url,
+            crawl,
+            kit.roots,
+            tmp_path,
+            2,
+            [f"DOWNLOADER_MIDDLEWARES={listed}", "REDCRAWL_PREFETCH=2", "REDCRAWL_LOOKAHEAD=0"],
+        )
         host = kit.hosts[0]
         assert kit.robots_fetches(host) == 1 and kit.fetched(host)["/p/3"] == 0
         assert all("Scrapy's RobotsTxtMiddleware is disabled" in text for text in logs)
 
 
 @pytest.mark.slow
-def test_robots_shared_off_keeps_scrapys_middleware(redis7: RedisServer,
-                                                     tmp_path: Path) -> None:
+def test_robots_shared_off_keeps_scrapys_middleware(redis7: RedisServer, tmp_path: Path) -> None:
     """REDCRAWL_ROBOTS_SHARED=False: Scrapy's middleware, one robots.txt fetch per
     worker that needs it (said at start)."""
     crawl = "robots-off"
     fresh_frontier(redis7, crawl, "lists")
     sites = [SiteSpec(pages=10, delay=0.1, cross_links=False)]
     with serving(sites) as kit:
-        logs = run_fleet(redis7.url, crawl, kit.roots, tmp_path, 2,
-                         ["REDCRAWL_ROBOTS_SHARED=False", "REDCRAWL_PREFETCH=2",
-                          "REDCRAWL_LOOKAHEAD=0"])
+        logs = run_fleet(
+            redis7.url,
+            crawl,
+            kit.roots,
+            tmp_path,
+            2,
+            ["REDCRAWL_ROBOTS_SHARED=False", "REDCRAWL_PREFETCH=2", "REDCRAWL_LOOKAHEAD=0"],
+        )
         host = kit.hosts[0]
         assert stat(logs, "redcrawl/robots/fetched") == 0
         assert kit.robots_fetches(host) == stat(logs, "robotstxt/request_count") >= 1
         assert all("REDCRAWL_ROBOTS_SHARED is off" in text for text in logs)
 
 
-SLOW_ROBOTS = [SiteSpec(pages=6, robots="User-agent: *\nDisallow: /p/5\n", robots_delay=4.0,
-                        cross_links=False)]
-LOCKING = ["REDCRAWL_ROBOTS_LOCK_TTL=1.5", "REDCRAWL_PREFETCH=2", "REDCRAWL_LOOKAHEAD=0",
-           "CONCURRENT_REQUESTS=2"]  # w0 cannot hold every start request
+SLOW_ROBOTS = [
+    SiteSpec(pages=6, robots="User-agent: *\nDisallow: /p/5\n", robots_delay=4.0, cross_links=False)
+]
+LOCKING = [
+    "REDCRAWL_ROBOTS_LOCK_TTL=1.5",
+    "REDCRAWL_PREFETCH=2",
+    "REDCRAWL_LOOKAHEAD=0",
+    "CONCURRENT_REQUESTS=2",
+]  # w0 cannot hold every start request
 
 
-def start_pair(redis_url: str, crawl: str, kit: MultiSite, tmp_path: Path
-               ) -> list[tuple[subprocess.Popen[bytes], Path]]:
+def start_pair(
+    redis_url: str, crawl: str, kit: MultiSite, tmp_path: Path
+) -> list[tuple[subprocess.Popen[bytes], Path]]:
     """w0, then (once w0 is downloading robots.txt) w1, both with a start URL for each
     page, so that w1 has requests waiting for the same robots.txt."""
     root = kit.roots[0]
     urls = [root] + [f"{root}p/{i}" for i in range(6)]
-    procs = [(robots_worker(redis_url, crawl, urls, "w0", tmp_path / "w0.log", LOCKING),
-              tmp_path / "w0.log")]
+    procs = [
+        (
+            robots_worker(redis_url, crawl, urls, "w0", tmp_path / "w0.log", LOCKING),
+            tmp_path / "w0.log",
+        )
+    ]
     deadline = time.monotonic() + 30
     while kit.robots_fetches(kit.hosts[0]) == 0:
         assert time.monotonic() < deadline and procs[0][0].poll() is None
         time.sleep(0.02)
-    procs.append((robots_worker(redis_url, crawl, urls, "w1", tmp_path / "w1.log", LOCKING),
-                  tmp_path / "w1.log"))
+    procs.append(
+        (
+            robots_worker(redis_url, crawl, urls, "w1", tmp_path / "w1.log", LOCKING),
+            tmp_path / "w1.log",
+        )
+    )
     return procs
 
 
@@ -392,8 +529,7 @@ def stop(procs: list[tuple[subprocess.Popen[bytes], Path]]) -> None:
 
 
 @pytest.mark.slow
-def test_the_lock_is_renewed_through_a_slow_robots_txt(redis7: RedisServer,
-                                                        tmp_path: Path) -> None:
+def test_the_lock_is_renewed_through_a_slow_robots_txt(redis7: RedisServer, tmp_path: Path) -> None:
     """robots.txt takes 4 s, the lock lasts 1.5 s unless renewed: the second worker
     still waits for the first one's download instead of fetching it too."""
     crawl = "robots-renew"
@@ -415,7 +551,8 @@ def test_the_lock_is_renewed_through_a_slow_robots_txt(redis7: RedisServer,
 
 @pytest.mark.slow
 def test_a_worker_killed_while_fetching_robots_txt_does_not_hold_the_fleet(
-        redis7: RedisServer, tmp_path: Path) -> None:
+    redis7: RedisServer, tmp_path: Path
+) -> None:
     """The worker downloading robots.txt is SIGKILLed: its lock runs out
     (REDCRAWL_ROBOTS_LOCK_TTL), the waiting worker fetches robots.txt itself, obeys it and
     finishes the crawl (the killed worker's leases come back)."""

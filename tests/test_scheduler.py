@@ -47,10 +47,23 @@ def once_each(site: ShopSite) -> dict[str, int]:
     return dict.fromkeys(site.canonical_pages(), 1)
 
 
-def crawl_shop(site: ShopSite, tmp_path: Path, redis7: RedisServer, crawl: str,
-               tag: str = "run", **settings: object) -> Run:
-    return run_spider("shop_spider.py", tmp_path, redis_url=redis7.url, crawl=crawl,
-                      tag=tag, settings=settings, args={"url": site.url + "/"})
+def crawl_shop(
+    site: ShopSite,
+    tmp_path: Path,
+    redis7: RedisServer,
+    crawl: str,
+    tag: str = "run",
+    **settings: object,
+) -> Run:
+    return run_spider(
+        "shop_spider.py",
+        tmp_path,
+        redis_url=redis7.url,
+        crawl=crawl,
+        tag=tag,
+        settings=settings,
+        args={"url": site.url + "/"},
+    )
 
 
 def closed_port() -> int:
@@ -61,11 +74,15 @@ def closed_port() -> int:
 
 # --- 1. a small crawl -------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("backend", ["lists", "streams"])
-def test_small_site_crawl_fetches_every_page_once(small_site: ShopSite, tmp_path: Path,
-                                                  redis7: RedisServer,
-                                                  redis7_client: redis.Redis,
-                                                  backend: str) -> None:
+def test_small_site_crawl_fetches_every_page_once(
+    small_site: ShopSite,
+    tmp_path: Path,
+    redis7: RedisServer,
+    redis7_client: redis.Redis,
+    backend: str,
+) -> None:
     run = crawl_shop(small_site, tmp_path, redis7, "small", REDCRAWL_BACKEND=backend).ok()
     pages = SMALL.pages
     f = frontier(redis7_client, "small", backend=backend)
@@ -96,15 +113,16 @@ MEDIUM = SiteConfig(products=150, per_page=10, categories=3, tracking_params=Fal
 
 @pytest.mark.parametrize("lookahead", [0, 2])
 def test_lookahead_keeps_settles_on_their_way_and_every_page_once(
-        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis,
-        lookahead: int) -> None:
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis, lookahead: int
+) -> None:
     """With LOOKAHEAD, settle calls (store, ack, lease more) go out before the local
     buffer runs dry and are read later, in order, on their own connection; the crawl is
     the same as without: every page fetched once, everything acked."""
     with ShopSite(MEDIUM) as site:
         crawl = f"ahead{lookahead}"
-        run = crawl_shop(site, tmp_path, redis7, crawl, REDCRAWL_LOOKAHEAD=lookahead,
-                         REDCRAWL_PREFETCH=4).ok()
+        run = crawl_shop(
+            site, tmp_path, redis7, crawl, REDCRAWL_LOOKAHEAD=lookahead, REDCRAWL_PREFETCH=4
+        ).ok()
         assert site.hits() == once_each(site)
     c = frontier(redis7_client, crawl).counts()
     assert c.finished and c.conserved
@@ -118,14 +136,22 @@ def test_lookahead_keeps_settles_on_their_way_and_every_page_once(
 
 # --- 2. duplicates ----------------------------------------------------------------------
 
-def test_tracking_variants_are_one_page_with_canonicalize(tmp_path: Path, redis7: RedisServer,
-                                                          redis7_client: redis.Redis) -> None:
+
+def test_tracking_variants_are_one_page_with_canonicalize(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     """With tracking links (utm_*, ref) and canonicalisation on, every page is fetched
     exactly once, and the variants were counted as filtered."""
     config = SiteConfig(products=30, per_page=5, categories=3, tracking_params=True)
     with ShopSite(config) as site:
-        run = crawl_shop(site, tmp_path, redis7, "canon", REDCRAWL_CANONICALIZE="true",
-                         REDCRAWL_CANONICAL_DROP_PARAMS="utm_*,ref").ok()
+        run = crawl_shop(
+            site,
+            tmp_path,
+            redis7,
+            "canon",
+            REDCRAWL_CANONICALIZE="true",
+            REDCRAWL_CANONICAL_DROP_PARAMS="utm_*,ref",
+        ).ok()
         hits = site.hits()
         expected = once_each(site)
     # pages were reached through tracking links (the home page's featured products
@@ -139,14 +165,16 @@ def test_tracking_variants_are_one_page_with_canonicalize(tmp_path: Path, redis7
     assert run.stats["redcrawl/filtered"] > 0
 
 
-def test_project_request_fingerprinter_is_used(tmp_path: Path, redis7: RedisServer,
-                                               redis7_client: redis.Redis) -> None:
+def test_project_request_fingerprinter_is_used(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     """REQUEST_FINGERPRINTER_CLASS decides what a duplicate is (here: URLs that differ
     by tracking parameters are one page), as with Scrapy's own scheduler."""
     config = SiteConfig(products=30, per_page=5, categories=3, tracking_params=True)
     with ShopSite(config) as site:
-        run = crawl_shop(site, tmp_path, redis7, "customfp",
-                         REQUEST_FINGERPRINTER_CLASS="custom_fp.NoTracking").ok()
+        run = crawl_shop(
+            site, tmp_path, redis7, "customfp", REQUEST_FINGERPRINTER_CLASS="custom_fp.NoTracking"
+        ).ok()
         hits = site.hits()
         expected = once_each(site)
     assert any("utm_" in url or "ref=" in url for url in run.urls)
@@ -167,9 +195,14 @@ def test_outcomes(tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redi
     IgnoreRequest -> done."""
     dead_port = closed_port()
     with ShopSite(OUTCOMES) as site:
-        run = run_spider("outcomes_spider.py", tmp_path, redis_url=redis7.url,
-                         crawl="outcomes", settings={"REDCRAWL_MAX_ATTEMPTS": 2},
-                         args={"url": site.url, "dead": dead_port}).ok()
+        run = run_spider(
+            "outcomes_spider.py",
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="outcomes",
+            settings={"REDCRAWL_MAX_ATTEMPTS": 2},
+            args={"url": site.url, "dead": dead_port},
+        ).ok()
         hits = site.hits()
         base = site.url
     f = frontier(redis7_client, "outcomes")
@@ -205,12 +238,18 @@ def test_outcomes(tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redi
     assert run.stats["redcrawl/acked"] == c.done
 
 
-def test_scrapy_retries_a_start_request(tmp_path: Path, redis7: RedisServer,
-                                        redis7_client: redis.Redis) -> None:
+def test_scrapy_retries_a_start_request(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     with ShopSite(OUTCOMES) as site:
-        run = run_spider("outcomes_spider.py", tmp_path, redis_url=redis7.url,
-                         crawl="startretry", settings={"REDCRAWL_MAX_ATTEMPTS": 2},
-                         args={"url": site.url, "start": f"{oc.FLAKY},{oc.POISON}"}).ok()
+        run = run_spider(
+            "outcomes_spider.py",
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="startretry",
+            settings={"REDCRAWL_MAX_ATTEMPTS": 2},
+            args={"url": site.url, "start": f"{oc.FLAKY},{oc.POISON}"},
+        ).ok()
         hits = site.hits()
         base = site.url
     assert run.report["dropped"] == []  # no retry refused by the scheduler
@@ -233,8 +272,11 @@ class FlakySite:
             def do_GET(self) -> None:
                 n = hits[self.path] = hits.get(self.path, 0) + 1
                 status = 503 if self.path == "/c" or (self.path == "/b" and n == 1) else 200
-                body = (b'<a href="/a">a</a><a href="/b">b</a><a href="/c">c</a>'
-                        if self.path == "/" else b"page")
+                body = (
+                    b'<a href="/a">a</a><a href="/b">b</a><a href="/c">c</a>'
+                    if self.path == "/"
+                    else b"page"
+                )
                 self.send_response(status)
                 self.send_header("Content-Type", "text/html")
                 self.send_header("Content-Length", str(len(body)))
@@ -254,15 +296,21 @@ class FlakySite:
         self.server.server_close()
 
 
-def test_a_request_retried_by_scrapy_is_one_request(tmp_path: Path, redis7: RedisServer,
-                                                    redis7_client: redis.Redis) -> None:
+def test_a_request_retried_by_scrapy_is_one_request(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     """Scrapy's RetryMiddleware makes a new request object for each retry: it is the same
     logical request, so it ends in one state (done or dead), counted once."""
     site = FlakySite()
     try:
-        run = run_spider("shop_spider.py", tmp_path, redis_url=redis7.url, crawl="flaky",
-                         settings={"RETRY_TIMES": 1, "REDCRAWL_MAX_ATTEMPTS": 2},
-                         args={"url": site.url + "/"}).ok()
+        run = run_spider(
+            "shop_spider.py",
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="flaky",
+            settings={"RETRY_TIMES": 1, "REDCRAWL_MAX_ATTEMPTS": 2},
+            args={"url": site.url + "/"},
+        ).ok()
     finally:
         site.close()
     # /b: 503 then 200 (Scrapy's retry); /c: 503 twice per delivery, two deliveries
@@ -278,10 +326,17 @@ def test_a_request_retried_by_scrapy_is_one_request(tmp_path: Path, redis7: Redi
 
 # --- 4. enqueue_request's answer, unstorable meta -------------------------------------
 
-def test_enqueue_request_answers(small_site: ShopSite, tmp_path: Path, redis7: RedisServer,
-                                 redis7_client: redis.Redis) -> None:
-    run = run_spider("enqueue_spider.py", tmp_path, redis_url=redis7.url, crawl="enqueue",
-                     args={"url": small_site.url})
+
+def test_enqueue_request_answers(
+    small_site: ShopSite, tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    run = run_spider(
+        "enqueue_spider.py",
+        tmp_path,
+        redis_url=redis7.url,
+        crawl="enqueue",
+        args={"url": small_site.url},
+    )
     base = small_site.url
     # called directly: True, then False for the same URL
     assert run.report["spider"]["direct"] == [True, False]
@@ -302,14 +357,19 @@ def test_enqueue_request_answers(small_site: ShopSite, tmp_path: Path, redis7: R
     c = f.counts()
     assert c.conserved and (c.accepted, c.done, c.ready, c.in_flight) == (4, 0, 4, 0)
     assert {p.url.removeprefix(base) for p in f.pending()} == {
-        "/", "/product/1", "/product/2", "/product/4"}
+        "/",
+        "/product/1",
+        "/product/2",
+        "/product/4",
+    }
 
 
 # --- 5. resume ----------------------------------------------------------------------------
 
-def test_second_run_of_a_finished_crawl_fetches_nothing(small_site: ShopSite, tmp_path: Path,
-                                                        redis7: RedisServer,
-                                                        redis7_client: redis.Redis) -> None:
+
+def test_second_run_of_a_finished_crawl_fetches_nothing(
+    small_site: ShopSite, tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     crawl_shop(small_site, tmp_path, redis7, "again", tag="first").ok()
     before = frontier(redis7_client, "again").counts()
     small_site.reset_hits()
@@ -325,16 +385,20 @@ def test_second_run_of_a_finished_crawl_fetches_nothing(small_site: ShopSite, tm
     # "at once": closing took about as long as a crawl that fetches nothing can take
     assert second.report["closed_at"] - second.report["opened_at"] < 5
     # and it said why it fetched nothing
-    hint = (f"crawl 'again' is finished: {before.done} done; use `redcrawl purge` or "
-            "`--recrawl` to crawl again")
+    hint = (
+        f"crawl 'again' is finished: {before.done} done; use `redcrawl purge` or "
+        "`--recrawl` to crawl again"
+    )
     assert hint in second.stderr and "WARNING" in second.stderr
     assert hint not in crawl_shop(small_site, tmp_path, redis7, "fresh", tag="fresh").stderr
 
 
 # --- 6. SCHEDULER_FLUSH_ON_START --------------------------------------------------------
 
+
 def test_flush_on_start_restarts_a_finished_crawl_unless_a_worker_is_alive(
-        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     """Two finished crawls (without the flush their start URL is done and nothing is
     fetched: test_second_run_of_a_finished_crawl_fetches_nothing), each run by one worker
     with SCHEDULER_FLUSH_ON_START, side by side: "flush" starts again from scratch;
@@ -344,10 +408,18 @@ def test_flush_on_start_restarts_a_finished_crawl_unless_a_worker_is_alive(
         finished_state(redis7_client, "busy", site_busy.url + "/")
         busy = frontier(redis7_client, "busy")
         busy.renew("other-worker", ttl=60)  # a live worker of this crawl
-        workers = [start_spider("shop_spider.py", tmp_path, redis_url=redis7.url, crawl=crawl,
-                                tag=crawl, settings={"SCHEDULER_FLUSH_ON_START": "True"},
-                                args={"url": site.url + "/"})
-                   for crawl, site in (("flush", site_flush), ("busy", site_busy))]
+        workers = [
+            start_spider(
+                "shop_spider.py",
+                tmp_path,
+                redis_url=redis7.url,
+                crawl=crawl,
+                tag=crawl,
+                settings={"SCHEDULER_FLUSH_ON_START": "True"},
+                args={"url": site.url + "/"},
+            )
+            for crawl, site in (("flush", site_flush), ("busy", site_busy))
+        ]
         run_flush, run_busy = (w.wait().ok() for w in workers)
         hits_flush, hits_busy = site_flush.hits(), site_busy.hits()
         expected = once_each(site_flush)
@@ -367,17 +439,27 @@ def test_flush_on_start_restarts_a_finished_crawl_unless_a_worker_is_alive(
 
 
 def test_flush_on_start_happens_once_for_workers_starting_together(
-        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     """Two workers started together with flush-on-start on a finished crawl: one of them
     flushes, the other joins the crawl it restarted; every page is fetched once."""
-    config = SiteConfig(products=30, per_page=5, categories=3, tracking_params=False,
-                        slow_every=30, slow_delay=3)  # the crawl lasts > 3 s
+    config = SiteConfig(
+        products=30, per_page=5, categories=3, tracking_params=False, slow_every=30, slow_delay=3
+    )  # the crawl lasts > 3 s
     with ShopSite(config) as site:
         finished_state(redis7_client, "together", site.url + "/")
-        workers = [start_spider("shop_spider.py", tmp_path, redis_url=redis7.url,
-                                crawl="together", tag=f"w{i}",
-                                settings={"SCHEDULER_FLUSH_ON_START": "True"},
-                                args={"url": site.url + "/"}) for i in range(2)]
+        workers = [
+            start_spider(
+                "shop_spider.py",
+                tmp_path,
+                redis_url=redis7.url,
+                crawl="together",
+                tag=f"w{i}",
+                settings={"SCHEDULER_FLUSH_ON_START": "True"},
+                args={"url": site.url + "/"},
+            )
+            for i in range(2)
+        ]
         runs = [w.wait().ok() for w in workers]
         hits = site.hits()
         expected = dict.fromkeys(site.canonical_pages(), 1)
@@ -395,16 +477,26 @@ def test_flush_on_start_happens_once_for_workers_starting_together(
 
 # --- 7. SCHEDULER_PERSIST = False ----------------------------------------------------------
 
+
 def test_persist_false_purges_the_crawl_unless_another_worker_is_alive(
-        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     """SCHEDULER_PERSIST = False, two crawls side by side: "gone" (its only worker
     finishes it) is deleted; "kept" (another worker's heartbeat is alive) is kept."""
     frontier(redis7_client, "kept").renew("other-worker", ttl=60)
     with ShopSite(SMALL) as site_gone, ShopSite(SMALL) as site_kept:
-        workers = [start_spider("shop_spider.py", tmp_path, redis_url=redis7.url, crawl=crawl,
-                                tag=crawl, settings={"SCHEDULER_PERSIST": "False"},
-                                args={"url": site.url + "/"})
-                   for crawl, site in (("gone", site_gone), ("kept", site_kept))]
+        workers = [
+            start_spider(
+                "shop_spider.py",
+                tmp_path,
+                redis_url=redis7.url,
+                crawl=crawl,
+                tag=crawl,
+                settings={"SCHEDULER_PERSIST": "False"},
+                args={"url": site.url + "/"},
+            )
+            for crawl, site in (("gone", site_gone), ("kept", site_kept))
+        ]
         for worker in workers:
             worker.wait().ok()
         assert site_gone.hits() == site_kept.hits() == once_each(site_gone)
@@ -421,18 +513,27 @@ def test_persist_false_purges_the_crawl_unless_another_worker_is_alive(
 
 # --- 8. global finishing -------------------------------------------------------------------
 
+
 def test_idle_worker_waits_for_children_of_another_workers_slow_request(
-        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     """Worker A fetches the start page, then one slow page (4 s) whose callback yields 50
     more. Worker B starts while that page is in flight and nothing is ready: it must wait
     for the crawl (not its own queue) to finish, and fetch some of A's late children."""
     config = SiteConfig(products=60, slow_every=60, slow_delay=4, tracking_params=False)
-    with ShopSite(config) as site, start_spider(
-            "fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="global", tag="a",
+    with (
+        ShopSite(config) as site,
+        start_spider(
+            "fanout_spider.py",
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="global",
+            tag="a",
             args={"url": site.url},
             # a slow consumer, so that B has work to take
-            settings={"REDCRAWL_PREFETCH": 1, "CONCURRENT_REQUESTS": 1,
-                      "DOWNLOAD_DELAY": 0.2}) as a:
+            settings={"REDCRAWL_PREFETCH": 1, "CONCURRENT_REQUESTS": 1, "DOWNLOAD_DELAY": 0.2},
+        ) as a,
+    ):
         wait_for(lambda: site.hits().get("/product/60", 0) > 0, what="the slow page")
         f = frontier(redis7_client, "global")
         # acks are batched (flushed at the next lease or within a second): wait for the
@@ -440,9 +541,15 @@ def test_idle_worker_waits_for_children_of_another_workers_slow_request(
         wait_for(lambda: f.counts().in_flight == 1, what="the start page's ack")
         c = f.counts()
         assert (c.ready, c.delayed, c.in_flight) == (0, 0, 1)
-        with start_spider("fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="global",
-                          tag="b", args={"url": site.url, "start": "0"},
-                          settings={"REDCRAWL_POLL_INTERVAL": 0.1}) as b:
+        with start_spider(
+            "fanout_spider.py",
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="global",
+            tag="b",
+            args={"url": site.url, "start": "0"},
+            settings={"REDCRAWL_POLL_INTERVAL": 0.1},
+        ) as b:
             run_a, run_b = a.wait().ok(), b.wait().ok()
         hits = site.hits()
     slow_done = next(t for u, _, t in run_a.report["responses"] if u.endswith("/product/60"))
@@ -459,16 +566,23 @@ def test_idle_worker_waits_for_children_of_another_workers_slow_request(
 
 # --- 9. lease renewal ----------------------------------------------------------------------
 
-def test_slow_download_keeps_its_lease(tmp_path: Path, redis7: RedisServer,
-                                       redis7_client: redis.Redis) -> None:
+
+def test_slow_download_keeps_its_lease(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     """LEASE_TTL 1 s (heartbeat every 1/3 s), a download of 3 s: the heartbeat keeps
     the lease, the page is fetched once and nothing is reclaimed."""
     config = SiteConfig(products=60, slow_every=60, slow_delay=3, tracking_params=False)
     with ShopSite(config) as site:
         started = time.monotonic()
-        run = run_spider("fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="lease",
-                         args={"url": site.url, "leaves": 0},
-                         settings={"REDCRAWL_LEASE_TTL": 1}).ok()
+        run = run_spider(
+            "fanout_spider.py",
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="lease",
+            args={"url": site.url, "leaves": 0},
+            settings={"REDCRAWL_LEASE_TTL": 1},
+        ).ok()
         hits = site.hits()
     assert time.monotonic() - started > 3
     assert hits == {"/": 1, "/product/60": 1}
@@ -481,22 +595,38 @@ def test_slow_download_keeps_its_lease(tmp_path: Path, redis7: RedisServer,
 
 # --- 10. the tail of a crawl --------------------------------------------------------------
 
+
 def test_at_the_tail_a_worker_gives_back_what_it_cannot_start(
-        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     """Worker A (2 requests at a time, leasing ahead) finds the crawl's last 50 pages
     (slow: 0.5 s each) while worker B waits idle: A keeps only what it can start and
     gives the rest back, so B fetches most of them instead of waiting for A."""
     config = SiteConfig(products=60, slow_every=1, slow_delay=0.5, tracking_params=False)
     f = frontier(redis7_client, "tail")
-    with ShopSite(config) as site, start_spider(
-            "fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="tail", tag="b",
+    with (
+        ShopSite(config) as site,
+        start_spider(
+            "fanout_spider.py",
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="tail",
+            tag="b",
             args={"url": site.url, "start": "0"},
             # B waits for the crawl to start (it has no start URL of its own)
-            settings={"REDCRAWL_POLL_INTERVAL": 0.1, "REDCRAWL_IDLE_BEFORE_CLOSE": 5}) as b:
+            settings={"REDCRAWL_POLL_INTERVAL": 0.1, "REDCRAWL_IDLE_BEFORE_CLOSE": 5},
+        ) as b,
+    ):
         wait_for(lambda: len(f.workers()) == 1, what="B to join the crawl")
-        with start_spider("fanout_spider.py", tmp_path, redis_url=redis7.url, crawl="tail",
-                          tag="a", args={"url": site.url},
-                          settings={"CONCURRENT_REQUESTS": 2}) as a:
+        with start_spider(
+            "fanout_spider.py",
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="tail",
+            tag="a",
+            args={"url": site.url},
+            settings={"CONCURRENT_REQUESTS": 2},
+        ) as a:
             run_a, run_b = a.wait().ok(), b.wait().ok()
         hits = site.hits()
     leaves = {f"/product/{i}" for i in range(1, 51)}

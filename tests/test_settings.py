@@ -39,33 +39,35 @@ def test_defaults() -> None:
 
 
 def test_every_canonical_name_parses() -> None:
-    s = Settings.from_mapping({
-        "REDCRAWL_REDIS_URL": "redis://h:1/2",
-        "REDCRAWL_REDIS_HOST": "ignored-because-url-is-set",
-        "REDCRAWL_REDIS_PORT": "6390",
-        "REDCRAWL_REDIS_PARAMS": '{"socket_timeout": 3}',
-        "REDCRAWL_EMBEDDED_DIR": "~/rc-data",
-        "REDCRAWL_CRAWL": "my.crawl:1",
-        "REDCRAWL_KEY_PREFIX": "pfx",
-        "REDCRAWL_ORDERING": "lifo",
-        "REDCRAWL_TIER_WEIGHTS": "4, 1",
-        "REDCRAWL_TIER_BOUNDS": "10",
-        "REDCRAWL_LEASE_TTL": "12.5",
-        "REDCRAWL_HEARTBEAT_INTERVAL": "2",
-        "REDCRAWL_MAX_ATTEMPTS": "7",
-        "REDCRAWL_RETRY_BACKOFF": "0.5",
-        "REDCRAWL_RETRY_BACKOFF_MAX": "60",
-        "REDCRAWL_BATCH_SIZE": "250",
-        "REDCRAWL_PERSIST": "no",
-        "REDCRAWL_FLUSH_ON_START": "yes",
-        "REDCRAWL_IDLE_BEFORE_CLOSE": "3",
-        "REDCRAWL_DUPEFILTER_KEY": "x:dupefilter",
-        "REDCRAWL_CANONICALIZE": "on",
-        "REDCRAWL_CANONICAL_DROP_PARAMS": "utm_*, fbclid,,",
-        "REDCRAWL_START_URLS_KEY": "%(name)s:start_urls",
-        "REDCRAWL_START_URLS_AS_SET": "true",
-        "REDCRAWL_START_URLS_BATCH_SIZE": "32",
-    })
+    s = Settings.from_mapping(
+        {
+            "REDCRAWL_REDIS_URL": "redis://h:1/2",
+            "REDCRAWL_REDIS_HOST": "ignored-because-url-is-set",
+            "REDCRAWL_REDIS_PORT": "6390",
+            "REDCRAWL_REDIS_PARAMS": '{"socket_timeout": 3}',
+            "REDCRAWL_EMBEDDED_DIR": "~/rc-data",
+            "REDCRAWL_CRAWL": "my.crawl:1",
+            "REDCRAWL_KEY_PREFIX": "pfx",
+            "REDCRAWL_ORDERING": "lifo",
+            "REDCRAWL_TIER_WEIGHTS": "4, 1",
+            "REDCRAWL_TIER_BOUNDS": "10",
+            "REDCRAWL_LEASE_TTL": "12.5",
+            "REDCRAWL_HEARTBEAT_INTERVAL": "2",
+            "REDCRAWL_MAX_ATTEMPTS": "7",
+            "REDCRAWL_RETRY_BACKOFF": "0.5",
+            "REDCRAWL_RETRY_BACKOFF_MAX": "60",
+            "REDCRAWL_BATCH_SIZE": "250",
+            "REDCRAWL_PERSIST": "no",
+            "REDCRAWL_FLUSH_ON_START": "yes",
+            "REDCRAWL_IDLE_BEFORE_CLOSE": "3",
+            "REDCRAWL_DUPEFILTER_KEY": "x:dupefilter",
+            "REDCRAWL_CANONICALIZE": "on",
+            "REDCRAWL_CANONICAL_DROP_PARAMS": "utm_*, fbclid,,",
+            "REDCRAWL_START_URLS_KEY": "%(name)s:start_urls",
+            "REDCRAWL_START_URLS_AS_SET": "true",
+            "REDCRAWL_START_URLS_BATCH_SIZE": "32",
+        }
+    )
     assert s.redis_url == "redis://h:1/2"
     assert s.redis_port == 6390 and s.redis_params == {"socket_timeout": 3}
     assert s.embedded_dir == Path("~/rc-data").expanduser()
@@ -88,10 +90,13 @@ def test_redis_url_alias() -> None:
     assert Settings.from_mapping({"REDIS_URL": "redis://r:7000/3"}).redis_url == "redis://r:7000/3"
 
 
-@pytest.mark.parametrize("values", [
-    {"REDIS_HOST": "cache.local", "REDIS_PORT": 6380},
-    {"REDIS_PORT": "6380", "REDIS_HOST": "cache.local"},
-])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"REDIS_HOST": "cache.local", "REDIS_PORT": 6380},
+        {"REDIS_PORT": "6380", "REDIS_HOST": "cache.local"},
+    ],
+)
 def test_redis_host_and_port_make_a_url(values: dict[str, Any]) -> None:
     s = Settings.from_mapping(values)
     assert s.redis_url == "redis://cache.local:6380"
@@ -104,25 +109,36 @@ def test_redis_host_alone_uses_default_port_and_url_wins_over_host() -> None:
     assert s.redis_url == "redis://u:2"
 
 
-@pytest.mark.parametrize("params", [{"socket_timeout": 5, "db": 2},
-                                    '{"socket_timeout": 5, "db": 2}'])
+@pytest.mark.parametrize(
+    "params", [{"socket_timeout": 5, "db": 2}, '{"socket_timeout": 5, "db": 2}']
+)
 def test_redis_params_dict_or_json(params: Any) -> None:
     s = Settings.from_mapping({"REDIS_PARAMS": params})
     assert s.redis_params == {"socket_timeout": 5}
     assert s.redis_db == 2  # REDIS_PARAMS' db counts as REDIS_DB, as in scrapy-redis
 
 
-@pytest.mark.parametrize(("value", "expected"), [
-    (True, True), (False, False), ("True", True), ("false", False), (1, True), (0, False),
-    ("1", True), ("0", False), ("off", False), ("", False),
-])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (True, True),
+        (False, False),
+        ("True", True),
+        ("false", False),
+        (1, True),
+        (0, False),
+        ("1", True),
+        ("0", False),
+        ("off", False),
+        ("", False),
+    ],
+)
 def test_scheduler_persist_alias(value: Any, expected: bool) -> None:
     assert Settings.from_mapping({"SCHEDULER_PERSIST": value}).persist is expected
 
 
 def test_scheduler_flush_and_idle_aliases() -> None:
-    s = Settings.from_mapping({"SCHEDULER_FLUSH_ON_START": True,
-                               "SCHEDULER_IDLE_BEFORE_CLOSE": 10})
+    s = Settings.from_mapping({"SCHEDULER_FLUSH_ON_START": True, "SCHEDULER_IDLE_BEFORE_CLOSE": 10})
     assert s.flush_on_start is True and s.idle_before_close == 10.0
     assert Settings.from_mapping({"SCHEDULER_IDLE_BEFORE_CLOSE": "2.5"}).idle_before_close == 2.5
 
@@ -176,10 +192,14 @@ def test_plain_crawl_name_ignores_spider() -> None:
 
 
 def test_dupefilter_key_alias_and_ignored_scrapy_redis_names() -> None:
-    s = Settings.from_mapping({"SCHEDULER_DUPEFILTER_KEY": "%(spider)s:dupefilter",
-                               "SCHEDULER_SERIALIZER": "pickle",
-                               "SCHEDULER_DUPEFILTER_CLASS": "x.Y",
-                               "DOWNLOAD_DELAY": 3})
+    s = Settings.from_mapping(
+        {
+            "SCHEDULER_DUPEFILTER_KEY": "%(spider)s:dupefilter",
+            "SCHEDULER_SERIALIZER": "pickle",
+            "SCHEDULER_DUPEFILTER_CLASS": "x.Y",
+            "DOWNLOAD_DELAY": 3,
+        }
+    )
     assert s.dupefilter_key == "%(spider)s:dupefilter"
     assert s == Settings(dupefilter_key="%(spider)s:dupefilter")
     assert "pickle" in (ignored_setting_reason("SCHEDULER_SERIALIZER") or "")
@@ -187,25 +207,45 @@ def test_dupefilter_key_alias_and_ignored_scrapy_redis_names() -> None:
 
 
 def test_start_urls_aliases() -> None:
-    s = Settings.from_mapping({"REDIS_START_URLS_KEY": "%(name)s:urls",
-                               "REDIS_START_URLS_AS_SET": "1",
-                               "REDIS_START_URLS_BATCH_SIZE": "64"})
+    s = Settings.from_mapping(
+        {
+            "REDIS_START_URLS_KEY": "%(name)s:urls",
+            "REDIS_START_URLS_AS_SET": "1",
+            "REDIS_START_URLS_BATCH_SIZE": "64",
+        }
+    )
     assert (s.start_urls_key, s.start_urls_as_set, s.start_urls_batch_size) == (
-        "%(name)s:urls", True, 64)
+        "%(name)s:urls",
+        True,
+        64,
+    )
 
 
-@pytest.mark.parametrize(("alias", "canonical", "alias_value", "canonical_value", "field"), [
-    ("REDIS_URL", "REDCRAWL_REDIS_URL", "redis://alias:1", "redis://canon:2", "redis_url"),
-    ("SCHEDULER_PERSIST", "REDCRAWL_PERSIST", True, False, "persist"),
-    ("SCHEDULER_QUEUE_CLASS", "REDCRAWL_ORDERING", "scrapy_redis.queue.LifoQueue", "priority",
-     "ordering"),
-    ("SCHEDULER_IDLE_BEFORE_CLOSE", "REDCRAWL_IDLE_BEFORE_CLOSE", 9, 4, "idle_before_close"),
-    ("SCHEDULER_QUEUE_KEY", "REDCRAWL_CRAWL", "%(spider)s:requests", "canon", "crawl"),
-])
+@pytest.mark.parametrize(
+    ("alias", "canonical", "alias_value", "canonical_value", "field"),
+    [
+        ("REDIS_URL", "REDCRAWL_REDIS_URL", "redis://alias:1", "redis://canon:2", "redis_url"),
+        ("SCHEDULER_PERSIST", "REDCRAWL_PERSIST", True, False, "persist"),
+        (
+            "SCHEDULER_QUEUE_CLASS",
+            "REDCRAWL_ORDERING",
+            "scrapy_redis.queue.LifoQueue",
+            "priority",
+            "ordering",
+        ),
+        ("SCHEDULER_IDLE_BEFORE_CLOSE", "REDCRAWL_IDLE_BEFORE_CLOSE", 9, 4, "idle_before_close"),
+        ("SCHEDULER_QUEUE_KEY", "REDCRAWL_CRAWL", "%(spider)s:requests", "canon", "crawl"),
+    ],
+)
 @pytest.mark.parametrize("canonical_first", [True, False])
-def test_canonical_name_wins_over_alias_in_any_order(alias: str, canonical: str,
-                                                     alias_value: Any, canonical_value: Any,
-                                                     field: str, canonical_first: bool) -> None:
+def test_canonical_name_wins_over_alias_in_any_order(
+    alias: str,
+    canonical: str,
+    alias_value: Any,
+    canonical_value: Any,
+    field: str,
+    canonical_first: bool,
+) -> None:
     pairs = [(canonical, canonical_value), (alias, alias_value)]
     if not canonical_first:
         pairs.reverse()
@@ -233,43 +273,46 @@ def test_unknown_redcrawl_name_is_config_error() -> None:
     assert Settings.from_mapping({"REDCRAWL_FOO": "1"}, strict_prefix=False) == Settings()
 
 
-@pytest.mark.parametrize(("name", "value"), [
-    ("REDCRAWL_MAX_ATTEMPTS", "abc"),
-    ("REDCRAWL_MAX_ATTEMPTS", "0"),
-    ("REDCRAWL_MAX_ATTEMPTS", "1001"),
-    ("REDCRAWL_MAX_ATTEMPTS", "2.5"),
-    ("REDCRAWL_MAX_ATTEMPTS", True),
-    ("REDCRAWL_LEASE_TTL", "-1"),
-    ("REDCRAWL_LEASE_TTL", "0"),
-    ("REDCRAWL_LEASE_TTL", "soon"),
-    ("REDCRAWL_HEARTBEAT_INTERVAL", "0"),
-    ("REDCRAWL_RETRY_BACKOFF", "-0.1"),
-    ("REDCRAWL_BATCH_SIZE", "0"),
-    ("REDCRAWL_BATCH_SIZE", "10001"),
-    ("REDCRAWL_REDIS_PORT", "0"),
-    ("REDCRAWL_REDIS_PORT", "70000"),
-    ("REDCRAWL_PERSIST", "maybe"),
-    ("REDCRAWL_PERSIST", 2),
-    ("REDCRAWL_CANONICALIZE", "si"),
-    ("REDCRAWL_TIER_BOUNDS", "0,1"),
-    ("REDCRAWL_TIER_BOUNDS", "1,1"),
-    ("REDCRAWL_TIER_BOUNDS", "1"),
-    ("REDCRAWL_TIER_BOUNDS", "3,2,1"),
-    ("REDCRAWL_TIER_BOUNDS", "a,b"),
-    ("REDCRAWL_TIER_WEIGHTS", "5,0,2"),
-    ("REDCRAWL_TIER_WEIGHTS", ""),
-    ("REDCRAWL_TIER_WEIGHTS", ",".join(["1"] * 17)),
-    ("REDCRAWL_ORDERING", "random"),
-    ("REDCRAWL_CRAWL", "a{b}"),
-    ("REDCRAWL_CRAWL", "{tag}"),
-    ("REDCRAWL_CRAWL", "-starts-with-dash"),
-    ("REDCRAWL_CRAWL", "x" * 129),
-    ("REDCRAWL_CRAWL", "has space"),
-    ("REDCRAWL_REDIS_PARAMS", "{not json"),
-    ("REDCRAWL_REDIS_PARAMS", "[1, 2]"),
-    ("REDCRAWL_REDIS_URL", 5),
-    ("REDCRAWL_KEY_PREFIX", 5),
-])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("REDCRAWL_MAX_ATTEMPTS", "abc"),
+        ("REDCRAWL_MAX_ATTEMPTS", "0"),
+        ("REDCRAWL_MAX_ATTEMPTS", "1001"),
+        ("REDCRAWL_MAX_ATTEMPTS", "2.5"),
+        ("REDCRAWL_MAX_ATTEMPTS", True),
+        ("REDCRAWL_LEASE_TTL", "-1"),
+        ("REDCRAWL_LEASE_TTL", "0"),
+        ("REDCRAWL_LEASE_TTL", "soon"),
+        ("REDCRAWL_HEARTBEAT_INTERVAL", "0"),
+        ("REDCRAWL_RETRY_BACKOFF", "-0.1"),
+        ("REDCRAWL_BATCH_SIZE", "0"),
+        ("REDCRAWL_BATCH_SIZE", "10001"),
+        ("REDCRAWL_REDIS_PORT", "0"),
+        ("REDCRAWL_REDIS_PORT", "70000"),
+        ("REDCRAWL_PERSIST", "maybe"),
+        ("REDCRAWL_PERSIST", 2),
+        ("REDCRAWL_CANONICALIZE", "si"),
+        ("REDCRAWL_TIER_BOUNDS", "0,1"),
+        ("REDCRAWL_TIER_BOUNDS", "1,1"),
+        ("REDCRAWL_TIER_BOUNDS", "1"),
+        ("REDCRAWL_TIER_BOUNDS", "3,2,1"),
+        ("REDCRAWL_TIER_BOUNDS", "a,b"),
+        ("REDCRAWL_TIER_WEIGHTS", "5,0,2"),
+        ("REDCRAWL_TIER_WEIGHTS", ""),
+        ("REDCRAWL_TIER_WEIGHTS", ",".join(["1"] * 17)),
+        ("REDCRAWL_ORDERING", "random"),
+        ("REDCRAWL_CRAWL", "a{b}"),
+        ("REDCRAWL_CRAWL", "{tag}"),
+        ("REDCRAWL_CRAWL", "-starts-with-dash"),
+        ("REDCRAWL_CRAWL", "x" * 129),
+        ("REDCRAWL_CRAWL", "has space"),
+        ("REDCRAWL_REDIS_PARAMS", "{not json"),
+        ("REDCRAWL_REDIS_PARAMS", "[1, 2]"),
+        ("REDCRAWL_REDIS_URL", 5),
+        ("REDCRAWL_KEY_PREFIX", 5),
+    ],
+)
 def test_bad_value_is_config_error_naming_the_setting(name: str, value: Any) -> None:
     with pytest.raises(ConfigError) as info:
         Settings.from_mapping({name: value})
@@ -277,15 +320,18 @@ def test_bad_value_is_config_error_naming_the_setting(name: str, value: Any) -> 
     assert info.value.setting == name
 
 
-@pytest.mark.parametrize(("alias", "value"), [("REDIS_PORT", "http"), ("SCHEDULER_PERSIST", "?"),
-                                              ("SCHEDULER_IDLE_BEFORE_CLOSE", "-5")])
+@pytest.mark.parametrize(
+    ("alias", "value"),
+    [("REDIS_PORT", "http"), ("SCHEDULER_PERSIST", "?"), ("SCHEDULER_IDLE_BEFORE_CLOSE", "-5")],
+)
 def test_bad_alias_value_names_the_alias(alias: str, value: Any) -> None:
     with pytest.raises(ConfigError, match=alias):
         Settings.from_mapping({alias: value})
 
 
-@pytest.mark.parametrize("name", ["REDCRAWL_LEASE_TTL", "REDCRAWL_RETRY_BACKOFF",
-                                  "REDCRAWL_IDLE_BEFORE_CLOSE"])
+@pytest.mark.parametrize(
+    "name", ["REDCRAWL_LEASE_TTL", "REDCRAWL_RETRY_BACKOFF", "REDCRAWL_IDLE_BEFORE_CLOSE"]
+)
 def test_nan_is_config_error(name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         Settings.from_mapping({name: "nan"})
@@ -315,9 +361,15 @@ def test_heartbeat_default_and_must_be_shorter_than_lease() -> None:
 
 def test_from_env_overlays_env_on_base() -> None:
     base = Settings(redis_url="redis://base:1", max_attempts=5, persist=False, crawl="basecrawl")
-    s = Settings.from_env({"REDCRAWL_MAX_ATTEMPTS": "9", "REDCRAWL_PERSIST": "1",
-                           "REDIS_URL": "redis://not-a-redcrawl-name:1", "PATH": "/bin"},
-                          base=base)
+    s = Settings.from_env(
+        {
+            "REDCRAWL_MAX_ATTEMPTS": "9",
+            "REDCRAWL_PERSIST": "1",
+            "REDIS_URL": "redis://not-a-redcrawl-name:1",
+            "PATH": "/bin",
+        },
+        base=base,
+    )
     assert s.max_attempts == 9 and s.persist is True
     assert s.redis_url == "redis://base:1" and s.crawl == "basecrawl"
     assert base.max_attempts == 5  # the base is untouched
@@ -339,16 +391,18 @@ def test_from_env_host_recomputes_url() -> None:
 
 
 def test_from_scrapy_with_real_scrapy_settings() -> None:
-    scrapy_settings = ScrapySettings({
-        "REDIS_URL": "redis://scrapy:6379/1",
-        "SCHEDULER_PERSIST": False,
-        "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
-        "SCHEDULER_QUEUE_KEY": "%(spider)s:requests",
-        "REDIS_PARAMS": {"socket_timeout": 30},
-        "REDCRAWL_MAX_ATTEMPTS": 4,
-        "REDCRAWL_LEASE_TTL": 30,
-        "BOT_NAME": "bot",
-    })
+    scrapy_settings = ScrapySettings(
+        {
+            "REDIS_URL": "redis://scrapy:6379/1",
+            "SCHEDULER_PERSIST": False,
+            "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.PriorityQueue",
+            "SCHEDULER_QUEUE_KEY": "%(spider)s:requests",
+            "REDIS_PARAMS": {"socket_timeout": 30},
+            "REDCRAWL_MAX_ATTEMPTS": 4,
+            "REDCRAWL_LEASE_TTL": 30,
+            "BOT_NAME": "bot",
+        }
+    )
     s = Settings.from_scrapy(scrapy_settings, environ={})
     assert s.redis_url == "redis://scrapy:6379/1"
     assert s.persist is False and s.ordering == "priority"
@@ -356,8 +410,12 @@ def test_from_scrapy_with_real_scrapy_settings() -> None:
     assert s.redis_params == {"socket_timeout": 30}
     assert s.max_attempts == 4 and s.lease_ttl == 30.0
 
-    env = {"REDCRAWL_REDIS_URL": "redis://env:6379/2", "REDCRAWL_PERSIST": "true",
-           "REDCRAWL_MAX_ATTEMPTS": "8", "REDCRAWL_ORDERING": "lifo"}
+    env = {
+        "REDCRAWL_REDIS_URL": "redis://env:6379/2",
+        "REDCRAWL_PERSIST": "true",
+        "REDCRAWL_MAX_ATTEMPTS": "8",
+        "REDCRAWL_ORDERING": "lifo",
+    }
     s = Settings.from_scrapy(scrapy_settings, environ=env)
     assert s.redis_url == "redis://env:6379/2"
     assert s.persist is True and s.max_attempts == 8 and s.ordering == "lifo"
@@ -365,11 +423,13 @@ def test_from_scrapy_with_real_scrapy_settings() -> None:
 
 
 def test_from_scrapy_canonical_name_wins_and_unknown_name_fails() -> None:
-    s = Settings.from_scrapy(ScrapySettings({"SCHEDULER_PERSIST": False,
-                                             "REDCRAWL_PERSIST": True}), environ={})
+    s = Settings.from_scrapy(
+        ScrapySettings({"SCHEDULER_PERSIST": False, "REDCRAWL_PERSIST": True}), environ={}
+    )
     assert s.persist is True
-    s = Settings.from_scrapy(ScrapySettings({"REDCRAWL_PERSIST": True,
-                                             "SCHEDULER_PERSIST": False}), environ={})
+    s = Settings.from_scrapy(
+        ScrapySettings({"REDCRAWL_PERSIST": True, "SCHEDULER_PERSIST": False}), environ={}
+    )
     assert s.persist is True
     with pytest.raises(ConfigError, match="REDCRAWL_TYPO"):
         Settings.from_scrapy(ScrapySettings({"REDCRAWL_TYPO": 1}), environ={})
@@ -404,12 +464,15 @@ def test_replace_validates_and_rejects_unknown_fields() -> None:
         s.max_attempts = 4  # type: ignore[misc]
 
 
-@pytest.mark.parametrize(("field", "value", "name"), [
-    ("max_attempts", 0, "REDCRAWL_MAX_ATTEMPTS"),
-    ("lease_ttl", -1.0, "REDCRAWL_LEASE_TTL"),
-    ("ordering", "random", "REDCRAWL_ORDERING"),
-    ("batch_size", 0, "REDCRAWL_BATCH_SIZE"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "name"),
+    [
+        ("max_attempts", 0, "REDCRAWL_MAX_ATTEMPTS"),
+        ("lease_ttl", -1.0, "REDCRAWL_LEASE_TTL"),
+        ("ordering", "random", "REDCRAWL_ORDERING"),
+        ("batch_size", 0, "REDCRAWL_BATCH_SIZE"),
+    ],
+)
 def test_replace_rejects_out_of_range_values(field: str, value: Any, name: str) -> None:
     with pytest.raises(ConfigError, match=name):
         Settings().replace(**{field: value})
@@ -418,9 +481,17 @@ def test_replace_rejects_out_of_range_values(field: str, value: Any, name: str) 
 # --- derived values ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("priority", "tier"), [
-    (1_000_000, 0), (5, 0), (1, 0), (0, 1), (-1, 2), (-1_000_000, 2),
-])
+@pytest.mark.parametrize(
+    ("priority", "tier"),
+    [
+        (1_000_000, 0),
+        (5, 0),
+        (1, 0),
+        (0, 1),
+        (-1, 2),
+        (-1_000_000, 2),
+    ],
+)
 def test_tier_of_default_bounds(priority: int, tier: int) -> None:
     assert Settings().tier_of(priority) == tier
 
@@ -462,24 +533,36 @@ def test_settings_doc_lists_every_field_once() -> None:
         for alias in filter(None, aliases.split(", ")):
             assert alias not in names
     all_aliases = {a for row in SETTINGS_DOC for a in row[1].split(", ") if a}
-    assert {"REDIS_URL", "REDIS_HOST", "REDIS_PORT", "REDIS_PARAMS", "SCHEDULER_PERSIST",
-            "SCHEDULER_FLUSH_ON_START", "SCHEDULER_IDLE_BEFORE_CLOSE", "SCHEDULER_QUEUE_CLASS",
-            "SCHEDULER_QUEUE_KEY", "SCHEDULER_DUPEFILTER_KEY"} <= all_aliases
+    assert {
+        "REDIS_URL",
+        "REDIS_HOST",
+        "REDIS_PORT",
+        "REDIS_PARAMS",
+        "SCHEDULER_PERSIST",
+        "SCHEDULER_FLUSH_ON_START",
+        "SCHEDULER_IDLE_BEFORE_CLOSE",
+        "SCHEDULER_QUEUE_CLASS",
+        "SCHEDULER_QUEUE_KEY",
+        "SCHEDULER_DUPEFILTER_KEY",
+    } <= all_aliases
 
 
 # --- scrapy-redis's connection settings, as scrapy-redis reads them (issue 10 item 6) -----
 
 
-@pytest.mark.parametrize(("values", "url"), [
-    ({"REDIS_PORT": 6390}, "redis://localhost:6390"),
-    ({"REDIS_PORT": "6390"}, "redis://localhost:6390"),
-    ({"REDIS_DB": 3}, "redis://localhost:6379/3"),
-    ({"REDIS_HOST": "h", "REDIS_DB": "2"}, "redis://h:6379/2"),
-    ({"REDIS_HOST": "::1", "REDIS_PORT": 7000}, "redis://[::1]:7000"),
-    ({"REDIS_PARAMS": {"host": "p", "port": 7001, "password": "pw"}}, "redis://p:7001"),
-    ({"REDIS_PARAMS": {"host": "p", "port": 7001}, "REDIS_HOST": "h"}, "redis://h:7001"),
-    ({"REDIS_PARAMS": {"url": "redis://fromparams:1/4"}}, "redis://fromparams:1/4"),
-])
+@pytest.mark.parametrize(
+    ("values", "url"),
+    [
+        ({"REDIS_PORT": 6390}, "redis://localhost:6390"),
+        ({"REDIS_PORT": "6390"}, "redis://localhost:6390"),
+        ({"REDIS_DB": 3}, "redis://localhost:6379/3"),
+        ({"REDIS_HOST": "h", "REDIS_DB": "2"}, "redis://h:6379/2"),
+        ({"REDIS_HOST": "::1", "REDIS_PORT": 7000}, "redis://[::1]:7000"),
+        ({"REDIS_PARAMS": {"host": "p", "port": 7001, "password": "pw"}}, "redis://p:7001"),
+        ({"REDIS_PARAMS": {"host": "p", "port": 7001}, "REDIS_HOST": "h"}, "redis://h:7001"),
+        ({"REDIS_PARAMS": {"url": "redis://fromparams:1/4"}}, "redis://fromparams:1/4"),
+    ],
+)
 def test_redis_host_port_db_alone_are_honoured(values: dict[str, Any], url: str) -> None:
     s = Settings.from_mapping(values)
     assert s.redis_url == url
@@ -487,8 +570,9 @@ def test_redis_host_port_db_alone_are_honoured(values: dict[str, Any], url: str)
 
 
 def test_redis_params_other_keys_stay_client_arguments() -> None:
-    s = Settings.from_mapping({"REDIS_PARAMS": {"host": "p", "password": "pw",
-                                                "socket_timeout": 3}})
+    s = Settings.from_mapping(
+        {"REDIS_PARAMS": {"host": "p", "password": "pw", "socket_timeout": 3}}
+    )
     assert s.redis_params == {"password": "pw", "socket_timeout": 3}
 
 
@@ -499,14 +583,18 @@ def test_redis_url_wins_over_host_and_port_at_any_level() -> None:
     # ... but a URL made from host and port follows a later port or host.
     project = Settings.from_mapping({"REDIS_HOST": "h"})
     assert Settings.from_mapping({"REDIS_PORT": 7}, base=project).redis_url == "redis://h:7"
-    assert Settings.from_env({"REDCRAWL_REDIS_HOST": "e"},
-                             base=project).redis_url == "redis://e:6379"
+    assert (
+        Settings.from_env({"REDCRAWL_REDIS_HOST": "e"}, base=project).redis_url == "redis://e:6379"
+    )
 
 
 QUEUE_CLASSES_0_9_1 = {
-    "PriorityQueue": "priority", "SpiderPriorityQueue": "priority",
-    "FifoQueue": "fifo", "SpiderQueue": "fifo",
-    "LifoQueue": "lifo", "SpiderStack": "lifo",
+    "PriorityQueue": "priority",
+    "SpiderPriorityQueue": "priority",
+    "FifoQueue": "fifo",
+    "SpiderQueue": "fifo",
+    "LifoQueue": "lifo",
+    "SpiderStack": "lifo",
 }
 
 
@@ -514,10 +602,13 @@ QUEUE_CLASSES_0_9_1 = {
 def test_every_scrapy_redis_queue_class_maps(cls: str, ordering: str) -> None:
     queue = need_module("scrapy_redis.queue", "pip install scrapy-redis==0.9.1")
     assert hasattr(queue, cls)  # the table is scrapy-redis 0.9.1's
-    assert Settings.from_mapping({"SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{cls}"}
-                                 ).ordering == ordering
-    assert Settings.from_mapping({"SCHEDULER_QUEUE_CLASS": getattr(queue, cls)}
-                                 ).ordering == ordering
+    assert (
+        Settings.from_mapping({"SCHEDULER_QUEUE_CLASS": f"scrapy_redis.queue.{cls}"}).ordering
+        == ordering
+    )
+    assert (
+        Settings.from_mapping({"SCHEDULER_QUEUE_CLASS": getattr(queue, cls)}).ordering == ordering
+    )
 
 
 def test_other_queue_classes_are_refused_clearly() -> None:
@@ -537,15 +628,33 @@ def test_other_queue_classes_are_refused_clearly() -> None:
 
 
 def _notes(values: dict[str, Any], environ: dict[str, str] | None = None) -> list[str]:
-    return settings_mod.startup_notes(ScrapySettings(values, priority="project"),
-                                      environ=environ or {})
+    return settings_mod.startup_notes(
+        ScrapySettings(values, priority="project"), environ=environ or {}
+    )
 
 
 def test_startup_notes_for_a_plain_redcrawl_project_say_nothing() -> None:
-    assert _notes({"REDCRAWL_REDIS_URL": "redis://h:1", "REDCRAWL_ORDERING": "fifo",
-                   "REDCRAWL_PERSIST": True}) == []
-    assert _notes({}, {"REDCRAWL_REDIS_URL": "redis://h:1", "REDCRAWL_ORDERING": "lifo",
-                       "REDCRAWL_PERSIST": "1"}) == []  # the environment counts too
+    assert (
+        _notes(
+            {
+                "REDCRAWL_REDIS_URL": "redis://h:1",
+                "REDCRAWL_ORDERING": "fifo",
+                "REDCRAWL_PERSIST": True,
+            }
+        )
+        == []
+    )
+    assert (
+        _notes(
+            {},
+            {
+                "REDCRAWL_REDIS_URL": "redis://h:1",
+                "REDCRAWL_ORDERING": "lifo",
+                "REDCRAWL_PERSIST": "1",
+            },
+        )
+        == []
+    )  # the environment counts too
 
 
 def test_startup_notes_for_scrapy_redis_defaults_left_out() -> None:
@@ -559,13 +668,16 @@ def test_startup_notes_for_scrapy_redis_defaults_left_out() -> None:
 
 
 def test_startup_notes_explain_mapped_and_ignored_settings() -> None:
-    values = {"SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.SpiderPriorityQueue",
-              "SCHEDULER_PERSIST": True, "REDIS_URL": "redis://h:1",
-              "SCHEDULER_SERIALIZER": "scrapy_redis.picklecompat",
-              "REDIS_ENCODING": "latin-1",
-              "REDIS_PARAMS": {"redis_cls": "redis.Redis", "socket_timeout": 3},
-              "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
-              "SCHEDULER_DUPEFILTER_KEY": "%(spider)s:dupefilter"}
+    values = {
+        "SCHEDULER_QUEUE_CLASS": "scrapy_redis.queue.SpiderPriorityQueue",
+        "SCHEDULER_PERSIST": True,
+        "REDIS_URL": "redis://h:1",
+        "SCHEDULER_SERIALIZER": "scrapy_redis.picklecompat",
+        "REDIS_ENCODING": "latin-1",
+        "REDIS_PARAMS": {"redis_cls": "redis.Redis", "socket_timeout": 3},
+        "DUPEFILTER_CLASS": "scrapy_redis.dupefilter.RFPDupeFilter",
+        "SCHEDULER_DUPEFILTER_KEY": "%(spider)s:dupefilter",
+    }
     [queue] = _notes(values)  # persistence and Redis given: nothing to say about them
     assert "SpiderPriorityQueue" in queue and "REDCRAWL_ORDERING=priority" in queue
     warnings = settings_mod.startup_warnings(ScrapySettings(values, priority="project"))
@@ -579,7 +691,8 @@ def test_startup_notes_explain_mapped_and_ignored_settings() -> None:
     assert settings_mod.startup_warnings(ScrapySettings({"REDIS_URL": "redis://h:1"})) == []
     # REDIS_PARAMS' redis_cls never reaches redis-py
     assert Settings.from_scrapy(ScrapySettings(values), environ={}).redis_params == {
-        "socket_timeout": 3}
+        "socket_timeout": 3
+    }
 
 
 def test_startup_notes_host_ignored_when_url_set() -> None:
@@ -591,20 +704,23 @@ def test_startup_notes_host_ignored_when_url_set() -> None:
 
 
 def test_from_scrapy_cmdline_beats_env_beats_project() -> None:
-    s = ScrapySettings({"REDCRAWL_MAX_ATTEMPTS": 2, "REDCRAWL_LEASE_TTL": 30},
-                       priority="project")
+    s = ScrapySettings({"REDCRAWL_MAX_ATTEMPTS": 2, "REDCRAWL_LEASE_TTL": 30}, priority="project")
     s.set("REDCRAWL_PREFETCH", 7, priority="spider")
     s.setdict({"REDCRAWL_MAX_ATTEMPTS": 4, "SCHEDULER_PERSIST": True}, priority="cmdline")
-    env = {"REDCRAWL_MAX_ATTEMPTS": "3", "REDCRAWL_LEASE_TTL": "45", "REDCRAWL_PREFETCH": "9",
-           "REDCRAWL_PERSIST": "false"}
+    env = {
+        "REDCRAWL_MAX_ATTEMPTS": "3",
+        "REDCRAWL_LEASE_TTL": "45",
+        "REDCRAWL_PREFETCH": "9",
+        "REDCRAWL_PERSIST": "false",
+    }
     r = Settings.from_scrapy(s, environ=env)
     assert r.max_attempts == 4  # -s beats the environment
-    assert r.persist is True    # ... under a scrapy-redis name too
+    assert r.persist is True  # ... under a scrapy-redis name too
     assert r.lease_ttl == 45.0  # the environment beats settings.py
-    assert r.prefetch == 9      # ... and the spider's custom_settings
+    assert r.prefetch == 9  # ... and the spider's custom_settings
 
 
-PROJECT_SETTINGS = '''
+PROJECT_SETTINGS = """
 BOT_NAME = "prec"
 SPIDER_MODULES = ["prec.spiders"]
 TELNETCONSOLE_ENABLED = False
@@ -612,9 +728,9 @@ LOG_LEVEL = "WARNING"
 REDCRAWL_MAX_ATTEMPTS = 2
 REDCRAWL_LEASE_TTL = 30
 REDCRAWL_BATCH_SIZE = 50
-'''
+"""
 
-PROJECT_SPIDER = '''
+PROJECT_SPIDER = """
 import json
 import scrapy
 from redcrawl.settings import Settings
@@ -636,7 +752,7 @@ class Show(scrapy.Spider):
 
     def start_requests(self):
         return []
-'''
+"""
 
 
 def test_scrapy_crawl_dash_s_beats_the_environment(tmp_path: Path) -> None:
@@ -652,12 +768,21 @@ def test_scrapy_crawl_dash_s_beats_the_environment(tmp_path: Path) -> None:
     (tmp_path / "prec" / "spiders" / "__init__.py").write_text(PROJECT_SPIDER)
     src = Path(__file__).resolve().parent.parent / "src"
     env = {k: v for k, v in os.environ.items() if not k.startswith(("REDCRAWL_", "SCRAPY_"))}
-    env |= {"PYTHONPATH": str(src), "REDCRAWL_MAX_ATTEMPTS": "3", "REDCRAWL_LEASE_TTL": "45",
-            "REDCRAWL_PREFETCH": "9"}
-    result = subprocess.run([sys.executable, "-m", "scrapy", "crawl", "show",
-                             "-s", "REDCRAWL_MAX_ATTEMPTS=4"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120,
-                            check=False)
+    env |= {
+        "PYTHONPATH": str(src),
+        "REDCRAWL_MAX_ATTEMPTS": "3",
+        "REDCRAWL_LEASE_TTL": "45",
+        "REDCRAWL_PREFETCH": "9",
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "scrapy", "crawl", "show", "-s", "REDCRAWL_MAX_ATTEMPTS=4"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout.strip().splitlines()[-1])
     assert shown == {"max_attempts": 4, "lease_ttl": 45.0, "batch_size": 50, "prefetch": 9}

@@ -36,7 +36,8 @@ def test_pipelined_settles_do_what_settle_does_in_order(make_frontier: FrontierF
 
 
 def test_a_script_cache_flush_between_calls_is_survived(
-        make_frontier: FrontierFactory, redis_client: redis.Redis) -> None:
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
     f = make_frontier()
     f.push(envs(10))
     a = f.settle_begin(lease=("w1", 4)).result()
@@ -48,8 +49,11 @@ def test_a_script_cache_flush_between_calls_is_survived(
 
 
 def test_a_refused_call_raises_and_the_next_one_works(
-        make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock,
-        frontier_backend: Backend) -> None:
+    make_frontier: FrontierFactory,
+    redis_client: redis.Redis,
+    clock: Clock,
+    frontier_backend: Backend,
+) -> None:
     f = make_frontier()
     f.push(envs(3))
     other = make_frontier(dedupe="bloom")  # another layout: every script is refused
@@ -62,8 +66,8 @@ def test_a_refused_call_raises_and_the_next_one_works(
 
 
 def test_lost_replies_on_the_pipe_are_replayed_not_repeated(
-        redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock,
-        frontier_backend: Backend) -> None:
+    redis_client: redis.Redis, dropper: ReplyDropper, clock: Clock, frontier_backend: Backend
+) -> None:
     settings = Settings(backend=frontier_backend, lease_ttl=10.0, retry_backoff=0.0)
     direct = open_frontier(redis_client, settings, "pipe", clock=clock)
     proxied = open_frontier(dropper.client(settings), settings, "pipe", clock=clock)
@@ -71,8 +75,7 @@ def test_lost_replies_on_the_pipe_are_replayed_not_repeated(
     warm = proxied.settle_begin(lease=("w1", 10)).result().leases  # the pipe is warm
 
     dropper.arm()  # the first reply on the pipe's connection never arrives
-    a = proxied.settle_begin(push=envs(3, start=500, dont_filter=True), ack=warm,
-                             lease=("w1", 10))
+    a = proxied.settle_begin(push=envs(3, start=500, dont_filter=True), ack=warm, lease=("w1", 10))
     b = proxied.settle_begin(lease=("w1", 10))
     out_a, out_b = a.result(), b.result()
 
@@ -87,7 +90,8 @@ def test_lost_replies_on_the_pipe_are_replayed_not_repeated(
 
 
 def test_a_refused_call_is_not_overtaken_by_the_acks_of_the_next(
-        make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock) -> None:
+    make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock
+) -> None:
     """Issue 11 item 14: pipelined settles A (children of P) and B (ack of P); Redis
     refuses A and runs B. B must not ack P: a crash before A is sent again would lose the
     children. B hands P back (unacked), and so does every later call of the chain until

@@ -58,8 +58,7 @@ def test_pages_link_within_their_site_and_roots_across_sites() -> None:
 def test_in_progress_and_gaps_are_recorded_per_host() -> None:
     with serving([SiteSpec(delay=0.3), SiteSpec()]) as kit:
         slow, fast = kit.hosts
-        threads = [threading.Thread(target=get, args=(kit.roots[0] + f"p/{i}",))
-                   for i in range(3)]
+        threads = [threading.Thread(target=get, args=(kit.roots[0] + f"p/{i}",)) for i in range(3)]
         for t in threads:
             t.start()
         for t in threads:
@@ -81,8 +80,11 @@ def test_in_progress_and_gaps_are_recorded_per_host() -> None:
 
 
 def test_faults_answer_their_status_then_recover() -> None:
-    faults = {"/p/0": Fault(429, retry_after="3", times=2), "/p/1": Fault(503),
-              "/p/2": Fault(429, times=1)}
+    faults = {
+        "/p/0": Fault(429, retry_after="3", times=2),
+        "/p/1": Fault(503),
+        "/p/2": Fault(429, times=1),
+    }
     with serving([SiteSpec(faults=faults)]) as kit:
         root = kit.roots[0]
         first, second, third = get(root + "p/0"), get(root + "p/0"), get(root + "p/0")
@@ -93,12 +95,14 @@ def test_faults_answer_their_status_then_recover() -> None:
         assert [get(root + "p/2")[0] for _ in range(2)] == [429, 200]
         # the server records a fetch's end after the client has read the answer: wait
         deadline = time.monotonic() + 5
-        while any(f.end is None for f in kit.fetches(kit.hosts[0])) and \
-                time.monotonic() < deadline:
+        while any(f.end is None for f in kit.fetches(kit.hosts[0])) and time.monotonic() < deadline:
             time.sleep(0.01)
         log = kit.fetches(kit.hosts[0])
-        assert [(f.path, f.status) for f in log[:3]] == [("/p/0", 429), ("/p/0", 429),
-                                                         ("/p/0", 200)]
+        assert [(f.path, f.status) for f in log[:3]] == [
+            ("/p/0", 429),
+            ("/p/0", 429),
+            ("/p/0", 200),
+        ]
         assert all(f.end is not None and f.end >= f.start for f in log)
 
 
@@ -128,14 +132,31 @@ def test_one_scrapy_worker_crawls_every_page_within_its_own_limits(tmp_path: Pat
     and the request reaches the site when the reactor next writes; on 2 busy cores gaps
     at the site came down to 0.15 s for a 0.2 s delay (without the delay they are ~0)."""
     with serving([SiteSpec(pages=6, delay=0.25) for _ in range(3)]) as kit:
-        cmd = [sys.executable, "-m", "scrapy", "runspider", str(SITEKIT),
-               "-a", f"urls={kit.roots[0]}", "-s", "CONCURRENT_REQUESTS_PER_DOMAIN=2",
-               "-s", "DOWNLOAD_DELAY=0.2", "-s", "RANDOMIZE_DOWNLOAD_DELAY=False",
-               "-s", "LOG_LEVEL=WARNING", "-s", "TELNETCONSOLE_ENABLED=False",
-               "-s", "ROBOTSTXT_OBEY=False"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "scrapy",
+            "runspider",
+            str(SITEKIT),
+            "-a",
+            f"urls={kit.roots[0]}",
+            "-s",
+            "CONCURRENT_REQUESTS_PER_DOMAIN=2",
+            "-s",
+            "DOWNLOAD_DELAY=0.2",
+            "-s",
+            "RANDOMIZE_DOWNLOAD_DELAY=False",
+            "-s",
+            "LOG_LEVEL=WARNING",
+            "-s",
+            "TELNETCONSOLE_ENABLED=False",
+            "-s",
+            "ROBOTSTXT_OBEY=False",
+        ]
         env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-        result = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True,
-                                timeout=90)
+        result = subprocess.run(
+            cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=90
+        )
         assert result.returncode == 0, result.stderr[-3000:]
         summary = kit.summary()
         for host in kit.hosts:

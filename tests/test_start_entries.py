@@ -26,16 +26,21 @@ KEY = "start_entries:start_urls"
 
 @pytest.fixture
 def site() -> Iterator[ShopSite]:
-    with ShopSite(SiteConfig(products=6, per_page=3, categories=2,
-                             tracking_params=False)) as s:
+    with ShopSite(SiteConfig(products=6, per_page=3, categories=2, tracking_params=False)) as s:
         yield s
 
 
-def crawl(tmp_path: Path, redis7: RedisServer, tag: str = "run",
-          **settings: Any) -> Any:
+def crawl(tmp_path: Path, redis7: RedisServer, tag: str = "run", **settings: Any) -> Any:
     args = settings.pop("args", {})
-    return run_spider("start_entries_spider.py", tmp_path, redis_url=redis7.url,
-                      crawl="start-entries", tag=tag, settings=settings, args=args)
+    return run_spider(
+        "start_entries_spider.py",
+        tmp_path,
+        redis_url=redis7.url,
+        crawl="start-entries",
+        tag=tag,
+        settings=settings,
+        args=args,
+    )
 
 
 def seen(run: Any) -> list[list[Any]]:
@@ -43,15 +48,16 @@ def seen(run: Any) -> list[list[Any]]:
 
 
 def test_entries_read_at_start_and_when_idle_are_both_always_fetched(
-        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis,
-        site: ShopSite) -> None:
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis, site: ShopSite
+) -> None:
     """The same entry, twice at start and once more while idle: fetched three times,
     though the site is not in allowed_domains; a link it yields is dropped as offsite."""
     redis7_client.flushall()
     home = site.url + "/"
     redis7_client.rpush(KEY, home, json.dumps({"url": home, "meta": {"source": "json"}}))
-    run = crawl(tmp_path, redis7,
-                args={"idle_url": home, "offsite_link": site.url + "/product/1"}).ok()
+    run = crawl(
+        tmp_path, redis7, args={"idle_url": home, "offsite_link": site.url + "/product/1"}
+    ).ok()
     got = seen(run)
     assert [u for u, *_ in got] == [home] * 3, got
     assert all(dont_filter for _, _, dont_filter, _ in got), got
@@ -63,24 +69,37 @@ def test_entries_read_at_start_and_when_idle_are_both_always_fetched(
 
 
 def test_only_http_entries_unless_the_spider_opts_in(
-        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis,
-        site: ShopSite) -> None:
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis, site: ShopSite
+) -> None:
     redis7_client.flushall()
     secret = tmp_path / "secret.txt"
     secret.write_text("local file")
-    redis7_client.rpush(KEY, f"file://{secret}", "data:text/plain,hello",
-                        "ftp://127.0.0.1:1/x", "s3://bucket/key", "http://exa mple.com/",
-                        json.dumps({"url": site.url + "/product/2", "callback": "_set_crawler"}),
-                        json.dumps({"url": site.url + "/product/3",
-                                    "callback": "start_requests"}),
-                        json.dumps({"url": site.url + "/product/4", "callback": "spider_idle"}),
-                        json.dumps({"url": site.url + "/product/5", "callback": "parse_item"}))
+    redis7_client.rpush(
+        KEY,
+        f"file://{secret}",
+        "data:text/plain,hello",
+        "ftp://127.0.0.1:1/x",
+        "s3://bucket/key",
+        "http://exa mple.com/",
+        json.dumps({"url": site.url + "/product/2", "callback": "_set_crawler"}),
+        json.dumps({"url": site.url + "/product/3", "callback": "start_requests"}),
+        json.dumps({"url": site.url + "/product/4", "callback": "spider_idle"}),
+        json.dumps({"url": site.url + "/product/5", "callback": "parse_item"}),
+    )
     run = crawl(tmp_path, redis7).ok()
     assert [(u, cb) for u, _, _, cb in seen(run)] == [(site.url + "/product/5", "parse_item")]
     assert site.hits() == {"/product/5": 1}
     assert run.stats["redcrawl/start_entries/refused"] == 8
-    for text in ("file://", "data:", "ftp://", "s3://", "exa mple.com", "_set_crawler",
-                 "start_requests", "spider_idle"):
+    for text in (
+        "file://",
+        "data:",
+        "ftp://",
+        "s3://",
+        "exa mple.com",
+        "_set_crawler",
+        "start_requests",
+        "spider_idle",
+    ):
         assert text in run.stderr, text
     assert "Spider error" not in run.stderr and "Traceback" not in run.stderr
 
@@ -108,8 +127,7 @@ def spider_on(redis_url: str, **settings: Any) -> Shop:
     return spider
 
 
-def test_opted_in_schemes_are_accepted(redis7: RedisServer,
-                                       redis7_client: redis.Redis) -> None:
+def test_opted_in_schemes_are_accepted(redis7: RedisServer, redis7_client: redis.Redis) -> None:
     redis7_client.flushall()
 
     class Ftp(Shop):
@@ -122,17 +140,25 @@ def test_opted_in_schemes_are_accepted(redis7: RedisServer,
     assert crawler.stats.get_value("redcrawl/start_entries/refused") == 1
 
 
-@pytest.mark.parametrize(("settings", "write"), [
-    ({"REDIS_START_URLS_AS_ZSET": True},
-     lambda c: c.zadd("shop:start_urls", {"http://a.example/low": 1,
-                                          "http://a.example/high": 9})),
-    ({"REDIS_START_URLS_AS_SET": True},
-     lambda c: c.sadd("shop:start_urls", "http://a.example/low", "http://a.example/high")),
-    ({}, lambda c: c.rpush("shop:start_urls", "http://a.example/high",
-                           "http://a.example/low")),
-])
-def test_list_set_and_sorted_set_keys(redis7: RedisServer, redis7_client: redis.Redis,
-                                      settings: dict[str, Any], write: Any) -> None:
+@pytest.mark.parametrize(
+    ("settings", "write"),
+    [
+        (
+            {"REDIS_START_URLS_AS_ZSET": True},
+            lambda c: c.zadd(
+                "shop:start_urls", {"http://a.example/low": 1, "http://a.example/high": 9}
+            ),
+        ),
+        (
+            {"REDIS_START_URLS_AS_SET": True},
+            lambda c: c.sadd("shop:start_urls", "http://a.example/low", "http://a.example/high"),
+        ),
+        ({}, lambda c: c.rpush("shop:start_urls", "http://a.example/high", "http://a.example/low")),
+    ],
+)
+def test_list_set_and_sorted_set_keys(
+    redis7: RedisServer, redis7_client: redis.Redis, settings: dict[str, Any], write: Any
+) -> None:
     redis7_client.flushall()
     write(redis7_client)
     spider = spider_on(redis7.url, **settings)
@@ -144,9 +170,9 @@ def test_list_set_and_sorted_set_keys(redis7: RedisServer, redis7_client: redis.
     assert list(spider.next_requests()) == []
 
 
-def test_sorted_set_start_key_in_a_real_crawl(tmp_path: Path, redis7: RedisServer,
-                                              redis7_client: redis.Redis,
-                                              site: ShopSite) -> None:
+def test_sorted_set_start_key_in_a_real_crawl(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis, site: ShopSite
+) -> None:
     redis7_client.flushall()
     redis7_client.zadd(KEY, {site.url + f"/product/{i}": i for i in (1, 2, 3)})
     run = crawl(tmp_path, redis7, REDIS_START_URLS_AS_ZSET="True").ok()
@@ -154,17 +180,33 @@ def test_sorted_set_start_key_in_a_real_crawl(tmp_path: Path, redis7: RedisServe
     assert not redis7_client.exists(KEY)
 
 
-@pytest.mark.parametrize(("settings", "write", "words"), [
-    ({}, lambda c: c.zadd("shop:start_urls", {"http://a.example/": 1}),
-     ["'shop:start_urls'", "zset", "REDIS_START_URLS_AS_ZSET = True"]),
-    ({"REDIS_START_URLS_AS_ZSET": True}, lambda c: c.rpush("shop:start_urls", "http://a/"),
-     ["'shop:start_urls'", "list", "REDIS_START_URLS_AS_ZSET"]),
-    ({"REDIS_START_URLS_AS_SET": True}, lambda c: c.set("shop:start_urls", "x"),
-     ["'shop:start_urls'", "string", "REDIS_START_URLS_AS_SET"]),
-])
+@pytest.mark.parametrize(
+    ("settings", "write", "words"),
+    [
+        (
+            {},
+            lambda c: c.zadd("shop:start_urls", {"http://a.example/": 1}),
+            ["'shop:start_urls'", "zset", "REDIS_START_URLS_AS_ZSET = True"],
+        ),
+        (
+            {"REDIS_START_URLS_AS_ZSET": True},
+            lambda c: c.rpush("shop:start_urls", "http://a/"),
+            ["'shop:start_urls'", "list", "REDIS_START_URLS_AS_ZSET"],
+        ),
+        (
+            {"REDIS_START_URLS_AS_SET": True},
+            lambda c: c.set("shop:start_urls", "x"),
+            ["'shop:start_urls'", "string", "REDIS_START_URLS_AS_SET"],
+        ),
+    ],
+)
 def test_start_key_of_the_wrong_type_is_a_clear_error(
-        redis7: RedisServer, redis7_client: redis.Redis, settings: dict[str, Any],
-        write: Any, words: list[str]) -> None:
+    redis7: RedisServer,
+    redis7_client: redis.Redis,
+    settings: dict[str, Any],
+    write: Any,
+    words: list[str],
+) -> None:
     redis7_client.flushall()
     write(redis7_client)
     spider = spider_on(redis7.url, **settings)
@@ -175,7 +217,8 @@ def test_start_key_of_the_wrong_type_is_a_clear_error(
 
 
 def test_wrong_type_closes_a_real_crawl_with_the_reason(
-        tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     redis7_client.flushall()
     redis7_client.zadd(KEY, {"http://a.example/": 1})
     run = crawl(tmp_path, redis7)
@@ -186,10 +229,12 @@ def test_wrong_type_closes_a_real_crawl_with_the_reason(
 
 
 def test_start_key_outside_the_acl_key_pattern_names_key_and_pattern(
-        redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
     redis7_client.flushall()
-    redis7_client.execute_command("ACL", "SETUSER", "rcstart", "on", ">pw", "~rc:*",
-                                  "+@all", "-@dangerous")
+    redis7_client.execute_command(
+        "ACL", "SETUSER", "rcstart", "on", ">pw", "~rc:*", "+@all", "-@dangerous"
+    )
     try:
         spider = Shop()
         spider.server = redis.Redis.from_url(redis7.url, username="rcstart", password="pw")
@@ -208,11 +253,20 @@ def test_start_key_outside_the_acl_key_pattern_names_key_and_pattern(
 
 def test_json_entry_callbacks_follow_the_one_rule() -> None:
     spider = Shop()
-    ok = spider.make_request_from_data(json.dumps(
-        {"url": "http://a.example/", "callback": "parse_item"}).encode())
+    ok = spider.make_request_from_data(
+        json.dumps({"url": "http://a.example/", "callback": "parse_item"}).encode()
+    )
     assert isinstance(ok, scrapy.Request) and ok.callback == spider.parse_item
-    for name in ("_set_crawler", "start_requests", "spider_idle", "closed", "from_crawler",
-                 "nope", "name"):
+    for name in (
+        "_set_crawler",
+        "start_requests",
+        "spider_idle",
+        "closed",
+        "from_crawler",
+        "nope",
+        "name",
+    ):
         with pytest.raises(ValueError, match="own class"):
-            spider.make_request_from_data(json.dumps(
-                {"url": "http://a.example/", "callback": name}).encode())
+            spider.make_request_from_data(
+                json.dumps({"url": "http://a.example/", "callback": name}).encode()
+            )

@@ -61,8 +61,9 @@ def test_open_frontier_picks_the_backend_and_streams_need_fifo(
     assert Settings.from_env({"REDCRAWL_BACKEND": "streams", "REDCRAWL_SHARDS": "3"}).shards == 3
 
 
-def test_burst_larger_than_any_maxlen_loses_nothing(make_frontier: FrontierFactory,
-                                                     redis_client: redis.Redis) -> None:
+def test_burst_larger_than_any_maxlen_loses_nothing(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
     """50,000 pushes before any consumer exists: nothing is trimmed; every request is
     consumed and acked exactly once; afterwards the streams are empty."""
     n = 50_000
@@ -91,8 +92,9 @@ def test_burst_larger_than_any_maxlen_loses_nothing(make_frontier: FrontierFacto
     assert redis_client.hlen(f.keys.req) == 0
 
 
-def test_group_is_created_from_the_start_of_a_backlog(make_frontier: FrontierFactory,
-                                                      redis_client: redis.Redis) -> None:
+def test_group_is_created_from_the_start_of_a_backlog(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
     f = streams_of(make_frontier(shards=2))
     f.push([env(f"http://a/{i}") for i in range(5)])
     key = f.keys.stream(shard_of("http://a/", 2), False)
@@ -105,32 +107,52 @@ def test_group_is_created_from_the_start_of_a_backlog(make_frontier: FrontierFac
     assert group["name"] == GROUP.encode() and group["pending"] == 5
 
 
-def test_high_streams_are_read_first_fifo_within_a_stream(make_frontier: FrontierFactory,
-                                                         redis_client: redis.Redis) -> None:
+def test_high_streams_are_read_first_fifo_within_a_stream(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
     f = streams_of(make_frontier())
-    f.push([env("http://a/lo1", -1), env("http://a/mid", 0), env("http://a/hi1", 1),
-            env("http://b/hi", 5), env("http://a/hi2", 3), env("http://a/lo2", -7)])
+    f.push(
+        [
+            env("http://a/lo1", -1),
+            env("http://a/mid", 0),
+            env("http://a/hi1", 1),
+            env("http://b/hi", 5),
+            env("http://a/hi2", 3),
+            env("http://a/lo2", -7),
+        ]
+    )
     got = [x.envelope.url for x in f.lease("w", 6)]
     assert set(got[:3]) == {"http://a/hi1", "http://a/hi2", "http://b/hi"}
     assert got.index("http://a/hi1") < got.index("http://a/hi2")
-    assert [u for u in got[3:] if u.startswith("http://a/")] == ["http://a/lo1", "http://a/mid",
-                                                                 "http://a/lo2"]
+    assert [u for u in got[3:] if u.startswith("http://a/")] == [
+        "http://a/lo1",
+        "http://a/mid",
+        "http://a/lo2",
+    ]
     high = f.keys.stream(shard_of("http://a/", 8), True)
     low = f.keys.stream(shard_of("http://a/", 8), False)
     assert redis_client.xlen(high) == 2 and redis_client.xlen(low) == 3
 
 
-def test_same_host_same_shard_and_lua_agrees_with_python(make_frontier: FrontierFactory,
-                                                        redis_client: redis.Redis,
-                                                        clock: Clock) -> None:
+def test_same_host_same_shard_and_lua_agrees_with_python(
+    make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock
+) -> None:
     f = streams_of(make_frontier(shards=16))
     assert host_of("HTTPS://User:pw@Example.COM:8443/x?y#z") == b"example.com"
     assert host_of("http://[::1]:80/") == b"[::1]"
     assert host_of("mailto:x@y") == b"y"
     assert len({shard_of(f"http://example.com/{i}", 16) for i in range(100)}) == 1
     assert len({shard_of(f"http://site{i}.com/", 16) for i in range(200)}) == 16
-    tricky = ["HTTPS://User:pw@Example.COM:8443/x?y#z", "http://[::1]:80/a", "http://ÄÖ.de/ü",
-              "http://a.b.c/?q=@x", "ftp://h", "http://h#frag@x", "weird", "http://x:y@/p"]
+    tricky = [
+        "HTTPS://User:pw@Example.COM:8443/x?y#z",
+        "http://[::1]:80/a",
+        "http://ÄÖ.de/ü",
+        "http://a.b.c/?q=@x",
+        "ftp://h",
+        "http://h#frag@x",
+        "weird",
+        "http://x:y@/p",
+    ]
     f.push([env(u) for u in tricky])
     where = {r["key"]: r for r in pending_rows(redis_client, f)}
     assert not where
@@ -210,8 +232,9 @@ def test_release_worker_and_forget_worker_remove_the_consumer(
     assert "w2" not in consumers(redis_client, f) and "w2" not in f.workers()
 
 
-def test_delivery_count_to_dead_with_the_last_error(make_frontier: FrontierFactory,
-                                                   redis_client: redis.Redis) -> None:
+def test_delivery_count_to_dead_with_the_last_error(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
     f = streams_of(make_frontier(max_attempts=3))
     f.push([env("http://a/poison")])
     errors = ["HTTP 500", "HTTP 502", "HTTP 503 final"]
@@ -261,8 +284,9 @@ def test_shards_inspection(make_frontier: FrontierFactory, clock: Clock) -> None
     assert info is not None and (info.state, info.worker) == ("in_flight", "worker-7")
 
 
-def test_layouts_are_fixed_per_crawl(make_frontier: FrontierFactory,
-                                     redis_client: redis.Redis) -> None:
+def test_layouts_are_fixed_per_crawl(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
     f = make_frontier(shards=4)
     f.push([env("http://a/1")])
     with pytest.raises(FrontierError, match="REDCRAWL_SHARDS"):

@@ -41,13 +41,23 @@ def _free_port() -> int:
 
 def _serve(url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = _free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "REDCRAWL_REDIS_URL": url,
-           "REDCRAWL_API_PORT": str(port), "REDCRAWL_BACKEND": "streams"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT / "src"),
+        "REDCRAWL_REDIS_URL": url,
+        "REDCRAWL_API_PORT": str(port),
+        "REDCRAWL_BACKEND": "streams",
+    }
     env.pop("REDCRAWL_API_TOKENS", None)
     env.pop("REDCRAWL_API_ADMIN_TOKENS", None)
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "redcrawl", "serve"], cwd=log.parent,
-                                env=env, stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "redcrawl", "serve"],
+            cwd=log.parent,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 20
     while True:
@@ -62,7 +72,8 @@ def _serve(url: str, log: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 @pytest.mark.slow
 def test_http_producer_four_consumers_two_sigkilled(  # noqa: C901 (a scenario: producer, consumers, kills)
-        redis7: RedisServer, tmp_path: Path) -> None:
+    redis7: RedisServer, tmp_path: Path
+) -> None:
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
     seed = os.environ.get("RC_KILL_SEED", str(time.time_ns()))
@@ -74,8 +85,21 @@ def test_http_producer_four_consumers_two_sigkilled(  # noqa: C901 (a scenario: 
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     logs = [tmp_path / f"w{i}.log" for i in range(4)]
     procs = [
-        subprocess.Popen([sys.executable, "-m", "tests.frontier_worker", redis7.url, CRAWL,
-                          f"w{i}", str(logs[i]), "streams", PRODUCED], cwd=ROOT, env=env)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.frontier_worker",
+                redis7.url,
+                CRAWL,
+                f"w{i}",
+                str(logs[i]),
+                "streams",
+                PRODUCED,
+            ],
+            cwd=ROOT,
+            env=env,
+        )
         for i in range(4)
     ]
     submitted: list[str] = []
@@ -85,8 +109,10 @@ def test_http_producer_four_consumers_two_sigkilled(  # noqa: C901 (a scenario: 
         try:
             with httpx.Client(base_url=base, timeout=30) as api:
                 for start in range(0, N, BATCH):
-                    items = [{"url": f"http://site{i % 50}.example/page/{i}"}
-                             for i in range(start, start + BATCH)]
+                    items = [
+                        {"url": f"http://site{i % 50}.example/page/{i}"}
+                        for i in range(start, start + BATCH)
+                    ]
                     r = api.post(f"/v1/crawls/{CRAWL}/requests", json={"requests": items})
                     r.raise_for_status()
                     body = r.json()

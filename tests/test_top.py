@@ -39,12 +39,18 @@ def _env(redis7: RedisServer) -> dict[str, str]:
     return env
 
 
-def test_top_once_prints_one_frame(redis7: RedisServer, redis7_client: redis.Redis,
-                                   tmp_path: Path) -> None:
+def test_top_once_prints_one_frame(
+    redis7: RedisServer, redis7_client: redis.Redis, tmp_path: Path
+) -> None:
     _crawl(redis7_client)
-    out = subprocess.run([sys.executable, "-m", "redcrawl", "top", "--crawl", "shop", "--once"],
-                         cwd=tmp_path, env=_env(redis7), capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "redcrawl", "top", "--crawl", "shop", "--once"],
+        cwd=tmp_path,
+        env=_env(redis7),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     text = out.stdout
     assert "crawl shop (lists)" in text
@@ -55,24 +61,35 @@ def test_top_once_prints_one_frame(redis7: RedisServer, redis7_client: redis.Red
     assert "HTTP 500 from the shop" in text
 
 
-def test_top_of_an_unknown_crawl_says_so(redis7: RedisServer, redis7_client: redis.Redis,
-                                         tmp_path: Path) -> None:
+def test_top_of_an_unknown_crawl_says_so(
+    redis7: RedisServer, redis7_client: redis.Redis, tmp_path: Path
+) -> None:
     _crawl(redis7_client)
-    out = subprocess.run([sys.executable, "-m", "redcrawl", "top", "--crawl", "nope", "--once"],
-                         cwd=tmp_path, env=_env(redis7), capture_output=True, text=True,
-                         timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "redcrawl", "top", "--crawl", "nope", "--once"],
+        cwd=tmp_path,
+        env=_env(redis7),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1
     assert "no crawl named 'nope'" in out.stderr and "shop" in out.stderr
 
 
-def test_ctrl_c_ends_top_cleanly(redis7: RedisServer, redis7_client: redis.Redis,
-                                 tmp_path: Path) -> None:
+def test_ctrl_c_ends_top_cleanly(
+    redis7: RedisServer, redis7_client: redis.Redis, tmp_path: Path
+) -> None:
     f = _crawl(redis7_client)
     log = tmp_path / "top.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "redcrawl", "top", "--crawl", "shop",
-                                 "--interval", "0.1"], cwd=tmp_path, env=_env(redis7),
-                                stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "redcrawl", "top", "--crawl", "shop", "--interval", "0.1"],
+            cwd=tmp_path,
+            env=_env(redis7),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         deadline = time.monotonic() + 30
         # running: it keeps reading the crawl (its client shows up in CLIENT LIST)

@@ -79,8 +79,9 @@ def push(f: FrontierCore, n: int, start: int = 0) -> None:
 
 
 def frontier(client: redis.Redis, crawl: str, backend: Backend = "lists") -> FrontierCore:
-    return open_frontier(client, Settings(backend=backend, max_attempts=1,
-                                          retry_backoff=0.0), crawl)
+    return open_frontier(
+        client, Settings(backend=backend, max_attempts=1, retry_backoff=0.0), crawl
+    )
 
 
 def dog(client: redis.Redis, url: str, **thresholds: Any) -> Watchdog:
@@ -88,8 +89,7 @@ def dog(client: redis.Redis, url: str, **thresholds: Any) -> Watchdog:
     return Watchdog(reader, url, thresholds=Thresholds(**thresholds), timeout=2)
 
 
-def test_stalled_crawl_fires_once_then_resolves(redis7_client: redis.Redis,
-                                                sink: Sink) -> None:
+def test_stalled_crawl_fires_once_then_resolves(redis7_client: redis.Redis, sink: Sink) -> None:
     stalled, busy = frontier(redis7_client, "stalled"), frontier(redis7_client, "busy")
     push(stalled, 5)
     push(busy, 50)
@@ -124,8 +124,9 @@ def test_lost_heartbeat_with_leases_out_fires(redis7_client: redis.Redis, sink: 
     assert sink.seen() == []
     time.sleep(0.7)
     d.poll()
-    assert sink.seen() == [("firing", "RedcrawlWorkerHeartbeatLost",
-                            {"crawl": "c", "worker": "gone"})]
+    assert sink.seen() == [
+        ("firing", "RedcrawlWorkerHeartbeatLost", {"crawl": "c", "worker": "gone"})
+    ]
 
 
 def test_backlog_dead_letters_and_pending_age(redis7_client: redis.Redis, sink: Sink) -> None:
@@ -134,8 +135,16 @@ def test_backlog_dead_letters_and_pending_age(redis7_client: redis.Redis, sink: 
     push(growing, 20)
     push(draining, 20)
     push(streams, 2)
-    d = dog(redis7_client, sink.url, backlog=10, backlog_window=0.3, backlog_for=0.0,
-            dead_window=0.3, dead_for=0.0, pending_age=0.5)
+    d = dog(
+        redis7_client,
+        sink.url,
+        backlog=10,
+        backlog_window=0.3,
+        backlog_for=0.0,
+        dead_window=0.3,
+        dead_for=0.0,
+        pending_age=0.5,
+    )
     d.poll()
     held = streams.lease("w", 1)
     shard = str(shard_of(held[0].envelope.url, streams.settings.shards))
@@ -146,14 +155,18 @@ def test_backlog_dead_letters_and_pending_age(redis7_client: redis.Redis, sink: 
     growing.nack(growing.lease("w", 1)[0], "boom", retry=False)
     d.poll()
     got = {(a, tuple(sorted(lab.items()))) for s, a, lab in sink.seen() if s == "firing"}
-    assert got == {("RedcrawlBacklogHigh", (("crawl", "growing"),)),
-                   ("RedcrawlDeadLettersGrowing", (("crawl", "growing"),)),
-                   ("RedcrawlStreamPendingOld", (("crawl", "s"), ("shard", shard),
-                                                 ("stream", "low")))}, sink.seen()
+    assert got == {
+        ("RedcrawlBacklogHigh", (("crawl", "growing"),)),
+        ("RedcrawlDeadLettersGrowing", (("crawl", "growing"),)),
+        ("RedcrawlStreamPendingOld", (("crawl", "s"), ("shard", shard), ("stream", "low"))),
+    }, sink.seen()
     streams.ack(held)
     d.poll()
-    assert ("resolved", "RedcrawlStreamPendingOld",
-            {"crawl": "s", "shard": shard, "stream": "low"}) in sink.seen()
+    assert (
+        "resolved",
+        "RedcrawlStreamPendingOld",
+        {"crawl": "s", "shard": shard, "stream": "low"},
+    ) in sink.seen()
 
 
 def test_redis_memory_over_80_percent(redis7_client: redis.Redis, sink: Sink) -> None:
@@ -168,12 +181,15 @@ def test_redis_memory_over_80_percent(redis7_client: redis.Redis, sink: Sink) ->
         d.poll()
     finally:
         redis7_client.config_set("maxmemory", "0")
-    assert sink.seen() == [("firing", "RedcrawlRedisMemoryHigh", {}),
-                           ("resolved", "RedcrawlRedisMemoryHigh", {})]
+    assert sink.seen() == [
+        ("firing", "RedcrawlRedisMemoryHigh", {}),
+        ("resolved", "RedcrawlRedisMemoryHigh", {}),
+    ]
 
 
 def test_a_webhook_that_is_down_is_retried_and_gets_each_transition_once(
-        redis7_client: redis.Redis) -> None:
+    redis7_client: redis.Redis,
+) -> None:
     sink = Sink(_free_port())  # not listening yet: connection refused
     used = int(redis7_client.info("memory")["used_memory"])
     d = dog(redis7_client, sink.url, memory_for=0.0)
@@ -193,8 +209,7 @@ def test_a_webhook_that_is_down_is_retried_and_gets_each_transition_once(
 
 
 def test_redis_down_does_not_stop_the_watchdog(sink: Sink) -> None:
-    client = redis.Redis(port=_free_port(), socket_connect_timeout=0.5,
-                         retry=Retry(NoBackoff(), 0))
+    client = redis.Redis(port=_free_port(), socket_connect_timeout=0.5, retry=Retry(NoBackoff(), 0))
     d = Watchdog(SnapshotReader(client, Settings()), sink.url)
     d.poll()
     d.poll()
@@ -202,16 +217,35 @@ def test_redis_down_does_not_stop_the_watchdog(sink: Sink) -> None:
     client.close()
 
 
-def test_watch_command_posts_to_the_webhook(redis7: RedisServer, redis7_client: redis.Redis,
-                                            sink: Sink, tmp_path: Path) -> None:
+def test_watch_command_posts_to_the_webhook(
+    redis7: RedisServer, redis7_client: redis.Redis, sink: Sink, tmp_path: Path
+) -> None:
     push(frontier(redis7_client, "shop"), 3)
     env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
     used = int(redis7_client.info("memory")["used_memory"])
     try:
         redis7_client.config_set("maxmemory", str(int(used * 1.5)))
-        out = subprocess.run([sys.executable, "-m", "redcrawl", "watch", "--webhook", sink.url,
-                              "--redis-url", redis7.url, "--interval", "0.1", "--polls", "2"],
-                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "redcrawl",
+                "watch",
+                "--webhook",
+                sink.url,
+                "--redis-url",
+                redis7.url,
+                "--interval",
+                "0.1",
+                "--polls",
+                "2",
+            ],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         redis7_client.config_set("maxmemory", "0")
     assert out.returncode == 0, out.stderr

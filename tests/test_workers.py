@@ -39,8 +39,7 @@ def processes_with(*texts: str) -> list[int]:
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
             continue
         try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(
-                errors="replace")
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
@@ -57,16 +56,31 @@ def kill_all(text: str) -> None:
 
 def cli_env(redis_url: str) -> dict[str, str]:
     """Our environment without REDCRAWL_*/Scrapy variables, this checkout on the path."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k != "PYTHONPATH"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k != "PYTHONPATH"
+    }
     env.update(PYTHONPATH=str(ROOT / "src"), REDCRAWL_REDIS_URL=redis_url, COLUMNS="120")
     return env
 
 
-def crawl_cmd(site: ShopSite, crawl: str, items_db: Path, *extra: str,
-              workers: int = 1) -> list[str]:
-    cmd = [sys.executable, "-m", "redcrawl.cli", "crawl", str(SPIDER), "--workers",
-           str(workers), "--crawl", crawl, "--arg", f"url={site.url}"]
+def crawl_cmd(
+    site: ShopSite, crawl: str, items_db: Path, *extra: str, workers: int = 1
+) -> list[str]:
+    cmd = [
+        sys.executable,
+        "-m",
+        "redcrawl.cli",
+        "crawl",
+        str(SPIDER),
+        "--workers",
+        str(workers),
+        "--crawl",
+        crawl,
+        "--arg",
+        f"url={site.url}",
+    ]
     for item in demo_worker_settings(items_db):
         cmd += ["--set", item]
     return [*cmd, *extra]
@@ -82,8 +96,9 @@ def shop_site(request: pytest.FixtureRequest) -> Iterator[ShopSite]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(200)
-def test_crawl_at_debug_log_level_fetches_every_page(redis7: RedisServer, tmp_path: Path,
-                                                     shop_site: ShopSite) -> None:
+def test_crawl_at_debug_log_level_fetches_every_page(
+    redis7: RedisServer, tmp_path: Path, shop_site: ShopSite
+) -> None:
     """Scrapy's default LOG_LEVEL (DEBUG) writes a line per request and item: a worker
     whose output nobody reads blocks once the pipe is full (it stopped at 32 of 311
     pages). Every page is fetched, and the worker's log (with Scrapy's closing stats) is
@@ -93,15 +108,17 @@ def test_crawl_at_debug_log_level_fetches_every_page(redis7: RedisServer, tmp_pa
     cmd = crawl_cmd(shop_site, "debug", items_db, "--set", "LOG_LEVEL=DEBUG")
     out = tmp_path / "out.txt"
     with out.open("wb") as sink:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env(redis7.url), stdout=sink,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=cli_env(redis7.url), stdout=sink, stderr=subprocess.STDOUT
+        )
         try:
             code = proc.wait(timeout=150)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-            raise AssertionError(f"redcrawl crawl hung at DEBUG: "
-                                 f"{len(shop_site.hits())} pages fetched") from None
+            raise AssertionError(
+                f"redcrawl crawl hung at DEBUG: {len(shop_site.hits())} pages fetched"
+            ) from None
     text = out.read_text(errors="replace")
     assert code == 0, text[-3000:]
     expected = shop_site.canonical_pages()
@@ -112,8 +129,9 @@ def test_crawl_at_debug_log_level_fetches_every_page(redis7: RedisServer, tmp_pa
     assert " DEBUG: Crawled (200)" in written and "Dumping Scrapy stats" in written
 
 
-def wait_until(predicate: Callable[[], bool], proc: subprocess.Popen[bytes], out: Path,
-               timeout: float = 90) -> None:
+def wait_until(
+    predicate: Callable[[], bool], proc: subprocess.Popen[bytes], out: Path, timeout: float = 90
+) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         assert proc.poll() is None, out.read_text(errors="replace")[-3000:]
@@ -129,7 +147,8 @@ SLOW_SHOP = SiteConfig(products=500, slow_every=2, slow_delay=0.05)
 @pytest.mark.parametrize("shop_site", [SLOW_SHOP], indirect=True)
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_stop_signal_stops_workers_cleanly_and_rerun_finishes(
-        redis7: RedisServer, tmp_path: Path, shop_site: ShopSite, signum: int) -> None:
+    redis7: RedisServer, tmp_path: Path, shop_site: ShopSite, signum: int
+) -> None:
     """SIGTERM (from `timeout`, systemd, docker stop) or SIGHUP to `redcrawl crawl` stops
     its workers as Ctrl-C does: none is left running, no lease is left held, and the
     same command run again fetches exactly the rest."""
@@ -137,12 +156,14 @@ def test_stop_signal_stops_workers_cleanly_and_rerun_finishes(
     client.flushall()
     frontier = open_frontier(client, Settings(), "stop")
     items_db = tmp_path / "items.db"
-    cmd = crawl_cmd(shop_site, "stop", items_db, "--set", "CONCURRENT_REQUESTS=4",
-                    "--no-progress", workers=2)
+    cmd = crawl_cmd(
+        shop_site, "stop", items_db, "--set", "CONCURRENT_REQUESTS=4", "--no-progress", workers=2
+    )
     out = tmp_path / "first.txt"
     with out.open("wb") as sink:
-        first = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env(redis7.url), stdout=sink,
-                                 stderr=subprocess.STDOUT)
+        first = subprocess.Popen(
+            cmd, cwd=tmp_path, env=cli_env(redis7.url), stdout=sink, stderr=subprocess.STDOUT
+        )
         wait_until(lambda: frontier.counts().done >= 100, first, out)
         assert len(processes_with("-m scrapy ", shop_site.url)) == 2
         first.send_signal(signum)
@@ -152,8 +173,9 @@ def test_stop_signal_stops_workers_cleanly_and_rerun_finishes(
     assert not mid.finished and mid.in_flight == 0 and mid.conserved, mid
     assert "run the same command again" in out.read_text()
 
-    second = subprocess.run(cmd, cwd=tmp_path, env=cli_env(redis7.url), capture_output=True,
-                            timeout=150)
+    second = subprocess.run(
+        cmd, cwd=tmp_path, env=cli_env(redis7.url), capture_output=True, timeout=150
+    )
     assert second.returncode == 0, second.stderr.decode()[-3000:]
     hits = shop_site.hits()
     assert set(hits) == shop_site.canonical_pages()
@@ -165,20 +187,23 @@ def test_stop_signal_stops_workers_cleanly_and_rerun_finishes(
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("shop_site", [SLOW_SHOP], indirect=True)
-def test_killed_worker_is_restarted_and_crawl_finishes(redis7: RedisServer, tmp_path: Path,
-                                                       shop_site: ShopSite) -> None:
+def test_killed_worker_is_restarted_and_crawl_finishes(
+    redis7: RedisServer, tmp_path: Path, shop_site: ShopSite
+) -> None:
     """A worker SIGKILLed from outside is restarted (and said so); what it held is given
     back at once; the crawl finishes with every page and exit 0."""
     client = redis.Redis.from_url(redis7.url)
     client.flushall()
     frontier = open_frontier(client, Settings(), "restart")
     items_db = tmp_path / "items.db"
-    cmd = crawl_cmd(shop_site, "restart", items_db, "--set", "CONCURRENT_REQUESTS=4",
-                    "--no-progress", workers=2)
+    cmd = crawl_cmd(
+        shop_site, "restart", items_db, "--set", "CONCURRENT_REQUESTS=4", "--no-progress", workers=2
+    )
     out = tmp_path / "out.txt"
     with out.open("wb") as sink:
-        proc = subprocess.Popen(cmd, cwd=tmp_path, env=cli_env(redis7.url), stdout=sink,
-                                stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=cli_env(redis7.url), stdout=sink, stderr=subprocess.STDOUT
+        )
         wait_until(lambda: frontier.counts().done >= 100, proc, out)
         victims = processes_with("-m scrapy ", shop_site.url)
         assert len(victims) == 2
@@ -199,6 +224,7 @@ def test_killed_worker_is_restarted_and_crawl_finishes(redis7: RedisServer, tmp_
 
 # --- the supervisor alone, with small Python programs as workers -----------------------
 
+
 def python(code: str) -> list[str]:
     return [sys.executable, "-c", code]
 
@@ -206,8 +232,10 @@ def python(code: str) -> list[str]:
 def test_worker_output_is_drained_to_its_log(tmp_path: Path) -> None:
     """Far more output than a pipe holds, on both streams: the worker finishes and its
     log has all of it."""
-    code = ("import sys\nfor i in range(20000):\n"
-            "    print('out', i)\n    print('err', i, file=sys.stderr)\n")
+    code = (
+        "import sys\nfor i in range(20000):\n"
+        "    print('out', i)\n    print('err', i, file=sys.stderr)\n"
+    )
     result = Fleet(python(code), workers=2, log_dir=tmp_path / "logs").run()
     assert result.returncodes == [0, 0] and result.code == ExitCode.OK
     for log in result.logs:
@@ -218,9 +246,16 @@ def test_worker_output_is_drained_to_its_log(tmp_path: Path) -> None:
 def test_crashing_worker_is_restarted_with_backoff_then_given_up(tmp_path: Path) -> None:
     events: list[WorkerEvent] = []
     crashed: list[str] = []
-    fleet = Fleet(python("import sys; print('boom'); sys.exit(3)"), workers=1,
-                  log_dir=tmp_path, max_restarts=2, backoff=0.01, on_event=events.append,
-                  on_crash=crashed.append, worker_id_prefix="host:c:")
+    fleet = Fleet(
+        python("import sys; print('boom'); sys.exit(3)"),
+        workers=1,
+        log_dir=tmp_path,
+        max_restarts=2,
+        backoff=0.01,
+        on_event=events.append,
+        on_crash=crashed.append,
+        worker_id_prefix="host:c:",
+    )
     result = fleet.run()
     assert result.returncodes == [3] and result.restarts == 2 and result.code == 1
     assert [e.kind for e in events] == ["restarting", "restarting", "failed"]
@@ -234,8 +269,14 @@ def test_crashing_worker_is_restarted_with_backoff_then_given_up(tmp_path: Path)
 
 def test_no_restart_once_the_crawl_is_finished(tmp_path: Path) -> None:
     events: list[WorkerEvent] = []
-    result = Fleet(python("raise SystemExit(1)"), workers=1, log_dir=tmp_path,
-                   backoff=0.01, unfinished=lambda: False, on_event=events.append).run()
+    result = Fleet(
+        python("raise SystemExit(1)"),
+        workers=1,
+        log_dir=tmp_path,
+        backoff=0.01,
+        unfinished=lambda: False,
+        on_event=events.append,
+    ).run()
     assert result.restarts == 0 and result.returncodes == [1]
     assert [e.kind for e in events] == ["failed"]
 
@@ -260,22 +301,36 @@ def _signal_self(fleet_logs: Path, signals: list[int]) -> Callable[[], None]:
 
 
 def test_first_signal_is_forwarded_as_sigint(tmp_path: Path) -> None:
-    code = (READY + "signal.signal(signal.SIGINT, lambda *a: sys.exit(0))\n"
-            "print('ready', flush=True)\ntime.sleep(60)\n")
-    fleet = Fleet(python(code), workers=2, log_dir=tmp_path, tick_interval=0.05,
-                  tick=_signal_self(tmp_path, [signal.SIGTERM]))
+    code = (
+        READY + "signal.signal(signal.SIGINT, lambda *a: sys.exit(0))\n"
+        "print('ready', flush=True)\ntime.sleep(60)\n"
+    )
+    fleet = Fleet(
+        python(code),
+        workers=2,
+        log_dir=tmp_path,
+        tick_interval=0.05,
+        tick=_signal_self(tmp_path, [signal.SIGTERM]),
+    )
     result = fleet.run()
     assert result.signal == signal.SIGTERM and result.code == 143
     assert result.returncodes == [0, 0]
 
 
 def test_second_signal_kills_the_workers(tmp_path: Path) -> None:
-    code = (READY + "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-            "print('ready', flush=True)\ntime.sleep(60)\n")
+    code = (
+        READY + "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "print('ready', flush=True)\ntime.sleep(60)\n"
+    )
     events: list[WorkerEvent] = []
-    fleet = Fleet(python(code), workers=2, log_dir=tmp_path, tick_interval=0.05,
-                  on_event=events.append,
-                  tick=_signal_self(tmp_path, [signal.SIGHUP, signal.SIGHUP]))
+    fleet = Fleet(
+        python(code),
+        workers=2,
+        log_dir=tmp_path,
+        tick_interval=0.05,
+        on_event=events.append,
+        tick=_signal_self(tmp_path, [signal.SIGHUP, signal.SIGHUP]),
+    )
     result = fleet.run()
     assert result.code == 128 + signal.SIGHUP
     assert result.returncodes == [-signal.SIGKILL] * 2
@@ -283,18 +338,27 @@ def test_second_signal_kills_the_workers(tmp_path: Path) -> None:
 
 
 def test_one_command_builder() -> None:
-    cmd = worker_command("spiders/x.py", settings={"LOG_LEVEL": "INFO"},
-                         spider_args=["url=http://a"])
+    cmd = worker_command(
+        "spiders/x.py", settings={"LOG_LEVEL": "INFO"}, spider_args=["url=http://a"]
+    )
     assert cmd[1:5] == ["-m", "scrapy", "runspider", "spiders/x.py"]
-    assert cmd[5:] == ["-s", "SCHEDULER=redcrawl.scrapy.Scheduler",
-                       "-s", "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter",
-                       "-s", "LOG_LEVEL=INFO", "-a", "url=http://a"]
+    assert cmd[5:] == [
+        "-s",
+        "SCHEDULER=redcrawl.scrapy.Scheduler",
+        "-s",
+        "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter",
+        "-s",
+        "LOG_LEVEL=INFO",
+        "-a",
+        "url=http://a",
+    ]
     plain = worker_command("myspider", redcrawl=False, python_args=["-X", "dev"])
     assert plain[1:] == ["-X", "dev", "-m", "scrapy", "crawl", "myspider"]
 
 
 def test_without_a_log_folder_workers_write_to_our_terminal(
-        capfd: pytest.CaptureFixture[str]) -> None:
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     """``redcrawl crawl --logs -``: the workers inherit this process's stdout/stderr."""
     code = "import sys; print('to stdout'); print('to stderr', file=sys.stderr)"
     result = Fleet(python(code), workers=1).run()

@@ -20,8 +20,7 @@ import functools
 import inspect
 from typing import Any
 
-__all__ = ["callback_name_problem", "callback_problem", "framework_names",
-           "resolve_callback"]
+__all__ = ["callback_name_problem", "callback_problem", "framework_names", "resolve_callback"]
 
 
 @functools.cache
@@ -34,8 +33,14 @@ def framework_names() -> frozenset[str]:
     from redcrawl.scrapy.spiders import RedisMixin
 
     names: set[str] = set()
-    for cls in (scrapy.Spider, CrawlSpider, XMLFeedSpider, CSVFeedSpider, SitemapSpider,
-                RedisMixin):
+    for cls in (
+        scrapy.Spider,
+        CrawlSpider,
+        XMLFeedSpider,
+        CSVFeedSpider,
+        SitemapSpider,
+        RedisMixin,
+    ):
         for klass in cls.__mro__:
             names.update(vars(klass))
     # the spider's default callbacks are framework names, yet they are what users mean
@@ -53,8 +58,10 @@ def callback_name_problem(name: str) -> str | None:
     if name.startswith("_"):
         return f"{name!r} is private (starts with '_'): only public spider methods"
     if name in framework_names():
-        return (f"{name!r} is a method of Scrapy's or redcrawl's spider classes, not a "
-                "callback of your spider")
+        return (
+            f"{name!r} is a method of Scrapy's or redcrawl's spider classes, not a "
+            "callback of your spider"
+        )
     return None
 
 
@@ -62,8 +69,10 @@ def callback_name_problem(name: str) -> str | None:
 def _generic_entry_points() -> tuple[tuple[type, frozenset[str]], ...]:
     from scrapy.spiders import CrawlSpider, SitemapSpider
 
-    return ((CrawlSpider, frozenset({"_callback", "_errback"})),
-            (SitemapSpider, frozenset({"_parse_sitemap"})))
+    return (
+        (CrawlSpider, frozenset({"_callback", "_errback"})),
+        (SitemapSpider, frozenset({"_parse_sitemap"})),
+    )
 
 
 def callback_problem(spider: Any, name: str) -> str | None:
@@ -89,8 +98,10 @@ def _class_problem(cls: Any, name: Any) -> str | None:
     if fn is None:
         return f"{name!r} is not a method of spider {spider_name!r}"
     if not inspect.isfunction(fn):
-        return (f"{name!r} is not a method of spider {spider_name!r} (an attribute, a "
-                "static or class method, or a property)")
+        return (
+            f"{name!r} is not a method of spider {spider_name!r} (an attribute, a "
+            "static or class method, or a property)"
+        )
     return None
 
 

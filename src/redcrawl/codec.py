@@ -103,18 +103,29 @@ _ALLOWED_CLASSES: set[str] = {
 }
 
 
-
 def allow_request_class(path: str) -> None:
     """Allow envelopes to name the request class at ``path`` (``module.Class``)."""
     _ALLOWED_CLASSES.add(path)
 
 
-
 # --- Scrapy requests ------------------------------------------------------------------
 
 _BASE_ATTRS = frozenset(
-    ("url", "callback", "errback", "headers", "method", "body", "cookies", "meta", "encoding",
-     "priority", "dont_filter", "flags", "cb_kwargs")
+    (
+        "url",
+        "callback",
+        "errback",
+        "headers",
+        "method",
+        "body",
+        "cookies",
+        "meta",
+        "encoding",
+        "priority",
+        "dont_filter",
+        "flags",
+        "cb_kwargs",
+    )
 )
 
 
@@ -139,8 +150,7 @@ def _callback_name(spider: Any, func: Any, url: str, what: str) -> str | None:
                     name = str(candidate)
                     break
             else:
-                for member_name, member in inspect.getmembers(spider,
-                                                              predicate=inspect.ismethod):
+                for member_name, member in inspect.getmembers(spider, predicate=inspect.ismethod):
                     if member.__func__ is target:
                         name = str(member_name)
                         break
@@ -152,8 +162,10 @@ def _callback_name(spider: Any, func: Any, url: str, what: str) -> str | None:
         )
     problem = callback_problem(spider, name) if spider is not None else None
     if problem is not None:
-        raise EncodeError(f"request {url}: {what} {problem}. A stored request may only name "
-                          "a public method of your spider's own class")
+        raise EncodeError(
+            f"request {url}: {what} {problem}. A stored request may only name "
+            "a public method of your spider's own class"
+        )
     return name
 
 
@@ -168,7 +180,9 @@ def _peek(request: Any, name: str) -> Any:
 
 
 def from_request(
-    request: scrapy.Request, spider: scrapy.Spider | None = None, *,
+    request: scrapy.Request,
+    spider: scrapy.Spider | None = None,
+    *,
     fingerprint: bytes | None = None,
 ) -> Envelope:
     """Scrapy request -> Envelope. Callbacks must be methods of ``spider`` (by name)."""
@@ -238,7 +252,6 @@ def _method(spider: Any, name: str | None, what: str) -> Any:
     return fn
 
 
-
 def to_request(env: Envelope, spider: scrapy.Spider | None = None) -> scrapy.Request:  # noqa: C901 (one branch per optional Request argument: the hot path, flat)
     """Envelope -> Scrapy request, callbacks resolved on ``spider`` (without a spider the
     request has no callback, so Scrapy uses the spider's default ``parse``). Whatever the
@@ -296,8 +309,9 @@ def to_request(env: Envelope, spider: scrapy.Spider | None = None) -> scrapy.Req
     except DecodeError:
         raise
     except Exception as exc:  # whatever a corrupt envelope makes Scrapy raise
-        raise DecodeError(f"cannot rebuild request {env.url!r}: {exc.__class__.__name__}: "
-                          f"{exc}") from None
+        raise DecodeError(
+            f"cannot rebuild request {env.url!r}: {exc.__class__.__name__}: {exc}"
+        ) from None
 
 
 # An http(s) URL in the form Scrapy's URL escaping (safe_url_string) leaves as it is:
@@ -323,10 +337,10 @@ def _trusting_class(cls: Any) -> Any:
     """For one of Scrapy's own request classes, a subclass of the same memory layout
     whose URL setter keeps the URL as given (None if this Scrapy does not allow it)."""
     if f"{cls.__module__}.{cls.__qualname__}" not in _TRUSTED_CLASSES or not hasattr(
-            cls, "_set_url"):
+        cls, "_set_url"
+    ):
         return None
-    fast: Any = type(f"_Stored{cls.__name__}", (cls,),
-                     {"__slots__": (), "_set_url": _keep_url})
+    fast: Any = type(f"_Stored{cls.__name__}", (cls,), {"__slots__": (), "_set_url": _keep_url})
     url = "http://example.com/a?b=1#c"
     try:  # this Scrapy builds it the same both ways, and lets the class be swapped
         probe = cls.__new__(cls)

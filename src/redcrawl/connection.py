@@ -45,8 +45,14 @@ from redcrawl.errors import ConfigError, RedcrawlError, RedisUnavailable
 from redcrawl.redis_server import bundled_binary, server_args, spawn, wait_ready
 from redcrawl.settings import Settings
 
-__all__ = ["EmbeddedRedis", "connect", "redact", "redis_cli_hint", "redis_server_binary",
-           "stop_embedded"]
+__all__ = [
+    "EmbeddedRedis",
+    "connect",
+    "redact",
+    "redis_cli_hint",
+    "redis_server_binary",
+    "stop_embedded",
+]
 
 log = logging.getLogger(__name__)
 
@@ -168,9 +174,13 @@ class EmbeddedRedis:
     def _spawn(self, timeout: float) -> None:
         if self.socket.exists():
             self.socket.unlink()
-        args = server_args(unix_socket=self.socket, directory=self.directory,
-                           persistence="aof", logfile=self.directory / "redis.log",
-                           pidfile=self.directory / "redis.pid")
+        args = server_args(
+            unix_socket=self.socket,
+            directory=self.directory,
+            persistence="aof",
+            logfile=self.directory / "redis.log",
+            pidfile=self.directory / "redis.pid",
+        )
         # not in our session: a Ctrl-C to this process must not stop a shared server
         self.proc = spawn(self.binary or redis_server_binary(), args, new_session=True)
         if not wait_ready(self.proc, timeout, unix_socket_path=str(self.socket)):
@@ -291,8 +301,12 @@ def _announce(server: EmbeddedRedis) -> None:
     if server.socket in _announced:
         return
     _announced.add(server.socket)
-    log.info("embedded Redis at %s (data in %s); inspect it with: %s", server.url,
-             server.directory, server.cli_hint)
+    log.info(
+        "embedded Redis at %s (data in %s); inspect it with: %s",
+        server.url,
+        server.directory,
+        server.cli_hint,
+    )
 
 
 def resolve_url(settings: Settings) -> str:
@@ -334,13 +348,15 @@ def stop_embedded(settings: Settings, *, force: bool = False) -> bool:
             raise RedcrawlError(
                 f"the embedded Redis in {server.directory} is in use by {len(live)} "
                 f"process{'es' if len(live) > 1 else ''} (pid {pids}); it stops by itself "
-                f"when the last one exits. Stop them first, or force it")
+                f"when the last one exits. Stop them first, or force it"
+            )
         server._shutdown()
     return True
 
 
-def connect(settings: Settings, *, url: str | None = None, check: bool = True,
-            **overrides: Any) -> redis.Redis:
+def connect(
+    settings: Settings, *, url: str | None = None, check: bool = True, **overrides: Any
+) -> redis.Redis:
     """A redis-py client for ``url`` (default: :func:`resolve_url`), retrying with backoff.
 
     ``check`` pings the server now and raises :class:`RedisUnavailable` if it does not
@@ -353,8 +369,11 @@ def connect(settings: Settings, *, url: str | None = None, check: bool = True,
         "health_check_interval": 30,
         # never wait forever on a silent network (a partition without RST)
         "socket_timeout": SOCKET_TIMEOUT,
-        **({} if url.startswith("unix:") else {"socket_keepalive": True,
-                                                 "socket_connect_timeout": 10}),
+        **(
+            {}
+            if url.startswith("unix:")
+            else {"socket_keepalive": True, "socket_connect_timeout": 10}
+        ),
         **settings.redis_params,
         # as scrapy-redis: REDIS_DB for a URL that names no database (the URL's wins)
         **({} if settings.redis_db is None else {"db": settings.redis_db}),
@@ -365,8 +384,15 @@ def connect(settings: Settings, *, url: str | None = None, check: bool = True,
     except ValueError as exc:
         raise ConfigError("REDCRAWL_REDIS_URL", f"{redact(url)}: {exc}") from None
     if check:
-        probe = redis.Redis.from_url(url, **{**params, "retry": Retry(NoBackoff(), 0),
-                                             "socket_connect_timeout": 5, "socket_timeout": 5})
+        probe = redis.Redis.from_url(
+            url,
+            **{
+                **params,
+                "retry": Retry(NoBackoff(), 0),
+                "socket_connect_timeout": 5,
+                "socket_timeout": 5,
+            },
+        )
         try:
             probe.ping()
         except redis.exceptions.AuthenticationError as exc:

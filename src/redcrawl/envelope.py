@@ -48,7 +48,6 @@ class Envelope:
     not imported (yet): :func:`to_request` looks it up again, or fails with DecodeError."""
 
 
-
 def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:  # noqa: C901 (one branch per optional envelope field: the hot path, flat)
     """Envelope -> bytes. Raises :class:`EncodeError` naming the value that can't be stored.
 
@@ -86,8 +85,10 @@ def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:  # noqa: C901 (
         d["df"] = True
     if env.cb_kwargs:
         if not all(type(k) is str for k in env.cb_kwargs):
-            raise EncodeError(f"request {env.url}: cb_kwargs keys must be strings (they are "
-                              f"keyword arguments), got {list(env.cb_kwargs)!r}")
+            raise EncodeError(
+                f"request {env.url}: cb_kwargs keys must be strings (they are "
+                f"keyword arguments), got {list(env.cb_kwargs)!r}"
+            )
         d["k"] = env.cb_kwargs
     if env.encoding != "utf-8":
         d["e"] = env.encoding
@@ -107,8 +108,12 @@ def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:  # noqa: C901 (
                 d["v"] = FORMAT_VERSION
                 data = pack(d)
     except (TypeError, ValueError, OverflowError, RecursionError) as exc:
-        for name, key in (("cookies", "c"), ("meta", "mt"), ("cb_kwargs", "k"),
-                          ("request attributes", "x")):
+        for name, key in (
+            ("cookies", "c"),
+            ("meta", "mt"),
+            ("cb_kwargs", "k"),
+            ("request attributes", "x"),
+        ):
             problem = storage_problem(d[key], name) if key in d else None
             if problem:
                 raise EncodeError(problem) from None  # starts with the key (the API relies on it)
@@ -185,11 +190,15 @@ def decode(data: bytes) -> Envelope:
 def _decode_headers(headers: list[Any]) -> list[tuple[bytes, list[bytes]]]:
     out: list[tuple[bytes, list[bytes]]] = []
     for item in headers:
-        if (not isinstance(item, list) or len(item) != 2 or not isinstance(item[0], bytes)
-                or not isinstance(item[1], list)
-                or not all(isinstance(x, bytes) for x in item[1])):
-            raise DecodeError("envelope headers are malformed: want [[name, [values]], ...] "
-                              "of bytes")
+        if (
+            not isinstance(item, list)
+            or len(item) != 2
+            or not isinstance(item[0], bytes)
+            or not isinstance(item[1], list)
+            or not all(isinstance(x, bytes) for x in item[1])
+        ):
+            raise DecodeError(
+                "envelope headers are malformed: want [[name, [values]], ...] of bytes"
+            )
         out.append((item[0], item[1]))
     return out
-

@@ -56,11 +56,22 @@ log = logging.getLogger(__name__)
 class Feeder:
     """Leases, stores and acknowledges for one worker on a thread of its own."""
 
-    def __init__(self, frontier: FrontierCore, worker: str, *, prefetch: int = 16,
-                 lookahead: int = 2, concurrency: int = 16, batch_size: int = 100,
-                 heartbeat: float = 20.0, poll_interval: float = 0.5, tick: float = 1.0,
-                 on_ready: Callable[[], None] | None = None,
-                 on_tick: Callable[[], None] | None = None, polite: bool = False) -> None:
+    def __init__(
+        self,
+        frontier: FrontierCore,
+        worker: str,
+        *,
+        prefetch: int = 16,
+        lookahead: int = 2,
+        concurrency: int = 16,
+        batch_size: int = 100,
+        heartbeat: float = 20.0,
+        poll_interval: float = 0.5,
+        tick: float = 1.0,
+        on_ready: Callable[[], None] | None = None,
+        on_tick: Callable[[], None] | None = None,
+        polite: bool = False,
+    ) -> None:
         self.frontier = frontier
         self.worker = worker
         self.prefetch = prefetch
@@ -93,22 +104,21 @@ class Feeder:
         self._releases: list[Lease] = []
         self._stats: dict[str, int] = {}
         self._crawl_stats: dict[str, int] = {}
-        self._gen = 0             # local changes (store/ack/nack) so far
+        self._gen = 0  # local changes (store/ack/nack) so far
         self._counts: Counts | None = None
-        self._counts_gen = -1     # the local changes the counts were read after
-        self._settled_gen = 0     # the local changes sent to Redis
-        self._others = 0          # other workers of the crawl (heartbeats)
-        self._demand = False      # take() found nothing
-        self._refresh = False     # counts wanted now
-        self._next_lease = 0.0    # nothing was ready: don't ask before this
+        self._counts_gen = -1  # the local changes the counts were read after
+        self._settled_gen = 0  # the local changes sent to Redis
+        self._others = 0  # other workers of the crawl (heartbeats)
+        self._demand = False  # take() found nothing
+        self._refresh = False  # counts wanted now
+        self._next_lease = 0.0  # nothing was ready: don't ask before this
         self._call_since: float | None = None
         self._failing_since: float | None = None
         self._stop = False
         self._closed = False
         self.error: BaseException | None = None
         """A fatal error of the thread (Redis refused a call): the caller should stop."""
-        self._thread = threading.Thread(target=self._run, name=f"redcrawl-io {worker}",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"redcrawl-io {worker}", daemon=True)
 
     # --- the caller's side (never waits on Redis) ---------------------------------------
     def start(self) -> None:
@@ -180,8 +190,14 @@ class Feeder:
     def busy(self) -> bool:
         """Whether anything local is not settled yet (buffered, or a call on its way)."""
         with self._cond:
-            return bool(self._ready or self._push or self._acks or self._nacks
-                        or self._releases or self._call_since is not None)
+            return bool(
+                self._ready
+                or self._push
+                or self._acks
+                or self._nacks
+                or self._releases
+                or self._call_since is not None
+            )
 
     def crawl_counts(self, refresh: bool = False) -> Counts | None:
         """The crawl-wide counts as last read, if read after everything this worker did
@@ -253,11 +269,17 @@ class Feeder:
         return out
 
     def _due(self, now: float, next_beat: float, next_tick: float) -> bool:
-        return bool(self._stop or self._refresh or self._nacks or self._releases
-                    or len(self._push) >= self.batch_size
-                    or len(self._acks) >= self.batch_size
-                    or now >= next_beat or now >= next_tick
-                    or self._lease_size(now) > 0)
+        return bool(
+            self._stop
+            or self._refresh
+            or self._nacks
+            or self._releases
+            or len(self._push) >= self.batch_size
+            or len(self._acks) >= self.batch_size
+            or now >= next_beat
+            or now >= next_tick
+            or self._lease_size(now) > 0
+        )
 
     def _run(self) -> None:  # noqa: C901 (the I/O thread's loop: its error handling in one place)
         now = time.monotonic()
@@ -307,8 +329,11 @@ class Feeder:
                 with self._cond:
                     if self._failing_since is None:
                         self._failing_since = self._call_since
-                        log.error("redcrawl: Redis is not answering (%s); this worker goes "
-                                  "on with what it holds and keeps trying", exc)
+                        log.error(
+                            "redcrawl: Redis is not answering (%s); this worker goes "
+                            "on with what it holds and keeps trying",
+                            exc,
+                        )
                     self._call_since = None
                     self._cond.wait(1.0)
                 continue
@@ -324,32 +349,46 @@ class Feeder:
                 self._settled_gen = gen
                 self._cond.notify_all()
                 if self._failing_since is not None:
-                    log.warning("redcrawl: Redis answers again after %.1f s",
-                                time.monotonic() - self._failing_since)
+                    log.warning(
+                        "redcrawl: Redis answers again after %.1f s",
+                        time.monotonic() - self._failing_since,
+                    )
                 self._failing_since = self._call_since = None
                 if stopping:
                     self._closed = True
                     return
 
-    def _step(self, push: list[Envelope], acks: list[Lease],
-              nacks: list[tuple[Lease, str, bool]], releases: list[Lease], n: int,
-              now: float) -> None:
+    def _step(
+        self,
+        push: list[Envelope],
+        acks: list[Lease],
+        nacks: list[tuple[Lease, str, bool]],
+        releases: list[Lease],
+        n: int,
+        now: float,
+    ) -> None:
         """One round: settle (store, ack, lease n), then nacks, then releases. What did
         not go out is put back in front of the buffers (and the error propagates)."""
         f = self.frontier
         try:
             if push or acks or n:
                 out = f.settle(push=push, ack=acks, lease=(self.worker, n) if n else None)
-                self._account(out.pushed.accepted, out.pushed.filtered, out.acked,
-                              len(acks) - out.acked, len(out.leases), n, now)
+                self._account(
+                    out.pushed.accepted,
+                    out.pushed.filtered,
+                    out.acked,
+                    len(acks) - out.acked,
+                    len(out.leases),
+                    n,
+                    now,
+                )
                 if self.polite and n and not out.leases:
                     # every site with ready work is busy or waiting for its delay: ask
                     # again when the first one opens, if that is before the next poll
                     opens = f.next_open()
                     if opens is not None:
                         with self._cond:
-                            self._next_lease = min(self._next_lease,
-                                                   now + max(opens, 0.005))
+                            self._next_lease = min(self._next_lease, now + max(opens, 0.005))
                 push, acks = [], []
                 with self._cond:
                     self._ready.extend(out.leases)
@@ -376,8 +415,16 @@ class Feeder:
                     self._nacks[:0] = nacks
                     self._releases[:0] = releases
 
-    def _account(self, accepted: int, filtered: int, acked: int, stale: int, leased: int,
-                 asked: int, now: float) -> None:
+    def _account(
+        self,
+        accepted: int,
+        filtered: int,
+        acked: int,
+        stale: int,
+        leased: int,
+        asked: int,
+        now: float,
+    ) -> None:
         with self._cond:
             self._inc("stored", accepted)
             self._inc("filtered_remote", filtered)

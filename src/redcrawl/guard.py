@@ -29,8 +29,7 @@ from redcrawl.settings import Settings
 if TYPE_CHECKING:
     from redcrawl.frontier import FrontierCore
 
-__all__ = ["MemoryWatch", "check_eviction", "check_memory", "check_memory_policy",
-           "check_server"]
+__all__ = ["MemoryWatch", "check_eviction", "check_memory", "check_memory_policy", "check_server"]
 
 
 class NotAllowed(Exception):
@@ -44,16 +43,21 @@ def _memory_info(client: Any) -> tuple[str, int, int]:
         info = client.info("memory")
     except redis.exceptions.ResponseError as exc:  # NoPermissionError, unknown command
         raise NotAllowed(str(exc)) from None
-    return (str(info.get("maxmemory_policy", "noeviction")), int(info.get("maxmemory", 0)),
-            int(info.get("used_memory", 0)))
+    return (
+        str(info.get("maxmemory_policy", "noeviction")),
+        int(info.get("maxmemory", 0)),
+        int(info.get("used_memory", 0)),
+    )
 
 
 def _not_checked(reason: str) -> str:
-    return (f"could not check the Redis server's eviction policy and memory use: INFO is "
-            f"not allowed for this connection ({reason}). Nothing protects the crawl from "
-            f"eviction or a full server: make sure maxmemory-policy is noeviction and watch "
-            f"memory yourself, or allow the command to redcrawl's ACL user (ACL SETUSER "
-            f"<user> +info)")
+    return (
+        f"could not check the Redis server's eviction policy and memory use: INFO is "
+        f"not allowed for this connection ({reason}). Nothing protects the crawl from "
+        f"eviction or a full server: make sure maxmemory-policy is noeviction and watch "
+        f"memory yourself, or allow the command to redcrawl's ACL user (ACL SETUSER "
+        f"<user> +info)"
+    )
 
 
 def check_eviction(settings: Settings, policy: str, maxmemory: int) -> str | None:
@@ -63,18 +67,25 @@ def check_eviction(settings: Settings, policy: str, maxmemory: int) -> str | Non
     evicts = policy.startswith("allkeys-") or (policy.startswith("volatile-") and ttl_keys)
     if not evicts:
         return None
-    what = ("evicts any key" if policy.startswith("allkeys-") else
-            "evicts keys with a TTL, and the crawl's DONE fingerprints expire by recrawl "
-            "window (REDCRAWL_RECRAWL_AFTER)")
-    message = (f"the Redis server's maxmemory-policy is {policy}, which {what}: when memory "
-               f"runs out, requests and fingerprints would vanish without an error. Set "
-               f"maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction) and give "
-               f"Redis enough memory, or set REDCRAWL_ALLOW_EVICTION=true to run anyway")
+    what = (
+        "evicts any key"
+        if policy.startswith("allkeys-")
+        else "evicts keys with a TTL, and the crawl's DONE fingerprints expire by recrawl "
+        "window (REDCRAWL_RECRAWL_AFTER)"
+    )
+    message = (
+        f"the Redis server's maxmemory-policy is {policy}, which {what}: when memory "
+        f"runs out, requests and fingerprints would vanish without an error. Set "
+        f"maxmemory-policy noeviction (CONFIG SET maxmemory-policy noeviction) and give "
+        f"Redis enough memory, or set REDCRAWL_ALLOW_EVICTION=true to run anyway"
+    )
     if maxmemory == 0:
         return message.replace("when memory runs out", "once a maxmemory is set")
     if settings.allow_eviction:
-        return message.replace(", or set REDCRAWL_ALLOW_EVICTION=true to run anyway",
-                               " (running anyway: REDCRAWL_ALLOW_EVICTION is set)")
+        return message.replace(
+            ", or set REDCRAWL_ALLOW_EVICTION=true to run anyway",
+            " (running anyway: REDCRAWL_ALLOW_EVICTION is set)",
+        )
     raise ConfigError("REDCRAWL_ALLOW_EVICTION", message)
 
 
@@ -82,10 +93,12 @@ def check_memory(settings: Settings, maxmemory: int, used: int) -> str | None:
     """A warning when used memory is past the warning ratio of maxmemory."""
     if maxmemory <= 0 or used < settings.memory_warn_ratio * maxmemory:
         return None
-    return (f"Redis uses {used / 2**20:.0f} MiB of its maxmemory {maxmemory / 2**20:.0f} MiB "
-            f"({used / maxmemory:.0%}, warning at {settings.memory_warn_ratio:.0%}); at the "
-            f"limit writes fail (noeviction) and workers stop. Raise maxmemory, or use "
-            f"REDCRAWL_DEDUPE=bloom for a smaller fingerprint filter")
+    return (
+        f"Redis uses {used / 2**20:.0f} MiB of its maxmemory {maxmemory / 2**20:.0f} MiB "
+        f"({used / maxmemory:.0%}, warning at {settings.memory_warn_ratio:.0%}); at the "
+        f"limit writes fail (noeviction) and workers stop. Raise maxmemory, or use "
+        f"REDCRAWL_DEDUPE=bloom for a smaller fingerprint filter"
+    )
 
 
 def check_memory_policy(client: Any, settings: Settings) -> list[str]:
@@ -95,8 +108,10 @@ def check_memory_policy(client: Any, settings: Settings) -> list[str]:
         policy, maxmemory, used = _memory_info(client)
     except NotAllowed as exc:
         return [_not_checked(str(exc))]
-    warnings = [check_eviction(settings, policy, maxmemory),
-                check_memory(settings, maxmemory, used)]
+    warnings = [
+        check_eviction(settings, policy, maxmemory),
+        check_memory(settings, maxmemory, used),
+    ]
     return [w for w in warnings if w]
 
 

@@ -14,8 +14,15 @@ from dataclasses import dataclass
 
 from redcrawl.errors import ConfigError
 
-__all__ = ["CRAWL_NAME_PATTERN", "HISTORY_MINUTES", "HISTORY_TTL", "CrawlKeys",
-           "crawl_of_stats_key", "stats_key_pattern", "validate_crawl_name"]
+__all__ = [
+    "CRAWL_NAME_PATTERN",
+    "HISTORY_MINUTES",
+    "HISTORY_TTL",
+    "CrawlKeys",
+    "crawl_of_stats_key",
+    "stats_key_pattern",
+    "validate_crawl_name",
+]
 
 CRAWL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
 """What a crawl name may be (it is a Redis Cluster hash tag, so no braces)."""
@@ -54,8 +61,9 @@ class CrawlKeys:
     def __post_init__(self) -> None:
         validate_crawl_name(self.crawl)
         if not self.prefix or "{" in self.prefix or "}" in self.prefix:
-            raise ConfigError("REDCRAWL_KEY_PREFIX", f"{self.prefix!r}: give a non-empty prefix "
-                              "without braces")
+            raise ConfigError(
+                "REDCRAWL_KEY_PREFIX", f"{self.prefix!r}: give a non-empty prefix without braces"
+            )
         if not 1 <= self.tiers <= 16:
             raise ConfigError("REDCRAWL_TIERS", f"{self.tiers} tiers; use 1 to 16")
 
@@ -254,11 +262,16 @@ class CrawlKeys:
         ``polite`` (lists): then the ``open`` zset of each tier, the per-key queue base,
         the per-key state base, :attr:`pol_override` and :attr:`pol_slots`."""
         if shards is not None:
-            return [*self.script_keys()[:-self.tiers], *self.streams(shards)]
+            return [*self.script_keys()[: -self.tiers], *self.streams(shards)]
         if polite:
-            return [*self.script_keys(), *(self.open(t) for t in range(self.tiers)),
-                    self.pol_queue_base, self.pol_state_base, self.pol_override,
-                    self.pol_slots]
+            return [
+                *self.script_keys(),
+                *(self.open(t) for t in range(self.tiers)),
+                self.pol_queue_base,
+                self.pol_state_base,
+                self.pol_override,
+                self.pol_slots,
+            ]
         return [
             self.req,
             self.inflight,
@@ -280,8 +293,13 @@ class CrawlKeys:
         then the dedupe filters' keys under :attr:`fp_done` and :attr:`fp_seen`), for
         every possible number of tiers."""
         every_tier = CrawlKeys(self.crawl, self.prefix, 16)
-        return [*self.script_keys()[:-self.tiers], *(every_tier.ready(t) for t in range(16)),
-                *(every_tier.open(t) for t in range(16)), self.pol_override, self.pol_slots]
+        return [
+            *self.script_keys()[: -self.tiers],
+            *(every_tier.ready(t) for t in range(16)),
+            *(every_tier.open(t) for t in range(16)),
+            self.pol_override,
+            self.pol_slots,
+        ]
 
     def pol_patterns(self) -> list[str]:
         """SCAN patterns of the per-key politeness keys (queues and state): purge."""
@@ -300,5 +318,5 @@ def crawl_of_stats_key(key: bytes | str, prefix: str = "rc") -> str | None:
     head, tail = f"{prefix}:{{", "}:stats"
     if not (text.startswith(head) and text.endswith(tail)):
         return None
-    name = text[len(head):-len(tail)]
+    name = text[len(head) : -len(tail)]
     return name if _CRAWL_NAME.match(name) else None

@@ -34,23 +34,32 @@ POLL = 0.05
 class CrawlLock:
     """The crawl-level lock ``name``, held for ``ttl`` seconds unless renewed."""
 
-    def __init__(self, client: redis.Redis, keys: CrawlKeys, name: str, *, ttl: float = 30.0,
-                 wait: float = 0.0) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: CrawlKeys,
+        name: str,
+        *,
+        ttl: float = 30.0,
+        wait: float = 0.0,
+    ) -> None:
         self.client = client
         self.key = keys.lock(name)
         self.ttl_ms = max(1, int(ttl * 1000))
         self.wait = wait
         self.token = secrets.token_hex(16)
         self.acquired = False
-        self._lock = redis.lock.Lock(client, self.key, timeout=self.ttl_ms / 1000,
-                                     sleep=POLL, thread_local=False)
+        self._lock = redis.lock.Lock(
+            client, self.key, timeout=self.ttl_ms / 1000, sleep=POLL, thread_local=False
+        )
 
     def acquire(self, wait: float | None = None) -> bool:
         """Try to take the lock, polling for up to ``wait`` seconds. True if taken."""
         wait = self.wait if wait is None else wait
         with redis_errors("lock acquire"):
-            taken = self._lock.acquire(blocking=wait > 0, blocking_timeout=max(wait, 0.0),
-                                       token=self.token)
+            taken = self._lock.acquire(
+                blocking=wait > 0, blocking_timeout=max(wait, 0.0), token=self.token
+            )
         self.acquired = bool(taken)
         return self.acquired
 
@@ -63,8 +72,10 @@ class CrawlLock:
                 self._lock.extend(seconds, replace_ttl=True)
         except redis.exceptions.LockError as exc:  # LockNotOwnedError is one
             self.acquired = False
-            raise LockError(f"lock {self.key} expired or is held by another owner ({exc}); "
-                            "renew it more often than its ttl") from exc
+            raise LockError(
+                f"lock {self.key} expired or is held by another owner ({exc}); "
+                "renew it more often than its ttl"
+            ) from exc
 
     def release(self) -> bool:
         """Release the lock if it is still ours. Returns False if it was not."""
@@ -85,7 +96,11 @@ class CrawlLock:
         self.acquire()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         if self.acquired:
             self.release()

@@ -79,9 +79,24 @@ DEFAULT_DUPEFILTER_KEY = "%(spider)s:dupefilter"
 MIGRATED_FIELD = "migrated-from"
 """Field of the crawl's control hash: JSON of the imports done into it, by queue key."""
 
-_REQUEST_KEYS = frozenset(("url", "callback", "errback", "headers", "body", "cookies", "meta",
-                           "encoding", "flags", "cb_kwargs", "dont_filter", "method",
-                           "priority", "_class"))
+_REQUEST_KEYS = frozenset(
+    (
+        "url",
+        "callback",
+        "errback",
+        "headers",
+        "body",
+        "cookies",
+        "meta",
+        "encoding",
+        "flags",
+        "cb_kwargs",
+        "dont_filter",
+        "method",
+        "priority",
+        "_class",
+    )
+)
 EXAMPLES = 5
 """Refused or unstorable entries described in the result."""
 LOCK_TTL = 60.0
@@ -109,7 +124,8 @@ class RequestUnpickler(pickle.Unpickler):
             return super().find_class(module, name)
         raise pickle.UnpicklingError(
             f"refused: the entry needs {module}.{name}; a Scrapy request dict needs no "
-            "class or function")
+            "class or function"
+        )
 
     def persistent_load(self, pid: Any) -> Any:
         raise pickle.UnpicklingError("refused: the entry uses a persistent id")
@@ -120,8 +136,11 @@ def unpickle_request_dict(data: bytes) -> dict[str, Any]:
     try:
         obj = RequestUnpickler(io.BytesIO(data)).load()
     except Exception as exc:  # UnpicklingError, EOFError, RecursionError, ...
-        reason = str(exc) if str(exc).startswith("refused") else (
-            f"not a readable pickle ({type(exc).__name__}: {exc})")
+        reason = (
+            str(exc)
+            if str(exc).startswith("refused")
+            else (f"not a readable pickle ({type(exc).__name__}: {exc})")
+        )
         raise RefusedEntry(reason) from None
     if not isinstance(obj, dict):
         raise RefusedEntry(f"refused: a pickled {type(obj).__name__}, not a request dict")
@@ -148,8 +167,11 @@ def request_dict_to_envelope(d: dict[str, Any]) -> codec.Envelope:
     for name, values in _typed(d, "headers", dict, {}).items():
         if isinstance(values, bytes | str):
             values = [values]
-        if not isinstance(name, bytes | str) or not isinstance(values, list | tuple) or not all(
-                isinstance(v, bytes | str) for v in values):
+        if (
+            not isinstance(name, bytes | str)
+            or not isinstance(values, list | tuple)
+            or not all(isinstance(v, bytes | str) for v in values)
+        ):
             raise RefusedEntry("refused: malformed headers")
         headers.append((_as_bytes(name), [_as_bytes(v) for v in values]))
     request_class = _typed(d, "_class", str, None)
@@ -225,27 +247,37 @@ def _queue_order(source: Any, key: str, queue_class: str | None) -> tuple[str, O
     if queue_class is not None:
         wanted = QUEUE_CLASSES.get(queue_class.strip())
         if wanted is None:
-            raise ConfigError("SCHEDULER_QUEUE_CLASS", f"{queue_class!r} is not a scrapy-redis "
-                              f"queue class; use one of {', '.join(QUEUE_CLASSES)}")
+            raise ConfigError(
+                "SCHEDULER_QUEUE_CLASS",
+                f"{queue_class!r} is not a scrapy-redis "
+                f"queue class; use one of {', '.join(QUEUE_CLASSES)}",
+            )
     if kind == "zset":
         if wanted not in (None, "priority"):
-            raise ConfigError("SCHEDULER_QUEUE_CLASS", f"{key!r} is a sorted set, written by "
-                              f"PriorityQueue, not a {wanted} queue")
+            raise ConfigError(
+                "SCHEDULER_QUEUE_CLASS",
+                f"{key!r} is a sorted set, written by PriorityQueue, not a {wanted} queue",
+            )
         return kind, "priority"
     if kind == "list":
         if wanted == "priority":
-            raise ConfigError("SCHEDULER_QUEUE_CLASS", f"{key!r} is a list, written by "
-                              "FifoQueue or LifoQueue; name which one (the list alone does "
-                              "not say)")
+            raise ConfigError(
+                "SCHEDULER_QUEUE_CLASS",
+                f"{key!r} is a list, written by "
+                "FifoQueue or LifoQueue; name which one (the list alone does "
+                "not say)",
+            )
         return kind, wanted or "fifo"
     if kind == "none":
         return kind, wanted or "priority"
-    raise ConfigError("--queue-key", f"{key!r} is a {kind}, not a scrapy-redis queue "
-                      "(a sorted set or a list)")
+    raise ConfigError(
+        "--queue-key", f"{key!r} is a {kind}, not a scrapy-redis queue (a sorted set or a list)"
+    )
 
 
-def _entries(source: Any, key: str, kind: str, order: Ordering, reverse: bool,
-             page: int) -> Iterator[tuple[int, bytes]]:
+def _entries(
+    source: Any, key: str, kind: str, order: Ordering, reverse: bool, page: int
+) -> Iterator[tuple[int, bytes]]:
     """The queue's entries in the order scrapy-redis pops them (or the reverse), read in
     pages: ``(position, data)``. ZRANGE ascending is the PriorityQueue's pop order,
     LRANGE from the right end the FifoQueue's, from the left the LifoQueue's."""
@@ -304,59 +336,99 @@ def import_scrapy_redis(
     dkey = dupefilter_key % {"spider": spider}
     result = MigrationResult(queue_key=qkey, dupefilter_key=dkey, dry_run=dry_run)
     if frontier.settings.canonicalize:
-        raise ConfigError("REDCRAWL_CANONICALIZE", "a migrated crawl computes fingerprints "
-                          "as scrapy-redis does; turn canonicalisation off for it")
+        raise ConfigError(
+            "REDCRAWL_CANONICALIZE",
+            "a migrated crawl computes fingerprints "
+            "as scrapy-redis does; turn canonicalisation off for it",
+        )
     with redis_errors("reading the scrapy-redis keys"):
         kind, order = _queue_order(source, qkey, queue_class)
         dkind = source.type(dkey)
     dkind = dkind.decode() if isinstance(dkind, bytes) else str(dkind)
     if dkind not in ("set", "none"):
-        raise ConfigError("--dupefilter-key", f"{dkey!r} is a {dkind}, not the set of hex "
-                          "fingerprints a scrapy-redis dupefilter is")
+        raise ConfigError(
+            "--dupefilter-key",
+            f"{dkey!r} is a {dkind}, not the set of hex fingerprints a scrapy-redis dupefilter is",
+        )
     if kind == "none" and dkind == "none":
-        raise ConfigError("SPIDER", f"neither {qkey!r} nor {dkey!r} exists on the source "
-                          "Redis: check the spider name, --source-url and the key templates "
-                          "(SCHEDULER_QUEUE_KEY, SCHEDULER_DUPEFILTER_KEY)")
+        raise ConfigError(
+            "SPIDER",
+            f"neither {qkey!r} nor {dkey!r} exists on the source "
+            "Redis: check the spider name, --source-url and the key templates "
+            "(SCHEDULER_QUEUE_KEY, SCHEDULER_DUPEFILTER_KEY)",
+        )
     result.queue_type, result.queue_order = kind, order
     target = frontier.settings.ordering
     if order == "priority" and target != "priority":
         result.warnings.append(
             f"the scrapy-redis queue is a PriorityQueue (strict priority) and the crawl's "
             f"ordering is {target}: priorities are kept but map to tiers (set "
-            "SCHEDULER_QUEUE_CLASS or REDCRAWL_ORDERING to priority for strict order)")
+            "SCHEDULER_QUEUE_CLASS or REDCRAWL_ORDERING to priority for strict order)"
+        )
     previous = _read_migrations(frontier)
     if qkey in previous and not force and not dry_run:
-        raise ConfigError("--force", f"{qkey!r} was imported into crawl "
-                          f"{frontier.crawl!r} already ({previous[qkey]}); importing it "
-                          "again would queue its dont_filter requests twice. Use --force "
-                          "to import it anyway")
+        raise ConfigError(
+            "--force",
+            f"{qkey!r} was imported into crawl "
+            f"{frontier.crawl!r} already ({previous[qkey]}); importing it "
+            "again would queue its dont_filter requests twice. Use --force "
+            "to import it anyway",
+        )
     if dry_run:
         with redis_errors("reading the crawl's fingerprint mode"):
             mode = frontier.client.hget(frontier.keys.control, MODE_FIELD)
         if mode not in (None, b"scrapy-redis"):
-            result.warnings.append(f"crawl {frontier.crawl!r} uses {mode.decode()!r} "
-                                   "fingerprints: the import would be refused")
+            result.warnings.append(
+                f"crawl {frontier.crawl!r} uses {mode.decode()!r} "
+                "fingerprints: the import would be refused"
+            )
     else:
         crawl_fingerprint_mode(frontier.client, frontier.keys, "scrapy-redis")
     fingerprinter = Fingerprinter(mode="scrapy-redis")
     lock = CrawlLock(frontier.client, frontier.keys, "migrate", ttl=LOCK_TTL)
     if not dry_run and not lock.acquire(wait=0):
-        raise ConfigError("--crawl", f"another import into crawl {frontier.crawl!r} is "
-                          f"running (lock {lock.key}); wait for it, or delete the key if it "
-                          "crashed")
+        raise ConfigError(
+            "--crawl",
+            f"another import into crawl {frontier.crawl!r} is "
+            f"running (lock {lock.key}); wait for it, or delete the key if it "
+            "crashed",
+        )
     try:
-        queued = _import_queue(source, frontier, result, fingerprinter, kind, order,
-                               reverse=target == "lifo", batch=batch, dry_run=dry_run,
-                               lock=lock, progress=progress)
+        queued = _import_queue(
+            source,
+            frontier,
+            result,
+            fingerprinter,
+            kind,
+            order,
+            reverse=target == "lifo",
+            batch=batch,
+            dry_run=dry_run,
+            lock=lock,
+            progress=progress,
+        )
         if dkind == "set":
-            _import_dupefilter(source, frontier, result, queued, batch=batch,
-                               dry_run=dry_run, lock=lock, progress=progress)
+            _import_dupefilter(
+                source,
+                frontier,
+                result,
+                queued,
+                batch=batch,
+                dry_run=dry_run,
+                lock=lock,
+                progress=progress,
+            )
         if not dry_run:
-            previous[qkey] = {"at": int(time.time()), "read": result.queue_read,
-                              "pushed": result.pushed, "done": result.done_added}
+            previous[qkey] = {
+                "at": int(time.time()),
+                "read": result.queue_read,
+                "pushed": result.pushed,
+                "done": result.done_added,
+            }
             with redis_errors("recording the migration"):
-                frontier.client.hset(frontier.keys.control, MIGRATED_FIELD,
-                                     json.dumps(previous, sort_keys=True))
+                frontier.client.hset(
+                    frontier.keys.control, MIGRATED_FIELD, json.dumps(previous, sort_keys=True)
+                )
     finally:
         if lock.acquired:
             lock.release()
@@ -368,10 +440,20 @@ def _note(result: MigrationResult, position: int, reason: str) -> None:
         result.examples.append(f"entry {position}: {reason}")
 
 
-def _import_queue(source: Any, frontier: FrontierCore, result: MigrationResult,
-                  fingerprinter: Fingerprinter, kind: str, order: Ordering, *,
-                  reverse: bool, batch: int, dry_run: bool, lock: CrawlLock,
-                  progress: Callable[[str, int], None] | None) -> set[bytes]:
+def _import_queue(
+    source: Any,
+    frontier: FrontierCore,
+    result: MigrationResult,
+    fingerprinter: Fingerprinter,
+    kind: str,
+    order: Ordering,
+    *,
+    reverse: bool,
+    batch: int,
+    dry_run: bool,
+    lock: CrawlLock,
+    progress: Callable[[str, int], None] | None,
+) -> set[bytes]:
     """Push the queue's requests; returns their fingerprints."""
     if kind == "none":
         return set()
@@ -389,10 +471,10 @@ def _import_queue(source: Any, frontier: FrontierCore, result: MigrationResult,
         pending.clear()
 
     with redis_errors("reading the scrapy-redis queue"):
-        size_before = int(source.zcard(result.queue_key) if kind == "zset"
-                          else source.llen(result.queue_key))
-        for position, data in _entries(source, result.queue_key, kind, order, reverse,
-                                       batch):
+        size_before = int(
+            source.zcard(result.queue_key) if kind == "zset" else source.llen(result.queue_key)
+        )
+        for position, data in _entries(source, result.queue_key, kind, order, reverse, batch):
             result.queue_read += 1
             try:
                 env = request_dict_to_envelope(unpickle_request_dict(bytes(data)))
@@ -418,19 +500,29 @@ def _import_queue(source: Any, frontier: FrontierCore, result: MigrationResult,
                 if progress is not None:
                     progress("queue", result.queue_read)
         flush()
-        size_after = int(source.zcard(result.queue_key) if kind == "zset"
-                         else source.llen(result.queue_key))
+        size_after = int(
+            source.zcard(result.queue_key) if kind == "zset" else source.llen(result.queue_key)
+        )
     if size_after != size_before or size_after != result.queue_read:
         result.source_changed = True
         result.warnings.append(
             f"the queue changed while it was read ({size_before} -> {size_after} entries): "
-            "stop every scrapy-redis worker, then run the import again with --force")
+            "stop every scrapy-redis worker, then run the import again with --force"
+        )
     return fingerprints
 
 
-def _import_dupefilter(source: Any, frontier: FrontierCore, result: MigrationResult,
-                       queued: set[bytes], *, batch: int, dry_run: bool, lock: CrawlLock,
-                       progress: Callable[[str, int], None] | None) -> None:
+def _import_dupefilter(
+    source: Any,
+    frontier: FrontierCore,
+    result: MigrationResult,
+    queued: set[bytes],
+    *,
+    batch: int,
+    dry_run: bool,
+    lock: CrawlLock,
+    progress: Callable[[str, int], None] | None,
+) -> None:
     """Mark the dupefilter's members DONE, except the queued requests' own."""
     pending: list[bytes] = []
 
@@ -447,8 +539,7 @@ def _import_dupefilter(source: Any, frontier: FrontierCore, result: MigrationRes
     with redis_errors("reading the scrapy-redis dupefilter"):
         for member in source.sscan_iter(result.dupefilter_key, count=batch):
             result.dupefilter_read += 1
-            text = member.decode("ascii", "replace") if isinstance(member, bytes) else str(
-                member)
+            text = member.decode("ascii", "replace") if isinstance(member, bytes) else str(member)
             try:
                 if len(text) != 40:
                     raise ValueError(text)
@@ -456,8 +547,7 @@ def _import_dupefilter(source: Any, frontier: FrontierCore, result: MigrationRes
             except ValueError:
                 result.invalid_members += 1
                 if len(result.examples) < EXAMPLES:
-                    result.examples.append(f"dupefilter member {text[:80]!r}: not 40 hex "
-                                           "digits")
+                    result.examples.append(f"dupefilter member {text[:80]!r}: not 40 hex digits")
                 continue
             if fp in queued:
                 result.queued_members += 1
@@ -481,7 +571,8 @@ def dupefilter_import_warnings(source: Any, key: str, frontier: FrontierCore) ->
     except ConfigError as exc:
         warnings.append(
             f"{exc}. The imported fingerprints will not match this crawl's requests: "
-            "import into a new crawl with `redcrawl import-scrapy-redis SPIDER --crawl NEW`")
+            "import into a new crawl with `redcrawl import-scrapy-redis SPIDER --crawl NEW`"
+        )
     queue = key.removesuffix(":dupefilter") + ":requests"
     with redis_errors("reading the scrapy-redis queue"):
         waiting = key.endswith(":dupefilter") and source.exists(queue)
@@ -489,5 +580,6 @@ def dupefilter_import_warnings(source: Any, key: str, frontier: FrontierCore) ->
         warnings.append(
             f"{queue} still holds queued requests: their fingerprints are in {key} too, so "
             "they are marked done here and never fetched. `redcrawl import-scrapy-redis "
-            "SPIDER` moves the queue as well")
+            "SPIDER` moves the queue as well"
+        )
     return warnings

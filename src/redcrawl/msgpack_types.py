@@ -63,8 +63,10 @@ def _tz_out(tz: Any) -> Any:
     if isinstance(tz, dt.timezone):
         args = tz.__getinitargs__()  # type: ignore[attr-defined]
         offset = args[0]
-        return [(offset.days * 86400 + offset.seconds) * 1_000_000 + offset.microseconds,
-                args[1] if len(args) > 1 else None]
+        return [
+            (offset.days * 86400 + offset.seconds) * 1_000_000 + offset.microseconds,
+            args[1] if len(args) > 1 else None,
+        ]
     key = getattr(tz, "key", None)
     if isinstance(tz, zoneinfo.ZoneInfo) and isinstance(key, str):
         return key
@@ -126,8 +128,7 @@ def pack_default(obj: Any) -> Any:  # noqa: C901 (one branch per tagged msgpack 
         return msgpack.ExtType(_EXT_DATE, obj.isoformat().encode())
     if isinstance(obj, dt.timedelta):
         ext_counts[0] += 1
-        return msgpack.ExtType(_EXT_TIMEDELTA,
-                               pack([obj.days, obj.seconds, obj.microseconds]))
+        return msgpack.ExtType(_EXT_TIMEDELTA, pack([obj.days, obj.seconds, obj.microseconds]))
     if isinstance(obj, decimal.Decimal):
         ext_counts[0] += 1
         return msgpack.ExtType(_EXT_DECIMAL, str(obj).encode())
@@ -161,8 +162,8 @@ def pack_default(obj: Any) -> Any:  # noqa: C901 (one branch per tagged msgpack 
 
 
 def pack(value: Any) -> bytes:
-    return msgpack.packb(value, use_bin_type=True, strict_types=True,  # type: ignore[no-any-return]
-                         default=pack_default)
+    packed: bytes = msgpack.packb(value, use_bin_type=True, strict_types=True, default=pack_default)
+    return packed
 
 
 def _lookup_item_class(path: str, kind: str) -> type | None:
@@ -201,8 +202,10 @@ def _build_item(cls: type, path: str, kind: str, fields: dict[str, Any]) -> Any:
         declared = {a.name for a in cast(Any, cls).__attrs_attrs__}
     unknown = set(fields) - declared
     if unknown:
-        raise DecodeError(f"stored {path} has fields {sorted(map(str, unknown))} that the "
-                          "class does not declare (the class changed since it was stored)")
+        raise DecodeError(
+            f"stored {path} has fields {sorted(map(str, unknown))} that the "
+            "class does not declare (the class changed since it was stored)"
+        )
     try:
         if kind == "item":
             item: Any = cast(Any, cls).__new__(cls)
@@ -210,8 +213,10 @@ def _build_item(cls: type, path: str, kind: str, fields: dict[str, Any]) -> Any:
             return item
         missing = declared - set(fields)
         if missing:
-            raise DecodeError(f"stored {path} lacks fields {sorted(missing)} (the class "
-                              "changed since it was stored)")
+            raise DecodeError(
+                f"stored {path} lacks fields {sorted(missing)} (the class "
+                "changed since it was stored)"
+            )
         obj: Any = object.__new__(cls)
         for name, value in fields.items():
             object.__setattr__(obj, name, value)
@@ -224,9 +229,14 @@ def _build_item(cls: type, path: str, kind: str, fields: dict[str, Any]) -> Any:
 
 def _item_in(data: bytes) -> Any:
     value = _unpack(data)
-    if (not isinstance(value, list) or len(value) != 3 or not isinstance(value[0], str)
-            or value[1] not in _ITEM_KINDS or not isinstance(value[2], dict)
-            or not all(isinstance(k, str) for k in value[2])):
+    if (
+        not isinstance(value, list)
+        or len(value) != 3
+        or not isinstance(value[0], str)
+        or value[1] not in _ITEM_KINDS
+        or not isinstance(value[2], dict)
+        or not all(isinstance(k, str) for k in value[2])
+    ):
         raise DecodeError("stored item is malformed: want [class path, kind, {field: value}]")
     path, kind, fields = value
     cls = _lookup_item_class(path, kind)
@@ -291,8 +301,7 @@ def storage_problem(value: Any, path: str, depth: int = 0) -> str | None:  # noq
         except UnicodeEncodeError as exc:
             return f"{path} is not valid text ({exc}); store it as bytes"
         return None
-    if isinstance(value, float | bytes | dt.date | dt.timedelta | decimal.Decimal
-                  | uuid.UUID):
+    if isinstance(value, float | bytes | dt.date | dt.timedelta | decimal.Decimal | uuid.UUID):
         if isinstance(value, dt.datetime | dt.time):
             try:
                 _tz_out(value.tzinfo)
@@ -308,7 +317,8 @@ def storage_problem(value: Any, path: str, depth: int = 0) -> str | None:  # noq
     if isinstance(value, dict):
         for k, item in value.items():
             problem = storage_problem(k, f"{path} key {k!r}", depth + 1) or storage_problem(
-                item, f"{path}[{k!r}]", depth + 1)
+                item, f"{path}[{k!r}]", depth + 1
+            )
             if problem:
                 return problem
         return None
@@ -327,10 +337,11 @@ def storage_problem(value: Any, path: str, depth: int = 0) -> str | None:  # noq
             if problem:
                 return problem
         return None
-    return (f"{path} holds a value of type {type(value).__name__}, which cannot be stored "
-            f"in Redis; keep "
-            f"to {_STORABLE} (or remove the key before the request is scheduled)")
-
+    return (
+        f"{path} holds a value of type {type(value).__name__}, which cannot be stored "
+        f"in Redis; keep "
+        f"to {_STORABLE} (or remove the key before the request is scheduled)"
+    )
 
 
 def resolve_items(value: Any, depth: int = 0) -> Any:
@@ -349,9 +360,7 @@ def resolve_items(value: Any, depth: int = 0) -> Any:
     if depth > MAX_DEPTH:
         raise DecodeError("stored value is nested too deep")
     if isinstance(value, dict):
-        return {resolve_items(k, depth + 1): resolve_items(v, depth + 1)
-                for k, v in value.items()}
+        return {resolve_items(k, depth + 1): resolve_items(v, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple | set | frozenset):
         return type(value)(resolve_items(v, depth + 1) for v in value)
     return value
-

@@ -32,10 +32,16 @@ class ProgressDisplay:
     def __post_init__(self) -> None:
         self.progress = Progress(
             BarColumn(bar_width=12),
-            TextColumn("{task.fields[line]}",
-                       table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+            TextColumn(
+                "{task.fields[line]}",
+                table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1),
+            ),
             TimeElapsedColumn(),
-            console=self.console, refresh_per_second=4, transient=False, expand=True)
+            console=self.console,
+            refresh_per_second=4,
+            transient=False,
+            expand=True,
+        )
         self.task = self.progress.add_task("crawl", total=None, line="starting workers")
 
     def __enter__(self) -> ProgressDisplay:
@@ -47,9 +53,11 @@ class ProgressDisplay:
 
     @staticmethod
     def line(c: Counts, stats: Mapping[str, int], rate: float) -> str:
-        return (f"{c.done:,} pages · {stats.get('items', 0):,} items · "
-                f"{c.ready + c.delayed:,} queued · {c.in_flight:,} in flight · "
-                f"{c.dead:,} dead · {rate:,.0f}/s · {c.retried:,} retries")
+        return (
+            f"{c.done:,} pages · {stats.get('items', 0):,} items · "
+            f"{c.ready + c.delayed:,} queued · {c.in_flight:,} in flight · "
+            f"{c.dead:,} dead · {rate:,.0f}/s · {c.retried:,} retries"
+        )
 
     def __call__(self, tick: Tick) -> None:
         c = tick.counts
@@ -57,8 +65,12 @@ class ProgressDisplay:
         self.samples = [(t, d) for t, d in self.samples if now - t < 10] + [(now, c.done)]
         t0, d0 = self.samples[0]
         rate = (c.done - d0) / (now - t0) if now > t0 else 0.0
-        self.progress.update(self.task, total=max(c.accepted, 1), completed=c.done + c.dead,
-                             line=self.line(c, tick.stats, rate))
+        self.progress.update(
+            self.task,
+            total=max(c.accepted, 1),
+            completed=c.done + c.dead,
+            line=self.line(c, tick.stats, rate),
+        )
 
     def print(self, *objects: Any, **kwargs: Any) -> None:
         """Print above the live line."""

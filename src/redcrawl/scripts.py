@@ -68,17 +68,26 @@ class Scripts:
 
     def __init__(self, client: Any, sources: Mapping[str, Sequence[str]]) -> None:
         self.client = client
-        self._scripts = {name: client.register_script(source(*paths))
-                         for name, paths in sources.items()}
+        self._scripts = {
+            name: client.register_script(source(*paths)) for name, paths in sources.items()
+        }
 
     def __getitem__(self, name: str) -> Any:
         """The registered ``redis.commands.core.Script`` (its ``sha`` for raw pipelines)."""
         return self._scripts[name]
 
-    def run(self, name: str, keys: Sequence[str], args: Sequence[Any], *, client: Any = None,
-            what: str | None = None) -> Any:
+    def run(
+        self,
+        name: str,
+        keys: Sequence[str],
+        args: Sequence[Any],
+        *,
+        client: Any = None,
+        what: str | None = None,
+    ) -> Any:
         """Run script ``name`` (on ``client``, e.g. a pipeline, or this registry's client),
         with Redis errors converted for ``what`` (default: the script's name)."""
         with redis_errors(what or name):
-            return self._scripts[name](keys=list(keys), args=list(args),
-                                       client=client or self.client)
+            return self._scripts[name](
+                keys=list(keys), args=list(args), client=client or self.client
+            )

@@ -18,9 +18,16 @@ from redcrawl.urls import url_problem
 __all__ = ["seed"]
 
 
-def seed(urls: Iterable[str], *, settings: Settings, crawl: str,
-         callback: str | None = None, priority: int = 0,
-         client: Any = None, recrawl: bool = False) -> PushResult:
+def seed(
+    urls: Iterable[str],
+    *,
+    settings: Settings,
+    crawl: str,
+    callback: str | None = None,
+    priority: int = 0,
+    client: Any = None,
+    recrawl: bool = False,
+) -> PushResult:
     """Push start URLs straight into a crawl's frontier (durable, deduplicated the way
     the scheduler dedupes). ``callback`` names a spider method (default: ``parse``).
     ``recrawl``: URLs already DONE are accepted again. A URL that is not a crawlable
@@ -36,6 +43,8 @@ def seed(urls: Iterable[str], *, settings: Settings, crawl: str,
         raise EncodeError(f"callback {problem}; nothing was seeded")
     frontier = open_frontier(client or connect(settings), settings, crawl)
     fp = fingerprinter_for(settings, frontier.client, frontier.keys)
-    envs = [codec.Envelope(url=u, callback=callback, priority=priority, fingerprint=fp.url(u))
-            for u in map(codec.request_url, urls)]
+    envs = [
+        codec.Envelope(url=u, callback=callback, priority=priority, fingerprint=fp.url(u))
+        for u in map(codec.request_url, urls)
+    ]
     return frontier.push(envs, recrawl=recrawl)

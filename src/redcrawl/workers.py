@@ -65,8 +65,10 @@ __all__ = [
     "worker_command",
 ]
 
-REDCRAWL_COMPONENTS = ("SCHEDULER=redcrawl.scrapy.Scheduler",
-                       "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter")
+REDCRAWL_COMPONENTS = (
+    "SCHEDULER=redcrawl.scrapy.Scheduler",
+    "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter",
+)
 """The two settings that put a Scrapy project on redcrawl."""
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -90,15 +92,21 @@ class ExitCode(IntEnum):
 
 # --- commands ------------------------------------------------------------------------
 
+
 def _pairs(values: Iterable[str] | Mapping[str, object]) -> list[str]:
     if isinstance(values, Mapping):
         return [f"{k}={v}" for k, v in values.items()]
     return list(values)
 
 
-def worker_command(spider: str | Path, *, settings: Iterable[str] | Mapping[str, object] = (),
-                   spider_args: Iterable[str] | Mapping[str, object] = (),
-                   redcrawl: bool = True, python_args: Sequence[str] = ()) -> list[str]:
+def worker_command(
+    spider: str | Path,
+    *,
+    settings: Iterable[str] | Mapping[str, object] = (),
+    spider_args: Iterable[str] | Mapping[str, object] = (),
+    redcrawl: bool = True,
+    python_args: Sequence[str] = (),
+) -> list[str]:
     """The command line of one Scrapy worker: ``scrapy runspider FILE`` for a ``.py``
     path, else ``scrapy crawl NAME``, on redcrawl's scheduler and dupefilter (unless
     ``redcrawl`` is off, for comparisons), with ``-s NAME=VALUE`` for each setting and
@@ -154,23 +162,25 @@ def check_spider(spider: str) -> str:
         raise UnknownSpider(
             f"{spider!r} is not a .py file and this is not a Scrapy project (no scrapy.cfg "
             "in this folder or above): run from the project's folder, or give the path of "
-            "the spider's file")
+            "the spider's file"
+        )
     names = project_spiders()
     if spider not in names:
         listed = ", ".join(names) if names else "none"
-        raise UnknownSpider(f"no spider named {spider!r} in this Scrapy project; its "
-                            f"spiders: {listed}", names)
+        raise UnknownSpider(
+            f"no spider named {spider!r} in this Scrapy project; its spiders: {listed}", names
+        )
     return spider
 
 
 # --- supervision ---------------------------------------------------------------------
 
+
 @dataclass(frozen=True, slots=True)
 class WorkerEvent:
     """Something that happened to a worker, for the terminal."""
 
-    kind: Literal["exited", "restarting", "failed", "stopping", "killing", "released",
-                  "warning"]
+    kind: Literal["exited", "restarting", "failed", "stopping", "killing", "released", "warning"]
     worker: str
     """``w<i>``, or ``all`` for the fleet."""
     message: str
@@ -275,15 +285,25 @@ class Fleet:
     :class:`WorkerEvent`.
     """
 
-    def __init__(self, command: Sequence[str], *, workers: int,
-                 env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
-                 log_dir: Path | None = None, worker_id_prefix: str = "",
-                 max_restarts: int = 5, backoff: float = 1.0, backoff_max: float = 60.0,
-                 unfinished: Callable[[], bool] = lambda: True,
-                 on_crash: Callable[[str], object] | None = None,
-                 on_event: Callable[[WorkerEvent], object] | None = None,
-                 tick: Callable[[], object] | None = None, tick_interval: float = 0.25,
-                 stop_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        command: Sequence[str],
+        *,
+        workers: int,
+        env: Mapping[str, str] | None = None,
+        cwd: str | Path | None = None,
+        log_dir: Path | None = None,
+        worker_id_prefix: str = "",
+        max_restarts: int = 5,
+        backoff: float = 1.0,
+        backoff_max: float = 60.0,
+        unfinished: Callable[[], bool] = lambda: True,
+        on_crash: Callable[[str], object] | None = None,
+        on_event: Callable[[WorkerEvent], object] | None = None,
+        tick: Callable[[], object] | None = None,
+        tick_interval: float = 0.25,
+        stop_timeout: float = 60.0,
+    ) -> None:
         if workers < 1:
             raise ValueError(f"workers={workers}: start at least one worker")
         self.command = list(command)
@@ -300,8 +320,9 @@ class Fleet:
         self.tick = tick or (lambda: None)
         self.tick_interval = tick_interval
         self.stop_timeout = stop_timeout
-        self.workers = [_Worker(i, None if log_dir is None else log_dir / f"w{i}.log")
-                        for i in range(workers)]
+        self.workers = [
+            _Worker(i, None if log_dir is None else log_dir / f"w{i}.log") for i in range(workers)
+        ]
         self._signals: list[int] = []
         self._handled = 0
 
@@ -322,15 +343,22 @@ class Fleet:
                 log = stack.enter_context(worker.log.open("ab" if worker.restarts else "wb"))
                 stamp = datetime.now(UTC).isoformat(timespec="seconds")
                 what = f"restart {worker.restarts}" if worker.restarts else "start"
-                log.write(f"--- redcrawl: worker {worker.name} ({what}) at {stamp}: "
-                          f"{' '.join(self.command)}\n".encode())
+                log.write(
+                    f"--- redcrawl: worker {worker.name} ({what}) at {stamp}: "
+                    f"{' '.join(self.command)}\n".encode()
+                )
                 log.flush()
             # the child keeps its own copy of the log's descriptor; ours is closed
             worker.proc = subprocess.Popen(
-                self.command, cwd=self.cwd, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                self.command,
+                cwd=self.cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
                 stderr=subprocess.STDOUT if log is not None else None,
                 start_new_session=True,
-                preexec_fn=_die_with_parent if _PRCTL is not None else None)
+                preexec_fn=_die_with_parent if _PRCTL is not None else None,
+            )
 
     def _send(self, sig: int, *, group: bool = False) -> None:
         for w in self.workers:
@@ -347,31 +375,54 @@ class Fleet:
             try:
                 self.on_crash(self.worker_id(worker))
             except RedcrawlError as exc:
-                self.on_event(WorkerEvent("released", worker.name,
-                                          f"worker {worker.name}: could not give its leases "
-                                          f"back ({exc}); they return when they expire"))
+                self.on_event(
+                    WorkerEvent(
+                        "released",
+                        worker.name,
+                        f"worker {worker.name}: could not give its leases "
+                        f"back ({exc}); they return when they expire",
+                    )
+                )
         if rc == 0 or stopping:
             worker.returncode = rc
             if rc != 0:
-                self.on_event(WorkerEvent("exited", worker.name, f"worker {worker.name} "
-                                          f"{describe_exit(rc)}", rc))
+                self.on_event(
+                    WorkerEvent(
+                        "exited", worker.name, f"worker {worker.name} {describe_exit(rc)}", rc
+                    )
+                )
             return
         tail = log_tail(worker.log)
         if worker.restarts < self.max_restarts and self.unfinished():
-            delay = min(self.backoff_max, self.backoff * 2.0 ** worker.restarts)
+            delay = min(self.backoff_max, self.backoff * 2.0**worker.restarts)
             worker.restarts += 1
             worker.restart_at = time.monotonic() + delay
-            self.on_event(WorkerEvent(
-                "restarting", worker.name,
-                f"worker {worker.name} {describe_exit(rc)}; restarting it in {delay:g} s "
-                f"(restart {worker.restarts} of at most {self.max_restarts})", rc, tail))
+            self.on_event(
+                WorkerEvent(
+                    "restarting",
+                    worker.name,
+                    f"worker {worker.name} {describe_exit(rc)}; restarting it in {delay:g} s "
+                    f"(restart {worker.restarts} of at most {self.max_restarts})",
+                    rc,
+                    tail,
+                )
+            )
             return
         worker.returncode = rc
-        why = ("after its restarts" if worker.restarts >= self.max_restarts and
-               self.max_restarts else "")
-        self.on_event(WorkerEvent("failed", worker.name,
-                                  f"worker {worker.name} {describe_exit(rc)} {why}".strip(),
-                                  rc, tail))
+        why = (
+            "after its restarts"
+            if worker.restarts >= self.max_restarts and self.max_restarts
+            else ""
+        )
+        self.on_event(
+            WorkerEvent(
+                "failed",
+                worker.name,
+                f"worker {worker.name} {describe_exit(rc)} {why}".strip(),
+                rc,
+                tail,
+            )
+        )
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         self._signals.append(signum)
@@ -382,14 +433,18 @@ class Fleet:
             self._handled += 1
             name = signal.Signals(signum).name
             if self._handled == 1:
-                self.on_event(WorkerEvent("stopping", "all", f"{name}: stopping the workers "
-                                          "cleanly (send it again to kill them now)"))
+                self.on_event(
+                    WorkerEvent(
+                        "stopping",
+                        "all",
+                        f"{name}: stopping the workers cleanly (send it again to kill them now)",
+                    )
+                )
                 for w in self.workers:
                     w.restart_at = None
                 self._send(signal.SIGINT)
             else:
-                self.on_event(WorkerEvent("killing", "all", f"{name} again: killing the "
-                                          "workers"))
+                self.on_event(WorkerEvent("killing", "all", f"{name} again: killing the workers"))
                 self._send(signal.SIGKILL, group=True)
 
     @contextlib.contextmanager
@@ -449,13 +504,16 @@ class Fleet:
             finally:
                 if not done:
                     self._shutdown()
-        return FleetResult(returncodes=[w.returncode for w in self.workers],
-                           restarts=sum(w.restarts for w in self.workers),
-                           signal=self._signals[0] if self._signals else None,
-                           logs=self.logs)
+        return FleetResult(
+            returncodes=[w.returncode for w in self.workers],
+            restarts=sum(w.restarts for w in self.workers),
+            signal=self._signals[0] if self._signals else None,
+            logs=self.logs,
+        )
 
 
 # --- a crawl -------------------------------------------------------------------------
+
 
 @dataclass(frozen=True, slots=True)
 class Tick:
@@ -468,13 +526,22 @@ class Tick:
     """Worker processes running now."""
 
 
-def run_workers(spider: str, *, workers: int, settings: Settings, crawl: str,
-                settings_args: Iterable[str] = (), spider_args: Iterable[str] = (),
-                cwd: str | Path | None = None, env: Mapping[str, str] | None = None,
-                log_dir: Path | None = None,
-                progress: Callable[[Tick], object] | None = None,
-                on_event: Callable[[WorkerEvent], object] | None = None,
-                max_restarts: int = 5, restart_backoff: float = 1.0) -> FleetResult:
+def run_workers(
+    spider: str,
+    *,
+    workers: int,
+    settings: Settings,
+    crawl: str,
+    settings_args: Iterable[str] = (),
+    spider_args: Iterable[str] = (),
+    cwd: str | Path | None = None,
+    env: Mapping[str, str] | None = None,
+    log_dir: Path | None = None,
+    progress: Callable[[Tick], object] | None = None,
+    on_event: Callable[[WorkerEvent], object] | None = None,
+    max_restarts: int = 5,
+    restart_backoff: float = 1.0,
+) -> FleetResult:
     """Run ``spider`` in ``workers`` Scrapy processes on the frontier of ``crawl`` (in the
     Redis ``settings`` name, the embedded one started if need be) until every worker has
     exited for good; see :class:`Fleet`. Worker output goes to ``log_dir`` (None: this
@@ -508,19 +575,27 @@ def run_workers(spider: str, *, workers: int, settings: Settings, crawl: str,
     def tick() -> None:
         if progress is not None:
             running = sum(w.running() for w in fleet.workers)
-            progress(Tick(frontier.counts(), frontier.stats(), time.monotonic() - started,
-                          running))
+            progress(Tick(frontier.counts(), frontier.stats(), time.monotonic() - started, running))
 
     fleet = Fleet(
         # the crawl as -s too: a worker's -s beats its environment, so a --set
         # SCHEDULER_QUEUE_KEY=... must not move the workers to another crawl
-        worker_command(spider, settings=[*settings_args, f"REDCRAWL_CRAWL={crawl}"],
-                       spider_args=spider_args),
-        workers=workers, cwd=cwd, log_dir=log_dir, worker_id_prefix=prefix,
+        worker_command(
+            spider, settings=[*settings_args, f"REDCRAWL_CRAWL={crawl}"], spider_args=spider_args
+        ),
+        workers=workers,
+        cwd=cwd,
+        log_dir=log_dir,
+        worker_id_prefix=prefix,
         env={**os.environ, **(env or {}), "REDCRAWL_REDIS_URL": url, "REDCRAWL_CRAWL": crawl},
-        max_restarts=max_restarts, backoff=restart_backoff,
-        unfinished=lambda: not frontier.counts().finished, on_crash=release,
-        on_event=on_event, tick=tick, tick_interval=0.5)
+        max_restarts=max_restarts,
+        backoff=restart_backoff,
+        unfinished=lambda: not frontier.counts().finished,
+        on_crash=release,
+        on_event=on_event,
+        tick=tick,
+        tick_interval=0.5,
+    )
     try:
         result = fleet.run()
         tick()

@@ -19,7 +19,8 @@ class NoTracking:
 
     def fingerprint(self, request: Any) -> bytes:
         parts = urlsplit(request.url)
-        query = [(k, v) for k, v in parse_qsl(parts.query)
-                 if not (k.startswith("utm_") or k == "ref")]
+        query = [
+            (k, v) for k, v in parse_qsl(parts.query) if not (k.startswith("utm_") or k == "ref")
+        ]
         url = parts._replace(query=urlencode(query)).geturl()
         return hashlib.sha256(f"{request.method} {url}".encode()).digest()

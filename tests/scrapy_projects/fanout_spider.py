@@ -14,8 +14,14 @@ class Fanout(scrapy.Spider):
     name = "fanout"
     custom_settings = {"EXTENSIONS": {"rc_testkit.Report": 500}}
 
-    def __init__(self, url: str = "", start: str = "1", slow: str = "/product/60",
-                 leaves: str = "50", **kwargs: Any) -> None:
+    def __init__(
+        self,
+        url: str = "",
+        start: str = "1",
+        slow: str = "/product/60",
+        leaves: str = "50",
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.base = url
         self.slow = slow

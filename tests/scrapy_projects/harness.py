@@ -41,8 +41,11 @@ REDCRAWL = dict(item.split("=", 1) for item in REDCRAWL_COMPONENTS)
 def clean_env(**extra: str) -> dict[str, str]:
     """The environment of a worker: ours without REDCRAWL_* / Scrapy project variables
     (they would override the test's settings), the spiders' folder on PYTHONPATH."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k != "PYTHONPATH"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k != "PYTHONPATH"
+    }
     # this checkout's redcrawl, whatever copy is installed
     env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parent.parent / "src")])
     env.update(extra)
@@ -90,16 +93,21 @@ class Worker:
     Its output goes to a log file next to ``out`` (a pipe nobody reads while it runs
     would block the worker once full)."""
 
-    def __init__(self, cmd: list[str], out: Path, *, cwd: Path,
-                 env: dict[str, str]) -> None:
+    def __init__(self, cmd: list[str], out: Path, *, cwd: Path, env: dict[str, str]) -> None:
         self.out = out
         self.out.unlink(missing_ok=True)
         self.log = out.with_suffix(".log")
         self.started = time.monotonic()
         self.launched_at = time.time()  # wall clock, comparable with the report's times
         with self.log.open("wb") as log:
-            self.proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
 
     def __enter__(self) -> Worker:
         return self
@@ -119,28 +127,47 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-            raise AssertionError(f"scrapy did not finish in {timeout} s:\n"
-                                 f"{self.output()[-4000:]}") from None
+            raise AssertionError(
+                f"scrapy did not finish in {timeout} s:\n{self.output()[-4000:]}"
+            ) from None
         report = json.loads(self.out.read_text()) if self.out.exists() else {}
-        return Run(self.proc.returncode, self.output(), report,
-                   time.monotonic() - self.started)
+        return Run(self.proc.returncode, self.output(), report, time.monotonic() - self.started)
 
 
-def runspider_cmd(spider: str, *, redis_url: str, crawl: str, out: Path,
-                  settings: dict[str, Any] | None = None,
-                  args: dict[str, Any] | None = None) -> list[str]:
-    merged = {**FAST, "REDCRAWL_REDIS_URL": redis_url, "REDCRAWL_CRAWL": crawl,
-              "RC_TEST_OUT": str(out), **(settings or {})}
+def runspider_cmd(
+    spider: str,
+    *,
+    redis_url: str,
+    crawl: str,
+    out: Path,
+    settings: dict[str, Any] | None = None,
+    args: dict[str, Any] | None = None,
+) -> list[str]:
+    merged = {
+        **FAST,
+        "REDCRAWL_REDIS_URL": redis_url,
+        "REDCRAWL_CRAWL": crawl,
+        "RC_TEST_OUT": str(out),
+        **(settings or {}),
+    }
     return worker_command(HERE / spider, settings=merged, spider_args=args or {})
 
 
-def start_spider(spider: str, directory: Path, *, redis_url: str, crawl: str,
-                 tag: str = "run", settings: dict[str, Any] | None = None,
-                 args: dict[str, Any] | None = None) -> Worker:
+def start_spider(
+    spider: str,
+    directory: Path,
+    *,
+    redis_url: str,
+    crawl: str,
+    tag: str = "run",
+    settings: dict[str, Any] | None = None,
+    args: dict[str, Any] | None = None,
+) -> Worker:
     """Start ``scrapy runspider tests/scrapy_projects/<spider>`` on redcrawl's scheduler."""
     out = directory / f"{tag}.json"
-    cmd = runspider_cmd(spider, redis_url=redis_url, crawl=crawl, out=out,
-                        settings=settings, args=args)
+    cmd = runspider_cmd(
+        spider, redis_url=redis_url, crawl=crawl, out=out, settings=settings, args=args
+    )
     return Worker(cmd, out, cwd=directory, env=clean_env())
 
 

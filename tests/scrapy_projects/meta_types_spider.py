@@ -46,8 +46,12 @@ class MetaTypes(scrapy.Spider):
 
     def parse(self, response: scrapy.http.Response) -> Iterator[Any]:
         for i in (1, 2):
-            yield scrapy.Request(f"{self.base}/product/{i}", callback=self.parse_product,
-                                 meta=dict(META), cb_kwargs={"pair": (i, "x")})
+            yield scrapy.Request(
+                f"{self.base}/product/{i}",
+                callback=self.parse_product,
+                meta=dict(META),
+                cb_kwargs={"pair": (i, "x")},
+            )
 
     def parse_product(self, response: scrapy.http.Response, pair: Any) -> None:
         got = {k: [type(response.meta[k]).__name__, repr(response.meta[k])] for k in META}

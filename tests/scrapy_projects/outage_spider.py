@@ -74,8 +74,7 @@ class StallProbe:
 
 class OutageShop(scrapy.Spider):
     name = "outageshop"
-    custom_settings = {"EXTENSIONS": {"rc_testkit.Report": 500,
-                                      "outage_spider.StallProbe": 400}}
+    custom_settings = {"EXTENSIONS": {"rc_testkit.Report": 500, "outage_spider.StallProbe": 400}}
 
     def __init__(self, url: str | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)

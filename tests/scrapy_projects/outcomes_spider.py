@@ -9,11 +9,11 @@ from typing import Any
 
 import scrapy
 
-BOOM = "/product/1"      # the callback raises
-POISON = "/product/7"    # always 500 (SiteConfig.always_fail)
-FLAKY = "/product/5"     # 500 once, then 200 (SiteConfig.error_every=5)
+BOOM = "/product/1"  # the callback raises
+POISON = "/product/7"  # always 500 (SiteConfig.always_fail)
+FLAKY = "/product/5"  # 500 once, then 200 (SiteConfig.error_every=5)
 MISSING = "/product/999"  # 404
-DROPPED = "/product/2"   # IgnoreRequest from a downloader middleware
+DROPPED = "/product/2"  # IgnoreRequest from a downloader middleware
 FINE = "/product/3"
 
 
@@ -24,8 +24,7 @@ class Outcomes(scrapy.Spider):
         "DOWNLOADER_MIDDLEWARES": {"rc_testkit.DropMiddleware": 50},
     }
 
-    def __init__(self, url: str = "", dead: str = "1", start: str = "/",
-                 **kwargs: Any) -> None:
+    def __init__(self, url: str = "", dead: str = "1", start: str = "/", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.base = url
         self.dead = dead

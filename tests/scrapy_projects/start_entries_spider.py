@@ -28,8 +28,9 @@ class StartEntries(RedisSpider):
 
     def _record(self, response: scrapy.http.Response, callback: str) -> None:
         assert response.request is not None
-        self.report["seen"].append([response.url, response.meta.get("source"),
-                                    response.request.dont_filter, callback])
+        self.report["seen"].append(
+            [response.url, response.meta.get("source"), response.request.dont_filter, callback]
+        )
 
     def parse(self, response: scrapy.http.Response) -> Iterator[Any]:
         self._record(response, "parse")

@@ -38,8 +38,12 @@ def check_bind(settings: Settings) -> None:
         )
 
 
-def create_app(settings: Settings, client: redis.Redis | None = None, *,
-               clock: Callable[[], float] | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    client: redis.Redis | None = None,
+    *,
+    clock: Callable[[], float] | None = None,
+) -> FastAPI:
     """The FastAPI app (see :mod:`redcrawl.api.app`); FastAPI is imported only here."""
     from redcrawl.api.app import create_app as build
 
@@ -64,11 +68,18 @@ def serve(settings: Settings) -> None:
     finally:
         client.close()
     if open_access(settings):
-        _warn(f"redcrawl API: no tokens configured: open WITHOUT authentication, on "
-              f"loopback only ({settings.api_host}:{settings.api_port}). Set "
-              "REDCRAWL_API_ADMIN_TOKENS to require tokens.")
-    uvicorn.run(build(settings), host=bind_address(settings.api_host),
-                port=settings.api_port, log_level="info", access_log=False)
+        _warn(
+            f"redcrawl API: no tokens configured: open WITHOUT authentication, on "
+            f"loopback only ({settings.api_host}:{settings.api_port}). Set "
+            "REDCRAWL_API_ADMIN_TOKENS to require tokens."
+        )
+    uvicorn.run(
+        build(settings),
+        host=bind_address(settings.api_host),
+        port=settings.api_port,
+        log_level="info",
+        access_log=False,
+    )
 
 
 def _warn(message: str) -> None:

@@ -38,8 +38,12 @@ __all__ = ["create_app", "frontier_for"]
 API_VERSION = "1"
 
 
-def create_app(settings: Settings, client: redis.Redis | None = None, *,
-               clock: Callable[[], float] | None = None) -> FastAPI:
+def create_app(
+    settings: Settings,
+    client: redis.Redis | None = None,
+    *,
+    clock: Callable[[], float] | None = None,
+) -> FastAPI:
     """The control-plane app. ``client``: a Redis client to use (else one is connected at
     startup and closed at shutdown). ``clock``: monotonic seconds for the rates (default
     :func:`time.monotonic`; tests pass one they can advance)."""
@@ -50,8 +54,12 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *,
         own = ctx.redis is None
         if own:
             ctx.redis = connect(
-                settings, check=False, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
-                socket_timeout=10, socket_connect_timeout=3)
+                settings,
+                check=False,
+                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+                socket_timeout=10,
+                socket_connect_timeout=3,
+            )
         try:
             yield
         finally:
@@ -59,41 +67,55 @@ def create_app(settings: Settings, client: redis.Redis | None = None, *,
                 ctx.redis.close()
 
     app = FastAPI(
-        title="redcrawl control plane", version=API_VERSION, lifespan=lifespan,
+        title="redcrawl control plane",
+        version=API_VERSION,
+        lifespan=lifespan,
         dependencies=[Depends(single_values)],
         description="Submit requests to crawl frontiers, inspect and steer crawls. "
-                    "See docs/api.md.",
+        "See docs/api.md.",
     )
     app.router.route_class = StateErrors
     app.add_middleware(BodyLimit, limit=settings.api_max_body)
     app.add_middleware(HostGuard, allowed=allowed_hosts(settings))  # outermost: runs first
     install(app, settings)
-    routers = [module.router(ctx) for module in (
-        routes.health, routes.requests, routes.crawls, routes.workers, routes.metrics,
-        routes.dashboard)]
+    routers = [
+        module.router(ctx)
+        for module in (
+            routes.health,
+            routes.requests,
+            routes.crawls,
+            routes.workers,
+            routes.metrics,
+            routes.dashboard,
+        )
+    ]
     for router in routers:
         app.include_router(router)
     # every method of a path, for the Allow header of a 405 (see errors.install)
-    app.state.api_routes = [route for router in routers for route in router.routes
-                            if isinstance(route, APIRoute)]
+    app.state.api_routes = [
+        route for router in routers for route in router.routes if isinstance(route, APIRoute)
+    ]
 
     # --- schema: show the configured batch limit ---------------------------------------
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            schema = get_openapi(title=app.title, version=app.version,
-                                 description=app.description, routes=app.routes)
-            _, defs = models_json_schema([(m.SubmitIn, "validation"),
-                                          (m.RequeueIn, "validation")],
-                                         ref_template="#/components/schemas/{model}")
+            schema = get_openapi(
+                title=app.title, version=app.version, description=app.description, routes=app.routes
+            )
+            _, defs = models_json_schema(
+                [(m.SubmitIn, "validation"), (m.RequeueIn, "validation")],
+                ref_template="#/components/schemas/{model}",
+            )
             schema.setdefault("components", {}).setdefault("schemas", {}).update(
-                defs.get("$defs", {}), MetaValue=m.META_VALUE_SCHEMA)
+                defs.get("$defs", {}), MetaValue=m.META_VALUE_SCHEMA
+            )
             props = schema["components"]["schemas"]["SubmitIn"]["properties"]
             props["requests"]["maxItems"] = settings.api_max_batch
             props["requests"]["description"] = (
-                f"1 to {settings.api_max_batch} requests (REDCRAWL_API_MAX_BATCH).")
+                f"1 to {settings.api_max_batch} requests (REDCRAWL_API_MAX_BATCH)."
+            )
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
-

@@ -18,8 +18,10 @@ __all__ = ["Access", "loopback_host", "require"]
 
 Access = Literal["read", "admin"]
 
-bearer = HTTPBearer(auto_error=False, description="A read token "
-                    "(REDCRAWL_API_TOKENS) or an admin token (REDCRAWL_API_ADMIN_TOKENS).")
+bearer = HTTPBearer(
+    auto_error=False,
+    description="A read token (REDCRAWL_API_TOKENS) or an admin token (REDCRAWL_API_ADMIN_TOKENS).",
+)
 
 
 def _matches(token: str, tokens: tuple[str, ...]) -> bool:
@@ -39,6 +41,7 @@ def require(settings: Settings, level: Access) -> Callable[..., None]:
     """A FastAPI dependency that lets a request through with ``level`` access. Without
     tokens it checks nothing and declares no security scheme in the OpenAPI schema."""
     if open_access(settings):
+
         def open_door() -> None:
             return None
 
@@ -48,19 +51,26 @@ def require(settings: Settings, level: Access) -> Callable[..., None]:
         creds: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     ) -> None:
         if creds is None or creds.scheme.lower() != "bearer":
-            raise HTTPException(status.HTTP_401_UNAUTHORIZED,
-                                "missing bearer token: send 'Authorization: Bearer <token>'",
-                                headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                status.HTTP_401_UNAUTHORIZED,
+                "missing bearer token: send 'Authorization: Bearer <token>'",
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         if _matches(creds.credentials, settings.api_admin_tokens):
             return
         if _matches(creds.credentials, settings.api_tokens):
             if level == "read":
                 return
-            raise HTTPException(status.HTTP_403_FORBIDDEN,
-                                "this token is read-only; this endpoint needs an admin token "
-                                "(REDCRAWL_API_ADMIN_TOKENS)")
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "unknown bearer token",
-                            headers={"WWW-Authenticate": "Bearer"})
+            raise HTTPException(
+                status.HTTP_403_FORBIDDEN,
+                "this token is read-only; this endpoint needs an admin token "
+                "(REDCRAWL_API_ADMIN_TOKENS)",
+            )
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            "unknown bearer token",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
 
     return check
 

@@ -23,15 +23,24 @@ def parse(model: type[M], raw: bytes) -> M:
     try:
         return model.model_validate_json(raw)
     except ValidationError as exc:
-        raise RequestValidationError([
-            {"loc": ("body", *e["loc"]), "msg": e["msg"], "type": e["type"]}
-            for e in exc.errors(include_url=False, include_input=False)]) from None
+        raise RequestValidationError(
+            [
+                {"loc": ("body", *e["loc"]), "msg": e["msg"], "type": e["type"]}
+                for e in exc.errors(include_url=False, include_input=False)
+            ]
+        ) from None
 
 
 def body_doc(model: type[BaseModel], required: bool = True) -> dict[str, Any]:
     """The ``requestBody`` of an endpoint that reads its body itself."""
-    return {"requestBody": {"required": required, "content": {"application/json": {
-        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
+    return {
+        "requestBody": {
+            "required": required,
+            "content": {
+                "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
+            },
+        }
+    }
 
 
 async def raw_body(request: Request) -> bytes:
@@ -41,5 +50,3 @@ async def raw_body(request: Request) -> bytes:
 
 
 RawBody = Annotated[bytes, Depends(raw_body)]
-
-

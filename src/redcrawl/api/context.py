@@ -35,16 +35,26 @@ def _digits(value: Any) -> Any:
     return value
 
 
-Limit = Annotated[int, Query(ge=1, le=m.MAX_LIST_LIMIT, description="Most items returned."),
-                  BeforeValidator(_digits)]
+Limit = Annotated[
+    int,
+    Query(ge=1, le=m.MAX_LIST_LIMIT, description="Most items returned."),
+    BeforeValidator(_digits),
+]
 
 
 async def single_values(request: Request) -> None:
     """Refuse a query parameter given more than once (which one would count?)."""
     for name in set(request.query_params.keys()):
         if len(request.query_params.getlist(name)) > 1:
-            raise RequestValidationError([{"loc": ("query", name), "type": "value_error",
-                                           "msg": "given more than once: give it once"}])
+            raise RequestValidationError(
+                [
+                    {
+                        "loc": ("query", name),
+                        "type": "value_error",
+                        "msg": "given more than once: give it once",
+                    }
+                ]
+            )
 
 
 def frontier_for(client: redis.Redis, settings: Settings, crawl: str) -> FrontierCore:
@@ -55,8 +65,13 @@ def frontier_for(client: redis.Redis, settings: Settings, crawl: str) -> Frontie
 class Context:
     """The app's shared state. ``redis``: the client (set at startup when not given)."""
 
-    def __init__(self, settings: Settings, client: redis.Redis | None, *,
-                 clock: Callable[[], float] | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        client: redis.Redis | None,
+        *,
+        clock: Callable[[], float] | None = None,
+    ) -> None:
         self.settings = settings
         self.redis = client
         self.rates = RateBook() if clock is None else RateBook(clock)
@@ -72,8 +87,7 @@ class Context:
         return frontier_for(self.client(), self.settings, crawl)
 
     def stats_key(self, crawl: str) -> str:
-        return CrawlKeys(crawl, prefix=self.settings.key_prefix,
-                         tiers=self.settings.tiers).stats
+        return CrawlKeys(crawl, prefix=self.settings.key_prefix, tiers=self.settings.tiers).stats
 
     def alive(self, crawls: list[str]) -> list[bool]:
         """Whether each crawl exists: its stats hold counts (a purge leaves only the id
@@ -89,9 +103,12 @@ class Context:
     def existing(self, crawl: str) -> FrontierCore:
         """The frontier of ``crawl``; 404 if the crawl does not exist."""
         if not self.alive([crawl])[0]:
-            raise HTTPException(404, f"crawl {crawl!r} does not exist (no request was "
-                                     "submitted to it since it was created or purged); list "
-                                     "crawls with GET /v1/crawls")
+            raise HTTPException(
+                404,
+                f"crawl {crawl!r} does not exist (no request was "
+                "submitted to it since it was created or purged); list "
+                "crawls with GET /v1/crawls",
+            )
         return self.frontier(crawl)
 
     @staticmethod

@@ -31,11 +31,31 @@ from redcrawl.errors import ConfigError, ConnectionError_, FrontierError
 from redcrawl.keys import validate_crawl_name
 from redcrawl.settings import Settings
 
-__all__ = ["RESPONSES", "TRANSIENT", "Invalid", "StateErrors", "Unreadable", "clean",
-           "error", "install", "responses", "server_condition"]
+__all__ = [
+    "RESPONSES",
+    "TRANSIENT",
+    "Invalid",
+    "StateErrors",
+    "Unreadable",
+    "clean",
+    "error",
+    "install",
+    "responses",
+    "server_condition",
+]
 
-SERVER_CONDITIONS = ("OOM", "READONLY", "LOADING", "MASTERDOWN", "BUSY", "NOREPLICAS",
-                     "CLUSTERDOWN", "TRYAGAIN", "NOAUTH", "NOPERM")
+SERVER_CONDITIONS = (
+    "OOM",
+    "READONLY",
+    "LOADING",
+    "MASTERDOWN",
+    "BUSY",
+    "NOREPLICAS",
+    "CLUSTERDOWN",
+    "TRYAGAIN",
+    "NOAUTH",
+    "NOPERM",
+)
 """Redis error prefixes that describe the server's state (answered 503: retry later);
 any other refusal of a frontier step comes from what a crawl's keys hold."""
 
@@ -44,11 +64,16 @@ clean = m.printable
 """``text`` safe to put in a JSON response (no lone surrogates)."""
 
 
-def error(status_code: int, detail: str, errors: list[m.ErrorItem] | None = None,
-           headers: Mapping[str, str] | None = None) -> JSONResponse:
+def error(
+    status_code: int,
+    detail: str,
+    errors: list[m.ErrorItem] | None = None,
+    headers: Mapping[str, str] | None = None,
+) -> JSONResponse:
     body = m.ErrorOut(detail=clean(detail), errors=errors)
-    return JSONResponse(body.model_dump(exclude_none=True), status_code,
-                        headers=dict(headers) if headers else None)
+    return JSONResponse(
+        body.model_dump(exclude_none=True), status_code, headers=dict(headers) if headers else None
+    )
 
 
 class Unreadable(Exception):
@@ -62,7 +87,8 @@ class Unreadable(Exception):
             f"the stored state of {name} cannot be read ({type(cause).__name__}: "
             f"{clean(str(cause))[:500]}): one of its keys was written by something else "
             "than redcrawl or is corrupt. Inspect its keys with redis-cli, or purge it "
-            "(DELETE /v1/crawls/{crawl}); other crawls are not affected")
+            "(DELETE /v1/crawls/{crawl}); other crawls are not affected"
+        )
 
 
 def server_condition(exc: BaseException) -> bool:
@@ -86,8 +112,12 @@ class StateErrors(APIRoute):
     other error (the connection stays usable)."""
 
     PASS: tuple[type[BaseException], ...] = (
-        *TRANSIENT, StarletteHTTPException, RequestValidationError, BodyTooLarge,
-        FrontierError)
+        *TRANSIENT,
+        StarletteHTTPException,
+        RequestValidationError,
+        BodyTooLarge,
+        FrontierError,
+    )
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
@@ -125,8 +155,11 @@ def location(parts: tuple[int | str, ...]) -> str:
 RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": m.ErrorOut, "description": "A Host header this API does not answer."},
     401: {"model": m.ErrorOut, "description": "Missing or unknown bearer token."},
-    403: {"model": m.ErrorOut, "description": "A read-only token on an admin endpoint, or a "
-                                              "state-changing call from a foreign Origin."},
+    403: {
+        "model": m.ErrorOut,
+        "description": "A read-only token on an admin endpoint, or a "
+        "state-changing call from a foreign Origin.",
+    },
     404: {"model": m.ErrorOut, "description": "Unknown crawl (or request)."},
     409: {"model": m.ErrorOut, "description": "Not available on the crawl's backend."},
     413: {"model": m.ErrorOut, "description": "Body over REDCRAWL_API_MAX_BODY; nothing stored."},
@@ -138,8 +171,6 @@ RESPONSES: dict[int | str, dict[str, Any]] = {
 
 def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
     return {c: RESPONSES[c] for c in (400, *codes, 500)}
-
-
 
 
 def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested handler per error kind, registered together)
@@ -165,8 +196,9 @@ def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested
 
     @app.exception_handler(Invalid)
     async def on_invalid(request: Request, exc: Invalid) -> JSONResponse:
-        return error(422, f"invalid request: {exc.loc}: {exc.msg}",
-                      [m.ErrorItem(loc=exc.loc, msg=exc.msg)])
+        return error(
+            422, f"invalid request: {exc.loc}: {exc.msg}", [m.ErrorItem(loc=exc.loc, msg=exc.msg)]
+        )
 
     @app.exception_handler(StarletteHTTPException)
     async def on_http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -181,9 +213,13 @@ def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested
 
     @app.exception_handler(BodyTooLarge)
     async def on_too_large(request: Request, exc: BodyTooLarge) -> JSONResponse:
-        return error(413, f"request body too large: the limit is {settings.api_max_body} "
-                           "bytes (REDCRAWL_API_MAX_BODY); nothing was stored: split the "
-                           "batch into smaller calls", headers={"Connection": "close"})
+        return error(
+            413,
+            f"request body too large: the limit is {settings.api_max_body} "
+            "bytes (REDCRAWL_API_MAX_BODY); nothing was stored: split the "
+            "batch into smaller calls",
+            headers={"Connection": "close"},
+        )
 
     @app.exception_handler(Unreadable)
     async def on_unreadable(request: Request, exc: Unreadable) -> JSONResponse:
@@ -195,8 +231,11 @@ def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested
 
     def unavailable(exc: Exception) -> JSONResponse:
         where = redact(settings.redis_url) if settings.redis_url else "the embedded Redis"
-        return error(503, f"Redis ({where}) is unavailable: {exc}. Check that the server "
-                           "is running and reachable, then retry.")
+        return error(
+            503,
+            f"Redis ({where}) is unavailable: {exc}. Check that the server "
+            "is running and reachable, then retry.",
+        )
 
     @app.exception_handler(ConnectionError_)
     async def on_lost(request: Request, exc: ConnectionError_) -> JSONResponse:
@@ -206,8 +245,9 @@ def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested
     async def on_refused(request: Request, exc: FrontierError) -> JSONResponse:
         if not server_condition(exc):
             return await on_unreadable(request, Unreadable(crawl_of(request), exc))
-        return error(503, f"{exc}. Check the Redis server's state (memory, replica "
-                           "role, loading) and retry.")
+        return error(
+            503, f"{exc}. Check the Redis server's state (memory, replica role, loading) and retry."
+        )
 
     @app.exception_handler(Exception)
     async def on_bug(request: Request, exc: Exception) -> JSONResponse:

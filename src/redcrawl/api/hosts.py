@@ -120,19 +120,27 @@ class HostGuard:
         headers = dict(scope.get("headers") or ())
         host = headers.get(b"host", b"").decode("latin-1").strip().lower()
         if not self._host_ok(host, scope.get("server")):
-            await _refuse(send, 400, f"Host header {host!r} is not an address this API "
-                          "answers: call it by the address it is bound to (or localhost), "
-                          "or list the name in REDCRAWL_API_ALLOWED_HOSTS (DNS rebinding "
-                          "protection)")
+            await _refuse(
+                send,
+                400,
+                f"Host header {host!r} is not an address this API "
+                "answers: call it by the address it is bound to (or localhost), "
+                "or list the name in REDCRAWL_API_ALLOWED_HOSTS (DNS rebinding "
+                "protection)",
+            )
             return
         origin = headers.get(b"origin")
         if origin is not None and scope.get("method", "GET").upper() in UNSAFE_METHODS:
             text = origin.decode("latin-1").strip()
             if not _same_origin(text, host):
-                await _refuse(send, 403, f"cross-site request refused: Origin {text!r} "
-                              "is not this API; state-changing calls are accepted from "
-                              "clients that send no Origin header (curl, scripts) or from "
-                              "the API's own pages")
+                await _refuse(
+                    send,
+                    403,
+                    f"cross-site request refused: Origin {text!r} "
+                    "is not this API; state-changing calls are accepted from "
+                    "clients that send no Origin header (curl, scripts) or from "
+                    "the API's own pages",
+                )
                 return
         await self.app(scope, receive, send)
 
@@ -164,7 +172,14 @@ def _with_port(hostport: str, default: str) -> str:
 
 async def _refuse(send: Send, status: int, detail: str) -> None:
     payload = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"),
-                            (b"content-length", str(len(payload)).encode())]})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+            ],
+        }
+    )
     await send({"type": "http.response.body", "body": payload})

@@ -41,20 +41,25 @@ REQUEST_ID_PATTERN = r"^([0-9a-fA-F]{40}|#[0-9]{1,20})$"
 CALLBACK_PATTERN = r"^[A-Za-z][A-Za-z0-9_]*$"
 _LABEL = r"[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
 _H = "[0-9A-Fa-f]{1,4}"
-_IPV6 = (f"(?:(?:{_H}:){{7}}{_H}|(?:{_H}:){{1,6}}:|(?:{_H}:){{1,6}}:{_H}"
-         f"|(?:{_H}:){{1,5}}(?::{_H}){{1,2}}|(?:{_H}:){{1,4}}(?::{_H}){{1,3}}"
-         f"|(?:{_H}:){{1,3}}(?::{_H}){{1,4}}|(?:{_H}:){{1,2}}(?::{_H}){{1,5}}"
-         f"|{_H}:(?::{_H}){{1,6}}|:(?:(?::{_H}){{1,6}}|:))")
+_IPV6 = (
+    f"(?:(?:{_H}:){{7}}{_H}|(?:{_H}:){{1,6}}:|(?:{_H}:){{1,6}}:{_H}"
+    f"|(?:{_H}:){{1,5}}(?::{_H}){{1,2}}|(?:{_H}:){{1,4}}(?::{_H}){{1,3}}"
+    f"|(?:{_H}:){{1,3}}(?::{_H}){{1,4}}|(?:{_H}:){{1,2}}(?::{_H}){{1,5}}"
+    f"|{_H}:(?::{_H}){{1,6}}|:(?:(?::{_H}){{1,6}}|:))"
+)
 _PORT = r"(?::(?:6553[0-5]|655[0-2][0-9]|65[0-4][0-9]{2}|6[0-4][0-9]{3}|[1-5][0-9]{4}|[0-9]{1,4}))?"
-URL_PATTERN = (r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[^\x00-\x20\x7f/?#@\[\]\\]*@)?"
-               rf"(?:{_LABEL}(?:\.{_LABEL})*\.?|\[{_IPV6}\]){_PORT}"
-               r"(?:[/?#][^\x00-\x20\x7f]*)?$")
+URL_PATTERN = (
+    r"^[Hh][Tt][Tt][Pp][Ss]?://(?:[^\x00-\x20\x7f/?#@\[\]\\]*@)?"
+    rf"(?:{_LABEL}(?:\.{_LABEL})*\.?|\[{_IPV6}\]){_PORT}"
+    r"(?:[/?#][^\x00-\x20\x7f]*)?$"
+)
 _URL = re.compile(URL_PATTERN)
 """An absolute http(s) URL with an ASCII host name or IP literal (IDNA names in their
 ``xn--`` form), no whitespace or control characters; :func:`redcrawl.urls.url_problem`
 checks the rest (IPv6 literal syntax)."""
 _FRAMEWORK_NAMES: list[JsonValue] = [
-    n for n in sorted(framework_names()) if n.isidentifier() and not n.startswith("_")]
+    n for n in sorted(framework_names()) if n.isidentifier() and not n.startswith("_")
+]
 """Names the callback pattern allows that are refused anyway (Scrapy's own methods)."""
 BASE64_PATTERN = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 """A body with ``body_base64: true``: standard base64, padded."""
@@ -64,9 +69,10 @@ HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$"
 HeaderName = Annotated[str, Field(pattern=HEADER_NAME_PATTERN)]
 HeaderValue = Annotated[str, Field(max_length=8192, pattern=r"^[^\r\n\x00]*$")]
 HeaderPair = tuple[HeaderName, HeaderValue]
-HeaderMap = Annotated[dict[HeaderName, HeaderValue | list[HeaderValue]],
-                      Field(max_length=MAX_HEADERS,
-                            json_schema_extra={"additionalProperties": False})]
+HeaderMap = Annotated[
+    dict[HeaderName, HeaderValue | list[HeaderValue]],
+    Field(max_length=MAX_HEADERS, json_schema_extra={"additionalProperties": False}),
+]
 HeaderList = Annotated[list[HeaderPair], Field(max_length=MAX_HEADERS)]
 
 
@@ -77,8 +83,9 @@ def _whole(value: Any) -> Any:
 
 WholeNumber = Annotated[int, BeforeValidator(_whole)]
 """An integer; a float with no fractional part (``5.0``) counts as one, as in JSON Schema."""
-RequestId = Annotated[str, Field(pattern=REQUEST_ID_PATTERN,
-                                 examples=["0123456789abcdef0123456789abcdef01234567"])]
+RequestId = Annotated[
+    str, Field(pattern=REQUEST_ID_PATTERN, examples=["0123456789abcdef0123456789abcdef01234567"])
+]
 
 
 class _Strict(BaseModel):
@@ -87,18 +94,20 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
-
 INT_MIN, INT_MAX = -(2**63), 2**64 - 1
 """The integers a stored request's meta can hold (msgpack's int64 and uint64)."""
 META_VALUE_SCHEMA: dict[str, JsonValue] = {
     "description": "A meta value: JSON, with finite numbers and integers of 64 bits.",
     "anyOf": [
-        {"type": "null"}, {"type": "boolean"}, {"type": "string"},
+        {"type": "null"},
+        {"type": "boolean"},
+        {"type": "string"},
         {"type": "integer", "minimum": INT_MIN, "maximum": INT_MAX},
         {"type": "number", "not": {"type": "integer"}},
         {"type": "array", "items": {"$ref": "#/components/schemas/MetaValue"}},
         {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/MetaValue"}},
-    ]}
+    ],
+}
 """The schema of a meta value (the OpenAPI component ``MetaValue``). As in JSON Schema, a
 number without a fractional part (``2.0``, ``1e300``) is an integer."""
 
@@ -134,53 +143,76 @@ def _body_rules(schema: dict[str, Any]) -> None:
     limit = body.pop("maxLength")
     schema["anyOf"] = [
         {"properties": {"body_base64": {"const": False}, "body": {"maxLength": limit}}},
-        {"required": ["body_base64"], "properties": {
-            "body_base64": {"const": True},
-            "body": {"pattern": BASE64_PATTERN, "description": f"At most {limit} characters."}}},
+        {
+            "required": ["body_base64"],
+            "properties": {
+                "body_base64": {"const": True},
+                "body": {"pattern": BASE64_PATTERN, "description": f"At most {limit} characters."},
+            },
+        },
     ]
 
 
 class RequestIn(_Strict):
     """One request to add to a crawl's frontier."""
 
-    model_config = ConfigDict(extra="forbid", strict=True,
-                              json_schema_extra=lambda schema: _body_rules(schema))
+    model_config = ConfigDict(
+        extra="forbid", strict=True, json_schema_extra=lambda schema: _body_rules(schema)
+    )
 
-    url: str = Field(min_length=1, max_length=MAX_URL_LENGTH,
-                     json_schema_extra={"pattern": URL_PATTERN},
-                     description="Absolute http:// or https:// URL with a valid host "
-                                 "(IDNA names as xn--...).",
-                     examples=["https://example.com/page/1"])
+    url: str = Field(
+        min_length=1,
+        max_length=MAX_URL_LENGTH,
+        json_schema_extra={"pattern": URL_PATTERN},
+        description="Absolute http:// or https:// URL with a valid host (IDNA names as xn--...).",
+        examples=["https://example.com/page/1"],
+    )
     method: str = Field(default="GET", pattern=METHOD_PATTERN, description="HTTP method.")
-    body: str = Field(default="", max_length=MAX_BODY_CHARS,
-                      description="Request body: text (sent as UTF-8), or base64 with "
-                                  "body_base64.")
+    body: str = Field(
+        default="",
+        max_length=MAX_BODY_CHARS,
+        description="Request body: text (sent as UTF-8), or base64 with body_base64.",
+    )
     body_base64: bool = Field(default=False, description="The body is base64-encoded bytes.")
     headers: HeaderMap | HeaderList = Field(
         default_factory=dict,
-        description="Headers: {name: value or [values]} or [[name, value], ...].")
+        description="Headers: {name: value or [values]} or [[name, value], ...].",
+    )
     meta: dict[str, Any] = Field(
-        default_factory=dict, description="Scrapy request meta (a JSON object).",
-        json_schema_extra={"additionalProperties": {"$ref": "#/components/schemas/MetaValue"}})
+        default_factory=dict,
+        description="Scrapy request meta (a JSON object).",
+        json_schema_extra={"additionalProperties": {"$ref": "#/components/schemas/MetaValue"}},
+    )
     priority: WholeNumber = Field(default=0, ge=-PRIORITY_LIMIT, le=PRIORITY_LIMIT)
-    callback: str | None = Field(default=None, pattern=CALLBACK_PATTERN, max_length=200,
-                                 json_schema_extra={"not": {"enum": _FRAMEWORK_NAMES}},
-                                 description="Name of the spider method to call (default: "
-                                             "parse).")
+    callback: str | None = Field(
+        default=None,
+        pattern=CALLBACK_PATTERN,
+        max_length=200,
+        json_schema_extra={"not": {"enum": _FRAMEWORK_NAMES}},
+        description="Name of the spider method to call (default: parse).",
+    )
     dont_filter: bool = Field(default=False, description="Skip dedupe: always accepted.")
-    delay: float = Field(default=0.0, ge=0.0, le=MAX_DELAY, allow_inf_nan=False,
-                         description="Seconds before the request becomes ready.")
+    delay: float = Field(
+        default=0.0,
+        ge=0.0,
+        le=MAX_DELAY,
+        allow_inf_nan=False,
+        description="Seconds before the request becomes ready.",
+    )
 
     @field_validator("url")
     @classmethod
     def _http_url(cls, url: str) -> str:
         problem = url_problem(url)
         if problem is None and not _URL.fullmatch(url):
-            problem = ("it has whitespace, control characters or a backslash, or a host "
-                       "that is not ASCII (write IDNA names as xn--...)")
+            problem = (
+                "it has whitespace, control characters or a backslash, or a host "
+                "that is not ASCII (write IDNA names as xn--...)"
+            )
         if problem is not None:
-            raise ValueError(f"{problem}: give an absolute http:// or https:// URL "
-                             "with a valid host")
+            raise ValueError(
+                f"{problem}: give an absolute http:// or https:// URL with a valid host"
+            )
         return url
 
     @field_validator("callback", mode="before")
@@ -218,18 +250,25 @@ class RequestIn(_Strict):
 
 
 class SubmitIn(_Strict):
-    requests: list[RequestIn] = Field(min_length=1, max_length=HARD_MAX_BATCH,
-                                      description="1 to REDCRAWL_API_MAX_BATCH requests.")
-    recrawl: bool = Field(default=False, description="Accept requests that are already DONE "
-                          "(crawl them again); requests still stored stay duplicates.")
-
+    requests: list[RequestIn] = Field(
+        min_length=1, max_length=HARD_MAX_BATCH, description="1 to REDCRAWL_API_MAX_BATCH requests."
+    )
+    recrawl: bool = Field(
+        default=False,
+        description="Accept requests that are already DONE "
+        "(crawl them again); requests still stored stay duplicates.",
+    )
 
 
 class RequeueIn(_Strict):
-    ids: list[RequestId] | None = Field(default=None, max_length=MAX_REQUEUE_IDS,
-                                        description="Dead request ids; null: all, up to "
-                                                    "limit.")
-    limit: WholeNumber = Field(default=1000, ge=1, le=MAX_REQUEUE_IDS,
-                       description="Most requests requeued when ids is null.")
-
-
+    ids: list[RequestId] | None = Field(
+        default=None,
+        max_length=MAX_REQUEUE_IDS,
+        description="Dead request ids; null: all, up to limit.",
+    )
+    limit: WholeNumber = Field(
+        default=1000,
+        ge=1,
+        le=MAX_REQUEUE_IDS,
+        description="Most requests requeued when ids is null.",
+    )

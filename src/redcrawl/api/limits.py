@@ -63,12 +63,21 @@ class BodyLimit:
 
     async def _refuse(self, send: Send, declared: int | None) -> None:
         size = f"{declared} bytes" if declared is not None else "more than that"
-        detail = (f"request body too large: {size}, the limit is {self.limit} bytes "
-                  "(REDCRAWL_API_MAX_BODY); nothing was stored: split the batch into "
-                  "smaller calls")
+        detail = (
+            f"request body too large: {size}, the limit is {self.limit} bytes "
+            "(REDCRAWL_API_MAX_BODY); nothing was stored: split the batch into "
+            "smaller calls"
+        )
         payload = json.dumps({"detail": detail}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(payload)).encode()),
-                                (b"connection", b"close")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                    (b"connection", b"close"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": payload})

@@ -72,12 +72,14 @@ class _Record(BaseModel):
     model_config = ConfigDict(from_attributes=True)
 
 
-
 class SubmitItem(BaseModel):
     accepted: bool = Field(description="False: a duplicate of a stored or done request.")
-    id: str | None = Field(default=None, description="The request id (its fingerprint); "
-                           "absent for dont_filter requests (their id, #<seq>, is assigned "
-                           "by Redis: see GET .../pending).")
+    id: str | None = Field(
+        default=None,
+        description="The request id (its fingerprint); "
+        "absent for dont_filter requests (their id, #<seq>, is assigned "
+        "by Redis: see GET .../pending).",
+    )
 
 
 class SubmitOut(BaseModel):
@@ -94,8 +96,9 @@ class ErrorItem(BaseModel):
 
 class ErrorOut(BaseModel):
     detail: str = Field(description="What went wrong and what to do about it.")
-    errors: list[ErrorItem] | None = Field(default=None,
-                                           description="Validation errors, one per bad field.")
+    errors: list[ErrorItem] | None = Field(
+        default=None, description="Validation errors, one per bad field."
+    )
 
 
 class Health(BaseModel):
@@ -131,8 +134,11 @@ class CrawlListItem(BaseModel):
     being read."""
 
     crawl: str
-    error: str | None = Field(default=None, description="Why the crawl's counts cannot be "
-                              "read (its stored state is corrupt); null when they could.")
+    error: str | None = Field(
+        default=None,
+        description="Why the crawl's counts cannot be "
+        "read (its stored state is corrupt); null when they could.",
+    )
     accepted: int | None = None
     filtered: int | None = None
     ready: int | None = None
@@ -184,7 +190,7 @@ class InflightList(BaseModel):
 
 class PendingEntryItem(_Record):
     entry: str = Field(description="Stream entry id.")
-    id: str = Field(description="Request id (\"?\" if the entry is gone).")
+    id: str = Field(description='Request id ("?" if the entry is gone).')
     consumer: str = Field(description="The worker holding it.")
     idle: float = Field(description="Seconds since it was delivered or its lease extended.")
     since: float = Field(description="When that was (seconds since the epoch).")
@@ -199,15 +205,17 @@ class ShardItem(_Record):
     ready: int
     pending: int = Field(description="Delivered, not yet acknowledged (in flight).")
     consumers: int
-    entries: list[PendingEntryItem] = Field(description="Pending entries, oldest first "
-                                                        "(at most `limit`).")
+    entries: list[PendingEntryItem] = Field(
+        description="Pending entries, oldest first (at most `limit`)."
+    )
 
 
 class ShardList(BaseModel):
     crawl: str
     shards: int = Field(description="The crawl's shard count (REDCRAWL_SHARDS).")
-    streams: list[ShardItem] = Field(description="Streams that were ever written, high "
-                                                 "streams first.")
+    streams: list[ShardItem] = Field(
+        description="Streams that were ever written, high streams first."
+    )
 
 
 class DeadItem(_Record):
@@ -237,8 +245,9 @@ class RequestDetail(BaseModel):
     worker: str | None
     due: float | None
     error: Printable | None
-    url: str | None = Field(default=None,
-                            description="Null if the stored envelope cannot be decoded.")
+    url: str | None = Field(
+        default=None, description="Null if the stored envelope cannot be decoded."
+    )
     method: str | None = None
     headers: list[list[str]] | None = Field(default=None, description="[[name, value], ...]")
     body: str | None = None
@@ -267,11 +276,19 @@ def envelope_view(env: Envelope | None) -> dict[str, Any]:
         body, b64 = env.body.decode("utf-8"), False
     except UnicodeDecodeError:
         body, b64 = base64.b64encode(env.body).decode("ascii"), True
-    shown = {name: getattr(env, name)
-             for name in ("url", "method", "callback", "priority", "dont_filter")}
-    return {**shown, "body": body, "body_base64": b64, "meta": jsonable(env.meta),
-            "headers": [[k.decode("latin-1"), v.decode("latin-1")]
-                        for k, vs in env.headers for v in vs]}
+    shown = {
+        name: getattr(env, name)
+        for name in ("url", "method", "callback", "priority", "dont_filter")
+    }
+    return {
+        **shown,
+        "body": body,
+        "body_base64": b64,
+        "meta": jsonable(env.meta),
+        "headers": [
+            [k.decode("latin-1"), v.decode("latin-1")] for k, vs in env.headers for v in vs
+        ],
+    }
 
 
 def jsonable(value: Any) -> Any:
@@ -287,7 +304,6 @@ def jsonable(value: Any) -> Any:
     if isinstance(value, str):
         return printable(value)
     return value
-
 
 
 class RequeuedOut(BaseModel):

@@ -51,5 +51,8 @@ class RateBook:
         span = now - t0
         if span < MIN_SPAN:
             return Rates(window=None, done_per_s=None, accepted_per_s=None)
-        return Rates(window=round(span, 3), done_per_s=(done - done0) / span,
-                     accepted_per_s=(accepted - accepted0) / span)
+        return Rates(
+            window=round(span, 3),
+            done_per_s=(done - done0) / span,
+            accepted_per_s=(accepted - accepted0) / span,
+        )

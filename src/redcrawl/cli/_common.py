@@ -1,7 +1,6 @@
 """What every ``redcrawl`` command shares: the typer app, the common options, the mapping
 of redcrawl's errors to exit codes, and the rules that pick the crawl and its Redis."""
 
-
 from __future__ import annotations
 
 import functools
@@ -36,13 +35,23 @@ app = typer.Typer(
 )
 console = Console(stderr=True)
 
-RedisUrl = Annotated[str | None, typer.Option(
-    "--redis-url", envvar="REDCRAWL_REDIS_URL",
-    help="Redis to use, e.g. redis://host:6379/0. Default: the embedded Redis in ./.redcrawl.")]
-CrawlName = Annotated[str | None, typer.Option(
-    "--crawl", envvar="REDCRAWL_CRAWL",
-    help="Crawl name. Default: the project's REDCRAWL_CRAWL, else its spider if it has "
-    "only one, else the only crawl in the Redis.")]
+RedisUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--redis-url",
+        envvar="REDCRAWL_REDIS_URL",
+        help="Redis to use, e.g. redis://host:6379/0. Default: the embedded Redis in ./.redcrawl.",
+    ),
+]
+CrawlName = Annotated[
+    str | None,
+    typer.Option(
+        "--crawl",
+        envvar="REDCRAWL_CRAWL",
+        help="Crawl name. Default: the project's REDCRAWL_CRAWL, else its spider if it has "
+        "only one, else the only crawl in the Redis.",
+    ),
+]
 
 EXIT_FAILED, EXIT_USAGE, EXIT_REDIS = ExitCode.FAILED, ExitCode.USAGE, ExitCode.REDIS
 EXIT_DEAD_LETTERS = ExitCode.DEAD_LETTERS
@@ -86,10 +95,12 @@ def _guard(fn: Any) -> Any:
 
 # --- where the crawl state is ------------------------------------------------------------
 
+
 def _has_data(directory: Path) -> bool:
     """Whether an embedded Redis folder holds saved data (AOF or RDB)."""
-    return any((directory / name).exists()
-               for name in ("appendonlydir", "appendonly.aof", "dump.rdb"))
+    return any(
+        (directory / name).exists() for name in ("appendonlydir", "appendonly.aof", "dump.rdb")
+    )
 
 
 def _state_exists(settings: Settings) -> bool:
@@ -106,9 +117,12 @@ def _connect(settings: Settings, *, create: bool = False) -> redis.Redis:
     (``create`` off) never brings up a fresh server: if none runs in the folder and the
     folder holds no saved data, it is an error (exit 3) and no folder is made."""
     if not create and not _state_exists(settings):
-        raise _fail(f"no crawl state found at {settings.embedded_dir.resolve()} (embedded "
-                    "Redis not running); run from the crawl's folder or set "
-                    "REDCRAWL_REDIS_URL", EXIT_REDIS)
+        raise _fail(
+            f"no crawl state found at {settings.embedded_dir.resolve()} (embedded "
+            "Redis not running); run from the crawl's folder or set "
+            "REDCRAWL_REDIS_URL",
+            EXIT_REDIS,
+        )
     return connect(settings, url=resolve_url(settings))
 
 
@@ -121,8 +135,10 @@ def _where(settings: Settings) -> str:
 def _crawls(client: redis.Redis, prefix: str) -> list[str]:
     """Every crawl in the Redis (each one that ever accepted a request has a stats hash):
     one SCAN matching the stats keys only."""
-    names = {crawl_of_stats_key(k, prefix)
-             for k in client.scan_iter(match=stats_key_pattern(prefix), count=1000)}
+    names = {
+        crawl_of_stats_key(k, prefix)
+        for k in client.scan_iter(match=stats_key_pattern(prefix), count=1000)
+    }
     return sorted(n for n in names if n is not None)
 
 
@@ -139,11 +155,15 @@ def _crawl(settings: Settings, given: str | None, client: redis.Redis | None) ->
     crawls = _crawls(client, settings.key_prefix) if client is not None else []
     if len(crawls) == 1 and not spiders:
         return crawls[0]
-    known = (f"this project's spiders: {', '.join(spiders)}; " if spiders else "")
-    here = (f"crawls in {_where(settings)}: {', '.join(crawls)}" if crawls
-            else f"{_where(settings)} holds no crawl")
-    raise _fail(f"which crawl? Give --crawl NAME (or set REDCRAWL_CRAWL); {known}{here}",
-                EXIT_USAGE)
+    known = f"this project's spiders: {', '.join(spiders)}; " if spiders else ""
+    here = (
+        f"crawls in {_where(settings)}: {', '.join(crawls)}"
+        if crawls
+        else f"{_where(settings)} holds no crawl"
+    )
+    raise _fail(
+        f"which crawl? Give --crawl NAME (or set REDCRAWL_CRAWL); {known}{here}", EXIT_USAGE
+    )
 
 
 def _existing(settings: Settings, client: redis.Redis, name: str) -> None:
@@ -173,13 +193,18 @@ def _print_counts(c: Counts, crawl: str, stats: dict[str, int], state: str) -> N
     dupes = f"{c.filtered + local:,}"
     if local:
         dupes += f" ({c.filtered:,} in Redis, {local:,} in the workers)"
-    for label, value in (("accepted", f"{c.accepted:,}"), ("duplicates filtered", dupes),
-                         ("ready", f"{c.ready:,}"), ("delayed (retry)", f"{c.delayed:,}"),
-                         ("in flight", f"{c.in_flight:,}"), ("done", f"{c.done:,}"),
-                         ("dead", f"{c.dead:,}"), ("items", f"{stats.get('items', 0):,}"),
-                         ("retries", f"{c.retried:,}"),
-                         ("reclaimed leases", f"{c.reclaimed:,}"), ("state", state)):
+    for label, value in (
+        ("accepted", f"{c.accepted:,}"),
+        ("duplicates filtered", dupes),
+        ("ready", f"{c.ready:,}"),
+        ("delayed (retry)", f"{c.delayed:,}"),
+        ("in flight", f"{c.in_flight:,}"),
+        ("done", f"{c.done:,}"),
+        ("dead", f"{c.dead:,}"),
+        ("items", f"{stats.get('items', 0):,}"),
+        ("retries", f"{c.retried:,}"),
+        ("reclaimed leases", f"{c.reclaimed:,}"),
+        ("state", state),
+    ):
         table.add_row(label, value)
     Console().print(table)
-
-

@@ -38,11 +38,14 @@ from redcrawl.urls import url_problem
 
 # --- inspection and operator actions ------------------------------------------------------
 
+
 @app.command()
 @_guard
-def status(redis_url: RedisUrl = None, crawl_name: CrawlName = None,
-           as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
-           ) -> None:
+def status(
+    redis_url: RedisUrl = None,
+    crawl_name: CrawlName = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
+) -> None:
     """Show a crawl's counts (ready, delayed, in flight, done, dead), its state and its
     workers, and where its Redis listens."""
     settings = _settings(redis_url)
@@ -57,18 +60,26 @@ def status(redis_url: RedisUrl = None, crawl_name: CrawlName = None,
     workers = {w: until - now for w, until in frontier.workers().items()}
     sock = None if settings.redis_url else EmbeddedRedis(settings.embedded_dir).socket
     if as_json:
-        out = {**{f: getattr(c, f) for f in c.__dataclass_fields__}, "finished": c.finished,
-               "filtered_local": stats.get("filtered_local", 0), "items": stats.get("items", 0),
-               "state": state, "paused": frontier.is_paused(),
-               "workers": {w: {"alive": left > 0} for w, left in workers.items()},
-               "redis": {"url": redact(settings.redis_url) if settings.redis_url else None,
-                         "socket": str(sock) if sock else None}}
+        out = {
+            **{f: getattr(c, f) for f in c.__dataclass_fields__},
+            "finished": c.finished,
+            "filtered_local": stats.get("filtered_local", 0),
+            "items": stats.get("items", 0),
+            "state": state,
+            "paused": frontier.is_paused(),
+            "workers": {w: {"alive": left > 0} for w, left in workers.items()},
+            "redis": {
+                "url": redact(settings.redis_url) if settings.redis_url else None,
+                "socket": str(sock) if sock else None,
+            },
+        }
         typer.echo(json.dumps(out))
         return
     _print_counts(c, name, stats, state)
     for w, left in sorted(workers.items()):
-        typer.echo(f"worker {w}: "
-                   + (f"alive ({left:.0f}s of heartbeat left)" if left > 0 else "gone"))
+        typer.echo(
+            f"worker {w}: " + (f"alive ({left:.0f}s of heartbeat left)" if left > 0 else "gone")
+        )
     if sock is not None:
         typer.echo(f"embedded Redis: unix socket {sock} (redis-cli -s {sock})")
     else:
@@ -77,9 +88,10 @@ def status(redis_url: RedisUrl = None, crawl_name: CrawlName = None,
 
 @app.command("crawls")
 @_guard
-def list_crawls(redis_url: RedisUrl = None,
-                as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")]
-                = False) -> None:
+def list_crawls(
+    redis_url: RedisUrl = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
+) -> None:
     """List the crawls in the Redis with their counts and state."""
     settings = _settings(redis_url)
     client = _connect(settings)
@@ -89,9 +101,21 @@ def list_crawls(redis_url: RedisUrl = None,
         c = frontier.counts()
         rows.append((name, c, _state(frontier, c)))
     if as_json:
-        typer.echo(json.dumps([{"crawl": n, "accepted": c.accepted, "done": c.done,
-                                "pending": c.pending, "dead": c.dead, "state": s}
-                               for n, c, s in rows]))
+        typer.echo(
+            json.dumps(
+                [
+                    {
+                        "crawl": n,
+                        "accepted": c.accepted,
+                        "done": c.done,
+                        "pending": c.pending,
+                        "dead": c.dead,
+                        "state": s,
+                    }
+                    for n, c, s in rows
+                ]
+            )
+        )
         return
     if not rows:
         typer.echo(f"no crawls in {_where(settings)}")
@@ -108,13 +132,19 @@ def seed(
     urls: Annotated[list[str] | None, typer.Argument(help="URLs to crawl.")] = None,
     redis_url: RedisUrl = None,
     crawl_name: CrawlName = None,
-    file: Annotated[Path | None, typer.Option(
-        "--file", "-f", help="Read URLs from a file, one per line ('-': stdin).")] = None,
-    callback: Annotated[str | None, typer.Option(
-        help="Spider method to parse them with (default: parse).")] = None,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", "-f", help="Read URLs from a file, one per line ('-': stdin)."),
+    ] = None,
+    callback: Annotated[
+        str | None, typer.Option(help="Spider method to parse them with (default: parse).")
+    ] = None,
     priority: Annotated[int, typer.Option(help="Request priority.")] = 0,
-    recrawl: Annotated[bool, typer.Option(
-        "--recrawl", help="Crawl URLs again even if they are done (not if still queued).")
+    recrawl: Annotated[
+        bool,
+        typer.Option(
+            "--recrawl", help="Crawl URLs again even if they are done (not if still queued)."
+        ),
     ] = False,
 ) -> None:
     """Put start URLs straight into a crawl's frontier (durable, deduplicated). Starts
@@ -135,8 +165,15 @@ def seed(
     settings = _settings(redis_url)
     name = _crawl(settings, crawl_name, _connect(settings) if _state_exists(settings) else None)
     client = _connect(settings, create=True)
-    result = push_seeds(items, settings=settings, crawl=name, callback=callback,
-                        priority=priority, recrawl=recrawl, client=client)
+    result = push_seeds(
+        items,
+        settings=settings,
+        crawl=name,
+        callback=callback,
+        priority=priority,
+        recrawl=recrawl,
+        client=client,
+    )
     typer.echo(f"seeded {result.accepted} URL(s); {result.filtered} already known")
 
 
@@ -150,8 +187,9 @@ def dead(
     redis_url: RedisUrl = None,
     crawl_name: CrawlName = None,
     limit: Annotated[int, typer.Option(min=1, help="How many to list.")] = 50,
-    requeue: Annotated[bool, typer.Option(
-        "--requeue", help="Send the listed dead requests back to the queue.")] = False,
+    requeue: Annotated[
+        bool, typer.Option("--requeue", help="Send the listed dead requests back to the queue.")
+    ] = False,
 ) -> None:
     """List dead-lettered requests (oldest first: when each died, in UTC, its URL,
     attempts and last error); --requeue sends them back."""
@@ -178,8 +216,10 @@ def _switch(redis_url: str | None, crawl_name: str | None, pause: bool) -> None:
     frontier = open_frontier(client, settings, name, follow_layout=True)
     if pause:
         frontier.pause()
-        typer.echo(f"paused crawl {name}: workers lease nothing new (what they hold is "
-                   f"finished) until `redcrawl resume --crawl {name}`")
+        typer.echo(
+            f"paused crawl {name}: workers lease nothing new (what they hold is "
+            f"finished) until `redcrawl resume --crawl {name}`"
+        )
     else:
         frontier.resume()
         typer.echo(f"resumed crawl {name}")
@@ -199,7 +239,6 @@ def resume(redis_url: RedisUrl = None, crawl_name: CrawlName = None) -> None:
     _switch(redis_url, crawl_name, pause=False)
 
 
-
 @app.command()
 @_guard
 def purge(
@@ -216,5 +255,3 @@ def purge(
         raise typer.Exit(EXIT_FAILED)
     frontier.purge()
     typer.echo(f"purged crawl {name}")
-
-

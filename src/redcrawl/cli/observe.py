@@ -27,12 +27,23 @@ from redcrawl.cli._common import (
 )
 from redcrawl.metrics.snapshot import MAX_CRAWLS, SnapshotReader
 
-MaxCrawls = Annotated[int, typer.Option(
-    "--max-crawls", min=1, help="Most crawls read per scrape (found by a SCAN over the "
-    "crawls' stats keys only).")]
-Crawls = Annotated[list[str] | None, typer.Option(
-    "--crawl", envvar="REDCRAWL_CRAWL", help="A crawl to export (repeat for more). "
-    "Default: every crawl in the Redis, up to --max-crawls.")]
+MaxCrawls = Annotated[
+    int,
+    typer.Option(
+        "--max-crawls",
+        min=1,
+        help="Most crawls read per scrape (found by a SCAN over the crawls' stats keys only).",
+    ),
+]
+Crawls = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--crawl",
+        envvar="REDCRAWL_CRAWL",
+        help="A crawl to export (repeat for more). "
+        "Default: every crawl in the Redis, up to --max-crawls.",
+    ),
+]
 
 
 @app.command()
@@ -52,16 +63,17 @@ def exporter(
 
         from redcrawl.metrics.collector import RedisCollector
     except ImportError:
-        raise _fail("the exporter needs prometheus-client: pip install 'redcrawl[api]'",
-                    EXIT_USAGE) from None
+        raise _fail(
+            "the exporter needs prometheus-client: pip install 'redcrawl[api]'", EXIT_USAGE
+        ) from None
     settings = _settings(redis_url)
     client = _connect(settings)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RedisCollector(SnapshotReader(client, settings, crawls=crawl or (),
-                                                    max_crawls=max_crawls)))
+    registry.register(
+        RedisCollector(SnapshotReader(client, settings, crawls=crawl or (), max_crawls=max_crawls))
+    )
     server, _thread = start_http_server(port, addr=host, registry=registry)
-    console.print(f"serving metrics on http://{host}:{server.server_port}/metrics",
-                  highlight=False)
+    console.print(f"serving metrics on http://{host}:{server.server_port}/metrics", highlight=False)
     try:
         while True:
             time.sleep(3600)
@@ -72,13 +84,16 @@ def exporter(
 @app.command()
 @_guard
 def watch(
-    webhook: Annotated[str, typer.Option(help="URL to POST alerts to (JSON with a "
-                                         "Slack-compatible `text` field).")],
+    webhook: Annotated[
+        str, typer.Option(help="URL to POST alerts to (JSON with a Slack-compatible `text` field).")
+    ],
     redis_url: RedisUrl = None,
     crawl: Crawls = None,
     interval: Annotated[float, typer.Option(min=0.05, help="Seconds between polls.")] = 15.0,
-    polls: Annotated[int | None, typer.Option(
-        help="Stop after this many polls (default: run until interrupted).")] = None,
+    polls: Annotated[
+        int | None,
+        typer.Option(help="Stop after this many polls (default: run until interrupted)."),
+    ] = None,
     max_crawls: MaxCrawls = MAX_CRAWLS,
 ) -> None:
     """Watch the crawls and POST an alert to WEBHOOK when a rule starts or stops firing
@@ -91,8 +106,9 @@ def watch(
     settings = _settings(redis_url)
     client = _connect(settings)
     reader = SnapshotReader(client, settings, crawls=crawl or (), max_crawls=max_crawls)
-    dog = Watchdog(reader, webhook,
-                   echo=lambda n: console.print(n.payload()["text"], highlight=False))
+    dog = Watchdog(
+        reader, webhook, echo=lambda n: console.print(n.payload()["text"], highlight=False)
+    )
     with contextlib.suppress(KeyboardInterrupt):
         dog.run(interval, polls=polls)
 
@@ -103,8 +119,9 @@ def top(
     redis_url: RedisUrl = None,
     crawl_name: CrawlName = None,
     interval: Annotated[float, typer.Option(min=0.05, help="Seconds between frames.")] = 1.0,
-    once: Annotated[bool, typer.Option(
-        "--once", help="Print one frame and exit (e.g. to a file or pipe).")] = False,
+    once: Annotated[
+        bool, typer.Option("--once", help="Print one frame and exit (e.g. to a file or pipe).")
+    ] = False,
 ) -> None:
     """A live view of one crawl: its states and rates, its workers with their heartbeat
     age, its most recent dead letters. Ctrl-C quits."""

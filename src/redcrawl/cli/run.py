@@ -34,6 +34,7 @@ from redcrawl.workers import (
 
 # --- crawl -------------------------------------------------------------------------------
 
+
 def _show(path: Path) -> str:
     try:
         return str(path.resolve().relative_to(Path.cwd()))
@@ -42,8 +43,12 @@ def _show(path: Path) -> str:
 
 
 def _on_event(event: WorkerEvent, logs: Path | None) -> None:
-    style = {"failed": "bold red", "restarting": "yellow", "exited": "yellow",
-             "released": "yellow"}.get(event.kind, "bold")
+    style = {
+        "failed": "bold red",
+        "restarting": "yellow",
+        "exited": "yellow",
+        "released": "yellow",
+    }.get(event.kind, "bold")
     console.print(f"[{style}]{event.message}[/]", highlight=False)
     if event.log_tail and event.kind == "failed":
         where = f" ({_show(logs / f'{event.worker}.log')})" if logs else ""
@@ -54,25 +59,46 @@ def _on_event(event: WorkerEvent, logs: Path | None) -> None:
 @app.command()
 @_guard
 def crawl(
-    spider: Annotated[str, typer.Argument(
-        help="Spider name (inside a Scrapy project) or path to a spider .py file.")],
-    workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=256,
-                                         help="Worker processes to start.")] = 2,
+    spider: Annotated[
+        str,
+        typer.Argument(help="Spider name (inside a Scrapy project) or path to a spider .py file."),
+    ],
+    workers: Annotated[
+        int, typer.Option("--workers", "-w", min=1, max=256, help="Worker processes to start.")
+    ] = 2,
     redis_url: RedisUrl = None,
-    crawl_name: Annotated[str | None, typer.Option(
-        "--crawl", envvar="REDCRAWL_CRAWL",
-        help="Crawl name (default: the spider's name).")] = None,
-    setting: Annotated[list[str] | None, typer.Option(
-        "--set", "-s", help="A Scrapy/redcrawl setting for the workers, NAME=VALUE.")] = None,
-    arg: Annotated[list[str] | None, typer.Option(
-        "--arg", "-a", help="A spider argument, NAME=VALUE (as scrapy crawl -a).")] = None,
-    logs: Annotated[str | None, typer.Option(
-        "--logs", help="Folder for the workers' logs (w0.log, w1.log, ...; default "
-        ".redcrawl/logs/CRAWL); '-' sends them to this terminal instead.")] = None,
-    max_restarts: Annotated[int, typer.Option(
-        min=0, help="Restarts of a crashed worker, with backoff (1 s, 2 s, 4 s, ...).")] = 5,
-    fail_on_dead: Annotated[bool, typer.Option(
-        "--fail-on-dead", help="Exit with 4 when the crawl ends with dead letters.")] = False,
+    crawl_name: Annotated[
+        str | None,
+        typer.Option(
+            "--crawl", envvar="REDCRAWL_CRAWL", help="Crawl name (default: the spider's name)."
+        ),
+    ] = None,
+    setting: Annotated[
+        list[str] | None,
+        typer.Option("--set", "-s", help="A Scrapy/redcrawl setting for the workers, NAME=VALUE."),
+    ] = None,
+    arg: Annotated[
+        list[str] | None,
+        typer.Option("--arg", "-a", help="A spider argument, NAME=VALUE (as scrapy crawl -a)."),
+    ] = None,
+    logs: Annotated[
+        str | None,
+        typer.Option(
+            "--logs",
+            help="Folder for the workers' logs (w0.log, w1.log, ...; default "
+            ".redcrawl/logs/CRAWL); '-' sends them to this terminal instead.",
+        ),
+    ] = None,
+    max_restarts: Annotated[
+        int,
+        typer.Option(
+            min=0, help="Restarts of a crashed worker, with backoff (1 s, 2 s, 4 s, ...)."
+        ),
+    ] = 5,
+    fail_on_dead: Annotated[
+        bool,
+        typer.Option("--fail-on-dead", help="Exit with 4 when the crawl ends with dead letters."),
+    ] = False,
     progress: Annotated[bool, typer.Option(help="Show the live progress line.")] = True,
 ) -> None:
     """Run SPIDER in N local worker processes on one shared frontier until the whole
@@ -85,21 +111,33 @@ def crawl(
                 raise _fail(f"{flag} {item!r}: give NAME=VALUE", EXIT_USAGE)
     name = check_spider(spider)  # before anything starts: exit 2 with the spider list
     # the workers' redcrawl settings given with --set apply here too (progress, counts)
-    settings = Settings.from_mapping(dict(item.split("=", 1) for item in setting or []),
-                                     base=_settings(redis_url))
+    settings = Settings.from_mapping(
+        dict(item.split("=", 1) for item in setting or []), base=_settings(redis_url)
+    )
     crawl_id = validate_crawl_name(crawl_name) if crawl_name else settings.crawl_name(name)
-    log_dir = (None if logs == "-" else
-               Path(logs) if logs else settings.embedded_dir / "logs" / crawl_id)
+    log_dir = (
+        None if logs == "-" else Path(logs) if logs else settings.embedded_dir / "logs" / crawl_id
+    )
     if log_dir is not None:
-        console.print(f"worker logs: {_show(log_dir / 'w0.log')}"
-                      + (f" ... w{workers - 1}.log" if workers > 1 else ""), highlight=False)
+        console.print(
+            f"worker logs: {_show(log_dir / 'w0.log')}"
+            + (f" ... w{workers - 1}.log" if workers > 1 else ""),
+            highlight=False,
+        )
     display = ProgressDisplay(console) if progress and log_dir is not None else None
     with display if display is not None else contextlib.nullcontext():
-        result = run_workers(spider, workers=workers, settings=settings, crawl=crawl_id,
-                             settings_args=setting or [], spider_args=arg or [],
-                             log_dir=log_dir, progress=display,
-                             on_event=lambda e: _on_event(e, log_dir),
-                             max_restarts=max_restarts)
+        result = run_workers(
+            spider,
+            workers=workers,
+            settings=settings,
+            crawl=crawl_id,
+            settings_args=setting or [],
+            spider_args=arg or [],
+            log_dir=log_dir,
+            progress=display,
+            on_event=lambda e: _on_event(e, log_dir),
+            max_restarts=max_restarts,
+        )
     client = connect(settings)
     frontier = open_frontier(client, settings, crawl_id)
     c = frontier.counts()
@@ -110,11 +148,9 @@ def crawl(
     if result.signal is not None:
         console.print("stopped: run the same command again to resume the crawl")
     elif code == 0 and fail_on_dead and c.dead:
-        console.print(f"[red]{c.dead:,} dead letter(s)[/]: see `redcrawl dead --crawl "
-                      f"{crawl_id}`")
+        console.print(f"[red]{c.dead:,} dead letter(s)[/]: see `redcrawl dead --crawl {crawl_id}`")
         code = EXIT_DEAD_LETTERS
     raise typer.Exit(code)
-
 
 
 @app.command()
@@ -122,28 +158,37 @@ def crawl(
 def demo(
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=32)] = 4,
     products: Annotated[int, typer.Option(help="Product pages in the demo shop.")] = 3000,
-    directory: Annotated[Path, typer.Option(
-        "--dir", help="Where the embedded Redis, the worker logs and the SQLite results "
-        "go.")] = Path(".redcrawl-demo"),
+    directory: Annotated[
+        Path,
+        typer.Option(
+            "--dir", help="Where the embedded Redis, the worker logs and the SQLite results go."
+        ),
+    ] = Path(".redcrawl-demo"),
     progress: Annotated[bool, typer.Option(help="Show the live progress line.")] = True,
 ) -> None:
     """Crawl a bundled shop site (served on loopback) with N workers on the embedded
     Redis, then report pages, items, duplicates, retries and dead letters."""
     from redcrawl.demo.run import run_demo
 
-    raise typer.Exit(run_demo(workers=workers, products=products, directory=directory,
-                              progress=progress))
+    raise typer.Exit(
+        run_demo(workers=workers, products=products, directory=directory, progress=progress)
+    )
 
 
 @app.command()
 @_guard
 def serve(
     redis_url: RedisUrl = None,
-    host: Annotated[str | None, typer.Option(
-        help="Address to bind (REDCRAWL_API_HOST, default 127.0.0.1). Binding beyond "
-        "loopback needs API tokens.")] = None,
-    port: Annotated[int | None, typer.Option(
-        help="Port (REDCRAWL_API_PORT, default 8700).")] = None,
+    host: Annotated[
+        str | None,
+        typer.Option(
+            help="Address to bind (REDCRAWL_API_HOST, default 127.0.0.1). Binding beyond "
+            "loopback needs API tokens."
+        ),
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port (REDCRAWL_API_PORT, default 8700).")
+    ] = None,
 ) -> None:
     """Run the HTTP control plane: submit requests, inspect and steer crawls (/v1, OpenAPI
     schema at /openapi.json). Tokens: REDCRAWL_API_TOKENS (read) and
@@ -153,13 +198,14 @@ def serve(
     run_server(_settings(redis_url, api_host=host, api_port=port))
 
 
-
-
 @app.command("stop-embedded")
 @_guard
 def stop_embedded_command(
-    force: Annotated[bool, typer.Option(
-        "--force", help="Stop it even while processes still use it (they lose Redis).")
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force", help="Stop it even while processes still use it (they lose Redis)."
+        ),
     ] = False,
 ) -> None:
     """Stop the embedded Redis of this folder (.redcrawl/, its data kept on disk). It

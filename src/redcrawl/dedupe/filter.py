@@ -26,15 +26,15 @@ def _filter_files(mode: Mode) -> tuple[str, ...]:
     return (scripts.BASE, "dedupe/lua/header.lua", *prelude(mode), "dedupe/lua/filter.lua")
 
 
-
 class Filter:
     """A dedupe filter used directly: ``check`` and ``add`` batches of 20-byte
     fingerprints in one round trip each. The frontier embeds the same Lua in its scripts;
     this class serves the standalone DupeFilter, ``import-dupefilter``, health checks and
     benchmarks. ``clock`` (ms) replaces the server clock for generations (tests)."""
 
-    def __init__(self, client: Any, spec: DedupeSpec, base: str, *,
-                 clock: Callable[[], int] | None = None) -> None:
+    def __init__(
+        self, client: Any, spec: DedupeSpec, base: str, *, clock: Callable[[], int] | None = None
+    ) -> None:
         self.client = client
         self.spec = spec
         self.base = base
@@ -50,9 +50,12 @@ class Filter:
         now = "" if self._clock is None else str(int(self._clock()))
         out: list[bool] = []
         for i in range(0, len(fps), 10_000):
-            flags = self._scripts.run("filter", [self.base],
-                                      [self.spec.encode(), now, op, *fps[i:i + 10_000]],
-                                      what=f"dedupe {op}")
+            flags = self._scripts.run(
+                "filter",
+                [self.base],
+                [self.spec.encode(), now, op, *fps[i : i + 10_000]],
+                what=f"dedupe {op}",
+            )
             out += [c == ord("1") for c in bytes(flags)]
         return out
 
@@ -81,7 +84,7 @@ class Filter:
         keys = self.redis_keys()
         for i in range(0, len(keys), 1000):
             pipe = self.client.pipeline(transaction=False)
-            for key in keys[i:i + 1000]:
+            for key in keys[i : i + 1000]:
                 pipe.memory_usage(key, samples=0)
             with redis_errors("measuring the dedupe filter"):
                 total += sum(int(x or 0) for x in pipe.execute())
@@ -92,7 +95,7 @@ class Filter:
         keys = self.redis_keys()
         with redis_errors("deleting the dedupe filter"):
             for i in range(0, len(keys), 1000):
-                self.client.unlink(*keys[i:i + 1000])
+                self.client.unlink(*keys[i : i + 1000])
         return len(keys)
 
     def intset_limit(self) -> int | None:
@@ -118,13 +121,18 @@ class Filter:
             return None
         except redis.exceptions.ResponseError as exc:
             have = "unknown" if limit is None else str(limit)
-            return (f"the exact dedupe filter needs set-max-intset-entries >= {need} (the "
-                    f"server has {have}) and CONFIG SET was refused ({exc}); buckets beyond "
-                    f"the limit silently become hash tables (about 7x the memory). Raise it "
-                    f"in redis.conf (a CONFIG SET is lost at a restart)"
-                    + ("" if self.spec.bucket_fill else
-                       ", or start a new crawl: crawls created by this redcrawl version "
-                       "keep their buckets under Redis's default (512)"))
+            return (
+                f"the exact dedupe filter needs set-max-intset-entries >= {need} (the "
+                f"server has {have}) and CONFIG SET was refused ({exc}); buckets beyond "
+                f"the limit silently become hash tables (about 7x the memory). Raise it "
+                f"in redis.conf (a CONFIG SET is lost at a restart)"
+                + (
+                    ""
+                    if self.spec.bucket_fill
+                    else ", or start a new crawl: crawls created by this redcrawl version "
+                    "keep their buckets under Redis's default (512)"
+                )
+            )
 
     def health(self, sample: int = 64) -> list[str]:
         """Problems a running filter has: exact buckets that fell back from intset to
@@ -139,7 +147,8 @@ class Filter:
                 f"set-max-intset-entries is {limit}, below the {need} the exact filter's "
                 f"buckets need at REDCRAWL_DEDUPE_CAPACITY={self.spec.capacity}; buckets "
                 f"that outgrow {limit} become hash tables (about 7x the memory): CONFIG SET "
-                f"set-max-intset-entries {need}")
+                f"set-max-intset-entries {need}"
+            )
         # random buckets of the current generation, named as lua/exact.lua names them
         # (no SCAN: that would walk the whole keyspace to find a new crawl's few buckets)
         base = self.base
@@ -158,23 +167,30 @@ class Filter:
         picked: list[str] = []
         for level in levels:
             buckets = self.spec.level_buckets(level)
-            picked += [bucket_key(base, level, b)
-                       for b in random.sample(range(buckets), min(sample, buckets))]
+            picked += [
+                bucket_key(base, level, b)
+                for b in random.sample(range(buckets), min(sample, buckets))
+            ]
         pipe = self.client.pipeline(transaction=False)
         for key in picked:
             pipe.object("encoding", key)
         encodings = pipe.execute()
-        fallen = [k for k, e in zip(picked, encodings, strict=True)
-                  if e not in (b"intset", "intset", None)]
+        fallen = [
+            k
+            for k, e in zip(picked, encodings, strict=True)
+            if e not in (b"intset", "intset", None)
+        ]
         if fallen:
             problems.append(
                 f"{len(fallen)} of {len(picked)} sampled dedupe buckets are no longer "
                 f"intsets (e.g. {fallen[0]}): they use about 7x the memory. "
                 f"Raise the limit (CONFIG SET set-max-intset-entries {need}) so no more "
                 f"buckets convert (Redis never converts a set back)"
-                + ("" if self.spec.bucket_fill else
-                   "; crawls created by this redcrawl version keep their buckets under "
-                   "Redis's default (512)"))
+                + (
+                    ""
+                    if self.spec.bucket_fill
+                    else "; crawls created by this redcrawl version keep their buckets under "
+                    "Redis's default (512)"
+                )
+            )
         return problems
-
-

@@ -22,8 +22,14 @@ class ImportResult:
     """One invalid member, for the message."""
 
 
-def import_hex_set(source: Any, key: str, target: Filter, *, batch: int = 10_000,
-                   progress: Callable[[int], None] | None = None) -> ImportResult:
+def import_hex_set(
+    source: Any,
+    key: str,
+    target: Filter,
+    *,
+    batch: int = 10_000,
+    progress: Callable[[int], None] | None = None,
+) -> ImportResult:
     """Stream a scrapy-redis dupefilter (a SET of 40-digit hex SHA-1 fingerprints) into
     ``target`` with SSCAN, one round trip per ``batch``. Safe on a live set and safe to
     repeat: SSCAN returns every member present for the whole scan, and re-adding is a no-op
@@ -31,11 +37,17 @@ def import_hex_set(source: Any, key: str, target: Filter, *, batch: int = 10_000
     kind = source.type(key)
     kind = kind.decode() if isinstance(kind, bytes) else str(kind)
     if kind == "none":
-        raise ConfigError("import-dupefilter", f"key {key!r} does not exist on the source "
-                          "Redis; scrapy-redis names it '<spider>:dupefilter'")
+        raise ConfigError(
+            "import-dupefilter",
+            f"key {key!r} does not exist on the source "
+            "Redis; scrapy-redis names it '<spider>:dupefilter'",
+        )
     if kind != "set":
-        raise ConfigError("import-dupefilter", f"key {key!r} is a {kind}, not the set of hex "
-                          "fingerprints a scrapy-redis dupefilter is")
+        raise ConfigError(
+            "import-dupefilter",
+            f"key {key!r} is a {kind}, not the set of hex "
+            "fingerprints a scrapy-redis dupefilter is",
+        )
     read = added = invalid = 0
     example: str | None = None
     pending: list[bytes] = []

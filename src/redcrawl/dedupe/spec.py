@@ -81,7 +81,7 @@ class DedupeSpec:
         INTSET_HEADROOM times the planned capacity."""
         if self.bucket_fill:
             return max(DEFAULT_INTSET_ENTRIES, self.bucket_fill)
-        fill = self.capacity / 2 ** self.bucket_bits
+        fill = self.capacity / 2**self.bucket_bits
         return int(2 ** math.ceil(math.log2(max(128.0, fill * INTSET_HEADROOM))))
 
     def level_buckets(self, level: int) -> int:
@@ -104,7 +104,7 @@ class DedupeSpec:
     @property
     def level_capacity(self) -> int:
         """Exact mode: fingerprints level 0 holds (at least ``capacity``)."""
-        return self.bucket_fill * 2 ** self.bucket_bits if self.bucket_fill else self.capacity
+        return self.bucket_fill * 2**self.bucket_bits if self.bucket_fill else self.capacity
 
     def collision_probability(self, urls: float) -> float:
         """Exact mode: chance that any two of ``urls`` distinct URLs share a stored value
@@ -118,15 +118,27 @@ def bucket_bits_for(capacity: int, fill: int = BUCKET_FILL) -> int:
     return max(4, min(MAX_BUCKET_BITS, math.ceil(math.log2(max(1.0, capacity / fill)))))
 
 
-def exact_spec(capacity: int, gen_ms: int = 0, gens: int = 0, *,
-               legacy: bool = False) -> DedupeSpec:
+def exact_spec(
+    capacity: int, gen_ms: int = 0, gens: int = 0, *, legacy: bool = False
+) -> DedupeSpec:
     """The exact filter's plan for ``capacity`` URLs: levels of buckets of at most
     BUCKET_FILL, or (``legacy``) the plan of crawls created before levels."""
     if legacy:
-        return DedupeSpec("exact", capacity, bucket_bits=bucket_bits_for(
-            capacity, LEGACY_BUCKET_FILL), gen_ms=gen_ms, gens=gens)
-    return DedupeSpec("exact", capacity, bucket_bits=bucket_bits_for(capacity),
-                      gen_ms=gen_ms, gens=gens, bucket_fill=BUCKET_FILL)
+        return DedupeSpec(
+            "exact",
+            capacity,
+            bucket_bits=bucket_bits_for(capacity, LEGACY_BUCKET_FILL),
+            gen_ms=gen_ms,
+            gens=gens,
+        )
+    return DedupeSpec(
+        "exact",
+        capacity,
+        bucket_bits=bucket_bits_for(capacity),
+        gen_ms=gen_ms,
+        gens=gens,
+        bucket_fill=BUCKET_FILL,
+    )
 
 
 def has_redisbloom(client: Any, probe_key: str = "redcrawl:probe") -> bool:
@@ -139,8 +151,9 @@ def has_redisbloom(client: Any, probe_key: str = "redcrawl:probe") -> bool:
     return True
 
 
-def resolve_spec(settings: Settings, *, client: Any = None,
-                 created: str | None = None) -> DedupeSpec:
+def resolve_spec(
+    settings: Settings, *, client: Any = None, created: str | None = None
+) -> DedupeSpec:
     """The dedupe spec for these settings. ``created`` is the spec string a crawl was
     created with (if it exists): with ``bloom_backend=auto`` it decides between RedisBloom
     and the own filter, so every worker keeps using what the crawl started with; in exact
@@ -154,8 +167,9 @@ def resolve_spec(settings: Settings, *, client: Any = None,
         legacy = exact_spec(capacity, gen_ms, gens, legacy=True)
         return legacy if created == legacy.encode() else exact_spec(capacity, gen_ms, gens)
     spec = DedupeSpec("bloom", capacity, settings.dedupe_error_rate, gen_ms=gen_ms, gens=gens)
-    rbloom = replace(spec, mode="rbloom",
-                     shards=2 ** math.ceil(math.log2(max(1, capacity / SHARD_CAPACITY))))
+    rbloom = replace(
+        spec, mode="rbloom", shards=2 ** math.ceil(math.log2(max(1, capacity / SHARD_CAPACITY)))
+    )
     backend = settings.bloom_backend
     if backend == "auto":
         if created is not None and created.split(" ", 1)[0] in ("bloom", "rbloom"):
@@ -163,12 +177,14 @@ def resolve_spec(settings: Settings, *, client: Any = None,
         return rbloom if client is not None and has_redisbloom(client) else spec
     if backend == "redisbloom":
         if client is not None and not has_redisbloom(client):
-            raise ConfigError("REDCRAWL_BLOOM_BACKEND", "redisbloom is asked for but the "
-                              "server has no BF.* commands; load the RedisBloom module "
-                              "(--loadmodule redisbloom.so) or use lua or auto")
+            raise ConfigError(
+                "REDCRAWL_BLOOM_BACKEND",
+                "redisbloom is asked for but the "
+                "server has no BF.* commands; load the RedisBloom module "
+                "(--loadmodule redisbloom.so) or use lua or auto",
+            )
         return rbloom
     return spec
-
 
 
 def split(fp: bytes, bucket_bits: int) -> tuple[int, int]:
@@ -183,4 +199,3 @@ def split(fp: bytes, bucket_bits: int) -> tuple[int, int]:
 def bucket_key(base: str, level: int, bucket: int) -> str:
     """Exact mode: the key of a bucket (``base`` includes the generation, if any)."""
     return f"{base}:{bucket}" if level == 0 else f"{base}:L{level}:{bucket}"
-

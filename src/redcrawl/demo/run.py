@@ -30,7 +30,7 @@ SPIDER = Path(__file__).with_name("spider.py")
 def demo_worker_settings(items_db: Path) -> list[str]:
     """Scrapy settings of the demo's workers (as ``NAME=VALUE``)."""
     return [
-        "ITEM_PIPELINES={\"redcrawl.scrapy.pipelines.UpsertPipeline\": 300}",
+        'ITEM_PIPELINES={"redcrawl.scrapy.pipelines.UpsertPipeline": 300}',
         f"REDCRAWL_ITEMS_URI=sqlite:///{items_db.resolve()}",
         "REDCRAWL_ITEM_KEY=sku",
         "REDCRAWL_CANONICALIZE=true",
@@ -47,8 +47,13 @@ def demo_worker_settings(items_db: Path) -> list[str]:
     ]
 
 
-def run_demo(*, workers: int = 4, products: int = 3000, directory: Path = Path(".redcrawl-demo"),
-             progress: bool = True) -> int:
+def run_demo(
+    *,
+    workers: int = 4,
+    products: int = 3000,
+    directory: Path = Path(".redcrawl-demo"),
+    progress: bool = True,
+) -> int:
     console = Console()
     directory.mkdir(parents=True, exist_ok=True)
     items_db = directory / "items.db"
@@ -57,8 +62,11 @@ def run_demo(*, workers: int = 4, products: int = 3000, directory: Path = Path("
     if products != config.products:
         from dataclasses import replace
 
-        config = replace(config, products=products,
-                         always_fail=tuple(p for p in config.always_fail if p < products))
+        config = replace(
+            config,
+            products=products,
+            always_fail=tuple(p for p in config.always_fail if p < products),
+        )
     settings = Settings(embedded_dir=directory / "redis")
     url = resolve_url(settings)
     frontier = open_frontier(connect(settings, url=url), settings, CRAWL)
@@ -66,9 +74,11 @@ def run_demo(*, workers: int = 4, products: int = 3000, directory: Path = Path("
     started = time.monotonic()
     logs = directory / "logs"
     with ShopSite(config) as site:
-        console.print(f"demo shop: {site.url} ({config.pages:,} pages, {config.products:,} "
-                      f"products); {workers} workers; embedded Redis at {url}; worker logs "
-                      f"in {logs}/")
+        console.print(
+            f"demo shop: {site.url} ({config.pages:,} pages, {config.products:,} "
+            f"products); {workers} workers; embedded Redis at {url}; worker logs "
+            f"in {logs}/"
+        )
         display = ProgressDisplay(Console(stderr=True)) if progress else None
 
         def report(event: WorkerEvent) -> None:
@@ -77,10 +87,17 @@ def run_demo(*, workers: int = 4, products: int = 3000, directory: Path = Path("
                 console.print(event.log_tail, markup=False, highlight=False)
 
         with display if display is not None else contextlib.nullcontext():
-            result = run_workers(str(SPIDER), workers=workers, settings=settings, crawl=CRAWL,
-                                 settings_args=demo_worker_settings(items_db),
-                                 spider_args=[f"url={site.url}"], log_dir=logs,
-                                 progress=display, on_event=report)
+            result = run_workers(
+                str(SPIDER),
+                workers=workers,
+                settings=settings,
+                crawl=CRAWL,
+                settings_args=demo_worker_settings(items_db),
+                spider_args=[f"url={site.url}"],
+                log_dir=logs,
+                progress=display,
+                on_event=report,
+            )
         code = result.code
         hits = site.hits()
         expected = site.canonical_pages()
@@ -112,7 +129,6 @@ def run_demo(*, workers: int = 4, products: int = 3000, directory: Path = Path("
     for d in frontier.dead(10):
         console.print(f"  dead: {d.url} after {d.attempts} attempts: {d.error}")
     if missing:
-        console.print(f"[red]{len(missing)} page(s) never fetched[/], e.g. "
-                      f"{sorted(missing)[:5]}")
+        console.print(f"[red]{len(missing)} page(s) never fetched[/], e.g. {sorted(missing)[:5]}")
     ok = code == 0 and c.finished and c.conserved
     return code if code else (0 if ok else 1)

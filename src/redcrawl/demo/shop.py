@@ -71,8 +71,14 @@ class SiteConfig:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "always_fail", tuple(int(p) for p in self.always_fail))
-        for name in ("products", "slow_every", "error_every", "throttle_every",
-                     "flaky_failures", "links_per_page"):
+        for name in (
+            "products",
+            "slow_every",
+            "error_every",
+            "throttle_every",
+            "flaky_failures",
+            "links_per_page",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"SiteConfig.{name} must be >= 0")
         for name in ("per_page", "categories"):
@@ -84,8 +90,14 @@ class SiteConfig:
     @classmethod
     def demo(cls) -> SiteConfig:
         """Several thousand pages (3151) with every kind of misbehaviour."""
-        return cls(products=3000, slow_every=97, error_every=53, throttle_every=71,
-                   always_fail=(1234,), tracking_params=True)
+        return cls(
+            products=3000,
+            slow_every=97,
+            error_every=53,
+            throttle_every=71,
+            always_fail=(1234,),
+            tracking_params=True,
+        )
 
     def category_of(self, product: int) -> int:
         """The category of a product."""
@@ -112,14 +124,64 @@ class SiteConfig:
 
 DEFAULT_CONFIG = SiteConfig()
 
-_ADJECTIVES = ("Sturdy", "Elegant", "Compact", "Rustic", "Vintage", "Sleek", "Cozy", "Rugged",
-               "Classic", "Modern", "Deluxe", "Handmade", "Portable", "Bright", "Quiet", "Smart")
-_MATERIALS = ("Oak", "Steel", "Linen", "Ceramic", "Bamboo", "Copper", "Wool", "Glass",
-              "Leather", "Marble", "Cotton")
-_NOUNS = ("Lamp", "Chair", "Mug", "Backpack", "Kettle", "Blanket", "Clock", "Notebook", "Vase",
-          "Speaker", "Jacket", "Bowl", "Shelf")
-_CATEGORY_NAMES = ("Home & Kitchen", "Garden & Patio", "Books", "Café Supplies", "Outdoor",
-                   "Toys & Games", "Office", "Music", "Sports", "Crafts")
+_ADJECTIVES = (
+    "Sturdy",
+    "Elegant",
+    "Compact",
+    "Rustic",
+    "Vintage",
+    "Sleek",
+    "Cozy",
+    "Rugged",
+    "Classic",
+    "Modern",
+    "Deluxe",
+    "Handmade",
+    "Portable",
+    "Bright",
+    "Quiet",
+    "Smart",
+)
+_MATERIALS = (
+    "Oak",
+    "Steel",
+    "Linen",
+    "Ceramic",
+    "Bamboo",
+    "Copper",
+    "Wool",
+    "Glass",
+    "Leather",
+    "Marble",
+    "Cotton",
+)
+_NOUNS = (
+    "Lamp",
+    "Chair",
+    "Mug",
+    "Backpack",
+    "Kettle",
+    "Blanket",
+    "Clock",
+    "Notebook",
+    "Vase",
+    "Speaker",
+    "Jacket",
+    "Bowl",
+    "Shelf",
+)
+_CATEGORY_NAMES = (
+    "Home & Kitchen",
+    "Garden & Patio",
+    "Books",
+    "Café Supplies",
+    "Outdoor",
+    "Toys & Games",
+    "Office",
+    "Music",
+    "Sports",
+    "Crafts",
+)
 _FEATURED = 5
 _RELATED = 3
 _HTML = "text/html; charset=utf-8"
@@ -235,8 +297,11 @@ class Shop:
                 href = self.track(href, f"utm_source=more&utm_content=l{i}")
             href = href.replace("&", "&amp;")  # the only character to escape in our URLs
             items.append(f'<li><a class="more-link" href="{href}">more {i + 1}</a></li>')
-        return ('<section class="more"><h2>More from the shop</h2><ul>\n'
-                + "\n".join(items) + "\n</ul></section>\n")
+        return (
+            '<section class="more"><h2>More from the shop</h2><ul>\n'
+            + "\n".join(items)
+            + "\n</ul></section>\n"
+        )
 
     # -- pages ------------------------------------------------------------------------
 
@@ -247,19 +312,26 @@ class Shop:
             href = f"/category/{cat}?page=1"
             if cat % 2 == 0:
                 href = self.track(href, "utm_source=home&utm_medium=nav")
-            cats.append(f'<li><a class="category-link" href="{_esc(href)}">'
-                        f"{_esc(self.category_name(cat))}</a></li>")
+            cats.append(
+                f'<li><a class="category-link" href="{_esc(href)}">'
+                f"{_esc(self.category_name(cat))}</a></li>"
+            )
         featured = []
         for i, p in enumerate(self.spread("featured", _FEATURED)):
-            href = self.track(f"/product/{p}", ("utm_source=home&utm_medium=featured",
-                                                "ref=home")[i % 2])
-            featured.append(f'<li><a class="featured-link" href="{_esc(href)}">'
-                            f"{_esc(self.product_name(p))}</a></li>")
+            href = self.track(
+                f"/product/{p}", ("utm_source=home&utm_medium=featured", "ref=home")[i % 2]
+            )
+            featured.append(
+                f'<li><a class="featured-link" href="{_esc(href)}">'
+                f"{_esc(self.product_name(p))}</a></li>"
+            )
         body = (
             '<header><h1><a href="/">The Shop</a></h1></header>\n'
-            '<nav class="categories"><h2>Categories</h2><ul>\n' + "\n".join(cats)
+            '<nav class="categories"><h2>Categories</h2><ul>\n'
+            + "\n".join(cats)
             + "\n</ul></nav>\n"
-            '<section class="featured"><h2>Featured</h2><ul>\n' + "\n".join(featured)
+            '<section class="featured"><h2>Featured</h2><ul>\n'
+            + "\n".join(featured)
             + "\n</ul></section>\n"
             + self.extra_links("/")
         )
@@ -274,12 +346,14 @@ class Shop:
         stop = min(first + c.per_page * c.categories, c.products + 1)
         cards = []
         for j, p in enumerate(range(first, stop, c.categories)):
-            href = self.track(f"/product/{p}", ("", "utm_source=listing&utm_medium=web",
-                                                f"ref=cat{cat}")[j % 3])
+            href = self.track(
+                f"/product/{p}", ("", "utm_source=listing&utm_medium=web", f"ref=cat{cat}")[j % 3]
+            )
             more = ""
             if j % 4 == 0:
-                more_href = self.track(f"/product/{p}",
-                                       "utm_source=listing&utm_medium=web&utm_content=more")
+                more_href = self.track(
+                    f"/product/{p}", "utm_source=listing&utm_medium=web&utm_content=more"
+                )
                 more = f' <a class="more-info" href="{_esc(more_href)}">More info</a>'
             cards.append(
                 f'<li class="product-card" data-product-id="{p}">'
@@ -289,8 +363,9 @@ class Shop:
             )
         pager = []
         if page > 1:
-            pager.append(f'<a rel="prev" class="prev" href="/category/{cat}?page={page - 1}">'
-                         "Previous</a>")
+            pager.append(
+                f'<a rel="prev" class="prev" href="/category/{cat}?page={page - 1}">Previous</a>'
+            )
         for n in range(1, last + 1):
             current = ' aria-current="page"' if n == page else ""
             pager.append(f'<a class="page"{current} href="/category/{cat}?page={n}">{n}</a>')
@@ -300,37 +375,44 @@ class Shop:
         body = (
             '<nav class="breadcrumb"><a href="/">Home</a> &rsaquo; '
             f'<span class="category-name">{_esc(name)}</span></nav>\n'
-            f'<h1>{_esc(name)} <small>page {page} of {last}</small></h1>\n'
+            f"<h1>{_esc(name)} <small>page {page} of {last}</small></h1>\n"
             '<ul class="products">\n' + "\n".join(cards) + "\n</ul>\n"
-            '<nav class="pagination">' + " ".join(pager) + "</nav>\n"
-            + self.extra_links(canonical)
+            '<nav class="pagination">' + " ".join(pager) + "</nav>\n" + self.extra_links(canonical)
         )
-        return _Response(200, _document(f"{name} - page {page} - The Shop", body,
-                                        kind="listing"))
+        return _Response(200, _document(f"{name} - page {page} - The Shop", body, kind="listing"))
 
     def product(self, p: int) -> _Response:
         c = self.config
         cat = c.category_of(p)
         canonical = f"/product/{p}"
-        name, price, sku, cat_name = (self.product_name(p), self.price(p), self.sku(p),
-                                      self.category_name(cat))
-        listing_href = self.track(f"/category/{cat}?page={c.listing_page_of(p)}",
-                                  "ref=breadcrumb")
-        ld = json.dumps({
-            "@context": "https://schema.org",
-            "@type": "Product",
-            "productID": p,
-            "sku": sku,
-            "name": name,
-            "category": cat_name,
-            "offers": {"@type": "Offer", "price": price, "priceCurrency": "EUR"},
-        }, ensure_ascii=False).replace("</", "<\\/")
+        name, price, sku, cat_name = (
+            self.product_name(p),
+            self.price(p),
+            self.sku(p),
+            self.category_name(cat),
+        )
+        listing_href = self.track(f"/category/{cat}?page={c.listing_page_of(p)}", "ref=breadcrumb")
+        ld = json.dumps(
+            {
+                "@context": "https://schema.org",
+                "@type": "Product",
+                "productID": p,
+                "sku": sku,
+                "name": name,
+                "category": cat_name,
+                "offers": {"@type": "Offer", "price": price, "priceCurrency": "EUR"},
+            },
+            ensure_ascii=False,
+        ).replace("</", "<\\/")
         related = []
         for k, q in enumerate(self.spread(f"related:{p}", _RELATED, exclude=p)):
-            href = self.track(f"/product/{q}", ("", "ref=related",
-                                                f"utm_source=related&utm_campaign=p{p}")[k % 3])
-            related.append(f'<li><a class="related-product" href="{_esc(href)}">'
-                           f"{_esc(self.product_name(q))}</a></li>")
+            href = self.track(
+                f"/product/{q}", ("", "ref=related", f"utm_source=related&utm_campaign=p{p}")[k % 3]
+            )
+            related.append(
+                f'<li><a class="related-product" href="{_esc(href)}">'
+                f"{_esc(self.product_name(q))}</a></li>"
+            )
         body = (
             '<nav class="breadcrumb"><a href="/">Home</a> &rsaquo; '
             f'<a class="category-link" href="{_esc(listing_href)}">{_esc(cat_name)}</a></nav>\n'
@@ -342,19 +424,20 @@ class Shop:
             f"{_esc(cat_name)}</a></p>\n"
             "</article>\n"
             '<section class="related"><h2>Related products</h2><ul>\n'
-            + "\n".join(related) + "\n</ul></section>\n"
+            + "\n".join(related)
+            + "\n</ul></section>\n"
             + self.extra_links(canonical)
         )
         script = f'<script type="application/ld+json">{ld}</script>\n'
-        return _Response(200, _document(f"{name} - The Shop", body, kind="product",
-                                        head=script))
+        return _Response(200, _document(f"{name} - The Shop", body, kind="product", head=script))
 
     @staticmethod
     def error(status: int, headers: tuple[tuple[str, str], ...] = ()) -> _Response:
         phrase = HTTPStatus(status).phrase
         body = f"<h1>{status} {_esc(phrase)}</h1>\n"
-        return _Response(status, _document(f"{status} {phrase}", body, kind="error"),
-                         headers=headers)
+        return _Response(
+            status, _document(f"{status} {phrase}", body, kind="error"), headers=headers
+        )
 
     # -- dispatch ---------------------------------------------------------------------
 
@@ -376,13 +459,13 @@ class Shop:
         if path == "/robots.txt":
             return _Response(200, b"User-agent: *\nAllow: /\n", "text/plain; charset=utf-8")
         if path.startswith("/category/"):
-            cat = self._number(path[len("/category/"):])
-            page = self._number(query[len("page="):])
+            cat = self._number(path[len("/category/") :])
+            page = self._number(query[len("page=") :])
             if cat is None or page is None or cat > c.categories or page > c.category_pages(cat):
                 return self.error(404)
             return self.listing(cat, page)
         if path.startswith("/product/"):
-            p = self._number(path[len("/product/"):])
+            p = self._number(path[len("/product/") :])
             if p is None or p > c.products:
                 return self.error(404)
             return self.product_with_faults(p)
@@ -403,5 +486,3 @@ class Shop:
         if flaky and c.throttle_every and p % c.throttle_every == 0:
             return self.error(429, (("Retry-After", "1"),))
         return self.product(p)
-
-

@@ -137,8 +137,11 @@ class _Server(ThreadingHTTPServer):
         self.server_name = str(host)
         self.server_port = int(port)
 
-    def process_request(self, request: socket.socket,  # type: ignore[override]
-                        client_address: tuple[str, int]) -> None:
+    def process_request(
+        self,
+        request: socket.socket,  # type: ignore[override]
+        client_address: tuple[str, int],
+    ) -> None:
         with self._connections_lock:
             self._connections.add(request)
         super().process_request(request, client_address)
@@ -174,8 +177,9 @@ class ShopSite:
     request counters are thread-safe.
     """
 
-    def __init__(self, config: SiteConfig = DEFAULT_CONFIG, host: str = "127.0.0.1",
-                 port: int = 0) -> None:
+    def __init__(
+        self, config: SiteConfig = DEFAULT_CONFIG, host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self.config = config
         self.host = host
         self._port = port
@@ -192,8 +196,12 @@ class ShopSite:
         cls = _Server6 if ":" in self.host else _Server
         server = cls((self.host, self._port), self._shop)
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name=f"shop-site:{server.server_port}", daemon=True)
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=f"shop-site:{server.server_port}",
+            daemon=True,
+        )
         self._thread.start()
         return self
 
@@ -266,12 +274,16 @@ class ShopSite:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Serve the shop until interrupted (Ctrl-C)."""
-    parser = argparse.ArgumentParser(prog="python -m redcrawl.demo.site",
-                                     description="Serve the redcrawl demo shop on loopback.")
+    parser = argparse.ArgumentParser(
+        prog="python -m redcrawl.demo.site", description="Serve the redcrawl demo shop on loopback."
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000, help="0 = a free port")
-    parser.add_argument("--demo", action="store_true",
-                        help="the demo configuration (3000 products, slow/flaky/poison pages)")
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="the demo configuration (3000 products, slow/flaky/poison pages)",
+    )
     parser.add_argument("--products", type=int)
     parser.add_argument("--per-page", type=int)
     parser.add_argument("--categories", type=int)
@@ -283,9 +295,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-tracking", action="store_true", help="no tracking-parameter links")
     args = parser.parse_args(argv)
     config = SiteConfig.demo() if args.demo else SiteConfig()
-    overrides = {name: getattr(args, name) for name in (
-        "products", "per_page", "categories", "links_per_page", "slow_every", "slow_delay",
-        "error_every", "throttle_every") if getattr(args, name) is not None}
+    overrides = {
+        name: getattr(args, name)
+        for name in (
+            "products",
+            "per_page",
+            "categories",
+            "links_per_page",
+            "slow_every",
+            "slow_delay",
+            "error_every",
+            "throttle_every",
+        )
+        if getattr(args, name) is not None
+    }
     if args.no_tracking:
         overrides["tracking_params"] = False
     try:
@@ -295,8 +318,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     site = ShopSite(config, host=args.host, port=args.port)
     try:  # before start(): a Ctrl-C right after the banner must still stop cleanly
         site.start()
-        print(f"Serving the shop ({config.pages} pages) at {site.url}/ - Ctrl-C to stop",
-              flush=True)
+        print(
+            f"Serving the shop ({config.pages} pages) at {site.url}/ - Ctrl-C to stop", flush=True
+        )
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -121,6 +121,7 @@ def _canonical_url(url: str, keep_fragments: bool) -> str:
         canonical += "#" + fragment
     return canonical
 
+
 # ----------------------------------------------------------------------- canonicaliser
 
 _PATTERN_RE = re.compile(r"[A-Za-z0-9_\-.*?\[\]]+")
@@ -236,9 +237,12 @@ class Canonicalizer:
         drop_re = self._drop_re
         if drop_re is None and not self.remove_empty_params:
             return pairs
-        return [(name, value) for name, value in pairs
-                if not (self.remove_empty_params and not value)
-                and (drop_re is None or drop_re.match(decoded(name)) is None)]
+        return [
+            (name, value)
+            for name, value in pairs
+            if not (self.remove_empty_params and not value)
+            and (drop_re is None or drop_re.match(decoded(name)) is None)
+        ]
 
     def _canonicalize_w3lib(self, url: str) -> str:
         try:

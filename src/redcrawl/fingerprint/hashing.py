@@ -36,8 +36,9 @@ _HeadersArg = (
 # ------------------------------------------------------------------------- fingerprints
 
 
-def _digest(url: str, method: str, body: bytes, headers_json: str | None,
-            version: str | None) -> bytes:
+def _digest(
+    url: str, method: str, body: bytes, headers_json: str | None, version: str | None
+) -> bytes:
     """SHA-1 of the JSON Scrapy builds (keys sorted), optionally with a "version" key.
     ``headers_json=None`` leaves the "headers" member out, as scrapy-redis does."""
     headers = "" if headers_json is None else ', "headers": ' + headers_json
@@ -184,4 +185,3 @@ def request_fingerprint(
         url = _canonical_url(url, False)
     headers_json = None if mode == "scrapy-redis" else "{}"
     return _digest(url, request.method, request.body or b"", headers_json, version)
-

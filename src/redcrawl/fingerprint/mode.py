@@ -36,17 +36,21 @@ class Fingerprinter:
 
     def url(self, url: str, method: str = "GET", body: bytes = b"") -> bytes:
         """The fingerprint of a request for *url* (seed URLs, API submissions)."""
-        return fingerprint(url, method, body, canonicalizer=self.canonicalizer,
-                           mode=self.mode)
+        return fingerprint(url, method, body, canonicalizer=self.canonicalizer, mode=self.mode)
 
     def request(self, request: Request) -> bytes:
         """The fingerprint of a :class:`scrapy.Request`."""
-        return request_fingerprint(request, canonicalizer=self.canonicalizer,
-                                   version_meta_key=self.version_meta_key, mode=self.mode)
+        return request_fingerprint(
+            request,
+            canonicalizer=self.canonicalizer,
+            version_meta_key=self.version_meta_key,
+            mode=self.mode,
+        )
 
 
-def crawl_fingerprint_mode(client: Any, keys: CrawlKeys,
-                           wanted: FingerprintMode | None = None) -> FingerprintMode:
+def crawl_fingerprint_mode(
+    client: Any, keys: CrawlKeys, wanted: FingerprintMode | None = None
+) -> FingerprintMode:
     """The fingerprint mode of the crawl at *keys*, recorded in its control hash.
 
     A crawl without a recorded mode gets *wanted* (default ``scrapy``) recorded now, so
@@ -67,19 +71,23 @@ def crawl_fingerprint_mode(client: Any, keys: CrawlKeys,
                     "REDCRAWL_FINGERPRINTER",
                     f"crawl {keys.crawl!r} already holds requests fingerprinted the Scrapy "
                     "way; scrapy-redis fingerprints would not match them. Use another "
-                    "--crawl name, or purge the crawl first")
+                    "--crawl name, or purge the crawl first",
+                )
             if client.hsetnx(keys.control, MODE_FIELD, wanted or "scrapy"):
                 return wanted or "scrapy"
             recorded = client.hget(keys.control, MODE_FIELD)  # another process was first
     mode = recorded.decode() if isinstance(recorded, bytes) else str(recorded)
     if mode not in ("scrapy", "scrapy-redis"):
-        raise FrontierError(f"crawl {keys.crawl!r} records an unknown fingerprint mode "
-                            f"{mode!r} in {keys.control}; upgrade redcrawl")
+        raise FrontierError(
+            f"crawl {keys.crawl!r} records an unknown fingerprint mode "
+            f"{mode!r} in {keys.control}; upgrade redcrawl"
+        )
     if wanted is not None and wanted != mode:
         raise ConfigError(
             "REDCRAWL_FINGERPRINTER",
             f"{wanted!r}, but crawl {keys.crawl!r} was created with {mode!r} fingerprints "
-            "(fixed per crawl). Leave the setting unset to follow the crawl, or purge it")
+            "(fixed per crawl). Leave the setting unset to follow the crawl, or purge it",
+        )
     return cast(FingerprintMode, mode)
 
 
@@ -91,8 +99,12 @@ def fingerprinter_for(settings: Settings, client: Any, keys: CrawlKeys) -> Finge
     mode = crawl_fingerprint_mode(client, keys, settings.fingerprinter)
     canonicalizer = canonicalizer_for(settings)
     if mode == "scrapy-redis" and canonicalizer is not None:
-        raise ConfigError("REDCRAWL_CANONICALIZE", f"crawl {keys.crawl!r} uses scrapy-redis "
-                          "fingerprints (a migrated crawl): canonicalised URLs would not "
-                          "match its imported fingerprints; turn canonicalisation off")
-    return Fingerprinter(mode=mode, canonicalizer=canonicalizer,
-                         version_meta_key=settings.fingerprint_version_meta)
+        raise ConfigError(
+            "REDCRAWL_CANONICALIZE",
+            f"crawl {keys.crawl!r} uses scrapy-redis "
+            "fingerprints (a migrated crawl): canonicalised URLs would not "
+            "match its imported fingerprints; turn canonicalisation off",
+        )
+    return Fingerprinter(
+        mode=mode, canonicalizer=canonicalizer, version_meta_key=settings.fingerprint_version_meta
+    )

@@ -52,9 +52,14 @@ Frontier = FrontierCore
 """The frontier interface: what :func:`open_frontier` returns, whichever the backend."""
 
 
-def open_frontier(client: redis.Redis, settings: Settings, crawl: str, *,
-                  clock: Callable[[], int] | None = None,
-                  follow_layout: bool = False) -> FrontierCore:
+def open_frontier(
+    client: redis.Redis,
+    settings: Settings,
+    crawl: str,
+    *,
+    clock: Callable[[], int] | None = None,
+    follow_layout: bool = False,
+) -> FrontierCore:
     """The frontier of ``crawl`` with the backend ``settings.backend`` chooses
     (``REDCRAWL_BACKEND``): a :class:`ListsFrontier` or a :class:`StreamsFrontier`, both
     :class:`FrontierCore` (the interface callers type against).
@@ -79,15 +84,19 @@ def _created_layout(client: redis.Redis, settings: Settings, crawl: str) -> Sett
     head = raw.decode(errors="replace").split(" ", 1)[0] if raw else ""
     if head.startswith("streams/") and head[8:].isdigit():
         try:
-            return settings.replace(backend="streams", shards=int(head[8:]), ordering="fifo",
-                                    politeness=False)
+            return settings.replace(
+                backend="streams", shards=int(head[8:]), ordering="fifo", politeness=False
+            )
         except ConfigError as exc:
-            raise FrontierError(f"crawl {crawl!r}: its stored layout {raw!r} is not one "
-                                f"redcrawl can open ({exc}); purge the crawl") from exc
+            raise FrontierError(
+                f"crawl {crawl!r}: its stored layout {raw!r} is not one "
+                f"redcrawl can open ({exc}); purge the crawl"
+            ) from exc
     if head in ("fifo", "lifo", "priority"):
         return settings.replace(backend="lists", ordering=head, politeness=False)
     order, _, mode = head.partition("/")
     if order in ("fifo", "lifo", "priority") and mode in ("host", "domain"):
-        return settings.replace(backend="lists", ordering=order, politeness=True,
-                                politeness_key=mode)
+        return settings.replace(
+            backend="lists", ordering=order, politeness=True, politeness_key=mode
+        )
     return settings

@@ -79,8 +79,19 @@ __all__ = ["MAINTAIN_LIMIT", "FrontierCore", "Held"]
 
 log = logging.getLogger(__name__)
 
-_SCRIPTS = ("push", "lease", "ack", "settle", "nack", "release", "maintain", "requeue_dead",
-            "release_worker", "renew", "repair")
+_SCRIPTS = (
+    "push",
+    "lease",
+    "ack",
+    "settle",
+    "nack",
+    "release",
+    "maintain",
+    "requeue_dead",
+    "release_worker",
+    "renew",
+    "repair",
+)
 MAINTAIN_LIMIT = 1000
 """Most delayed requests promoted and expired leases reclaimed by one script call."""
 
@@ -88,9 +99,14 @@ MAINTAIN_LIMIT = 1000
 def script_files(name: str, mode: Mode, backend: str) -> tuple[str, ...]:
     """A frontier script's files: base.lua, lib.lua, the dedupe prelude, the backend's
     queue layer (``queue_<backend>.lua``), ops.lua, then the script ``<name>.lua``."""
-    return (scripts.BASE, "frontier/lua/lib.lua", *dedupe.prelude(mode),
-            f"frontier/lua/queue_{backend}.lua", "frontier/lua/ops.lua",
-            f"frontier/lua/{name}.lua")
+    return (
+        scripts.BASE,
+        "frontier/lua/lib.lua",
+        *dedupe.prelude(mode),
+        f"frontier/lua/queue_{backend}.lua",
+        "frontier/lua/ops.lua",
+        f"frontier/lua/{name}.lua",
+    )
 
 
 def _decoded(rec: bytes | None) -> tuple[int, str, Envelope | None] | None:
@@ -154,16 +170,23 @@ class FrontierCore(ABC):
         """The politeness key mode ("host", "domain") if the frontier enforces fleet-wide
         politeness for this crawl (lists crawls created with it), else None."""
         self._keys = self._script_keys()
-        self.dedupe: DedupeSpec = dedupe.resolve_spec(settings, client=client,
-                                                      created=self._created_dedupe())
+        self.dedupe: DedupeSpec = dedupe.resolve_spec(
+            settings, client=client, created=self._created_dedupe()
+        )
         self.done = Filter(client, self.dedupe, self.keys.fp_done, clock=clock)
         """The filter of DONE fingerprints (health, memory; the scripts embed it)."""
-        self._common = [self._layout(), ",".join(map(str, settings.tier_bounds)),
-                        self.dedupe.encode()]
+        self._common = [
+            self._layout(),
+            ",".join(map(str, settings.tier_bounds)),
+            self.dedupe.encode(),
+        ]
         self._schedule = fair_schedule(settings.tier_weights)
         self._scripts = scripts.Scripts(
-            client, {n: script_files(n, self.dedupe.mode, self.BACKEND) for n in _SCRIPTS}
-            | {"purge": ("frontier/lua/purge.lua",)} | dict(self.STANDALONE))
+            client,
+            {n: script_files(n, self.dedupe.mode, self.BACKEND) for n in _SCRIPTS}
+            | {"purge": ("frontier/lua/purge.lua",)}
+            | dict(self.STANDALONE),
+        )
         self._pipe = SettlePipe(self)
         self._call_seq = 0
         self._pol_stored = False  # the crawl's politeness defaults: stored at first push
@@ -228,16 +251,21 @@ class FrontierCore(ABC):
         users (API, CLI, tools) only when the crawl has none yet."""
         s = self.settings
         conc = s.politeness_concurrency_per_ip or s.politeness_concurrency
-        mine = json.dumps({"concurrency": conc, "delay": s.politeness_delay,
-                           "randomize": s.politeness_randomize}, sort_keys=True)
+        mine = json.dumps(
+            {"concurrency": conc, "delay": s.politeness_delay, "randomize": s.politeness_randomize},
+            sort_keys=True,
+        )
         slots: dict[str, str] = {}
         for key, value in s.politeness_slots.items():
             if not isinstance(value, Mapping):
-                raise ConfigError("DOWNLOAD_SLOTS", f"the entry {key!r} is {value!r}; give a "
-                                  "mapping like {\"concurrency\": 1, \"delay\": 2.0}")
-            slots[str(key)] = json.dumps({k: value[k] for k in
-                                          ("concurrency", "delay", "randomize_delay")
-                                          if k in value})
+                raise ConfigError(
+                    "DOWNLOAD_SLOTS",
+                    f"the entry {key!r} is {value!r}; give a "
+                    'mapping like {"concurrency": 1, "delay": 2.0}',
+                )
+            slots[str(key)] = json.dumps(
+                {k: value[k] for k in ("concurrency", "delay", "randomize_delay") if k in value}
+            )
         self._pol_stored = True
         with redis_errors("storing the crawl's politeness settings"):
             pipe = self.client.pipeline(transaction=True)
@@ -252,10 +280,14 @@ class FrontierCore(ABC):
             if slots and not worker and stored is None:
                 self.client.hset(self.keys.pol_slots, mapping=slots)
         if worker and stored is not None and stored.decode(errors="replace") != mine:
-            log.warning("crawl %s: the fleet-wide politeness defaults change from %s to this "
-                        "worker's %s (give every worker the same CONCURRENT_REQUESTS_PER_DOMAIN, "
-                        "DOWNLOAD_DELAY and RANDOMIZE_DOWNLOAD_DELAY)", self.crawl,
-                        stored.decode(errors="replace"), mine)
+            log.warning(
+                "crawl %s: the fleet-wide politeness defaults change from %s to this "
+                "worker's %s (give every worker the same CONCURRENT_REQUESTS_PER_DOMAIN, "
+                "DOWNLOAD_DELAY and RANDOMIZE_DOWNLOAD_DELAY)",
+                self.crawl,
+                stored.decode(errors="replace"),
+                mine,
+            )
 
     def _record(self, env: Envelope) -> bytes:
         """The stored record of a pushed request (with its politeness key if the crawl
@@ -266,8 +298,10 @@ class FrontierCore(ABC):
         try:
             key = politeness_key(env.url, slot, cast(KeyMode, self.politeness))
         except (ValueError, TypeError) as exc:
-            raise EncodeError(f"request {env.url!r} has no politeness key: {exc}; fix the "
-                              "URL, or set meta['download_slot'] to a string") from exc
+            raise EncodeError(
+                f"request {env.url!r} has no politeness key: {exc}; fix the "
+                "URL, or set meta['download_slot'] to a string"
+            ) from exc
         return record(env, key)
 
     # --- plumbing ------------------------------------------------------------------
@@ -315,8 +349,15 @@ class FrontierCore(ABC):
         return args
 
     def _lease_args(self, worker: str, n: int, ttl: float | None) -> list[Any]:
-        return [worker, n, self._ms(ttl, self.settings.lease_ttl), self.settings.max_attempts,
-                self._schedule, MAINTAIN_LIMIT, self._nonce(worker)]
+        return [
+            worker,
+            n,
+            self._ms(ttl, self.settings.lease_ttl),
+            self.settings.max_attempts,
+            self._schedule,
+            MAINTAIN_LIMIT,
+            self._nonce(worker),
+        ]
 
     def _leases(self, worker: str, raw: Sequence[Any]) -> list[Lease]:
         """Lease objects from a lease reply (id, attempts, record, token per request);
@@ -334,14 +375,19 @@ class FrontierCore(ABC):
                 env.fingerprint = rid
             leases.append(Lease(rid, token, worker, attempts, env))
         if bad:
-            log.error("dead-lettering %d undecodable request(s) in crawl %s: %s",
-                      len(bad), self.crawl, bad[0][2])
+            log.error(
+                "dead-lettering %d undecodable request(s) in crawl %s: %s",
+                len(bad),
+                self.crawl,
+                bad[0][2],
+            )
             self._nack_raw(worker, [(rid, token, why, -1) for rid, token, why in bad])
         return leases
 
     # --- transitions ---------------------------------------------------------------
-    def push(self, envelopes: Sequence[Envelope], *, delay: float = 0.0,
-             recrawl: bool = False) -> PushResult:
+    def push(
+        self, envelopes: Sequence[Envelope], *, delay: float = 0.0, recrawl: bool = False
+    ) -> PushResult:
         """Dedupe and enqueue; returns which were accepted. One round trip per batch.
         With ``delay`` (seconds), accepted requests become READY only after that long.
         With ``recrawl``, requests already DONE are accepted again (a request still stored
@@ -351,8 +397,15 @@ class FrontierCore(ABC):
         flags: list[bool] = []
         step = self.settings.batch_size
         for start in range(0, len(envelopes), step):
-            out = self._run("push", [self._ms(delay, 0), int(recrawl), self._nonce(""),
-                                     *self._push_args(envelopes[start:start + step])])
+            out = self._run(
+                "push",
+                [
+                    self._ms(delay, 0),
+                    int(recrawl),
+                    self._nonce(""),
+                    *self._push_args(envelopes[start : start + step]),
+                ],
+            )
             flags += [c == ord("1") for c in out]
         accepted = sum(flags)
         return PushResult(accepted, len(flags) - accepted, tuple(flags))
@@ -369,8 +422,14 @@ class FrontierCore(ABC):
         Returns how many were acked."""
         return self.settle(ack=leases).acked
 
-    def settle(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = (), *,
-               lease: tuple[str, int] | None = None, ttl: float | None = None) -> Settled:
+    def settle(
+        self,
+        push: Sequence[Envelope] = (),
+        ack: Sequence[Lease] = (),
+        *,
+        lease: tuple[str, int] | None = None,
+        ttl: float | None = None,
+    ) -> Settled:
         """A worker's round trip, atomic and in this order: store ``push`` (deduped), ack
         ``ack``, then (``lease=(worker, n)``) lease up to n more. Children are therefore
         always stored before their parent is acknowledged. One script call per
@@ -378,9 +437,14 @@ class FrontierCore(ABC):
         calls = self._settle_calls(push, ack, lease, ttl)
         return self._settled(calls, [self._run("settle", args) for args in calls], ack)
 
-    def settle_begin(self, push: Sequence[Envelope] = (), ack: Sequence[Lease] = (), *,
-                     lease: tuple[str, int] | None = None,
-                     ttl: float | None = None) -> PendingSettle:
+    def settle_begin(
+        self,
+        push: Sequence[Envelope] = (),
+        ack: Sequence[Lease] = (),
+        *,
+        lease: tuple[str, int] | None = None,
+        ttl: float | None = None,
+    ) -> PendingSettle:
         """:meth:`settle`, sent now and read later: the worker goes on with its own work
         while Redis runs the call, and ``.result()`` returns what :meth:`settle` would
         have. Several may be on their way; Redis runs them in the order they were begun
@@ -390,16 +454,20 @@ class FrontierCore(ABC):
         return its outcome)."""
         return PendingSettle(self, self._settle_calls(push, ack, lease, ttl), ack)
 
-    def _settle_calls(self, push: Sequence[Envelope], ack: Sequence[Lease],
-                      lease: tuple[str, int] | None,
-                      ttl: float | None) -> list[list[Any]]:
+    def _settle_calls(
+        self,
+        push: Sequence[Envelope],
+        ack: Sequence[Lease],
+        lease: tuple[str, int] | None,
+        ttl: float | None,
+    ) -> list[list[Any]]:
         """The settle script calls of one settle: the ARGV of each after the common
         ones."""
         calls: list[list[Any]] = []
         step = self.settings.batch_size
         starts = list(range(0, len(push), step)) or [0]
         for i, start in enumerate(starts):
-            chunk = push[start:start + step]
+            chunk = push[start : start + step]
             last = i == len(starts) - 1
             acks = ack if last else ()
             want = lease if last and lease is not None else ("", 0)
@@ -407,15 +475,24 @@ class FrontierCore(ABC):
                 continue
             worker, n, *rest = self._lease_args(want[0], want[1], ttl)
             # (the worker and nonce of the call before it in a pipeline: see PendingSettle)
-            args: list[Any] = [len(chunk), len(acks), n, worker, *rest, "", "",
-                               *self._push_args(chunk)]
+            args: list[Any] = [
+                len(chunk),
+                len(acks),
+                n,
+                worker,
+                *rest,
+                "",
+                "",
+                *self._push_args(chunk),
+            ]
             for item in acks:
                 args += (item.id, item.token)
             calls.append(args)
         return calls
 
-    def _settled(self, calls: Sequence[list[Any]], replies: Sequence[Any],
-                 ack: Sequence[Lease]) -> Settled:
+    def _settled(
+        self, calls: Sequence[list[Any]], replies: Sequence[Any], ack: Sequence[Lease]
+    ) -> Settled:
         pushed: list[bool] = []
         acked = 0
         leases: list[Lease] = []
@@ -429,8 +506,9 @@ class FrontierCore(ABC):
             if args[2]:
                 leases = self._leases(args[3], out_lease)
         accepted = sum(pushed)
-        return Settled(PushResult(accepted, len(pushed) - accepted, tuple(pushed)), acked,
-                       leases, unacked)
+        return Settled(
+            PushResult(accepted, len(pushed) - accepted, tuple(pushed)), acked, leases, unacked
+        )
 
     def release(self, leases: Sequence[Lease]) -> int:
         """Give leased requests back unprocessed (IN-FLIGHT -> READY, served next), without
@@ -443,8 +521,9 @@ class FrontierCore(ABC):
             args += (lease.id, lease.token)
         return int(self._run("release", args))
 
-    def nack(self, lease: Lease, error: str, *, retry: bool = True,
-             delay: float | None = None) -> str:
+    def nack(
+        self, lease: Lease, error: str, *, retry: bool = True, delay: float | None = None
+    ) -> str:
         """A failed attempt. With ``retry`` it goes to DELAYED for ``delay`` seconds
         (default: exponential backoff by attempts) unless its attempts are used up;
         otherwise to DEAD. Returns "retried", "dead" or "stale"."""
@@ -476,8 +555,10 @@ class FrontierCore(ABC):
     def maintain(self) -> tuple[int, int]:
         """Promote due delayed requests and reclaim expired leases.
         Returns (promoted, reclaimed). ``lease`` does this too."""
-        promoted, reclaimed = self._run("maintain", [self.settings.max_attempts, MAINTAIN_LIMIT,
-                                                     self._ms(None, self.settings.lease_ttl)])
+        promoted, reclaimed = self._run(
+            "maintain",
+            [self.settings.max_attempts, MAINTAIN_LIMIT, self._ms(None, self.settings.lease_ttl)],
+        )
         return int(promoted), int(reclaimed)
 
     def requeue_dead(self, ids: Sequence[str] | None = None, *, limit: int = 1000) -> int:
@@ -531,9 +612,18 @@ class FrontierCore(ABC):
         if stats is None:
             return self._repaired_counts(repaired)
         accepted, filtered, done, retried, reclaimed, requeued, in_flight = stats
-        return Counts(accepted=accepted, filtered=filtered, ready=ready, delayed=delayed,
-                      in_flight=in_flight, done=done, dead=dead, retried=retried,
-                      reclaimed=reclaimed, requeued=requeued)
+        return Counts(
+            accepted=accepted,
+            filtered=filtered,
+            ready=ready,
+            delayed=delayed,
+            in_flight=in_flight,
+            done=done,
+            dead=dead,
+            retried=retried,
+            reclaimed=reclaimed,
+            requeued=requeued,
+        )
 
     def _counters(self, raw: Sequence[Any], repaired: bool) -> list[int] | None:
         """Stored counters as ints; None if one is corrupt (the caller repairs them and
@@ -542,8 +632,10 @@ class FrontierCore(ABC):
         if all(v is not None for v in values):
             return [v for v in values if v is not None]
         if repaired:
-            raise FrontierError(f"crawl {self.crawl!r}: its counters {list(raw)!r} are corrupt "
-                                "and could not be repaired; purge the crawl")
+            raise FrontierError(
+                f"crawl {self.crawl!r}: its counters {list(raw)!r} are corrupt "
+                "and could not be repaired; purge the crawl"
+            )
         return None
 
     def _repaired_counts(self, repaired: bool) -> Counts:
@@ -551,23 +643,42 @@ class FrontierCore(ABC):
         try:
             done = self.repair()
         except FrontierError as exc:  # e.g. a reader with other dedupe settings
-            raise FrontierError(f"crawl {self.crawl!r} has a corrupt counter, which the next "
-                                f"call of one of its workers repairs; this process could "
-                                f"not repair it: {exc}") from exc
-        log.warning("crawl %s: corrupt counters repaired: %s", self.crawl,
-                    "; ".join(done) or "(by another process)")
+            raise FrontierError(
+                f"crawl {self.crawl!r} has a corrupt counter, which the next "
+                f"call of one of its workers repairs; this process could "
+                f"not repair it: {exc}"
+            ) from exc
+        log.warning(
+            "crawl %s: corrupt counters repaired: %s",
+            self.crawl,
+            "; ".join(done) or "(by another process)",
+        )
         return self.counts(repaired=True)
 
-    _OWN_COUNTERS = frozenset(("seq", "leases", "inflight", "accepted", "filtered", "done",
-                               "retried", "reclaimed", "died", "requeued"))
+    _OWN_COUNTERS = frozenset(
+        (
+            "seq",
+            "leases",
+            "inflight",
+            "accepted",
+            "filtered",
+            "done",
+            "retried",
+            "reclaimed",
+            "died",
+            "requeued",
+        )
+    )
 
     def add_stats(self, **deltas: int) -> None:
         """Add to crawl-wide counters outside the state machine (e.g. ``items=3`` from a
         worker's item pipeline), for progress displays."""
         clash = self._OWN_COUNTERS & set(deltas)
         if clash:
-            raise FrontierError(f"add_stats cannot change the state machine's own counters "
-                                f"({', '.join(sorted(clash))})")
+            raise FrontierError(
+                f"add_stats cannot change the state machine's own counters "
+                f"({', '.join(sorted(clash))})"
+            )
         deltas = {k: v for k, v in deltas.items() if v}
         if not deltas:
             return
@@ -587,8 +698,9 @@ class FrontierCore(ABC):
         for k, v in raw.items():
             value = stored_int(v)
             if value is None:
-                log.warning("crawl %s: counter %r holds %r, not an integer: left out",
-                            self.crawl, k, v)
+                log.warning(
+                    "crawl %s: counter %r holds %r, not an integer: left out", self.crawl, k, v
+                )
             else:
                 out[k.decode(errors="replace")] = value
         return out
@@ -633,8 +745,10 @@ class FrontierCore(ABC):
     def _envelopes(self, ids: Sequence[bytes]) -> list[Envelope | None]:
         if not ids:
             return []
-        return [found[2] if found else None
-                for found in map(_decoded, self.client.hmget(self.keys.req, list(ids)))]
+        return [
+            found[2] if found else None
+            for found in map(_decoded, self.client.hmget(self.keys.req, list(ids)))
+        ]
 
     def pending(self, limit: int = 100) -> list[PendingInfo]:
         """Ready requests, next to be served first within each tier (streams: ``tier`` 0
@@ -643,8 +757,14 @@ class FrontierCore(ABC):
         with redis_errors("pending"):
             for tier, ids in self._ready_ids(limit):
                 for rid, env in zip(ids, self._envelopes(ids), strict=True):
-                    out.append(PendingInfo(format_id(rid), tier, env.url if env else "?",
-                                           env.priority if env else 0))
+                    out.append(
+                        PendingInfo(
+                            format_id(rid),
+                            tier,
+                            env.url if env else "?",
+                            env.priority if env else 0,
+                        )
+                    )
                 if len(out) >= limit:
                     break
         return out[:limit]
@@ -659,8 +779,16 @@ class FrontierCore(ABC):
                     found = _decoded(rec)
                     if found is None or found[2] is None or not held.holds(found[1]):
                         continue
-                    out.append(InflightInfo(format_id(held.id), held.worker, found[0],
-                                            held.since, held.deadline, found[2].url))
+                    out.append(
+                        InflightInfo(
+                            format_id(held.id),
+                            held.worker,
+                            found[0],
+                            held.since,
+                            held.deadline,
+                            found[2].url,
+                        )
+                    )
                     if len(out) >= limit:
                         return out
         return out
@@ -677,8 +805,11 @@ class FrontierCore(ABC):
             found = _decoded(rec)
             attempts = found[0] if found else 0
             url = found[2].url if found and found[2] else "?"
-            out.append(DeadInfo(format_id(rid), ts / 1000, (e or b"").decode(errors="replace"),
-                                attempts, url))
+            out.append(
+                DeadInfo(
+                    format_id(rid), ts / 1000, (e or b"").decode(errors="replace"), attempts, url
+                )
+            )
         return out
 
     def describe(self, id: str) -> RequestInfo | None:
@@ -700,8 +831,21 @@ class FrontierCore(ABC):
             worker = self._holder(token) if token else None
         if env is not None and len(rid) == 20:
             env.fingerprint = rid
-        state = ("in_flight" if token else "dead" if died is not None
-                 else "delayed" if due is not None else "ready")
-        return RequestInfo(id=format_id(rid), state=state, attempts=attempts, envelope=env,
-                           worker=worker, due=due / 1000 if due is not None else None,
-                           error=err.decode(errors="replace") if err else None)
+        state = (
+            "in_flight"
+            if token
+            else "dead"
+            if died is not None
+            else "delayed"
+            if due is not None
+            else "ready"
+        )
+        return RequestInfo(
+            id=format_id(rid),
+            state=state,
+            attempts=attempts,
+            envelope=env,
+            worker=worker,
+            due=due / 1000 if due is not None else None,
+            error=err.decode(errors="replace") if err else None,
+        )

@@ -33,8 +33,14 @@ from redcrawl.frontier.records import (
 from redcrawl.frontier.settle import PendingSettle
 from redcrawl.transport import redis_errors
 
-__all__ = ["ListsFrontier", "PendingSettle", "from_record", "parse_record", "record",
-           "stored_layout"]
+__all__ = [
+    "ListsFrontier",
+    "PendingSettle",
+    "from_record",
+    "parse_record",
+    "record",
+    "stored_layout",
+]
 
 
 log = logging.getLogger(__name__)
@@ -66,9 +72,12 @@ class ListsFrontier(FrontierCore):
             return self.settings.politeness_key
         head = raw.decode(errors="replace").split(" ", 1)[0]
         if "/" not in head:
-            log.warning("crawl %s was created without fleet-wide politeness and keeps its "
-                        "layout: each worker limits itself (purge the crawl, or use a new "
-                        "crawl name, to have the frontier enforce the limits)", self.crawl)
+            log.warning(
+                "crawl %s was created without fleet-wide politeness and keeps its "
+                "layout: each worker limits itself (purge the crawl, or use a new "
+                "crawl name, to have the frontier enforce the limits)",
+                self.crawl,
+            )
             return None
         return self.settings.politeness_key
 
@@ -96,8 +105,8 @@ class ListsFrontier(FrontierCore):
         pipe.zcard(k.delayed)
         pipe.zcard(k.dead)
         res = pipe.execute()
-        delayed, dead = res[1 + k.tiers:]
-        return res[0], sum(res[1:1 + k.tiers]), delayed, dead
+        delayed, dead = res[1 + k.tiers :]
+        return res[0], sum(res[1 : 1 + k.tiers]), delayed, dead
 
     def _ready_ids(self, limit: int) -> Iterator[tuple[int, list[bytes]]]:
         if self.politeness is not None:
@@ -137,8 +146,10 @@ class ListsFrontier(FrontierCore):
             if lease is None:
                 continue  # gone, or corrupt (reclaimed when it expires)
             since, worker, ids = lease
-            yield [Held(rid, worker, since / 1000, deadline / 1000, token.decode().__eq__)
-                   for rid in ids]
+            yield [
+                Held(rid, worker, since / 1000, deadline / 1000, token.decode().__eq__)
+                for rid in ids
+            ]
 
     def _holder(self, token: str) -> str | None:
         lease = _lease_record(self.client.hget(self.keys.leases, token))
@@ -171,7 +182,10 @@ def _lease_record(raw: bytes | None) -> tuple[int, str, list[bytes]] | None:
         since, worker, *ids = msgpack.unpackb(raw, raw=True)
     except (ValueError, TypeError, msgpack.UnpackException):
         return None
-    if not (isinstance(since, int) and isinstance(worker, bytes)
-            and all(isinstance(i, bytes) for i in ids)):
+    if not (
+        isinstance(since, int)
+        and isinstance(worker, bytes)
+        and all(isinstance(i, bytes) for i in ids)
+    ):
         return None
     return since, worker.decode(errors="replace"), ids

@@ -17,8 +17,7 @@ from redcrawl import codec
 from redcrawl.codec import Envelope
 from redcrawl.errors import DecodeError, FrontierError
 
-__all__ = ["from_record", "parse_record", "record", "record_key", "stored_int",
-           "stored_layout"]
+__all__ = ["from_record", "parse_record", "record", "record_key", "stored_int", "stored_layout"]
 
 
 def record(env: Envelope, key: str | None = None) -> bytes:
@@ -40,7 +39,7 @@ def _split_key(body: bytes) -> tuple[str | None, bytes]:
     if m is None:
         return None, body
     end = m.end() + int(m.group(1))
-    return body[m.end():end].decode(errors="replace"), body[end:]
+    return body[m.end() : end].decode(errors="replace"), body[end:]
 
 
 def record_key(data: bytes) -> str | None:
@@ -74,18 +73,24 @@ def stored_layout(control: dict[bytes, bytes]) -> bytes | None:
             return raw
     if first is None and copy is None:
         return None
-    raise FrontierError(f"crawl layout unreadable: the control hash holds layout {first!r} "
-                        f"and layout.copy {copy!r}; if you know the settings the crawl was "
-                        "created with, set both fields to the layout a worker with those "
-                        "settings uses, or purge the crawl")
+    raise FrontierError(
+        f"crawl layout unreadable: the control hash holds layout {first!r} "
+        f"and layout.copy {copy!r}; if you know the settings the crawl was "
+        "created with, set both fields to the layout a worker with those "
+        "settings uses, or purge the crawl"
+    )
 
 
 def parse_record(data: bytes) -> tuple[int, int, str, bytes]:
     """(priority, attempts, lease token, envelope bytes) of a stored record."""
     parts = data.split(b"|", 3)
     try:
-        if (len(parts) != 4 or not _HEAD_NUMBER.fullmatch(parts[0])
-                or not _HEAD_NUMBER.fullmatch(parts[1]) or parts[1].startswith(b"-")):
+        if (
+            len(parts) != 4
+            or not _HEAD_NUMBER.fullmatch(parts[0])
+            or not _HEAD_NUMBER.fullmatch(parts[1])
+            or parts[1].startswith(b"-")
+        ):
             raise ValueError
         return int(parts[0]), int(parts[1]), parts[2].decode(), _split_key(parts[3])[1]
     except (ValueError, UnicodeDecodeError):

@@ -32,8 +32,9 @@ class PendingSettle:
     :attr:`Settled.unacked`; so does every later call of the chain, until the refusal has
     been read (:meth:`result`), after which new settles start a new chain."""
 
-    def __init__(self, frontier: FrontierCore, calls: list[list[Any]],
-                 ack: Sequence[Lease] = ()) -> None:
+    def __init__(
+        self, frontier: FrontierCore, calls: list[list[Any]], ack: Sequence[Lease] = ()
+    ) -> None:
         self._frontier = frontier
         self.calls = calls
         self.ack = ack
@@ -91,9 +92,14 @@ class SettlePipe:
                 if not self.loaded:  # so that NOSCRIPT is only ever a server restart
                     f.client.script_load(script.script)
                     self.loaded = True
-            self.conn.send_packed_command(self.conn.pack_commands(
-                [("EVALSHA", script.sha, len(keys), *keys, *f._argv(args))
-                 for args in call.calls]))
+            self.conn.send_packed_command(
+                self.conn.pack_commands(
+                    [
+                        ("EVALSHA", script.sha, len(keys), *keys, *f._argv(args))
+                        for args in call.calls
+                    ]
+                )
+            )
             call.sent = True
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             self._break()
@@ -119,9 +125,11 @@ class SettlePipe:
             if error is not None:
                 raise FrontierError(f"Redis refused settle: {error}") from error
             # whatever did not run, or whose reply was lost, runs now, in order
-            replies = [r if r is not None else f._run("settle", args)
-                       for args, r in zip(call.calls, call.replies, strict=False)]
-            replies += [f._run("settle", args) for args in call.calls[len(replies):]]
+            replies = [
+                r if r is not None else f._run("settle", args)
+                for args, r in zip(call.calls, call.replies, strict=False)
+            ]
+            replies += [f._run("settle", args) for args in call.calls[len(replies) :]]
             call.outcome = f._settled(call.calls, replies, call.ack)
         except BaseException as exc:
             call.error = exc

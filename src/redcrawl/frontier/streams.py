@@ -126,11 +126,13 @@ class StreamsFrontier(FrontierCore):
     # --- the queue layer (see redcrawl.frontier.core) ------------------------------
     def _politeness_mode(self) -> str | None:
         if self.settings.politeness:
-            log.warning("REDCRAWL_POLITENESS: the streams backend does not enforce fleet-wide "
-                        "politeness yet; each worker limits itself (Scrapy's per-process "
-                        "CONCURRENT_REQUESTS_PER_DOMAIN and DOWNLOAD_DELAY). Use "
-                        "REDCRAWL_BACKEND=lists for limits that hold for the whole fleet, or "
-                        "set REDCRAWL_POLITENESS=off to silence this")
+            log.warning(
+                "REDCRAWL_POLITENESS: the streams backend does not enforce fleet-wide "
+                "politeness yet; each worker limits itself (Scrapy's per-process "
+                "CONCURRENT_REQUESTS_PER_DOMAIN and DOWNLOAD_DELAY). Use "
+                "REDCRAWL_BACKEND=lists for limits that hold for the whole fleet, or "
+                "set REDCRAWL_POLITENESS=off to silence this"
+            )
         return None
 
     def _script_keys(self) -> list[str]:
@@ -146,8 +148,7 @@ class StreamsFrontier(FrontierCore):
     def _count_states(self) -> tuple[Sequence[Any], int, int, int]:
         """In flight = entries pending in the group, ready = the other entries."""
         k = self.keys
-        res = self._scripts.run("counts", [k.stats, k.delayed, k.dead, *self.stream_keys()],
-                                [])
+        res = self._scripts.run("counts", [k.stats, k.delayed, k.dead, *self.stream_keys()], [])
         ready, delayed, dead = (int(x) for x in res[7:])
         return res[:7], ready, delayed, dead
 
@@ -169,9 +170,12 @@ class StreamsFrontier(FrontierCore):
         """Pending entries, oldest first: since their delivery or last extension, until
         that + the lease ttl."""
         ttl = self.settings.lease_ttl
-        yield [Held(parse_id(e.id), e.consumer, e.since, e.since + ttl,
-                    _ends_with("/" + e.entry))
-               for info in self.shards(limit) for e in info.entries if e.id != "?"]
+        yield [
+            Held(parse_id(e.id), e.consumer, e.since, e.since + ttl, _ends_with("/" + e.entry))
+            for info in self.shards(limit)
+            for e in info.entries
+            if e.id != "?"
+        ]
 
     def _holder(self, token: str) -> str | None:
         """The consumer the token's entry is pending with (the token names it)."""
@@ -183,8 +187,9 @@ class StreamsFrontier(FrontierCore):
         return rows[0]["consumer"].decode() if rows else None
 
     def _extra_keys(self) -> list[str]:
-        found = {k.decode() for k in self.client.scan_iter(match=self.keys.stream_pattern(),
-                                                            count=1000)}
+        found = {
+            k.decode() for k in self.client.scan_iter(match=self.keys.stream_pattern(), count=1000)
+        }
         return sorted(found | set(self.stream_keys()))
 
     def _forget_consumers(self, worker: str) -> None:
@@ -239,34 +244,49 @@ class StreamsFrontier(FrontierCore):
             now_ms = self._now_ms(server_ms)
             found: list[tuple[int, Literal["high", "low"], str, int, int, int, list[Any]]] = []
             for i, (s, cls, key) in enumerate(rows):
-                length, summary, entries, consumers = res[1 + 4 * i:5 + 4 * i]
-                if not isinstance(length, int) or (length == 0 and not isinstance(summary,
-                                                                                  dict)):
+                length, summary, entries, consumers = res[1 + 4 * i : 5 + 4 * i]
+                if not isinstance(length, int) or (length == 0 and not isinstance(summary, dict)):
                     continue
                 if not isinstance(summary, dict):
                     summary, entries, consumers = {"pending": 0}, [], []
-                found.append((s, cls, key, length, int(summary["pending"]), len(consumers),
-                              entries))
+                found.append(
+                    (s, cls, key, length, int(summary["pending"]), len(consumers), entries)
+                )
             rids = self._entry_ids([(f[2], e["message_id"]) for f in found for e in f[6]])
         out: list[ShardInfo] = []
         at = 0
         for s, cls, key, length, pending, consumers, entries in found:
-            mine = rids[at:at + len(entries)]
+            mine = rids[at : at + len(entries)]
             at += len(entries)
-            out.append(ShardInfo(shard=s, stream=cls, key=key, length=length, pending=pending,
-                                 consumers=consumers,
-                                 entries=[self._entry(e, rid, server_ms, now_ms)
-                                          for e, rid in zip(entries, mine, strict=True)]))
+            out.append(
+                ShardInfo(
+                    shard=s,
+                    stream=cls,
+                    key=key,
+                    length=length,
+                    pending=pending,
+                    consumers=consumers,
+                    entries=[
+                        self._entry(e, rid, server_ms, now_ms)
+                        for e, rid in zip(entries, mine, strict=True)
+                    ],
+                )
+            )
         return out
 
-    def _entry(self, e: dict[str, Any], rid: bytes | None, server_ms: int,
-               now_ms: int) -> PendingEntry:
+    def _entry(
+        self, e: dict[str, Any], rid: bytes | None, server_ms: int, now_ms: int
+    ) -> PendingEntry:
         # delivered or last extended at server_ms - idle, backdated by the clock offset
         since = server_ms - int(e["time_since_delivered"]) + self._offset()
-        return PendingEntry(entry=e["message_id"].decode(),
-                            id=format_id(rid) if rid is not None else "?",
-                            consumer=e["consumer"].decode(), idle=(now_ms - since) / 1000,
-                            since=since / 1000, deliveries=int(e["times_delivered"]))
+        return PendingEntry(
+            entry=e["message_id"].decode(),
+            id=format_id(rid) if rid is not None else "?",
+            consumer=e["consumer"].decode(),
+            idle=(now_ms - since) / 1000,
+            since=since / 1000,
+            deliveries=int(e["times_delivered"]),
+        )
 
     def _entry_ids(self, entries: Sequence[tuple[str, bytes]]) -> list[bytes | None]:
         """The request id of each (stream, entry id) (None if the entry is gone), in one

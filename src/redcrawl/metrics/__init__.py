@@ -16,5 +16,15 @@ from redcrawl.metrics.snapshot import (
     read_snapshot,
 )
 
-__all__ = ["MAX_CRAWLS", "SCAN_BUDGET", "TOP_WORKERS", "CrawlSnapshot", "RedisInfo", "Snapshot",
-           "SnapshotReader", "StreamPending", "WorkerBeat", "read_snapshot"]
+__all__ = [
+    "MAX_CRAWLS",
+    "SCAN_BUDGET",
+    "TOP_WORKERS",
+    "CrawlSnapshot",
+    "RedisInfo",
+    "Snapshot",
+    "SnapshotReader",
+    "StreamPending",
+    "WorkerBeat",
+    "read_snapshot",
+]

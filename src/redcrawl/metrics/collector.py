@@ -34,12 +34,13 @@ COUNTERS = {
     # metric (without redcrawl_ and _total) -> (stats field, help)
     "requests_accepted": ("accepted", "Requests accepted (new, not duplicates)."),
     "requests_filtered": ("filtered", "Requests filtered as duplicates by Redis."),
-    "requests_filtered_local": ("filtered_local",
-                                "Requests filtered as duplicates inside the workers."),
+    "requests_filtered_local": (
+        "filtered_local",
+        "Requests filtered as duplicates inside the workers.",
+    ),
     "requests_done": ("done", "Requests done (acked)."),
     "requests_retried": ("retried", "Failed attempts sent back to be retried."),
-    "requests_reclaimed": ("reclaimed",
-                           "Leases reclaimed after their worker's heartbeat stopped."),
+    "requests_reclaimed": ("reclaimed", "Leases reclaimed after their worker's heartbeat stopped."),
     "requests_died": ("died", "Requests dead-lettered (attempts used up, or unprocessable)."),
     "requests_requeued": ("requeued", "Dead requests requeued by an operator."),
     "items": ("items", "Items the workers' pipelines reported (add_stats)."),
@@ -52,27 +53,49 @@ def _g(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetricFam
 
 def families(snap: Snapshot) -> list[Metric]:
     """Every metric family of one snapshot."""
-    requests = _g("requests", "Requests by state (ready, delayed, in_flight, done, dead).",
-                  ["crawl", "state"])
-    counters = {name: CounterMetricFamily(f"redcrawl_{name}", doc, labels=["crawl"])
-                for name, (_f, doc) in COUNTERS.items()}
-    tiers = _g("requests_ready_by_tier", "Ready requests per tier (lists: 0 is the highest "
-               "priority; streams: high/low, summed over shards).", ["crawl", "tier"])
+    requests = _g(
+        "requests", "Requests by state (ready, delayed, in_flight, done, dead).", ["crawl", "state"]
+    )
+    counters = {
+        name: CounterMetricFamily(f"redcrawl_{name}", doc, labels=["crawl"])
+        for name, (_f, doc) in COUNTERS.items()
+    }
+    tiers = _g(
+        "requests_ready_by_tier",
+        "Ready requests per tier (lists: 0 is the highest "
+        "priority; streams: high/low, summed over shards).",
+        ["crawl", "tier"],
+    )
     paused = _g("crawl_paused", "1 while the crawl is paused.", ["crawl"])
-    finished = _g("crawl_finished", "1 when nothing is ready, delayed or in flight.",
-                  ["crawl"])
-    known = _g("workers", "Workers with a heartbeat entry (alive or not; a worker that "
-               "closed cleanly removes its entry).", ["crawl"])
+    finished = _g("crawl_finished", "1 when nothing is ready, delayed or in flight.", ["crawl"])
+    known = _g(
+        "workers",
+        "Workers with a heartbeat entry (alive or not; a worker that "
+        "closed cleanly removes its entry).",
+        ["crawl"],
+    )
     alive = _g("workers_alive", "Workers whose heartbeat deadline is ahead.", ["crawl"])
-    age = _g("worker_heartbeat_age_seconds", "Seconds since the worker's last heartbeat "
-             "(estimated: now - (deadline - lease ttl)); top-N workers per crawl.",
-             ["crawl", "worker"])
-    wup = _g("worker_alive", "1 while the worker's heartbeat deadline is ahead; top-N "
-             "workers per crawl.", ["crawl", "worker"])
-    spend = _g("stream_pending", "Stream entries delivered and not yet acked (streams "
-               "backend).", ["crawl", "shard", "stream"])
-    sage = _g("stream_oldest_pending_age_seconds", "Seconds since the oldest pending entry "
-              "of the stream was added (streams backend).", ["crawl", "shard", "stream"])
+    age = _g(
+        "worker_heartbeat_age_seconds",
+        "Seconds since the worker's last heartbeat "
+        "(estimated: now - (deadline - lease ttl)); top-N workers per crawl.",
+        ["crawl", "worker"],
+    )
+    wup = _g(
+        "worker_alive",
+        "1 while the worker's heartbeat deadline is ahead; top-N workers per crawl.",
+        ["crawl", "worker"],
+    )
+    spend = _g(
+        "stream_pending",
+        "Stream entries delivered and not yet acked (streams backend).",
+        ["crawl", "shard", "stream"],
+    )
+    sage = _g(
+        "stream_oldest_pending_age_seconds",
+        "Seconds since the oldest pending entry of the stream was added (streams backend).",
+        ["crawl", "shard", "stream"],
+    )
     for c in snap.crawls:
         n = c.counts
         for state in STATES:
@@ -92,25 +115,55 @@ def families(snap: Snapshot) -> list[Metric]:
             spend.add_metric([c.crawl, str(s.shard), s.stream], s.pending)
             sage.add_metric([c.crawl, str(s.shard), s.stream], s.oldest_age)
     r = snap.redis
-    redis_families: list[Metric] = [] if r is None else [
-        _gauge("redis_memory_used_bytes", "Redis used_memory.", r.used_memory),
-        _gauge("redis_memory_max_bytes", "Redis maxmemory (0: no limit).", r.maxmemory),
-        _counter("redis_evicted_keys", "Keys Redis evicted (evicted_keys).", r.evicted_keys),
-        _gauge("redis_connected_clients", "Redis connected_clients.", r.connected_clients),
-        _gauge("redis_rdb_last_bgsave_ok", "1 if Redis's last RDB save succeeded.",
-               int(r.rdb_last_bgsave_ok)),
-        _gauge("redis_rdb_last_save_timestamp_seconds", "When Redis last saved an RDB "
-               "successfully (rdb_last_save_time).", r.rdb_last_save_time),
-        _gauge("redis_aof_enabled", "1 if Redis's append-only file is on.", int(r.aof_enabled)),
-        _gauge("redis_aof_last_write_ok", "1 if Redis's last AOF write succeeded.",
-               int(r.aof_last_write_ok)),
+    redis_families: list[Metric] = (
+        []
+        if r is None
+        else [
+            _gauge("redis_memory_used_bytes", "Redis used_memory.", r.used_memory),
+            _gauge("redis_memory_max_bytes", "Redis maxmemory (0: no limit).", r.maxmemory),
+            _counter("redis_evicted_keys", "Keys Redis evicted (evicted_keys).", r.evicted_keys),
+            _gauge("redis_connected_clients", "Redis connected_clients.", r.connected_clients),
+            _gauge(
+                "redis_rdb_last_bgsave_ok",
+                "1 if Redis's last RDB save succeeded.",
+                int(r.rdb_last_bgsave_ok),
+            ),
+            _gauge(
+                "redis_rdb_last_save_timestamp_seconds",
+                "When Redis last saved an RDB successfully (rdb_last_save_time).",
+                r.rdb_last_save_time,
+            ),
+            _gauge("redis_aof_enabled", "1 if Redis's append-only file is on.", int(r.aof_enabled)),
+            _gauge(
+                "redis_aof_last_write_ok",
+                "1 if Redis's last AOF write succeeded.",
+                int(r.aof_last_write_ok),
+            ),
+        ]
+    )
+    return [
+        requests,
+        tiers,
+        *counters.values(),
+        paused,
+        finished,
+        known,
+        alive,
+        age,
+        wup,
+        spend,
+        sage,
+        *redis_families,
+        _gauge(
+            "crawls_left_out", "Crawls found but not exported (over the cap).", snap.crawls_left_out
+        ),
+        _gauge(
+            "crawls_unreadable",
+            "Crawls found whose state could not be read (e.g. "
+            "corrupt counters; the exporter logs why).",
+            snap.crawls_unreadable,
+        ),
     ]
-    return [requests, tiers, *counters.values(), paused, finished, known, alive, age, wup, spend,
-            sage, *redis_families,
-            _gauge("crawls_left_out", "Crawls found but not exported (over the cap).",
-                   snap.crawls_left_out),
-            _gauge("crawls_unreadable", "Crawls found whose state could not be read (e.g. "
-                   "corrupt counters; the exporter logs why).", snap.crawls_unreadable)]
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
@@ -139,8 +192,11 @@ class RedisCollector(Collector):
             up = 0
         yield from out
         yield _gauge("up", "1 if the exporter could read Redis.", up)
-        yield _gauge("scrape_duration_seconds", "Seconds this scrape spent reading Redis.",
-                     time.perf_counter() - started)
+        yield _gauge(
+            "scrape_duration_seconds",
+            "Seconds this scrape spent reading Redis.",
+            time.perf_counter() - started,
+        )
 
     def describe(self) -> list[Any]:
         return []  # no read at registration time

@@ -88,9 +88,12 @@ def backlog(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
     for c in snap.crawls:
         then = h.crawl_at(c.crawl, snap.now - t.backlog_window)
         if c.counts.ready > t.backlog and then is not None and c.counts.ready >= then.counts.ready:
-            yield Finding(_crawl(c), f"{c.counts.ready:,} requests ready (over {t.backlog:,}) "
-                          f"and not shrinking ({then.counts.ready:,} "
-                          f"{t.backlog_window:.0f}s ago)")
+            yield Finding(
+                _crawl(c),
+                f"{c.counts.ready:,} requests ready (over {t.backlog:,}) "
+                f"and not shrinking ({then.counts.ready:,} "
+                f"{t.backlog_window:.0f}s ago)",
+            )
 
 
 def heartbeat(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
@@ -99,43 +102,59 @@ def heartbeat(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
             continue
         for w in c.workers:
             if w.age > t.heartbeat_lost:
-                yield Finding((("crawl", c.crawl), ("worker", w.worker)),
-                              f"worker {w.worker}: no heartbeat for {w.age:.0f}s while "
-                              f"{c.counts.in_flight:,} requests are in flight")
+                yield Finding(
+                    (("crawl", c.crawl), ("worker", w.worker)),
+                    f"worker {w.worker}: no heartbeat for {w.age:.0f}s while "
+                    f"{c.counts.in_flight:,} requests are in flight",
+                )
 
 
 def stalled(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
     for c in snap.crawls:
         then = h.crawl_at(c.crawl, snap.now - t.stall_window)
-        if (c.counts.ready and c.workers_alive and then is not None
-                and c.counts.done == then.counts.done):
-            yield Finding(_crawl(c), f"{c.counts.ready:,} ready, {c.workers_alive} live "
-                          f"worker(s), nothing done in {t.stall_window:.0f}s")
+        if (
+            c.counts.ready
+            and c.workers_alive
+            and then is not None
+            and c.counts.done == then.counts.done
+        ):
+            yield Finding(
+                _crawl(c),
+                f"{c.counts.ready:,} ready, {c.workers_alive} live "
+                f"worker(s), nothing done in {t.stall_window:.0f}s",
+            )
 
 
 def dead_growing(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
     for c in snap.crawls:
         then = h.crawl_at(c.crawl, snap.now - t.dead_window)
         if then is not None and c.died > then.died:
-            yield Finding(_crawl(c), f"{c.died - then.died:,} requests dead-lettered in "
-                          f"{t.dead_window:.0f}s ({c.counts.dead:,} dead now)")
+            yield Finding(
+                _crawl(c),
+                f"{c.died - then.died:,} requests dead-lettered in "
+                f"{t.dead_window:.0f}s ({c.counts.dead:,} dead now)",
+            )
 
 
 def memory(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
     r = snap.redis
     if r is not None and r.maxmemory and r.used_memory > t.memory_ratio * r.maxmemory:
-        yield Finding((), f"Redis uses {r.used_memory:,} of {r.maxmemory:,} bytes of "
-                      f"maxmemory ({r.used_memory / r.maxmemory:.0%})")
+        yield Finding(
+            (),
+            f"Redis uses {r.used_memory:,} of {r.maxmemory:,} bytes of "
+            f"maxmemory ({r.used_memory / r.maxmemory:.0%})",
+        )
 
 
 def pending_old(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
     for c in snap.crawls:
         for s in c.streams:
             if s.oldest_age > t.pending_age:
-                yield Finding((("crawl", c.crawl), ("shard", str(s.shard)),
-                               ("stream", s.stream)),
-                              f"oldest pending entry of shard {s.shard} ({s.stream}) is "
-                              f"{s.oldest_age:.0f}s old ({s.pending:,} pending)")
+                yield Finding(
+                    (("crawl", c.crawl), ("shard", str(s.shard)), ("stream", s.stream)),
+                    f"oldest pending entry of shard {s.shard} ({s.stream}) is "
+                    f"{s.oldest_age:.0f}s old ({s.pending:,} pending)",
+                )
 
 
 RULES: tuple[tuple[str, Callable[[Thresholds], float], Callable[..., Iterator[Finding]]], ...] = (

@@ -41,8 +41,18 @@ from redcrawl.frontier.streams import GROUP
 from redcrawl.keys import crawl_of_stats_key, stats_key_pattern
 from redcrawl.settings import Settings
 
-__all__ = ["MAX_CRAWLS", "SCAN_BUDGET", "TOP_WORKERS", "CrawlSnapshot", "RedisInfo",
-           "Snapshot", "SnapshotReader", "StreamPending", "WorkerBeat", "read_snapshot"]
+__all__ = [
+    "MAX_CRAWLS",
+    "SCAN_BUDGET",
+    "TOP_WORKERS",
+    "CrawlSnapshot",
+    "RedisInfo",
+    "Snapshot",
+    "SnapshotReader",
+    "StreamPending",
+    "WorkerBeat",
+    "read_snapshot",
+]
 
 log = logging.getLogger(__name__)
 
@@ -113,14 +123,16 @@ class RedisInfo:
 
     @classmethod
     def from_info(cls, info: Mapping[str, Any]) -> RedisInfo:
-        return cls(used_memory=int(info.get("used_memory", 0)),
-                   maxmemory=int(info.get("maxmemory", 0)),
-                   evicted_keys=int(info.get("evicted_keys", 0)),
-                   connected_clients=int(info.get("connected_clients", 0)),
-                   rdb_last_bgsave_ok=info.get("rdb_last_bgsave_status", "ok") == "ok",
-                   rdb_last_save_time=int(info.get("rdb_last_save_time", 0)),
-                   aof_enabled=bool(int(info.get("aof_enabled", 0))),
-                   aof_last_write_ok=info.get("aof_last_write_status", "ok") == "ok")
+        return cls(
+            used_memory=int(info.get("used_memory", 0)),
+            maxmemory=int(info.get("maxmemory", 0)),
+            evicted_keys=int(info.get("evicted_keys", 0)),
+            connected_clients=int(info.get("connected_clients", 0)),
+            rdb_last_bgsave_ok=info.get("rdb_last_bgsave_status", "ok") == "ok",
+            rdb_last_save_time=int(info.get("rdb_last_save_time", 0)),
+            aof_enabled=bool(int(info.get("aof_enabled", 0))),
+            aof_last_write_ok=info.get("aof_last_write_status", "ok") == "ok",
+        )
 
 
 @dataclass(slots=True)
@@ -142,9 +154,16 @@ class SnapshotReader:
     """Reads :class:`Snapshot` s from one Redis; keeps the crawls' frontiers open between
     reads. ``crawls``: the crawls to read (else every crawl found, up to ``max_crawls``)."""
 
-    def __init__(self, client: redis.Redis, settings: Settings, *,
-                 crawls: Sequence[str] = (), max_crawls: int = MAX_CRAWLS,
-                 scan_budget: int = SCAN_BUDGET, top_workers: int = TOP_WORKERS) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        settings: Settings,
+        *,
+        crawls: Sequence[str] = (),
+        max_crawls: int = MAX_CRAWLS,
+        scan_budget: int = SCAN_BUDGET,
+        top_workers: int = TOP_WORKERS,
+    ) -> None:
         self.client: Any = client
         self.settings = settings
         self.crawls = list(crawls)
@@ -157,7 +176,7 @@ class SnapshotReader:
     def find_crawls(self) -> tuple[list[str], int]:
         """(crawls to read, how many more were found); a SCAN over stats keys only."""
         if self.crawls:
-            return self.crawls[:self.max_crawls], max(0, len(self.crawls) - self.max_crawls)
+            return self.crawls[: self.max_crawls], max(0, len(self.crawls) - self.max_crawls)
         prefix = self.settings.key_prefix
         found: set[str] = set()
         cursor: Any = 0
@@ -167,7 +186,7 @@ class SnapshotReader:
             if int(cursor) == 0:
                 break
         names = sorted(found)
-        return names[:self.max_crawls], max(0, len(names) - self.max_crawls)
+        return names[: self.max_crawls], max(0, len(names) - self.max_crawls)
 
     def frontier(self, crawl: str) -> FrontierCore:
         """The crawl's frontier, opened once (concurrent scrapes share the reader)."""
@@ -220,29 +239,38 @@ class SnapshotReader:
         out: list[CrawlSnapshot] = []
         at = 2
         for f, c, rows in zip(frontiers, counts, streams, strict=True):
-            stats_raw, workers_raw, paused = res[at:at + 3]
+            stats_raw, workers_raw, paused = res[at : at + 3]
             at += 3
-            pend = res[at:at + 2 * len(rows)]
+            pend = res[at : at + 2 * len(rows)]
             at += 2 * len(rows)
             tiers = 0 if rows else f.keys.tiers
             snap = self._crawl(f, c, now, stats_raw, workers_raw, paused, rows, pend[::2])
             if rows:
-                for (_s, cls, _k), summary, length in zip(rows, pend[::2], pend[1::2],
-                                                         strict=True):
+                for (_s, cls, _k), summary, length in zip(rows, pend[::2], pend[1::2], strict=True):
                     if isinstance(length, int):
                         held = int(summary["pending"]) if isinstance(summary, dict) else 0
-                        snap.ready_by_tier[cls] = (snap.ready_by_tier.get(cls, 0)
-                                                   + max(0, length - held))
+                        snap.ready_by_tier[cls] = snap.ready_by_tier.get(cls, 0) + max(
+                            0, length - held
+                        )
             else:
-                snap.ready_by_tier = {str(t): int(n) for t, n in
-                                      enumerate(res[at:at + tiers]) if isinstance(n, int)}
+                snap.ready_by_tier = {
+                    str(t): int(n) for t, n in enumerate(res[at : at + tiers]) if isinstance(n, int)
+                }
             at += tiers
             out.append(snap)
         return Snapshot(out, info, now, left_out, time.perf_counter() - started, unreadable)
 
-    def _crawl(self, f: FrontierCore, c: Counts, now: float, stats_raw: Any,
-               workers_raw: Any, paused: Any, rows: list[tuple[int, str, str]],
-               pend: list[Any]) -> CrawlSnapshot:
+    def _crawl(
+        self,
+        f: FrontierCore,
+        c: Counts,
+        now: float,
+        stats_raw: Any,
+        workers_raw: Any,
+        paused: Any,
+        rows: list[tuple[int, str, str]],
+        pend: list[Any],
+    ) -> CrawlSnapshot:
         stats = {}
         if isinstance(stats_raw, dict):
             for k, v in stats_raw.items():
@@ -254,8 +282,14 @@ class SnapshotReader:
             ttl = self.settings.lease_ttl
             for k, v in workers_raw.items():
                 deadline = (stored_int(v) or 0) / 1000
-                beats.append(WorkerBeat(k.decode(errors="replace"), deadline,
-                                        max(0.0, now - (deadline - ttl)), deadline > now))
+                beats.append(
+                    WorkerBeat(
+                        k.decode(errors="replace"),
+                        deadline,
+                        max(0.0, now - (deadline - ttl)),
+                        deadline > now,
+                    )
+                )
         beats.sort(key=lambda b: (-b.deadline, b.worker))
         alive = sum(1 for b in beats if b.alive)
         pending = []
@@ -266,11 +300,21 @@ class SnapshotReader:
                 continue
             low = summary.get("min")
             low_ms = int((low.decode() if isinstance(low, bytes) else str(low)).split("-")[0])
-            pending.append(StreamPending(shard, cls, int(summary["pending"]),
-                                         max(0.0, now - low_ms / 1000)))
-        return CrawlSnapshot(crawl=f.crawl, backend=f.BACKEND, counts=c, stats=stats, now=now,
-                             workers=beats[:self.top_workers], workers_known=len(beats),
-                             workers_alive=alive, paused=paused == b"1", streams=pending)
+            pending.append(
+                StreamPending(shard, cls, int(summary["pending"]), max(0.0, now - low_ms / 1000))
+            )
+        return CrawlSnapshot(
+            crawl=f.crawl,
+            backend=f.BACKEND,
+            counts=c,
+            stats=stats,
+            now=now,
+            workers=beats[: self.top_workers],
+            workers_known=len(beats),
+            workers_alive=alive,
+            paused=paused == b"1",
+            streams=pending,
+        )
 
 
 def _stream_rows(f: FrontierCore) -> list[tuple[int, str, str]]:
@@ -278,8 +322,11 @@ def _stream_rows(f: FrontierCore) -> list[tuple[int, str, str]]:
     if f.BACKEND != "streams":
         return []
     shards = f.settings.shards
-    return [(s, "high" if high else "low", f.keys.stream(s, high))
-            for high in (True, False) for s in range(shards)]
+    return [
+        (s, "high" if high else "low", f.keys.stream(s, high))
+        for high in (True, False)
+        for s in range(shards)
+    ]
 
 
 def read_snapshot(client: redis.Redis, settings: Settings, **options: Any) -> Snapshot:

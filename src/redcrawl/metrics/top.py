@@ -39,14 +39,19 @@ class Top:
         client: Any = f.client
         ids = client.zrevrange(f.keys.dead, 0, self.dead_rows - 1)
         errs = client.hmget(f.keys.err, ids) if ids else []
-        return [(format_id(i),
-                 (e or b"").decode(errors="replace")) for i, e in zip(ids, errs, strict=True)]
+        return [
+            (format_id(i), (e or b"").decode(errors="replace"))
+            for i, e in zip(ids, errs, strict=True)
+        ]
 
     def frame(self) -> RenderableType:
         c = self.snapshot()
         if c is None:
-            return Text(f"crawl {self.crawl}: its state could not be read (corrupt? see "
-                        "`redcrawl status`); trying again", style="bold red")
+            return Text(
+                f"crawl {self.crawl}: its state could not be read (corrupt? see "
+                "`redcrawl status`); trying again",
+                style="bold red",
+            )
         prev, self.last = self.last, c
         dt = c.now - prev.now if prev is not None else 0.0
 
@@ -54,17 +59,33 @@ class Top:
             return f"{(now - before) / dt:,.1f}/s" if dt > 0 and before is not None else "-"
 
         n = c.counts
-        states = Table(title=f"crawl {c.crawl} ({c.backend}"
-                       + (", paused" if c.paused else "")
-                       + (", finished" if n.finished and n.accepted else "") + ")")
-        for col in ("ready", "delayed", "in flight", "done", "dead", "accepted", "dupes",
-                    "done/s", "new/s"):
+        states = Table(
+            title=f"crawl {c.crawl} ({c.backend}"
+            + (", paused" if c.paused else "")
+            + (", finished" if n.finished and n.accepted else "")
+            + ")"
+        )
+        for col in (
+            "ready",
+            "delayed",
+            "in flight",
+            "done",
+            "dead",
+            "accepted",
+            "dupes",
+            "done/s",
+            "new/s",
+        ):
             states.add_column(col, justify="right", no_wrap=True)
         pn = prev.counts if prev is not None else None
-        states.add_row(*(f"{v:,}" for v in (n.ready, n.delayed, n.in_flight, n.done, n.dead,
-                                             n.accepted, n.filtered)),
-                       rate(n.done, pn.done if pn else None),
-                       rate(n.accepted, pn.accepted if pn else None))
+        states.add_row(
+            *(
+                f"{v:,}"
+                for v in (n.ready, n.delayed, n.in_flight, n.done, n.dead, n.accepted, n.filtered)
+            ),
+            rate(n.done, pn.done if pn else None),
+            rate(n.accepted, pn.accepted if pn else None),
+        )
         workers = Table(title=f"workers: {c.workers_alive} alive of {c.workers_known}")
         workers.add_column("worker")
         workers.add_column("heartbeat age", justify="right")
@@ -84,8 +105,7 @@ class Top:
     def run(self, console: Console, interval: float) -> None:
         """Redraw every ``interval`` seconds until interrupted (KeyboardInterrupt is the
         caller's to catch)."""
-        with Live(self.frame(), console=console, auto_refresh=False,
-                  screen=False) as live:
+        with Live(self.frame(), console=console, auto_refresh=False, screen=False) as live:
             while True:
                 time.sleep(interval)
                 live.update(self.frame(), refresh=True)

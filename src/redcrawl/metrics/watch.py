@@ -42,19 +42,31 @@ class Notification:
 
     def payload(self) -> dict[str, Any]:
         where = " ".join(f"{k}={v}" for k, v in self.labels)
-        return {"status": self.status, "alert": self.alert, "labels": dict(self.labels),
-                "summary": self.summary, "since": self.since,
-                "text": f"[{self.status.upper()}] {self.alert}"
-                        + (f" {where}" if where else "") + f": {self.summary}"}
+        return {
+            "status": self.status,
+            "alert": self.alert,
+            "labels": dict(self.labels),
+            "summary": self.summary,
+            "since": self.since,
+            "text": f"[{self.status.upper()}] {self.alert}"
+            + (f" {where}" if where else "")
+            + f": {self.summary}",
+        }
 
 
 class Watchdog:
     """Evaluate the rules on each :meth:`poll`; deliver transitions to ``webhook``."""
 
-    def __init__(self, reader: SnapshotReader, webhook: str, *,
-                 thresholds: Thresholds | None = None, timeout: float = 5.0,
-                 outbox_limit: int = 1000,
-                 echo: Callable[[Notification], None] | None = None) -> None:
+    def __init__(
+        self,
+        reader: SnapshotReader,
+        webhook: str,
+        *,
+        thresholds: Thresholds | None = None,
+        timeout: float = 5.0,
+        outbox_limit: int = 1000,
+        echo: Callable[[Notification], None] | None = None,
+    ) -> None:
         self.reader = reader
         self.webhook = webhook
         self.thresholds = thresholds or Thresholds()
@@ -94,8 +106,11 @@ class Watchdog:
                 self._queue(note)
         for key in [k for k in self.firing if k not in holding]:
             was = self.firing.pop(key)
-            self._queue(Notification("resolved", was.alert, was.labels,
-                                     f"resolved (was: {was.summary})", snap.now))
+            self._queue(
+                Notification(
+                    "resolved", was.alert, was.labels, f"resolved (was: {was.summary})", snap.now
+                )
+            )
 
     def _queue(self, note: Notification) -> None:
         if len(self.outbox) == self.outbox.maxlen:
@@ -110,15 +125,20 @@ class Watchdog:
         while self.outbox:
             note = self.outbox[0]
             body = json.dumps(note.payload()).encode()
-            req = urllib.request.Request(self.webhook, data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
+            req = urllib.request.Request(
+                self.webhook, data=body, method="POST", headers={"Content-Type": "application/json"}
+            )
             try:
                 with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                     resp.read()
             except (urllib.error.URLError, OSError, ValueError) as exc:
-                log.warning("watch: webhook %s did not take the notification (%s); "
-                            "%d waiting, retried at the next poll", self.webhook, exc,
-                            len(self.outbox))
+                log.warning(
+                    "watch: webhook %s did not take the notification (%s); "
+                    "%d waiting, retried at the next poll",
+                    self.webhook,
+                    exc,
+                    len(self.outbox),
+                )
                 return sent
             self.outbox.popleft()
             sent += 1

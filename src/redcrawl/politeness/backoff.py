@@ -50,17 +50,19 @@ ABSURD_RETRY_AFTER = 365 * 86400.0
 _DIGITS = re.compile(r"[0-9]{1,16}")
 _DAYS = "Mon|Tue|Wed|Thu|Fri|Sat|Sun"
 _LONG_DAYS = "Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday"
-_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov",
-           "Dec")
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _MON = "|".join(_MONTHS)
 _TIME = r"(?P<H>[0-9]{2}):(?P<M>[0-9]{2}):(?P<S>[0-9]{2})"
 # RFC 9110 §5.6.7: IMF-fixdate, then the two obsolete forms (RFC 850, asctime). Parsed by
 # hand rather than with strptime, whose day and month names follow the process's locale.
-_DATE_FORMS = tuple(re.compile(p, re.IGNORECASE) for p in (
-    rf"(?:{_DAYS}), (?P<d>[0-9]{{2}}) (?P<b>{_MON}) (?P<Y>[0-9]{{4}}) {_TIME} GMT",
-    rf"(?:{_LONG_DAYS}), (?P<d>[0-9]{{2}})-(?P<b>{_MON})-(?P<y>[0-9]{{2}}) {_TIME} GMT",
-    rf"(?:{_DAYS}) (?P<b>{_MON}) (?P<d>[ 0-9][0-9]) {_TIME} (?P<Y>[0-9]{{4}})",
-))
+_DATE_FORMS = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        rf"(?:{_DAYS}), (?P<d>[0-9]{{2}}) (?P<b>{_MON}) (?P<Y>[0-9]{{4}}) {_TIME} GMT",
+        rf"(?:{_LONG_DAYS}), (?P<d>[0-9]{{2}})-(?P<b>{_MON})-(?P<y>[0-9]{{2}}) {_TIME} GMT",
+        rf"(?:{_DAYS}) (?P<b>{_MON}) (?P<d>[ 0-9][0-9]) {_TIME} (?P<Y>[0-9]{{4}})",
+    )
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,16 +93,24 @@ def _http_date(text: str) -> float | None:
                 year -= 100
         month = [m.lower() for m in _MONTHS].index(fields["b"].lower()) + 1
         try:
-            when = datetime(year, month, int(fields["d"]), int(fields["H"]),
-                            int(fields["M"]), int(fields["S"]), tzinfo=UTC)
+            when = datetime(
+                year,
+                month,
+                int(fields["d"]),
+                int(fields["H"]),
+                int(fields["M"]),
+                int(fields["S"]),
+                tzinfo=UTC,
+            )
         except ValueError:  # 32 Nov, 25:00:00, ...
             return None
         return when.timestamp()
     return None
 
 
-def parse_retry_after(value: str | bytes | None, now: float, *,
-                      cap: float = DEFAULT_RETRY_AFTER_CAP) -> RetryAfter | None:
+def parse_retry_after(
+    value: str | bytes | None, now: float, *, cap: float = DEFAULT_RETRY_AFTER_CAP
+) -> RetryAfter | None:
     """The delay a ``Retry-After`` header asks for, from ``now`` (Unix seconds), or None
     when it tells nothing usable (see the module docstring for each case)."""
     if value is None:
@@ -125,8 +135,7 @@ def parse_retry_after(value: str | bytes | None, now: float, *,
     return RetryAfter(delay=min(requested, max(cap, 0.0)), requested=requested)
 
 
-def backoff_delay(failures: int, *, base: float, cap: float, jitter: float,
-                  rand: float) -> float:
+def backoff_delay(failures: int, *, base: float, cap: float, jitter: float, rand: float) -> float:
     """Seconds to wait after ``failures`` consecutive failures: ``min(cap, base *
     2**(failures-1))`` scaled into ``[d * (1 - jitter), d]`` by ``rand`` in [0, 1]."""
     if failures < 0:
@@ -179,22 +188,29 @@ class BackoffPolicy:
         for name in ("base", "cap", "retry_after_cap"):
             v = getattr(self, name)
             if not (isinstance(v, int | float) and math.isfinite(v) and v > 0):
-                raise ConfigError(f"backoff {name}", f"{v!r} is not a positive number of "
-                                  "seconds: give one")
+                raise ConfigError(
+                    f"backoff {name}", f"{v!r} is not a positive number of seconds: give one"
+                )
         if self.cap < self.base:
-            raise ConfigError("backoff cap", f"{self.cap} is below base ({self.base}): "
-                              "raise the cap or lower the base")
+            raise ConfigError(
+                "backoff cap",
+                f"{self.cap} is below base ({self.base}): raise the cap or lower the base",
+            )
         if not (isinstance(self.jitter, int | float) and 0.0 <= self.jitter <= 1.0):
-            raise ConfigError("backoff jitter",
-                              f"{self.jitter!r} is not a fraction in [0, 1]: give one")
+            raise ConfigError(
+                "backoff jitter", f"{self.jitter!r} is not a fraction in [0, 1]: give one"
+            )
         if not (isinstance(self.forgive_after, int) and self.forgive_after >= 1):
-            raise ConfigError("backoff forgive_after", f"{self.forgive_after!r}: give a "
-                              "whole number of successes, 1 or more")
+            raise ConfigError(
+                "backoff forgive_after",
+                f"{self.forgive_after!r}: give a whole number of successes, 1 or more",
+            )
 
     def delay(self, state: BackoffState, rand: float) -> float:
         """Seconds the site waits in ``state`` (0 with no failures)."""
-        return backoff_delay(state.failures, base=self.base, cap=self.cap, jitter=self.jitter,
-                             rand=rand)
+        return backoff_delay(
+            state.failures, base=self.base, cap=self.cap, jitter=self.jitter, rand=rand
+        )
 
     def failed(self, state: BackoffState) -> BackoffState:
         """The state after one more failure (429/503 without a usable Retry-After)."""

@@ -65,7 +65,8 @@ def politeness_key(url: str, download_slot: object = None, mode: KeyMode = "host
         if not isinstance(download_slot, str):
             raise TypeError(
                 f"meta['download_slot'] is a {type(download_slot).__name__}, not a str: "
-                "give the slot a string name (or leave it unset to use the host)")
+                "give the slot a string name (or leave it unset to use the host)"
+            )
         return _bounded(download_slot)
     host = _host(url)
     if host is None:
@@ -94,7 +95,8 @@ def _host(url: str) -> str | None:
     except ValueError as exc:  # UnicodeError included
         raise ValueError(
             f"no politeness key for {url[:200]!r}: it is not a valid URL ({exc}); fix the "
-            "URL or set meta['download_slot']") from None
+            "URL or set meta['download_slot']"
+        ) from None
     if not host:
         return None
     if ":" in host:
@@ -131,8 +133,9 @@ def _extractor() -> object:
 
     # suffix_list_urls=() and cache_dir=None: the snapshot bundled with the package, no
     # network fetch and no cache file; ICANN suffixes only (see registrable_domain)
-    return tldextract.TLDExtract(suffix_list_urls=(), cache_dir=None,
-                                 include_psl_private_domains=False)
+    return tldextract.TLDExtract(
+        suffix_list_urls=(), cache_dir=None, include_psl_private_domains=False
+    )
 
 
 @functools.lru_cache(maxsize=65536)

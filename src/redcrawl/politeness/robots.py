@@ -114,8 +114,15 @@ class RobotsCache:
     a lock lasts unless renewed (a worker killed while fetching delays the others that
     long at most)."""
 
-    def __init__(self, client: Any, keys: CrawlKeys, *, max_bytes: int,
-                 lock_ttl: float = 30.0, token: str | None = None) -> None:
+    def __init__(
+        self,
+        client: Any,
+        keys: CrawlKeys,
+        *,
+        max_bytes: int,
+        lock_ttl: float = 30.0,
+        token: str | None = None,
+    ) -> None:
         self.client = client
         self.keys = keys
         self.max_bytes = max_bytes
@@ -131,33 +138,51 @@ class RobotsCache:
         with redis_errors("robots.txt lookup"):
             pipe = self.client.pipeline(transaction=False)
             for origin in origins:
-                self._scripts["get"](keys=[k.robots, k.robots_expiry, k.robots_lock(origin)],
-                                     args=[origin, self.token, self.lock_ttl_ms], client=pipe)
+                self._scripts["get"](
+                    keys=[k.robots, k.robots_expiry, k.robots_lock(origin)],
+                    args=[origin, self.token, self.lock_ttl_ms],
+                    client=pipe,
+                )
             replies = pipe.execute()
         found = []
         for origin, reply in zip(origins, replies, strict=True):
             code = int(reply[0])
             if code == 1:
-                found.append(Lookup(origin, "cached", RobotsEntry.decode(reply[1]),
-                                    int(reply[2])))
+                found.append(Lookup(origin, "cached", RobotsEntry.decode(reply[1]), int(reply[2])))
             elif code == 2:
                 found.append(Lookup(origin, "fetch"))
             else:
                 found.append(Lookup(origin, "wait", ms_left=int(reply[1])))
         return found
 
-    def store(self, origin: str, entry: RobotsEntry, *, ttl: float, politeness_key: str,
-              crawl_delay: float | None) -> Stored:
+    def store(
+        self,
+        origin: str,
+        entry: RobotsEntry,
+        *,
+        ttl: float,
+        politeness_key: str,
+        crawl_delay: float | None,
+    ) -> Stored:
         """Cache ``entry`` for ``ttl`` seconds, release this worker's lock on ``origin``,
         and set ``crawl_delay`` (seconds, already capped; None removes it) in the override
         of ``politeness_key``, keeping its other fields."""
         k = self.keys
         delay = "" if crawl_delay is None else repr(float(crawl_delay))
         reply = self._scripts.run(
-            "put", [k.robots, k.robots_expiry, k.robots_bytes, k.robots_lock(origin),
-                    k.pol_override],
-            [origin, entry.encode(), max(1, int(ttl * 1000)), self.token, self.max_bytes,
-             politeness_key, delay], what="robots.txt store")
+            "put",
+            [k.robots, k.robots_expiry, k.robots_bytes, k.robots_lock(origin), k.pol_override],
+            [
+                origin,
+                entry.encode(),
+                max(1, int(ttl * 1000)),
+                self.token,
+                self.max_bytes,
+                politeness_key,
+                delay,
+            ],
+            what="robots.txt store",
+        )
         return Stored(bool(reply[0]), int(reply[1]), int(reply[2]))
 
     def renew(self, origins: Sequence[str]) -> int:
@@ -165,6 +190,11 @@ class RobotsCache:
         still its own."""
         if not origins:
             return 0
-        return int(self._scripts.run(
-            "renew", [self.keys.robots_lock(o) for o in origins],
-            [self.token, self.lock_ttl_ms], what="robots.txt lock renewal"))
+        return int(
+            self._scripts.run(
+                "renew",
+                [self.keys.robots_lock(o) for o in origins],
+                [self.token, self.lock_ttl_ms],
+                what="robots.txt lock renewal",
+            )
+        )

@@ -15,5 +15,13 @@ from redcrawl.scrapy.robots import RobotsTxtMiddleware
 from redcrawl.scrapy.scheduler import Scheduler, seed
 from redcrawl.scrapy.spiders import RedisCrawlSpider, RedisMixin, RedisSpider
 
-__all__ = ["DupeFilter", "OutcomeMiddleware", "RedisCrawlSpider", "RedisMixin", "RedisSpider",
-           "RobotsTxtMiddleware", "Scheduler", "seed"]
+__all__ = [
+    "DupeFilter",
+    "OutcomeMiddleware",
+    "RedisCrawlSpider",
+    "RedisMixin",
+    "RedisSpider",
+    "RobotsTxtMiddleware",
+    "Scheduler",
+    "seed",
+]

@@ -28,8 +28,9 @@ log = logging.getLogger(__name__)
 
 
 class DupeFilter:
-    def __init__(self, settings: Settings, *, debug: bool = False,
-                 crawler: Crawler | None = None) -> None:
+    def __init__(
+        self, settings: Settings, *, debug: bool = False, crawler: Crawler | None = None
+    ) -> None:
         from redcrawl.scrapy.lifecycle import custom_fingerprinter
 
         self.settings = settings
@@ -45,8 +46,11 @@ class DupeFilter:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DupeFilter:
-        return cls(Settings.from_scrapy(crawler.settings),
-                   debug=crawler.settings.getbool("DUPEFILTER_DEBUG"), crawler=crawler)
+        return cls(
+            Settings.from_scrapy(crawler.settings),
+            debug=crawler.settings.getbool("DUPEFILTER_DEBUG"),
+            crawler=crawler,
+        )
 
     def open(self) -> None:
         return None
@@ -64,21 +68,33 @@ class DupeFilter:
             frontier = open_frontier(self._client, self.settings, name)
             self._done = frontier.done
             self._seen = Filter(self._client, frontier.dedupe, frontier.keys.fp_seen)
-        fp = (self._fingerprinter(request) if self._fingerprinter is not None else
-              request_fingerprint(request, canonicalizer=self._canonicalizer,
-                                  version_meta_key=self.settings.fingerprint_version_meta))
+        fp = (
+            self._fingerprinter(request)
+            if self._fingerprinter is not None
+            else request_fingerprint(
+                request,
+                canonicalizer=self._canonicalizer,
+                version_meta_key=self.settings.fingerprint_version_meta,
+            )
+        )
         if self._done.contains([fp])[0]:
             return True
         return not self._seen.add([fp])[0]
 
     def log(self, request: scrapy.Request, spider: scrapy.Spider) -> None:
         if self.debug:
-            log.debug("Filtered duplicate request: %(request)s", {"request": request},
-                      extra={"spider": spider})
+            log.debug(
+                "Filtered duplicate request: %(request)s",
+                {"request": request},
+                extra={"spider": spider},
+            )
         elif self.logdupes:
-            log.debug("Filtered duplicate request: %(request)s - no more duplicates will be "
-                      "shown (see DUPEFILTER_DEBUG to show all duplicates)",
-                      {"request": request}, extra={"spider": spider})
+            log.debug(
+                "Filtered duplicate request: %(request)s - no more duplicates will be "
+                "shown (see DUPEFILTER_DEBUG to show all duplicates)",
+                {"request": request},
+                extra={"spider": spider},
+            )
             self.logdupes = False
         if self.crawler is not None and self.crawler.stats is not None:
             self.crawler.stats.inc_value("dupefilter/filtered")

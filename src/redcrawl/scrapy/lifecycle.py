@@ -53,8 +53,9 @@ def _slot(crawler: Crawler) -> Any:
     return slot
 
 
-def on_request_finished(crawler: Crawler,
-                        callback: Callable[[scrapy.Request], None]) -> Callable[[], None]:
+def on_request_finished(
+    crawler: Crawler, callback: Callable[[scrapy.Request], None]
+) -> Callable[[], None]:
     """Call ``callback(request)`` each time the engine finishes a request, before the
     engine forgets it. Returns a function that removes the hook."""
     slot = _slot(crawler)
@@ -187,8 +188,9 @@ class OutcomeMiddleware:
     def _scheduler(self) -> Any:
         return scheduler_of(self.crawler) if self.crawler is not None else None
 
-    def process_exception(self, request: scrapy.Request, exception: BaseException,
-                          spider: Any = None) -> None:
+    def process_exception(
+        self, request: scrapy.Request, exception: BaseException, spider: Any = None
+    ) -> None:
         if isinstance(exception, IgnoreRequest):
             return None  # deliberate: the request is done
         scheduler = self._scheduler()
@@ -208,9 +210,11 @@ def install_outcome_middleware(crawler: Crawler, scheduler: Any) -> None:
         return
     methods = getattr(manager, "methods", None)
     if methods is None or "process_exception" not in methods:
-        log.warning("redcrawl: Scrapy %s: could not add OutcomeMiddleware; add it to "
-                    "DOWNLOADER_MIDDLEWARES so failed downloads are retried later",
-                    _scrapy_version())
+        log.warning(
+            "redcrawl: Scrapy %s: could not add OutcomeMiddleware; add it to "
+            "DOWNLOADER_MIDDLEWARES so failed downloads are retried later",
+            _scrapy_version(),
+        )
         return
     # process_exception methods run highest order first: the last one is the outermost.
     methods["process_exception"].append(OutcomeMiddleware(crawler).process_exception)

@@ -104,11 +104,18 @@ class UpsertPipeline:
     ``redcrawl/items_dropped``.
     """
 
-    def __init__(self, sink: Sink, *, key_field: str = DEFAULT_ITEM_KEY,
-                 stats: StatsCollector | None = None, crawler: Crawler | None = None) -> None:
+    def __init__(
+        self,
+        sink: Sink,
+        *,
+        key_field: str = DEFAULT_ITEM_KEY,
+        stats: StatsCollector | None = None,
+        crawler: Crawler | None = None,
+    ) -> None:
         if not isinstance(key_field, str) or not key_field:
-            raise ConfigError("REDCRAWL_ITEM_KEY", f"{key_field!r}: give the name of an item "
-                              "field, e.g. 'url'")
+            raise ConfigError(
+                "REDCRAWL_ITEM_KEY", f"{key_field!r}: give the name of an item field, e.g. 'url'"
+            )
         self.sink = sink
         self.key_field = key_field
         self.stats = stats
@@ -118,16 +125,19 @@ class UpsertPipeline:
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> UpsertPipeline:
         settings = Settings.from_scrapy(crawler.settings)
-        return cls(sink_from_uri(settings.items_uri, settings.items_table),
-                   key_field=settings.item_key, stats=crawler.stats, crawler=crawler)
+        return cls(
+            sink_from_uri(settings.items_uri, settings.items_table),
+            key_field=settings.item_key,
+            stats=crawler.stats,
+            crawler=crawler,
+        )
 
     # Recent Scrapy (2.19 here) calls these without the spider (a required spider argument is
     # deprecated there); older versions pass it.
     def open_spider(self, spider: Spider | None = None) -> None:
         self._spider_name = self._name_of(spider)
         self.sink.open()
-        logger.info("UpsertPipeline: writing items to %r keyed by %r", self.sink,
-                    self.key_field)
+        logger.info("UpsertPipeline: writing items to %r keyed by %r", self.sink, self.key_field)
 
     def close_spider(self, spider: Spider | None = None) -> None:
         self.sink.close()
@@ -136,8 +146,10 @@ class UpsertPipeline:
         try:
             adapter = ItemAdapter(item)
         except TypeError:
-            self._dropped(f"{type(item).__name__} is not an item type (dict, scrapy.Item, "
-                          "dataclass or attrs class)")
+            self._dropped(
+                f"{type(item).__name__} is not an item type (dict, scrapy.Item, "
+                "dataclass or attrs class)"
+            )
         key = self._key(adapter)
         text = self._encode(adapter)
         name = self._name_of(spider) if spider is not None else self._spider_name
@@ -168,16 +180,20 @@ class UpsertPipeline:
         field = self.key_field
         value = adapter.get(field)
         if value is None or (isinstance(value, str) and not value.strip()):
-            state = ("is missing" if field not in adapter
-                     else "is None" if value is None else "is empty")
-            self._dropped(f"key field {field!r} (REDCRAWL_ITEM_KEY) {state}; cannot store "
-                          f"the item without it")
+            state = (
+                "is missing" if field not in adapter else "is None" if value is None else "is empty"
+            )
+            self._dropped(
+                f"key field {field!r} (REDCRAWL_ITEM_KEY) {state}; cannot store the item without it"
+            )
         if isinstance(value, str):
             return value
         if isinstance(value, int) and not isinstance(value, bool):
             return str(value)
-        return self._dropped(f"key field {field!r} (REDCRAWL_ITEM_KEY) is a "
-                             f"{type(value).__name__}; it must be a string or an integer")
+        return self._dropped(
+            f"key field {field!r} (REDCRAWL_ITEM_KEY) is a "
+            f"{type(value).__name__}; it must be a string or an integer"
+        )
 
     def _encode(self, adapter: ItemAdapter) -> str:
         data = adapter.asdict()
@@ -188,8 +204,9 @@ class UpsertPipeline:
                 try:
                     _dumps({name: value})
                 except (TypeError, ValueError, RecursionError) as exc:
-                    return self._dropped(f"field {name!r} is not JSON-serialisable "
-                                         f"({type(exc).__name__}: {exc})")
+                    return self._dropped(
+                        f"field {name!r} is not JSON-serialisable ({type(exc).__name__}: {exc})"
+                    )
             return self._dropped(f"item is not JSON-serialisable ({whole})")
 
 

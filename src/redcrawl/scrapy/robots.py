@@ -96,8 +96,8 @@ class RobotsTxtMiddleware:
         self._cache: RobotsCache | None = None
         self._local: OrderedDict[str, tuple[Any, float]] = OrderedDict()
         self._waiters: dict[str, list[Deferred[Any]]] = {}
-        self._remote: set[str] = set()      # another worker fetches these
-        self._fetching: set[str] = set()    # we hold their lock and download them
+        self._remote: set[str] = set()  # another worker fetches these
+        self._fetching: set[str] = set()  # we hold their lock and download them
         self._capped: set[str] = set()
         self._first: dict[str, Request] = {}  # the request that first waited, per origin
         self._executor: ThreadPoolExecutor | None = None
@@ -116,8 +116,9 @@ class RobotsTxtMiddleware:
     def attach(self, client: Any, keys: CrawlKeys) -> None:
         """Use ``client`` and ``keys`` (the scheduler's frontier's) for the cache."""
         if self._cache is None:
-            self._cache = RobotsCache(client, keys, max_bytes=self._max_bytes(),
-                                      lock_ttl=self.settings.robots_lock_ttl)
+            self._cache = RobotsCache(
+                client, keys, max_bytes=self._max_bytes(), lock_ttl=self.settings.robots_lock_ttl
+            )
 
     def _max_bytes(self) -> int:
         # one entry of the largest size always fits (else every worker would refetch it)
@@ -129,8 +130,9 @@ class RobotsTxtMiddleware:
             from redcrawl.connection import connect
 
             spider = self.crawler.spider
-            keys = CrawlKeys(self.settings.crawl_name(getattr(spider, "name", None)),
-                             self.settings.key_prefix)
+            keys = CrawlKeys(
+                self.settings.crawl_name(getattr(spider, "name", None)), self.settings.key_prefix
+            )
             self.attach(connect(self.settings), keys)
         assert self._cache is not None
         return self._cache
@@ -244,8 +246,12 @@ class RobotsTxtMiddleware:
 
     def _on_lookup_error(self, failure: Any, origins: list[str]) -> None:
         """Redis refused or is gone: each worker fetches for itself, not cached."""
-        log.warning("redcrawl: robots.txt cache unavailable (%s); fetching robots.txt of %s "
-                    "in this worker only", failure.getErrorMessage(), ", ".join(origins[:5]))
+        log.warning(
+            "redcrawl: robots.txt cache unavailable (%s); fetching robots.txt of %s "
+            "in this worker only",
+            failure.getErrorMessage(),
+            ", ".join(origins[:5]),
+        )
         for origin in origins:
             self._remote.discard(origin)
             if origin in self._waiters and origin not in self._fetching:
@@ -272,21 +278,28 @@ class RobotsTxtMiddleware:
         if origin in self._fetching:
             return
         self._fetching.add(origin)
-        request = Request(f"{origin}/robots.txt", priority=self.DOWNLOAD_PRIORITY,
-                          meta={"dont_obey_robotstxt": True}, callback=_no_callback())
+        request = Request(
+            f"{origin}/robots.txt",
+            priority=self.DOWNLOAD_PRIORITY,
+            meta={"dont_obey_robotstxt": True},
+            callback=_no_callback(),
+        )
         d = _engine_download(self.crawler, request)
-        d.addCallbacks(self._downloaded, self._download_failed,
-                       callbackArgs=(origin, shared), errbackArgs=(origin, shared, request))
+        d.addCallbacks(
+            self._downloaded,
+            self._download_failed,
+            callbackArgs=(origin, shared),
+            errbackArgs=(origin, shared, request),
+        )
 
     def _downloaded(self, response: Response, origin: str, shared: bool) -> None:
         self.stats.inc_value("redcrawl/robots/fetched")
         self.stats.inc_value(f"robotstxt/response_status_count/{response.status}")
-        body = response.body[:self.settings.robots_max_body]
+        body = response.body[: self.settings.robots_max_body]
         entry = RobotsEntry(response.status, body if 200 <= response.status < 400 else b"")
         self._got(origin, entry, shared)
 
-    def _download_failed(self, failure: Any, origin: str, shared: bool,
-                         request: Request) -> None:
+    def _download_failed(self, failure: Any, origin: str, shared: bool, request: Request) -> None:
         if not failure.check(IgnoreRequest):
             log.error("Error downloading %s: %s", request, failure.getErrorMessage())
             self.stats.inc_value(f"robotstxt/exception_count/{failure.type}")
@@ -297,12 +310,14 @@ class RobotsTxtMiddleware:
         parser = self._parse(entry)
         if entry.kind == "error":
             self.stats.inc_value("redcrawl/robots/errors")
-            log.info("redcrawl: robots.txt of %s: %s; everything allowed for %s s "
-                     "(REDCRAWL_ROBOTS_ERROR_TTL)", origin,
-                     f"HTTP {entry.status}" if entry.status else "download failed",
-                     self.settings.robots_error_ttl)
-        ttl = (self.settings.robots_error_ttl if entry.kind == "error"
-               else self.settings.robots_ttl)
+            log.info(
+                "redcrawl: robots.txt of %s: %s; everything allowed for %s s "
+                "(REDCRAWL_ROBOTS_ERROR_TTL)",
+                origin,
+                f"HTTP {entry.status}" if entry.status else "download failed",
+                self.settings.robots_error_ttl,
+            )
+        ttl = self.settings.robots_error_ttl if entry.kind == "error" else self.settings.robots_ttl
         delay = self._crawl_delay(origin, parser)
         self._settle(origin, parser, ttl)
         if not shared:
@@ -311,26 +326,37 @@ class RobotsTxtMiddleware:
         key = politeness_key(f"{origin}/robots.txt")
 
         def store() -> Any:
-            return self._ensure_cache().store(origin, entry, ttl=ttl, politeness_key=key,
-                                              crawl_delay=delay)
+            return self._ensure_cache().store(
+                origin, entry, ttl=ttl, politeness_key=key, crawl_delay=delay
+            )
 
         d = self._in_thread(store)
-        d.addCallbacks(self._stored, self._store_failed, callbackArgs=(origin, key),
-                       errbackArgs=(origin,))
+        d.addCallbacks(
+            self._stored, self._store_failed, callbackArgs=(origin, key), errbackArgs=(origin,)
+        )
 
     def _stored(self, result: Any, origin: str, key: str) -> None:
         self._fetching.discard(origin)
         if not result.stored:
-            log.warning("redcrawl: robots.txt of %s not cached: larger than "
-                        "REDCRAWL_ROBOTS_CACHE_MAX_BYTES", origin)
+            log.warning(
+                "redcrawl: robots.txt of %s not cached: larger than "
+                "REDCRAWL_ROBOTS_CACHE_MAX_BYTES",
+                origin,
+            )
         if result.override < 0:
-            log.warning("redcrawl: the politeness override of %r is not a JSON object; "
-                        "its Crawl-delay was not set (fix it with `redcrawl hosts`)", key)
+            log.warning(
+                "redcrawl: the politeness override of %r is not a JSON object; "
+                "its Crawl-delay was not set (fix it with `redcrawl hosts`)",
+                key,
+            )
 
     def _store_failed(self, failure: Any, origin: str) -> None:
         self._fetching.discard(origin)
-        log.warning("redcrawl: could not cache robots.txt of %s for the fleet: %s", origin,
-                    failure.getErrorMessage())
+        log.warning(
+            "redcrawl: could not cache robots.txt of %s for the fleet: %s",
+            origin,
+            failure.getErrorMessage(),
+        )
 
     # --- what a robots.txt says -------------------------------------------------------
     def _parse(self, entry: RobotsEntry) -> Any:
@@ -347,7 +373,8 @@ class RobotsTxtMiddleware:
             return None
         useragent = self._robotstxt_useragent or self._default_useragent or "*"
         getter = getattr(parser, "crawl_delay", None) or getattr(
-            getattr(parser, "rp", None), "crawl_delay", None)
+            getattr(parser, "rp", None), "crawl_delay", None
+        )
         if getter is None:
             return None
         try:
@@ -367,9 +394,13 @@ class RobotsTxtMiddleware:
             self.stats.inc_value("redcrawl/robots/crawl_delay_capped")
             if origin not in self._capped:
                 self._capped.add(origin)
-                log.warning("redcrawl: %s asks for Crawl-delay %s s; keeping %s s "
-                            "(REDCRAWL_ROBOTS_MAX_CRAWL_DELAY)", origin, f"{delay:g}",
-                            f"{cap:g}")
+                log.warning(
+                    "redcrawl: %s asks for Crawl-delay %s s; keeping %s s "
+                    "(REDCRAWL_ROBOTS_MAX_CRAWL_DELAY)",
+                    origin,
+                    f"{delay:g}",
+                    f"{cap:g}",
+                )
             delay = cap
         return delay
 
@@ -382,8 +413,9 @@ class RobotsTxtMiddleware:
             self._local.popitem(last=False)
         first = self._first.pop(origin, None)
         if parser is not None and first is not None:  # as Scrapy's middleware
-            self.crawler.signals.send_catch_log(signal=signals.robots_parsed,
-                                                robotparser=parser, request=first)
+            self.crawler.signals.send_catch_log(
+                signal=signals.robots_parsed, robotparser=parser, request=first
+            )
         for waiter in self._waiters.pop(origin, []):
             waiter.callback(parser)
 
@@ -465,8 +497,10 @@ def take_over_from_scrapy(crawler: Crawler, ours: RobotsTxtMiddleware) -> bool:
             del methods[i]
             break
     manager.middlewares = tuple(mw for mw in manager.middlewares if mw not in theirs)
-    log.info("redcrawl: redcrawl.scrapy.RobotsTxtMiddleware is enabled: Scrapy's "
-             "RobotsTxtMiddleware is disabled (both would fetch robots.txt)")
+    log.info(
+        "redcrawl: redcrawl.scrapy.RobotsTxtMiddleware is enabled: Scrapy's "
+        "RobotsTxtMiddleware is disabled (both would fetch robots.txt)"
+    )
     return True
 
 
@@ -487,33 +521,39 @@ def install(crawler: Crawler, client: Any, keys: CrawlKeys) -> RobotsTxtMiddlewa
         take_over_from_scrapy(crawler, ours)
         return ours
     if not Settings.from_scrapy(crawler.settings).robots_shared:
-        log.info("redcrawl: REDCRAWL_ROBOTS_SHARED is off: robots.txt is fetched by every "
-                 "worker (Scrapy's RobotsTxtMiddleware)")
+        log.info(
+            "redcrawl: REDCRAWL_ROBOTS_SHARED is off: robots.txt is fetched by every "
+            "worker (Scrapy's RobotsTxtMiddleware)"
+        )
         return None
     theirs = next((mw for mw in middlewares if type(mw) is ScrapyRobotsTxt), None)
     if theirs is None:
         custom = [type(mw).__name__ for mw in middlewares if isinstance(mw, ScrapyRobotsTxt)]
         if custom:
-            log.warning("redcrawl: %s (a subclass of Scrapy's RobotsTxtMiddleware) is left "
-                        "as it is: every worker fetches robots.txt itself; use "
-                        "redcrawl.scrapy.RobotsTxtMiddleware to fetch it once for the fleet",
-                        custom[0])
+            log.warning(
+                "redcrawl: %s (a subclass of Scrapy's RobotsTxtMiddleware) is left "
+                "as it is: every worker fetches robots.txt itself; use "
+                "redcrawl.scrapy.RobotsTxtMiddleware to fetch it once for the fleet",
+                custom[0],
+            )
         return None
     methods = manager.methods["process_request"]
-    index = next((i for i, m in enumerate(methods) if getattr(m, "__self__", None) is theirs),
-                 None)
+    index = next((i for i, m in enumerate(methods) if getattr(m, "__self__", None) is theirs), None)
     if index is None:
-        log.warning("redcrawl: Scrapy %s: could not put redcrawl.scrapy.RobotsTxtMiddleware "
-                    "in place of Scrapy's; robots.txt is fetched by every worker (list "
-                    "redcrawl.scrapy.RobotsTxtMiddleware in DOWNLOADER_MIDDLEWARES)",
-                    _scrapy_version())
+        log.warning(
+            "redcrawl: Scrapy %s: could not put redcrawl.scrapy.RobotsTxtMiddleware "
+            "in place of Scrapy's; robots.txt is fetched by every worker (list "
+            "redcrawl.scrapy.RobotsTxtMiddleware in DOWNLOADER_MIDDLEWARES)",
+            _scrapy_version(),
+        )
         return None
     ours = cast(RobotsTxtMiddleware, lifecycle.build_component(RobotsTxtMiddleware, crawler))
     ours.attach(client, keys)
     methods[index] = ours.process_request
     manager.middlewares = tuple(ours if mw is theirs else mw for mw in middlewares)
-    log.info("redcrawl: ROBOTSTXT_OBEY: robots.txt is fetched once per site for the fleet "
-             "and shared through Redis (redcrawl.scrapy.RobotsTxtMiddleware in place of "
-             "Scrapy's RobotsTxtMiddleware; REDCRAWL_ROBOTS_SHARED = False keeps Scrapy's)")
+    log.info(
+        "redcrawl: ROBOTSTXT_OBEY: robots.txt is fetched once per site for the fleet "
+        "and shared through Redis (redcrawl.scrapy.RobotsTxtMiddleware in place of "
+        "Scrapy's RobotsTxtMiddleware; REDCRAWL_ROBOTS_SHARED = False keeps Scrapy's)"
+    )
     return ours
-

@@ -105,28 +105,33 @@ def default_worker_id() -> str:
 class Scheduler(BaseScheduler):
     """A Scrapy scheduler whose queue is the crawl's shared frontier in Redis."""
 
-    def __init__(self, crawler: Crawler, settings: Settings,
-                 dupefilter: DupeFilter | None = None) -> None:
+    def __init__(
+        self, crawler: Crawler, settings: Settings, dupefilter: DupeFilter | None = None
+    ) -> None:
         self.crawler = crawler
         self.settings = settings
         self.stats = crawler.stats
         self.df = dupefilter
         # Unique per process even when an id is configured: a restarted worker must not
         # keep its predecessor's leases alive with its heartbeat.
-        self.worker = (f"{settings.worker_id}:{secrets.token_hex(3)}" if settings.worker_id
-                       else default_worker_id())
+        self.worker = (
+            f"{settings.worker_id}:{secrets.token_hex(3)}"
+            if settings.worker_id
+            else default_worker_id()
+        )
         self.canonicalizer = canonicalizer_for(settings)
         # the project's REQUEST_FINGERPRINTER_CLASS when it is not Scrapy's default
         self.custom_fingerprinter = lifecycle.custom_fingerprinter(crawler)
-        self.fingerprinter = Fingerprinter(canonicalizer=self.canonicalizer,
-                                           version_meta_key=settings.fingerprint_version_meta)
+        self.fingerprinter = Fingerprinter(
+            canonicalizer=self.canonicalizer, version_meta_key=settings.fingerprint_version_meta
+        )
         self.frontier: FrontierCore | None = None
         self.feeder: Feeder | None = None
         self.spider: scrapy.Spider | None = None
         self._handed_out: dict[int, tuple[scrapy.Request, Lease]] = {}
         self._successors: deque[scrapy.Request] = deque()  # Scrapy's retries, on their lease
-        self._outcomes: dict[int, tuple[bool, str]] = {}   # id(request) -> (retry, error)
-        self._marked: dict[int, scrapy.Request] = {}       # meta[MARK] -> handed out
+        self._outcomes: dict[int, tuple[bool, str]] = {}  # id(request) -> (retry, error)
+        self._marked: dict[int, scrapy.Request] = {}  # meta[MARK] -> handed out
         self._local_seen: set[bytes] = set()
         self._serial = itertools.count(1)
         self._concurrency = crawler.settings.getint("CONCURRENT_REQUESTS", 16)
@@ -167,8 +172,9 @@ class Scheduler(BaseScheduler):
         # redis-py resends a call (same nonce) until REDCRAWL_REDIS_OUTAGE_LIMIT is over:
         # the I/O thread waits, the reactor doesn't.
         retries = int(self.settings.redis_outage_limit) + 5
-        client = connect(self.settings,
-                         retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries))
+        client = connect(
+            self.settings, retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries)
+        )
         self.frontier = open_frontier(client, self.settings, crawl)
         if self.frontier.politeness is not None:
             self.frontier.store_politeness(worker=True)
@@ -193,17 +199,28 @@ class Scheduler(BaseScheduler):
                 log.warning("redcrawl: %s", warning)
 
         self.feeder = Feeder(
-            self.frontier, self.worker, prefetch=self.settings.prefetch,
-            lookahead=self.settings.lookahead, concurrency=self._concurrency,
-            batch_size=self.settings.batch_size, heartbeat=self.settings.heartbeat,
-            poll_interval=self.settings.poll_interval, tick=TICK,
+            self.frontier,
+            self.worker,
+            prefetch=self.settings.prefetch,
+            lookahead=self.settings.lookahead,
+            concurrency=self._concurrency,
+            batch_size=self.settings.batch_size,
+            heartbeat=self.settings.heartbeat,
+            poll_interval=self.settings.poll_interval,
+            tick=TICK,
             on_ready=lambda: cast(Any, reactor).callFromThread(self._wake),
-            on_tick=memory_check, polite=self.frontier.politeness is not None)
+            on_tick=memory_check,
+            polite=self.frontier.politeness is not None,
+        )
         self.feeder.start()
         self._watchdog = task.LoopingCall(self._watch)
         self._watchdog.start(WATCH, now=False)
-        log.info("redcrawl: worker %s on crawl %r (%s)", self.worker, crawl,
-                 self.settings.redis_url or f"embedded Redis in {self.settings.embedded_dir}")
+        log.info(
+            "redcrawl: worker %s on crawl %r (%s)",
+            self.worker,
+            crawl,
+            self.settings.redis_url or f"embedded Redis in {self.settings.embedded_dir}",
+        )
 
     def _frontier_paces_downloads(self) -> None:
         """The frontier enforces DOWNLOAD_DELAY (and DOWNLOAD_SLOTS delays) for the whole
@@ -218,39 +235,44 @@ class Scheduler(BaseScheduler):
             downloader._delay = 0.0
         per_slot = getattr(downloader, "per_slot_settings", None)
         if isinstance(per_slot, dict):
-            downloader.per_slot_settings = {k: {**v, "delay": 0.0} if isinstance(v, dict)
-                                            else v for k, v in per_slot.items()}
+            downloader.per_slot_settings = {
+                k: {**v, "delay": 0.0} if isinstance(v, dict) else v for k, v in per_slot.items()
+            }
         for slot in getattr(downloader, "slots", {}).values():
             slot.delay = 0.0
-        log.info("redcrawl: fleet-wide politeness is on: the frontier spaces the requests of "
-                 "each site by DOWNLOAD_DELAY and caps them at CONCURRENT_REQUESTS_PER_DOMAIN "
-                 "for all workers together; this worker's downloader adds no delay of its own "
-                 "(REDCRAWL_POLITENESS=off for Scrapy's per-process behaviour)")
+        log.info(
+            "redcrawl: fleet-wide politeness is on: the frontier spaces the requests of "
+            "each site by DOWNLOAD_DELAY and caps them at CONCURRENT_REQUESTS_PER_DOMAIN "
+            "for all workers together; this worker's downloader adds no delay of its own "
+            "(REDCRAWL_POLITENESS=off for Scrapy's per-process behaviour)"
+        )
 
     def _warn_if_finished(self) -> None:
         """A finished persistent crawl fetches nothing when run again: say so."""
         assert self.frontier is not None
         counts = self.frontier.counts()
         if counts.finished and counts.done:
-            log.warning("redcrawl: crawl %r is finished: %d done; use `redcrawl purge` or "
-                        "`--recrawl` to crawl again (or SCHEDULER_FLUSH_ON_START)",
-                        self.frontier.crawl, counts.done)
+            log.warning(
+                "redcrawl: crawl %r is finished: %d done; use `redcrawl purge` or "
+                "`--recrawl` to crawl again (or SCHEDULER_FLUSH_ON_START)",
+                self.frontier.crawl,
+                counts.done,
+            )
 
     def _flush_once(self) -> None:
         """SCHEDULER_FLUSH_ON_START: empty the crawl once, by the first worker to start it
         (under a crawl-level lock, and only while no other worker's heartbeat is alive)."""
         assert self.frontier is not None
-        with CrawlLock(self.frontier.client, self.frontier.keys, "flush", ttl=30,
-                       wait=30) as lock:
+        with CrawlLock(self.frontier.client, self.frontier.keys, "flush", ttl=30, wait=30) as lock:
             if not lock.acquired:
                 raise RedcrawlError(
                     "could not take the crawl's flush lock within 30 s: another worker is "
-                    f"flushing it; retry, or delete {lock.key} if a crashed worker left it")
+                    f"flushing it; retry, or delete {lock.key} if a crashed worker left it"
+                )
             now = self.frontier.server_time()
             alive = [w for w, until in self.frontier.workers().items() if until > now]
             if alive:
-                log.info("redcrawl: not flushing: crawl already running (%d worker(s))",
-                         len(alive))
+                log.info("redcrawl: not flushing: crawl already running (%d worker(s))", len(alive))
             else:
                 self.frontier.purge()
                 log.info("redcrawl: flushed crawl %r on start", self.frontier.crawl)
@@ -278,17 +300,23 @@ class Scheduler(BaseScheduler):
         stopped = feeder.stop(timeout=CLOSE_WAIT_GONE if gone else CLOSE_WAIT)
         self._merge_stats()
         if not stopped:
-            log.error("redcrawl: could not reach Redis at close: this worker's unsettled "
-                      "work (requests found, pages finished) is redone when its leases "
-                      "expire (REDCRAWL_LEASE_TTL = %s s)", self.settings.lease_ttl)
+            log.error(
+                "redcrawl: could not reach Redis at close: this worker's unsettled "
+                "work (requests found, pages finished) is redone when its leases "
+                "expire (REDCRAWL_LEASE_TTL = %s s)",
+                self.settings.lease_ttl,
+            )
             return
         try:
             if not self.settings.persist:
                 self._purge_if_last()
             self.frontier.forget_worker(self.worker)
         except RedcrawlError as exc:
-            log.error("redcrawl: could not sign this worker off at close (%s); its leases "
-                      "come back by themselves when they expire", exc)
+            log.error(
+                "redcrawl: could not sign this worker off at close (%s); its leases "
+                "come back by themselves when they expire",
+                exc,
+            )
         finally:
             self.frontier.client.close()
 
@@ -297,8 +325,9 @@ class Scheduler(BaseScheduler):
         and no other worker is alive (never under another worker's feet)."""
         assert self.frontier is not None
         now = self.frontier.server_time()
-        others = [w for w, until in self.frontier.workers().items()
-                  if until > now and w != self.worker]
+        others = [
+            w for w, until in self.frontier.workers().items() if until > now and w != self.worker
+        ]
         if not others and self.frontier.counts().finished:
             self.frontier.purge()
             log.info("redcrawl: crawl finished and SCHEDULER_PERSIST is off: purged it")
@@ -309,8 +338,7 @@ class Scheduler(BaseScheduler):
         if self._failure is not None:
             return
         self._failure = reason
-        log.critical("redcrawl: %s; closing the spider (reason %r, exit code 1)",
-                     message, reason)
+        log.critical("redcrawl: %s; closing the spider (reason %r, exit code 1)", message, reason)
         self.stats.set_value("redcrawl/failure", reason)
         lifecycle.fail_process(self.crawler)
         from twisted.internet import reactor
@@ -326,10 +354,12 @@ class Scheduler(BaseScheduler):
             self._fail("redis_error", f"Redis refused a call: {self.feeder.error}")
         stalled = self.feeder.stalled_for()
         if stalled > self.settings.redis_outage_limit:
-            self._fail("redis_unavailable",
-                       f"Redis has not answered for {stalled:.0f} s "
-                       f"(REDCRAWL_REDIS_OUTAGE_LIMIT = {self.settings.redis_outage_limit} s); "
-                       "this worker's leases come back to the crawl when they expire")
+            self._fail(
+                "redis_unavailable",
+                f"Redis has not answered for {stalled:.0f} s "
+                f"(REDCRAWL_REDIS_OUTAGE_LIMIT = {self.settings.redis_outage_limit} s); "
+                "this worker's leases come back to the crawl when they expire",
+            )
 
     def _merge_stats(self) -> None:
         assert self.feeder is not None
@@ -355,8 +385,11 @@ class Scheduler(BaseScheduler):
         # Start requests are dont_filter in Scrapy, but a crawl must not refetch its start
         # URLs on every worker and every rerun: dedupe them (not their retry or redirect
         # successors, which inherit the marker).
-        start = (meta.get("is_start_request") and not meta.get("retry_times")
-                 and not meta.get("redirect_times"))
+        start = (
+            meta.get("is_start_request")
+            and not meta.get("retry_times")
+            and not meta.get("redirect_times")
+        )
         dont_filter = request.dont_filter and not start
         fp = None if dont_filter else self._fingerprint(request)
         if fp is not None and fp in self._local_seen:
@@ -450,7 +483,8 @@ class Scheduler(BaseScheduler):
 
         if self._poll_call is None or not self._poll_call.active():
             self._poll_call = cast(Any, reactor).callLater(
-                self.settings.poll_interval, lifecycle.wake_engine, self.crawler)
+                self.settings.poll_interval, lifecycle.wake_engine, self.crawler
+            )
 
     def has_pending_requests(self) -> bool:
         assert self.feeder is not None
@@ -488,8 +522,7 @@ class Scheduler(BaseScheduler):
         else:
             retry, error = outcome
             self.feeder.nack(lease, error, retry=retry)  # after its children
-            log.info("redcrawl: failed %s (attempt %d): %s", request.url, lease.attempts,
-                     error)
+            log.info("redcrawl: failed %s (attempt %d): %s", request.url, lease.attempts, error)
 
     def flush(self) -> None:
         """Store buffered requests and acknowledge finished ones now (RedisSpider calls
@@ -509,8 +542,7 @@ class Scheduler(BaseScheduler):
             exc = failure.value
             self.record_failure(request, f"callback error: {type(exc).__name__}: {exc}")
 
-    def _on_item_error(self, item: Any, response: Response, spider: Any,
-                       failure: Failure) -> None:
+    def _on_item_error(self, item: Any, response: Response, spider: Any, failure: Failure) -> None:
         """An item pipeline failed: the item was not stored, so the page must come back."""
         request = getattr(response, "request", None)
         if request is not None:
@@ -521,9 +553,12 @@ class Scheduler(BaseScheduler):
         if response.status not in self.settings.retry_http_codes:
             return
         meta = request.meta
-        handled = (meta.get("dont_retry") or meta.get("handle_httpstatus_all")
-                   or response.status in meta.get("handle_httpstatus_list", ())
-                   or response.status in getattr(spider, "handle_httpstatus_list", ()))
+        handled = (
+            meta.get("dont_retry")
+            or meta.get("handle_httpstatus_all")
+            or response.status in meta.get("handle_httpstatus_list", ())
+            or response.status in getattr(spider, "handle_httpstatus_list", ())
+        )
         if not handled:
             self.record_failure(request, f"HTTP {response.status} (after Scrapy's retries)")
 

@@ -50,8 +50,20 @@ from redcrawl.urls import HTTP_SCHEMES, url_problem
 
 __all__ = ["RedisCrawlSpider", "RedisMixin", "RedisSpider"]
 
-_REQUEST_KEYS = {"url", "meta", "callback", "errback", "priority", "method", "body",
-                 "headers", "dont_filter", "cookies", "cb_kwargs", "formdata"}
+_REQUEST_KEYS = {
+    "url",
+    "meta",
+    "callback",
+    "errback",
+    "priority",
+    "method",
+    "body",
+    "headers",
+    "dont_filter",
+    "cookies",
+    "cb_kwargs",
+    "formdata",
+}
 
 
 class RedisMixin:
@@ -80,17 +92,28 @@ class RedisMixin:
             self.max_idle_time = settings.max_idle_time
         self.server = connect(settings)
         if settings.start_urls_as_set and settings.start_urls_as_zset:
-            raise ConfigError("REDIS_START_URLS_AS_ZSET", "REDIS_START_URLS_AS_SET is on too; "
-                              "the start key is either a set or a sorted set: turn one off")
-        self._key_type = ("zset" if settings.start_urls_as_zset
-                          else "set" if settings.start_urls_as_set else "list")
+            raise ConfigError(
+                "REDIS_START_URLS_AS_ZSET",
+                "REDIS_START_URLS_AS_SET is on too; "
+                "the start key is either a set or a sorted set: turn one off",
+            )
+        self._key_type = (
+            "zset"
+            if settings.start_urls_as_zset
+            else "set"
+            if settings.start_urls_as_set
+            else "list"
+        )
         self._schemes = frozenset(s.lower() for s in self.redis_start_url_schemes)
         self._closing = False
         self._idle_since = time.monotonic()
         crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self._active, signal=signals.response_received)
-        self.logger.info("Reading start URLs from redis key %r (batch size %d)",
-                         self.redis_key, self.redis_batch_size)
+        self.logger.info(
+            "Reading start URLs from redis key %r (batch size %d)",
+            self.redis_key,
+            self.redis_batch_size,
+        )
 
     # --- reading the key -----------------------------------------------------------
     def fetch_data(self, count: int) -> list[bytes]:
@@ -119,9 +142,13 @@ class RedisMixin:
             actual = server.type(self.redis_key)
             actual = actual.decode() if isinstance(actual, bytes) else str(actual)
             setting = {"set": "REDIS_START_URLS_AS_SET", "zset": "REDIS_START_URLS_AS_ZSET"}
-            fix = (f"set {setting[actual]} = True" if actual in setting
-                   else "turn REDIS_START_URLS_AS_SET and REDIS_START_URLS_AS_ZSET off"
-                   if actual == "list" else "delete it or point REDIS_START_URLS_KEY elsewhere")
+            fix = (
+                f"set {setting[actual]} = True"
+                if actual in setting
+                else "turn REDIS_START_URLS_AS_SET and REDIS_START_URLS_AS_ZSET off"
+                if actual == "list"
+                else "delete it or point REDIS_START_URLS_KEY elsewhere"
+            )
             raise ConfigError(
                 setting.get(self._key_type, "REDIS_START_URLS_KEY"),
                 f"start key {self.redis_key!r} is a Redis {actual}, but the spider reads it "
@@ -130,8 +157,7 @@ class RedisMixin:
         return list(data or [])
 
     def _refuse(self, data: bytes, reason: str) -> None:
-        self.logger.error("Skipping start entry %r from %r: %s", data[:200], self.redis_key,
-                          reason)
+        self.logger.error("Skipping start entry %r from %r: %s", data[:200], self.redis_key, reason)
         self.crawler.stats.inc_value("redcrawl/start_entries/refused")
 
     def next_requests(self) -> Iterator[Any]:
@@ -147,8 +173,9 @@ class RedisMixin:
 
             # later, not from inside the engine's read of start requests (Scrapy 2.11
             # fails if the slot goes away while it iterates them)
-            cast(Any, reactor).callLater(0, lifecycle.stop_crawler, self.crawler,
-                                         "redcrawl_start_key")
+            cast(Any, reactor).callLater(
+                0, lifecycle.stop_crawler, self.crawler, "redcrawl_start_key"
+            )
             return
         for data in batch:
             try:
@@ -164,8 +191,11 @@ class RedisMixin:
                     continue
                 problem = url_problem(request.url, self._schemes)
                 if problem is not None:
-                    hint = (" (a spider allows more schemes with redis_start_url_schemes)"
-                            if problem.startswith("it is not an absolute") else "")
+                    hint = (
+                        " (a spider allows more schemes with redis_start_url_schemes)"
+                        if problem.startswith("it is not an absolute")
+                        else ""
+                    )
                     self._refuse(data, f"URL {request.url!r}: {problem}{hint}")
                     continue
                 # the same whether read at start or when idle, as in scrapy-redis: not
@@ -210,8 +240,10 @@ class RedisMixin:
         problem = callback_problem(self, name)
         method = resolve_callback(self, name) if problem is None else None
         if method is None:
-            raise ValueError(f"{what} {problem or repr(name) + ' is not a method'}; a start "
-                             "entry may name only a public method of the spider's own class")
+            raise ValueError(
+                f"{what} {problem or repr(name) + ' is not a method'}; a start "
+                "entry may name only a public method of the spider's own class"
+            )
         return method
 
     # --- feeding the engine -------------------------------------------------------

@@ -29,5 +29,11 @@ from redcrawl.settings.table import PRIORITY_LIMIT as PRIORITY_LIMIT
 from redcrawl.settings.table import QUEUE_CLASSES as QUEUE_CLASSES
 from redcrawl.settings.table import Ordering as Ordering
 
-__all__ = ["QUEUE_CLASSES", "SETTINGS_DOC", "Ordering", "Settings", "startup_notes",
-           "startup_warnings"]
+__all__ = [
+    "QUEUE_CLASSES",
+    "SETTINGS_DOC",
+    "Ordering",
+    "Settings",
+    "startup_notes",
+    "startup_warnings",
+]

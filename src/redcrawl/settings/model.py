@@ -130,8 +130,9 @@ class Settings:
 
     # --- builders ------------------------------------------------------------------
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], *, base: Settings | None = None,
-                     strict_prefix: bool = True) -> Settings:
+    def from_mapping(
+        cls, values: Mapping[str, Any], *, base: Settings | None = None, strict_prefix: bool = True
+    ) -> Settings:
         """Build from setting names (canonical or scrapy-redis aliases) to values.
 
         Names outside redcrawl's and scrapy-redis's are ignored, except unknown
@@ -145,8 +146,9 @@ class Settings:
                     known = [n for n in BY_NAME if n.startswith("REDCRAWL_")]
                     near = difflib.get_close_matches(name, known, n=2)
                     hint = f"did you mean {' or '.join(near)}? " if near else ""
-                    raise ConfigError(name, f"unknown setting; {hint}every setting is listed "
-                                            "in docs/settings.md")
+                    raise ConfigError(
+                        name, f"unknown setting; {hint}every setting is listed in docs/settings.md"
+                    )
                 continue
             if value is None and spec.field not in changes:
                 continue
@@ -156,20 +158,25 @@ class Settings:
             changes[spec.field] = spec.parse(name, value)
         base = base or cls()
         _connection_from_params(changes)
-        if "redis_url" not in changes and {"redis_host", "redis_port", "redis_db"} & set(
-                changes) and (base.redis_url is None or base.redis_url == base._host_url()):
+        if (
+            "redis_url" not in changes
+            and {"redis_host", "redis_port", "redis_db"} & set(changes)
+            and (base.redis_url is None or base.redis_url == base._host_url())
+        ):
             # as scrapy-redis: host, port or db alone select a server (default
             # localhost:6379), unless a URL is set (here or at a lower level)
             changes["redis_url"] = base.replace(**changes)._host_url()
         return base.replace(**changes)
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None, *,
-                 base: Settings | None = None) -> Settings:
+    def from_env(
+        cls, environ: Mapping[str, str] | None = None, *, base: Settings | None = None
+    ) -> Settings:
         """Overlay ``REDCRAWL_*`` environment variables on ``base`` (or the defaults)."""
         env = os.environ if environ is None else environ
-        return cls.from_mapping({k: v for k, v in env.items() if k.startswith("REDCRAWL_")},
-                                base=base)
+        return cls.from_mapping(
+            {k: v for k, v in env.items() if k.startswith("REDCRAWL_")}, base=base
+        )
 
     @classmethod
     def from_scrapy(cls, settings: Any, *, environ: Mapping[str, str] | None = None) -> Settings:
@@ -238,8 +245,12 @@ class Settings:
         return float(min(self.retry_backoff_max, self.retry_backoff * 2.0 ** max(0, attempts - 1)))
 
 
-_CONNECTION_PARAMS = (("url", "redis_url"), ("host", "redis_host"), ("port", "redis_port"),
-                      ("db", "redis_db"))
+_CONNECTION_PARAMS = (
+    ("url", "redis_url"),
+    ("host", "redis_host"),
+    ("port", "redis_port"),
+    ("db", "redis_db"),
+)
 
 
 def _connection_from_params(changes: dict[str, Any]) -> None:
@@ -255,7 +266,8 @@ def _connection_from_params(changes: dict[str, Any]) -> None:
             value = params.pop(key)
             if name not in changes and value is not None:
                 changes[name] = BY_NAME[f"REDCRAWL_{name.upper()}"].parse(
-                    f"REDIS_PARAMS['{key}']", value)
+                    f"REDIS_PARAMS['{key}']", value
+                )
     changes["redis_params"] = params
 
 
@@ -284,4 +296,3 @@ def _keys(settings: Any) -> Iterable[Any]:
         return list(cast(Iterable[Any], settings))
     except TypeError:
         return []
-

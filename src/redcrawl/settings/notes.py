@@ -33,8 +33,7 @@ def _class_path(value: Any) -> str:
     return str(value)
 
 
-def startup_notes(scrapy_settings: Any, *,
-                  environ: Mapping[str, str] | None = None) -> list[str]:
+def startup_notes(scrapy_settings: Any, *, environ: Mapping[str, str] | None = None) -> list[str]:
     """Lines to log at INFO when a crawl starts, for a user coming from scrapy-redis: what
     redcrawl chose, and why, where a scrapy-redis setting is given (and mapped) or left
     out (and redcrawl's default differs from scrapy-redis's). Empty when nothing would
@@ -49,19 +48,22 @@ def startup_notes(scrapy_settings: Any, *,
             "when the crawl closes (REDCRAWL_PERSIST=true), while scrapy-redis's default is "
             "False. Running the spider again resumes the crawl, and a finished crawl fetches "
             "nothing new: `redcrawl purge` starts it over; set SCHEDULER_PERSIST = False to "
-            "remove the state once the whole crawl is finished.")
+            "remove the state once the whole crawl is finished."
+        )
     if "REDCRAWL_ORDERING" not in given:
         if "SCHEDULER_QUEUE_CLASS" in given:
             notes.append(
                 f"SCHEDULER_QUEUE_CLASS = {_class_path(given['SCHEDULER_QUEUE_CLASS'])}: "
                 "redcrawl keeps requests in its own frontier, in this class's order: "
-                f"REDCRAWL_ORDERING={settings.ordering} ({ORDER_NAMES[settings.ordering]}).")
+                f"REDCRAWL_ORDERING={settings.ordering} ({ORDER_NAMES[settings.ordering]})."
+            )
         elif settings.backend == "streams":
             notes.append(
                 "SCHEDULER_QUEUE_CLASS is not set: with REDCRAWL_BACKEND=streams requests are "
                 "read in arrival order, high-priority streams first; scrapy-redis's default "
                 "PriorityQueue takes the highest priority first, always (the lists backend's "
-                "REDCRAWL_ORDERING=priority does that).")
+                "REDCRAWL_ORDERING=priority does that)."
+            )
         else:
             weights = ":".join(map(str, settings.tier_weights))
             notes.append(
@@ -69,20 +71,26 @@ def startup_notes(scrapy_settings: Any, *,
                 f"within priority tiers picked by weighted fair choice ({weights}), so low "
                 "priorities are never starved; scrapy-redis's default PriorityQueue takes "
                 "the highest priority first, always. Set REDCRAWL_ORDERING=priority (or "
-                "SCHEDULER_QUEUE_CLASS) for that.")
-    hosts = [n for n in ("REDIS_HOST", "REDIS_PORT", "REDCRAWL_REDIS_HOST",
-                         "REDCRAWL_REDIS_PORT") if n in given]
+                "SCHEDULER_QUEUE_CLASS) for that."
+            )
+    hosts = [
+        n
+        for n in ("REDIS_HOST", "REDIS_PORT", "REDCRAWL_REDIS_HOST", "REDCRAWL_REDIS_PORT")
+        if n in given
+    ]
     if settings.redis_url is None:
         notes.append(
             "no REDIS_URL (nor REDIS_HOST / REDIS_PORT): redcrawl uses an embedded Redis with "
             f"its data in {settings.embedded_dir}, shared by the processes on this machine "
             "(scrapy-redis would connect to localhost:6379). Set REDIS_URL to share the "
-            "crawl with other machines.")
+            "crawl with other machines."
+        )
     elif hosts and settings.redis_url != settings._host_url():
-        source = next((n for n in ("REDCRAWL_REDIS_URL", "REDIS_URL") if n in given),
-                      "a Redis URL")
-        notes.append(f"{' and '.join(hosts)} not used: {source} is set "
-                     f"({_redacted(settings.redis_url)}), and it wins, as in scrapy-redis.")
+        source = next((n for n in ("REDCRAWL_REDIS_URL", "REDIS_URL") if n in given), "a Redis URL")
+        notes.append(
+            f"{' and '.join(hosts)} not used: {source} is set "
+            f"({_redacted(settings.redis_url)}), and it wins, as in scrapy-redis."
+        )
     return notes
 
 
@@ -94,26 +102,34 @@ def startup_warnings(scrapy_settings: Any) -> list[str]:
         value = scrapy_settings.get(name)
         if value is not None and name not in given:
             given[name] = value
-    warnings = [f"ignored: {name} = {_class_path(given[name])!r}: {reason}"
-                for name, reason in IGNORED.items() if name in given]
+    warnings = [
+        f"ignored: {name} = {_class_path(given[name])!r}: {reason}"
+        for name, reason in IGNORED.items()
+        if name in given
+    ]
     params = given.get("REDIS_PARAMS", given.get("REDCRAWL_REDIS_PARAMS"))
     if isinstance(params, str):
         with contextlib.suppress(ConfigError):
             params = parse_dict("REDIS_PARAMS", params)
     if isinstance(params, Mapping):
-        warnings += [f"ignored: REDIS_PARAMS[{key!r}]: {reason}"
-                     for key, reason in DROPPED_PARAMS.items() if key in params]
+        warnings += [
+            f"ignored: REDIS_PARAMS[{key!r}]: {reason}"
+            for key, reason in DROPPED_PARAMS.items()
+            if key in params
+        ]
     if "SCHEDULER_DUPEFILTER_KEY" in given and "REDCRAWL_DUPEFILTER_KEY" not in given:
         warnings.append(
             f"ignored: SCHEDULER_DUPEFILTER_KEY = {given['SCHEDULER_DUPEFILTER_KEY']!r}: "
             "redcrawl keeps fingerprints under the crawl's own keys; to bring a scrapy-redis "
-            "dupefilter set along, use `redcrawl import-dupefilter`")
+            "dupefilter set along, use `redcrawl import-dupefilter`"
+        )
     dupefilter = _class_path(scrapy_settings.get("DUPEFILTER_CLASS") or "")
     if dupefilter.startswith("scrapy_redis."):
         warnings.append(
             f"DUPEFILTER_CLASS = {dupefilter}: redcrawl's frontier filters duplicates itself; "
             "scrapy-redis's filter would only log them, on its own Redis connection. Set "
-            "DUPEFILTER_CLASS = 'redcrawl.scrapy.DupeFilter'.")
+            "DUPEFILTER_CLASS = 'redcrawl.scrapy.DupeFilter'."
+        )
     return warnings
 
 
@@ -121,4 +137,3 @@ def _redacted(url: str) -> str:
     from redcrawl.connection import redact  # connection imports this module
 
     return redact(url)
-

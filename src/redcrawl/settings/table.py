@@ -26,8 +26,7 @@ _SCRAPY_REDIS_QUEUES: dict[str, Ordering] = {
     "LifoQueue": "lifo",
     "SpiderStack": "lifo",
 }
-ORDER_NAMES: dict[Ordering, str] = {"priority": "strict priority", "fifo": "fifo",
-                                     "lifo": "lifo"}
+ORDER_NAMES: dict[Ordering, str] = {"priority": "strict priority", "fifo": "fifo", "lifo": "lifo"}
 QUEUE_CLASSES: dict[str, Ordering] = {
     # SCHEDULER_QUEUE_CLASS values (scrapy-redis's classes and our own names) -> ordering
     **{f"scrapy_redis.queue.{name}": order for name, order in _SCRAPY_REDIS_QUEUES.items()},
@@ -53,9 +52,9 @@ def _bool(name: str, v: Any) -> bool:
     raise ConfigError(name, f"{v!r} is not a boolean; use true/false, 1/0, yes/no")
 
 
-def _number(kind: type[int] | type[float], low: float, high: float | None = None) -> Callable[
-    [str, Any], Any
-]:
+def _number(
+    kind: type[int] | type[float], low: float, high: float | None = None
+) -> Callable[[str, Any], Any]:
     def parse(name: str, v: Any) -> Any:
         if isinstance(v, bool):
             raise ConfigError(name, f"{v!r} is not a number")
@@ -113,15 +112,21 @@ def _ordering(name: str, v: Any) -> Ordering:
         return QUEUE_CLASSES[s]
     known = ", ".join(_SCRAPY_REDIS_QUEUES)
     if s.startswith("scrapy_redis."):
-        raise ConfigError(name, f"{s!r} is not a queue class of scrapy-redis 0.9.1 (those "
-                                f"are {known}, in scrapy_redis.queue, and redcrawl maps each "
-                                "onto an ordering); name one of them, or remove the setting "
-                                "and set REDCRAWL_ORDERING to fifo, lifo or priority")
+        raise ConfigError(
+            name,
+            f"{s!r} is not a queue class of scrapy-redis 0.9.1 (those "
+            f"are {known}, in scrapy_redis.queue, and redcrawl maps each "
+            "onto an ordering); name one of them, or remove the setting "
+            "and set REDCRAWL_ORDERING to fifo, lifo or priority",
+        )
     if "." in s:
-        raise ConfigError(name, f"{s!r}: redcrawl keeps requests in its own frontier and "
-                                "cannot use another queue class; remove the setting and set "
-                                "REDCRAWL_ORDERING to fifo, lifo or priority (scrapy-redis's "
-                                f"classes {known} are mapped onto these)")
+        raise ConfigError(
+            name,
+            f"{s!r}: redcrawl keeps requests in its own frontier and "
+            "cannot use another queue class; remove the setting and set "
+            "REDCRAWL_ORDERING to fifo, lifo or priority (scrapy-redis's "
+            f"classes {known} are mapped onto these)",
+        )
     raise ConfigError(name, f"{s!r} is not an ordering; use fifo, lifo or priority")
 
 
@@ -161,169 +166,403 @@ class Spec:
 
 
 SPECS: tuple[Spec, ...] = (
-    Spec("redis_url", _opt_str, "Redis URL (redis://, rediss:// for TLS, user:password@ for "
-          "ACL, unix://). Unset: an embedded Redis is started with its data in EMBEDDED_DIR.",
-          ("REDIS_URL",)),
-    Spec("redis_host", _opt_str, "Host, used when no URL is set (as in scrapy-redis, "
-          "REDIS_HOST, REDIS_PORT or REDIS_DB alone select a server: localhost:6379 when "
-          "not given).", ("REDIS_HOST",)),
-    Spec("redis_port", _number(int, 1, 65535), "Port, used when no URL is set (with "
-          "REDIS_HOST, or alone: localhost, as in scrapy-redis).", ("REDIS_PORT",)),
-    Spec("redis_db", _number(int, 0, 1 << 20), "Database number: used with REDIS_HOST / "
-          "REDIS_PORT, or with a URL that names none (as in scrapy-redis).", ("REDIS_DB",)),
-    Spec("redis_params", parse_dict, "Extra keyword arguments for the redis-py client (JSON). "
-          "Its url, host, port and db keys count as REDIS_URL, REDIS_HOST, REDIS_PORT and "
-          "REDIS_DB (which win over them), as in scrapy-redis.", ("REDIS_PARAMS",)),
+    Spec(
+        "redis_url",
+        _opt_str,
+        "Redis URL (redis://, rediss:// for TLS, user:password@ for "
+        "ACL, unix://). Unset: an embedded Redis is started with its data in EMBEDDED_DIR.",
+        ("REDIS_URL",),
+    ),
+    Spec(
+        "redis_host",
+        _opt_str,
+        "Host, used when no URL is set (as in scrapy-redis, "
+        "REDIS_HOST, REDIS_PORT or REDIS_DB alone select a server: localhost:6379 when "
+        "not given).",
+        ("REDIS_HOST",),
+    ),
+    Spec(
+        "redis_port",
+        _number(int, 1, 65535),
+        "Port, used when no URL is set (with REDIS_HOST, or alone: localhost, as in scrapy-redis).",
+        ("REDIS_PORT",),
+    ),
+    Spec(
+        "redis_db",
+        _number(int, 0, 1 << 20),
+        "Database number: used with REDIS_HOST / "
+        "REDIS_PORT, or with a URL that names none (as in scrapy-redis).",
+        ("REDIS_DB",),
+    ),
+    Spec(
+        "redis_params",
+        parse_dict,
+        "Extra keyword arguments for the redis-py client (JSON). "
+        "Its url, host, port and db keys count as REDIS_URL, REDIS_HOST, REDIS_PORT and "
+        "REDIS_DB (which win over them), as in scrapy-redis.",
+        ("REDIS_PARAMS",),
+    ),
     Spec("embedded_dir", _path, "Folder of the embedded Redis (data, AOF, socket)."),
-    Spec("crawl", _opt_str, "Crawl name: the frontier shared by workers. Default: the "
-          "spider's name (scrapy-redis's SCHEDULER_QUEUE_KEY template is honoured).",
-          ("SCHEDULER_QUEUE_KEY",)),
+    Spec(
+        "crawl",
+        _opt_str,
+        "Crawl name: the frontier shared by workers. Default: the "
+        "spider's name (scrapy-redis's SCHEDULER_QUEUE_KEY template is honoured).",
+        ("SCHEDULER_QUEUE_KEY",),
+    ),
     Spec("key_prefix", _str, "Prefix of every Redis key."),
-    Spec("backend", _choice("lists", "streams"), "Frontier backend: lists (tiered Redis "
-          "lists, weighted fair tiers, fifo/lifo/priority) or streams (Redis Streams sharded by "
-          "domain, consumer groups, high/low priority streams; needs Redis 6.2+ and ordering "
-          "fifo). Fixed per crawl; see docs/streams.md."),
-    Spec("shards", _number(int, 1, 1024), "Streams backend: number of shards (a request goes "
-          "to the shard of a hash of its URL's host). Fixed per crawl."),
-    Spec("ordering", _ordering, "fifo, lifo or priority (strict). scrapy-redis queue "
-          "classes map onto them.", ("SCHEDULER_QUEUE_CLASS",)),
-    Spec("tier_weights", _int_tuple, "Weights of the priority tiers, highest first, popped "
-          "by weighted fair choice (fifo/lifo)."),
-    Spec("tier_bounds", _int_tuple, "Lowest priority of each tier but the last, highest "
-          "first: with (1, 0), priority >= 1 is high, 0 is mid, < 0 is low."),
-    Spec("lease_ttl", _number(float, 0.05), "Seconds a leased request stays owned by its "
-          "worker without a heartbeat before it returns to the queue."),
-    Spec("heartbeat_interval", _number(float, 0.01), "Seconds between worker heartbeats "
-          "(default: a third of LEASE_TTL)."),
-    Spec("max_attempts", _number(int, 1, 1000), "Deliveries before a failing request is "
-          "dead-lettered."),
-    Spec("retry_backoff", _number(float, 0.0), "Base retry delay in seconds (doubles per "
-          "attempt)."),
+    Spec(
+        "backend",
+        _choice("lists", "streams"),
+        "Frontier backend: lists (tiered Redis "
+        "lists, weighted fair tiers, fifo/lifo/priority) or streams (Redis Streams sharded by "
+        "domain, consumer groups, high/low priority streams; needs Redis 6.2+ and ordering "
+        "fifo). Fixed per crawl; see docs/streams.md.",
+    ),
+    Spec(
+        "shards",
+        _number(int, 1, 1024),
+        "Streams backend: number of shards (a request goes "
+        "to the shard of a hash of its URL's host). Fixed per crawl.",
+    ),
+    Spec(
+        "ordering",
+        _ordering,
+        "fifo, lifo or priority (strict). scrapy-redis queue classes map onto them.",
+        ("SCHEDULER_QUEUE_CLASS",),
+    ),
+    Spec(
+        "tier_weights",
+        _int_tuple,
+        "Weights of the priority tiers, highest first, popped by weighted fair choice (fifo/lifo).",
+    ),
+    Spec(
+        "tier_bounds",
+        _int_tuple,
+        "Lowest priority of each tier but the last, highest "
+        "first: with (1, 0), priority >= 1 is high, 0 is mid, < 0 is low.",
+    ),
+    Spec(
+        "lease_ttl",
+        _number(float, 0.05),
+        "Seconds a leased request stays owned by its "
+        "worker without a heartbeat before it returns to the queue.",
+    ),
+    Spec(
+        "heartbeat_interval",
+        _number(float, 0.01),
+        "Seconds between worker heartbeats (default: a third of LEASE_TTL).",
+    ),
+    Spec(
+        "max_attempts",
+        _number(int, 1, 1000),
+        "Deliveries before a failing request is dead-lettered.",
+    ),
+    Spec(
+        "retry_backoff", _number(float, 0.0), "Base retry delay in seconds (doubles per attempt)."
+    ),
     Spec("retry_backoff_max", _number(float, 0.0), "Upper bound of the retry delay."),
     Spec("batch_size", _number(int, 1, 10_000), "Requests per push/lease/ack round trip."),
-    Spec("prefetch", _number(int, 1, 10_000), "Requests a worker leases ahead of Scrapy's "
-          "demand (its local buffer)."),
-    Spec("lookahead", _number(int, 0, 8), "Batches of PREFETCH leased requests a worker's "
-          "I/O thread keeps ready ahead of Scrapy's demand while the crawl has ready work, "
-          "so that Scrapy never waits for a lease. 0: lease only when the local buffer is "
-          "empty."),
-    Spec("poll_interval", _number(float, 0.01), "Seconds between lease attempts while the "
-          "frontier has nothing ready for this worker."),
-    Spec("redis_outage_limit", _number(float, 1.0), "Seconds a worker goes on without "
-          "Redis (downloading and parsing what it holds, its calls retried on a thread of "
-          "their own) before it closes with reason redis_unavailable and a non-zero exit "
-          "code; its leases come back to the crawl when they expire."),
-    Spec("retry_http_codes", _int_tuple, "HTTP statuses that, still failing after Scrapy's own "
-          "retries, send the request back with backoff (then to the dead letters). Default: "
-          "Scrapy's RETRY_HTTP_CODES.", ("RETRY_HTTP_CODES",)),
+    Spec(
+        "prefetch",
+        _number(int, 1, 10_000),
+        "Requests a worker leases ahead of Scrapy's demand (its local buffer).",
+    ),
+    Spec(
+        "lookahead",
+        _number(int, 0, 8),
+        "Batches of PREFETCH leased requests a worker's "
+        "I/O thread keeps ready ahead of Scrapy's demand while the crawl has ready work, "
+        "so that Scrapy never waits for a lease. 0: lease only when the local buffer is "
+        "empty.",
+    ),
+    Spec(
+        "poll_interval",
+        _number(float, 0.01),
+        "Seconds between lease attempts while the frontier has nothing ready for this worker.",
+    ),
+    Spec(
+        "redis_outage_limit",
+        _number(float, 1.0),
+        "Seconds a worker goes on without "
+        "Redis (downloading and parsing what it holds, its calls retried on a thread of "
+        "their own) before it closes with reason redis_unavailable and a non-zero exit "
+        "code; its leases come back to the crawl when they expire.",
+    ),
+    Spec(
+        "retry_http_codes",
+        _int_tuple,
+        "HTTP statuses that, still failing after Scrapy's own "
+        "retries, send the request back with backoff (then to the dead letters). Default: "
+        "Scrapy's RETRY_HTTP_CODES.",
+        ("RETRY_HTTP_CODES",),
+    ),
     Spec("worker_id", _opt_str, "This worker's id (default: host:pid:random)."),
     Spec("persist", _bool, "Keep the frontier after the crawl closes.", ("SCHEDULER_PERSIST",)),
-    Spec("flush_on_start", _bool, "Empty the crawl's frontier once, when the crawl starts.",
-          ("SCHEDULER_FLUSH_ON_START",)),
-    Spec("idle_before_close", _number(float, 0.0), "Seconds the whole crawl must stay "
-          "finished before workers close.", ("SCHEDULER_IDLE_BEFORE_CLOSE",)),
-    Spec("dupefilter_key", _opt_str, "Accepted for scrapy-redis compatibility; the "
-          "fingerprints live under the crawl's keys.", ("SCHEDULER_DUPEFILTER_KEY",)),
-    Spec("canonicalize", _bool, "Canonicalise URLs (drop tracking parameters, normalise) "
-          "before fingerprinting. Off: fingerprints equal Scrapy's."),
-    Spec("canonical_drop_params", _str_tuple, "Query parameters dropped by canonicalisation "
-          "(glob patterns)."),
-    Spec("start_urls_key", _str, "Key RedisSpider reads start URLs from (a template with "
-          "%(name)s, the spider's name; as in scrapy-redis).", ("REDIS_START_URLS_KEY",)),
-    Spec("start_urls_as_set", _bool, "Start URLs key is a set (popped with SPOP).",
-          ("REDIS_START_URLS_AS_SET",)),
-    Spec("start_urls_as_zset", _bool, "Start URLs key is a sorted set, highest score "
-          "first (popped with ZPOPMAX).", ("REDIS_START_URLS_AS_ZSET",)),
-    Spec("start_urls_batch_size", _number(int, 1, 100_000), "Start URLs read per batch.",
-          ("REDIS_START_URLS_BATCH_SIZE",)),
-    Spec("items_uri", _str, "Where UpsertPipeline writes items: sqlite:///path.db or "
-          "postgresql://user:pass@host/db."),
+    Spec(
+        "flush_on_start",
+        _bool,
+        "Empty the crawl's frontier once, when the crawl starts.",
+        ("SCHEDULER_FLUSH_ON_START",),
+    ),
+    Spec(
+        "idle_before_close",
+        _number(float, 0.0),
+        "Seconds the whole crawl must stay finished before workers close.",
+        ("SCHEDULER_IDLE_BEFORE_CLOSE",),
+    ),
+    Spec(
+        "dupefilter_key",
+        _opt_str,
+        "Accepted for scrapy-redis compatibility; the fingerprints live under the crawl's keys.",
+        ("SCHEDULER_DUPEFILTER_KEY",),
+    ),
+    Spec(
+        "canonicalize",
+        _bool,
+        "Canonicalise URLs (drop tracking parameters, normalise) "
+        "before fingerprinting. Off: fingerprints equal Scrapy's.",
+    ),
+    Spec(
+        "canonical_drop_params",
+        _str_tuple,
+        "Query parameters dropped by canonicalisation (glob patterns).",
+    ),
+    Spec(
+        "start_urls_key",
+        _str,
+        "Key RedisSpider reads start URLs from (a template with "
+        "%(name)s, the spider's name; as in scrapy-redis).",
+        ("REDIS_START_URLS_KEY",),
+    ),
+    Spec(
+        "start_urls_as_set",
+        _bool,
+        "Start URLs key is a set (popped with SPOP).",
+        ("REDIS_START_URLS_AS_SET",),
+    ),
+    Spec(
+        "start_urls_as_zset",
+        _bool,
+        "Start URLs key is a sorted set, highest score first (popped with ZPOPMAX).",
+        ("REDIS_START_URLS_AS_ZSET",),
+    ),
+    Spec(
+        "start_urls_batch_size",
+        _number(int, 1, 100_000),
+        "Start URLs read per batch.",
+        ("REDIS_START_URLS_BATCH_SIZE",),
+    ),
+    Spec(
+        "items_uri",
+        _str,
+        "Where UpsertPipeline writes items: sqlite:///path.db or postgresql://user:pass@host/db.",
+    ),
     Spec("items_table", _str, "UpsertPipeline's table."),
     Spec("item_key", _str, "The item field that identifies an item (one row per value)."),
-    Spec("dedupe", _choice("exact", "bloom"), "How DONE fingerprints "
-          "are remembered: exact (compact integer sets, ~9 B/URL, no false positives) or "
-          "bloom (~1.2 B/URL at 1%; may skip that fraction of new URLs). Fixed per crawl."),
-    Spec("dedupe_capacity", _number(int, 1000), "URLs the crawl is expected to reach: sizes "
-          "the exact filter's buckets and the Bloom filter's first layer (both keep working "
-          "beyond it). Fixed per crawl."),
-    Spec("dedupe_error_rate", _number(float, 1e-9, 0.5), "Bloom mode: false-positive rate "
-          "of the first layer (later layers are tighter, so the total stays below twice it)."),
-    Spec("bloom_backend", _choice("auto", "redisbloom", "lua"),
-          "Bloom mode: the server's RedisBloom module (BF.*) or redcrawl's own bitmaps in "
-          "Lua; auto uses RedisBloom when the server has it loaded."),
-    Spec("recrawl_after", _number(float, 0.0), "Seconds after which a DONE URL may be "
-          "crawled again (0: never). Fingerprints expire by time generations."),
-    Spec("fingerprint_version_meta", _opt_str, "A meta key whose value joins the "
-          "fingerprint (e.g. a content version), so one URL can be crawled once per value."),
-    Spec("fingerprinter", _opt_choice("scrapy", "scrapy-redis"), "How request "
-          "fingerprints are computed, fixed per crawl when it is created: scrapy (Scrapy's "
-          "default fingerprinter) or scrapy-redis (scrapy-redis's RFPDupeFilter: the same "
-          "method, URL and body without the headers member, so a migrated scrapy-redis "
-          "dupefilter matches). Unset: the mode the crawl was created with (scrapy for a new "
-          "crawl; `redcrawl import-scrapy-redis` creates crawls in scrapy-redis mode)."),
-    Spec("configure_server", _bool, "At start, raise the server's set-max-intset-entries "
-          "when the exact filter needs it (CONFIG SET; skipped with a warning if refused)."),
-    Spec("allow_eviction", _bool, "Start even though the server's maxmemory-policy may "
-          "evict frontier keys (requests and fingerprints would be lost silently)."),
-    Spec("memory_warn_ratio", _number(float, 0.0, 1.0), "Warn when the server's used memory "
-          "crosses this fraction of maxmemory."),
-    Spec("robots_shared", _bool, "With ROBOTSTXT_OBEY: fetch each site's robots.txt once for "
-          "the whole fleet and share it through Redis (redcrawl.scrapy.RobotsTxtMiddleware, "
-          "installed by the scheduler in place of Scrapy's RobotsTxtMiddleware); false keeps "
-          "Scrapy's, which fetches robots.txt in every worker."),
-    Spec("robots_ttl", _number(float, 1.0), "Seconds a robots.txt (2xx, or 4xx: allow all) "
-          "stays cached for the fleet before it is fetched again."),
-    Spec("robots_error_ttl", _number(float, 1.0), "Seconds the outcome of a robots.txt that "
-          "answered 5xx or failed to download (allow all, as Scrapy does) stays cached."),
-    Spec("robots_lock_ttl", _number(float, 0.5), "Seconds the worker fetching a robots.txt "
-          "for the fleet holds its lock unless renewed (it renews it every third of that "
-          "while the download goes on); a worker killed meanwhile holds the others back "
-          "that long at most."),
-    Spec("robots_max_crawl_delay", _number(float, 0.0), "Upper bound, in seconds, of the "
-          "per-site delay taken from a robots.txt Crawl-delay (logged once per site when "
-          "it bites); 0 ignores Crawl-delay."),
-    Spec("robots_max_body", _number(int, 1024, 64 * 1024 * 1024), "Bytes of a robots.txt "
-          "that are read, parsed and cached (the rest is ignored, as Google does)."),
-    Spec("robots_cache_max_bytes", _number(int, 0), "Bound on the bytes of all cached "
-          "robots.txt entries of a crawl in Redis (compressed); past it the entries "
-          "closest to expiry are dropped (fetched again when next needed)."),
-    Spec("api_host", _str, "Address `redcrawl serve` binds to. Without API tokens it must "
-          "be a loopback address."),
+    Spec(
+        "dedupe",
+        _choice("exact", "bloom"),
+        "How DONE fingerprints "
+        "are remembered: exact (compact integer sets, ~9 B/URL, no false positives) or "
+        "bloom (~1.2 B/URL at 1%; may skip that fraction of new URLs). Fixed per crawl.",
+    ),
+    Spec(
+        "dedupe_capacity",
+        _number(int, 1000),
+        "URLs the crawl is expected to reach: sizes "
+        "the exact filter's buckets and the Bloom filter's first layer (both keep working "
+        "beyond it). Fixed per crawl.",
+    ),
+    Spec(
+        "dedupe_error_rate",
+        _number(float, 1e-9, 0.5),
+        "Bloom mode: false-positive rate "
+        "of the first layer (later layers are tighter, so the total stays below twice it).",
+    ),
+    Spec(
+        "bloom_backend",
+        _choice("auto", "redisbloom", "lua"),
+        "Bloom mode: the server's RedisBloom module (BF.*) or redcrawl's own bitmaps in "
+        "Lua; auto uses RedisBloom when the server has it loaded.",
+    ),
+    Spec(
+        "recrawl_after",
+        _number(float, 0.0),
+        "Seconds after which a DONE URL may be "
+        "crawled again (0: never). Fingerprints expire by time generations.",
+    ),
+    Spec(
+        "fingerprint_version_meta",
+        _opt_str,
+        "A meta key whose value joins the "
+        "fingerprint (e.g. a content version), so one URL can be crawled once per value.",
+    ),
+    Spec(
+        "fingerprinter",
+        _opt_choice("scrapy", "scrapy-redis"),
+        "How request "
+        "fingerprints are computed, fixed per crawl when it is created: scrapy (Scrapy's "
+        "default fingerprinter) or scrapy-redis (scrapy-redis's RFPDupeFilter: the same "
+        "method, URL and body without the headers member, so a migrated scrapy-redis "
+        "dupefilter matches). Unset: the mode the crawl was created with (scrapy for a new "
+        "crawl; `redcrawl import-scrapy-redis` creates crawls in scrapy-redis mode).",
+    ),
+    Spec(
+        "configure_server",
+        _bool,
+        "At start, raise the server's set-max-intset-entries "
+        "when the exact filter needs it (CONFIG SET; skipped with a warning if refused).",
+    ),
+    Spec(
+        "allow_eviction",
+        _bool,
+        "Start even though the server's maxmemory-policy may "
+        "evict frontier keys (requests and fingerprints would be lost silently).",
+    ),
+    Spec(
+        "memory_warn_ratio",
+        _number(float, 0.0, 1.0),
+        "Warn when the server's used memory crosses this fraction of maxmemory.",
+    ),
+    Spec(
+        "robots_shared",
+        _bool,
+        "With ROBOTSTXT_OBEY: fetch each site's robots.txt once for "
+        "the whole fleet and share it through Redis (redcrawl.scrapy.RobotsTxtMiddleware, "
+        "installed by the scheduler in place of Scrapy's RobotsTxtMiddleware); false keeps "
+        "Scrapy's, which fetches robots.txt in every worker.",
+    ),
+    Spec(
+        "robots_ttl",
+        _number(float, 1.0),
+        "Seconds a robots.txt (2xx, or 4xx: allow all) "
+        "stays cached for the fleet before it is fetched again.",
+    ),
+    Spec(
+        "robots_error_ttl",
+        _number(float, 1.0),
+        "Seconds the outcome of a robots.txt that "
+        "answered 5xx or failed to download (allow all, as Scrapy does) stays cached.",
+    ),
+    Spec(
+        "robots_lock_ttl",
+        _number(float, 0.5),
+        "Seconds the worker fetching a robots.txt "
+        "for the fleet holds its lock unless renewed (it renews it every third of that "
+        "while the download goes on); a worker killed meanwhile holds the others back "
+        "that long at most.",
+    ),
+    Spec(
+        "robots_max_crawl_delay",
+        _number(float, 0.0),
+        "Upper bound, in seconds, of the "
+        "per-site delay taken from a robots.txt Crawl-delay (logged once per site when "
+        "it bites); 0 ignores Crawl-delay.",
+    ),
+    Spec(
+        "robots_max_body",
+        _number(int, 1024, 64 * 1024 * 1024),
+        "Bytes of a robots.txt "
+        "that are read, parsed and cached (the rest is ignored, as Google does).",
+    ),
+    Spec(
+        "robots_cache_max_bytes",
+        _number(int, 0),
+        "Bound on the bytes of all cached "
+        "robots.txt entries of a crawl in Redis (compressed); past it the entries "
+        "closest to expiry are dropped (fetched again when next needed).",
+    ),
+    Spec(
+        "api_host",
+        _str,
+        "Address `redcrawl serve` binds to. Without API tokens it must be a loopback address.",
+    ),
     Spec("api_port", _number(int, 1, 65535), "Port of `redcrawl serve`."),
-    Spec("api_tokens", _str_tuple, "Bearer tokens of the HTTP API with read access "
-          "(comma-separated)."),
-    Spec("api_admin_tokens", _str_tuple, "Bearer tokens of the HTTP API with admin access: "
-          "submit, requeue, reclaim, pause, resume, purge (comma-separated)."),
+    Spec(
+        "api_tokens",
+        _str_tuple,
+        "Bearer tokens of the HTTP API with read access (comma-separated).",
+    ),
+    Spec(
+        "api_admin_tokens",
+        _str_tuple,
+        "Bearer tokens of the HTTP API with admin access: "
+        "submit, requeue, reclaim, pause, resume, purge (comma-separated).",
+    ),
     Spec("api_max_batch", _number(int, 1, 100_000), "Most requests in one submit call."),
-    Spec("api_max_body", _number(int, 1024, 2**31), "Largest request body `redcrawl serve` "
-          "reads, in bytes; a larger one is refused with 413 before it is read."),
-    Spec("api_allowed_hosts", _str_tuple, "Extra `Host` names the HTTP API answers "
-          "(comma-separated; `*`: any), e.g. the name clients use behind a proxy. By default "
-          "only the bound address (and localhost on loopback): DNS rebinding protection."),
-    Spec("politeness", _bool, "Fleet-wide politeness (lists backend): the frontier grants a "
-          "lease only while the request's politeness key (its download slot: host, or "
-          "meta download_slot) has fewer requests in flight than its concurrency and its "
-          "delay has passed since its last grant, for every worker at once. Fixed per crawl "
-          "when it is created (older crawls keep their layout, without it); off: each worker "
-          "limits itself, as Scrapy does. See docs/politeness.md."),
-    Spec("politeness_key", _choice("host", "domain"), "What a politeness key groups: host "
-          "(Scrapy's download slot) or domain (registrable domain, Public Suffix List). "
-          "Fixed per crawl."),
-    Spec("politeness_concurrency", _number(int, 1, 1_000_000), "Requests of one politeness key "
-          "in flight at once across the whole fleet (a lease holds its slot from the lease "
-          "to the ack).", ("CONCURRENT_REQUESTS_PER_DOMAIN",)),
-    Spec("politeness_concurrency_per_ip", _number(int, 0, 1_000_000), "When above 0, used "
-          "instead of CONCURRENT_REQUESTS_PER_DOMAIN, as in Scrapy (the key stays the host).",
-          ("CONCURRENT_REQUESTS_PER_IP",)),
-    Spec("politeness_delay", _number(float, 0.0, 86_400.0), "Seconds between two lease "
-          "grants of one politeness key across the whole fleet.", ("DOWNLOAD_DELAY",)),
-    Spec("politeness_randomize", _bool, "Each gap is the delay times a random factor in "
-          "[0.5, 1.5), drawn by the frontier.", ("RANDOMIZE_DOWNLOAD_DELAY",)),
-    Spec("politeness_slots", parse_dict, "Per-key concurrency and delay (JSON object: key -> "
-          "{concurrency, delay, randomize_delay}), fleet-wide.", ("DOWNLOAD_SLOTS",)),
-    Spec("max_idle_time", _number(float, 0.0), "RedisSpider: seconds to wait for new start "
-          "URLs once the crawl is finished before closing; 0 waits forever (scrapy-redis's "
-          "default).", ("MAX_IDLE_TIME_BEFORE_CLOSE",)),
+    Spec(
+        "api_max_body",
+        _number(int, 1024, 2**31),
+        "Largest request body `redcrawl serve` "
+        "reads, in bytes; a larger one is refused with 413 before it is read.",
+    ),
+    Spec(
+        "api_allowed_hosts",
+        _str_tuple,
+        "Extra `Host` names the HTTP API answers "
+        "(comma-separated; `*`: any), e.g. the name clients use behind a proxy. By default "
+        "only the bound address (and localhost on loopback): DNS rebinding protection.",
+    ),
+    Spec(
+        "politeness",
+        _bool,
+        "Fleet-wide politeness (lists backend): the frontier grants a "
+        "lease only while the request's politeness key (its download slot: host, or "
+        "meta download_slot) has fewer requests in flight than its concurrency and its "
+        "delay has passed since its last grant, for every worker at once. Fixed per crawl "
+        "when it is created (older crawls keep their layout, without it); off: each worker "
+        "limits itself, as Scrapy does. See docs/politeness.md.",
+    ),
+    Spec(
+        "politeness_key",
+        _choice("host", "domain"),
+        "What a politeness key groups: host "
+        "(Scrapy's download slot) or domain (registrable domain, Public Suffix List). "
+        "Fixed per crawl.",
+    ),
+    Spec(
+        "politeness_concurrency",
+        _number(int, 1, 1_000_000),
+        "Requests of one politeness key "
+        "in flight at once across the whole fleet (a lease holds its slot from the lease "
+        "to the ack).",
+        ("CONCURRENT_REQUESTS_PER_DOMAIN",),
+    ),
+    Spec(
+        "politeness_concurrency_per_ip",
+        _number(int, 0, 1_000_000),
+        "When above 0, used "
+        "instead of CONCURRENT_REQUESTS_PER_DOMAIN, as in Scrapy (the key stays the host).",
+        ("CONCURRENT_REQUESTS_PER_IP",),
+    ),
+    Spec(
+        "politeness_delay",
+        _number(float, 0.0, 86_400.0),
+        "Seconds between two lease grants of one politeness key across the whole fleet.",
+        ("DOWNLOAD_DELAY",),
+    ),
+    Spec(
+        "politeness_randomize",
+        _bool,
+        "Each gap is the delay times a random factor in [0.5, 1.5), drawn by the frontier.",
+        ("RANDOMIZE_DOWNLOAD_DELAY",),
+    ),
+    Spec(
+        "politeness_slots",
+        parse_dict,
+        "Per-key concurrency and delay (JSON object: key -> "
+        "{concurrency, delay, randomize_delay}), fleet-wide.",
+        ("DOWNLOAD_SLOTS",),
+    ),
+    Spec(
+        "max_idle_time",
+        _number(float, 0.0),
+        "RedisSpider: seconds to wait for new start "
+        "URLs once the crawl is finished before closing; 0 waits forever (scrapy-redis's "
+        "default).",
+        ("MAX_IDLE_TIME_BEFORE_CLOSE",),
+    ),
 )
 
 BY_NAME: dict[str, Spec] = {}
@@ -336,15 +575,15 @@ for _s in SPECS:
 # and named in a warning at start (startup_warnings).
 IGNORED = {
     "SCHEDULER_SERIALIZER": "redcrawl always stores requests as its own msgpack envelope "
-                            "(never pickle); no serializer module is used",
+    "(never pickle); no serializer module is used",
     "SCHEDULER_DUPEFILTER_CLASS": "the frontier filters duplicates itself, in the step that "
-                                  "stores a request",
+    "stores a request",
     "REDIS_ENCODING": "redcrawl's keys and envelopes are bytes; RedisSpider reads start "
-                      "entries as UTF-8",
+    "entries as UTF-8",
     "REDIS_DECODE_RESPONSES": "redcrawl needs Redis's replies as bytes and never decodes them",
     "DUPEFILTER_KEY": "fingerprints live under the crawl's keys",
     "REDIS_CLUSTER_NODES": "redcrawl connects to one Redis server (REDIS_URL); Redis Cluster "
-                           "nodes are not read",
+    "nodes are not read",
 }
 
 # keys of REDIS_PARAMS that redcrawl drops (they would break its client), and why
@@ -352,4 +591,3 @@ DROPPED_PARAMS = {
     "redis_cls": "redcrawl builds its own redis-py client (retries, timeouts, binary replies)",
     "decode_responses": "redcrawl needs Redis's replies as bytes",
 }
-

@@ -19,9 +19,13 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
     """The routes, bound to the app's :class:`Context`."""
     r = APIRouter(route_class=StateErrors)
 
-    @r.get("/v1/crawls", tags=["crawls"], dependencies=ctx.read,
-           summary="Crawls (every crawl that ever received a request) with their counts",
-           responses=responses(401, 422, 503))
+    @r.get(
+        "/v1/crawls",
+        tags=["crawls"],
+        dependencies=ctx.read,
+        summary="Crawls (every crawl that ever received a request) with their counts",
+        responses=responses(401, 422, 503),
+    )
     def list_crawls(limit: Limit = 100) -> m.CrawlList:
         names: set[str] = set()
         pattern = stats_key_pattern(ctx.settings.key_prefix)
@@ -47,48 +51,76 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
             out.append(m.CrawlListItem(**ctx.summary(name, c)))
         return m.CrawlList(crawls=out)
 
-    @r.get("/v1/crawls/{crawl}", tags=["crawls"], dependencies=ctx.read,
-           summary="One crawl: counts, paused, workers alive, rates (per API process)",
-           responses=responses(401, 404, 422, 503))
+    @r.get(
+        "/v1/crawls/{crawl}",
+        tags=["crawls"],
+        dependencies=ctx.read,
+        summary="One crawl: counts, paused, workers alive, rates (per API process)",
+        responses=responses(401, 404, 422, 503),
+    )
     def crawl_detail(crawl: Crawl) -> m.CrawlDetail:
         f = ctx.existing(crawl)
         c = f.counts()
         now = ctx.server_time()
         alive = sum(1 for deadline in f.workers().values() if deadline > now)
-        return m.CrawlDetail(**ctx.summary(crawl, c), paused=f.is_paused(), workers_alive=alive,
-                             rates=ctx.rates.observe(crawl, c.done, c.accepted))
+        return m.CrawlDetail(
+            **ctx.summary(crawl, c),
+            paused=f.is_paused(),
+            workers_alive=alive,
+            rates=ctx.rates.observe(crawl, c.done, c.accepted),
+        )
 
-    @r.get("/v1/crawls/{crawl}/pending", tags=["crawls"], dependencies=ctx.read,
-           summary="Ready requests, next served first within each tier",
-           responses=responses(401, 404, 422, 503))
+    @r.get(
+        "/v1/crawls/{crawl}/pending",
+        tags=["crawls"],
+        dependencies=ctx.read,
+        summary="Ready requests, next served first within each tier",
+        responses=responses(401, 404, 422, 503),
+    )
     def pending(crawl: Crawl, limit: Limit = 100) -> m.PendingList:
         items = ctx.existing(crawl).pending(limit)
-        return m.PendingList(crawl=crawl, items=[m.PendingItem.model_validate(p)
-                                                 for p in items])
+        return m.PendingList(crawl=crawl, items=[m.PendingItem.model_validate(p) for p in items])
 
-    @r.get("/v1/crawls/{crawl}/inflight", tags=["crawls"], dependencies=ctx.read,
-           summary="Leased requests: worker, since, deadline",
-           responses=responses(401, 404, 422, 503))
+    @r.get(
+        "/v1/crawls/{crawl}/inflight",
+        tags=["crawls"],
+        dependencies=ctx.read,
+        summary="Leased requests: worker, since, deadline",
+        responses=responses(401, 404, 422, 503),
+    )
     def inflight(crawl: Crawl, limit: Limit = 100) -> m.InflightList:
         items = ctx.existing(crawl).inflight(limit)
-        return m.InflightList(crawl=crawl, items=[m.InflightItem.model_validate(x)
-                                                  for x in items])
+        return m.InflightList(crawl=crawl, items=[m.InflightItem.model_validate(x) for x in items])
 
-    @r.get("/v1/crawls/{crawl}/shards", tags=["crawls"], dependencies=ctx.read,
-           summary="Streams backend: per shard and stream, length, pending entries with "
-                   "their consumer, idle time and delivery count",
-           responses=responses(401, 404, 409, 422, 503))
+    @r.get(
+        "/v1/crawls/{crawl}/shards",
+        tags=["crawls"],
+        dependencies=ctx.read,
+        summary="Streams backend: per shard and stream, length, pending entries with "
+        "their consumer, idle time and delivery count",
+        responses=responses(401, 404, 409, 422, 503),
+    )
     def shards(crawl: Crawl, limit: Limit = 100) -> m.ShardList:
         f = ctx.existing(crawl)
         if not isinstance(f, StreamsFrontier):
-            raise HTTPException(409, f"crawl {crawl!r} uses the lists backend; shards exist "
-                                     "only on the streams backend (REDCRAWL_BACKEND=streams)")
-        return m.ShardList(crawl=crawl, shards=f.settings.shards,
-                           streams=[m.ShardItem.model_validate(s) for s in f.shards(limit)])
+            raise HTTPException(
+                409,
+                f"crawl {crawl!r} uses the lists backend; shards exist "
+                "only on the streams backend (REDCRAWL_BACKEND=streams)",
+            )
+        return m.ShardList(
+            crawl=crawl,
+            shards=f.settings.shards,
+            streams=[m.ShardItem.model_validate(s) for s in f.shards(limit)],
+        )
 
-    @r.get("/v1/crawls/{crawl}/dead", tags=["crawls"], dependencies=ctx.read,
-           summary="Dead-lettered requests with their last error, oldest first",
-           responses=responses(401, 404, 422, 503))
+    @r.get(
+        "/v1/crawls/{crawl}/dead",
+        tags=["crawls"],
+        dependencies=ctx.read,
+        summary="Dead-lettered requests with their last error, oldest first",
+        responses=responses(401, 404, 422, 503),
+    )
     def dead(crawl: Crawl, limit: Limit = 100) -> m.DeadList:
         items = ctx.existing(crawl).dead(limit)
         return m.DeadList(crawl=crawl, items=[m.DeadItem.model_validate(x) for x in items])
@@ -98,20 +130,33 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
         action(f)
         return m.PausedOut(crawl=crawl, paused=f.is_paused())
 
-    @r.post("/v1/crawls/{crawl}/pause", tags=["crawls"], dependencies=ctx.admin,
-            summary="Stop handing out requests (pushes still accepted)",
-            responses=responses(401, 403, 404, 422, 503))
+    @r.post(
+        "/v1/crawls/{crawl}/pause",
+        tags=["crawls"],
+        dependencies=ctx.admin,
+        summary="Stop handing out requests (pushes still accepted)",
+        responses=responses(401, 403, 404, 422, 503),
+    )
     def pause(crawl: Crawl) -> m.PausedOut:
         return switch(crawl, lambda f: f.pause())
 
-    @r.post("/v1/crawls/{crawl}/resume", tags=["crawls"], dependencies=ctx.admin,
-            summary="Hand out requests again", responses=responses(401, 403, 404, 422, 503))
+    @r.post(
+        "/v1/crawls/{crawl}/resume",
+        tags=["crawls"],
+        dependencies=ctx.admin,
+        summary="Hand out requests again",
+        responses=responses(401, 403, 404, 422, 503),
+    )
     def resume(crawl: Crawl) -> m.PausedOut:
         return switch(crawl, lambda f: f.resume())
 
-    @r.delete("/v1/crawls/{crawl}", tags=["crawls"], dependencies=ctx.admin,
-              summary="Purge the crawl's frontier: queues, leases, dead letters, dedupe",
-              responses=responses(401, 403, 404, 422, 503))
+    @r.delete(
+        "/v1/crawls/{crawl}",
+        tags=["crawls"],
+        dependencies=ctx.admin,
+        summary="Purge the crawl's frontier: queues, leases, dead letters, dedupe",
+        responses=responses(401, 403, 404, 422, 503),
+    )
     def purge(crawl: Crawl) -> m.PurgedOut:
         ctx.existing(crawl).purge()
         ctx.frontier.cache_clear()  # re-created later, maybe with another layout

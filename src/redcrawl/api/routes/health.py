@@ -14,13 +14,16 @@ def router(ctx: Context) -> APIRouter:
     """The routes, bound to the app's :class:`Context`."""
     r = APIRouter(route_class=StateErrors)
 
-    @r.get("/v1/health", tags=["health"], summary="The API process is up",
-           responses={400: RESPONSES[400]})
+    @r.get(
+        "/v1/health",
+        tags=["health"],
+        summary="The API process is up",
+        responses={400: RESPONSES[400]},
+    )
     def health() -> m.Health:
         return m.Health(status="ok")
 
-    @r.get("/v1/ready", tags=["health"], summary="Redis answers",
-           responses=responses(503))
+    @r.get("/v1/ready", tags=["health"], summary="Redis answers", responses=responses(503))
     def ready() -> m.Health:
         with redis_errors("ping"):
             ctx.client().ping()

@@ -22,10 +22,14 @@ def router(ctx: Context) -> APIRouter:
     readers: list[SnapshotReader] = []
     lock = threading.Lock()
 
-    @r.get("/metrics", tags=["metrics"], dependencies=ctx.read,
-           summary="Prometheus metrics of every crawl (docs/metrics.md)",
-           response_class=Response,
-           responses={200: {"content": {"text/plain": {}}}, **responses(401)})
+    @r.get(
+        "/metrics",
+        tags=["metrics"],
+        dependencies=ctx.read,
+        summary="Prometheus metrics of every crawl (docs/metrics.md)",
+        response_class=Response,
+        responses={200: {"content": {"text/plain": {}}}, **responses(401)},
+    )
     def metrics() -> Response:
         with lock:
             if not readers:  # the client is set at startup

@@ -19,6 +19,7 @@ from redcrawl.scrapy.sinks.sqlite import SQLiteSink as SQLiteSink
 
 __all__ = ["PostgresSink", "RejectedItem", "SQLiteSink", "Sink", "read_items", "sink_from_uri"]
 
+
 def sink_from_uri(uri: str, table: str = DEFAULT_ITEMS_TABLE) -> SQLiteSink | PostgresSink:
     """The sink a ``REDCRAWL_ITEMS_URI`` value names (not opened yet).
 
@@ -59,4 +60,3 @@ def read_items(uri: str, table: str = DEFAULT_ITEMS_TABLE) -> dict[str, dict[str
     a :class:`FileNotFoundError` (most likely a wrong path). Nothing is created.
     """
     return dict(sink_from_uri(uri, table).items())
-

@@ -86,4 +86,3 @@ def check_columns(table: str, columns: set[str]) -> None:
             f"table {table!r} already exists but is not an items table (no column "
             f"{', '.join(missing)}); choose another table name",
         )
-

@@ -23,7 +23,6 @@ logger = logging.getLogger(__name__)
 _PG_INSTALL_HINT = 'pip install "redcrawl[postgres]"'
 
 
-
 def _psycopg() -> Any:
     try:
         import psycopg
@@ -31,7 +30,7 @@ def _psycopg() -> Any:
         raise ConfigError(
             "REDCRAWL_ITEMS_URI",
             "a postgresql:// URI needs psycopg 3, which is not installed: "
-            f"{_PG_INSTALL_HINT} (or pip install \"psycopg[binary]\")",
+            f'{_PG_INSTALL_HINT} (or pip install "psycopg[binary]")',
         ) from exc
     return psycopg
 
@@ -45,23 +44,28 @@ class PostgresSink:
     an upsert is idempotent apart from the ``version`` counter.
     """
 
-    def __init__(self, dsn: str, table: str = DEFAULT_ITEMS_TABLE, *,
-                 connect_timeout: float = 10.0) -> None:
+    def __init__(
+        self, dsn: str, table: str = DEFAULT_ITEMS_TABLE, *, connect_timeout: float = 10.0
+    ) -> None:
         self._pg = _psycopg()  # fail at construction (crawler start), not mid-crawl
         self.dsn = dsn
         self.table = check_table(table)
         self.connect_timeout = connect_timeout
         self._conn: Any = None
         self._upsert_sql = upsert_sql(
-            self.table, {"key": "%s", "item": "%s::jsonb", "spider": "%s"}, updated_at="now()")
+            self.table, {"key": "%s", "item": "%s::jsonb", "spider": "%s"}, updated_at="now()"
+        )
 
     def __repr__(self) -> str:
         return f"PostgresSink({redact(self.dsn)!r}, table={self.table!r})"
 
     def _connect(self) -> Any:
-        return self._pg.connect(self.dsn, autocommit=True,
-                                connect_timeout=max(1, round(self.connect_timeout)),
-                                application_name="redcrawl")
+        return self._pg.connect(
+            self.dsn,
+            autocommit=True,
+            connect_timeout=max(1, round(self.connect_timeout)),
+            application_name="redcrawl",
+        )
 
     def open(self) -> None:
         if self._conn is not None:
@@ -124,4 +128,3 @@ class PostgresSink:
             if exists is None or exists[0] is None:
                 return
             yield from conn.execute(f"SELECT key, item FROM {quote(self.table)} ORDER BY key")
-

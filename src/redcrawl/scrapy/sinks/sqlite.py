@@ -34,8 +34,14 @@ class SQLiteSink:
     seconds (``busy_timeout``) instead of failing with "database is locked".
     """
 
-    def __init__(self, path: str | Path, table: str = DEFAULT_ITEMS_TABLE, *,
-                 timeout: float = 60.0, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        table: str = DEFAULT_ITEMS_TABLE,
+        *,
+        timeout: float = 60.0,
+        synchronous: str = "NORMAL",
+    ) -> None:
         self.path = Path(path)
         self.table = check_table(table)
         if synchronous.upper() not in ("NORMAL", "FULL", "EXTRA"):
@@ -44,9 +50,17 @@ class SQLiteSink:
         self.timeout = timeout
         self._conn: sqlite3.Connection | None = None
         self._upsert_sql = upsert_sql(
-            self.table, {"key": "?", "item": "?", "spider": "?", "first_seen": _SQLITE_NOW,
-                         "updated_at": _SQLITE_NOW, "version": "1"},
-            updated_at="excluded.updated_at")
+            self.table,
+            {
+                "key": "?",
+                "item": "?",
+                "spider": "?",
+                "first_seen": _SQLITE_NOW,
+                "updated_at": _SQLITE_NOW,
+                "version": "1",
+            },
+            updated_at="excluded.updated_at",
+        )
 
     def __repr__(self) -> str:
         return f"SQLiteSink({str(self.path)!r}, table={self.table!r})"
@@ -125,4 +139,3 @@ class SQLiteSink:
                 yield key, json.loads(text)
         finally:
             conn.close()
-
