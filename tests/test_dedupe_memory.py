@@ -85,7 +85,7 @@ def add_directly(frontier: FrontierCore, start: int, stop: int, batch: int = 10_
 def test_a_million_done_urls_cost_at_most_10_bytes_each_on_a_default_redis(server: Server) -> None:
     client = redis.Redis(port=server.port)
     assert client.config_get("set-max-intset-entries")["set-max-intset-entries"] == "512"
-    settings = Settings(dedupe_capacity=N)
+    settings = Settings(dedupe_capacity=N, politeness=False)  # one host, bulk leases
     frontier = open_frontier(client, settings, "mem")
     used0 = int(client.info("memory")["used_memory"])
     half = THROUGH_FRONTIER // 2
@@ -126,7 +126,7 @@ def test_growth_past_the_planned_capacity_keeps_buckets_compact(server: Server) 
     """10x the planned capacity: new levels of buckets, each bucket within BUCKET_FILL
     (well under 512), every fingerprint found, across a restart."""
     client = redis.Redis(port=server.port)
-    frontier = open_frontier(client, Settings(dedupe_capacity=10_000), "grow")
+    frontier = open_frontier(client, Settings(dedupe_capacity=10_000, politeness=False), "grow")
     spec = frontier.dedupe
     crawl_through(frontier, 0, 20_000, batch=3_000)
     add_directly(frontier, 20_000, 60_000, batch=7_000)
@@ -158,7 +158,7 @@ def test_a_crawl_created_with_the_legacy_plan_keeps_it(server: Server) -> None:
     """A crawl created before levels (spec "exact <b> 0 0", buckets of ~2,048) keeps its
     stored plan: its done fingerprints stay found, new ones go to its buckets."""
     client = redis.Redis(port=server.port)
-    settings = Settings(dedupe_capacity=100_000)
+    settings = Settings(dedupe_capacity=100_000, politeness=False)
     legacy = exact_spec(100_000, legacy=True)
     assert legacy.encode() == "exact 6 0 0"  # what the code before levels planned
     # the crawl as that code left it: its layout, and done fingerprints in its buckets

@@ -180,7 +180,7 @@ def test_start_checks_degrade_to_a_warning_without_info(acl_url: str) -> None:
 
 
 def test_frontier_works_for_an_acl_user(acl_url: str) -> None:
-    settings = Settings(redis_url=acl_url, lease_ttl=5)
+    settings = Settings(redis_url=acl_url, lease_ttl=5, politeness=False)  # one host, lease 10
     client = connect(settings)
     try:
         f = open_frontier(client, settings, "acl-ops")

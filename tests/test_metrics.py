@@ -55,7 +55,10 @@ def fill(f: FrontierCore, n: int, start: int = 0) -> None:
 
 def _frontier(client: redis.Redis, backend: Backend, crawl: str = "c") -> FrontierCore:
     return open_frontier(
-        client, Settings(backend=backend, retry_backoff=0.0, max_attempts=1), crawl
+        # politeness off: a polite lists crawl has no per-tier ready counts to export
+        client,
+        Settings(backend=backend, retry_backoff=0.0, max_attempts=1, politeness=False),
+        crawl,
     )
 
 

@@ -29,7 +29,14 @@ SITE = SiteConfig(
 )
 """331 pages, every product page 0.1 s: the crawl lasts well beyond the outage."""
 
-WORKER = {"CONCURRENT_REQUESTS": 4, "REDCRAWL_LEASE_TTL": 60, "LOG_LEVEL": "INFO"}
+WORKER = {
+    "CONCURRENT_REQUESTS": 4,
+    "REDCRAWL_LEASE_TTL": 60,
+    "LOG_LEVEL": "INFO",
+    # the outage tests need a worker that holds leases ahead (a polite worker leases only
+    # what it can start now, so it holds nothing to go on with)
+    "REDCRAWL_POLITENESS": "off",
+}
 
 
 class OwnRedis:

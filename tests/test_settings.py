@@ -201,7 +201,8 @@ def test_dupefilter_key_alias_and_ignored_scrapy_redis_names() -> None:
         }
     )
     assert s.dupefilter_key == "%(spider)s:dupefilter"
-    assert s == Settings(dupefilter_key="%(spider)s:dupefilter")
+    # DOWNLOAD_DELAY is read: the fleet-wide politeness delay
+    assert s == Settings(dupefilter_key="%(spider)s:dupefilter", politeness_delay=3.0)
     assert "pickle" in (ignored_setting_reason("SCHEDULER_SERIALIZER") or "")
     assert ignored_setting_reason("REDIS_URL") is None
 

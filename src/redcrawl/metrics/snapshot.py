@@ -227,7 +227,9 @@ class SnapshotReader:
             for _s, _c, key in rows:
                 pipe.xpending(key, GROUP)
                 pipe.xlen(key)
-            for tier in range(f.keys.tiers if not rows else 0):
+            # a crawl with fleet-wide politeness keeps its ready work in per-site queues:
+            # no per-tier count without reading them all (its total is in counts())
+            for tier in range(f.keys.tiers if not rows and f.politeness is None else 0):
                 if f.settings.ordering == "priority":
                     pipe.zcard(f.keys.ready(tier))
                 else:
@@ -243,7 +245,7 @@ class SnapshotReader:
             at += 3
             pend = res[at : at + 2 * len(rows)]
             at += 2 * len(rows)
-            tiers = 0 if rows else f.keys.tiers
+            tiers = 0 if rows or f.politeness is not None else f.keys.tiers
             snap = self._crawl(f, c, now, stats_raw, workers_raw, paused, rows, pend[::2])
             if rows:
                 for (_s, cls, _k), summary, length in zip(rows, pend[::2], pend[1::2], strict=True):
