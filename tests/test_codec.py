@@ -358,6 +358,7 @@ def _values() -> st.SearchStrategy[Any]:
     )
 
 
+# Every envelope field, and "zz", which no envelope has.
 FIELDS = [
     "v",
     "u",

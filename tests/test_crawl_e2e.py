@@ -25,6 +25,7 @@ from redcrawl.demo.site import ShopSite, SiteConfig
 from redcrawl.frontier import ListsFrontier, open_frontier
 from redcrawl.frontier.base import InflightInfo, parse_id
 from redcrawl.settings import Settings
+from redcrawl.workers import worker_command
 
 from .conftest import RedisServer
 
@@ -41,26 +42,16 @@ def _worker(
     backend: str = "lists",
 ) -> subprocess.Popen[bytes]:
     """A `scrapy runspider` worker process; its log goes to ``log``."""
-    cmd = [
-        sys.executable,
-        "-m",
-        "scrapy",
-        "runspider",
-        str(SPIDER),
-        "-a",
-        f"url={site.url}",
-        "-s",
-        "SCHEDULER=redcrawl.scrapy.Scheduler",
-        "-s",
-        "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter",
-    ]
-    for item in [
-        *demo_worker_settings(items_db),
-        "REDCRAWL_LEASE_TTL=3",
-        "REDCRAWL_RETRY_BACKOFF=0.1",
-        "LOG_LEVEL=INFO",
-    ]:
-        cmd += ["-s", item]
+    cmd = worker_command(
+        SPIDER,
+        settings=[
+            *demo_worker_settings(items_db),
+            "REDCRAWL_LEASE_TTL=3",
+            "REDCRAWL_RETRY_BACKOFF=0.1",
+            "LOG_LEVEL=INFO",
+        ],
+        spider_args={"url": site.url},
+    )
     env = {
         **os.environ,
         "REDCRAWL_REDIS_URL": url,

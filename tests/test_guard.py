@@ -26,6 +26,7 @@ from redcrawl.errors import ConfigError
 from redcrawl.frontier import FrontierCore, ListsFrontier, open_frontier
 from redcrawl.guard import MemoryWatch, check_memory_policy, check_server
 from redcrawl.settings import Settings
+from redcrawl.workers import worker_command
 
 from .conftest import RedisServer, _free_port
 
@@ -244,23 +245,15 @@ def test_whole_crawl_as_an_acl_user(
     env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
     env |= {"PYTHONPATH": str(ROOT / "src"), "REDCRAWL_REDIS_URL": acl_url, "REDCRAWL_CRAWL": crawl}
     with ShopSite(SiteConfig(products=60, per_page=20, categories=3)) as site:
-        cmd = [
-            sys.executable,
-            "-m",
-            "scrapy",
-            "runspider",
-            str(SPIDER),
-            "-a",
-            f"url={site.url}",
-            "-s",
-            "SCHEDULER=redcrawl.scrapy.Scheduler",
-            "-s",
-            "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter",
-            "-s",
-            "LOG_LEVEL=INFO",
-        ]
-        for item in [*demo_worker_settings(items_db), "REDCRAWL_IDLE_BEFORE_CLOSE=0"]:
-            cmd += ["-s", item]
+        cmd = worker_command(
+            SPIDER,
+            settings=[
+                "LOG_LEVEL=INFO",
+                *demo_worker_settings(items_db),
+                "REDCRAWL_IDLE_BEFORE_CLOSE=0",
+            ],
+            spider_args={"url": site.url},
+        )
         result = subprocess.run(
             cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False
         )
