@@ -37,6 +37,7 @@ import json
 import os
 import pstats
 import random
+import shutil
 import signal
 import statistics
 import subprocess
@@ -51,11 +52,14 @@ from typing import Any
 import redis
 from bench_frontier import (
     RedisServer,
+    _on_signal,
     environment,
     flushall,
     markdown_table,
     redis_cpu,
     server_binary,
+    worker_env,
+    write_json,
 )
 
 from redcrawl.demo.site import ShopSite, SiteConfig
@@ -107,15 +111,6 @@ def contender_settings(name: str, redis_url: str, crawl: str) -> list[str]:
         f"REDCRAWL_CRAWL={crawl}",
         "REDCRAWL_IDLE_BEFORE_CLOSE=0",
     ]
-
-
-def worker_env() -> dict[str, str]:
-    """This environment without anything that would change a worker's settings."""
-    return {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k not in ("REDIS_URL",)
-    }
 
 
 # --- Redis counters ------------------------------------------------------------------
@@ -742,10 +737,6 @@ def profile_workers(
 # --- main --------------------------------------------------------------------------
 
 
-def _on_signal(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)  # runs the atexit hook that kills redis-server
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument(
@@ -874,8 +865,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             print(profile_text)
 
-        if args.json:
-            result = {
+        write_json(
+            args.json,
+            {
                 "products": products,
                 "pages": config.pages,
                 "links_per_page": LINKS_PER_PAGE,
@@ -890,14 +882,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "failures": failures,
                 "profile": profile_summary,
                 "runs": {f"{c} x{w}": [asdict(r) for r in rs] for (c, w), rs in runs.items()},
-            }
-            Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
-            print(f"results written to {args.json}")
+            },
+        )
     finally:
         server.stop()
-        for leftover in tmp.glob("*"):
-            leftover.unlink()
-        tmp.rmdir()
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

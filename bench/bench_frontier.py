@@ -520,6 +520,29 @@ def profile_redcrawl(
     return out.getvalue()
 
 
+# --- shared by the benches that start worker processes and write JSON -------------
+
+
+def worker_env() -> dict[str, str]:
+    """This environment without anything that would change a worker's settings, and
+    this checkout's redcrawl first on the path."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k != "REDIS_URL"
+    }
+    src = str(Path(__file__).resolve().parent.parent / "src")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")]))
+    return env
+
+
+def write_json(path: str | None, result: dict[str, Any]) -> None:
+    """Write a bench's results as JSON to ``path`` (``--json``), if given, and say so."""
+    if path:
+        Path(path).write_text(json.dumps(result, indent=2) + "\n")
+        print(f"results written to {path}")
+
+
 # --- main --------------------------------------------------------------------------
 
 

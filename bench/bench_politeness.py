@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -52,10 +52,17 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import redis
-from bench_frontier import RedisServer, environment, flushall, server_binary
+from bench_frontier import (
+    RedisServer,
+    _on_signal,
+    environment,
+    flushall,
+    server_binary,
+    worker_env,
+    write_json,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -103,18 +110,6 @@ def settings(
         f"REDCRAWL_CRAWL={crawl}",
         "REDCRAWL_IDLE_BEFORE_CLOSE=0.5",
     ]
-
-
-def worker_env() -> dict[str, str]:
-    """This environment without anything that would change a worker's settings, and
-    this checkout's redcrawl first on the path."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("REDCRAWL_", "SCRAPY_")) and k != "REDIS_URL"
-    }
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), env.get("PYTHONPATH")]))
-    return env
 
 
 @dataclass(slots=True)
@@ -324,10 +319,6 @@ def report(runs: dict[str, Run], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def _on_signal(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)  # runs the atexit hook that kills redis-server
-
-
 def frontier_once(
     url: str, admin: redis.Redis, n: int, keys: int, polite: bool
 ) -> tuple[float, int]:
@@ -482,24 +473,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("\nProblems seen (the numbers above may be off):")
             for line in problems[:10]:
                 print(f"  {line}")
-        if args.json:
-            Path(args.json).write_text(
-                json.dumps(
-                    {
-                        "environment": env,
-                        "args": vars(args),
-                        "runs": {c: [asdict(r) for r in rs] for c, rs in history.items()},
-                    },
-                    indent=2,
-                )
-                + "\n"
-            )
-            print(f"results written to {args.json}")
+        write_json(
+            args.json,
+            {
+                "environment": env,
+                "args": vars(args),
+                "runs": {c: [asdict(r) for r in rs] for c, rs in history.items()},
+            },
+        )
     finally:
         server.stop()
-        for leftover in tmp.glob("*"):
-            leftover.unlink()
-        tmp.rmdir()
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
