@@ -14,6 +14,7 @@ two busy cores).
 from __future__ import annotations
 
 import itertools
+import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +56,8 @@ class Seen:
     fetches: int
     median_gap: float
     min_gap: float
+    short: float
+    """The share of gaps shorter than the site's latency (less two clock tolerances)."""
     max_in_progress: int
     rate: float
     """Fetch starts per second."""
@@ -62,8 +65,8 @@ class Seen:
     def line(self, name: str) -> str:
         return (
             f"{name:<28} fetches {self.fetches:>3}  median gap {self.median_gap:.3f}s  "
-            f"min gap {self.min_gap:.3f}s  max in progress {self.max_in_progress}  "
-            f"rate {self.rate:.2f}/s"
+            f"min gap {self.min_gap:.3f}s  short {self.short:.0%}  "
+            f"max in progress {self.max_in_progress}  rate {self.rate:.2f}/s"
         )
 
 
@@ -75,9 +78,16 @@ def seen(kit: MultiSite) -> Seen:
         fetches=len(kit.starts(host)),
         median_gap=statistics.median(gaps),
         min_gap=min(gaps),
+        short=sum(g < LATENCY - 2 * CLOCK_TOLERANCE for g in gaps) / len(gaps),
         max_in_progress=kit.max_in_progress(host),
         rate=(len(starts) - 1) / (starts[-1] - starts[0]),
     )
+
+
+def stat(logs: list[str], name: str) -> int:
+    """The sum of a stat over the workers' final stats dumps."""
+    pattern = re.compile(rf"'{re.escape(name)}': (\d+)")
+    return sum(int(m.group(1)) for text in logs for m in pattern.finditer(text))
 
 
 def frontier_for(server: RedisServer, crawl: str, polite: bool) -> FrontierCore:
@@ -121,13 +131,19 @@ def test_fleet_wide_autothrottle_vs_per_process(redis7: RedisServer, tmp_path: P
         f"fleet's final delay for {host}: {final}; per-process/fleet rate {off.rate / on.rate:.2f}"
     )
 
+    responses, calls = (
+        stat(logs, "redcrawl/autothrottle/responses"),
+        stat(logs, "redcrawl/autothrottle/calls"),
+    )
+    print(f"AutoThrottle: {responses} latencies sent in {calls} script calls")
+    assert 0 < calls <= responses
     for text in logs:
         assert text.count("AUTOTHROTTLE_ENABLED: one delay per site for the whole fleet") == 1
     # the fleet's delay settled near latency / target (download_latency adds a little)
     assert final is not None and LATENCY <= final < 2 * LATENCY
     # the site saw the fleet's delay between fetch starts, and about one at a time
     assert on.median_gap >= LATENCY - 2 * CLOCK_TOLERANCE, on
-    assert on.min_gap >= LATENCY - 4 * CLOCK_TOLERANCE, on
+    assert on.short <= 0.2, on  # a request that waited in a busy worker starts late
     assert on.max_in_progress <= 2, on
     # per process, the fleet hits the site harder (about N = 3 times)
     assert off.rate >= 1.5 * on.rate, (on, off)
