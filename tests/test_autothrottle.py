@@ -405,3 +405,33 @@ def test_request_key_is_the_key_the_frontier_stored() -> None:
     assert request_key(req("http://example.com./", "example.com."), "host") == "example.com"
     assert request_key(req("http://a.test/", "10.0.0.1"), "host", ip_slot="10.0.0.1") == "a.test"
     assert request_key(req("http://a.test/"), "host") == "a.test"
+
+
+@pytestmark_lists
+def test_debug_logs_each_adjustment(
+    make_frontier: FrontierFactory, caplog: pytest.LogCaptureFixture
+) -> None:
+    f = polite(make_frontier)
+    crawler = crawler_with({**SETTINGS, "AUTOTHROTTLE_DEBUG": True})
+    crawler.spider = Spider("s")
+    ours = install(crawler, f)
+    assert ours is not None
+    with caplog.at_level(logging.INFO, logger="redcrawl"):
+        downloaded(crawler, response_for("http://a.test/", 1.0))
+        wait_for(lambda: any("fleet-wide" in r.getMessage() for r in caplog.records))
+    [line] = [r.getMessage() for r in caplog.records if "fleet-wide" in r.getMessage()]
+    assert "slot: a.test" in line and "delay: 1500 ms (-500)" in line
+    assert "latency: 1000 ms" in line
+
+
+def test_without_redcrawls_scheduler_it_says_it_throttles_nothing(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    crawler = crawler_with({**SETTINGS, "EXTENSIONS": {"redcrawl.scrapy.AutoThrottle": 0}})
+    crawler.spider = Spider("s")
+    with caplog.at_level(logging.WARNING, logger="redcrawl"):
+        crawler.signals.send_catch_log(signals.spider_opened, spider=crawler.spider)
+    assert any("throttles nothing here" in r.getMessage() for r in caplog.records)
+    assert ScrapyAutoThrottle in extensions(crawler)  # Scrapy's stays on
+    assert crawler.engine.downloader._delay == 2.0
+    downloaded(crawler, response_for("http://a.test/", 1.0))  # ignored, no error

@@ -119,9 +119,10 @@ class AutoThrottle:
         if self.fleet is None:
             log.warning(
                 "redcrawl: redcrawl.scrapy.AutoThrottle throttles nothing here: it needs "
-                "redcrawl's scheduler on a crawl with fleet-wide politeness (use Scrapy's "
-                "AutoThrottle otherwise)"
+                "redcrawl's scheduler on a crawl with fleet-wide politeness (Scrapy's "
+                "AutoThrottle, if enabled, stays on)"
             )
+            return
         take_over_from_scrapy(self.crawler, self)
 
     def _spider_closed(self, spider: Any = None) -> None:
