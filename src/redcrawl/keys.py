@@ -122,7 +122,9 @@ class CrawlKeys:
     @property
     def control(self) -> str:
         """HASH of crawl-wide switches: ``paused``, ``cursor`` (weighted-fair position),
-        ``layout`` and ``layout.copy`` (the layout the crawl was created with, twice)."""
+        ``layout`` and ``layout.copy`` (the layout the crawl was created with, twice),
+        ``autothrottle`` (JSON, while the fleet runs AutoThrottle: see
+        :mod:`redcrawl.politeness.autothrottle`)."""
         return self._k("control")
 
     @property
@@ -185,8 +187,10 @@ class CrawlKeys:
         """HASH politeness key -> JSON object of what overrides the crawl's defaults for
         that key, every field optional: ``delay`` (seconds), ``concurrency`` (int),
         ``block_until`` (ms, server clock), ``paused`` (bool), set by operators (API, CLI);
-        ``crawl_delay`` (seconds, already capped), set by the robots.txt middleware.
-        Never expires; bounded by what operators and robots.txt set."""
+        ``crawl_delay`` (seconds, already capped), set by the robots.txt middleware;
+        ``auto_delay`` (seconds), set by fleet-wide AutoThrottle. Never expires; bounded
+        by what operators and robots.txt set, and with AutoThrottle by the keys crawled
+        (~90 bytes each)."""
         return self._k("polo")
 
     @property

@@ -6,9 +6,12 @@ In a project's ``settings.py``::
     DUPEFILTER_CLASS = "redcrawl.scrapy.DupeFilter"
 
 With ``ROBOTSTXT_OBEY = True`` the scheduler puts :class:`RobotsTxtMiddleware` (robots.txt
-once per site for the fleet) in place of Scrapy's own.
+once per site for the fleet) in place of Scrapy's own; with ``AUTOTHROTTLE_ENABLED`` on a
+crawl with fleet-wide politeness, :class:`AutoThrottle` (one delay per site for the fleet)
+in place of Scrapy's AutoThrottle.
 """
 
+from redcrawl.scrapy.autothrottle import AutoThrottle
 from redcrawl.scrapy.dupefilter import DupeFilter
 from redcrawl.scrapy.lifecycle import OutcomeMiddleware
 from redcrawl.scrapy.robots import RobotsTxtMiddleware
@@ -16,6 +19,7 @@ from redcrawl.scrapy.scheduler import Scheduler, seed
 from redcrawl.scrapy.spiders import RedisCrawlSpider, RedisMixin, RedisSpider
 
 __all__ = [
+    "AutoThrottle",
     "DupeFilter",
     "OutcomeMiddleware",
     "RedisCrawlSpider",

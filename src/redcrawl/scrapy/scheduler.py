@@ -191,6 +191,9 @@ class Scheduler(BaseScheduler):
         lifecycle.mark_start_requests(self.crawler)
         lifecycle.install_outcome_middleware(self.crawler, self)
         robots.install(self.crawler, client, self.frontier.keys)
+        from redcrawl.scrapy.autothrottle import install as install_autothrottle
+
+        install_autothrottle(self.crawler, self.frontier)
         from twisted.internet import reactor
 
         def memory_check() -> None:

@@ -91,6 +91,12 @@ class Settings:
     politeness_delay: float = 0.0
     politeness_randomize: bool = True
     politeness_slots: dict[str, Any] = field(default_factory=dict)
+    autothrottle_enabled: bool = False
+    autothrottle_shared: bool = True
+    autothrottle_start_delay: float = 5.0
+    autothrottle_max_delay: float = 60.0
+    autothrottle_target_concurrency: float = 1.0
+    autothrottle_debug: bool = False
 
     def __post_init__(self) -> None:
         # Every field goes through its setting's parser, however the object was built.

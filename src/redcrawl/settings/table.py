@@ -556,6 +556,50 @@ SPECS: tuple[Spec, ...] = (
         ("DOWNLOAD_SLOTS",),
     ),
     Spec(
+        "autothrottle_enabled",
+        _bool,
+        "Scrapy's AutoThrottle. On a crawl with fleet-wide politeness its "
+        "delay is one per politeness key for the whole fleet, kept in Redis and adjusted "
+        "from every worker's latencies (redcrawl.scrapy.AutoThrottle, installed by the "
+        "scheduler in place of Scrapy's); DOWNLOAD_DELAY is its smallest delay. See "
+        "docs/politeness.md.",
+        ("AUTOTHROTTLE_ENABLED",),
+    ),
+    Spec(
+        "autothrottle_shared",
+        _bool,
+        "With AUTOTHROTTLE_ENABLED on a crawl with politeness: "
+        "one delay per site for the fleet (redcrawl.scrapy.AutoThrottle); false keeps "
+        "Scrapy's AutoThrottle, which throttles each worker for itself.",
+    ),
+    Spec(
+        "autothrottle_start_delay",
+        _number(float, 0.0, 86_400.0),
+        "Seconds between the grants of a site "
+        "whose delay AutoThrottle has not adjusted yet (never below DOWNLOAD_DELAY).",
+        ("AUTOTHROTTLE_START_DELAY",),
+    ),
+    Spec(
+        "autothrottle_max_delay",
+        _number(float, 0.0, 86_400.0),
+        "Largest delay AutoThrottle sets, in seconds.",
+        ("AUTOTHROTTLE_MAX_DELAY",),
+    ),
+    Spec(
+        "autothrottle_target_concurrency",
+        _number(float, 0.0, 1_000_000.0),
+        "Requests AutoThrottle aims to "
+        "have in progress at each site: the delay tends to latency / this. Fleet-wide, for "
+        "all workers together. 0 switches AutoThrottle off, as in Scrapy.",
+        ("AUTOTHROTTLE_TARGET_CONCURRENCY",),
+    ),
+    Spec(
+        "autothrottle_debug",
+        _bool,
+        "Log every AutoThrottle adjustment (site, latency, old and new delay).",
+        ("AUTOTHROTTLE_DEBUG",),
+    ),
+    Spec(
         "max_idle_time",
         _number(float, 0.0),
         "RedisSpider: seconds to wait for new start "

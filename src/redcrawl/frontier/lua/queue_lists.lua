@@ -59,10 +59,15 @@ local function limits(key)
     -- missing (stored at a frontier's first push; gone after a purge until the next one
     -- or a worker's start): Scrapy's defaults, 8 at a time and no delay; unreadable: the
     -- most careful limit, one at a time, until a worker stores its settings again
-    local raw = redis.call('HGET', K_CONTROL, 'politeness')
+    local raws = redis.call('HMGET', K_CONTROL, 'politeness', 'autothrottle')
+    local raw = raws[1]
     local d = json_obj(raw, 'defaults') or {}
     local conc = pos_num(d.concurrency, 1, 1e9) or (raw and 1 or 8)
-    POL_DEFAULTS = {conc, pos_num(d.delay, 0, 1e9) or 0, d.randomize == true}
+    -- fleet-wide AutoThrottle (redcrawl.politeness.autothrottle): while a worker has it
+    -- on, a key's delay is at least its override's auto_delay, else the start delay
+    local at = json_obj(raws[2], 'autothrottle')
+    local auto = at and (pos_num(at.start_delay, 0, 1e9) or 0)
+    POL_DEFAULTS = {conc, pos_num(d.delay, 0, 1e9) or 0, d.randomize == true, auto}
     -- (most crawls have no per-key settings or overrides: no lookup per key then)
     ANY_SLOTS = redis.call('EXISTS', K_POLS) == 1
     ANY_OVERRIDES = redis.call('EXISTS', K_POLO) == 1
@@ -76,6 +81,11 @@ local function limits(key)
     if type(slot.randomize_delay) == 'boolean' then jitter = slot.randomize_delay end
   end
   local ov = ANY_OVERRIDES and json_obj(redis.call('HGET', K_POLO, key), 'override ' .. key)
+  -- delay: the override's delay wins outright, else the largest of the configured delay,
+  -- robots.txt's crawl_delay and (AutoThrottle on) auto_delay or the start delay
+  local auto = POL_DEFAULTS[4]
+  if auto and ov then auto = pos_num(ov.auto_delay, 0, 1e9) or auto end
+  if auto and auto > delay then delay = auto end
   if ov then
     local cd = pos_num(ov.crawl_delay, 0, 1e9)
     if cd and cd > delay then delay = cd end

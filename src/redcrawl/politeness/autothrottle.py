@@ -1,0 +1,189 @@
+"""AutoThrottle on fleet-wide state: Scrapy's update rule, kept in Redis per politeness key.
+
+Scrapy's AutoThrottle (``scrapy.extensions.throttle``) adjusts the delay of each download
+slot of one process from the latencies that process sees. Here the delay is one number per
+politeness key for the whole fleet: the field ``auto_delay`` (seconds) of the key's
+override (:attr:`redcrawl.keys.CrawlKeys.pol_override`), updated by
+``lua/autothrottle.lua`` with the same rule (:func:`adjust_delay`, its Python reference),
+one response after the other, atomically; the frontier's lease step spaces the key's grants
+by it (``limits()`` in ``frontier/lua/queue_lists.lua``).
+
+While a worker has AutoThrottle on, the crawl's control hash holds
+``autothrottle`` = ``{"start_delay": s}`` (:meth:`FleetThrottle.enable`): the lease step
+honours ``auto_delay`` only then, and a key without it is spaced by the start delay, as
+Scrapy's new slot is. A worker without AutoThrottle removes the field
+(:meth:`FleetThrottle.disable`): the latest worker wins, as for the crawl's other
+politeness defaults, and stale ``auto_delay`` values are then ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from redcrawl.keys import CrawlKeys
+from redcrawl.scripts import BASE, Scripts
+from redcrawl.transport import redis_errors
+
+__all__ = [
+    "BATCH",
+    "CONTROL_FIELD",
+    "Applied",
+    "FleetThrottle",
+    "ThrottleRule",
+    "Update",
+    "adjust_delay",
+]
+
+CONTROL_FIELD = "autothrottle"
+"""Field of the crawl's control hash holding the fleet's AutoThrottle switch (JSON)."""
+
+BATCH = 200
+"""Responses applied in one script call (more are split over several, in one pipeline)."""
+
+_SOURCES = {"update": (BASE, "politeness/lua/autothrottle.lua")}
+
+
+def adjust_delay(
+    old: float,
+    latency: float,
+    status: int,
+    *,
+    target_concurrency: float,
+    min_delay: float,
+    max_delay: float,
+) -> float:
+    """The delay after a response (Scrapy's ``AutoThrottle._adjust_delay``): half-way from
+    ``old`` to ``latency / target_concurrency``, never below that target, clamped to
+    ``[min_delay, max_delay]``; a response other than 200 never lowers it."""
+    target = latency / target_concurrency
+    new = max(target, (old + target) / 2.0)
+    new = min(max(min_delay, new), max_delay)
+    if status != 200 and new <= old:
+        return old
+    return new
+
+
+@dataclass(frozen=True, slots=True)
+class ThrottleRule:
+    """The settings of the rule (``AUTOTHROTTLE_*`` and ``DOWNLOAD_DELAY``)."""
+
+    target_concurrency: float
+    min_delay: float
+    max_delay: float
+    start_delay: float
+    """The delay of a key not seen yet: ``max(DOWNLOAD_DELAY, AUTOTHROTTLE_START_DELAY)``."""
+
+    @classmethod
+    def from_settings(cls, settings: Any) -> ThrottleRule:
+        """From a :class:`redcrawl.settings.Settings`."""
+        low = float(settings.politeness_delay)
+        return cls(
+            target_concurrency=float(settings.autothrottle_target_concurrency),
+            min_delay=low,
+            max_delay=float(settings.autothrottle_max_delay),
+            start_delay=max(low, float(settings.autothrottle_start_delay)),
+        )
+
+    def next_delay(self, old: float | None, latency: float, status: int) -> float:
+        """:func:`adjust_delay` from ``old`` (None: a key not seen yet)."""
+        return adjust_delay(
+            self.start_delay if old is None else old,
+            latency,
+            status,
+            target_concurrency=self.target_concurrency,
+            min_delay=self.min_delay,
+            max_delay=self.max_delay,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """One response: its politeness key, download latency (seconds) and status."""
+
+    key: str
+    latency: float
+    status: int
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    """What an :class:`Update` did to its key's fleet-wide delay."""
+
+    key: str
+    outcome: int
+    """1 written, 0 unchanged, -1 the key's override is not a JSON object (left alone)."""
+    old: float | None
+    new: float | None
+
+
+def _float(raw: Any) -> float | None:
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return float(text) if text else None
+
+
+class FleetThrottle:
+    """The fleet-wide AutoThrottle state of one crawl, on ``client``."""
+
+    def __init__(self, client: Any, keys: CrawlKeys, rule: ThrottleRule) -> None:
+        for name in ("target_concurrency", "min_delay", "max_delay", "start_delay"):
+            value = getattr(rule, name)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"AutoThrottle {name} must be a number >= 0, not {value!r}")
+        if rule.target_concurrency <= 0:
+            raise ValueError("AutoThrottle target_concurrency must be above 0")
+        self.client = client
+        self.keys = keys
+        self.rule = rule
+        self._scripts = Scripts(client, _SOURCES)
+
+    def enable(self) -> None:
+        """Tell the lease step that the fleet runs AutoThrottle (with this start delay)."""
+        value = json.dumps({"start_delay": self.rule.start_delay})
+        with redis_errors("switching fleet-wide AutoThrottle on"):
+            self.client.hset(self.keys.control, CONTROL_FIELD, value)
+
+    def disable(self) -> bool:
+        """Tell the lease step to ignore ``auto_delay``; whether it was on."""
+        with redis_errors("switching fleet-wide AutoThrottle off"):
+            return bool(self.client.hdel(self.keys.control, CONTROL_FIELD))
+
+    def update(self, updates: Sequence[Update]) -> list[Applied]:
+        """Apply the rule for each response, in order: one script call per :data:`BATCH`
+        responses, all in one round trip."""
+        if not updates:
+            return []
+        r = self.rule
+        head = [
+            repr(r.target_concurrency),
+            repr(r.min_delay),
+            repr(r.max_delay),
+            repr(r.start_delay),
+        ]
+        with redis_errors("AutoThrottle update"):
+            pipe = self.client.pipeline(transaction=False)
+            for i in range(0, len(updates), BATCH):
+                args = list(head)
+                for u in updates[i : i + BATCH]:
+                    args += [u.key, repr(float(u.latency)), str(int(u.status))]
+                self._scripts["update"](keys=[self.keys.pol_override], args=args, client=pipe)
+            replies = pipe.execute()
+        flat = [x for reply in replies for x in reply]
+        return [
+            Applied(u.key, int(flat[3 * i]), _float(flat[3 * i + 1]), _float(flat[3 * i + 2]))
+            for i, u in enumerate(updates)
+        ]
+
+    def delay(self, key: str) -> float | None:
+        """The stored fleet-wide ``auto_delay`` of ``key`` (None: none, or unreadable)."""
+        with redis_errors("reading a politeness override"):
+            raw = self.client.hget(self.keys.pol_override, key)
+        try:
+            value = json.loads(raw) if raw else None
+        except ValueError:
+            return None
+        delay = value.get("auto_delay") if isinstance(value, dict) else None
+        return float(delay) if isinstance(delay, int | float) else None
