@@ -2,13 +2,13 @@
 HTTP API (``/v1/crawls/{crawl}/hosts``) and the CLI (``redcrawl hosts``) both call.
 
 :class:`Hosts` (one crawl's frontier) reads the politeness keys with ready work or
-requests in flight (:meth:`Hosts.list`), one key's limits, state and why it is not
+requests in flight (:meth:`Hosts.top`), one key's limits, state and why it is not
 served right now (:meth:`Hosts.show`), and changes the operator's override of a key
 (:meth:`Hosts.set`, :meth:`Hosts.reset`). Results are typed records (:class:`HostRow`,
 :class:`HostPage`, :class:`HostDetail`); bad values raise :class:`BadHostInput` naming
 the field, a crawl without politeness :class:`PolitenessOff`.
 
-Cost: every call is bounded whatever the crawl's size (no SCAN). :meth:`Hosts.list`
+Cost: every call is bounded whatever the crawl's size (no SCAN). :meth:`Hosts.top`
 reads at most :data:`LIST_KEYS_PER_TIER` keys from the head of each tier's ``open`` zset
 (the keys that open first) and the keys of at most :data:`LIST_LEASED_IDS` leased
 requests (one Lua step, ``lua/hosts_list.lua``); it says whether that was every key
@@ -25,6 +25,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import Enum
 from typing import Any, Final, Literal
 
@@ -50,6 +51,7 @@ __all__ = [
     "Limit",
     "PolitenessOff",
     "RobotsState",
+    "Sort",
     "check_key",
 ]
 
@@ -63,12 +65,12 @@ PAST_BLOCK = 86400.0
 """A ``block_until`` more than this long ago (seconds) is refused as a mistake (to lift a
 block, remove it: ``unblock``, or ``block_until: null``)."""
 LIST_KEYS_PER_TIER = 1000
-"""Most keys :meth:`Hosts.list` reads from each tier's ``open`` zset (those that open
+"""Most keys :meth:`Hosts.top` reads from each tier's ``open`` zset (those that open
 first); beyond that the list is a bounded sample (``complete`` false)."""
 LIST_LEASES = 1000
-"""Most leases :meth:`Hosts.list` reads (soonest deadline first)."""
+"""Most leases :meth:`Hosts.top` reads (soonest deadline first)."""
 LIST_LEASED_IDS = 10_000
-"""Most leased requests :meth:`Hosts.list` reads the keys of."""
+"""Most leased requests :meth:`Hosts.top` reads the keys of."""
 OPERATOR_FIELDS: Final = ("delay", "concurrency", "block_until", "paused")
 """The override's fields operators own; ``crawl_delay`` (robots.txt) and ``auto_delay``
 (AutoThrottle) are their producers', and a reset keeps them."""
@@ -127,7 +129,7 @@ class RobotsState:
 
 @dataclass(frozen=True, slots=True)
 class HostRow:
-    """One politeness key in :meth:`Hosts.list`. Times are seconds since the epoch on the
+    """One politeness key in :meth:`Hosts.top`. Times are seconds since the epoch on the
     Redis clock; ``blocked_until`` is the later of the operator's and the adaptive block
     (429/503), None when neither is in the future."""
 
@@ -142,7 +144,7 @@ class HostRow:
 
 @dataclass(frozen=True, slots=True)
 class HostPage:
-    """A page of :meth:`Hosts.list`: ``hosts`` sorted by ``sort`` (descending, then by
+    """A page of :meth:`Hosts.top`: ``hosts`` sorted by ``sort`` (descending, then by
     key), ``next_cursor`` for the next page (None: last), ``scanned`` keys read and
     whether that was every key with ready work or in flight (``complete``)."""
 
@@ -213,8 +215,12 @@ def _number(name: str, value: Any, low: float, high: float, *, whole: bool = Fal
     if whole and value != int(value):
         raise BadHostInput(name, f"{value!r}: give a whole number")
     if not low <= value <= high:
-        raise BadHostInput(name, f"{value!r} is out of range: give {low:g} to {high:g}")
+        raise BadHostInput(name, f"{value!r} is out of range: give {_num(low)} to {_num(high)}")
     return float(value)
+
+
+def _num(x: float) -> str:
+    return f"{int(x):,}" if x == int(x) else f"{x:g}"
 
 
 def _obj(raw: Any) -> dict[str, Any] | None:
@@ -282,7 +288,7 @@ class Hosts:
         return "" if clock is None else str(int(clock()))
 
     # --- reading -----------------------------------------------------------------------
-    def list(self, *, limit: int = 100, sort: Sort = "ready", cursor: str | None = None) -> HostPage:
+    def top(self, *, limit: int = 100, sort: Sort = "ready", cursor: str | None = None) -> HostPage:
         """Keys with ready work or in flight, most ``sort`` first (ties by key), ``limit``
         per page from ``cursor`` (a previous page's ``next_cursor``). The order is made
         afresh at each call: a key whose numbers changed between two pages may move."""
@@ -423,7 +429,7 @@ class Hosts:
             backoff_failures=int(fails) if fails is not None else None,
             paused=paused,
             crawl_paused=crawl_paused == b"1",
-            override={f: override[f] for f in OPERATOR_FIELDS if f in override},
+            override=_operator_fields(override),
             crawl_delay=_pos(override.get("crawl_delay"), 0, 1e9),
             auto_delay=_pos(override.get("auto_delay"), 0, 1e9),
             robots=robots,
@@ -443,11 +449,11 @@ class Hosts:
         self,
         key: str,
         *,
-        delay: float | None | _Unset = UNSET,
-        concurrency: int | None | _Unset = UNSET,
-        block_until: float | None | _Unset = UNSET,
+        delay: float | _Unset | None = UNSET,
+        concurrency: int | _Unset | None = UNSET,
+        block_until: float | _Unset | None = UNSET,
         block_for: float | _Unset = UNSET,
-        paused: bool | None | _Unset = UNSET,
+        paused: bool | _Unset | None = UNSET,
     ) -> HostDetail:
         """Change the operator's override of ``key``: a value sets the field, None
         removes it, UNSET leaves it. ``block_until`` is seconds since the epoch (Redis
@@ -506,9 +512,7 @@ class Hosts:
         """Drop the operator's override of ``key`` (delay, concurrency, block_until,
         paused); robots.txt's ``crawl_delay`` and AutoThrottle's ``auto_delay`` stay."""
         key = check_key(key)
-        self._change(
-            key, "reset", {}, [], "", self._delay_without_operator(key), self._now_ms()
-        )
+        self._change(key, "reset", {}, [], "", self._delay_without_operator(key), self._now_ms())
         return self.show(key)
 
     def _delay_without_operator(self, key: str) -> float:
@@ -571,10 +575,11 @@ def _limits(
             delay = Limit(dl, "DOWNLOAD_SLOTS")
         if isinstance(slot.get("randomize_delay"), bool):
             jitter = slot["randomize_delay"]
-    for name in ("crawl_delay", "auto_delay"):
+    names: tuple[Source, ...] = ("crawl_delay", "auto_delay")
+    for name in names:
         v = _pos(override.get(name), 0, 1e9)
         if v is not None and v > delay.value:
-            delay = Limit(v, name)  # type: ignore[arg-type]
+            delay = Limit(v, name)
     v = _pos(override.get("delay"), 0, 1e9)
     if v is not None:
         delay = Limit(v, "override")
@@ -584,13 +589,22 @@ def _limits(
     return Limit(math.floor(conc.value), conc.source), delay, jitter
 
 
+def _operator_fields(override: Mapping[str, Any]) -> dict[str, Any]:
+    """The operator's fields of an override, ``block_until`` in seconds (stored in ms)."""
+    out = {f: override[f] for f in OPERATOR_FIELDS if f in override}
+    if isinstance(out.get("block_until"), int | float) and not isinstance(out["block_until"], bool):
+        out["block_until"] = out["block_until"] / 1000
+    return out
+
+
 def _with_why(d: HostDetail, now: float) -> HostDetail:
     """``d`` with ``why``: the first reason, in the lease step's order, that keeps the key
     from being granted now."""
     from dataclasses import replace
 
     def until(at: float) -> str:
-        return f"until {at:.3f} (in {_ago(at - now / 1000)})"
+        clock = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
+        return f"until {clock} UTC (in {_ago(at - now / 1000)})"
 
     why: str | None = None
     t = now / 1000
@@ -607,7 +621,7 @@ def _with_why(d: HostDetail, now: float) -> HostDetail:
         why = f"blocked after 429/503 responses{fails} {until(d.block)}"
     elif d.in_flight >= d.concurrency.value:
         n = int(d.concurrency.value)
-        why = f"all {n} slot{'s' * (n != 1)} in flight"
+        why = f"all {n} slots in flight" if n != 1 else "its only slot is in flight"
     elif d.next_allowed is not None and d.next_allowed > t:
         why = f"delay: next fetch allowed in {d.next_allowed - t:.1f} s"
     return replace(d, why=why)
