@@ -279,6 +279,12 @@ class HostOverrideIn(_Strict):
     """A change to the operator's override of one politeness key: a field given sets it,
     ``null`` removes it, a field left out stays as it is."""
 
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={"not": {"required": ["block_until", "block_for"]}},
+    )
+
     delay: float | None = Field(
         default=None,
         ge=0.0,
@@ -298,7 +304,7 @@ class HostOverrideIn(_Strict):
     )
     block_for: float | None = Field(
         default=None,
-        gt=0.0,
+        ge=0.001,
         le=30 * 86400.0,
         allow_inf_nan=False,
         description="Block for this many seconds from now (instead of block_until).",
