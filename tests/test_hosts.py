@@ -65,7 +65,7 @@ def test_override_set_here_is_obeyed_by_the_next_lease(make_frontier: FrontierFa
     assert granted(f, "a.test") == 2
     h.set("a.test", concurrency=10, block_for=600)
     assert granted(f, "a.test") == 0
-    assert h.show("a.test").why.startswith("blocked by operator until ")
+    assert str(h.show("a.test").why).startswith("blocked by operator until ")
     h.set("a.test", block_until=None)  # unblock: served at the next lease
     assert granted(f, "a.test") == 7
     assert f.counts().conserved
@@ -180,9 +180,9 @@ def test_show_explains_each_reason(make_frontier: FrontierFactory, clock: Clock)
     assert h.show("a.test").why == "no ready requests (1 in flight)"
     # an adaptive block (written by the 429/503 handling into the key's state)
     f.client.hset(f.keys.pol_state_base + "slow.test", mapping={"block": clock.ms + 3000})
-    assert h.show("slow.test").why.startswith("blocked after 429/503 responses until ")
+    assert str(h.show("slow.test").why).startswith("blocked after 429/503 responses until ")
     f.pause()
-    assert h.show("slow.test").why.startswith("the whole crawl is paused")
+    assert str(h.show("slow.test").why).startswith("the whole crawl is paused")
 
 
 def test_show_gives_the_robots_txt_state(make_frontier: FrontierFactory) -> None:
