@@ -244,3 +244,12 @@ def test_a_crawl_without_politeness_is_refused(
     f = make_frontier(politeness=False)
     with pytest.raises(PolitenessOff, match="no fleet-wide politeness"):
         Hosts(f)
+
+
+def test_keys_in_flight_are_found_in_a_large_lease(make_frontier: FrontierFactory) -> None:
+    f = polite(make_frontier, politeness_concurrency=3000)
+    f.push(site("big.test", 1500) + site("other.test", 1))
+    assert len(f.lease("w", 1500)) == 1500
+    page = Hosts(f).top(sort="inflight")
+    assert page.complete and page.hosts[0].key == "big.test"
+    assert sum(r.in_flight for r in page.hosts) == 1500

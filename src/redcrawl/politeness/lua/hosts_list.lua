@@ -1,25 +1,20 @@
 -- hosts_list.lua: the politeness keys of a crawl with ready work or requests in flight,
--- with their numbers, read in one bounded step (prepended: lua/base.lua). Read-only.
+-- found in one bounded step (prepended: lua/base.lua). Read-only. Their numbers are read
+-- by the caller, pipelined (one short command each, not one long script).
 --
--- KEYS[1]    pq:       key base of the per-key ready queues: pq:<tier>:<key>
--- KEYS[2]    pol:      key base of the per-key state: pol:<key> HASH in, next, block
--- KEYS[3]    polo      HASH politeness key -> JSON override
--- KEYS[4]    inflight  ZSET lease token -> deadline (ms)
--- KEYS[5]    leases    HASH lease token -> msgpack [since, worker, id, ...]
--- KEYS[6]    req       HASH id -> record <priority>|<attempts>|<token>|K<len>:<key><env>
--- KEYS[7..]  open:<t>, one per tier: ZSET politeness key -> when it may next be granted
--- ARGV[1] "priority" (queues are ZSETs) or anything else (LISTs)
--- ARGV[2] most keys read from the head of each tier's open zset (the keys that open
+-- KEYS[1]    inflight  ZSET lease token -> deadline (ms)
+-- KEYS[2]    leases    HASH lease token -> msgpack [since, worker, id, ...]
+-- KEYS[3]    req       HASH id -> record <priority>|<attempts>|<token>|K<len>:<key><env>
+-- KEYS[4..]  open:<t>, one per tier: ZSET politeness key -> when it may next be granted
+-- ARGV[1] most keys read from the head of each tier's open zset (the keys that open
 --         first)
--- ARGV[3] most leases read (soonest deadline first)
--- ARGV[4] most leased request ids read
+-- ARGV[2] most leases read (soonest deadline first)
+-- ARGV[3] most leased request ids read
 --
--- Returns {complete (1: every key with ready work or in flight was read, 0: a bound
--- cut the reading short), keys read, then per key: key, ready in tier 0, ..., ready in
--- the last tier, in flight, next (ms, "" if none), adaptive block (ms, ""), the
--- override's JSON ("")}.
-local ntiers = #KEYS - 6
-local per_tier, max_leases, max_ids = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+-- Returns {complete (1: every key with ready work or in flight was found, 0: a bound
+-- cut the reading short), then the keys found, each once}.
+local ntiers = #KEYS - 3
+local per_tier, max_leases, max_ids = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local complete = 1
 local seen, order = {}, {}
 
@@ -28,18 +23,18 @@ local function add(key)
 end
 
 for t = 0, ntiers - 1 do
-  local zset = KEYS[7 + t]
+  local zset = KEYS[4 + t]
   for _, key in ipairs(redis.call('ZRANGE', zset, 0, per_tier - 1)) do add(key) end
   if redis.call('ZCARD', zset) > per_tier then complete = 0 end
 end
 
 -- keys with requests in flight: from the leases (bounded by the fleet's concurrency)
-local tokens = redis.call('ZRANGE', KEYS[4], 0, max_leases - 1)
-if redis.call('ZCARD', KEYS[4]) > max_leases then complete = 0 end
+local tokens = redis.call('ZRANGE', KEYS[1], 0, max_leases - 1)
+if redis.call('ZCARD', KEYS[1]) > max_leases then complete = 0 end
 local read = 0
 for _, token in ipairs(tokens) do
   if read >= max_ids then complete = 0; break end
-  local rawlease = redis.call('HGET', KEYS[5], token)
+  local rawlease = redis.call('HGET', KEYS[2], token)
   local ok, lease = pcall(function() return {cmsgpack.unpack(rawlease or '')} end)
   if ok and type(lease[1]) == 'table' then lease = lease[1] end
   if ok and type(lease) == 'table' then
@@ -49,8 +44,9 @@ for _, token in ipairs(tokens) do
     end
     if #lease - 2 + read > max_ids then complete = 0 end
     read = read + #ids
-    if #ids > 0 then
-      for _, rec in ipairs(redis.call('HMGET', KEYS[6], unpack(ids))) do
+    for i = 1, #ids, 1000 do
+      local chunk = {unpack(ids, i, math.min(i + 999, #ids))}
+      for _, rec in ipairs(redis.call('HMGET', KEYS[3], unpack(chunk))) do
         if rec then
           local a = string.find(rec, '|', 1, true)
           local b = a and string.find(rec, '|', a + 1, true)
@@ -65,18 +61,6 @@ for _, token in ipairs(tokens) do
   end
 end
 
-local out = {complete, #order}
-for _, key in ipairs(order) do
-  out[#out + 1] = key
-  for t = 0, ntiers - 1 do
-    local q = KEYS[1] .. t .. ':' .. key
-    if ARGV[1] == 'priority' then out[#out + 1] = redis.call('ZCARD', q)
-    else out[#out + 1] = redis.call('LLEN', q) end
-  end
-  local st = redis.call('HMGET', KEYS[2] .. key, 'in', 'next', 'block')
-  out[#out + 1] = st[1] or '0'
-  out[#out + 1] = st[2] or ''
-  out[#out + 1] = st[3] or ''
-  out[#out + 1] = redis.call('HGET', KEYS[3], key) or ''
-end
+local out = {complete}
+for _, key in ipairs(order) do out[#out + 1] = key end
 return out
