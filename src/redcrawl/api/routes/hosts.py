@@ -103,6 +103,8 @@ def router(ctx: Context) -> APIRouter:
             name: getattr(payload, name) if name in given else UNSET
             for name in ("delay", "concurrency", "block_until", "paused")
         }
+        if "block_for" in given and "block_until" in given:
+            raise Invalid("block_for", "give block_until or block_for, not both")
         if payload.block_for is not None:
             changes["block_for"] = payload.block_for
         try:
