@@ -168,3 +168,10 @@ def test_durations(text: str, seconds: float) -> None:
 def test_bad_durations(text: str) -> None:
     with pytest.raises(BadHostInput):
         duration(text)
+
+
+def test_flags_before_the_subcommand(redis7: RedisServer, crawl: FrontierCore) -> None:
+    args = ["hosts", "--redis-url", redis7.url, "--crawl", "cli", "show", "b.test", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["key"] == "b.test"

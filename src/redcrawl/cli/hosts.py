@@ -67,7 +67,11 @@ def _bad_input(fn: Any) -> Any:
     return wrapper
 
 
-def _hosts(redis_url: str | None, crawl_name: str | None) -> Hosts:
+def _hosts(ctx: typer.Context, redis_url: str | None, crawl_name: str | None) -> Hosts:
+    given = ctx.obj
+    if isinstance(given, dict):  # flags given to `redcrawl hosts` before the subcommand
+        redis_url = redis_url or given.get("redis_url")
+        crawl_name = crawl_name or given.get("crawl_name")
     settings = _settings(redis_url)
     client = _connect(settings)
     name = _crawl(settings, crawl_name, client)
@@ -188,10 +192,12 @@ def hosts(
     """List the politeness keys with ready work or in flight, most ready first (bounded
     per call: the caption says when the list is a sample)."""
     if ctx.invoked_subcommand is not None:
+        # `redcrawl hosts --crawl C show KEY`: the subcommand's own flags win
+        ctx.obj = {"redis_url": redis_url, "crawl_name": crawl_name}
         return
     if sort not in ("ready", "inflight"):
         raise BadHostInput("sort", f"{sort!r}: give ready or inflight")
-    page = _hosts(redis_url, crawl_name).top(limit=top, sort=cast(Sort, sort), cursor=cursor)
+    page = _hosts(ctx, redis_url, crawl_name).top(limit=top, sort=cast(Sort, sort), cursor=cursor)
     if as_json:
         typer.echo(json.dumps(_plain(page)))
     else:
@@ -202,17 +208,22 @@ def hosts(
 @_guard
 @_bad_input
 def show(
-    key: KeyArg, redis_url: RedisUrl = None, crawl_name: CrawlName = None, as_json: AsJson = False
+    ctx: typer.Context,
+    key: KeyArg,
+    redis_url: RedisUrl = None,
+    crawl_name: CrawlName = None,
+    as_json: AsJson = False,
 ) -> None:
     """One key: ready, in flight, its limits and where they come from, blocks, robots.txt,
     and why it is not served right now."""
-    _show(_hosts(redis_url, crawl_name).show(key), as_json)
+    _show(_hosts(ctx, redis_url, crawl_name).show(key), as_json)
 
 
 @hosts_app.command("set")
 @_guard
 @_bad_input
 def set_(
+    ctx: typer.Context,
     key: KeyArg,
     delay: Annotated[
         float | None, typer.Option("--delay", help="Seconds between fetch starts (0-86400).")
@@ -231,7 +242,7 @@ def set_(
     lease obeys it."""
     if delay is None and concurrency is None and paused is None:
         raise _fail("give --delay, --concurrency, --pause or --resume", EXIT_USAGE)
-    h = _hosts(redis_url, crawl_name)
+    h = _hosts(ctx, redis_url, crawl_name)
     d = h.set(
         key,
         delay=UNSET if delay is None else delay,
@@ -245,6 +256,7 @@ def set_(
 @_guard
 @_bad_input
 def block(
+    ctx: typer.Context,
     key: KeyArg,
     for_: Annotated[str, typer.Option("--for", help="How long: 90s, 10m, 2h, 1d (at most 30d).")],
     redis_url: RedisUrl = None,
@@ -253,25 +265,33 @@ def block(
 ) -> None:
     """Serve nothing of a key for a while (every worker), from now on the server's clock."""
     seconds = duration(for_)
-    _show(_hosts(redis_url, crawl_name).set(key, block_for=seconds), as_json)
+    _show(_hosts(ctx, redis_url, crawl_name).set(key, block_for=seconds), as_json)
 
 
 @hosts_app.command("unblock")
 @_guard
 @_bad_input
 def unblock(
-    key: KeyArg, redis_url: RedisUrl = None, crawl_name: CrawlName = None, as_json: AsJson = False
+    ctx: typer.Context,
+    key: KeyArg,
+    redis_url: RedisUrl = None,
+    crawl_name: CrawlName = None,
+    as_json: AsJson = False,
 ) -> None:
     """Lift the operator's block of a key (a block after 429/503 responses runs its course)."""
-    _show(_hosts(redis_url, crawl_name).set(key, block_until=None), as_json)
+    _show(_hosts(ctx, redis_url, crawl_name).set(key, block_until=None), as_json)
 
 
 @hosts_app.command("reset")
 @_guard
 @_bad_input
 def reset(
-    key: KeyArg, redis_url: RedisUrl = None, crawl_name: CrawlName = None, as_json: AsJson = False
+    ctx: typer.Context,
+    key: KeyArg,
+    redis_url: RedisUrl = None,
+    crawl_name: CrawlName = None,
+    as_json: AsJson = False,
 ) -> None:
     """Drop the operator's override of a key (robots.txt's Crawl-delay and AutoThrottle's
     delay stay)."""
-    _show(_hosts(redis_url, crawl_name).reset(key), as_json)
+    _show(_hosts(ctx, redis_url, crawl_name).reset(key), as_json)
