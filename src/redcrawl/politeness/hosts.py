@@ -375,7 +375,7 @@ class Hosts:
         with redis_errors("reading a politeness key"):
             pipe = self.f.client.pipeline(transaction=False)
             pipe.time()
-            pipe.hmget(k.control, "politeness", "paused")
+            pipe.hmget(k.control, "politeness", "paused", "autothrottle")
             pipe.hget(k.pol_slots, key)
             pipe.hget(k.pol_override, key)
             pipe.hmget(k.pol_state_base + key, "in", "next", "block", "fail")
@@ -390,7 +390,7 @@ class Hosts:
                 pipe.hget(k.robots, origin)
                 pipe.zscore(k.robots_expiry, origin)
             res = pipe.execute()
-        (sec, usec), (defaults_raw, crawl_paused), slot_raw, ov_raw, state = res[:5]
+        (sec, usec), (defaults_raw, crawl_paused, at_raw), slot_raw, ov_raw, state = res[:5]
         clock = self.f._clock
         now = float(clock()) if clock is not None else int(sec) * 1000 + int(usec) / 1000
         per_tier = tuple(int(x) for x in res[5 : 5 + k.tiers])
@@ -399,7 +399,9 @@ class Hosts:
         notes = []
         if ov_raw and not _obj(ov_raw):
             notes.append("the stored override is not a JSON object: the lease step ignores it")
-        conc, delay, randomize = _limits(_obj(defaults_raw), defaults_raw, _obj(slot_raw), override)
+        conc, delay, randomize = _limits(
+            _obj(defaults_raw), defaults_raw, _obj(slot_raw), override, _obj(at_raw)
+        )
         inn = max(int(_ms(state[0]) or 0), 0)
         nxt = _ms(state[1])
         block = _ms(state[2])
@@ -437,7 +439,7 @@ class Hosts:
             crawl_paused=crawl_paused == b"1",
             override=_operator_fields(override),
             crawl_delay=_pos(override.get("crawl_delay"), 0, 1e9),
-            auto_delay=_pos(override.get("auto_delay"), 0, 1e9),
+            auto_delay=_pos(override.get("auto_delay"), 0, 1e9) if _obj(at_raw) else None,
             robots=robots,
             why=None,
             server_time=now / 1000,
@@ -526,12 +528,12 @@ class Hosts:
         k = self.keys
         with redis_errors("reading a politeness key"):
             pipe = self.f.client.pipeline(transaction=False)
-            pipe.hget(k.control, "politeness")
+            pipe.hmget(k.control, "politeness", "autothrottle")
             pipe.hget(k.pol_slots, key)
             pipe.hget(k.pol_override, key)
-            d, slot, ov = pipe.execute()
+            (d, at), slot, ov = pipe.execute()
         override = {f: v for f, v in (_obj(ov) or {}).items() if f != "delay"}
-        return _limits(_obj(d), d, _obj(slot), override)[1].value
+        return _limits(_obj(d), d, _obj(slot), override, _obj(at))[1].value
 
     def _change(
         self,
@@ -565,9 +567,12 @@ def _limits(
     defaults_raw: Any,
     slot: dict[str, Any] | None,
     override: Mapping[str, Any],
+    autothrottle: dict[str, Any] | None = None,
 ) -> tuple[Limit, Limit, bool]:
     """(concurrency, delay, jitter) of a key as the lease step computes them
-    (``limits`` in frontier/lua/queue_lists.lua), with the source of each."""
+    (``limits`` in frontier/lua/queue_lists.lua), with the source of each. While
+    AutoThrottle is on (``autothrottle``: the control hash's JSON), the key's delay is at
+    least its ``auto_delay``, else AutoThrottle's start delay."""
     d = defaults or {}
     conc = Limit(_pos(d.get("concurrency"), 1, 1e9) or (1 if defaults_raw else 8), "default")
     delay = Limit(_pos(d.get("delay"), 0, 1e9) or 0.0, "default")
@@ -581,11 +586,15 @@ def _limits(
             delay = Limit(dl, "DOWNLOAD_SLOTS")
         if isinstance(slot.get("randomize_delay"), bool):
             jitter = slot["randomize_delay"]
-    names: tuple[Source, ...] = ("crawl_delay", "auto_delay")
-    for name in names:
-        v = _pos(override.get(name), 0, 1e9)
-        if v is not None and v > delay.value:
-            delay = Limit(v, name)
+    if autothrottle is not None:
+        auto = _pos(override.get("auto_delay"), 0, 1e9)
+        if auto is None:
+            auto = _pos(autothrottle.get("start_delay"), 0, 1e9) or 0.0
+        if auto > delay.value:
+            delay = Limit(auto, "auto_delay")
+    crawl_delay = _pos(override.get("crawl_delay"), 0, 1e9)
+    if crawl_delay is not None and crawl_delay > delay.value:
+        delay = Limit(crawl_delay, "crawl_delay")
     v = _pos(override.get("delay"), 0, 1e9)
     if v is not None:
         delay = Limit(v, "override")
