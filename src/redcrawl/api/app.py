@@ -85,6 +85,7 @@ def create_app(
             routes.requests,
             routes.crawls,
             routes.workers,
+            routes.hosts,
             routes.metrics,
             routes.dashboard,
         )
@@ -103,7 +104,11 @@ def create_app(
                 title=app.title, version=app.version, description=app.description, routes=app.routes
             )
             _, defs = models_json_schema(
-                [(m.SubmitIn, "validation"), (m.RequeueIn, "validation")],
+                [
+                    (m.SubmitIn, "validation"),
+                    (m.RequeueIn, "validation"),
+                    (m.HostOverrideIn, "validation"),
+                ],
                 ref_template="#/components/schemas/{model}",
             )
             schema.setdefault("components", {}).setdefault("schemas", {}).update(
@@ -115,7 +120,23 @@ def create_app(
                 f"1 to {settings.api_max_batch} requests (REDCRAWL_API_MAX_BATCH)."
             )
             app.openapi_schema = schema
+        _block_window(app.openapi_schema)
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+def _block_window(schema: dict[str, Any]) -> None:
+    """The bounds of ``block_until`` as of now (a day back, 30 days ahead on the server's
+    clock; an hour inside that window, for clocks apart and a schema read a while ago)."""
+    import time
+
+    from redcrawl.politeness.hosts import MAX_BLOCK, PAST_BLOCK
+
+    now = time.time()
+    prop = schema["components"]["schemas"]["HostOverrideIn"]["properties"]["block_until"]
+    for choice in prop.get("anyOf", [prop]):
+        if choice.get("type") == "number":
+            choice["minimum"] = int(now - PAST_BLOCK + 3600)
+            choice["maximum"] = int(now + MAX_BLOCK - 3600)

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_URL_LENGTH",
     "META_VALUE_SCHEMA",
     "REQUEST_ID_PATTERN",
+    "HostOverrideIn",
     "RequestIn",
     "RequeueIn",
     "SubmitIn",
@@ -272,3 +273,40 @@ class RequeueIn(_Strict):
         le=MAX_REQUEUE_IDS,
         description="Most requests requeued when ids is null.",
     )
+
+
+class HostOverrideIn(_Strict):
+    """A change to the operator's override of one politeness key: a field given sets it,
+    ``null`` removes it, a field left out stays as it is."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        strict=True,
+        json_schema_extra={"not": {"required": ["block_until", "block_for"]}},
+    )
+
+    delay: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=86400.0,
+        allow_inf_nan=False,
+        description="Seconds between two fetch starts of the key (wins over every other delay).",
+    )
+    concurrency: Annotated[int, Field(ge=1, le=10_000), BeforeValidator(_whole)] | None = Field(
+        default=None, description="Most requests of the key in flight."
+    )
+    block_until: float | None = Field(
+        default=None,
+        allow_inf_nan=False,
+        description="Serve nothing of the key until then: seconds since the epoch (Redis "
+        "clock), at most a day in the past and 30 days ahead (the bounds shown are those "
+        "of when the schema was served).",
+    )
+    block_for: float | None = Field(
+        default=None,
+        ge=0.001,
+        le=30 * 86400.0,
+        allow_inf_nan=False,
+        description="Block for this many seconds from now (instead of block_until).",
+    )
+    paused: bool | None = Field(default=None, description="true: serve nothing of the key.")

@@ -20,6 +20,7 @@ from redcrawl.api.inputs import MAX_LIST_LIMIT as MAX_LIST_LIMIT
 from redcrawl.api.inputs import MAX_URL_LENGTH as MAX_URL_LENGTH
 from redcrawl.api.inputs import META_VALUE_SCHEMA as META_VALUE_SCHEMA
 from redcrawl.api.inputs import REQUEST_ID_PATTERN as REQUEST_ID_PATTERN
+from redcrawl.api.inputs import HostOverrideIn as HostOverrideIn
 from redcrawl.api.inputs import RequestIn as RequestIn
 from redcrawl.api.inputs import RequeueIn as RequeueIn
 from redcrawl.api.inputs import SubmitIn as SubmitIn
@@ -38,6 +39,11 @@ __all__ = [
     "ErrorItem",
     "ErrorOut",
     "Health",
+    "HostItem",
+    "HostLimit",
+    "HostList",
+    "HostOut",
+    "HostRobots",
     "InflightItem",
     "InflightList",
     "PausedOut",
@@ -337,3 +343,73 @@ class PausedOut(BaseModel):
 class PurgedOut(BaseModel):
     crawl: str
     purged: bool
+
+
+# --- politeness keys (/v1/crawls/{crawl}/hosts; built from redcrawl.politeness.hosts) ---
+class HostLimit(_Record):
+    value: float
+    source: Literal["default", "DOWNLOAD_SLOTS", "override", "crawl_delay", "auto_delay"] = Field(
+        description="Where it comes from: the crawl's default (CONCURRENT_REQUESTS_PER_DOMAIN, "
+        "DOWNLOAD_DELAY), DOWNLOAD_SLOTS, the operator's override, robots.txt's Crawl-delay, "
+        "AutoThrottle."
+    )
+
+
+class HostRobots(_Record):
+    origin: str
+    status: int | None = Field(description="HTTP status of robots.txt (0: download failed).")
+    kind: str | None = Field(description="rules, allow (4xx) or error; null if unreadable.")
+    expires_at: float | None = Field(description="Seconds since the epoch (Redis clock).")
+
+
+class HostItem(_Record):
+    key: Printable
+    ready: int
+    ready_per_tier: list[int]
+    in_flight: int
+    next_allowed: float | None = Field(
+        description="Earliest next grant (seconds since the epoch, Redis clock)."
+    )
+    blocked_until: float | None = Field(
+        description="The later of the operator's block and the 429/503 block, if ahead."
+    )
+    paused: bool
+
+
+class HostList(_Record):
+    crawl: str
+    sort: Literal["ready", "inflight"]
+    hosts: list[HostItem]
+    next_cursor: str | None = Field(description="Give it as cursor for the next page.")
+    scanned: int = Field(description="Keys read (bounded per call).")
+    complete: bool = Field(
+        description="Every key with ready work or in flight was read; false: the list is "
+        "sorted over the keys that open first and those in flight, up to the bounds."
+    )
+    server_time: float
+
+
+class HostOut(_Record):
+    crawl: str
+    key: Printable
+    ready: int
+    ready_per_tier: list[int]
+    in_flight: int
+    concurrency: HostLimit
+    delay: HostLimit
+    randomize_delay: bool
+    next_allowed: float | None
+    block_until: float | None = Field(description="The operator's block (seconds since epoch).")
+    block: float | None = Field(description="The adaptive block after 429/503 responses.")
+    backoff_failures: int | None
+    paused: bool = Field(description="Paused by the operator.")
+    crawl_paused: bool
+    override: dict[str, Any] = Field(description="The operator's fields of the override.")
+    crawl_delay: float | None = Field(description="robots.txt's Crawl-delay (seconds).")
+    auto_delay: float | None = Field(description="AutoThrottle's delay (seconds).")
+    robots: list[HostRobots]
+    why: Printable | None = Field(
+        description="Why the key is not served right now, in words; null: it is open."
+    )
+    server_time: float
+    notes: list[str]

@@ -13,14 +13,15 @@ Ctrl-C, 143 SIGTERM, 129 SIGHUP). docs/cli.md describes every command.
 The commands live by topic: :mod:`._common` (the app, options, error mapping and the rules
 that pick the crawl and the Redis), :mod:`.run` (crawl, demo, serve, stop-embedded),
 :mod:`.crawls` (status, crawls, seed, dead, pause, resume, purge), :mod:`.migrate`
-(import-scrapy-redis, import-dupefilter), :mod:`.observe` (exporter, watch, top).
+(import-scrapy-redis, import-dupefilter), :mod:`.observe` (exporter, watch, top),
+:mod:`.hosts` (hosts: see and steer politeness per key).
 """
 
 from __future__ import annotations
 
 # each module registers its commands (run's first: crawl, demo, serve lead --help)
 from redcrawl.cli import run  # noqa: F401  # isort: skip
-from redcrawl.cli import crawls, migrate, observe  # noqa: F401
+from redcrawl.cli import crawls, hosts, migrate, observe  # noqa: F401
 from redcrawl.cli._common import app
 
 __all__ = ["app", "main"]

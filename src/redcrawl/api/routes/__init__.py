@@ -1,5 +1,5 @@
 """The API's routes, one module per resource; each has ``router(ctx) -> APIRouter``."""
 
-from redcrawl.api.routes import crawls, dashboard, health, metrics, requests, workers
+from redcrawl.api.routes import crawls, dashboard, health, hosts, metrics, requests, workers
 
-__all__ = ["crawls", "dashboard", "health", "metrics", "requests", "workers"]
+__all__ = ["crawls", "dashboard", "health", "hosts", "metrics", "requests", "workers"]
