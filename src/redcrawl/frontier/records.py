@@ -6,9 +6,10 @@ A request is stored once, in the crawl's request hash, as
 the request is IN-FLIGHT). In a crawl with politeness (lists layout ``<ordering>/<mode>``)
 the envelope is preceded by the request's politeness key, ``K<length>:<key>``, computed
 once at push so that Lua never parses URLs (``rec_key`` in ``lua/lib.lua``); an envelope
-(a msgpack map) never starts with ``K``. A record stored by a push carries its push time
-after the envelope, ``@`` and 13 digits (milliseconds, server clock), for the latency
-histogram the ack step keeps (``lua/latency.lua``); :func:`parse_record` strips it.
+(a msgpack map) never starts with ``K``. A record stored by a push ends with its push
+time: the byte 127 (DEL) and 7 base-64 digits (milliseconds, server clock; digit ``d``
+is the byte ``48 + d``), for the latency histogram the ack step keeps
+(``lua/latency.lua``); :func:`parse_record` strips it.
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ def _split_key(body: bytes) -> tuple[str | None, bytes]:
     return body[m.end() : end].decode(errors="replace"), body[end:]
 
 
-_STAMP = re.compile(rb"@[0-9]{13}\Z")
+_STAMP = re.compile(rb"\x7f[0-o]{7}\Z")
 """The push-time suffix ``lua/latency.lua`` appends to a stored record."""
 
 
@@ -60,11 +61,16 @@ def push_time(data: bytes) -> float | None:
     """When a stored record was pushed (seconds since the epoch, server clock), or None
     if it has no push stamp (pushed before stamps existed, or a record not yet stored)."""
     m = _STAMP.search(data)
-    return int(m.group()[1:]) / 1000 if m else None
+    if m is None:
+        return None
+    ms = 0
+    for digit in m.group()[1:]:
+        ms = ms * 64 + digit - 48
+    return ms / 1000
 
 
 def _strip_stamp(body: bytes) -> bytes:
-    return body[:-14] if _STAMP.search(body) else body
+    return body[:-8] if _STAMP.search(body) else body
 
 
 def record_key(data: bytes) -> str | None:
