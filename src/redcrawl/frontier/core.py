@@ -41,7 +41,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Protocol, cast
 
 import redis
 
@@ -75,7 +75,7 @@ from redcrawl.politeness import KeyMode, politeness_key
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
-__all__ = ["MAINTAIN_LIMIT", "FrontierCore", "Held"]
+__all__ = ["MAINTAIN_LIMIT", "FrontierCore", "HeartbeatCounters", "Held"]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +124,19 @@ def _decoded(rec: bytes | None) -> tuple[int, str, Envelope | None] | None:
         return attempts, token, codec.decode(body)
     except DecodeError:
         return attempts, token, None
+
+
+class HeartbeatCounters(Protocol):
+    """What a worker adds to the crawl with each heartbeat (:meth:`FrontierCore.renew`)."""
+
+    def take(self) -> tuple[dict[str, int], dict[str, int], dict[str, str]]:
+        """(fleet totals to add, the worker's totals to add, its gauges to set), counted
+        since the last take."""
+        ...
+
+    def give_back(self, totals: dict[str, int], mine: dict[str, int]) -> None:
+        """Counts of a take whose heartbeat failed, for the next one."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -544,9 +557,42 @@ class FrontierCore(ABC):
         out: bytes = self._run("nack", args)
         return out.decode()
 
+    heartbeat_counters: HeartbeatCounters | None = None
+    """A worker's counters (e.g. :class:`redcrawl.scrapy.counters.WorkerCounters`), added
+    to the crawl with each :meth:`renew` (see :meth:`renew_counting`)."""
+
     def renew(self, worker: str, ttl: float | None = None) -> None:
-        """Heartbeat: ``worker`` and all its leases are alive for ``ttl`` more seconds."""
+        """Heartbeat: ``worker`` and all its leases are alive for ``ttl`` more seconds
+        (with :attr:`heartbeat_counters` set, its counters are added in the same call)."""
+        if self.heartbeat_counters is not None:
+            return self.renew_counting(worker, self.heartbeat_counters, ttl)
         self._run("renew", [worker, self._ms(ttl, self.settings.lease_ttl)])
+
+    def renew_counting(
+        self, worker: str, counters: HeartbeatCounters, ttl: float | None = None
+    ) -> None:
+        """Heartbeat plus ``counters.take()`` in one round trip (a MULTI): the fleet
+        totals added to the stats hash, the worker's own totals added to and its gauges
+        set in its hash (:meth:`CrawlKeys.worker_counters`), which expires with the
+        heartbeat deadline. A failed call gives the counts back for the next heartbeat."""
+        ms = self._ms(ttl, self.settings.lease_ttl)
+        totals, mine, gauges = counters.take()
+        try:
+            with redis_errors("renew"):
+                pipe = self.client.pipeline(transaction=True)
+                self._run("renew", [worker, ms], client=pipe)
+                for name, n in totals.items():
+                    pipe.hincrby(self.keys.stats, name, n)
+                own = self.keys.worker_counters(worker)
+                for name, n in mine.items():
+                    pipe.hincrby(own, name, n)
+                if gauges:
+                    pipe.hset(own, mapping=gauges)
+                pipe.pexpire(own, ms)
+                pipe.execute()
+        except BaseException:
+            counters.give_back(totals, mine)
+            raise
 
     def release_worker(self, worker: str) -> int:
         """Give up all of ``worker``'s leases now (force-reclaim / clean shutdown)."""
