@@ -267,3 +267,33 @@ def test_a_scrapy_worker_leaves_its_counters_in_the_crawl(
     assert stats["err:download"] >= 2  # the closed port, every attempt
     # the latency histogram counted every ack
     assert sum(v for k, v in stats.items() if k.startswith("lat:")) == c.done
+
+
+# --- the dashboard's history, kept by /metrics --------------------------------------------
+
+
+def test_a_scrape_records_the_minute_of_the_dashboard_history(
+    redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    import httpx
+
+    from redcrawl.keys import CrawlKeys
+
+    from .apikit import AUTH_READ, ApiServer, api_settings
+
+    f = lists(redis7_client, politeness=False)
+    f.push([env(f"http://h.example/{i}") for i in range(4)])
+    f.ack(f.lease("w", 1))
+    server = ApiServer(api_settings(redis7.url), redis7_client)
+    try:
+        for _ in range(2):
+            assert httpx.get(f"{server.url}/metrics", headers=AUTH_READ).status_code == 200
+    finally:
+        server.stop()
+    key = CrawlKeys("c").history
+    stored: list[bytes] = redis7_client.zrange(key, 0, -1)  # type: ignore[assignment]
+    members = [m.decode() for m in stored]
+    minute = int(f.server_time()) // 60
+    assert len(members) == 1 and members[0].split(":")[1:] == ["1", "4"]
+    assert int(members[0].split(":")[0]) in (minute - 1, minute)
+    assert 0 < redis7_client.ttl(key) <= 2 * 3600

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -287,18 +287,30 @@ class RedisCollector(Collector):
     """Reads one snapshot per scrape. Redis down: only ``redcrawl_up 0`` (and the scrape
     duration), so Prometheus keeps scraping and an alert on ``redcrawl_up`` can fire."""
 
-    def __init__(self, reader: SnapshotReader) -> None:
+    def __init__(
+        self, reader: SnapshotReader, on_snapshot: Callable[[Snapshot], None] | None = None
+    ) -> None:
         self.reader = reader
+        self.on_snapshot = on_snapshot
+        """Called with each snapshot read (e.g. to record the dashboard's history); its
+        failures are logged, never fail the scrape."""
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
         out: list[Metric] = []
         up = 1
         try:
-            out = families(self.reader.read())
+            snap = self.reader.read()
+            out = families(snap)
         except Exception as exc:  # a scrape must answer: report Redis as down
             log.warning("metrics: reading Redis failed: %s", exc)
             up = 0
+        else:
+            if self.on_snapshot is not None:
+                try:
+                    self.on_snapshot(snap)
+                except Exception as exc:  # e.g. a read-only ACL user: the scrape goes on
+                    log.warning("metrics: after the scrape: %s", exc)
         yield from out
         yield _gauge("up", "1 if the exporter could read Redis.", up)
         yield _gauge(
@@ -311,8 +323,9 @@ class RedisCollector(Collector):
         return []  # no read at registration time
 
 
-def render(reader: SnapshotReader) -> bytes:
-    """The Prometheus text exposition of one scrape."""
+def render(reader: SnapshotReader, on_snapshot: Callable[[Snapshot], None] | None = None) -> bytes:
+    """The Prometheus text exposition of one scrape (``on_snapshot``: see
+    :class:`RedisCollector`)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RedisCollector(reader))
+    registry.register(RedisCollector(reader, on_snapshot))
     return generate_latest(registry)
