@@ -17,7 +17,9 @@ time (median). The ratio big / small should be ~1: the scrape reads bounded keys
 Two readers: the crawl given (``redcrawl exporter --crawl``) and the crawls found by a
 SCAN over the stats keys (the default): that SCAN walks the whole keyspace (at most 50
 calls of COUNT 1000), which grows with the sites a polite crawl has ready work for (two
-keys per site), not with its requests. Never a non-zero exit status.
+keys per site), not with its requests. Then the Redis CPU a heartbeat's counters add:
+``--beats`` plain heartbeats against as many carrying a full set of counters. Never a
+non-zero exit status.
 """
 
 from __future__ import annotations
@@ -85,6 +87,34 @@ def measure(r: redis.Redis, reader: SnapshotReader, scrapes: int) -> dict[str, f
     }
 
 
+def heartbeat_cost(r: redis.Redis, f: FrontierCore, beats: int) -> dict[str, float]:
+    """Redis CPU (us) of one plain heartbeat and of one carrying a full set of counters
+    (every error kind, every download bucket, items stored), over ``beats`` each."""
+
+    def full() -> WorkerCounters:
+        c = WorkerCounters(exceptions=lambda: 1)
+        for status in (200, 404, 503):
+            for latency in (0.01, 0.07, 0.2, 0.4, 0.9, 2, 4, 9, 20, 50, 99):
+                c.response(status, 5000, latency)
+        c.callback_error(True)
+        c.item_error()
+        c.item()
+        c.stored(True)
+        c.stored(False)
+        return c
+
+    cpu0 = cpu(r)
+    for _ in range(beats):
+        f.renew("hb", ttl=600)
+    plain = cpu(r) - cpu0
+    sets = [full() for _ in range(beats)]
+    cpu0 = cpu(r)
+    for c in sets:
+        f.renew_counting("hb", c, ttl=600)
+    counted = cpu(r) - cpu0
+    return {"plain_us": 1e6 * plain / beats, "counted_us": 1e6 * counted / beats}
+
+
 def ratio(small: dict[str, float], big: dict[str, float]) -> dict[str, float]:
     return {k: big[k] / small[k] if small[k] else float("nan") for k in small}
 
@@ -94,6 +124,7 @@ def main() -> int:
     p.add_argument("--n", type=int, default=None, help="requests in the big crawl (1000000)")
     p.add_argument("--scrapes", type=int, default=50)
     p.add_argument("--backend", choices=("lists", "streams"), default="lists")
+    p.add_argument("--beats", type=int, default=2000, help="heartbeats timed (2000)")
     p.add_argument("--quick", action="store_true", help="N=100000 (unless --n is given)")
     p.add_argument("--json", type=Path)
     args = p.parse_args()
@@ -117,6 +148,7 @@ def main() -> int:
         big, big_found = measure(r, given, args.scrapes), measure(r, found, args.scrapes)
         counts = f.counts()
         keys = int(r.dbsize())
+        beats = heartbeat_cost(r, f, args.beats)
     finally:
         server.stop()
     out: dict[str, Any] = {
@@ -125,6 +157,7 @@ def main() -> int:
         "workers": WORKERS,
         "scrapes": args.scrapes,
         "keys_in_redis": keys,
+        "heartbeat": beats,
         "given": {"small": small, "big": big, "ratio": ratio(small, big)},
         "found": {"small": small_found, "big": big_found, "ratio": ratio(small_found, big_found)},
     }
@@ -152,6 +185,16 @@ def main() -> int:
             )
             + " |"
         )
+    added = beats["counted_us"] - beats["plain_us"]
+    print(
+        f"heartbeat: {beats['plain_us']:.1f} us of Redis CPU plain, "
+        f"{beats['counted_us']:.1f} us with a full set of counters: {added:.1f} us added per "
+        "heartbeat, e.g. "
+        + ", ".join(
+            f"{added / pages:.3f} us per page at {pages} pages per heartbeat"
+            for pages in (10, 100, 1000)
+        )
+    )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2))
     return 0

@@ -85,6 +85,7 @@ def exported(redis7: RedisServer) -> set[str]:
     f.renew_counting("w1", counters, ttl=60)
     polite = open_frontier(client, Settings(backend="lists", politeness=True), "p")
     polite.push([Envelope(url=u, fingerprint=hashlib.sha1(u.encode()).digest()) for u in urls])
+    polite.lease("w2", 1)  # a lease held (redcrawl_worker_leases_held)
     server = ApiServer(api_settings(redis7.url), client)
     try:
         r = httpx.get(f"{server.url}/metrics", headers=AUTH_READ)

@@ -9,6 +9,7 @@ import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 import redis
@@ -23,7 +24,7 @@ from redcrawl.metrics.watch import Watchdog
 from redcrawl.scrapy.counters import WorkerCounters
 from redcrawl.settings import Settings
 
-from .conftest import RedisServer, _free_port
+from .conftest import Backend, RedisServer, _free_port
 from .test_metrics import samples, value
 from .test_watch import Sink
 
@@ -297,3 +298,36 @@ def test_a_scrape_records_the_minute_of_the_dashboard_history(
     assert len(members) == 1 and members[0].split(":")[1:] == ["1", "4"]
     assert int(members[0].split(":")[0]) in (minute - 1, minute)
     assert 0 < redis7_client.ttl(key) <= 2 * 3600
+
+
+@pytest.mark.parametrize("backend", ["lists", "streams"])
+def test_lost_heartbeat_fires_only_for_a_worker_that_holds_leases(
+    redis7_client: redis.Redis, sink: Sink, backend: str
+) -> None:
+    settings = Settings(backend=cast(Backend, backend), politeness=False)
+    f = open_frontier(redis7_client, settings, "c")
+    f.push([env(f"http://h.example/{i}") for i in range(10)])
+    f.lease("gone", 2, ttl=1.0)  # its heartbeat stops now, its leases stay
+    f.renew("quiet", ttl=1.0)  # stops too, holding nothing
+    f.lease("busy", 2, ttl=60)  # the crawl has requests in flight all along
+    d = Watchdog(
+        SnapshotReader(redis7_client, Settings(lease_ttl=1.0)),
+        sink.url,
+        thresholds=Thresholds(heartbeat_lost=0.5),
+        timeout=2,
+    )
+    d.poll()
+    assert sink.seen() == []
+    time.sleep(0.7)
+    d.poll()
+    assert sink.seen() == [
+        ("firing", "RedcrawlWorkerHeartbeatLost", {"crawl": "c", "worker": "gone"})
+    ]
+    found = samples(render(SnapshotReader(redis7_client, Settings())).decode())
+    held = {
+        dict(labels)["worker"]: v
+        for (name, labels), v in found.items()
+        if name == "redcrawl_worker_leases_held"
+    }
+    assert set(held) == {"gone", "busy"}
+    assert held["gone"] == (1 if backend == "lists" else 2)  # one lease call; 2 entries

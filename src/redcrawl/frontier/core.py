@@ -761,9 +761,11 @@ class FrontierCore(ABC):
         return {k.decode(errors="replace"): (stored_int(v) or 0) / 1000 for k, v in raw.items()}
 
     def forget_worker(self, worker: str) -> None:
-        """Remove a worker's heartbeat (it is closing; its leases are already given back)."""
+        """Remove a worker's heartbeat (it is closing; its leases are already given back)
+        and its counters' hash (its last heartbeat added them to the crawl's totals)."""
         with redis_errors("forget_worker"):
             self.client.hdel(self.keys.workers, worker)
+            self.client.delete(self.keys.worker_counters(worker))
             self.client.hdel(self.keys.calls, *self.keys.call_fields(worker))
             self._forget_consumers(worker)
 

@@ -181,8 +181,17 @@ def families(snap: Snapshot) -> list[Metric]:
         "Pages the worker received; live workers.",
         labels=["crawl", "worker"],
     )
+    held = _g(
+        "worker_leases_held",
+        "Leases the worker holds: lists, how many of the crawl's 50 leases with the "
+        "oldest deadlines are its (a lease is one lease() call; a worker whose heartbeat "
+        "stopped holds the oldest); streams, its pending entries. Listed workers only.",
+        ["crawl", "worker"],
+    )
     for c in snap.crawls:
         n = c.counts
+        for worker, k in c.holding.items():
+            held.add_metric([c.crawl, worker], k)
         _histogram(latency, [c.crawl], c.stats, "lat", LATENCY_BOUNDS_MS)
         _histogram(download, [c.crawl], c.stats, "dl", DOWNLOAD_BOUNDS_MS)
         for kind in ERROR_KINDS:
@@ -262,6 +271,7 @@ def families(snap: Snapshot) -> list[Metric]:
         wrate,
         wsuccess,
         wpages,
+        held,
         *redis_families,
         _gauge(
             "crawls_left_out", "Crawls found but not exported (over the cap).", snap.crawls_left_out

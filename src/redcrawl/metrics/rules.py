@@ -102,14 +102,12 @@ def backlog(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
 
 def heartbeat(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
     for c in snap.crawls:
-        if not c.counts.in_flight:
-            continue
         for w in c.workers:
-            if w.age > t.heartbeat_lost:
+            if w.age > t.heartbeat_lost and c.holding.get(w.worker):
                 yield Finding(
                     (("crawl", c.crawl), ("worker", w.worker)),
-                    f"worker {w.worker}: no heartbeat for {w.age:.0f}s while "
-                    f"{c.counts.in_flight:,} requests are in flight",
+                    f"worker {w.worker}: no heartbeat for {w.age:.0f}s while it holds "
+                    f"leases ({c.counts.in_flight:,} requests in flight in the crawl)",
                 )
 
 

@@ -17,7 +17,9 @@ the Redis server         one INFO, one TIME
 then, per crawl          the counter hash of each live listed worker (at most
                          ``top_workers``); with politeness: ZCOUNT of each tier's open
                          zset up to now and the first ``OPEN_SAMPLE`` open keys of each
-                         tier, then the length of each sampled key's ready queue
+                         tier, then the length of each sampled key's ready queue;
+                         lists with requests in flight: the ``LEASE_SAMPLE`` leases with
+                         the oldest deadlines, then their records (who holds them)
 =======================  ===============================================================
 
 The counts take one round trip per crawl (they must be one consistent read each);
@@ -48,6 +50,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
 import redis
 
 from redcrawl.errors import RedcrawlError
@@ -58,6 +61,7 @@ from redcrawl.keys import crawl_of_stats_key, stats_key_pattern
 from redcrawl.settings import Settings
 
 __all__ = [
+    "LEASE_SAMPLE",
     "MAX_CRAWLS",
     "OPEN_SAMPLE",
     "SCAN_BUDGET",
@@ -81,6 +85,9 @@ TOP_WORKERS = 50
 """Most workers per crawl listed one by one (the most recent heartbeats first)."""
 OPEN_SAMPLE = 20
 """Open politeness keys per tier whose ready queues are read for the leasable estimate."""
+LEASE_SAMPLE = 50
+"""Leases with the oldest deadlines whose holders are read (lists): a worker whose
+heartbeat stopped holds the oldest ones (a live worker's are renewed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +133,10 @@ class CrawlSnapshot:
     """Ready requests that can be leased now (estimate with politeness: module docstring)."""
     open_keys: int | None = None
     """Politeness keys with ready work that may be served now (None: no politeness)."""
+    holding: dict[str, int] = field(default_factory=dict)
+    """Listed workers that hold leases: lists, how many of the :data:`LEASE_SAMPLE`
+    leases with the oldest deadlines are theirs (a lease is one ``lease()`` call);
+    streams, their pending entries (XPENDING summary)."""
     ready_by_tier: dict[str, int] = field(default_factory=dict)
     """Ready requests per tier: ``"0"``, ``"1"``, ... (lists), ``high``/``low`` (streams,
     summed over shards). Read apart from :attr:`counts`, so the sum may differ from
@@ -312,22 +323,30 @@ class SnapshotReader:
             for t in range(f.keys.tiers if f.politeness is not None else 0):
                 pipe.zcount(f.keys.open(t), "-inf", now_ms)
                 pipe.zrangebyscore(f.keys.open(t), "-inf", now_ms, start=0, num=OPEN_SAMPLE)
+            if _expired_wanted(f, c):
+                pipe.zrange(f.keys.inflight, 0, LEASE_SAMPLE - 1)
         res = iter(pipe.execute(raise_on_error=False))
         sampled: list[tuple[int, list[str]]] = []  # (crawl index, sampled queue keys)
+        expired: list[tuple[int, list[bytes]]] = []  # (crawl index, oldest lease tokens)
         for i, (f, c) in enumerate(zip(frontiers, crawls, strict=True)):
             for w in c.workers:
                 raw = next(res) if w.alive else None
                 if isinstance(raw, dict) and raw:
                     c.worker_counters[w.worker] = _floats(raw)
+            open_replies = [next(res) for _ in range(2 * f.keys.tiers)] if f.politeness else []
+            if _expired_wanted(f, c):
+                tokens = next(res)
+                if isinstance(tokens, list) and tokens:
+                    expired.append((i, tokens))
             c.leasable = 0 if c.paused else c.counts.ready
             if f.politeness is not None:
-                queues = self._open_queues(f, c, res)
+                queues = self._open_queues(f, c, iter(open_replies))
                 if queues and not c.paused:
                     sampled.append((i, queues))
                 else:
                     c.leasable = 0
-        if sampled:
-            self._estimate(frontiers, crawls, grants, sampled)
+        if sampled or expired:
+            self._third_round(frontiers, crawls, grants, sampled, expired)
 
     @staticmethod
     def _open_queues(f: FrontierCore, c: CrawlSnapshot, res: Iterator[Any]) -> list[str]:
@@ -343,13 +362,16 @@ class SnapshotReader:
                 ]
         return queues
 
-    def _estimate(
+    def _third_round(
         self,
         frontiers: list[FrontierCore],
         crawls: list[CrawlSnapshot],
         grants: list[int],
         sampled: list[tuple[int, list[str]]],
+        expired: list[tuple[int, list[bytes]]],
     ) -> None:
+        """The sampled open sites' queue lengths (the leasable estimate) and the holders
+        of the sampled expired leases (lists), in one pipeline."""
         pipe = self.client.pipeline(transaction=False)
         for i, queues in sampled:
             for q in queues:
@@ -357,7 +379,26 @@ class SnapshotReader:
                     pipe.zcard(q)
                 else:
                     pipe.llen(q)
+        for i, tokens in expired:
+            pipe.hmget(frontiers[i].keys.leases, tokens)
         lengths = iter(pipe.execute(raise_on_error=False))
+        self._estimate(crawls, grants, sampled, lengths)
+        for i, _tokens in expired:
+            records = next(lengths)
+            c = crawls[i]
+            listed = {w.worker for w in c.workers}
+            for raw in records if isinstance(records, list) else []:
+                worker = _lease_holder(raw)
+                if worker in listed:
+                    c.holding[worker] = c.holding.get(worker, 0) + 1
+
+    @staticmethod
+    def _estimate(
+        crawls: list[CrawlSnapshot],
+        grants: list[int],
+        sampled: list[tuple[int, list[str]]],
+        lengths: Iterator[Any],
+    ) -> None:
         for i, queues in sampled:
             c = crawls[i]
             got = [n for n in (next(lengths) for _q in queues) if isinstance(n, int)]
@@ -408,7 +449,16 @@ class SnapshotReader:
             pending.append(
                 StreamPending(shard, cls, int(summary["pending"]), max(0.0, now - low_ms / 1000))
             )
+        listed = {b.worker for b in beats[: self.top_workers]}
+        holding: dict[str, int] = {}
+        for summary in pend:  # streams: pending entries per consumer (= worker)
+            for row in summary.get("consumers") or [] if isinstance(summary, dict) else []:
+                name = row["name"]
+                name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+                if name in listed and int(row["pending"]):
+                    holding[name] = holding.get(name, 0) + int(row["pending"])
         return CrawlSnapshot(
+            holding=holding,
             crawl=f.crawl,
             backend=f.BACKEND,
             counts=c,
@@ -420,6 +470,26 @@ class SnapshotReader:
             paused=paused == b"1",
             streams=pending,
         )
+
+
+def _expired_wanted(f: FrontierCore, c: CrawlSnapshot) -> bool:
+    """Whether to read who holds the crawl's oldest leases (lists; streams have each
+    worker's pending entries exactly in XPENDING's summary)."""
+    return f.BACKEND == "lists" and c.counts.in_flight > 0
+
+
+def _lease_holder(raw: Any) -> str | None:
+    """The worker of a stored lease record (``CrawlKeys.leases``: msgpack ``[since_ms,
+    worker, id, ...]``), or None."""
+    if not isinstance(raw, bytes):
+        return None
+    try:
+        t = msgpack.unpackb(raw, raw=True)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    if isinstance(t, list) and len(t) > 1 and isinstance(t[1], bytes):
+        return t[1].decode(errors="replace")
+    return None
 
 
 def _floats(raw: dict[Any, Any]) -> dict[str, float]:
