@@ -130,6 +130,21 @@ def test_a_failed_heartbeat_keeps_its_counts_for_the_next(
     assert f.stats()["pages"] == 2
 
 
+def test_a_heartbeat_redis_ran_but_refused_is_not_counted_twice(
+    redis7_client: redis.Redis,
+) -> None:
+    f = lists(redis7_client, politeness=False)
+    counters = WorkerCounters()
+    f.heartbeat_counters = counters
+    counters.response(200, 10, 0.1)
+    redis7_client.set(f.keys.workers, "not a hash")  # the heartbeat script refuses
+    with pytest.raises(RedcrawlError, match="crawl state damaged"):
+        f.renew("w1")
+    redis7_client.delete(f.keys.workers)
+    f.renew("w1")
+    assert f.stats()["pages"] == 1  # the counts went in with the refused call, once
+
+
 def test_only_live_workers_are_exported_one_by_one(redis7_client: redis.Redis) -> None:
     f = lists(redis7_client, politeness=False)
     for w in ("alive", "gone"):

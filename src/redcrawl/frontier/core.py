@@ -574,25 +574,29 @@ class FrontierCore(ABC):
         """Heartbeat plus ``counters.take()`` in one round trip (a MULTI): the fleet
         totals added to the stats hash, the worker's own totals added to and its gauges
         set in its hash (:meth:`CrawlKeys.worker_counters`), which expires with the
-        heartbeat deadline. A failed call gives the counts back for the next heartbeat."""
+        heartbeat deadline. A call that did not reach Redis gives the counts back for the
+        next heartbeat; one that ran (even if a command in it failed) does not."""
         ms = self._ms(ttl, self.settings.lease_ttl)
         totals, mine, gauges = counters.take()
-        try:
-            with redis_errors("renew"):
-                pipe = self.client.pipeline(transaction=True)
-                self._run("renew", [worker, ms], client=pipe)
-                for name, n in totals.items():
-                    pipe.hincrby(self.keys.stats, name, n)
-                own = self.keys.worker_counters(worker)
-                for name, n in mine.items():
-                    pipe.hincrby(own, name, n)
-                if gauges:
-                    pipe.hset(own, mapping=gauges)
-                pipe.pexpire(own, ms)
-                pipe.execute()
-        except BaseException:
-            counters.give_back(totals, mine)
-            raise
+        with redis_errors("renew"):
+            pipe = self.client.pipeline(transaction=True)
+            self._run("renew", [worker, ms], client=pipe)
+            for name, n in totals.items():
+                pipe.hincrby(self.keys.stats, name, n)
+            own = self.keys.worker_counters(worker)
+            for name, n in mine.items():
+                pipe.hincrby(own, name, n)
+            if gauges:
+                pipe.hset(own, mapping=gauges)
+            pipe.pexpire(own, ms)
+            try:
+                replies = pipe.execute(raise_on_error=False)
+            except BaseException:
+                counters.give_back(totals, mine)
+                raise
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
 
     def release_worker(self, worker: str) -> int:
         """Give up all of ``worker``'s leases now (force-reclaim / clean shutdown)."""
