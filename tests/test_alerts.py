@@ -41,7 +41,7 @@ def test_rules_are_valid() -> None:
         timeout=60,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 6 rules found" in out.stdout
+    assert "SUCCESS: 7 rules found" in out.stdout
 
 
 def test_rules_unit_tests_pass() -> None:
@@ -112,4 +112,10 @@ def test_the_watchdog_uses_the_numbers_of_the_rules() -> None:
     check("RedcrawlDeadLettersGrowing", [], [t.dead_window], t.dead_for)
     check("RedcrawlRedisMemoryHigh", [t.memory_ratio], [], t.memory_for)
     check("RedcrawlStreamPendingOld", [t.pending_age], [], 0)
+    check(
+        "RedcrawlDuplicateItemsHigh",
+        [t.duplicate_ratio],
+        [t.duplicate_window, t.duplicate_window],
+        t.duplicate_for,
+    )
     assert set(rules) == {name for name, _f in watchdog_for}

@@ -168,6 +168,8 @@ def test_upsert_keeps_one_row_per_key_and_bumps_version(backend: Backend) -> Non
     assert rows["https://a/"]["first_seen"] == first_seen  # kept by the rewrites
     assert rows["https://a/"]["updated_at"] >= first_seen
     assert crawler.stats.get_value("redcrawl/items_written") == 4
+    assert crawler.stats.get_value("redcrawl/items_inserted") == 2  # a/ and b/
+    assert crawler.stats.get_value("redcrawl/items_updated") == 2  # a/ twice more
     assert crawler.stats.get_value("redcrawl/items_dropped") is None
     assert read_items(backend.uri, backend.table) == {k: r["item"] for k, r in rows.items()}
 
@@ -660,6 +662,8 @@ def test_real_scrapy_crawl_twice_keeps_one_row_per_item(tmp_path: Path) -> None:
         assert "Deprecat" not in result.stderr, result.stderr
         assert json.loads(result.stdout.splitlines()[-1]) == {
             "redcrawl/items_written": 15,
+            # the second run stores the same keys again: every item is a duplicate
+            "redcrawl/items_inserted" if run == "1" else "redcrawl/items_updated": 15,
             "redcrawl/items_dropped": 3,
         }
     items = read_items(uri, "catalogue")

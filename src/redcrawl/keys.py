@@ -226,6 +226,13 @@ class CrawlKeys:
         :data:`HISTORY_TTL` seconds after the last write (not part of ``purge``)."""
         return self._k("hist")
 
+    def worker_counters(self, worker: str) -> str:
+        """HASH of one worker's counters, added with each of its heartbeats: ``pages``,
+        ``ok``, ``failed``, ``bytes``, ``items`` (its totals) and ``pages_per_s``,
+        ``success`` (over its last heartbeat interval); expires with its heartbeat
+        deadline, so only live workers have one (see :mod:`redcrawl.scrapy.counters`)."""
+        return self._k(f"wc:{worker}")
+
     def open(self, tier: int) -> str:
         """ZSET (lists crawls with politeness) politeness key -> the time (ms) it may next
         be served, for every key with ready requests in ``tier``; a key whose slots are

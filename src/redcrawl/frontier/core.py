@@ -41,7 +41,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, cast
+from typing import Any, ClassVar, Protocol, cast
 
 import redis
 
@@ -75,7 +75,7 @@ from redcrawl.politeness import KeyMode, politeness_key
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
-__all__ = ["MAINTAIN_LIMIT", "FrontierCore", "Held"]
+__all__ = ["MAINTAIN_LIMIT", "FrontierCore", "HeartbeatCounters", "Held"]
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +98,14 @@ MAINTAIN_LIMIT = 1000
 
 def script_files(name: str, mode: Mode, backend: str) -> tuple[str, ...]:
     """A frontier script's files: base.lua, lib.lua, the dedupe prelude, the backend's
-    queue layer (``queue_<backend>.lua``), ops.lua, then the script ``<name>.lua``."""
+    queue layer (``queue_<backend>.lua``), latency.lua, ops.lua, then the script
+    ``<name>.lua``."""
     return (
         scripts.BASE,
         "frontier/lua/lib.lua",
         *dedupe.prelude(mode),
         f"frontier/lua/queue_{backend}.lua",
+        "frontier/lua/latency.lua",
         "frontier/lua/ops.lua",
         f"frontier/lua/{name}.lua",
     )
@@ -122,6 +124,19 @@ def _decoded(rec: bytes | None) -> tuple[int, str, Envelope | None] | None:
         return attempts, token, codec.decode(body)
     except DecodeError:
         return attempts, token, None
+
+
+class HeartbeatCounters(Protocol):
+    """What a worker adds to the crawl with each heartbeat (:meth:`FrontierCore.renew`)."""
+
+    def take(self) -> tuple[dict[str, int], dict[str, int], dict[str, str]]:
+        """(fleet totals to add, the worker's totals to add, its gauges to set), counted
+        since the last take."""
+        ...
+
+    def give_back(self, totals: dict[str, int], mine: dict[str, int]) -> None:
+        """Counts of a take whose heartbeat failed, for the next one."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -542,9 +557,46 @@ class FrontierCore(ABC):
         out: bytes = self._run("nack", args)
         return out.decode()
 
+    heartbeat_counters: HeartbeatCounters | None = None
+    """A worker's counters (e.g. :class:`redcrawl.scrapy.counters.WorkerCounters`), added
+    to the crawl with each :meth:`renew` (see :meth:`renew_counting`)."""
+
     def renew(self, worker: str, ttl: float | None = None) -> None:
-        """Heartbeat: ``worker`` and all its leases are alive for ``ttl`` more seconds."""
+        """Heartbeat: ``worker`` and all its leases are alive for ``ttl`` more seconds
+        (with :attr:`heartbeat_counters` set, its counters are added in the same call)."""
+        if self.heartbeat_counters is not None:
+            return self.renew_counting(worker, self.heartbeat_counters, ttl)
         self._run("renew", [worker, self._ms(ttl, self.settings.lease_ttl)])
+
+    def renew_counting(
+        self, worker: str, counters: HeartbeatCounters, ttl: float | None = None
+    ) -> None:
+        """Heartbeat plus ``counters.take()`` in one round trip (a MULTI): the fleet
+        totals added to the stats hash, the worker's own totals added to and its gauges
+        set in its hash (:meth:`CrawlKeys.worker_counters`), which expires with the
+        heartbeat deadline. A call that did not reach Redis gives the counts back for the
+        next heartbeat; one that ran (even if a command in it failed) does not."""
+        ms = self._ms(ttl, self.settings.lease_ttl)
+        totals, mine, gauges = counters.take()
+        with redis_errors("renew"):
+            pipe = self.client.pipeline(transaction=True)
+            self._run("renew", [worker, ms], client=pipe)
+            for name, n in totals.items():
+                pipe.hincrby(self.keys.stats, name, n)
+            own = self.keys.worker_counters(worker)
+            for name, n in mine.items():
+                pipe.hincrby(own, name, n)
+            if gauges:
+                pipe.hset(own, mapping=gauges)
+            pipe.pexpire(own, ms)
+            try:
+                replies = pipe.execute(raise_on_error=False)
+            except BaseException:
+                counters.give_back(totals, mine)
+                raise
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
 
     def release_worker(self, worker: str) -> int:
         """Give up all of ``worker``'s leases now (force-reclaim / clean shutdown)."""
@@ -713,9 +765,11 @@ class FrontierCore(ABC):
         return {k.decode(errors="replace"): (stored_int(v) or 0) / 1000 for k, v in raw.items()}
 
     def forget_worker(self, worker: str) -> None:
-        """Remove a worker's heartbeat (it is closing; its leases are already given back)."""
+        """Remove a worker's heartbeat (it is closing; its leases are already given back)
+        and its counters' hash (its last heartbeat added them to the crawl's totals)."""
         with redis_errors("forget_worker"):
             self.client.hdel(self.keys.workers, worker)
+            self.client.delete(self.keys.worker_counters(worker))
             self.client.hdel(self.keys.calls, *self.keys.call_fields(worker))
             self._forget_consumers(worker)
 

@@ -6,7 +6,10 @@ A request is stored once, in the crawl's request hash, as
 the request is IN-FLIGHT). In a crawl with politeness (lists layout ``<ordering>/<mode>``)
 the envelope is preceded by the request's politeness key, ``K<length>:<key>``, computed
 once at push so that Lua never parses URLs (``rec_key`` in ``lua/lib.lua``); an envelope
-(a msgpack map) never starts with ``K``.
+(a msgpack map) never starts with ``K``. A record stored by a push ends with its push
+time: the byte 127 (DEL) and 7 base-64 digits (milliseconds, server clock; digit ``d``
+is the byte ``48 + d``), for the latency histogram the ack step keeps
+(``lua/latency.lua``); :func:`parse_record` strips it.
 """
 
 from __future__ import annotations
@@ -17,7 +20,15 @@ from redcrawl import codec
 from redcrawl.codec import Envelope
 from redcrawl.errors import DecodeError, FrontierError
 
-__all__ = ["from_record", "parse_record", "record", "record_key", "stored_int", "stored_layout"]
+__all__ = [
+    "from_record",
+    "parse_record",
+    "push_time",
+    "record",
+    "record_key",
+    "stored_int",
+    "stored_layout",
+]
 
 
 def record(env: Envelope, key: str | None = None) -> bytes:
@@ -40,6 +51,26 @@ def _split_key(body: bytes) -> tuple[str | None, bytes]:
         return None, body
     end = m.end() + int(m.group(1))
     return body[m.end() : end].decode(errors="replace"), body[end:]
+
+
+_STAMP = re.compile(rb"\x7f[0-o]{7}\Z")
+"""The push-time suffix ``lua/latency.lua`` appends to a stored record."""
+
+
+def push_time(data: bytes) -> float | None:
+    """When a stored record was pushed (seconds since the epoch, server clock), or None
+    if it has no push stamp (pushed before stamps existed, or a record not yet stored)."""
+    m = _STAMP.search(data)
+    if m is None:
+        return None
+    ms = 0
+    for digit in m.group()[1:]:
+        ms = ms * 64 + digit - 48
+    return ms / 1000
+
+
+def _strip_stamp(body: bytes) -> bytes:
+    return body[:-8] if _STAMP.search(body) else body
 
 
 def record_key(data: bytes) -> str | None:
@@ -92,7 +123,8 @@ def parse_record(data: bytes) -> tuple[int, int, str, bytes]:
             or parts[1].startswith(b"-")
         ):
             raise ValueError
-        return int(parts[0]), int(parts[1]), parts[2].decode(), _split_key(parts[3])[1]
+        body = _split_key(_strip_stamp(parts[3]))[1]
+        return int(parts[0]), int(parts[1]), parts[2].decode(), body
     except (ValueError, UnicodeDecodeError):
         raise DecodeError("stored record has no state header") from None
 

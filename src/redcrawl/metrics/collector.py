@@ -2,26 +2,43 @@
 :class:`RedisCollector`, a ``prometheus_client`` collector that reads Redis at scrape
 time (docs/metrics.md lists every metric).
 
-Per-worker counters slot in later as more families built from the same snapshot: once
-workers add their counters to the crawl with each heartbeat, the snapshot reads them for
-its top-N workers in the same pipeline and :func:`families` turns them into
-``redcrawl_worker_*_total{crawl,worker}`` series.
+Workers add their counters to the crawl with each heartbeat
+(:mod:`redcrawl.scrapy.counters`): fleet totals in the crawl's stats hash (pages, bytes,
+errors by kind, the download latency histogram, items stored), per-worker counters in a
+hash that expires with the worker (exported for live workers only). The ack step keeps
+the enqueue -> DONE latency histogram in the stats hash (``frontier/lua/latency.lua``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
+from redcrawl.metrics.buckets import DOWNLOAD_BOUNDS_MS, ERROR_KINDS, LATENCY_BOUNDS_MS, STORED
 from redcrawl.metrics.snapshot import Snapshot, SnapshotReader
 
-__all__ = ["CONTENT_TYPE", "COUNTERS", "STATES", "RedisCollector", "families", "render"]
+__all__ = [
+    "CONTENT_TYPE",
+    "COUNTERS",
+    "DOWNLOAD_BOUNDS_MS",
+    "ERROR_KINDS",
+    "LATENCY_BOUNDS_MS",
+    "STATES",
+    "RedisCollector",
+    "families",
+    "render",
+]
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +61,27 @@ COUNTERS = {
     "requests_died": ("died", "Requests dead-lettered (attempts used up, or unprocessable)."),
     "requests_requeued": ("requeued", "Dead requests requeued by an operator."),
     "items": ("items", "Items the workers' pipelines reported (add_stats)."),
+    "pages": ("pages", "Responses the workers received (heartbeat counters)."),
+    "response_bytes": ("bytes", "Bytes of the responses' bodies (heartbeat counters)."),
 }
+
+
+def _histogram(
+    fam: HistogramMetricFamily,
+    labels: list[str],
+    stats: dict[str, int],
+    prefix: str,
+    bounds: tuple[int, ...],
+) -> None:
+    """Add one crawl's histogram kept as non-cumulative ``<prefix>:<bound ms>`` fields,
+    ``<prefix>:inf`` and ``<prefix>_sum`` (ms) to ``fam`` (seconds, cumulative)."""
+    total, buckets = 0, []
+    for b in bounds:
+        total += stats.get(f"{prefix}:{b}", 0)
+        buckets.append((f"{b / 1000:g}", float(total)))
+    total += stats.get(f"{prefix}:inf", 0)
+    buckets.append(("+Inf", float(total)))
+    fam.add_metric(labels, buckets, stats.get(f"{prefix}_sum", 0) / 1000)
 
 
 def _g(name: str, doc: str, labels: list[str], unit: str = "") -> GaugeMetricFamily:
@@ -96,8 +133,80 @@ def families(snap: Snapshot) -> list[Metric]:
         "Seconds since the oldest pending entry of the stream was added (streams backend).",
         ["crawl", "shard", "stream"],
     )
+    latency = HistogramMetricFamily(
+        "redcrawl_request_latency_seconds",
+        "Seconds from a request's first push to its ack (DONE), kept by the ack step "
+        "for the whole fleet.",
+        labels=["crawl"],
+    )
+    download = HistogramMetricFamily(
+        "redcrawl_download_latency_seconds",
+        "Seconds a download took (Scrapy's download_latency; heartbeat counters).",
+        labels=["crawl"],
+    )
+    errors = CounterMetricFamily(
+        "redcrawl_errors", "Failures by kind (heartbeat counters).", labels=["crawl", "kind"]
+    )
+    stored = CounterMetricFamily(
+        "redcrawl_items_stored",
+        "Items UpsertPipeline stored: inserted (a new key) or updated (a key "
+        "stored before: a duplicate item).",
+        labels=["crawl", "result"],
+    )
+    leasable = _g(
+        "requests_leasable",
+        "Ready requests that can be leased now (due; with politeness on open keys, "
+        "estimated: docs/metrics.md). The scaling signal.",
+        ["crawl"],
+    )
+    opened = _g(
+        "politeness_keys_open",
+        "Politeness keys with ready work that may be served now.",
+        ["crawl"],
+    )
+    wrate = _g(
+        "worker_pages_per_second",
+        "Pages per second over the worker's last heartbeat interval; live workers.",
+        ["crawl", "worker"],
+    )
+    wsuccess = _g(
+        "worker_success_ratio",
+        "Share of the worker's pages that succeeded over its last heartbeat "
+        "interval (status < 400, callback did not raise; download errors count as "
+        "failures); live workers.",
+        ["crawl", "worker"],
+    )
+    wpages = CounterMetricFamily(
+        "redcrawl_worker_pages",
+        "Pages the worker received; live workers.",
+        labels=["crawl", "worker"],
+    )
+    held = _g(
+        "worker_leases_held",
+        "Leases the worker holds: lists, how many of the crawl's 50 leases with the "
+        "oldest deadlines are its (a lease is one lease() call; a worker whose heartbeat "
+        "stopped holds the oldest); streams, its pending entries. Listed workers only.",
+        ["crawl", "worker"],
+    )
     for c in snap.crawls:
         n = c.counts
+        for worker, k in c.holding.items():
+            held.add_metric([c.crawl, worker], k)
+        _histogram(latency, [c.crawl], c.stats, "lat", LATENCY_BOUNDS_MS)
+        _histogram(download, [c.crawl], c.stats, "dl", DOWNLOAD_BOUNDS_MS)
+        for kind in ERROR_KINDS:
+            errors.add_metric([c.crawl, kind], c.stats.get(f"err:{kind}", 0))
+        for result in STORED:
+            stored.add_metric([c.crawl, result], c.stats.get(f"stored:{result}", 0))
+        leasable.add_metric([c.crawl], c.leasable)
+        if c.open_keys is not None:
+            opened.add_metric([c.crawl], c.open_keys)
+        for worker, wc in c.worker_counters.items():
+            if "pages_per_s" in wc:
+                wrate.add_metric([c.crawl, worker], wc["pages_per_s"])
+            if "success" in wc:
+                wsuccess.add_metric([c.crawl, worker], wc["success"])
+            wpages.add_metric([c.crawl, worker], wc.get("pages", 0))
         for state in STATES:
             requests.add_metric([c.crawl, state], getattr(n, state))
         for name, (stat, _doc) in COUNTERS.items():
@@ -153,6 +262,16 @@ def families(snap: Snapshot) -> list[Metric]:
         wup,
         spend,
         sage,
+        latency,
+        download,
+        errors,
+        stored,
+        leasable,
+        opened,
+        wrate,
+        wsuccess,
+        wpages,
+        held,
         *redis_families,
         _gauge(
             "crawls_left_out", "Crawls found but not exported (over the cap).", snap.crawls_left_out
@@ -178,18 +297,30 @@ class RedisCollector(Collector):
     """Reads one snapshot per scrape. Redis down: only ``redcrawl_up 0`` (and the scrape
     duration), so Prometheus keeps scraping and an alert on ``redcrawl_up`` can fire."""
 
-    def __init__(self, reader: SnapshotReader) -> None:
+    def __init__(
+        self, reader: SnapshotReader, on_snapshot: Callable[[Snapshot], None] | None = None
+    ) -> None:
         self.reader = reader
+        self.on_snapshot = on_snapshot
+        """Called with each snapshot read (e.g. to record the dashboard's history); its
+        failures are logged, never fail the scrape."""
 
     def collect(self) -> Iterator[Metric]:
         started = time.perf_counter()
         out: list[Metric] = []
         up = 1
         try:
-            out = families(self.reader.read())
+            snap = self.reader.read()
+            out = families(snap)
         except Exception as exc:  # a scrape must answer: report Redis as down
             log.warning("metrics: reading Redis failed: %s", exc)
             up = 0
+        else:
+            if self.on_snapshot is not None:
+                try:
+                    self.on_snapshot(snap)
+                except Exception as exc:  # e.g. a read-only ACL user: the scrape goes on
+                    log.warning("metrics: after the scrape: %s", exc)
         yield from out
         yield _gauge("up", "1 if the exporter could read Redis.", up)
         yield _gauge(
@@ -202,8 +333,9 @@ class RedisCollector(Collector):
         return []  # no read at registration time
 
 
-def render(reader: SnapshotReader) -> bytes:
-    """The Prometheus text exposition of one scrape."""
+def render(reader: SnapshotReader, on_snapshot: Callable[[Snapshot], None] | None = None) -> bytes:
+    """The Prometheus text exposition of one scrape (``on_snapshot``: see
+    :class:`RedisCollector`)."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(RedisCollector(reader))
+    registry.register(RedisCollector(reader, on_snapshot))
     return generate_latest(registry)

@@ -36,6 +36,10 @@ class Thresholds:
     memory_for: float = 300.0
     pending_age: float = 180.0
     """Seconds since the oldest pending stream entry was added."""
+    duplicate_ratio: float = 0.05
+    """Share of the items stored (UpsertPipeline) that updated a stored one."""
+    duplicate_window: float = 900.0
+    duplicate_for: float = 300.0
 
 
 Labels = tuple[tuple[str, str], ...]
@@ -98,14 +102,12 @@ def backlog(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
 
 def heartbeat(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
     for c in snap.crawls:
-        if not c.counts.in_flight:
-            continue
         for w in c.workers:
-            if w.age > t.heartbeat_lost:
+            if w.age > t.heartbeat_lost and c.holding.get(w.worker):
                 yield Finding(
                     (("crawl", c.crawl), ("worker", w.worker)),
-                    f"worker {w.worker}: no heartbeat for {w.age:.0f}s while "
-                    f"{c.counts.in_flight:,} requests are in flight",
+                    f"worker {w.worker}: no heartbeat for {w.age:.0f}s while it holds "
+                    f"leases ({c.counts.in_flight:,} requests in flight in the crawl)",
                 )
 
 
@@ -157,6 +159,22 @@ def pending_old(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
                 )
 
 
+def duplicates(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
+    for c in snap.crawls:
+        then = h.crawl_at(c.crawl, snap.now - t.duplicate_window)
+        if then is None:
+            continue
+        updated = c.stats.get("stored:updated", 0) - then.stats.get("stored:updated", 0)
+        inserted = c.stats.get("stored:inserted", 0) - then.stats.get("stored:inserted", 0)
+        if updated > 0 and updated > t.duplicate_ratio * (updated + inserted):
+            yield Finding(
+                _crawl(c),
+                f"{updated:,} of {updated + inserted:,} items stored in "
+                f"{t.duplicate_window:.0f}s were duplicates "
+                f"({updated / (updated + inserted):.0%}, over {t.duplicate_ratio:.0%})",
+            )
+
+
 RULES: tuple[tuple[str, Callable[[Thresholds], float], Callable[..., Iterator[Finding]]], ...] = (
     ("RedcrawlBacklogHigh", lambda t: t.backlog_for, backlog),
     ("RedcrawlWorkerHeartbeatLost", lambda t: 0.0, heartbeat),
@@ -164,6 +182,7 @@ RULES: tuple[tuple[str, Callable[[Thresholds], float], Callable[..., Iterator[Fi
     ("RedcrawlDeadLettersGrowing", lambda t: t.dead_for, dead_growing),
     ("RedcrawlRedisMemoryHigh", lambda t: t.memory_for, memory),
     ("RedcrawlStreamPendingOld", lambda t: 0.0, pending_old),
+    ("RedcrawlDuplicateItemsHigh", lambda t: t.duplicate_for, duplicates),
 )
 """(alert name, its ``for`` seconds, its condition): the rules of alerts.yml."""
 
@@ -174,4 +193,4 @@ def rules(t: Thresholds) -> list[Rule]:
 
 def window(t: Thresholds) -> float:
     """How long the watchdog keeps polls for its windows."""
-    return max(t.backlog_window, t.stall_window, t.dead_window) + 60
+    return max(t.backlog_window, t.stall_window, t.dead_window, t.duplicate_window) + 60

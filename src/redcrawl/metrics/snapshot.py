@@ -14,24 +14,43 @@ per crawl                ``FrontierCore.counts()`` (one MULTI of O(1) commands, 
                          worker that did not close cleanly), the size of each ready tier;
                          streams: one XPENDING summary and one XLEN per stream (2 x shards)
 the Redis server         one INFO, one TIME
+then, per crawl          the counter hash of each live listed worker (at most
+                         ``top_workers``); with politeness: ZCOUNT of each tier's open
+                         zset up to now and the first ``OPEN_SAMPLE`` open keys of each
+                         tier, then the length of each sampled key's ready queue;
+                         lists with requests in flight: the ``LEASE_SAMPLE`` leases with
+                         the oldest deadlines, then their records (who holds them)
 =======================  ===============================================================
 
 The counts take one round trip per crawl (they must be one consistent read each);
-everything else, for every crawl, goes in one pipeline. The crawls' frontiers are opened
-once and kept (opening one reads its layout). A crawl whose state can't be read (corrupt
-counters) is left out and counted, so the other crawls are still exported.
+everything else, for every crawl, goes in one pipeline, then one more for what needs the
+server's time and the workers' names, then one for the sampled queues (politeness only).
+
+"Leasable now" (:attr:`CrawlSnapshot.leasable`), the scaling signal: 0 while paused;
+without politeness every ready request (delayed ones are apart, in DELAYED); with
+politeness, for each sampled open key (one with ready work whose next grant is due and
+a slot free) the smaller of its ready queue and what it may be granted at once (1 with a
+delay, else the crawl's default concurrency; per-key overrides are not read), scaled to
+every open key by the sample's mean. Exact up to ``OPEN_SAMPLE`` open keys per tier
+(less the in-flight requests of keys with a concurrency over 1 and no delay).
+
+The crawls' frontiers are opened once and kept (opening one reads its layout). A crawl
+whose state can't be read (corrupt counters) is left out and counted, so the other
+crawls are still exported.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
 import redis
 
 from redcrawl.errors import RedcrawlError
@@ -42,7 +61,9 @@ from redcrawl.keys import crawl_of_stats_key, stats_key_pattern
 from redcrawl.settings import Settings
 
 __all__ = [
+    "LEASE_SAMPLE",
     "MAX_CRAWLS",
+    "OPEN_SAMPLE",
     "SCAN_BUDGET",
     "TOP_WORKERS",
     "CrawlSnapshot",
@@ -62,6 +83,11 @@ SCAN_BUDGET = 50
 """Most SCAN calls (COUNT 1000 each) spent finding crawls by their stats keys."""
 TOP_WORKERS = 50
 """Most workers per crawl listed one by one (the most recent heartbeats first)."""
+OPEN_SAMPLE = 20
+"""Open politeness keys per tier whose ready queues are read for the leasable estimate."""
+LEASE_SAMPLE = 50
+"""Leases with the oldest deadlines whose holders are read (lists): a worker whose
+heartbeat stopped holds the oldest ones (a live worker's are renewed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +126,17 @@ class CrawlSnapshot:
     workers_alive: int
     paused: bool
     streams: list[StreamPending] = field(default_factory=list)
+    worker_counters: dict[str, dict[str, float]] = field(default_factory=dict)
+    """Counter hash of each live listed worker (``CrawlKeys.worker_counters``): pages,
+    ok, failed, bytes, items, pages_per_s, success."""
+    leasable: int = 0
+    """Ready requests that can be leased now (estimate with politeness: module docstring)."""
+    open_keys: int | None = None
+    """Politeness keys with ready work that may be served now (None: no politeness)."""
+    holding: dict[str, int] = field(default_factory=dict)
+    """Listed workers that hold leases: lists, how many of the :data:`LEASE_SAMPLE`
+    leases with the oldest deadlines are theirs (a lease is one ``lease()`` call);
+    streams, their pending entries (XPENDING summary)."""
     ready_by_tier: dict[str, int] = field(default_factory=dict)
     """Ready requests per tier: ``"0"``, ``"1"``, ... (lists), ``high``/``low`` (streams,
     summed over shards). Read apart from :attr:`counts`, so the sum may differ from
@@ -222,6 +259,7 @@ class SnapshotReader:
             pipe.hgetall(f.keys.stats)
             pipe.hgetall(f.keys.workers)
             pipe.hget(f.keys.control, "paused")
+            pipe.hget(f.keys.control, "politeness")
             rows = _stream_rows(f)
             streams.append(rows)
             for _s, _c, key in rows:
@@ -239,10 +277,11 @@ class SnapshotReader:
         now = float(sec) + float(usec) / 1e6
         info = RedisInfo.from_info(res[1]) if isinstance(res[1], dict) else None
         out: list[CrawlSnapshot] = []
+        grants: list[int] = []
         at = 2
         for f, c, rows in zip(frontiers, counts, streams, strict=True):
-            stats_raw, workers_raw, paused = res[at : at + 3]
-            at += 3
+            stats_raw, workers_raw, paused, pol_raw = res[at : at + 4]
+            at += 4
             pend = res[at : at + 2 * len(rows)]
             at += 2 * len(rows)
             tiers = 0 if rows or f.politeness is not None else f.keys.tiers
@@ -260,7 +299,112 @@ class SnapshotReader:
                 }
             at += tiers
             out.append(snap)
+            grants.append(_grants(pol_raw))
+        self._second_round(frontiers, out, grants, now)
         return Snapshot(out, info, now, left_out, time.perf_counter() - started, unreadable)
+
+    def _second_round(
+        self,
+        frontiers: list[FrontierCore],
+        crawls: list[CrawlSnapshot],
+        grants: list[int],
+        now: float,
+    ) -> None:
+        """The live workers' counters and the leasable estimate (see the module
+        docstring): one pipeline, then one more for the sampled queues."""
+        if not frontiers:
+            return
+        pipe = self.client.pipeline(transaction=False)
+        now_ms = int(now * 1000)
+        for f, c in zip(frontiers, crawls, strict=True):
+            for w in c.workers:
+                if w.alive:
+                    pipe.hgetall(f.keys.worker_counters(w.worker))
+            for t in range(f.keys.tiers if f.politeness is not None else 0):
+                pipe.zcount(f.keys.open(t), "-inf", now_ms)
+                pipe.zrangebyscore(f.keys.open(t), "-inf", now_ms, start=0, num=OPEN_SAMPLE)
+            if _expired_wanted(f, c):
+                pipe.zrange(f.keys.inflight, 0, LEASE_SAMPLE - 1)
+        res = iter(pipe.execute(raise_on_error=False))
+        sampled: list[tuple[int, list[str]]] = []  # (crawl index, sampled queue keys)
+        expired: list[tuple[int, list[bytes]]] = []  # (crawl index, oldest lease tokens)
+        for i, (f, c) in enumerate(zip(frontiers, crawls, strict=True)):
+            for w in c.workers:
+                raw = next(res) if w.alive else None
+                if isinstance(raw, dict) and raw:
+                    c.worker_counters[w.worker] = _floats(raw)
+            open_replies = [next(res) for _ in range(2 * f.keys.tiers)] if f.politeness else []
+            if _expired_wanted(f, c):
+                tokens = next(res)
+                if isinstance(tokens, list) and tokens:
+                    expired.append((i, tokens))
+            c.leasable = 0 if c.paused else c.counts.ready
+            if f.politeness is not None:
+                queues = self._open_queues(f, c, iter(open_replies))
+                if queues and not c.paused:
+                    sampled.append((i, queues))
+                else:
+                    c.leasable = 0
+        if sampled or expired:
+            self._third_round(frontiers, crawls, grants, sampled, expired)
+
+    @staticmethod
+    def _open_queues(f: FrontierCore, c: CrawlSnapshot, res: Iterator[Any]) -> list[str]:
+        """Count the crawl's open keys (into ``c.open_keys``) from its replies in ``res``;
+        returns the ready queues of the sampled ones."""
+        c.open_keys, queues = 0, []
+        for t in range(f.keys.tiers):
+            n, members = next(res), next(res)
+            if isinstance(n, int) and isinstance(members, list):
+                c.open_keys += n
+                queues += [
+                    f"{f.keys.pol_queue_base}{t}:{m.decode(errors='replace')}" for m in members
+                ]
+        return queues
+
+    def _third_round(
+        self,
+        frontiers: list[FrontierCore],
+        crawls: list[CrawlSnapshot],
+        grants: list[int],
+        sampled: list[tuple[int, list[str]]],
+        expired: list[tuple[int, list[bytes]]],
+    ) -> None:
+        """The sampled open sites' queue lengths (the leasable estimate) and the holders
+        of the sampled expired leases (lists), in one pipeline."""
+        pipe = self.client.pipeline(transaction=False)
+        for i, queues in sampled:
+            for q in queues:
+                if frontiers[i].settings.ordering == "priority":
+                    pipe.zcard(q)
+                else:
+                    pipe.llen(q)
+        for i, tokens in expired:
+            pipe.hmget(frontiers[i].keys.leases, tokens)
+        lengths = iter(pipe.execute(raise_on_error=False))
+        self._estimate(crawls, grants, sampled, lengths)
+        for i, _tokens in expired:
+            records = next(lengths)
+            c = crawls[i]
+            listed = {w.worker for w in c.workers}
+            for raw in records if isinstance(records, list) else []:
+                worker = _lease_holder(raw)
+                if worker in listed:
+                    c.holding[worker] = c.holding.get(worker, 0) + 1
+
+    @staticmethod
+    def _estimate(
+        crawls: list[CrawlSnapshot],
+        grants: list[int],
+        sampled: list[tuple[int, list[str]]],
+        lengths: Iterator[Any],
+    ) -> None:
+        for i, queues in sampled:
+            c = crawls[i]
+            got = [n for n in (next(lengths) for _q in queues) if isinstance(n, int)]
+            each = [min(n, grants[i]) for n in got]
+            estimate = sum(each) * (c.open_keys or 0) / len(each) if each else 0
+            c.leasable = min(round(estimate), c.counts.ready)
 
     def _crawl(
         self,
@@ -305,7 +449,16 @@ class SnapshotReader:
             pending.append(
                 StreamPending(shard, cls, int(summary["pending"]), max(0.0, now - low_ms / 1000))
             )
+        listed = {b.worker for b in beats[: self.top_workers]}
+        holding: dict[str, int] = {}
+        for summary in pend:  # streams: pending entries per consumer (= worker)
+            for row in summary.get("consumers") or [] if isinstance(summary, dict) else []:
+                name = row["name"]
+                name = name.decode(errors="replace") if isinstance(name, bytes) else str(name)
+                if name in listed and int(row["pending"]):
+                    holding[name] = holding.get(name, 0) + int(row["pending"])
         return CrawlSnapshot(
+            holding=holding,
             crawl=f.crawl,
             backend=f.BACKEND,
             counts=c,
@@ -317,6 +470,48 @@ class SnapshotReader:
             paused=paused == b"1",
             streams=pending,
         )
+
+
+def _expired_wanted(f: FrontierCore, c: CrawlSnapshot) -> bool:
+    """Whether to read who holds the crawl's oldest leases (lists; streams have each
+    worker's pending entries exactly in XPENDING's summary)."""
+    return f.BACKEND == "lists" and c.counts.in_flight > 0
+
+
+def _lease_holder(raw: Any) -> str | None:
+    """The worker of a stored lease record (``CrawlKeys.leases``: msgpack ``[since_ms,
+    worker, id, ...]``), or None."""
+    if not isinstance(raw, bytes):
+        return None
+    try:
+        t = msgpack.unpackb(raw, raw=True)
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+    if isinstance(t, list) and len(t) > 1 and isinstance(t[1], bytes):
+        return t[1].decode(errors="replace")
+    return None
+
+
+def _floats(raw: dict[Any, Any]) -> dict[str, float]:
+    out = {}
+    for k, v in raw.items():
+        try:
+            out[k.decode(errors="replace")] = float(v)
+        except (ValueError, TypeError):
+            continue  # a corrupt field: left out
+    return out
+
+
+def _grants(raw: Any) -> int:
+    """What one open politeness key may be granted at once, from the crawl's stored
+    defaults (``control`` field ``politeness``): 1 with a delay, else its concurrency."""
+    try:
+        pol = json.loads(raw) if raw else {}
+        if float(pol.get("delay") or 0) > 0:
+            return 1
+        return max(1, int(pol.get("concurrency") or 1))
+    except (ValueError, TypeError, AttributeError):
+        return 1
 
 
 def _stream_rows(f: FrontierCore) -> list[tuple[int, str, str]]:

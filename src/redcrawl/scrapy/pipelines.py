@@ -47,6 +47,7 @@ from itemadapter import ItemAdapter
 from scrapy.exceptions import DropItem
 
 from redcrawl.errors import ConfigError
+from redcrawl.scrapy.counters import counters_of
 from redcrawl.scrapy.sinks import PostgresSink as PostgresSink
 from redcrawl.scrapy.sinks import RejectedItem, Sink, read_items, sink_from_uri
 from redcrawl.scrapy.sinks import SQLiteSink as SQLiteSink
@@ -78,6 +79,8 @@ logger = logging.getLogger(__name__)
 
 STAT_WRITTEN = "redcrawl/items_written"
 STAT_DROPPED = "redcrawl/items_dropped"
+STAT_INSERTED = "redcrawl/items_inserted"
+STAT_UPDATED = "redcrawl/items_updated"
 
 
 # --- the pipeline -------------------------------------------------------------------------
@@ -100,8 +103,11 @@ class UpsertPipeline:
     dataclasses, attrs classes) are stored whole as JSON. An item whose key field is
     missing, empty or not a string/integer, or that holds a value JSON cannot represent
     (bytes, datetimes, sets, NaN…), is dropped with :class:`~scrapy.exceptions.DropItem`
-    naming the field; the crawl goes on. Stats: ``redcrawl/items_written``,
-    ``redcrawl/items_dropped``.
+    naming the field; the crawl goes on. Stats: ``redcrawl/items_written`` (split into
+    ``redcrawl/items_inserted`` and ``redcrawl/items_updated``: a key stored before, i.e.
+    a duplicate item), ``redcrawl/items_dropped``. Under redcrawl's scheduler the
+    inserted/updated counts also go to the crawl in Redis with the worker's heartbeats
+    (``redcrawl_items_stored_total`` in docs/metrics.md).
     """
 
     def __init__(
@@ -154,11 +160,15 @@ class UpsertPipeline:
         text = self._encode(adapter)
         name = self._name_of(spider) if spider is not None else self._spider_name
         try:
-            self.sink.upsert(key, text, name)
+            inserted = self.sink.upsert(key, text, name)
         except RejectedItem as exc:
             self._dropped(f"item {self.key_field}={key!r} not stored: {exc}")
         if self.stats is not None:
             self.stats.inc_value(STAT_WRITTEN)
+            self.stats.inc_value(STAT_INSERTED if inserted else STAT_UPDATED)
+        counters = counters_of(self.crawler)
+        if counters is not None:
+            counters.stored(bool(inserted))
         return item
 
     # --- helpers ---------------------------------------------------------------------

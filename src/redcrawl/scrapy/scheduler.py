@@ -55,7 +55,7 @@ from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter
 from redcrawl.frontier import FrontierCore, Lease, open_frontier
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
-from redcrawl.scrapy import lifecycle, robots
+from redcrawl.scrapy import counters, lifecycle, robots
 from redcrawl.seed import seed as seed
 from redcrawl.settings import Settings, startup_notes, startup_warnings
 
@@ -176,6 +176,7 @@ class Scheduler(BaseScheduler):
             self.settings, retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries)
         )
         self.frontier = open_frontier(client, self.settings, crawl)
+        counters.install(self.crawler, self.frontier)  # heartbeat counters (docs/metrics.md)
         if self.frontier.politeness is not None:
             self.frontier.store_politeness(worker=True)
             self._frontier_paces_downloads()

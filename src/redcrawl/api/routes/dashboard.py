@@ -16,7 +16,8 @@ allows no script at all.
 Rates: "now" is the change over the last minute as this API process saw it
 (:class:`~redcrawl.api.rates.RateBook`); "last hour" is a series of one sample per minute
 kept in Redis (:attr:`~redcrawl.keys.CrawlKeys.history`, at most 60 entries per crawl)
-and written when a dashboard page is read, so it has gaps while nobody looks.
+and written when a dashboard page is read or ``/metrics`` is scraped
+(:mod:`redcrawl.metrics.history`), so it has gaps only while neither happens.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ from redcrawl.api.context import Context
 from redcrawl.api.errors import StateErrors
 from redcrawl.api.inputs import REQUEST_ID_PATTERN
 from redcrawl.frontier import Counts
-from redcrawl.keys import CRAWL_NAME_PATTERN, HISTORY_MINUTES, HISTORY_TTL, CrawlKeys
+from redcrawl.keys import CRAWL_NAME_PATTERN, HISTORY_MINUTES
+from redcrawl.metrics.history import Series, record_history
 from redcrawl.metrics.snapshot import CrawlSnapshot, SnapshotReader
 
 __all__ = ["COOKIE", "REFRESH", "router"]
@@ -537,37 +539,11 @@ def _rates_note() -> str:
 
 
 # --- the history of counters -------------------------------------------------------------
-Series = list[tuple[int, int, int]]
-"""(epoch minute, done, accepted), oldest first, one per minute."""
-
-
 def _history(
     client: Any, settings: Any, crawls: list[CrawlSnapshot], now: float
 ) -> dict[str, Series]:
-    """Record this minute's sample of each crawl and return each crawl's series; one
-    pipelined round trip, a bounded number of commands per crawl."""
-    minute = int(now // 60)
-    pipe = client.pipeline(transaction=False)
-    for c in crawls:
-        key = CrawlKeys(c.crawl, prefix=settings.key_prefix, tiers=settings.tiers).history
-        pipe.zremrangebyscore(key, minute, minute)  # the latest sample of a minute wins
-        pipe.zadd(key, {f"{minute}:{c.counts.done}:{c.counts.accepted}": minute})
-        pipe.zremrangebyscore(key, "-inf", minute - HISTORY_MINUTES)
-        pipe.expire(key, HISTORY_TTL)
-        pipe.zrange(key, 0, -1)
-    res = pipe.execute(raise_on_error=False)
-    out: dict[str, Series] = {}
-    for i, c in enumerate(crawls):
-        members = res[5 * i + 4]
-        series: dict[int, tuple[int, int, int]] = {}
-        for m in members if isinstance(members, list) else []:
-            try:
-                t, d, a = (int(x) for x in m.decode().split(":"))
-            except (ValueError, AttributeError):
-                continue  # not ours: ignore
-            series[t] = (t, d, a)
-        out[c.crawl] = [series[t] for t in sorted(series)]
-    return out
+    """Record this minute's sample of each crawl and return each crawl's series."""
+    return record_history(client, settings, crawls, now)
 
 
 def _per_minute(series: Series, field: str) -> list[tuple[int, float]]:

@@ -1,7 +1,9 @@
 """``GET /metrics``: the Prometheus text format, read from Redis at scrape time
 (:mod:`redcrawl.metrics`). Access: a read (or admin) token as ``Authorization: Bearer``,
 like every read endpoint (Prometheus: ``authorization: {credentials: <token>}`` in the
-scrape config); open when no token is configured (``serve`` then binds loopback only)."""
+scrape config); open when no token is configured (``serve`` then binds loopback only).
+Each scrape also records the minute's sample of the dashboard's history
+(:mod:`redcrawl.metrics.history`)."""
 
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ from redcrawl.api.errors import StateErrors, responses
 def router(ctx: Context) -> APIRouter:
     """The route, bound to the app's :class:`Context`."""
     from redcrawl.metrics.collector import CONTENT_TYPE, render
-    from redcrawl.metrics.snapshot import SnapshotReader
+    from redcrawl.metrics.history import record_history
+    from redcrawl.metrics.snapshot import Snapshot, SnapshotReader
 
     r = APIRouter(route_class=StateErrors)
     readers: list[SnapshotReader] = []
@@ -34,6 +37,11 @@ def router(ctx: Context) -> APIRouter:
         with lock:
             if not readers:  # the client is set at startup
                 readers.append(SnapshotReader(ctx.client(), ctx.settings))
-        return Response(render(readers[0]), media_type=CONTENT_TYPE)
+        reader = readers[0]
+
+        def history(snap: Snapshot) -> None:  # the dashboard's last hour, kept while scraped
+            record_history(reader.client, ctx.settings, snap.crawls, snap.now, read=False)
+
+        return Response(render(reader, history), media_type=CONTENT_TYPE)
 
     return r

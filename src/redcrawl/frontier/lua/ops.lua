@@ -40,6 +40,7 @@ local function op_push(first, n, delay_ms, recrawl)
   for i = 1, n do
     local at = first + PUSH_STRIDE * (i - 1)
     local rec, fp, priority = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
+    rec = rec .. PUSH_STAMP -- the push time, for the latency histogram (latency.lua)
     local id
     if fp ~= '' then
       j = j + 1
@@ -133,6 +134,7 @@ local function op_ack(first, n, refuse)
     dd_mark_done(fps)
     unhold(held, hrecs)
     redis.call('HINCRBY', K_STATS, 'done', #ok)
+    latency_observe(hrecs)
   end
   return table.concat(flags)
 end

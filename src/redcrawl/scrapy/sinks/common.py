@@ -33,8 +33,9 @@ class Sink(Protocol):
     def open(self) -> None:
         """Connect, and create the table if it is missing."""
 
-    def upsert(self, key: str, item_json: str, spider: str | None) -> None:
-        """Insert or replace the item stored under ``key``; committed when this returns."""
+    def upsert(self, key: str, item_json: str, spider: str | None) -> bool:
+        """Insert or replace the item stored under ``key``; committed when this returns.
+        Returns True if the key was new (inserted), False if it replaced a stored item."""
 
     def close(self) -> None:
         """Release the connection. Safe to call twice."""
@@ -69,12 +70,12 @@ def redact(uri: str) -> str:
 def upsert_sql(table: str, values: dict[str, str], *, updated_at: str) -> str:
     """The one upsert statement of both sinks: insert ``values`` (column -> SQL value),
     or on a key already stored replace its item and spider, set ``updated_at`` and bump
-    ``version``."""
+    ``version``; it returns the row's ``version`` (1: inserted)."""
     t = quote(table)
     return (
         f"INSERT INTO {t} ({', '.join(values)}) VALUES ({', '.join(values.values())}) "
         "ON CONFLICT (key) DO UPDATE SET item = excluded.item, spider = excluded.spider, "
-        f"updated_at = {updated_at}, version = {t}.version + 1"
+        f"updated_at = {updated_at}, version = {t}.version + 1 RETURNING version"
     )
 
 

@@ -98,21 +98,22 @@ class PostgresSink:
             raise
         self._conn = conn
 
-    def upsert(self, key: str, item_json: str, spider: str | None) -> None:
+    def upsert(self, key: str, item_json: str, spider: str | None) -> bool:
         if self._conn is None:
             raise RuntimeError(f"{self!r} is not open")
         try:
-            self._execute_upsert(key, item_json, spider)
+            return self._execute_upsert(key, item_json, spider)
         except self._pg.OperationalError:
             if not self._conn.closed:
                 raise
             logger.warning("%r: connection lost; reconnecting and retrying once", self)
             self._conn = self._connect()
-            self._execute_upsert(key, item_json, spider)
+            return self._execute_upsert(key, item_json, spider)
 
-    def _execute_upsert(self, key: str, item_json: str, spider: str | None) -> None:
+    def _execute_upsert(self, key: str, item_json: str, spider: str | None) -> bool:
         try:
-            self._conn.execute(self._upsert_sql, (key, item_json, spider))
+            rows = self._conn.execute(self._upsert_sql, (key, item_json, spider)).fetchall()
+            return bool(rows) and rows[0][0] == 1
         except self._pg.DataError as exc:
             raise RejectedItem(f"PostgreSQL refused the item: {exc}".strip()) from exc
 

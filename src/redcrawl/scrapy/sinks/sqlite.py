@@ -110,11 +110,13 @@ class SQLiteSink:
         columns = {row[1] for row in conn.execute(f"PRAGMA table_info({t})")}
         check_columns(self.table, columns)
 
-    def upsert(self, key: str, item_json: str, spider: str | None) -> None:
+    def upsert(self, key: str, item_json: str, spider: str | None) -> bool:
         if self._conn is None:
             raise RuntimeError(f"{self!r} is not open")
-        # Autocommit mode: the statement is its own transaction, committed on return.
-        self._conn.execute(self._upsert_sql, (key, item_json, spider))
+        # Autocommit mode: the statement is its own transaction, committed once its
+        # RETURNING rows are all read.
+        rows = self._conn.execute(self._upsert_sql, (key, item_json, spider)).fetchall()
+        return bool(rows) and rows[0][0] == 1
 
     def close(self) -> None:
         conn, self._conn = self._conn, None

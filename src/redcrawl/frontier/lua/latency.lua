@@ -1,0 +1,61 @@
+-- latency.lua: the enqueue -> DONE latency histogram, kept by the ack step for the whole
+-- fleet (after lib.lua, before ops.lua; see redcrawl.frontier.core.script_files).
+--
+-- Push time: op_push appends PUSH_STAMP to every record it stores: the byte 127 (DEL, a
+-- character text never ends with before 7 such digits) and the push time
+-- in milliseconds (server clock) as 7 base-64 digits, each the byte 48 + its value
+-- ("0".."o"; 42 bits: good until 2109), 8 bytes in all. A fixed-width ASCII suffix after
+-- the envelope: readers that unpack the envelope with cmsgpack are not disturbed (each
+-- ASCII byte reads as a small integer after the envelope's map), and
+-- redcrawl.frontier.records strips it. The record keeps it through retries, requeues
+-- and reclaims: the latency is from the first push to DONE.
+--
+-- Histogram: fields of the stats hash (KEYS[8]), non-cumulative, bounds in ms:
+--   lat:<bound>   requests acked with a latency <= bound (and > the bound before)
+--   lat:inf       requests acked later than the last bound
+--   lat_sum       sum of their latencies (ms)
+-- Records pushed before push stamps existed carry none and are not counted.
+-- (redcrawl.metrics.collector.LATENCY_BOUNDS_MS mirrors LAT_BOUNDS.)
+
+local LAT_BOUNDS = {100, 500, 1000, 5000, 10000, 30000, 60000, 300000, 900000, 3600000,
+                    14400000, 86400000}
+local PUSH_STAMP
+do
+  local digits, ms = {}, NOW
+  for i = 7, 1, -1 do digits[i] = string.char(48 + ms % 64); ms = math.floor(ms / 64) end
+  PUSH_STAMP = '\127' .. table.concat(digits)
+end
+
+-- The push time (ms) of a record, or nil if it has no stamp.
+local function pushed_at(rec)
+  local at = #rec - 7
+  if at < 1 or string.byte(rec, at) ~= 127 then return nil end
+  local ms = 0
+  for i = at + 1, at + 7 do
+    local d = string.byte(rec, i) - 48
+    if d < 0 or d > 63 then return nil end
+    ms = ms * 64 + d
+  end
+  return ms
+end
+
+-- Add the acked records' latencies (NOW - their push stamp) to the histogram.
+local function latency_observe(recs)
+  local per, sum, any = {}, 0, false
+  for _, rec in ipairs(recs) do
+    local pushed = pushed_at(rec)
+    if pushed then
+      local ms = math.max(NOW - pushed, 0)
+      local field = 'lat:inf'
+      for _, b in ipairs(LAT_BOUNDS) do
+        if ms <= b then field = 'lat:' .. b; break end
+      end
+      per[field] = (per[field] or 0) + 1
+      sum = sum + ms
+      any = true
+    end
+  end
+  if not any then return end
+  for field, n in pairs(per) do redis.call('HINCRBY', K_STATS, field, n) end
+  redis.call('HINCRBY', K_STATS, 'lat_sum', sum)
+end
