@@ -74,3 +74,30 @@ def test_records_without_a_push_stamp_are_read_and_not_counted(
     f.ack([lease])
     assert lat(f.stats()) == {}
     assert f.counts().done == 1
+
+
+def test_only_crawls_created_with_push_stamps_get_them(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
+    """An older worker reads a stamped record as an undecodable request (trailing bytes
+    after its envelope): a new crawl's layout carries a mark that such a worker does not
+    compute, so it is refused by the layout check, and a crawl created before stamps keeps
+    its layout and gets no stamps, so older and newer workers can share it."""
+    new = make_frontier("new")
+    new.push([env("http://a.example/")])
+    layout = redis_client.hget(new.keys.control, "layout")
+    assert isinstance(layout, bytes) and layout.endswith(b" +pushtime")
+    (rec,) = redis_client.hvals(new.keys.req)
+    assert push_time(rec) is not None
+
+    # the same crawl as the code before stamps created it: its layout without the mark
+    old = make_frontier("old")
+    before = layout.removesuffix(b" +pushtime")
+    redis_client.hset(old.keys.control, mapping={"layout": before, "layout.copy": before})
+    old.push([env("http://b.example/")])
+    (rec,) = redis_client.hvals(old.keys.req)
+    assert push_time(rec) is None  # what an older worker can decode
+    assert redis_client.hget(old.keys.control, "layout") == before  # kept
+    (lease,) = old.lease("w", 1)
+    old.ack([lease])
+    assert old.counts().done == 1 and lat(old.stats()) == {}

@@ -64,6 +64,7 @@ from redcrawl.frontier.base import (
 )
 from redcrawl.frontier.records import (
     from_record,
+    layout_without_stamps,
     parse_record,
     record,
     stored_int,
@@ -327,7 +328,7 @@ class FrontierCore(ABC):
             return None
         with redis_errors("reading the crawl layout"):
             raw = stored_layout(self.client.hgetall(self.keys.control))
-        parts = raw.decode().split(" ", 2) if raw else []
+        parts = layout_without_stamps(raw).decode().split(" ", 2) if raw else []
         return parts[2] if len(parts) == 3 else None
 
     def _run(self, name: str, args: Sequence[Any], client: Any = None) -> Any:

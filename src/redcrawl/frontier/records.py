@@ -22,6 +22,7 @@ from redcrawl.errors import DecodeError, FrontierError
 
 __all__ = [
     "from_record",
+    "layout_without_stamps",
     "parse_record",
     "push_time",
     "record",
@@ -92,6 +93,16 @@ def stored_int(raw: bytes | None) -> int | None:
     if raw is None:
         return 0
     return int(raw) if _INTEGER.fullmatch(raw) else None
+
+
+PUSH_STAMPED = b" +pushtime"
+"""The end of the stored layout of a crawl whose records carry their push time (``STAMPED``
+in ``lua/lib.lua``): crawls created before keep their layout and get no stamps."""
+
+
+def layout_without_stamps(raw: bytes) -> bytes:
+    """A stored layout without its :data:`PUSH_STAMPED` mark (the settings part alone)."""
+    return raw.removesuffix(PUSH_STAMPED)
 
 
 def stored_layout(control: dict[bytes, bytes]) -> bytes | None:

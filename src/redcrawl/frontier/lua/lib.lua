@@ -137,9 +137,17 @@ if CREATED ~= COPY then
       '" of a worker with those settings, or purge the crawl')
   end
 end
+-- A crawl created since records carry their push time (latency.lua) says so in its layout
+-- (STAMPED): a worker older than that would read a stamped record as an undecodable
+-- request, and is refused by this very check instead (its layout lacks the mark). A crawl
+-- created before keeps its layout and gets no stamps, so older workers can share it.
+local STAMPED = LAYOUT .. ' +pushtime'
+local PUSH_STAMPS = true
 if not CREATED then
-  redis.call('HSET', K_CONTROL, 'layout', LAYOUT, 'layout.copy', LAYOUT)
-elseif CREATED ~= LAYOUT then
+  redis.call('HSET', K_CONTROL, 'layout', STAMPED, 'layout.copy', STAMPED)
+elseif CREATED == LAYOUT then
+  PUSH_STAMPS = false
+elseif CREATED ~= STAMPED then
   return redis.error_reply('crawl layout mismatch: the crawl was created with backend/ordering, ' ..
     'tier bounds and dedupe "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give ' ..
     'every worker the same REDCRAWL_BACKEND, REDCRAWL_SHARDS, REDCRAWL_ORDERING ' ..

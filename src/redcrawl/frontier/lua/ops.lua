@@ -40,7 +40,7 @@ local function op_push(first, n, delay_ms, recrawl)
   for i = 1, n do
     local at = first + PUSH_STRIDE * (i - 1)
     local rec, fp, priority = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
-    rec = rec .. PUSH_STAMP -- the push time, for the latency histogram (latency.lua)
+    if PUSH_STAMPS then rec = rec .. PUSH_STAMP end -- push time: latency.lua, lib.lua
     local id
     if fp ~= '' then
       j = j + 1
