@@ -560,7 +560,9 @@ def run_workers(
     for warning in warnings:
         if on_event is not None:
             on_event(WorkerEvent("warning", "all", f"warning: {warning}"))
-    prefix = f"{socket.gethostname()}:{crawl}:"
+    # this command's pid too: another `redcrawl crawl` of the same crawl on this machine
+    # names its workers w0, w1, ... as well, and release() must never match its workers
+    prefix = f"{socket.gethostname()}:{crawl}:{os.getpid()}:"
 
     def release(worker_id: str) -> None:
         """Give back the leases of a worker process that died (its scheduler adds a
