@@ -151,3 +151,38 @@ def test_a_crashed_worker_of_one_group_leaves_the_other_groups_leases_alone(
         assert not over, f"more than {CONCURRENCY} in progress at {over}\n{table}"
         c = frontier.counts()
         assert c.finished and c.conserved and c.dead == 0, c
+
+
+def printed_log_dir(out: Path) -> Path:
+    """The folder a ``redcrawl crawl`` printed its workers' logs in (its last line saying
+    so, relative to its folder)."""
+    lines = [ln for ln in out.read_text().splitlines() if ln.startswith("worker logs: ")]
+    assert lines, out.read_text()
+    return Path(lines[-1].removeprefix("worker logs: ").rstrip("/"))
+
+
+@pytest.mark.slow
+def test_a_second_crawl_command_keeps_the_first_ones_worker_logs(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
+    """Two ``redcrawl crawl`` commands of one crawl in one folder, default log folder:
+    each worker's log holds that worker's whole output. Seen before the fix: the second
+    command made ``.redcrawl/logs/<crawl>/w0.log`` anew while the first command's w0 was
+    writing it, so the first one's start (its settings, the politeness line) was gone."""
+    crawl = "trials-logs"
+    frontier = fresh_frontier(redis7, crawl, "lists")
+    sites = [SiteSpec(pages=8, links=3, delay=0.5) for _ in range(2)]
+    with serving(sites) as kit:
+        cmd = group_cmd(kit, crawl, None)
+        with group(cmd, redis7.url, tmp_path, tmp_path / "a.out") as a:
+            wait_for("group A's worker", lambda: len(frontier.workers()) == 1)
+            with group(cmd, redis7.url, tmp_path, tmp_path / "b.out") as b:
+                assert b.wait(120) == 0, (tmp_path / "b.out").read_text()
+            assert a.wait(120) == 0, (tmp_path / "a.out").read_text()
+    dirs = [tmp_path / printed_log_dir(tmp_path / f"{g}.out") for g in "ab"]
+    assert dirs[0] != dirs[1], dirs
+    for d in dirs:
+        log = (d / "w0.log").read_bytes()
+        assert b"\0" not in log, f"{d}/w0.log written over by another command"
+        assert log.count(b"(start)") == 1, log[:2000]
+        assert b"redcrawl: worker " in log and b"Spider closed (finished)" in log, log[-2000:]

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import signal
 import socket
@@ -44,7 +45,7 @@ from datetime import UTC, datetime
 from enum import IntEnum
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from redcrawl.errors import ConfigError, RedcrawlError, UnknownSpider
 
@@ -60,6 +61,7 @@ __all__ = [
     "UnknownSpider",
     "WorkerEvent",
     "check_spider",
+    "claim_log_dir",
     "run_workers",
     "spider_name",
     "worker_command",
@@ -510,6 +512,31 @@ class Fleet:
             signal=self._signals[0] if self._signals else None,
             logs=self.logs,
         )
+
+
+def claim_log_dir(folder: Path, *, or_next: bool = True) -> tuple[Path, IO[bytes]]:
+    """Take ``folder`` for one fleet's logs: a lock (``.lock`` inside, ``flock``) held
+    until the returned file is closed, so a second ``redcrawl crawl`` of the same crawl in
+    the same folder never makes a running fleet's ``w<i>.log`` anew under its workers.
+    When another process holds it: with ``or_next``, the first free of ``folder.2``,
+    ``folder.3``, ...; without, a :class:`ConfigError` (a folder given by the user)."""
+    for n in range(1, 1000):
+        here = folder if n == 1 else folder.with_name(f"{folder.name}.{n}")
+        here.mkdir(parents=True, exist_ok=True)
+        lock = (here / ".lock").open("ab")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            if not or_next:
+                raise ConfigError(
+                    "--logs",
+                    f"{folder} holds the logs of another running redcrawl crawl; give "
+                    "another folder",
+                ) from None
+            continue
+        return here, lock
+    raise ConfigError("--logs", f"{folder}.2 to {folder}.999 are all in use; give --logs")
 
 
 # --- a crawl -------------------------------------------------------------------------

@@ -29,6 +29,7 @@ from redcrawl.settings import Settings
 from redcrawl.workers import (
     WorkerEvent,
     check_spider,
+    claim_log_dir,
     run_workers,
 )
 
@@ -118,14 +119,18 @@ def crawl(
     log_dir = (
         None if logs == "-" else Path(logs) if logs else settings.embedded_dir / "logs" / crawl_id
     )
+    log_lock = contextlib.ExitStack()
     if log_dir is not None:
+        # another `redcrawl crawl` here may be writing its logs there: take the next folder
+        log_dir, lock = claim_log_dir(log_dir, or_next=not logs)
+        log_lock.enter_context(lock)
         console.print(
             f"worker logs: {_show(log_dir / 'w0.log')}"
             + (f" ... w{workers - 1}.log" if workers > 1 else ""),
             highlight=False,
         )
     display = ProgressDisplay(console) if progress and log_dir is not None else None
-    with display if display is not None else contextlib.nullcontext():
+    with log_lock, display if display is not None else contextlib.nullcontext():
         result = run_workers(
             spider,
             workers=workers,
