@@ -57,6 +57,55 @@ def _on_event(event: WorkerEvent, logs: Path | None) -> None:
         console.print(event.log_tail, markup=False, highlight=False)
 
 
+def _politeness(settings: Settings, crawl: str, workers: int) -> str:
+    """One line on what the per-site settings mean for this crawl: the workers' logs say
+    it too, but they go to files, and a migrated scrapy-redis project's sites are
+    crawled more slowly when its limits hold for the whole fleet."""
+    if not settings.politeness:
+        return (
+            "per-site limits: each worker limits itself (REDCRAWL_POLITENESS=off): "
+            f"{workers} workers take up to {workers}x CONCURRENT_REQUESTS_PER_DOMAIN of a site"
+        )
+    if settings.backend == "streams":
+        return (
+            "per-site limits: not enforced for the fleet on the streams backend yet, each "
+            "worker limits itself (REDCRAWL_POLITENESS=off)"
+        )
+    frontier = open_frontier(connect(settings), settings, crawl)
+    try:
+        created_without = frontier.politeness is None
+    finally:
+        frontier.client.close()
+    if created_without:
+        return (
+            f"per-site limits: crawl {crawl} was created without fleet-wide politeness, each "
+            "worker limits itself (as with REDCRAWL_POLITENESS=off); purge it or use a new "
+            "--crawl to have the limits hold for the fleet"
+        )
+    conc = settings.politeness_concurrency_per_ip or settings.politeness_concurrency
+    name = (
+        "CONCURRENT_REQUESTS_PER_IP"
+        if settings.politeness_concurrency_per_ip
+        else "CONCURRENT_REQUESTS_PER_DOMAIN"
+    )
+    delay = settings.politeness_delay
+    pace = (
+        f"one every {delay:g} s{' (±50%)' if settings.politeness_randomize else ''} "
+        "(DOWNLOAD_DELAY)"
+        if delay
+        else "no delay (DOWNLOAD_DELAY 0)"
+    )
+    slots = len(settings.politeness_slots)
+    own = f"; {slots} key(s) with their own in DOWNLOAD_SLOTS" if slots else ""
+    many = f"{workers} worker{'s' * (workers != 1)} together"
+    return (
+        f"per-site limits for the whole fleet (these {many}, and any other worker of the "
+        f"crawl): at most {conc} requests at once per site ({name}), {pace}{own}. With "
+        "scrapy-redis each worker took these: raise them for sites that can take more, or "
+        "set REDCRAWL_POLITENESS=off for that"
+    )
+
+
 @app.command()
 @_guard
 def crawl(
@@ -129,6 +178,7 @@ def crawl(
             + (f" ... w{workers - 1}.log" if workers > 1 else ""),
             highlight=False,
         )
+    console.print(_politeness(settings, crawl_id, workers), highlight=False)
     display = ProgressDisplay(console) if progress and log_dir is not None else None
     with log_lock, display if display is not None else contextlib.nullcontext():
         result = run_workers(

@@ -1,0 +1,82 @@
+"""What ``redcrawl crawl`` tells a user in the terminal (found by trying redcrawl as a
+stranger): the workers' own logs go to files, so what only they say is not seen."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import RedisServer
+from .sitekit import SITEKIT_FILE, SiteSpec, serving
+from .test_politeness_fleet import fresh_frontier
+from .test_workers import cli_env
+
+
+def run_crawl(redis_url: str, crawl: str, cwd: Path, roots: list[str], *sets: str) -> str:
+    args = [a for s in sets for a in ("--set", s)]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "redcrawl.cli",
+            "crawl",
+            str(SITEKIT_FILE),
+            "--workers",
+            "2",
+            "--crawl",
+            crawl,
+            "--no-progress",
+            "--set",
+            "TELNETCONSOLE_ENABLED=False",
+            "--set",
+            "REDCRAWL_IDLE_BEFORE_CLOSE=0.5",
+            *args,
+            "--arg",
+            "urls=" + ",".join(roots),
+        ],
+        cwd=cwd,
+        env=cli_env(redis_url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return " ".join(proc.stderr.split())  # rich wraps long lines
+
+
+@pytest.mark.slow
+def test_crawl_says_in_the_terminal_that_per_site_limits_hold_for_all_its_workers(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
+    """A migrated scrapy-redis project with ``CONCURRENT_REQUESTS_PER_DOMAIN = 4`` and
+    ``DOWNLOAD_DELAY = 0.25`` run by ``redcrawl crawl -w 2``: the terminal says, before the
+    crawl starts, that a site gets at most 4 requests at once and one every 0.25 s from
+    the 2 workers together (scrapy-redis: from each), and how to get the old meaning.
+    Seen before: nothing in the terminal; one INFO line without the numbers in each
+    worker's log file."""
+    fresh_frontier(redis7, "trials-say", "lists")
+    with serving([SiteSpec(pages=2)]) as kit:
+        out = run_crawl(
+            redis7.url,
+            "trials-say",
+            tmp_path,
+            kit.roots,
+            "CONCURRENT_REQUESTS_PER_DOMAIN=4",
+            "DOWNLOAD_DELAY=0.25",
+        )
+    assert "at most 4 requests at once" in out, out
+    assert "0.25 s" in out and "2 workers together" in out, out
+    assert "REDCRAWL_POLITENESS=off" in out, out
+
+
+@pytest.mark.slow
+def test_crawl_says_when_each_worker_limits_itself(redis7: RedisServer, tmp_path: Path) -> None:
+    fresh_frontier(redis7, "trials-say-off", "lists")
+    with serving([SiteSpec(pages=2)]) as kit:
+        out = run_crawl(
+            redis7.url, "trials-say-off", tmp_path, kit.roots, "REDCRAWL_POLITENESS=off"
+        )
+    assert "each worker" in out and "REDCRAWL_POLITENESS=off" in out, out
