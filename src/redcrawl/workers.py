@@ -75,6 +75,9 @@ REDCRAWL_COMPONENTS = (
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
+PROGRESS_TIMEOUT = 2.0
+"""Seconds a progress read of :func:`run_workers` may wait for Redis (no retries)."""
+
 
 class ExitCode(IntEnum):
     """Exit codes of ``redcrawl crawl`` (and of the other commands where they apply). A
@@ -553,6 +556,53 @@ class Tick:
     """Worker processes running now."""
 
 
+class _Watch:
+    """The supervisor's reads of a crawl (the progress line, whether a crashed worker is
+    restarted) on a client that fails fast: the loop that forwards signals must not sit
+    in redis-py's ~30 s of retries, and a Redis outage the workers outlive (up to
+    ``outage_limit``) must not end the command: it pauses the progress line, once said."""
+
+    def __init__(
+        self,
+        frontier: Any,
+        outage_limit: float,
+        on_event: Callable[[WorkerEvent], object] | None,
+    ) -> None:
+        self.frontier = frontier
+        self.outage_limit = outage_limit
+        self.on_event = on_event or (lambda event: None)
+        self.down = False
+
+    def _reachable(self, exc: RedcrawlError | None) -> None:
+        if exc is not None and not self.down:
+            self.on_event(
+                WorkerEvent(
+                    "warning",
+                    "all",
+                    f"warning: Redis unreachable ({exc}); the workers go on with what they "
+                    "hold and wait for it up to REDCRAWL_REDIS_OUTAGE_LIMIT "
+                    f"({self.outage_limit:g} s)",
+                )
+            )
+        elif exc is None and self.down:
+            self.on_event(WorkerEvent("warning", "all", "Redis is reachable again"))
+        self.down = exc is not None
+
+    def read(self) -> tuple[Counts, dict[str, int]] | None:
+        """The crawl's counts and stats, or None while Redis is unreachable."""
+        try:
+            got = self.frontier.counts(), self.frontier.stats()
+        except RedcrawlError as exc:
+            self._reachable(exc)
+            return None
+        self._reachable(None)
+        return got
+
+    def unfinished(self) -> bool:
+        read = self.read()
+        return read is None or not read[0].finished  # unknown: restart (it waits for Redis)
+
+
 def run_workers(
     spider: str,
     *,
@@ -573,6 +623,9 @@ def run_workers(
     Redis ``settings`` name, the embedded one started if need be) until every worker has
     exited for good; see :class:`Fleet`. Worker output goes to ``log_dir`` (None: this
     process's stdout/stderr). ``progress`` is called about twice a second."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
     from redcrawl.connection import connect, resolve_url
     from redcrawl.frontier import open_frontier
     from redcrawl.guard import check_server
@@ -600,11 +653,28 @@ def run_workers(
                 frontier.forget_worker(name)
 
     started = time.monotonic()
+    watch = _Watch(
+        open_frontier(
+            connect(
+                settings,
+                url=url,
+                check=False,
+                retry=Retry(NoBackoff(), 0),
+                socket_timeout=PROGRESS_TIMEOUT,
+                socket_connect_timeout=PROGRESS_TIMEOUT,
+            ),
+            settings,
+            crawl,
+        ),
+        settings.redis_outage_limit,
+        on_event,
+    )
 
     def tick() -> None:
-        if progress is not None:
-            running = sum(w.running() for w in fleet.workers)
-            progress(Tick(frontier.counts(), frontier.stats(), time.monotonic() - started, running))
+        if progress is None or (read := watch.read()) is None:
+            return
+        running = sum(w.running() for w in fleet.workers)
+        progress(Tick(*read, time.monotonic() - started, running))
 
     fleet = Fleet(
         # the crawl as -s too: a worker's -s beats its environment, so a --set
@@ -619,7 +689,7 @@ def run_workers(
         env={**os.environ, **(env or {}), "REDCRAWL_REDIS_URL": url, "REDCRAWL_CRAWL": crawl},
         max_restarts=max_restarts,
         backoff=restart_backoff,
-        unfinished=lambda: not frontier.counts().finished,
+        unfinished=watch.unfinished,
         on_crash=release,
         on_event=on_event,
         tick=tick,
@@ -631,3 +701,4 @@ def run_workers(
         return result
     finally:
         frontier.client.close()
+        watch.frontier.client.close()
