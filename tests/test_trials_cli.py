@@ -9,6 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from redcrawl.frontier import open_frontier
+from redcrawl.settings import Settings
+
 from .conftest import RedisServer
 from .sitekit import SITEKIT_FILE, SiteSpec, serving
 from .test_politeness_fleet import fresh_frontier
@@ -80,3 +83,33 @@ def test_crawl_says_when_each_worker_limits_itself(redis7: RedisServer, tmp_path
             redis7.url, "trials-say-off", tmp_path, kit.roots, "REDCRAWL_POLITENESS=off"
         )
     assert "each worker" in out and "REDCRAWL_POLITENESS=off" in out, out
+
+
+@pytest.mark.slow
+def test_crawl_warns_when_it_changes_the_limits_of_running_workers(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
+    """Workers of the crawl run with 2 at once and 0.5 s (another ``redcrawl crawl`` or a
+    ``scrapy crawl`` elsewhere); a new command with other settings joins: the last worker
+    to start sets the crawl's limits for every worker, so the terminal says so. Seen
+    before: a warning in the new workers' log files only."""
+    crawl = "trials-say-change"
+    frontier = fresh_frontier(redis7, crawl, "lists")
+    running = open_frontier(
+        frontier.client,
+        Settings(politeness_concurrency=2, politeness_delay=0.5, politeness_randomize=False),
+        crawl,
+    )
+    running.store_politeness(worker=True)
+    running.renew("elsewhere:w0", ttl=120)  # a live worker of the crawl
+    with serving([SiteSpec(pages=2)]) as kit:
+        out = run_crawl(
+            redis7.url,
+            crawl,
+            tmp_path,
+            kit.roots,
+            "CONCURRENT_REQUESTS_PER_DOMAIN=8",
+            "DOWNLOAD_DELAY=0",
+        )
+    assert "warning: workers of crawl trials-say-change are running with concurrency 2" in out
+    assert "to concurrency 8, delay 0 s" in out, out

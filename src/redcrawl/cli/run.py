@@ -4,6 +4,7 @@ something."""
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -22,7 +23,7 @@ from redcrawl.cli._common import (
     console,
 )
 from redcrawl.connection import connect, stop_embedded
-from redcrawl.frontier import open_frontier
+from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.keys import validate_crawl_name
 from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
@@ -74,6 +75,7 @@ def _politeness(settings: Settings, crawl: str, workers: int) -> str:
     frontier = open_frontier(connect(settings), settings, crawl)
     try:
         created_without = frontier.politeness is None
+        change = "" if created_without else _limits_change(frontier, settings)
     finally:
         frontier.client.close()
     if created_without:
@@ -102,7 +104,37 @@ def _politeness(settings: Settings, crawl: str, workers: int) -> str:
         f"per-site limits for the whole fleet (these {many}, and any other worker of the "
         f"crawl): at most {conc} requests at once per site ({name}), {pace}{own}. With "
         "scrapy-redis each worker took these: raise them for sites that can take more, or "
-        "set REDCRAWL_POLITENESS=off for that"
+        f"set REDCRAWL_POLITENESS=off for that{change}"
+    )
+
+
+def _limits_change(frontier: FrontierCore, settings: Settings) -> str:
+    """A warning when workers of the crawl are running with other default limits: the
+    last worker to start sets them for the whole crawl (docs/politeness.md)."""
+    now = frontier.server_time()
+    if not any(until > now for until in frontier.workers().values()):
+        return ""
+    raw = frontier.client.hget(frontier.keys.control, "politeness")
+    try:
+        stored = json.loads(raw) if raw else None
+    except ValueError:
+        return ""
+    if not isinstance(stored, dict):
+        return ""
+    mine = {
+        "concurrency": settings.politeness_concurrency_per_ip or settings.politeness_concurrency,
+        "delay": settings.politeness_delay,
+        "randomize": settings.politeness_randomize,
+    }
+    if all(stored.get(k) == v for k, v in mine.items()):
+        return ""
+    return (
+        f".\n[yellow]warning:[/] workers of crawl {frontier.crawl} are running with "
+        f"concurrency {stored.get('concurrency')}, delay {stored.get('delay')} s, randomize "
+        f"{stored.get('randomize')}; these workers change that for the whole crawl, theirs "
+        f"too, to concurrency {mine['concurrency']}, delay {mine['delay']:g} s, randomize "
+        f"{mine['randomize']}: give every worker the same CONCURRENT_REQUESTS_PER_DOMAIN, "
+        "DOWNLOAD_DELAY and DOWNLOAD_DELAY_JITTER"
     )
 
 
