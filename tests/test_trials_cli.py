@@ -113,3 +113,19 @@ def test_crawl_warns_when_it_changes_the_limits_of_running_workers(
         )
     assert "warning: workers of crawl trials-say-change are running with concurrency 2" in out
     assert "to concurrency 8, delay 0 s" in out, out
+
+
+@pytest.mark.slow
+def test_crawl_says_when_the_crawl_is_already_finished(redis7: RedisServer, tmp_path: Path) -> None:
+    """The same command run again after the crawl finished: nothing is fetched (state is
+    kept), and the terminal says why and how to start over. Seen before: a table and
+    exit 0 after a second, the reason only in the workers' log files."""
+    crawl = "trials-again"
+    fresh_frontier(redis7, crawl, "lists")
+    with serving([SiteSpec(pages=2)]) as kit:
+        first = run_crawl(redis7.url, crawl, tmp_path, kit.roots)
+        again = run_crawl(redis7.url, crawl, tmp_path, kit.roots)
+        assert kit.fetched(kit.hosts[0])["/"] == 1
+    assert "already finished" not in first and "is finished" not in first, first
+    assert f"crawl {crawl} is finished (3 done)" in again, again
+    assert f"redcrawl purge --crawl {crawl}" in again, again

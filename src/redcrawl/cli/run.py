@@ -102,10 +102,29 @@ def _politeness(settings: Settings, crawl: str, workers: int) -> str:
     many = f"{workers} worker{'s' * (workers != 1)} together"
     return (
         f"per-site limits for the whole fleet (these {many}, and any other worker of the "
-        f"crawl): at most {conc} requests at once per site ({name}), {pace}{own}. With "
+        f"crawl): at most {conc} request{'s' * (conc != 1)} at once per site ({name}), "
+        f"{pace}{own}. With "
         "scrapy-redis each worker took these: raise them for sites that can take more, or "
         f"set REDCRAWL_POLITENESS=off for that{change}"
     )
+
+
+def _say_if_finished(settings: Settings, crawl: str) -> None:
+    """A persistent crawl that is finished fetches nothing it has done: say so here (the
+    workers' warning goes to their log files), so that a run that ends at once is not a
+    mystery."""
+    frontier = open_frontier(connect(settings), settings, crawl)
+    try:
+        c = frontier.counts()
+    finally:
+        frontier.client.close()
+    if c.finished and c.done:
+        console.print(
+            f"[yellow]note:[/] crawl {crawl} is finished ({c.done:,} done): its workers fetch "
+            "only what is new (RedisSpider start URLs, `redcrawl seed --recrawl`); "
+            f"`redcrawl purge --crawl {crawl}` starts it over",
+            highlight=False,
+        )
 
 
 def _limits_change(frontier: FrontierCore, settings: Settings) -> str:
@@ -211,6 +230,7 @@ def crawl(
             highlight=False,
         )
     console.print(_politeness(settings, crawl_id, workers), highlight=False)
+    _say_if_finished(settings, crawl_id)
     display = ProgressDisplay(console) if progress and log_dir is not None else None
     with log_lock, display if display is not None else contextlib.nullcontext():
         result = run_workers(
