@@ -11,9 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 from scrapy.settings import Settings as ScrapySettings
 
+from redcrawl import Envelope, open_frontier
 from redcrawl.errors import ConfigError
+from redcrawl.fingerprint import fingerprint
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
@@ -120,3 +123,49 @@ def test_crawl_refuses_a_malformed_download_slots_entry_before_starting_workers(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "DOWNLOAD_SLOTS" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert not (tmp_path / ".redcrawl" / "logs").exists(), "workers were started"
+
+
+@pytest.mark.parametrize(
+    "setting",
+    ["REDCRAWL_POLITENESS=off", "REDCRAWL_POLITENESS_KEY=domain", "REDCRAWL_ORDERING=lifo"],
+)
+def test_crawl_refuses_settings_the_crawl_was_not_created_with(
+    redis7: RedisServer, redis7_client: redis.Redis, tmp_path: Path, setting: str
+) -> None:
+    """A polite crawl with work left, run again with a setting that fixes the crawl's
+    layout changed (e.g. politeness turned off to go faster): exit 2 before any worker
+    starts, naming the setting, nothing lost. Seen before: every worker died at start with
+    a traceback ("crawl layout mismatch"), the command exited 1 after their restarts, and
+    it said the crawl was finished (it read the per-site queues as empty tier lists)."""
+    crawl = "trials-layout"
+    frontier = open_frontier(redis7_client, Settings(), crawl)
+    urls = [f"http://127.0.0.2:9/p/{i}" for i in range(5)]
+    frontier.push([Envelope(url=u, fingerprint=fingerprint(u)) for u in urls])
+    before = frontier.counts()
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "redcrawl.cli",
+            "crawl",
+            str(SITEKIT_FILE),
+            "--crawl",
+            crawl,
+            "--no-progress",
+            "--set",
+            setting,
+            "--arg",
+            "urls=http://127.0.0.2:9/",
+        ],
+        cwd=tmp_path,
+        env=cli_env(redis7.url),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    err = " ".join(proc.stderr.split())
+    assert setting.split("=")[0] in err and "Traceback" not in err, err
+    assert "is finished" not in err, err
+    assert not (tmp_path / ".redcrawl" / "logs").exists(), "workers were started"
+    assert frontier.counts() == before

@@ -23,7 +23,9 @@ from redcrawl.cli._common import (
     console,
 )
 from redcrawl.connection import connect, stop_embedded
+from redcrawl.errors import FrontierError
 from redcrawl.frontier import FrontierCore, open_frontier
+from redcrawl.frontier.records import stored_layout
 from redcrawl.keys import validate_crawl_name
 from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
@@ -56,6 +58,27 @@ def _on_event(event: WorkerEvent, logs: Path | None) -> None:
         where = f" ({_show(logs / f'{event.worker}.log')})" if logs else ""
         console.print(f"[dim]--- end of {event.worker}'s log{where}:[/]")
         console.print(event.log_tail, markup=False, highlight=False)
+
+
+def _check_layout(settings: Settings, crawl: str) -> None:
+    """An existing crawl's layout (backend, ordering, politeness, dedupe) is fixed when it
+    is created: refuse here, once and before any worker starts, settings that change it
+    (e.g. REDCRAWL_POLITENESS=off to go faster), rather than have every worker die at
+    start with a traceback. Checked by the frontier's own scripts (a maintenance step, as
+    every worker runs); a new crawl is left for the workers to create."""
+    frontier = open_frontier(connect(settings), settings, crawl)
+    try:
+        if stored_layout(frontier.client.hgetall(frontier.keys.control)) is None:
+            return
+        frontier.maintain()
+    except FrontierError as exc:
+        if "layout mismatch" not in str(exc):
+            raise
+        raise _fail(
+            f"crawl {crawl} was created with other settings than these: {exc}", EXIT_USAGE
+        ) from None
+    finally:
+        frontier.client.close()
 
 
 def _politeness(settings: Settings, crawl: str, workers: int) -> str:
@@ -216,6 +239,7 @@ def crawl(
         dict(item.split("=", 1) for item in setting or []), base=_settings(redis_url)
     )
     crawl_id = validate_crawl_name(crawl_name) if crawl_name else settings.crawl_name(name)
+    _check_layout(settings, crawl_id)
     log_dir = (
         None if logs == "-" else Path(logs) if logs else settings.embedded_dir / "logs" / crawl_id
     )
