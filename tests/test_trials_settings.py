@@ -169,3 +169,19 @@ def test_crawl_refuses_settings_the_crawl_was_not_created_with(
     assert "is finished" not in err, err
     assert not (tmp_path / ".redcrawl" / "logs").exists(), "workers were started"
     assert frontier.counts() == before
+
+
+@pytest.mark.parametrize(
+    ("values", "randomize"),
+    [
+        ({"DOWNLOAD_DELAY_JITTER": "0"}, False),
+        ({"DOWNLOAD_DELAY_JITTER": "0.5"}, True),
+        ({"DOWNLOAD_DELAY_JITTER": 0, "RANDOMIZE_DOWNLOAD_DELAY": True}, False),
+        ({"DOWNLOAD_DELAY_JITTER": 0, "REDCRAWL_POLITENESS_RANDOMIZE": True}, True),
+    ],
+)
+def test_download_delay_jitter_in_a_mapping(values: dict[str, Any], randomize: bool) -> None:
+    """``redcrawl crawl --set DOWNLOAD_DELAY_JITTER=0``: the command's own reading (its
+    per-site limits line) agrees with its workers'. Seen before: "(±50%)" printed while
+    the workers kept exact gaps."""
+    assert Settings.from_mapping(values).politeness_randomize is randomize

@@ -139,6 +139,7 @@ class Settings:
         ``REDCRAWL_*`` names, which are an error (a typo must not pass silently).
         """
         changes: dict[str, Any] = {}
+        values = _jitter_alias(values)
         for name, value in values.items():
             spec = BY_NAME.get(name)
             if spec is None:
@@ -290,6 +291,17 @@ def scrapy_layers(settings: Any) -> tuple[dict[str, Any], dict[str, Any]]:
         (cmdline if (priority or 0) >= CMDLINE_PRIORITY else project)[name] = value
     _jitter(settings, project, cmdline)
     return project, cmdline
+
+
+def _jitter_alias(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``DOWNLOAD_DELAY_JITTER`` in a plain mapping (``--set``, a dict): read as Scrapy
+    2.19 reads it at the same priority, over ``RANDOMIZE_DOWNLOAD_DELAY``."""
+    if values.get("DOWNLOAD_DELAY_JITTER") is None:
+        return values
+    project: dict[str, Any] = {}
+    _jitter(values, project, project)
+    rest = {k: v for k, v in values.items() if k != "RANDOMIZE_DOWNLOAD_DELAY"}
+    return {**rest, **project}
 
 
 def _jitter(settings: Any, project: dict[str, Any], cmdline: dict[str, Any]) -> None:
