@@ -129,3 +129,61 @@ def test_crawl_says_when_the_crawl_is_already_finished(redis7: RedisServer, tmp_
     assert "already finished" not in first and "is finished" not in first, first
     assert f"crawl {crawl} is finished (3 done)" in again, again
     assert f"redcrawl purge --crawl {crawl}" in again, again
+
+
+SPIDER_WITH_OWN_SETTINGS = """
+import scrapy
+
+
+class OwnSettingsSpider(scrapy.Spider):
+    name = "own_settings"
+    custom_settings = {
+        "CONCURRENT_REQUESTS_PER_DOMAIN": 3,
+        "DOWNLOAD_DELAY": 0.1,
+        "REDCRAWL_ORDERING": "lifo",
+    }
+
+    def __init__(self, urls="", **kwargs):
+        super().__init__(**kwargs)
+        self.start_urls = [u for u in urls.split(",") if u]
+
+    def parse(self, response):
+        yield from response.follow_all(css="a", callback=self.parse)
+"""
+
+
+@pytest.mark.slow
+def test_crawl_reads_the_spiders_own_settings(redis7: RedisServer, tmp_path: Path) -> None:
+    """A spider's ``custom_settings`` beat the project's, as in ``scrapy crawl``: the
+    limits line shows the spider's, and a crawl created with the spider's ordering (lifo)
+    is not refused as "created with other settings". Seen before: the project's (Scrapy's
+    default 8 at once, no delay), and exit 2 for the layout."""
+    crawl = "trials-own"
+    frontier = fresh_frontier(redis7, crawl, "lists")
+    created = open_frontier(frontier.client, Settings(ordering="lifo"), crawl)
+    created.maintain()  # the crawl exists, created lifo
+    spider = tmp_path / "own_spider.py"
+    spider.write_text(SPIDER_WITH_OWN_SETTINGS)
+    with serving([SiteSpec(pages=2)]) as kit:
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "redcrawl.cli",
+                "crawl",
+                str(spider),
+                "--crawl",
+                crawl,
+                "--no-progress",
+                "--arg",
+                "urls=" + ",".join(kit.roots),
+            ],
+            cwd=tmp_path,
+            env=cli_env(redis7.url),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    out = " ".join(proc.stderr.split())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "at most 3 requests at once" in out and "one every 0.1 s" in out, out

@@ -64,6 +64,7 @@ __all__ = [
     "claim_log_dir",
     "run_workers",
     "spider_name",
+    "spider_settings",
     "worker_command",
 ]
 
@@ -176,6 +177,39 @@ def check_spider(spider: str) -> str:
             f"no spider named {spider!r} in this Scrapy project; its spiders: {listed}", names
         )
     return spider
+
+
+def spider_settings(spider: str) -> dict[str, Any]:
+    """The ``custom_settings`` of ``spider`` (a spider of the current project, or the
+    spider class of a ``.py`` file, imported as ``scrapy runspider`` does): they beat the
+    project's settings in the workers, so the command reads them too. Empty when the
+    spider cannot be loaded here (its workers will say why)."""
+    try:
+        if spider.endswith(".py"):
+            import importlib.util
+
+            from scrapy.utils.spider import iter_spider_classes
+
+            spec = importlib.util.spec_from_file_location("_redcrawl_spider", spider)
+            if spec is None or spec.loader is None:
+                return {}
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # (dataclasses look their module up there)
+            try:
+                spec.loader.exec_module(module)
+            finally:
+                sys.modules.pop(spec.name, None)
+            classes = list(iter_spider_classes(module))
+            cls = classes[0] if len(classes) == 1 else None
+        else:
+            from scrapy.spiderloader import get_spider_loader
+            from scrapy.utils.project import get_project_settings
+
+            cls = get_spider_loader(get_project_settings()).load(spider)
+    except Exception:  # the user's code: its workers report its errors
+        return {}
+    custom = getattr(cls, "custom_settings", None)
+    return dict(custom) if isinstance(custom, Mapping) else {}
 
 
 # --- supervision ---------------------------------------------------------------------

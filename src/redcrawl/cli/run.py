@@ -34,6 +34,7 @@ from redcrawl.workers import (
     check_spider,
     claim_log_dir,
     run_workers,
+    spider_settings,
 )
 
 # --- crawl -------------------------------------------------------------------------------
@@ -236,7 +237,8 @@ def crawl(
     name = check_spider(spider)  # before anything starts: exit 2 with the spider list
     # the workers' redcrawl settings given with --set apply here too (progress, counts)
     settings = Settings.from_mapping(
-        dict(item.split("=", 1) for item in setting or []), base=_settings(redis_url)
+        dict(item.split("=", 1) for item in setting or []),
+        base=_settings(redis_url, spider=spider_settings(spider)),
     )
     crawl_id = validate_crawl_name(crawl_name) if crawl_name else settings.crawl_name(name)
     _check_layout(settings, crawl_id)
