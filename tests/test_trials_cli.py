@@ -3,8 +3,10 @@ stranger): the workers' own logs go to files, so what only they say is not seen.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -187,3 +189,48 @@ def test_crawl_reads_the_spiders_own_settings(redis7: RedisServer, tmp_path: Pat
     out = " ".join(proc.stderr.split())
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "at most 3 requests at once" in out and "one every 0.1 s" in out, out
+
+
+@pytest.mark.slow
+def test_crawl_says_when_the_crawl_is_paused(redis7: RedisServer, tmp_path: Path) -> None:
+    """``redcrawl crawl`` of a paused crawl: its workers lease nothing and the command
+    waits for a resume; the terminal says so at start. Seen before: a progress line at
+    0/s and nothing else, a crawl that looked hung."""
+    crawl = "trials-paused"
+    frontier = fresh_frontier(redis7, crawl, "lists")
+    frontier.pause()
+    with serving([SiteSpec(pages=2)]) as kit:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "redcrawl.cli",
+                "crawl",
+                str(SITEKIT_FILE),
+                "--crawl",
+                crawl,
+                "--no-progress",
+                "--arg",
+                "urls=" + ",".join(kit.roots),
+            ],
+            cwd=tmp_path,
+            env=cli_env(redis7.url),
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            assert proc.stderr is not None
+            seen = ""
+            deadline = time.monotonic() + 60
+            while "is paused" not in seen and time.monotonic() < deadline:
+                line = proc.stderr.readline()
+                if not line:
+                    break
+                seen += line
+            assert f"crawl {crawl} is paused" in seen, seen
+            assert f"redcrawl resume --crawl {crawl}" in " ".join(seen.split()), seen
+        finally:
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=60)
+    assert proc.returncode == 130

@@ -133,16 +133,22 @@ def _politeness(settings: Settings, crawl: str, workers: int) -> str:
     )
 
 
-def _say_if_finished(settings: Settings, crawl: str) -> None:
-    """A persistent crawl that is finished fetches nothing it has done: say so here (the
-    workers' warning goes to their log files), so that a run that ends at once is not a
-    mystery."""
+def _say_state(settings: Settings, crawl: str) -> None:
+    """What would make a run end at once or wait forever, said here (the workers' notes go
+    to their log files): a persistent crawl that is finished fetches nothing it has done;
+    a paused one leases nothing until it is resumed."""
     frontier = open_frontier(connect(settings), settings, crawl)
     try:
-        c = frontier.counts()
+        c, paused = frontier.counts(), frontier.is_paused()
     finally:
         frontier.client.close()
-    if c.finished and c.done:
+    if paused:
+        console.print(
+            f"[yellow]note:[/] crawl {crawl} is paused: its workers lease nothing until "
+            f"`redcrawl resume --crawl {crawl}` (Ctrl-C stops them)",
+            highlight=False,
+        )
+    elif c.finished and c.done:
         console.print(
             f"[yellow]note:[/] crawl {crawl} is finished ({c.done:,} done): its workers fetch "
             "only what is new (RedisSpider start URLs, `redcrawl seed --recrawl`); "
@@ -256,7 +262,7 @@ def crawl(
             highlight=False,
         )
     console.print(_politeness(settings, crawl_id, workers), highlight=False)
-    _say_if_finished(settings, crawl_id)
+    _say_state(settings, crawl_id)
     display = ProgressDisplay(console) if progress and log_dir is not None else None
     with log_lock, display if display is not None else contextlib.nullcontext():
         result = run_workers(
