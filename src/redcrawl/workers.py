@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import signal
 import socket
@@ -44,7 +45,7 @@ from datetime import UTC, datetime
 from enum import IntEnum
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 from redcrawl.errors import ConfigError, RedcrawlError, UnknownSpider
 
@@ -60,8 +61,10 @@ __all__ = [
     "UnknownSpider",
     "WorkerEvent",
     "check_spider",
+    "claim_log_dir",
     "run_workers",
     "spider_name",
+    "spider_settings",
     "worker_command",
 ]
 
@@ -72,6 +75,9 @@ REDCRAWL_COMPONENTS = (
 """The two settings that put a Scrapy project on redcrawl."""
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+PROGRESS_TIMEOUT = 2.0
+"""Seconds a progress read of :func:`run_workers` may wait for Redis (no retries)."""
 
 
 class ExitCode(IntEnum):
@@ -171,6 +177,39 @@ def check_spider(spider: str) -> str:
             f"no spider named {spider!r} in this Scrapy project; its spiders: {listed}", names
         )
     return spider
+
+
+def spider_settings(spider: str) -> dict[str, Any]:
+    """The ``custom_settings`` of ``spider`` (a spider of the current project, or the
+    spider class of a ``.py`` file, imported as ``scrapy runspider`` does): they beat the
+    project's settings in the workers, so the command reads them too. Empty when the
+    spider cannot be loaded here (its workers will say why)."""
+    try:
+        if spider.endswith(".py"):
+            import importlib.util
+
+            from scrapy.utils.spider import iter_spider_classes
+
+            spec = importlib.util.spec_from_file_location("_redcrawl_spider", spider)
+            if spec is None or spec.loader is None:
+                return {}
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module  # (dataclasses look their module up there)
+            try:
+                spec.loader.exec_module(module)
+            finally:
+                sys.modules.pop(spec.name, None)
+            classes = list(iter_spider_classes(module))
+            cls = classes[0] if len(classes) == 1 else None
+        else:
+            from scrapy.spiderloader import get_spider_loader
+            from scrapy.utils.project import get_project_settings
+
+            cls = get_spider_loader(get_project_settings()).load(spider)
+    except Exception:  # the user's code: its workers report its errors
+        return {}
+    custom = getattr(cls, "custom_settings", None)
+    return dict(custom) if isinstance(custom, Mapping) else {}
 
 
 # --- supervision ---------------------------------------------------------------------
@@ -512,6 +551,31 @@ class Fleet:
         )
 
 
+def claim_log_dir(folder: Path, *, or_next: bool = True) -> tuple[Path, IO[bytes]]:
+    """Take ``folder`` for one fleet's logs: a lock (``.lock`` inside, ``flock``) held
+    until the returned file is closed, so a second ``redcrawl crawl`` of the same crawl in
+    the same folder never makes a running fleet's ``w<i>.log`` anew under its workers.
+    When another process holds it: with ``or_next``, the first free of ``folder.2``,
+    ``folder.3``, ...; without, a :class:`ConfigError` (a folder given by the user)."""
+    for n in range(1, 1000):
+        here = folder if n == 1 else folder.with_name(f"{folder.name}.{n}")
+        here.mkdir(parents=True, exist_ok=True)
+        lock = (here / ".lock").open("ab")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            if not or_next:
+                raise ConfigError(
+                    "--logs",
+                    f"{folder} holds the logs of another running redcrawl crawl; give "
+                    "another folder",
+                ) from None
+            continue
+        return here, lock
+    raise ConfigError("--logs", f"{folder}.2 to {folder}.999 are all in use; give --logs")
+
+
 # --- a crawl -------------------------------------------------------------------------
 
 
@@ -524,6 +588,53 @@ class Tick:
     elapsed: float
     running: int
     """Worker processes running now."""
+
+
+class _Watch:
+    """The supervisor's reads of a crawl (the progress line, whether a crashed worker is
+    restarted) on a client that fails fast: the loop that forwards signals must not sit
+    in redis-py's ~30 s of retries, and a Redis outage the workers outlive (up to
+    ``outage_limit``) must not end the command: it pauses the progress line, once said."""
+
+    def __init__(
+        self,
+        frontier: Any,
+        outage_limit: float,
+        on_event: Callable[[WorkerEvent], object] | None,
+    ) -> None:
+        self.frontier = frontier
+        self.outage_limit = outage_limit
+        self.on_event = on_event or (lambda event: None)
+        self.down = False
+
+    def _reachable(self, exc: RedcrawlError | None) -> None:
+        if exc is not None and not self.down:
+            self.on_event(
+                WorkerEvent(
+                    "warning",
+                    "all",
+                    f"warning: Redis unreachable ({exc}); the workers go on with what they "
+                    "hold and wait for it up to REDCRAWL_REDIS_OUTAGE_LIMIT "
+                    f"({self.outage_limit:g} s)",
+                )
+            )
+        elif exc is None and self.down:
+            self.on_event(WorkerEvent("warning", "all", "Redis is reachable again"))
+        self.down = exc is not None
+
+    def read(self) -> tuple[Counts, dict[str, int]] | None:
+        """The crawl's counts and stats, or None while Redis is unreachable."""
+        try:
+            got = self.frontier.counts(), self.frontier.stats()
+        except RedcrawlError as exc:
+            self._reachable(exc)
+            return None
+        self._reachable(None)
+        return got
+
+    def unfinished(self) -> bool:
+        read = self.read()
+        return read is None or not read[0].finished  # unknown: restart (it waits for Redis)
 
 
 def run_workers(
@@ -546,6 +657,9 @@ def run_workers(
     Redis ``settings`` name, the embedded one started if need be) until every worker has
     exited for good; see :class:`Fleet`. Worker output goes to ``log_dir`` (None: this
     process's stdout/stderr). ``progress`` is called about twice a second."""
+    from redis.backoff import NoBackoff
+    from redis.retry import Retry
+
     from redcrawl.connection import connect, resolve_url
     from redcrawl.frontier import open_frontier
     from redcrawl.guard import check_server
@@ -560,7 +674,9 @@ def run_workers(
     for warning in warnings:
         if on_event is not None:
             on_event(WorkerEvent("warning", "all", f"warning: {warning}"))
-    prefix = f"{socket.gethostname()}:{crawl}:"
+    # this command's pid too: another `redcrawl crawl` of the same crawl on this machine
+    # names its workers w0, w1, ... as well, and release() must never match its workers
+    prefix = f"{socket.gethostname()}:{crawl}:{os.getpid()}:"
 
     def release(worker_id: str) -> None:
         """Give back the leases of a worker process that died (its scheduler adds a
@@ -571,11 +687,28 @@ def run_workers(
                 frontier.forget_worker(name)
 
     started = time.monotonic()
+    watch = _Watch(
+        open_frontier(
+            connect(
+                settings,
+                url=url,
+                check=False,
+                retry=Retry(NoBackoff(), 0),
+                socket_timeout=PROGRESS_TIMEOUT,
+                socket_connect_timeout=PROGRESS_TIMEOUT,
+            ),
+            settings,
+            crawl,
+        ),
+        settings.redis_outage_limit,
+        on_event,
+    )
 
     def tick() -> None:
-        if progress is not None:
-            running = sum(w.running() for w in fleet.workers)
-            progress(Tick(frontier.counts(), frontier.stats(), time.monotonic() - started, running))
+        if progress is None or (read := watch.read()) is None:
+            return
+        running = sum(w.running() for w in fleet.workers)
+        progress(Tick(*read, time.monotonic() - started, running))
 
     fleet = Fleet(
         # the crawl as -s too: a worker's -s beats its environment, so a --set
@@ -590,7 +723,7 @@ def run_workers(
         env={**os.environ, **(env or {}), "REDCRAWL_REDIS_URL": url, "REDCRAWL_CRAWL": crawl},
         max_restarts=max_restarts,
         backoff=restart_backoff,
-        unfinished=lambda: not frontier.counts().finished,
+        unfinished=watch.unfinished,
         on_crash=release,
         on_event=on_event,
         tick=tick,
@@ -602,3 +735,4 @@ def run_workers(
         return result
     finally:
         frontier.client.close()
+        watch.frontier.client.close()

@@ -57,15 +57,21 @@ EXIT_FAILED, EXIT_USAGE, EXIT_REDIS = ExitCode.FAILED, ExitCode.USAGE, ExitCode.
 EXIT_DEAD_LETTERS = ExitCode.DEAD_LETTERS
 
 
-def _settings(redis_url: str | None, **changes: Any) -> Settings:
-    """Project settings (if in a Scrapy project), then REDCRAWL_* env, then flags."""
+def _settings(
+    redis_url: str | None, *, spider: dict[str, Any] | None = None, **changes: Any
+) -> Settings:
+    """Project settings (if in a Scrapy project) and the ``spider``'s custom_settings above
+    them, then REDCRAWL_* env, then flags."""
     base: Settings
     if in_scrapy_project():
         from scrapy.utils.project import get_project_settings
 
-        base = Settings.from_scrapy(get_project_settings())
+        project = get_project_settings()
+        if spider:
+            project.setdict(spider, priority="spider")
+        base = Settings.from_scrapy(project)
     else:
-        base = Settings.from_env()
+        base = Settings.from_env(base=Settings.from_mapping(spider or {}))
     if redis_url:
         changes["redis_url"] = redis_url
     return base.replace(**{k: v for k, v in changes.items() if v is not None})

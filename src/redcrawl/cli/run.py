@@ -4,6 +4,7 @@ something."""
 from __future__ import annotations
 
 import contextlib
+import json
 from pathlib import Path
 from typing import Annotated
 
@@ -22,14 +23,18 @@ from redcrawl.cli._common import (
     console,
 )
 from redcrawl.connection import connect, stop_embedded
-from redcrawl.frontier import open_frontier
+from redcrawl.errors import FrontierError
+from redcrawl.frontier import FrontierCore, open_frontier
+from redcrawl.frontier.records import stored_layout
 from redcrawl.keys import validate_crawl_name
 from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
 from redcrawl.workers import (
     WorkerEvent,
     check_spider,
+    claim_log_dir,
     run_workers,
+    spider_settings,
 )
 
 # --- crawl -------------------------------------------------------------------------------
@@ -54,6 +59,132 @@ def _on_event(event: WorkerEvent, logs: Path | None) -> None:
         where = f" ({_show(logs / f'{event.worker}.log')})" if logs else ""
         console.print(f"[dim]--- end of {event.worker}'s log{where}:[/]")
         console.print(event.log_tail, markup=False, highlight=False)
+
+
+def _check_layout(settings: Settings, crawl: str) -> None:
+    """An existing crawl's layout (backend, ordering, politeness, dedupe) is fixed when it
+    is created: refuse here, once and before any worker starts, settings that change it
+    (e.g. REDCRAWL_POLITENESS=off to go faster), rather than have every worker die at
+    start with a traceback. Checked by the frontier's own scripts (a maintenance step, as
+    every worker runs); a new crawl is left for the workers to create."""
+    frontier = open_frontier(connect(settings), settings, crawl)
+    try:
+        if stored_layout(frontier.client.hgetall(frontier.keys.control)) is None:
+            return
+        frontier.maintain()
+    except FrontierError as exc:
+        if "layout mismatch" not in str(exc):
+            raise
+        raise _fail(
+            f"crawl {crawl} was created with other settings than these: {exc}", EXIT_USAGE
+        ) from None
+    finally:
+        frontier.client.close()
+
+
+def _politeness(settings: Settings, crawl: str, workers: int) -> str:
+    """One line on what the per-site settings mean for this crawl: the workers' logs say
+    it too, but they go to files, and a migrated scrapy-redis project's sites are
+    crawled more slowly when its limits hold for the whole fleet."""
+    if not settings.politeness:
+        return (
+            "per-site limits: each worker limits itself (REDCRAWL_POLITENESS=off): "
+            f"{workers} workers take up to {workers}x CONCURRENT_REQUESTS_PER_DOMAIN of a site"
+        )
+    if settings.backend == "streams":
+        return (
+            "per-site limits: not enforced for the fleet on the streams backend yet, each "
+            "worker limits itself (REDCRAWL_POLITENESS=off)"
+        )
+    frontier = open_frontier(connect(settings), settings, crawl)
+    try:
+        created_without = frontier.politeness is None
+        change = "" if created_without else _limits_change(frontier, settings)
+    finally:
+        frontier.client.close()
+    if created_without:
+        return (
+            f"per-site limits: crawl {crawl} was created without fleet-wide politeness, each "
+            "worker limits itself (as with REDCRAWL_POLITENESS=off); purge it or use a new "
+            "--crawl to have the limits hold for the fleet"
+        )
+    conc = settings.politeness_concurrency_per_ip or settings.politeness_concurrency
+    name = (
+        "CONCURRENT_REQUESTS_PER_IP"
+        if settings.politeness_concurrency_per_ip
+        else "CONCURRENT_REQUESTS_PER_DOMAIN"
+    )
+    delay = settings.politeness_delay
+    pace = (
+        f"one every {delay:g} s{' (±50%)' if settings.politeness_randomize else ''} "
+        "(DOWNLOAD_DELAY)"
+        if delay
+        else "no delay (DOWNLOAD_DELAY 0)"
+    )
+    slots = len(settings.politeness_slots)
+    own = f"; {slots} key(s) with their own in DOWNLOAD_SLOTS" if slots else ""
+    many = f"{workers} worker{'s' * (workers != 1)} together"
+    return (
+        f"per-site limits for the whole fleet (these {many}, and any other worker of the "
+        f"crawl): at most {conc} request{'s' * (conc != 1)} at once per site ({name}), "
+        f"{pace}{own}. With "
+        "scrapy-redis each worker took these: raise them for sites that can take more, or "
+        f"set REDCRAWL_POLITENESS=off for that{change}"
+    )
+
+
+def _say_state(settings: Settings, crawl: str) -> None:
+    """What would make a run end at once or wait forever, said here (the workers' notes go
+    to their log files): a persistent crawl that is finished fetches nothing it has done;
+    a paused one leases nothing until it is resumed."""
+    frontier = open_frontier(connect(settings), settings, crawl)
+    try:
+        c, paused = frontier.counts(), frontier.is_paused()
+    finally:
+        frontier.client.close()
+    if paused:
+        console.print(
+            f"[yellow]note:[/] crawl {crawl} is paused: its workers lease nothing until "
+            f"`redcrawl resume --crawl {crawl}` (Ctrl-C stops them)",
+            highlight=False,
+        )
+    elif c.finished and c.done:
+        console.print(
+            f"[yellow]note:[/] crawl {crawl} is finished ({c.done:,} done): its workers fetch "
+            "only what is new (RedisSpider start URLs, `redcrawl seed --recrawl`); "
+            f"`redcrawl purge --crawl {crawl}` starts it over",
+            highlight=False,
+        )
+
+
+def _limits_change(frontier: FrontierCore, settings: Settings) -> str:
+    """A warning when workers of the crawl are running with other default limits: the
+    last worker to start sets them for the whole crawl (docs/politeness.md)."""
+    now = frontier.server_time()
+    if not any(until > now for until in frontier.workers().values()):
+        return ""
+    raw = frontier.client.hget(frontier.keys.control, "politeness")
+    try:
+        stored = json.loads(raw) if raw else None
+    except ValueError:
+        return ""
+    if not isinstance(stored, dict):
+        return ""
+    mine = {
+        "concurrency": settings.politeness_concurrency_per_ip or settings.politeness_concurrency,
+        "delay": settings.politeness_delay,
+        "randomize": settings.politeness_randomize,
+    }
+    if all(stored.get(k) == v for k, v in mine.items()):
+        return ""
+    return (
+        f".\n[yellow]warning:[/] workers of crawl {frontier.crawl} are running with "
+        f"concurrency {stored.get('concurrency')}, delay {stored.get('delay')} s, randomize "
+        f"{stored.get('randomize')}; these workers change that for the whole crawl, theirs "
+        f"too, to concurrency {mine['concurrency']}, delay {mine['delay']:g} s, randomize "
+        f"{mine['randomize']}: give every worker the same CONCURRENT_REQUESTS_PER_DOMAIN, "
+        "DOWNLOAD_DELAY and DOWNLOAD_DELAY_JITTER"
+    )
 
 
 @app.command()
@@ -112,20 +243,28 @@ def crawl(
     name = check_spider(spider)  # before anything starts: exit 2 with the spider list
     # the workers' redcrawl settings given with --set apply here too (progress, counts)
     settings = Settings.from_mapping(
-        dict(item.split("=", 1) for item in setting or []), base=_settings(redis_url)
+        dict(item.split("=", 1) for item in setting or []),
+        base=_settings(redis_url, spider=spider_settings(spider)),
     )
     crawl_id = validate_crawl_name(crawl_name) if crawl_name else settings.crawl_name(name)
+    _check_layout(settings, crawl_id)
     log_dir = (
         None if logs == "-" else Path(logs) if logs else settings.embedded_dir / "logs" / crawl_id
     )
+    log_lock = contextlib.ExitStack()
     if log_dir is not None:
+        # another `redcrawl crawl` here may be writing its logs there: take the next folder
+        log_dir, lock = claim_log_dir(log_dir, or_next=not logs)
+        log_lock.enter_context(lock)
         console.print(
             f"worker logs: {_show(log_dir / 'w0.log')}"
             + (f" ... w{workers - 1}.log" if workers > 1 else ""),
             highlight=False,
         )
+    console.print(_politeness(settings, crawl_id, workers), highlight=False)
+    _say_state(settings, crawl_id)
     display = ProgressDisplay(console) if progress and log_dir is not None else None
-    with display if display is not None else contextlib.nullcontext():
+    with log_lock, display if display is not None else contextlib.nullcontext():
         result = run_workers(
             spider,
             workers=workers,

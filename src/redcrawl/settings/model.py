@@ -145,6 +145,7 @@ class Settings:
         ``REDCRAWL_*`` names, which are an error (a typo must not pass silently).
         """
         changes: dict[str, Any] = {}
+        values = _jitter_alias(values)
         for name, value in values.items():
             spec = BY_NAME.get(name)
             if spec is None:
@@ -294,7 +295,49 @@ def scrapy_layers(settings: Any) -> tuple[dict[str, Any], dict[str, Any]]:
             continue
         priority = getpriority(name) if getpriority is not None else None
         (cmdline if (priority or 0) >= CMDLINE_PRIORITY else project)[name] = value
+    _jitter(settings, project, cmdline)
     return project, cmdline
+
+
+def _jitter_alias(values: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``DOWNLOAD_DELAY_JITTER`` in a plain mapping (``--set``, a dict): read as Scrapy
+    2.19 reads it at the same priority, over ``RANDOMIZE_DOWNLOAD_DELAY``."""
+    if values.get("DOWNLOAD_DELAY_JITTER") is None:
+        return values
+    project: dict[str, Any] = {}
+    _jitter(values, project, project)
+    rest = {k: v for k, v in values.items() if k != "RANDOMIZE_DOWNLOAD_DELAY"}
+    return {**rest, **project}
+
+
+def _jitter(settings: Any, project: dict[str, Any], cmdline: dict[str, Any]) -> None:
+    """Scrapy 2.19's ``DOWNLOAD_DELAY_JITTER`` (the delay's random variation, 0 for none)
+    replaces ``RANDOMIZE_DOWNLOAD_DELAY``, which wins only when set at a higher priority
+    (Scrapy's ``_default_jitter``). The frontier varies a delay by ±50% or not at all: a
+    jitter other than 0 turns it on."""
+    jitter = settings.get("DOWNLOAD_DELAY_JITTER")
+    if jitter is None:
+        return
+    getpriority = getattr(settings, "getpriority", None)
+
+    def priority(name: str) -> int:
+        if getpriority is not None:
+            return int(getpriority(name) or 0)
+        return 20 if settings.get(name) is not None else -1  # a dict: project settings
+
+    old, new = priority("RANDOMIZE_DOWNLOAD_DELAY"), priority("DOWNLOAD_DELAY_JITTER")
+    if old > 0 and old > new:
+        return  # RANDOMIZE_DOWNLOAD_DELAY, as read above
+    try:
+        randomize = float(jitter) != 0
+    except (TypeError, ValueError):
+        raise ConfigError(
+            "DOWNLOAD_DELAY_JITTER", f"{jitter!r} is not a number; give e.g. 0.5, or 0 for none"
+        ) from None
+    project.pop("RANDOMIZE_DOWNLOAD_DELAY", None)
+    cmdline.pop("RANDOMIZE_DOWNLOAD_DELAY", None)
+    layer = cmdline if new >= CMDLINE_PRIORITY else project
+    layer["RANDOMIZE_DOWNLOAD_DELAY"] = randomize
 
 
 def _keys(settings: Any) -> Iterable[Any]:

@@ -104,6 +104,42 @@ def parse_dict(name: str, v: Any) -> dict[str, Any]:
     return dict(v)
 
 
+_SLOT_NUMBERS: dict[str, tuple[type, float]] = {"concurrency": (int, 1), "delay": (float, 0.0)}
+
+
+def _slots(name: str, v: Any) -> dict[str, Any]:
+    """DOWNLOAD_SLOTS: key -> {concurrency, delay, randomize_delay or jitter}, as Scrapy
+    reads them. Every entry is checked here, before a worker starts (the frontier would
+    silently use the defaults for a value it cannot read). Scrapy 2.19's ``jitter`` (a
+    magnitude, 0 for none) becomes ``randomize_delay``, which the frontier reads."""
+    slots = parse_dict(name, v)
+    out: dict[str, Any] = {}
+    for key, entry in slots.items():
+        example = 'like {"concurrency": 1, "delay": 2.0}'
+        if not isinstance(entry, Mapping):
+            raise ConfigError(name, f"the entry {key!r} is {entry!r}; give a mapping {example}")
+        entry = dict(entry)
+        for field, (kind, low) in _SLOT_NUMBERS.items():
+            value = entry.get(field)
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if value is not None and (
+                not ok or value < low or (kind is int and value != int(value))
+            ):
+                want = "a whole number of at least 1" if kind is int else "seconds, at least 0"
+                raise ConfigError(name, f"{key!r}: {field} is {value!r}; give {want}")
+        if "randomize_delay" in entry and not isinstance(entry["randomize_delay"], bool):
+            raise ConfigError(
+                name, f"{key!r}: randomize_delay is {entry['randomize_delay']!r}; give true/false"
+            )
+        if "jitter" in entry:
+            jitter = entry.pop("jitter")
+            if isinstance(jitter, bool) or not isinstance(jitter, int | float) or jitter < 0:
+                raise ConfigError(name, f"{key!r}: jitter is {jitter!r}; give 0 or more")
+            entry["randomize_delay"] = bool(jitter)  # it wins, as in Scrapy
+        out[str(key)] = entry
+    return out
+
+
 def _ordering(name: str, v: Any) -> Ordering:
     if isinstance(v, type):
         v = f"{v.__module__}.{v.__qualname__}"
@@ -545,14 +581,17 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "politeness_randomize",
         _bool,
-        "Each gap is the delay times a random factor in [0.5, 1.5), drawn by the frontier.",
+        "Each gap is the delay times a random factor in [0.5, 1.5), drawn by the frontier. "
+        "Scrapy 2.19's DOWNLOAD_DELAY_JITTER is read too (0: off, any other value: on), and "
+        "wins as in Scrapy unless RANDOMIZE_DOWNLOAD_DELAY is set at a higher priority.",
         ("RANDOMIZE_DOWNLOAD_DELAY",),
     ),
     Spec(
         "politeness_slots",
-        parse_dict,
+        _slots,
         "Per-key concurrency and delay (JSON object: key -> "
-        "{concurrency, delay, randomize_delay}), fleet-wide.",
+        "{concurrency, delay, randomize_delay or Scrapy 2.19's jitter}), fleet-wide; every "
+        "entry is checked at start.",
         ("DOWNLOAD_SLOTS",),
     ),
     Spec(
