@@ -33,12 +33,13 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.exceptions
 from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster, TransactionStrategy
 from redis.retry import Retry
 
 from redcrawl.errors import ConfigError, RedcrawlError, RedisUnavailable
@@ -46,8 +47,13 @@ from redcrawl.redis_server import bundled_binary, server_args, spawn, wait_ready
 from redcrawl.settings import Settings
 
 __all__ = [
+    "CLUSTER_SCHEMES",
+    "ClusterClient",
     "EmbeddedRedis",
+    "cluster_nodes",
     "connect",
+    "connect_cluster",
+    "is_cluster_url",
     "redact",
     "redis_cli_hint",
     "redis_server_binary",
@@ -323,6 +329,9 @@ def resolve_url(settings: Settings) -> str:
 def redis_cli_hint(settings: Settings) -> str:
     """The redis-cli command for the crawl's Redis: ``redis-cli -s SOCKET`` for the
     embedded server, ``redis-cli -u URL`` (password hidden) otherwise. Starts nothing."""
+    if settings.redis_url and is_cluster_url(settings.redis_url):
+        plain = cluster_nodes(settings.redis_url)[0]
+        return f"redis-cli -c -u {shlex.quote(redact(plain))}"
     if settings.redis_url:
         return f"redis-cli -u {shlex.quote(redact(settings.redis_url))}"
     return EmbeddedRedis(settings.embedded_dir).cli_hint
@@ -359,10 +368,16 @@ def connect(
 ) -> redis.Redis:
     """A redis-py client for ``url`` (default: :func:`resolve_url`), retrying with backoff.
 
+    A ``redis+cluster://`` or ``rediss+cluster://`` URL gives a :class:`ClusterClient` (a
+    redis-py ``RedisCluster``; see :func:`is_cluster_url`), typed as ``redis.Redis`` like
+    the other clients: every command of ``redis.Redis`` redcrawl uses works on it.
+
     ``check`` pings the server now and raises :class:`RedisUnavailable` if it does not
     answer. ``settings.redis_params`` and ``overrides`` go to redis-py.
     """
     url = url or resolve_url(settings)
+    if is_cluster_url(url):
+        return cast(redis.Redis, connect_cluster(settings, url, check=check, **overrides))
     params: dict[str, Any] = {
         "retry": Retry(ExponentialBackoff(cap=5.0, base=0.05), RETRIES),
         "retry_on_error": [redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
@@ -395,10 +410,296 @@ def connect(
         )
         try:
             probe.ping()
+            enabled = _cluster_enabled(probe)
         except redis.exceptions.AuthenticationError as exc:
             raise RedisUnavailable(redact(url), f"authentication failed: {exc}") from None
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             raise RedisUnavailable(redact(url), exc) from None
         finally:
             probe.close()
+        if enabled:
+            client.close()
+            raise ConfigError(
+                "REDCRAWL_REDIS_URL",
+                f"{redact(url)} is a Redis Cluster node: a single-server client would fail on "
+                "every key of another node (MOVED); write the URL as "
+                f"{_as_cluster(url)} (docs/cluster.md)",
+            )
+    return client
+
+
+def _cluster_enabled(client: redis.Redis) -> bool:
+    """Whether the server says ``cluster_enabled:1`` (False if INFO is not allowed)."""
+    try:
+        info = client.info("cluster")
+    except redis.exceptions.ResponseError:  # e.g. an ACL user without INFO
+        return False
+    return bool(int(info.get("cluster_enabled", 0) or 0))
+
+
+def _as_cluster(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    return f"{scheme}+cluster{sep}{rest}" if scheme in ("redis", "rediss") else url
+
+
+# --- Redis Cluster ------------------------------------------------------------------
+
+CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+"""URL schemes of a Redis Cluster, and the plain scheme each stands for (TLS or not)."""
+
+CLUSTER_TRANSIENT: tuple[type[BaseException], ...] = (
+    redis.exceptions.ConnectionError,
+    redis.exceptions.TimeoutError,
+    redis.exceptions.ClusterDownError,  # CLUSTERDOWN, MASTERDOWN: during a failover
+    redis.exceptions.TryAgainError,  # a multi-key command during resharding
+    redis.exceptions.SlotNotCoveredError,
+)
+"""What a cluster client waits out (a failover, a node restarting) before giving up."""
+
+_NOT_TRANSIENT = (redis.exceptions.AuthenticationError, redis.exceptions.MaxConnectionsError)
+
+OUTAGE = 30.0
+"""Seconds a cluster client keeps retrying a command through a failover or an outage
+(as long as a single-server client's :data:`RETRIES` take)."""
+
+
+def is_cluster_url(url: str | None) -> bool:
+    """Whether ``url`` names a Redis Cluster: ``redis+cluster://host:port[,host:port...]``
+    or ``rediss+cluster://`` (TLS)."""
+    return bool(url) and str(url).partition("://")[0].lower() in CLUSTER_SCHEMES
+
+
+def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+    """The plain URL (``redis://`` or ``rediss://``, credentials, database and query kept,
+    first node as its host) and the (host, port) of every node a cluster URL names.
+    :class:`ConfigError` when the URL is not one."""
+    scheme, sep, rest = url.partition("://")
+    plain = CLUSTER_SCHEMES.get(scheme.lower())
+    if plain is None or not sep:
+        raise ConfigError(
+            "REDCRAWL_REDIS_URL",
+            f"{redact(url)}: a Redis Cluster URL starts with redis+cluster:// or "
+            "rediss+cluster:// (TLS)",
+        )
+    cut = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    netloc, tail = rest[:cut], rest[cut:]
+    userinfo, at, hosts = netloc.rpartition("@")
+    nodes: list[tuple[str, int]] = []
+    for item in hosts.split(","):
+        host, port = _host_port(item.strip(), url)
+        nodes.append((host, port))
+    if tail.startswith("/") and tail[1:].partition("?")[0] not in ("", "0"):
+        raise ConfigError(
+            "REDCRAWL_REDIS_URL",
+            f"{redact(url)}: a Redis Cluster has only database 0; remove "
+            f"{tail.partition('?')[0]!r} from the URL",
+        )
+    first = nodes[0]
+    host = f"[{first[0]}]" if ":" in first[0] else first[0]
+    return f"{plain}://{userinfo}{at}{host}:{first[1]}{tail}", nodes
+
+
+def _host_port(item: str, url: str) -> tuple[str, int]:
+    if not item:
+        raise ConfigError(
+            "REDCRAWL_REDIS_URL",
+            f"{redact(url)}: name the cluster's nodes as host:port[,host:port...]",
+        )
+    if item.startswith("["):  # [IPv6]:port
+        host, _, port = item[1:].partition("]")
+        port = port.removeprefix(":")
+    else:
+        host, _, port = item.rpartition(":") if ":" in item else (item, "", "")
+    try:
+        number = int(port) if port else 6379
+    except ValueError:
+        number = -1
+    if not host or not 0 < number < 65536:
+        raise ConfigError(
+            "REDCRAWL_REDIS_URL",
+            f"{redact(url)}: {item!r} is not host:port; name the cluster's nodes as "
+            "host:port[,host:port...]",
+        )
+    return host, number
+
+
+class ClusterClient(RedisCluster):
+    """redis-py's ``RedisCluster`` as redcrawl uses it: a command (and a pipeline) that
+    fails because a node is unreachable or the cluster is reconfiguring (a failover,
+    :data:`CLUSTER_TRANSIENT`) is retried with exponential backoff for up to
+    :data:`OUTAGE` seconds, the topology refreshed before each retry, as a single-server
+    client waits out an outage. (redis-py's own cluster retries follow each other
+    without a pause, so a failover's few seconds would exhaust them.)
+
+    A retried script call is safe: every state-changing frontier script carries a nonce
+    and replays its first outcome (see ``frontier/lua/ops.lua``).
+    """
+
+    def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        return _waiting(self, lambda: super(ClusterClient, self).execute_command(*args, **kwargs))
+
+    def keys(self, pattern: Any = "*", **kwargs: Any) -> Any:
+        """KEYS on every master (redis-py asks one node only), results merged."""
+        kwargs.setdefault("target_nodes", self.PRIMARIES)
+        return super().keys(pattern, **kwargs)
+
+    def dbsize(self, **kwargs: Any) -> Any:
+        """The number of keys on every master, summed (redis-py asks one node only)."""
+        kwargs.setdefault("target_nodes", self.PRIMARIES)
+        return super().dbsize(**kwargs)
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        if shard_hint:
+            raise redis.exceptions.RedisClusterException("shard_hint is deprecated in cluster mode")
+        return _WaitingPipeline(
+            nodes_manager=self.nodes_manager,
+            commands_parser=self.commands_parser,
+            startup_nodes=self.nodes_manager.startup_nodes,
+            result_callbacks=self.result_callbacks,
+            cluster_response_callbacks=self.cluster_response_callbacks,
+            read_from_replicas=self.read_from_replicas,
+            load_balancing_strategy=self.load_balancing_strategy,
+            reinitialize_steps=self.reinitialize_steps,
+            retry=self.retry,
+            lock=self._lock,
+            transaction=transaction,
+            event_dispatcher=self._event_dispatcher,
+        )
+
+
+class _WaitingPipeline(ClusterPipeline):
+    """A cluster pipeline whose :meth:`execute` waits out a failover like
+    :class:`ClusterClient` (its commands are queued again for each retry), and which
+    reads ``TIME`` (redis-py refuses the keyless command in a cluster pipeline): from
+    the master of the pipeline's first key, sent just after the pipeline (outside a
+    transaction's MULTI/EXEC), its reply in its place among the others."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._times: list[int] = []
+
+    def time(self, **kwargs: Any) -> Any:
+        self._times.append(len(self._execution_strategy.command_queue) + len(self._times))
+        return self
+
+    def reset(self) -> None:
+        super().reset()
+        self._times = []
+
+    def _parsed(self, queued: list[Any], replies: list[Any]) -> list[Any]:
+        """The replies of a transaction through redis-py's response callbacks (redis-py
+        8.1 leaves a cluster transaction's replies raw: HGETALL a list, XPENDING a list,
+        where a single server's pipeline gives a dict)."""
+        callbacks = self.get_default_node().redis_connection.response_callbacks
+        out = []
+        for cmd, reply in zip(queued, replies, strict=True):
+            name = cmd.args[0]
+            if not isinstance(reply, Exception) and name in callbacks:
+                options = {k: v for k, v in cmd.options.items() if k != "keys"}
+                reply = callbacks[name](reply, **options)
+            out.append(reply)
+        return out
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        queued = list(self._execution_strategy.command_queue)
+        times = list(self._times)
+
+        def run() -> list[Any]:
+            if not self._execution_strategy.command_queue and queued:
+                for cmd in queued:
+                    self.pipeline_execute_command(*cmd.args, **cmd.options)
+            out = list(super(_WaitingPipeline, self).execute(raise_on_error)) if queued else []
+            if isinstance(self._execution_strategy, TransactionStrategy):
+                out = self._parsed(queued, out)
+            if times:
+                target = (
+                    self.nodes_manager.get_node_from_slot(self.determine_slot(*queued[0].args))
+                    if queued
+                    else self.get_default_node()
+                )
+                now = self.parent_execute_command("TIME", target_nodes=target)
+                for at in times:
+                    out.insert(at, now)
+            return out
+
+        try:
+            return cast(list[Any], _waiting(self, run))
+        finally:
+            self.reset()
+
+
+def _waiting(client: Any, call: Any) -> Any:
+    """``call()``, retried on :data:`CLUSTER_TRANSIENT` errors with exponential backoff
+    (0.05 s doubling, at most 2 s apart) until :data:`OUTAGE` seconds have passed."""
+    deadline: float | None = None
+    pause = 0.05
+    while True:
+        try:
+            return call()
+        except _NOT_TRANSIENT:
+            raise
+        except CLUSTER_TRANSIENT as exc:
+            now = time.monotonic()
+            deadline = deadline if deadline is not None else now + OUTAGE
+            if now >= deadline:
+                raise
+            log.debug("Redis Cluster: %s; retrying in %.2f s", exc, pause)
+            time.sleep(min(pause, max(deadline - now, 0.0)))
+            pause = min(pause * 2, 2.0)
+            with contextlib.suppress(*CLUSTER_TRANSIENT, redis.exceptions.RedisClusterException):
+                client.nodes_manager.initialize()
+
+
+def connect_cluster(
+    settings: Settings, url: str, *, check: bool = True, **overrides: Any
+) -> ClusterClient:
+    """A :class:`ClusterClient` for the cluster URL ``url`` (every node it names is a
+    startup node). :class:`ConfigError` for a malformed URL or a server that is not a
+    cluster node, :class:`RedisUnavailable` when no node answers. ``check`` also asks
+    the cluster for ``cluster_state:ok``."""
+    plain, nodes = cluster_nodes(url)
+    if settings.redis_db not in (None, 0):
+        raise ConfigError(
+            "REDCRAWL_REDIS_URL",
+            f"a Redis Cluster has only database 0, and REDIS_DB is {settings.redis_db}; "
+            "unset REDIS_DB",
+        )
+    params: dict[str, Any] = {
+        # retries within one command: quick ones (a MOVED, a node restarting); the
+        # ClusterClient waits out longer trouble with backoff
+        "retry": Retry(ExponentialBackoff(cap=1.0, base=0.05), 3),
+        "socket_timeout": SOCKET_TIMEOUT,
+        "socket_keepalive": True,
+        "socket_connect_timeout": 10,
+        **{k: v for k, v in settings.redis_params.items() if k not in ("db", "retry")},
+        **overrides,
+    }
+    startup = [ClusterNode(host, port) for host, port in nodes[1:]]
+    try:
+        client = ClusterClient(url=plain, startup_nodes=startup, **params)
+    except redis.exceptions.AuthenticationError as exc:
+        raise RedisUnavailable(redact(url), f"authentication failed: {exc}") from None
+    except ValueError as exc:
+        raise ConfigError("REDCRAWL_REDIS_URL", f"{redact(url)}: {exc}") from None
+    except redis.exceptions.RedisClusterException as exc:
+        if "not enabled" in str(exc):
+            raise ConfigError(
+                "REDCRAWL_REDIS_URL",
+                f"{redact(url)}: the server is not a Redis Cluster node ({exc}); use "
+                "redis:// (or rediss://) for a single server",
+            ) from None
+        raise RedisUnavailable(redact(url), exc) from None
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+        raise RedisUnavailable(redact(url), exc) from None
+    if check:
+        try:
+            state = client.cluster_info().get("cluster_state")
+        except redis.exceptions.RedisError as exc:
+            client.close()
+            raise RedisUnavailable(redact(url), exc) from None
+        if state != "ok":
+            client.close()
+            raise RedisUnavailable(
+                redact(url), f"cluster_state is {state!r}, not 'ok': fix the cluster first"
+            )
     return client

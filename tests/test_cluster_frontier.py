@@ -1,0 +1,78 @@
+"""The frontier contract on a real Redis Cluster (3 masters, 3 replicas: tests/cluster.py).
+
+The core frontier tests of tests/test_frontier.py, the settle pipeline and lost-reply
+tests, the dedupe filters and the lock run here again, unchanged, with ``redis_client``
+replaced by a ``redis+cluster://`` client (a :class:`redcrawl.connection.ClusterClient`),
+on both backends. A crawl lives in one hash slot (``{crawl}``), so on the cluster it lives
+on one master; several crawls spread over the masters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from redcrawl.redis_server import LocalCluster
+
+from . import cluster
+from .test_dedupe import (  # noqa: F401 - collected here again, on the cluster
+    test_done_filters_and_recrawl_bypasses_it,
+    test_exact_stores_63_bit_integers_in_intset_buckets,
+    test_own_bloom_scales_with_layers_and_bounded_keys,
+    test_recrawl_window_expires_done_fingerprints,
+)
+from .test_frontier import (  # noqa: F401
+    test_crawls_are_isolated_and_keys_share_a_hash_tag,
+    test_describe_follows_a_request_through_its_states,
+    test_dont_filter_bypasses_dedupe,
+    test_done_fingerprint_still_filters_but_queued_and_done_are_apart,
+    test_heartbeat_keeps_leases_alive,
+    test_inspection,
+    test_lease_ack_cycle_and_counts,
+    test_lease_expires_and_is_reclaimed_once,
+    test_malformed_envelopes_go_dead_not_loop,
+    test_many_reclaimers_do_not_double_requeue,
+    test_nack_retries_with_delay_then_dead,
+    test_no_retry_goes_dead_and_requeue_dead,
+    test_pause_resume,
+    test_purge_removes_everything,
+    test_push_dedupes_within_and_across_batches,
+    test_push_with_delay_waits_in_delayed,
+    test_release_gives_back_without_spending_an_attempt,
+    test_release_worker_forces_reclaim,
+    test_server_clock_is_used_without_test_clock,
+    test_settle_in_batches_acks_after_every_push,
+    test_settle_stores_children_before_acking_parent,
+    test_stale_lease_cannot_ack_after_dead_and_requeue,
+    test_strict_priority_order_fifo_among_equals,
+    test_tiers_weighted_fair_choice,
+)
+from .test_lock import (  # noqa: F401
+    test_acquire_and_release,
+    test_expired_owner_cannot_touch_the_next_owner,
+    test_interoperates_with_redis_py_locks,
+    test_renew_by_non_owner_is_lock_error_and_does_not_extend,
+    test_wait_polls_until_holder_releases,
+)
+from .test_settle_begin import (  # noqa: F401
+    test_a_refused_call_raises_and_the_next_one_works,
+    test_a_script_cache_flush_between_calls_is_survived,
+    test_pipelined_settles_do_what_settle_does_in_order,
+)
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def redis_client(redis_cluster: LocalCluster) -> Iterator[redis.Redis]:
+    """The cluster, flushed, instead of a single server (the imported tests use it)."""
+    client = cluster.client(redis_cluster)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def redis7_client(redis_client: redis.Redis) -> redis.Redis:
+    return redis_client
