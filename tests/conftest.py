@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from redcrawl.frontier import FrontierCore, open_frontier
-from redcrawl.redis_server import RedisServer as RedisServer  # the name test modules import
 from redcrawl.redis_server import LocalCluster, find_binary, free_port
+from redcrawl.redis_server import RedisServer as RedisServer  # the name test modules import
 from redcrawl.settings import Settings
 
 from .proxykit import ReplyDropper

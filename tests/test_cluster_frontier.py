@@ -26,8 +26,8 @@ from .test_dedupe import (  # noqa: F401 - collected here again, on the cluster
 from .test_frontier import (  # noqa: F401
     test_crawls_are_isolated_and_keys_share_a_hash_tag,
     test_describe_follows_a_request_through_its_states,
-    test_dont_filter_bypasses_dedupe,
     test_done_fingerprint_still_filters_but_queued_and_done_are_apart,
+    test_dont_filter_bypasses_dedupe,
     test_heartbeat_keeps_leases_alive,
     test_inspection,
     test_lease_ack_cycle_and_counts,

@@ -31,7 +31,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO, Any, cast
 from urllib.parse import urlsplit, urlunsplit
@@ -54,6 +54,7 @@ __all__ = [
     "connect",
     "connect_cluster",
     "is_cluster_url",
+    "merge_infos",
     "redact",
     "redis_cli_hint",
     "redis_server_binary",
@@ -536,7 +537,8 @@ class ClusterClient(RedisCluster):
     """
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
-        return _waiting(self, lambda: super(ClusterClient, self).execute_command(*args, **kwargs))
+        run: Any = super().execute_command
+        return _waiting(self, lambda: run(*args, **kwargs))
 
     def keys(self, pattern: Any = "*", **kwargs: Any) -> Any:
         """KEYS on every master (redis-py asks one node only), results merged."""
@@ -547,6 +549,85 @@ class ClusterClient(RedisCluster):
         """The number of keys on every master, summed (redis-py asks one node only)."""
         kwargs.setdefault("target_nodes", self.PRIMARIES)
         return super().dbsize(**kwargs)
+
+    def info(self, section: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """INFO of the whole cluster: every master's, merged by :func:`merge_infos`
+        (counters such as used_memory summed, statuses the worst). With ``target_nodes``:
+        redis-py's INFO of those nodes."""
+        if "target_nodes" in kwargs:
+            return super().info(section, *args, **kwargs)
+        return merge_infos(self.master_infos(section))
+
+    def master_infos(self, section: str | None = None) -> dict[str, dict[str, Any]]:
+        """INFO (``section``) of each master: node name (host:port) -> INFO."""
+        args = () if section is None else (section,)
+        out = {}
+        for node in self.masters():
+            out[node.name] = super().info(*args, target_nodes=node)
+        return out
+
+    def masters(self) -> list[ClusterNode]:
+        """The cluster's masters, by name (host:port)."""
+        me: Any = self
+        return sorted(me.get_primaries(), key=lambda n: str(n.name))
+
+    def scan(
+        self,
+        cursor: int = 0,
+        match: Any = None,
+        count: int | None = None,
+        _type: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
+        """SCAN over the whole cluster, with a single-server SCAN's reply: ``(cursor,
+        keys)``, the cursor 0 once every master was scanned. The cursor holds the master
+        (its low 8 bits: the index among :meth:`masters`) and that master's own cursor.
+        A pattern whose hash tag is literal (``rc:{crawl}:pq:*``) scans only the master of
+        that tag's slot. With ``target_nodes``: redis-py's per-node SCAN."""
+        if "target_nodes" in kwargs:
+            return super().scan(cursor, match, count, _type, **kwargs)
+        masters = self._scanned(match)
+        index, node_cursor = int(cursor) & 0xFF, int(cursor) >> 8
+        if index >= len(masters):
+            return 0, []
+        node = masters[index]
+        per_node: Any = super().scan
+        cursors, keys = per_node(node_cursor, match, count, _type, target_nodes=node)
+        node_cursor = int(cursors[node.name])
+        if node_cursor == 0:
+            index, node_cursor = index + 1, 0
+            if index >= len(masters):
+                return 0, keys
+        return (node_cursor << 8) | index, keys
+
+    def scan_iter(
+        self, match: Any = None, count: int | None = None, _type: str | None = None, **kwargs: Any
+    ) -> Iterator[Any]:
+        """Every key matching ``match`` on every master (see :meth:`scan`)."""
+        if "target_nodes" in kwargs:
+            yield from super().scan_iter(match, count, _type, **kwargs)
+            return
+        cursor = 0
+        while True:
+            cursor, keys = self.scan(cursor, match, count, _type)
+            yield from keys
+            if cursor == 0:
+                return
+
+    def _scanned(self, match: Any) -> list[ClusterNode]:
+        """The masters a SCAN for ``match`` must visit: the one of its slot if every key
+        it matches has the same hash tag, else all of them."""
+        text = match.decode() if isinstance(match, bytes) else match
+        if isinstance(text, str) and "{" in text:
+            head = text[: text.find("}", text.find("{")) + 1]
+            if (
+                head.endswith("}")
+                and head.index("{") + 2 < len(head)
+                and not any(c in head for c in "*?[\\")
+            ):
+                me: Any = self
+                return [me.nodes_manager.get_node_from_slot(me.keyslot(head))]
+        return self.masters()
 
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
         if shard_hint:
@@ -569,28 +650,38 @@ class ClusterClient(RedisCluster):
 
 class _WaitingPipeline(ClusterPipeline):
     """A cluster pipeline whose :meth:`execute` waits out a failover like
-    :class:`ClusterClient` (its commands are queued again for each retry), and which
-    reads ``TIME`` (redis-py refuses the keyless command in a cluster pipeline): from
-    the master of the pipeline's first key, sent just after the pipeline (outside a
-    transaction's MULTI/EXEC), its reply in its place among the others."""
+    :class:`ClusterClient` (its commands are queued again for each retry). It also
+    answers what redis-py refuses in a cluster pipeline: ``TIME`` (from the master of the
+    pipeline's first key) and ``INFO`` (:meth:`ClusterClient.info`: every master's,
+    merged), each sent just after the pipeline (outside a transaction's MULTI/EXEC) and
+    its reply put in its place among the others."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self._times: list[int] = []
+        self._aside: list[tuple[int, str, tuple[Any, ...]]] = []
 
-    def time(self, **kwargs: Any) -> Any:
-        self._times.append(len(self._execution_strategy.command_queue) + len(self._times))
+    def _set_aside(self, name: str, *args: Any) -> Any:
+        at = len(self._execution_strategy.command_queue) + len(self._aside)
+        self._aside.append((at, name, args))
         return self
 
-    def reset(self) -> None:
-        super().reset()
-        self._times = []
+    def time(self, **kwargs: Any) -> Any:
+        return self._set_aside("TIME")
+
+    def info(self, section: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return self._set_aside("INFO", section)
+
+    def reset(self) -> None:  # type: ignore[override]  # (a pipeline's reset, not RESET)
+        parent: Any = super()
+        parent.reset()
+        self._aside = []
 
     def _parsed(self, queued: list[Any], replies: list[Any]) -> list[Any]:
         """The replies of a transaction through redis-py's response callbacks (redis-py
         8.1 leaves a cluster transaction's replies raw: HGETALL a list, XPENDING a list,
         where a single server's pipeline gives a dict)."""
-        callbacks = self.get_default_node().redis_connection.response_callbacks
+        me: Any = self
+        callbacks = me.get_default_node().redis_connection.response_callbacks
         out = []
         for cmd, reply in zip(queued, replies, strict=True):
             name = cmd.args[0]
@@ -600,32 +691,93 @@ class _WaitingPipeline(ClusterPipeline):
             out.append(reply)
         return out
 
+    def _aside_reply(self, name: str, args: tuple[Any, ...], queued: list[Any]) -> Any:
+        me: Any = self
+        if name == "INFO":
+            infos = {}
+            for node in sorted(me.get_primaries(), key=lambda n: str(n.name)):
+                infos[node.name] = me.parent_execute_command(
+                    "INFO", *(a for a in args if a is not None), target_nodes=node
+                )
+            return merge_infos(infos)
+        target = (
+            me.nodes_manager.get_node_from_slot(me.determine_slot(*queued[0].args))
+            if queued
+            else me.get_default_node()
+        )
+        return me.parent_execute_command("TIME", target_nodes=target)
+
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         queued = list(self._execution_strategy.command_queue)
-        times = list(self._times)
+        aside = list(self._aside)
 
         def run() -> list[Any]:
             if not self._execution_strategy.command_queue and queued:
+                me: Any = self
                 for cmd in queued:
-                    self.pipeline_execute_command(*cmd.args, **cmd.options)
+                    me.pipeline_execute_command(*cmd.args, **cmd.options)
             out = list(super(_WaitingPipeline, self).execute(raise_on_error)) if queued else []
             if isinstance(self._execution_strategy, TransactionStrategy):
                 out = self._parsed(queued, out)
-            if times:
-                target = (
-                    self.nodes_manager.get_node_from_slot(self.determine_slot(*queued[0].args))
-                    if queued
-                    else self.get_default_node()
-                )
-                now = self.parent_execute_command("TIME", target_nodes=target)
-                for at in times:
-                    out.insert(at, now)
+            for at, name, args in aside:
+                try:
+                    reply = self._aside_reply(name, args, queued)
+                except redis.exceptions.ResponseError as exc:
+                    if raise_on_error:
+                        raise
+                    reply = exc
+                out.insert(at, reply)
             return out
 
         try:
             return cast(list[Any], _waiting(self, run))
         finally:
             self.reset()
+
+
+_SUMMED_INFO = frozenset(
+    (
+        "used_memory",
+        "used_memory_rss",
+        "used_memory_dataset",
+        "maxmemory",
+        "connected_clients",
+        "blocked_clients",
+        "evicted_keys",
+        "expired_keys",
+        "keyspace_hits",
+        "keyspace_misses",
+        "total_commands_processed",
+        "instantaneous_ops_per_sec",
+        "total_connections_received",
+        "rejected_connections",
+    )
+)
+
+
+def merge_infos(infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """One INFO for several servers (a cluster's masters): the counters of memory,
+    clients, keys and commands summed (``used_memory``, ``maxmemory``, ...); ``*_status``
+    fields ``ok`` only if every server's is; ``maxmemory_policy`` an evicting one if any
+    server evicts; other numbers the smallest (``rdb_last_save_time``: the oldest save,
+    ``aof_enabled``: on only if on everywhere); other text the first server's. Adds
+    ``cluster_masters``, the number of servers merged."""
+    rows = [dict(v) for _k, v in sorted(infos.items())]
+    if not rows:
+        return {}
+    out: dict[str, Any] = dict(rows[0])
+    for key in rows[0]:
+        values = [r.get(key) for r in rows if key in r]
+        if key in _SUMMED_INFO and all(isinstance(v, int | float) for v in values):
+            out[key] = sum(values)
+        elif key.endswith("_status"):
+            out[key] = next((v for v in values if v != "ok"), "ok")
+        elif key == "maxmemory_policy":
+            out[key] = next((v for v in values if str(v) != "noeviction"), values[0])
+        elif all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
+            out[key] = min(v for v in values if v is not None)
+    out["cluster_masters"] = len(rows)
+    return out
 
 
 def _waiting(client: Any, call: Any) -> Any:
@@ -674,7 +826,8 @@ def connect_cluster(
         **{k: v for k, v in settings.redis_params.items() if k not in ("db", "retry")},
         **overrides,
     }
-    startup = [ClusterNode(host, port) for host, port in nodes[1:]]
+    node: Any = ClusterNode
+    startup = [node(host, port) for host, port in nodes[1:]]
     try:
         client = ClusterClient(url=plain, startup_nodes=startup, **params)
     except redis.exceptions.AuthenticationError as exc:

@@ -427,10 +427,9 @@ class LocalCluster:
                     str(free_port()),
                 ]
                 self.nodes.append(RedisServer(found, self.directory / f"n{i}", extra=extra))
-            addresses = [f"127.0.0.1:{n.port}" for n in self.nodes]
+            create = [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes)]
             subprocess.run(
-                [cli, "--cluster", "create", *addresses]
-                + ["--cluster-replicas", str(replicas), "--cluster-yes"],
+                [*create, "--cluster-replicas", str(replicas), "--cluster-yes"],
                 check=True,
                 capture_output=True,
                 timeout=timeout,
@@ -503,9 +502,7 @@ def _cluster_info(node: RedisServer) -> dict[str, str]:
         return {}
     if isinstance(text, bytes):
         text = text.decode()
-    return dict(
-        line.split(":", 1) for line in str(text).splitlines() if ":" in line
-    )
+    return dict(line.split(":", 1) for line in str(text).splitlines() if ":" in line)
 
 
 def _cluster_ok(node: RedisServer) -> bool:
