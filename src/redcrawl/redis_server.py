@@ -425,6 +425,10 @@ class LocalCluster:
                     # the bus port, given: the default (port + 10000) may not exist
                     "--cluster-port",
                     str(free_port()),
+                    # a replica's first sync at once (Redis 7 waits 5 s by default): a
+                    # replica that never synced refuses to take over
+                    "--repl-diskless-sync-delay",
+                    "0",
                 ]
                 self.nodes.append(RedisServer(found, self.directory / f"n{i}", extra=extra))
             create = [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes)]
@@ -450,10 +454,12 @@ class LocalCluster:
 
     def wait_ok(self, timeout: float = 30.0) -> None:
         """Wait until every live node reports ``cluster_state:ok`` with all 16384 slots
-        assigned and ok (after a failover: the replica was promoted everywhere)."""
+        assigned and ok (after a failover: the replica was promoted everywhere), and every
+        live replica's link to its master is up (a replica that never synced would not
+        take over)."""
         deadline = time.monotonic() + timeout
         while True:
-            if all(_cluster_ok(n) for n in self.live()):
+            if all(_cluster_ok(n) and _replica_ok(n) for n in self.live()):
                 return
             if time.monotonic() > deadline:
                 states = {n.port: _cluster_info(n).get("cluster_state") for n in self.live()}
@@ -508,6 +514,25 @@ def _cluster_info(node: RedisServer) -> dict[str, str]:
 def _cluster_ok(node: RedisServer) -> bool:
     info = _cluster_info(node)
     return info.get("cluster_state") == "ok" and info.get("cluster_slots_ok") == "16384"
+
+
+def _replica_ok(node: RedisServer) -> bool:
+    """A master, or a replica whose link to its live master is up (a replica of a dead
+    master counts as ok: it waits for nothing)."""
+    try:
+        with node.client(socket_timeout=2, retry=Retry(NoBackoff(), 0)) as c:
+            info = c.info("replication")
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+        return False
+    if info.get("role") != "slave" or info.get("master_link_status") == "up":
+        return True
+    port = int(info.get("master_port", 0))
+    try:
+        with redis.Redis(port=port, socket_timeout=1, retry=Retry(NoBackoff(), 0)) as master:
+            master.ping()
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+        return True  # its master is gone
+    return False
 
 
 def _role(node: RedisServer) -> str:
