@@ -1,11 +1,10 @@
-"""A real Redis Cluster for the tests: 3 masters and 3 replicas on loopback, started once
-per test session (:class:`redcrawl.redis_server.LocalCluster`), and clients of it.
+"""A real Redis Cluster for the tests: 3 masters and 3 replicas on loopback
+(:class:`redcrawl.redis_server.LocalCluster`), and clients of it.
 
-The ``redis_cluster`` fixture (tests/conftest.py) starts it through :func:`start`; a
-missing ``redis-cli`` or Redis 7 is :func:`~tests.conftest.need` (a skip locally, a
-failure in CI). The cluster is killed (by pid) when the session ends, and after a test
-that broke it (a SIGKILLed master) the next :func:`client` waits until it is whole
-again or starts a fresh one.
+The ``redis_cluster`` fixture (tests/conftest.py) starts one through :func:`start` once
+per test session and kills it (by pid) at the session's end; a test that kills nodes
+(tests/test_cluster_failover.py) starts a cluster of its own. A missing ``redis-cli`` or
+Redis 7 is :func:`~tests.conftest.need` (a skip locally, a failure in CI).
 """
 
 from __future__ import annotations

@@ -11,7 +11,8 @@ lives on one master and several crawls spread over the masters.
 - Worker processes SIGKILLed mid-crawl (tests/test_kill.py's check, a smaller crawl), on
   both backends.
 - A real Scrapy crawl of the local shop site with 2 workers (``redcrawl crawl``), then
-  ``redcrawl status`` and ``redcrawl crawls``.
+  ``redcrawl status``, ``redcrawl crawls`` and ``redcrawl top``.
+- Server settings (CONFIG GET/SET) read and set on every master.
 
 The frontier contract itself (tests/test_frontier.py and others, unchanged) runs on the
 cluster in tests/test_cluster_frontier.py; a master killed under a lease/ack loop in
@@ -323,6 +324,10 @@ def test_two_scrapy_workers_crawl_the_shop_through_a_cluster_url(
     assert status.returncode == 0 and b"finished" in status.stdout, status.stderr.decode()
     listing = subprocess.run([*cli, "crawls"], env=env, cwd=tmp_path, capture_output=True)
     assert listing.returncode == 0 and b"shop" in listing.stdout, listing.stderr.decode()
+    top = subprocess.run(
+        [*cli, "top", "--once", "--crawl", "shop"], env=env, cwd=tmp_path, capture_output=True
+    )
+    assert top.returncode == 0 and b"alive" in top.stdout, top.stderr.decode()
 
 
 def test_keys_of_a_crawl_share_one_slot(redis_cluster: LocalCluster, client: redis.Redis) -> None:
@@ -337,3 +342,22 @@ def test_keys_of_a_crawl_share_one_slot(redis_cluster: LocalCluster, client: red
     assert len(keys) > 10 and any(b":pq:" in k for k in keys) and any(b":fpd" in k for k in keys)
     me: Any = client  # (a ClusterClient)
     assert {me.keyslot(k) for k in keys} == {me.keyslot(CrawlKeys("slots").req)}
+
+
+def test_server_settings_are_read_and_set_on_every_master(
+    redis_cluster: LocalCluster, client: redis.Redis
+) -> None:
+    """The exact filter raises set-max-intset-entries (REDCRAWL_CONFIGURE_SERVER): on every
+    master, since a crawl may live on any; a limit the masters disagree on reads as the
+    smallest."""
+    before = str(client.config_get("set-max-intset-entries")["set-max-intset-entries"])
+    try:
+        assert client.config_set("set-max-intset-entries", 4096)
+        for m in redis_cluster.masters():
+            with m.client() as mc:
+                assert mc.config_get("set-max-intset-entries")["set-max-intset-entries"] == "4096"
+        with redis_cluster.masters()[1].client() as mc:
+            mc.config_set("set-max-intset-entries", 600)
+        assert client.config_get("set-max-intset-entries")["set-max-intset-entries"] == "600"
+    finally:
+        client.config_set("set-max-intset-entries", before)

@@ -550,6 +550,26 @@ class ClusterClient(RedisCluster):
         kwargs.setdefault("target_nodes", self.PRIMARIES)
         return super().dbsize(**kwargs)
 
+    def config_set(self, name: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
+        """CONFIG SET on every master (redis-py sets it on one node only)."""
+        kwargs.setdefault("target_nodes", self.PRIMARIES)
+        return super().config_set(name, value, *args, **kwargs)
+
+    def config_get(self, pattern: Any = "*", *args: Any, **kwargs: Any) -> Any:
+        """CONFIG GET of every master, one dict: a value the masters disagree on is the
+        smallest number (the limit that binds), else the first master's."""
+        if "target_nodes" in kwargs:
+            return super().config_get(pattern, *args, **kwargs)
+        per_node: Any = super().config_get
+        rows = [dict(per_node(pattern, *args, target_nodes=n)) for n in self.masters()]
+        out = dict(rows[0]) if rows else {}
+        for key, first in out.items():
+            values = [r.get(key, first) for r in rows]
+            numbers = [_as_int(v) for v in values]
+            if len(set(values)) > 1 and None not in numbers:
+                out[key] = values[numbers.index(min(n for n in numbers if n is not None))]
+        return out
+
     def info(self, section: Any = None, *args: Any, **kwargs: Any) -> Any:
         """INFO of the whole cluster: every master's, merged by :func:`merge_infos`
         (counters such as used_memory summed, statuses the worst). With ``target_nodes``:
@@ -733,6 +753,13 @@ class _WaitingPipeline(ClusterPipeline):
             return cast(list[Any], _waiting(self, run))
         finally:
             self.reset()
+
+
+def _as_int(value: Any) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
 
 
 _SUMMED_INFO = frozenset(
