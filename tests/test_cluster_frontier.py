@@ -3,8 +3,10 @@
 The core frontier tests of tests/test_frontier.py, the settle pipeline and lost-reply
 tests, the dedupe filters and the lock run here again, unchanged, with ``redis_client``
 replaced by a ``redis+cluster://`` client (a :class:`redcrawl.connection.ClusterClient`),
-on both backends. A crawl lives in one hash slot (``{crawl}``), so on the cluster it lives
-on one master; several crawls spread over the masters.
+on both backends. The lost-reply tests drop a reply on the way from a master (a proxy in
+front of each master, :class:`ClusterDropper`): the retried call must replay, not repeat.
+A crawl lives in one hash slot (``{crawl}``), so on the cluster it lives on one master;
+several crawls spread over the masters.
 """
 
 from __future__ import annotations
@@ -14,9 +16,12 @@ from collections.abc import Iterator
 import pytest
 import redis
 
+from redcrawl.connection import connect
 from redcrawl.redis_server import LocalCluster
+from redcrawl.settings import Settings
 
 from . import cluster
+from .proxykit import ReplyDropper
 from .test_dedupe import (  # noqa: F401 - collected here again, on the cluster
     test_done_filters_and_recrawl_bypasses_it,
     test_exact_stores_63_bit_integers_in_intset_buckets,
@@ -56,9 +61,15 @@ from .test_lock import (  # noqa: F401
     test_renew_by_non_owner_is_lock_error_and_does_not_extend,
     test_wait_polls_until_holder_releases,
 )
+from .test_lost_reply import (  # noqa: F401
+    test_every_state_changing_call_is_replayed_not_repeated,
+    test_lost_lease_reply_returns_the_same_lease,
+    test_lost_settle_reply_pushes_acks_and_leases_once,
+)
 from .test_settle_begin import (  # noqa: F401
     test_a_refused_call_raises_and_the_next_one_works,
     test_a_script_cache_flush_between_calls_is_survived,
+    test_lost_replies_on_the_pipe_are_replayed_not_repeated,
     test_pipelined_settles_do_what_settle_does_in_order,
 )
 
@@ -76,3 +87,45 @@ def redis_client(redis_cluster: LocalCluster) -> Iterator[redis.Redis]:
 @pytest.fixture
 def redis7_client(redis_client: redis.Redis) -> redis.Redis:
     return redis_client
+
+
+class ClusterDropper:
+    """tests/proxykit.py's reply-dropping proxy in front of every master of the cluster:
+    a client from :meth:`client` reaches the masters through them (redis-py's
+    ``address_remap``), so a reply lost on the way is lost on a cluster connection."""
+
+    def __init__(self, local: LocalCluster) -> None:
+        self.local = local
+        self.proxies = {m.port: ReplyDropper(m.port) for m in local.masters()}
+        self._clients: list[redis.Redis] = []
+
+    @property
+    def dropped(self) -> int:
+        return sum(p.dropped for p in self.proxies.values())
+
+    def arm(self) -> None:
+        """The next script call's reply is dropped (on whichever master it goes to)."""
+        for p in self.proxies.values():
+            p.arm()
+
+    def client(self, settings: Settings) -> redis.Redis:
+        def remap(address: tuple[str, int]) -> tuple[str, int]:
+            proxy = self.proxies.get(address[1])
+            return ("127.0.0.1", proxy.port) if proxy else address
+
+        client = connect(settings, url=self.local.url, address_remap=remap)
+        self._clients.append(client)
+        return client
+
+    def close(self) -> None:
+        for c in self._clients:
+            c.close()
+        for p in self.proxies.values():
+            p.close()
+
+
+@pytest.fixture
+def dropper(redis_cluster: LocalCluster) -> Iterator[ClusterDropper]:
+    proxy = ClusterDropper(redis_cluster)
+    yield proxy
+    proxy.close()
