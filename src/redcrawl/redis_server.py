@@ -429,6 +429,8 @@ class LocalCluster:
                     # replica that never synced refuses to take over
                     "--repl-diskless-sync-delay",
                     "0",
+                    "--logfile",
+                    str(self.directory / f"n{i}" / "redis.log"),
                 ]
                 self.nodes.append(RedisServer(found, self.directory / f"n{i}", extra=extra))
             create = [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes)]
@@ -469,6 +471,19 @@ class LocalCluster:
     def masters(self) -> list[RedisServer]:
         """The live nodes that are masters now."""
         return [n for n in self.live() if _role(n) == "master"]
+
+    def replicas_of(self, master: RedisServer) -> list[RedisServer]:
+        """The live replicas of ``master``."""
+        out = []
+        for n in self.live():
+            try:
+                with n.client(socket_timeout=2, retry=Retry(NoBackoff(), 0)) as c:
+                    info = c.info("replication")
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+                continue
+            if info.get("role") == "slave" and int(info.get("master_port", 0)) == master.port:
+                out.append(n)
+        return out
 
     def master_of(self, key: str) -> RedisServer:
         """The live master serving ``key``'s slot."""
