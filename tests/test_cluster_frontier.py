@@ -1,12 +1,13 @@
 """The frontier contract on a real Redis Cluster (3 masters, 3 replicas: tests/cluster.py).
 
 The core frontier tests of tests/test_frontier.py, the settle pipeline and lost-reply
-tests, the dedupe filters and the lock run here again, unchanged, with ``redis_client``
-replaced by a ``redis+cluster://`` client (a :class:`redcrawl.connection.ClusterClient`),
-on both backends. The lost-reply tests drop a reply on the way from a master (a proxy in
-front of each master, :class:`ClusterDropper`): the retried call must replay, not repeat.
-A crawl lives in one hash slot (``{crawl}``), so on the cluster it lives on one master;
-several crawls spread over the masters.
+tests, the dedupe filters, the lock and the robots.txt cache run here again, unchanged,
+with ``redis_client`` replaced by a ``redis+cluster://`` client (a
+:class:`redcrawl.connection.ClusterClient`), on both backends. The lost-reply tests drop
+a reply on the way from a master (a proxy in front of each master,
+:class:`ClusterDropper`): the retried call must replay, not repeat. A crawl lives in one
+hash slot (``{crawl}``), so on the cluster it lives on one master; several crawls spread
+over the masters.
 """
 
 from __future__ import annotations
@@ -65,6 +66,14 @@ from .test_lost_reply import (  # noqa: F401
     test_every_state_changing_call_is_replayed_not_repeated,
     test_lost_lease_reply_returns_the_same_lease,
     test_lost_settle_reply_pushes_acks_and_leases_once,
+)
+from .test_robots import (  # noqa: F401 - the shared robots.txt cache (pipelined scripts)
+    keys,
+    test_a_lock_is_renewed_only_by_its_owner,
+    test_crawl_delay_is_merged_into_the_override_keeping_operator_fields,
+    test_entries_expire_and_are_fetched_again,
+    test_one_worker_fetches_the_others_wait_then_all_read_it,
+    test_the_cache_stays_under_its_bound,
 )
 from .test_settle_begin import (  # noqa: F401
     test_a_refused_call_raises_and_the_next_one_works,
