@@ -34,6 +34,7 @@ from typing import Any, Literal
 import redis
 import redis.exceptions
 from redis.backoff import NoBackoff
+from redis.crc import key_slot
 from redis.retry import Retry
 
 __all__ = [
@@ -532,14 +533,19 @@ def _cluster_ok(node: RedisServer) -> bool:
 
 
 def _replica_ok(node: RedisServer) -> bool:
-    """A master, or a replica whose link to its live master is up (a replica of a dead
-    master counts as ok: it waits for nothing)."""
+    """A master whose replicas are all ``online`` (after a replica's first sync, a master
+    streams its writes to it only once the replica has acknowledged, up to a second
+    later: a master dying before that loses every write since), or a replica whose link
+    to its live master is up (a replica of a dead master counts as ok)."""
     try:
         with node.client(socket_timeout=2, retry=Retry(NoBackoff(), 0)) as c:
             info = c.info("replication")
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
         return False
-    if info.get("role") != "slave" or info.get("master_link_status") == "up":
+    if info.get("role") == "master":
+        replicas = [v for k, v in info.items() if k.startswith("slave") and isinstance(v, dict)]
+        return not replicas or _streams_to_replicas(node, len(replicas))
+    if info.get("master_link_status") == "up":
         return True
     port = int(info.get("master_port", 0))
     try:
@@ -548,6 +554,26 @@ def _replica_ok(node: RedisServer) -> bool:
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
         return True  # its master is gone
     return False
+
+
+def _streams_to_replicas(node: RedisServer, replicas: int) -> bool:
+    """Whether a write on master ``node`` reaches its ``replicas`` (``WAIT``): a key of one
+    of its slots is written, waited for, and deleted."""
+    try:
+        with node.client(socket_timeout=2, retry=Retry(NoBackoff(), 0)) as c:
+            own = [(int(a), int(b)) for a, b, m, *_ in c.execute_command("CLUSTER", "SLOTS")
+                   if int(m[1]) == node.port]  # fmt: skip
+            key = next(
+                k
+                for k in (f"redcrawl:probe:{{{i}}}" for i in range(100_000))
+                if any(a <= key_slot(k.encode()) <= b for a, b in own)
+            )
+            c.set(key, 1)
+            acked = int(c.execute_command("WAIT", replicas, 200))
+            c.delete(key)
+            return acked >= replicas
+    except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, StopIteration):
+        return False
 
 
 def _role(node: RedisServer) -> str:
