@@ -11,7 +11,7 @@ lives on one master and several crawls spread over the masters.
 - Worker processes SIGKILLed mid-crawl (tests/test_kill.py's check, a smaller crawl), on
   both backends.
 - A real Scrapy crawl of the local shop site with 2 workers (``redcrawl crawl``), then
-  ``redcrawl status``, ``redcrawl crawls`` and ``redcrawl top``.
+  ``redcrawl status``, ``redcrawl crawls``, ``redcrawl top`` and ``redcrawl hosts``.
 - Server settings (CONFIG GET/SET) read and set on every master.
 
 The frontier contract itself (tests/test_frontier.py and others, unchanged) runs on the
@@ -328,6 +328,10 @@ def test_two_scrapy_workers_crawl_the_shop_through_a_cluster_url(
         [*cli, "top", "--once", "--crawl", "shop"], env=env, cwd=tmp_path, capture_output=True
     )
     assert top.returncode == 0 and b"alive" in top.stdout, top.stderr.decode()
+    hosts = subprocess.run(
+        [*cli, "hosts", "--crawl", "shop", "--json"], env=env, cwd=tmp_path, capture_output=True
+    )
+    assert hosts.returncode == 0 and b'"complete": true' in hosts.stdout, hosts.stderr.decode()
 
 
 def test_keys_of_a_crawl_share_one_slot(redis_cluster: LocalCluster, client: redis.Redis) -> None:
