@@ -5,7 +5,7 @@ lives on one master and several crawls spread over the masters.
 - ``redis+cluster://`` URLs: parsed, connected, and refused with a message that says what
   to do (a bad URL, a server that is not a cluster, a cluster node given as redis://).
 - Crawls are found on every master (CLI, API, metrics), and the metrics' Redis figures
-  are every master's, summed.
+  are every master's, summed; ``redcrawl serve`` in its own process.
 - The conservation law under random interleavings (the hypothesis state machine of
   tests/test_frontier_properties.py, fewer examples), on both backends.
 - Worker processes SIGKILLed mid-crawl (tests/test_kill.py's check, a smaller crawl), on
@@ -56,7 +56,7 @@ from redcrawl.redis_server import LocalCluster, free_port
 from redcrawl.settings import Settings
 
 from . import cluster
-from .apikit import AUTH_READ, ApiServer, api_settings
+from .apikit import AUTH_READ, SRC, ApiServer, api_settings, serving
 from .conftest import RedisServer
 from .killkit import kill_while_holding, parse_log
 from .test_frontier_properties import FrontierMachine
@@ -196,6 +196,30 @@ def test_api_lists_and_reads_crawls_on_every_master(
         assert r.status_code == 200 and "redcrawl_up 1.0" in r.text, r.text
     finally:
         server.stop()
+
+
+def test_redcrawl_serve_on_a_cluster_url(
+    redis_cluster: LocalCluster, client: redis.Redis, tmp_path: Path
+) -> None:
+    """``redcrawl serve`` (its own process) reaches the cluster and submits work."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(SRC),
+        "REDCRAWL_REDIS_URL": redis_cluster.url,
+        "REDCRAWL_API_PORT": str(port),
+    }
+    env.pop("REDCRAWL_API_TOKENS", None)
+    env.pop("REDCRAWL_API_ADMIN_TOKENS", None)
+    with serving(tmp_path, env, f"http://127.0.0.1:{port}/v1/ready") as (r, _log):
+        assert r.json() == {"status": "ok"}
+        r = httpx.post(
+            f"http://127.0.0.1:{port}/v1/crawls/served/requests",
+            json={"requests": [{"url": "https://example.com/"}]},
+            timeout=10,
+        )
+        assert r.status_code == 200 and r.json()["accepted"] == 1, r.text
+    assert open_frontier(client, Settings(), "served").counts().ready == 1
 
 
 # --- the conservation law ------------------------------------------------------------------
