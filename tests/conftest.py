@@ -20,8 +20,8 @@ import pytest
 import redis
 
 from redcrawl.frontier import FrontierCore, open_frontier
+from redcrawl.redis_server import LocalCluster, find_binary, free_port
 from redcrawl.redis_server import RedisServer as RedisServer  # the name test modules import
-from redcrawl.redis_server import find_binary, free_port
 from redcrawl.settings import Settings
 
 from .proxykit import ReplyDropper
@@ -102,9 +102,31 @@ def _server(kind: str, tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
     return _servers[kind]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "cluster: runs against a real Redis Cluster (tests/cluster.py): `-m cluster`"
+    )
+
+
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     for s in _servers.values():
         s.stop()
+    if _cluster:
+        _cluster.pop().stop()
+
+
+_cluster: list[LocalCluster] = []
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> LocalCluster:
+    """A real Redis Cluster on loopback, 3 masters and 3 replicas (tests/cluster.py),
+    started once per session and killed by pid at its end."""
+    from . import cluster
+
+    if not _cluster:
+        _cluster.append(cluster.start(tmp_path_factory.mktemp("cluster")))
+    return _cluster[0]
 
 
 @pytest.fixture(params=["7", "6.2"], scope="session")

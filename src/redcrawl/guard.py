@@ -37,16 +37,26 @@ class NotAllowed(Exception):
 
 
 def _memory_info(client: Any) -> tuple[str, int, int]:
-    """maxmemory-policy, maxmemory and used memory, from INFO memory. Raises
+    """maxmemory-policy, maxmemory and used memory, from INFO memory (a cluster: an
+    evicting policy if any master has one, the memory of the master nearest its limit). Raises
     :class:`NotAllowed` when the server refuses INFO."""
     try:
-        info = client.info("memory")
+        # a Redis Cluster (connection.ClusterClient): each master's
+        infos = (
+            list(client.master_infos("memory").values())
+            if hasattr(client, "master_infos")
+            else [client.info("memory")]
+        )
     except redis.exceptions.ResponseError as exc:  # NoPermissionError, unknown command
         raise NotAllowed(str(exc)) from None
+    policies = [str(i.get("maxmemory_policy", "noeviction")) for i in infos]
+    fullest = max(
+        infos, key=lambda i: int(i.get("used_memory", 0)) / (int(i.get("maxmemory", 0)) or 1e30)
+    )
     return (
-        str(info.get("maxmemory_policy", "noeviction")),
-        int(info.get("maxmemory", 0)),
-        int(info.get("used_memory", 0)),
+        next((p for p in policies if p != "noeviction"), "noeviction"),  # one evicting master
+        int(fullest.get("maxmemory", 0)),
+        int(fullest.get("used_memory", 0)),
     )
 
 

@@ -29,10 +29,21 @@ from typing import Any
 
 from redcrawl.transport import redis_errors
 
-__all__ = ["BASE", "Scripts", "exists", "source", "text"]
+__all__ = ["BASE", "Scripts", "by_sha", "exists", "source", "text"]
 
 BASE = "lua/base.lua"
 """The first lines of every script (server clock, chunked bulk calls, error replies)."""
+
+
+_BY_SHA: dict[str, str] = {}
+"""The source of every script registered in this process, by SHA1."""
+
+
+def by_sha(sha: str) -> str | None:
+    """The source of a script registered in this process (:class:`Scripts`), by its SHA1:
+    what a Redis Cluster pipeline loads on the masters that lack it (redis-py's cluster
+    pipelines do not)."""
+    return _BY_SHA.get(sha)
 
 
 def _path(path: str) -> Any:
@@ -71,6 +82,8 @@ class Scripts:
         self._scripts = {
             name: client.register_script(source(*paths)) for name, paths in sources.items()
         }
+        for script in self._scripts.values():
+            _BY_SHA[script.sha] = script.script
 
     def __getitem__(self, name: str) -> Any:
         """The registered ``redis.commands.core.Script`` (its ``sha`` for raw pipelines)."""

@@ -10,15 +10,47 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import redis.exceptions
 
 from redcrawl.errors import ConnectionLost, FrontierError
 
-__all__ = ["TRANSIENT", "redis_errors"]
+__all__ = ["NOT_RUN", "TRANSIENT", "pool_for", "redis_errors"]
 
 TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 """The client exceptions that mean the connection, not the command, failed."""
+
+CLUSTER_TRANSIENT = (
+    redis.exceptions.ClusterDownError,
+    redis.exceptions.TryAgainError,
+    redis.exceptions.SlotNotCoveredError,
+)
+"""A Redis Cluster reconfiguring (a failover, resharding): the command did not run; the
+cluster client retries these for a while (:class:`redcrawl.connection.ClusterClient`)."""
+
+NOT_RUN = (
+    redis.exceptions.NoScriptError,
+    redis.exceptions.AskError,  # MOVED is one
+    *CLUSTER_TRANSIENT,
+)
+"""Replies that say a command sent on a raw connection did not run there: the server lost
+its scripts, or (Redis Cluster) the key's slot is served elsewhere now, or the cluster is
+reconfiguring. Run it again through the client, which follows redirections."""
+
+
+def pool_for(client: Any, key: str) -> Any:
+    """The connection pool reaching the server that holds ``key`` now: a client's own
+    pool, or for a Redis Cluster client the pool of the master serving ``key``'s slot;
+    None when the client has none (commands then go through the client itself)."""
+    pool = getattr(client, "connection_pool", None)
+    if pool is not None:
+        return pool
+    node_of = getattr(client, "get_node_from_key", None)
+    if node_of is None:
+        return None
+    node = node_of(key)
+    return getattr(getattr(node, "redis_connection", None), "connection_pool", None)
 
 
 @contextmanager
@@ -28,7 +60,7 @@ def redis_errors(what: str) -> Iterator[None]:
     which includes a script's ``error_reply``) into :class:`FrontierError`."""
     try:
         yield
-    except TRANSIENT as exc:
+    except (*TRANSIENT, *CLUSTER_TRANSIENT) as exc:
         raise ConnectionLost(
             f"lost the Redis connection during {what} and the retries ran out ({exc}); "
             "nothing was acknowledged that was not stored — restart the worker when Redis is "

@@ -143,11 +143,16 @@ def exact_spec(
 
 def has_redisbloom(client: Any, probe_key: str = "redcrawl:probe") -> bool:
     """Whether the server has RedisBloom's BF.* commands (BF.EXISTS on a key that does not
-    exist: 0 with the module, an unknown-command error without)."""
+    exist: 0 with the module, an unknown-command error without). A Redis Cluster client
+    refuses a command its nodes' COMMAND table lacks before sending it: no module either."""
     try:
         client.execute_command("BF.EXISTS", probe_key, "x")
     except redis.exceptions.ResponseError:
         return False
+    except redis.exceptions.RedisError as exc:
+        if isinstance(exc, (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)):
+            raise
+        return False  # (redis-py's cluster client: "BF.EXISTS command doesn't exist")
     return True
 
 

@@ -13,6 +13,7 @@ import redis.exceptions
 
 from redcrawl.errors import FrontierError
 from redcrawl.frontier.base import Lease, Settled
+from redcrawl.transport import NOT_RUN, pool_for
 
 if TYPE_CHECKING:
     from redcrawl.frontier.core import FrontierCore
@@ -73,6 +74,7 @@ class SettlePipe:
     def __init__(self, frontier: FrontierCore) -> None:
         self.frontier = frontier
         self.conn: Any = None
+        self.pool: Any = None
         self.broken = False
         self.loaded = False
         self.queue: deque[PendingSettle] = deque()
@@ -82,13 +84,15 @@ class SettlePipe:
     def send(self, call: PendingSettle) -> None:
         f = self.frontier
         self.queue.append(call)
-        pool = getattr(f.client, "connection_pool", None)
-        if not call.calls or pool is None or self.broken:
+        if not call.calls or self.broken:
             return
         script, keys = f._scripts["settle"], f._keys
         try:
             if self.conn is None:
-                self.conn = pool.get_connection()
+                self.pool = pool_for(f.client, keys[0])  # (a cluster: the crawl's master)
+                if self.pool is None:
+                    return
+                self.conn = self.pool.get_connection()
                 if not self.loaded:  # so that NOSCRIPT is only ever a server restart
                     f.client.script_load(script.script)
                     self.loaded = True
@@ -113,8 +117,8 @@ class SettlePipe:
                     while len(call.replies) < len(call.calls):
                         try:
                             reply = self.conn.read_response()
-                        except redis.exceptions.NoScriptError:
-                            reply = None  # not run (the server lost its scripts): run below
+                        except NOT_RUN:
+                            reply = None  # not run (scripts lost, slot moved): run below
                         except redis.exceptions.ResponseError as exc:
                             reply = exc
                         call.replies.append(reply)
@@ -146,10 +150,10 @@ class SettlePipe:
         conn, self.conn = self.conn, None
         if conn is not None:
             conn.disconnect()
-            self.frontier.client.connection_pool.release(conn)
+            self.pool.release(conn)
 
     def _release(self) -> None:
         self.broken = False
         conn, self.conn = self.conn, None
         if conn is not None:
-            self.frontier.client.connection_pool.release(conn)
+            self.pool.release(conn)

@@ -206,7 +206,9 @@ SPECS: tuple[Spec, ...] = (
         "redis_url",
         _opt_str,
         "Redis URL (redis://, rediss:// for TLS, user:password@ for "
-        "ACL, unix://). Unset: an embedded Redis is started with its data in EMBEDDED_DIR.",
+        "ACL, unix://; redis+cluster://host:port[,host:port...] or rediss+cluster:// for a "
+        "Redis Cluster, see docs/cluster.md). Unset: an embedded Redis is started with its "
+        "data in EMBEDDED_DIR.",
         ("REDIS_URL",),
     ),
     Spec(
@@ -665,8 +667,8 @@ IGNORED = {
     "entries as UTF-8",
     "REDIS_DECODE_RESPONSES": "redcrawl needs Redis's replies as bytes and never decodes them",
     "DUPEFILTER_KEY": "fingerprints live under the crawl's keys",
-    "REDIS_CLUSTER_NODES": "redcrawl connects to one Redis server (REDIS_URL); Redis Cluster "
-    "nodes are not read",
+    "REDIS_CLUSTER_NODES": "not read: name a Redis Cluster's nodes in the URL, "
+    "REDIS_URL=redis+cluster://host:port,host:port (docs/cluster.md)",
 }
 
 # keys of REDIS_PARAMS that redcrawl drops (they would break its client), and why
