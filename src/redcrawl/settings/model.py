@@ -91,6 +91,9 @@ class Settings:
     politeness_delay: float = 0.0
     politeness_randomize: bool = True
     politeness_slots: dict[str, Any] = field(default_factory=dict)
+    defer_http_codes: tuple[int, ...] = (429, 503)
+    max_deferrals: int = 20
+    retry_after_cap: float = 3600.0
 
     def __post_init__(self) -> None:
         # Every field goes through its setting's parser, however the object was built.
