@@ -254,7 +254,7 @@ def test_a_pushed_back_response_not_deferred_blocks_at_free(
 ) -> None:
     f = polite(make_frontier, politeness_concurrency=2)
     f.push(site("a.test", 4))
-    one, two = f.lease("w", 10)
+    one, _two = f.lease("w", 10)
     assert f.free([(one, slot_outcome(429, pushed_back=True, retry_after=2))]) == 1
     assert f.lease("w", 10) == []  # blocked, though a slot is free
     clock.advance(2)
