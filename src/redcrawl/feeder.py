@@ -166,7 +166,13 @@ class Feeder:
         (``FrontierCore.free``; the request stays leased until its ack)."""
         with self._cond:
             self._frees.append((lease, outcome))
-            self._next_lease = 0.0  # its key may be open again: ask at once
+            self._cond.notify_all()
+
+    def poke(self) -> None:
+        """Lease now if there is room (not at the next poll): e.g. a slot went back and
+        the caller can start a request at once."""
+        with self._cond:
+            self._next_lease = 0.0
             self._cond.notify_all()
 
     def defer(self, lease: Lease, reason: str, retry_after: float | None) -> None:

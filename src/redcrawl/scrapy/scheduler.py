@@ -608,6 +608,13 @@ class Scheduler(BaseScheduler):
         lease = self._held_lease(request)
         if lease is not None and self.feeder is not None and self._polite:
             self.feeder.free(lease, outcome)
+            # Lease again once the reactor is through with this response (its callback
+            # runs now, unless it waits on something): a request granted while the
+            # reactor is busy would start late, closer than DOWNLOAD_DELAY to the next
+            # start at its site. The slot itself is back for the fleet at once.
+            from twisted.internet import reactor
+
+            cast(Any, reactor).callLater(0, self.feeder.poke)
 
     def on_download_error(
         self, request: scrapy.Request, exception: BaseException, spider: Any = None

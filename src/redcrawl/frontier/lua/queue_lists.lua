@@ -206,6 +206,18 @@ local function pol_succeed(key, k)
   redis.call('HSET', K_POL .. key, 'fail', fail, 'ok', ok)
 end
 
+-- Add n to a politeness counter of the stats hash (deferred_<reason>,
+-- politeness_wait_ms); a corrupt one starts again from n (these are event counters, not
+-- recoverable), rather than failing the script halfway.
+local function stat_add(field, n)
+  if not int_ok(redis.call('HGET', K_STATS, field)) then
+    redis.call('HSET', K_STATS, field, n)
+    repaired('counter ' .. field .. ' held a non-integer; restarted from ' .. n)
+  else
+    redis.call('HINCRBY', K_STATS, field, n)
+  end
+end
+
 -- Ready count of a crawl with politeness (the per-key queues cannot be summed cheaply).
 local function pol_count(n)
   if n ~= 0 then redis.call('HINCRBY', K_STATS, 'ready', n) end
@@ -514,8 +526,10 @@ if POLITE then
         redis.call('HSET', K_REQ, id, nrec)
         unhold({token}, {rec})  -- (its slot back, unless it went back at response time)
         if key then pol_fail(key, retry_ms, since) end
-        redis.call('HINCRBY', K_STATS, 'deferred_' .. reason, 1)
-        local count = redis.call('HINCRBY', K_DEFERS, id, 1)
+        stat_add('deferred_' .. reason, 1)
+        -- (read, then written: a corrupt count is read as 0 rather than failing HINCRBY)
+        local count = num(redis.call('HGET', K_DEFERS, id)) + 1
+        redis.call('HSET', K_DEFERS, id, count)
         if count > max_deferrals then
           kill({id}, {'deferred ' .. count .. ' times (' .. reason .. '), more than ' ..
             'REDCRAWL_MAX_DEFERRALS (' .. max_deferrals .. ')'})
@@ -674,7 +688,7 @@ local function pol_pop(n, schedule)
     redis.call('HSET', K_CONTROL, 'cursor', cursor % (slots * 1000000))
   end
   pol_count(-#ids)
-  if waited > 0 then redis.call('HINCRBY', K_STATS, 'politeness_wait_ms', waited) end
+  if waited > 0 then stat_add('politeness_wait_ms', waited) end
   return ids, keys
 end
 
