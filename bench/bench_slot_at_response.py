@@ -34,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -76,9 +76,8 @@ class SlowParseSpider(scrapy.Spider):
 def crawl(
     name: str, src: str, polite: bool, args: argparse.Namespace, url: str, tmp: Path
 ) -> dict[str, Any]:
-    from tests.sitekit import MultiSite, SiteSpec
-
     from redcrawl.workers import worker_command
+    from tests.sitekit import MultiSite, SiteSpec
 
     spec = SiteSpec(pages=args.pages, links=3, delay=args.site_delay)
     with MultiSite([spec]) as kit:
@@ -160,10 +159,6 @@ def main() -> int:
             f"{med('max_in_progress'):12.0f} {med('wall'):8.2f}"
         )
     return 0
-
-
-def _iter() -> Iterator[None]:  # (keeps the module importable by scrapy runspider)
-    yield None
 
 
 if __name__ == "__main__":
