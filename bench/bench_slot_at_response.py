@@ -65,10 +65,11 @@ class SlowParseSpider(scrapy.Spider):
         if self.mode == "block":
             time.sleep(self.parse_time)
         else:
+            from scrapy.utils.defer import maybe_deferred_to_future
             from twisted.internet import reactor
             from twisted.internet.task import deferLater
 
-            await deferLater(reactor, self.parse_time)  # type: ignore[arg-type]
+            await maybe_deferred_to_future(deferLater(reactor, self.parse_time))  # type: ignore[arg-type]
         for href in response.css("a::attr(href)").getall():
             yield response.follow(href, callback=self.parse)
 

@@ -98,13 +98,12 @@ local function pol_state(key)
   return math.max(num(v[1]), 0), math.max(num(v[2]), num(v[3])), num(v[4])
 end
 
--- When the key may next be granted, given its limits and state (never before now: a
--- key is scored by when it opened, so that the politeness wait can be measured).
+-- When the key may next be granted, given its limits and state.
 local function opens_at(key, inn, nxt)
   local lim = limits(key)
   if lim[5] then return NOW + PAUSE_RECHECK end
   if inn >= lim[1] then return OPEN_FULL end
-  return math.max(nxt, lim[4], NOW)
+  return math.max(nxt, lim[4])
 end
 
 -- The key's score in every tier's open zset where it is (it is there iff it has ready
@@ -126,7 +125,9 @@ local function pol_slots_back(per_key)
     local inn = redis.call('HINCRBY', K_POL .. key, 'in', -k)
     if inn < 0 then redis.call('HSET', K_POL .. key, 'in', 0); inn = 0 end
     local _, nxt = pol_state(key)
-    pol_rescore(key, opens_at(key, inn, nxt))
+    -- (a key whose slots were all taken opens now, not at its past next: its score is
+    -- when it opened, for the politeness wait, and it queues behind keys open before)
+    pol_rescore(key, math.max(opens_at(key, inn, nxt), NOW))
     pol_idle_check(key, inn, nxt)
   end
 end
