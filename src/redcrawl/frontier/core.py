@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -299,6 +300,13 @@ class FrontierCore(ABC):
             pipe.hsetnx(self.keys.control, "backoff", backoff)
             if worker:
                 pipe.hset(self.keys.control, "politeness", mine)
+                # (a Scrapy worker gives back a request it could not start within this
+                # window: grants of a key with a delay are spaced by delay + window)
+                pipe.hset(
+                    self.keys.control,
+                    "start_window",
+                    int(1000 * s.politeness_start_window),
+                )
             else:
                 pipe.hsetnx(self.keys.control, "politeness", mine)
             if slots and worker:
@@ -391,6 +399,7 @@ class FrontierCore(ABC):
         undecodable requests are dead-lettered."""
         leases: list[Lease] = []
         bad: list[tuple[bytes, str, str]] = []
+        received = time.monotonic()
         for i in range(0, len(raw or ()), 4):  # (redis-py replies bulk strings as bytes)
             rid, attempts, data, token = raw[i], int(raw[i + 1]), raw[i + 2], raw[i + 3].decode()
             try:
@@ -400,7 +409,7 @@ class FrontierCore(ABC):
                 continue
             if len(rid) == 20:
                 env.fingerprint = rid
-            leases.append(Lease(rid, token, worker, attempts, env))
+            leases.append(Lease(rid, token, worker, attempts, env, received))
         if bad:
             log.error(
                 "dead-lettering %d undecodable request(s) in crawl %s: %s",

@@ -487,6 +487,8 @@ class Scheduler(BaseScheduler):
             lease = self.feeder.take()
             if lease is None:
                 return None
+            if self._late(lease):
+                continue
             try:
                 request = codec.to_request(lease.envelope, self.spider)
             except DecodeError as exc:
@@ -494,6 +496,23 @@ class Scheduler(BaseScheduler):
                 continue
             self._hand_out(request, lease)
             return request
+
+    def _late(self, lease: Lease) -> bool:
+        """A granted request that waited in this worker past its start window
+        (REDCRAWL_POLITENESS_START_WINDOW, crawls with fleet-wide politeness and a
+        DOWNLOAD_DELAY): its delay was charged when it was granted, so starting it now
+        could come closer than the delay to the next start at its site (granted to
+        another worker on time). Give it back (served next, no attempt spent; its slot
+        stays charged: a wasted slot costs throughput, never politeness)."""
+        window = self.settings.politeness_start_window
+        if not (self._polite and window > 0 and self.settings.politeness_delay > 0):
+            return False
+        if not lease.received or time.monotonic() - lease.received <= window:
+            return False
+        assert self.feeder is not None
+        self.feeder.release([lease])
+        self.stats.inc_value("redcrawl/politeness/late_released")
+        return True
 
     def _poke_later(self) -> None:
         """Ask the engine for requests again after poll_interval (instead of its 5 s

@@ -565,6 +565,15 @@ SPECS: tuple[Spec, ...] = (
         ("DOWNLOAD_SLOTS",),
     ),
     Spec(
+        "politeness_start_window",
+        _number(float, 0.0, 60.0),
+        "Seconds a leased request may wait in a "
+        "worker before Scrapy takes it, when the crawl has a DOWNLOAD_DELAY (its delay was "
+        "charged when it was granted): one that waited longer (a busy or descheduled "
+        "worker) is given back, served next, no attempt spent, rather than started closer "
+        "than the delay to the next start at its site. 0: off.",
+    ),
+    Spec(
         "defer_http_codes",
         _status_tuple,
         "HTTP statuses of a site pushing back (fleet-wide politeness): "

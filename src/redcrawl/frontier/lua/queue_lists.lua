@@ -600,6 +600,20 @@ local function pop_ready(n, schedule)
   return ids
 end
 
+-- The start window (ms; control "start_window", written by Scrapy workers from
+-- REDCRAWL_POLITENESS_START_WINDOW; 0 if absent): a worker starts a granted request
+-- within it or gives it back, so consecutive grants of a key with a delay are spaced by
+-- the delay plus the window, and two starts at its site are at least the delay apart
+-- (docs/politeness.md, "Delay").
+local START_WINDOW
+local function start_window()
+  if not START_WINDOW then
+    local v = redis.call('HGET', K_CONTROL, 'start_window')
+    START_WINDOW = (int_ok(v) and v) and math.max(math.min(num(v), 60000), 0) or 0
+  end
+  return START_WINDOW
+end
+
 -- A small deterministic generator for the delay jitter (no math.random in scripts: Redis
 -- 6.2 seeds it the same in every call), seeded from the clock and the lease counter.
 local JSEED
@@ -670,6 +684,7 @@ local function pol_pop(n, schedule)
         local lim = limits(key)
         local gap = lim[2]
         if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor()) end
+        if gap > 0 then gap = gap + start_window() end
         -- the politeness wait of this grant: from when the key had work waiting (its
         -- previous grant, or work arriving at a key without any) to when its limits let
         -- it open (its score: the time it opened; later than that, it waited for a
