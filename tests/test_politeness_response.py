@@ -292,3 +292,25 @@ def test_politeness_wait_counts_the_time_keys_were_closed(
     clock.advance(1)
     assert len(f.lease("w", 10)) == 1
     assert f.politeness_stats()["politeness_wait_ms"] == 2000
+
+
+def test_a_start_window_adds_to_the_spacing_of_keys_with_a_delay(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    f = polite(make_frontier, politeness_concurrency=10, politeness_delay=1.0)
+    f.client.hset(f.keys.control, "start_window", 30)  # as a Scrapy worker stores it
+    f.push(site("a.test", 3))
+    assert len(f.lease("w", 10)) == 1
+    assert int(state(f, "a.test")["next"]) == clock.ms + 1030
+    clock.advance(1.0)
+    assert f.lease("w", 10) == []
+    clock.advance(0.03)
+    assert len(f.lease("w", 10)) == 1
+
+
+def test_a_start_window_is_stored_by_workers_only(make_frontier: FrontierFactory) -> None:
+    f = polite(make_frontier, politeness_start_window=0.05)
+    f.store_politeness()
+    assert f.client.hget(f.keys.control, "start_window") is None
+    f.store_politeness(worker=True)
+    assert f.client.hget(f.keys.control, "start_window") == b"50"

@@ -6,9 +6,11 @@ In a project's ``settings.py``::
     DUPEFILTER_CLASS = "redcrawl.scrapy.DupeFilter"
 
 With ``ROBOTSTXT_OBEY = True`` the scheduler puts :class:`RobotsTxtMiddleware` (robots.txt
-once per site for the fleet) in place of Scrapy's own.
+once per site for the fleet) in place of Scrapy's own; with fleet-wide politeness it adds
+:class:`DeferMiddleware` (a 429/503 defers its request and blocks its site for the fleet).
 """
 
+from redcrawl.scrapy.defer import DeferMiddleware
 from redcrawl.scrapy.dupefilter import DupeFilter
 from redcrawl.scrapy.lifecycle import OutcomeMiddleware
 from redcrawl.scrapy.robots import RobotsTxtMiddleware
@@ -16,6 +18,7 @@ from redcrawl.scrapy.scheduler import Scheduler, seed
 from redcrawl.scrapy.spiders import RedisCrawlSpider, RedisMixin, RedisSpider
 
 __all__ = [
+    "DeferMiddleware",
     "DupeFilter",
     "OutcomeMiddleware",
     "RedisCrawlSpider",
