@@ -62,10 +62,10 @@ from bench_frontier import (
     _on_signal,
     environment,
     flushall,
-    server_binary,
-    worker_env,
     redis_cpu,
+    server_binary,
     used_memory,
+    worker_env,
     write_json,
 )
 

@@ -129,16 +129,30 @@ local function pol_idle_check(key, inn, nxt)
   redis.call('PEXPIRE', K_POL .. key, math.max(nxt - NOW, 0) + IDLE_TTL)
 end
 
--- k slots of each key given back (per_key: key -> k).
+-- k slots of each key given back (per_key: key -> k). Only a key that was full (in
+-- flight reached its concurrency: scored OPEN_FULL, or stale) is rescored; a key with a
+-- free slot before keeps its score (when it opened: max(next, block), set at its grant or
+-- push), and its state is read only to rescore it or to let it expire once idle. (A key
+-- whose concurrency was raised, other than by an override, which rescores it itself, opens
+-- at its next slot back with nothing in flight.)
 local function pol_slots_back(per_key)
   for key, k in pairs(per_key) do
     local inn = redis.call('HINCRBY', K_POL .. key, 'in', -k)
     if inn < 0 then redis.call('HSET', K_POL .. key, 'in', 0); inn = 0 end
-    local _, nxt = pol_state(key)
-    -- (a key whose slots were all taken opens now, not at its past next: its score is
-    -- when it opened, for the politeness wait, and it queues behind keys open before)
-    pol_rescore(key, math.max(opens_at(key, inn, nxt), NOW))
-    pol_idle_check(key, inn, nxt)
+    local full = inn + k >= limits(key)[1]
+    if full or inn == 0 then
+      local _, nxt = pol_state(key)
+      if full then
+        -- (a key whose slots were all taken opens now, not at its past next: its score is
+        -- when it opened, for the politeness wait, and it queues behind keys open before)
+        pol_rescore(key, math.max(opens_at(key, inn, nxt), NOW))
+      else
+        -- only ever lowers a score (a stale OPEN_FULL); ZADD LT needs Redis 6.2
+        local score = opens_at(key, inn, nxt)
+        for t = 0, NTIERS - 1 do redis.call('ZADD', open_key(t), 'XX', 'LT', score, key) end
+      end
+      pol_idle_check(key, inn, nxt)
+    end
   end
 end
 
@@ -636,6 +650,21 @@ jitter_factor = function()
   return 0.5 + JSEED / 2147483647  -- [0.5, 1.5), as Scrapy's RANDOMIZE_DOWNLOAD_DELAY
 end
 
+-- For a batch of grants of one key in tier t: how many schedule positions from cursor
+-- the weighted-fair schedule takes to pick t again, skipping tiers with no open key (as
+-- pol_pop does); nil if it would pick another tier first (one whose head is unknown, nil
+-- in heads, counts as open).
+local function next_pick(t, heads, cursor, schedule)
+  local slots = #schedule
+  for j = 0, slots - 1 do
+    local at = (cursor + j) % slots + 1
+    local c = tonumber(string.sub(schedule, at, at), 16)
+    if c == t then return j + 1 end
+    if heads[c] ~= false then return nil end
+  end
+  return nil
+end
+
 -- Up to n ids whose keys are open now, for crawls with politeness: the tier by the
 -- weighted-fair schedule among tiers with an open key, then the key that opened first in
 -- it. Each grant takes a slot of its key (in + 1) and charges its delay (next). Returns
@@ -681,32 +710,55 @@ local function pol_pop(n, schedule)
       redis.call('ZADD', open_key(t), score, key)
     else
       local q = pq_key(t, key)
-      local id
-      if ORDERING == 'priority' then
-        local p = redis.call('ZPOPMIN', q)
-        id = p[1]
-      elseif ORDERING == 'fifo' then id = redis.call('RPOP', q)
-      else id = redis.call('LPOP', q) end
-      if not id then
+      local len
+      if ORDERING == 'priority' then len = redis.call('ZCARD', q)
+      else len = redis.call('LLEN', q) end
+      if len == 0 then
         redis.call('ZREM', open_key(t), key)
       else
-        ids[#ids + 1] = id; keys[#ids] = key
         local lim = limits(key)
         local gap = lim[2]
         if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor()) end
         if gap > 0 then gap = gap + start_window() end
+        -- how many of the key to grant now: one; with no delay, as many as its free slots,
+        -- its queue and the lease allow, while the tier schedule keeps picking this tier
+        -- (one state read and write and one rescore per key, not per request)
+        local k = 1
+        if gap == 0 then
+          local room = math.min(lim[1] - inn, n - #ids, len)
+          if ORDERING == 'priority' then k = math.max(room, 1)
+          else
+            while k < room do
+              local step = next_pick(t, heads, cursor, schedule)
+              if not step then break end
+              cursor = cursor + step
+              k = k + 1
+            end
+          end
+        end
+        local got
+        if ORDERING == 'priority' then
+          local p = redis.call('ZPOPMIN', q, k)
+          got = {}
+          for i = 1, #p, 2 do got[#got + 1] = p[i] end
+        elseif ORDERING == 'fifo' then got = redis.call('RPOP', q, k)
+        else got = redis.call('LPOP', q, k) end
+        for _, id in ipairs(got) do ids[#ids + 1] = id; keys[#ids] = key end
         -- the politeness wait of this grant: from when the key had work waiting (its
         -- previous grant, or work arriving at a key without any) to when its limits let
         -- it open (its score: the time it opened; later than that, it waited for a
         -- worker, not for politeness)
         if rdy > 0 and opened[t] > rdy then waited = waited + (opened[t] - rdy) end
-        redis.call('HSET', K_POL .. key, 'in', inn + 1, 'next', NOW + gap, 'rdy', NOW)
+        redis.call('HSET', K_POL .. key, 'in', inn + #got, 'next', NOW + gap, 'rdy', NOW)
         if inn == 0 then redis.call('PERSIST', K_POL .. key) end
-        inn, nxt = inn + 1, NOW + gap
-        if redis.call('EXISTS', q) == 0 then redis.call('ZREM', open_key(t), key) end
-        -- a grant only raises the key's score: in the other tiers a stale (lower) score
-        -- is corrected when it comes up (above), so only this tier is rescored now
-        redis.call('ZADD', open_key(t), 'XX', opens_at(key, inn, nxt), key)
+        inn, nxt = inn + #got, NOW + gap
+        if #got >= len then
+          redis.call('ZREM', open_key(t), key)
+        else
+          -- a grant only raises the key's score: in the other tiers a stale (lower) score
+          -- is corrected when it comes up (above), so only this tier is rescored now
+          redis.call('ZADD', open_key(t), 'XX', opens_at(key, inn, nxt), key)
+        end
       end
     end
   end
