@@ -126,3 +126,54 @@ def test_tier_schedule_is_the_same_as_without_politeness(make_frontier: Frontier
     off = tiers_leased(make_frontier(crawl="off", politeness=False))
     assert Counter(on) == Counter(off)
     assert set(on) == {5, -5}  # the low tier is not starved by a batch of the high one
+
+
+def open_tiers(f: FrontierCore, key: str) -> dict[int, float]:
+    """The key's score in each tier's open zset where it is a member."""
+    out = {}
+    for t in range(3):
+        score = f.client.zscore(f.keys.open(t), key)
+        if score is not None:
+            out[t] = score
+    return out
+
+
+@pytest.mark.parametrize("forget_mask", [False, True])
+def test_a_full_key_with_work_in_two_tiers_opens_in_both_when_a_slot_comes_back(
+    make_frontier: FrontierFactory, forget_mask: bool
+) -> None:
+    f = polite(make_frontier, politeness_concurrency=2)
+    f.push(site("a.test", 5, priority=5) + site("a.test", 5, priority=-5))
+    got = f.lease("w", 10)
+    assert len(got) == 2
+    assert set(open_tiers(f, "a.test")) == {0, 2}
+    assert f.lease("w", 10) == []
+    if forget_mask:
+        # a state written again after it expired has no tier mask: every tier is rescored
+        f.client.hdel(f.keys.pol_state_base + "a.test", "tm")
+    f.ack(got)
+    again = f.lease("w", 10)
+    assert len(again) == 2 and in_flight(f, "a.test") == 2
+    # both tiers are open again: the weighted schedule can reach the low one
+    f.ack(again)
+    leased = []
+    for _ in range(6):
+        batch = f.lease("w", 10)
+        leased += batch
+        f.ack(batch)
+    assert {x.envelope.priority for x in again + leased} == {5, -5}
+    assert f.counts().ready == 0 and f.counts().conserved
+
+
+def test_state_expires_only_once_the_key_has_no_ready_work(make_frontier: FrontierFactory) -> None:
+    f = polite(make_frontier, politeness_concurrency=2)
+    f.push(site("a.test", 3))
+    state = f.keys.pol_state_base + "a.test"
+    first = f.lease("w", 10)
+    f.ack(first)
+    assert in_flight(f, "a.test") == 0
+    assert f.client.pttl(state) == -1  # one ready request left: the state is kept
+    last = f.lease("w", 10)
+    assert len(last) == 1 and f.client.pttl(state) == -1
+    f.ack(last)
+    assert 0 < f.client.pttl(state) <= 3_600_000  # idle: it expires

@@ -101,11 +101,37 @@ local function limits(key)
   return lim
 end
 
+-- The tiers where a key has ready requests (so is a member of their open zsets), kept in
+-- its state as "tm", a bit per tier, so that a slot back rescores only those: written
+-- exactly by pol_push when the key enters a tier (from every tier's zset), cleared by
+-- pol_pop when a tier's queue of the key runs dry. Absent (never written, or the state
+-- expired and was written again by a grant): nil, meaning every tier, as before.
+local function tier_mask(v)
+  if v and int_ok(v) and v ~= '' then
+    local m = tonumber(v)
+    if m >= 0 and m < 2 ^ NTIERS then return m end
+  end
+  return nil
+end
+local function in_tier(mask, t) return not mask or math.floor(mask / 2 ^ t) % 2 == 1 end
+
+-- A key's state hash, read in one HMGET: the fields of POL_FIELDS by name (raw strings,
+-- nil when absent). One more field is one more name here.
+local POL_FIELDS = {'in', 'next', 'block', 'rdy', 'tm'}
+local function pol_read(key)
+  local v = redis.call('HMGET', K_POL .. key, unpack(POL_FIELDS))
+  local st = {}
+  for i, f in ipairs(POL_FIELDS) do st[f] = v[i] end
+  return st
+end
+
 -- In flight, next allowed grant (ms: the later of its delay's next start and its
--- adaptive block, see pol_fail) and since when it has had ready work without a grant.
+-- adaptive block, see pol_fail), since when it has had ready work without a grant, and
+-- the tiers whose open zset holds it (tier_mask).
 local function pol_state(key)
-  local v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'block', 'rdy')
-  return math.max(num(v[1]), 0), math.max(num(v[2]), num(v[3])), num(v[4])
+  local st = pol_read(key)
+  return math.max(num(st['in']), 0), math.max(num(st.next), num(st.block)), num(st.rdy),
+    tier_mask(st.tm)
 end
 
 -- When the key may next be granted, given its limits and state.
@@ -117,15 +143,20 @@ local function opens_at(key, inn, nxt)
 end
 
 -- The key's score in every tier's open zset where it is (it is there iff it has ready
--- requests in that tier).
-local function pol_rescore(key, score)
-  for t = 0, NTIERS - 1 do redis.call('ZADD', open_key(t), 'XX', score, key) end
+-- requests in that tier; mask: those tiers, nil if unknown).
+local function pol_rescore(key, score, mask)
+  for t = 0, NTIERS - 1 do
+    if in_tier(mask, t) then redis.call('ZADD', open_key(t), 'XX', score, key) end
+  end
 end
 
--- A key with nothing in flight: its state (only its next allowed time matters then)
--- expires IDLE_TTL after that time; a grant makes it persist again.
-local function pol_idle_check(key, inn, nxt)
-  if inn > 0 then return end
+-- An idle key (nothing in flight and, as far as its tier mask tells, no ready request):
+-- its state (only its next allowed time matters then) expires IDLE_TTL after that time; a
+-- grant makes it persist again. A key with ready requests keeps its state (as long as
+-- its queues exist), so a slot back between two grants does not set an expiry the next
+-- grant removes again.
+local function pol_idle_check(key, inn, nxt, mask)
+  if inn > 0 or (mask and mask > 0) then return end
   redis.call('PEXPIRE', K_POL .. key, math.max(nxt - NOW, 0) + IDLE_TTL)
 end
 
@@ -141,17 +172,19 @@ local function pol_slots_back(per_key)
     if inn < 0 then redis.call('HSET', K_POL .. key, 'in', 0); inn = 0 end
     local full = inn + k >= limits(key)[1]
     if full or inn == 0 then
-      local _, nxt = pol_state(key)
+      local _, nxt, _, mask = pol_state(key)
       if full then
         -- (a key whose slots were all taken opens now, not at its past next: its score is
         -- when it opened, for the politeness wait, and it queues behind keys open before)
-        pol_rescore(key, math.max(opens_at(key, inn, nxt), NOW))
+        pol_rescore(key, math.max(opens_at(key, inn, nxt), NOW), mask)
       else
         -- only ever lowers a score (a stale OPEN_FULL); ZADD LT needs Redis 6.2
         local score = opens_at(key, inn, nxt)
-        for t = 0, NTIERS - 1 do redis.call('ZADD', open_key(t), 'XX', 'LT', score, key) end
+        for t = 0, NTIERS - 1 do
+          if in_tier(mask, t) then redis.call('ZADD', open_key(t), 'XX', 'LT', score, key) end
+        end
       end
-      pol_idle_check(key, inn, nxt)
+      pol_idle_check(key, inn, nxt, mask)
     end
   end
 end
@@ -214,9 +247,9 @@ local function pol_fail(key, retry_ms, since)
   end
   redis.call('HSET', K_POL .. key, unpack(fields))
   redis.call('ZADD', K_POLB, block, key)
-  local inn, nxt = pol_state(key)
-  pol_rescore(key, opens_at(key, inn, nxt))
-  if inn == 0 then pol_idle_check(key, inn, nxt) end
+  local inn, nxt, _, mask = pol_state(key)
+  pol_rescore(key, opens_at(key, inn, nxt), mask)
+  pol_idle_check(key, inn, nxt, mask)
 end
 
 -- k more successes (responses that were not 429/503) of key: every forgive_after
@@ -283,11 +316,17 @@ local function pol_push(items, front)
     if not redis.call('ZSCORE', open_key(t), key) then
       local inn, nxt = pol_state(key)
       local waiting = false
+      local mask = 2 ^ t
       for u = 0, NTIERS - 1 do
-        if u ~= t and redis.call('ZSCORE', open_key(u), key) then waiting = true end
+        if u ~= t and redis.call('ZSCORE', open_key(u), key) then
+          waiting = true
+          mask = mask + 2 ^ u
+        end
       end
-      -- the key has ready work from now on (for the politeness wait, see pol_pop)
-      if not waiting then redis.call('HSET', K_POL .. key, 'rdy', NOW) end
+      -- its tiers, exactly; and it has ready work from now on (for the politeness wait,
+      -- see pol_pop)
+      if waiting then redis.call('HSET', K_POL .. key, 'tm', mask)
+      else redis.call('HSET', K_POL .. key, 'tm', mask, 'rdy', NOW) end
       redis.call('ZADD', open_key(t), opens_at(key, inn, nxt), key)
     end
   end
@@ -703,7 +742,7 @@ local function pol_pop(n, schedule)
       if heads[u] == key then heads[u] = nil end
     end
     heads[t] = nil
-    local inn, nxt, rdy = pol_state(key)
+    local inn, nxt, rdy, mask = pol_state(key)
     local score = opens_at(key, inn, nxt)
     if score > NOW then
       -- its override or state changed since it was scored: put it where it belongs
@@ -715,6 +754,9 @@ local function pol_pop(n, schedule)
       else len = redis.call('LLEN', q) end
       if len == 0 then
         redis.call('ZREM', open_key(t), key)
+        if mask and in_tier(mask, t) then
+          redis.call('HSET', K_POL .. key, 'tm', mask - 2 ^ t)
+        end
       else
         local lim = limits(key)
         local gap = lim[2]
@@ -749,10 +791,16 @@ local function pol_pop(n, schedule)
         -- it open (its score: the time it opened; later than that, it waited for a
         -- worker, not for politeness)
         if rdy > 0 and opened[t] > rdy then waited = waited + (opened[t] - rdy) end
-        redis.call('HSET', K_POL .. key, 'in', inn + #got, 'next', NOW + gap, 'rdy', NOW)
+        local emptied = #got >= len
+        if emptied and mask and in_tier(mask, t) then
+          redis.call('HSET', K_POL .. key, 'in', inn + #got, 'next', NOW + gap, 'rdy', NOW,
+            'tm', mask - 2 ^ t)
+        else
+          redis.call('HSET', K_POL .. key, 'in', inn + #got, 'next', NOW + gap, 'rdy', NOW)
+        end
         if inn == 0 then redis.call('PERSIST', K_POL .. key) end
         inn, nxt = inn + #got, NOW + gap
-        if #got >= len then
+        if emptied then
           redis.call('ZREM', open_key(t), key)
         else
           -- a grant only raises the key's score: in the other tiers a stale (lower) score
