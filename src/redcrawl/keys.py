@@ -255,9 +255,11 @@ class CrawlKeys:
         (requests of key K in flight whose slot is not yet given back), ``next`` (ms:
         earliest next grant), ``block`` (ms, server clock: blocked until, after a 429/503),
         ``bset`` (ms: when that block was set), ``fail``/``ok`` (backoff state: consecutive
-        failures, successes since the last step of forgiveness) and ``rdy`` (ms: since
-        when the key has had ready work without a grant); it expires once the key is idle
-        (nothing in flight) and its ``next`` and ``block`` have passed."""
+        failures, successes since the last step of forgiveness), ``rdy`` (ms: since
+        when the key has had ready work without a grant) and ``tm`` (the tiers where the
+        key has ready requests, a bit per tier; absent: unknown, every tier); it expires
+        once the key is idle (nothing in flight, no ready request) and its ``next`` and
+        ``block`` have passed."""
         return self._k("pol:")
 
     @property
