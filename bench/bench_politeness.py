@@ -446,7 +446,7 @@ def frontier_bench(args: argparse.Namespace) -> int:
                 )
 
         def med(polite: bool, attr: str) -> float:
-            return statistics.median(getattr(r, attr) for r in runs[polite])
+            return float(statistics.median(float(getattr(r, attr)) for r in runs[polite]))
 
         on, off = med(True, "rate"), med(False, "rate")
         con, coff = med(True, "cpu_us"), med(False, "cpu_us")
