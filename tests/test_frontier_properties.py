@@ -3,8 +3,10 @@ renew / requeue across simulated workers, on a real Redis.
 
 After every step the conservation law holds, the counters match a model, a request is
 never handed to a second worker while an earlier lease of it may still be alive, and (lists,
-with fleet-wide politeness) no politeness key has more requests in flight than its
-concurrency (requests go to three hosts, concurrency 2, a delay of 1 s on the test clock).
+with fleet-wide politeness) no politeness key has more requests in flight holding its
+slot than its concurrency (requests go to three hosts, concurrency 2, a delay of 1 s on
+the test clock; a leased request's slot may go back at response time, ``free``, before its
+ack, and a 429/503 may defer it, ``defer``).
 
 The corrupting machine adds a step that writes random bytes over a value of the crawl's
 state (a field of one of its hashes: records, lease records, lease counts, counters,
@@ -41,7 +43,8 @@ from hypothesis.stateful import (
 
 from redcrawl.codec import Envelope
 from redcrawl.frontier import Lease, open_frontier
-from redcrawl.frontier.records import record_key
+from redcrawl.frontier.core import slot_outcome
+from redcrawl.frontier.records import record_holds_slot, record_key
 from redcrawl.settings import Settings
 
 from .conftest import Clock, RedisServer, raw
@@ -73,6 +76,7 @@ class FrontierMachine(RuleBasedStateMachine):
             Settings(
                 lease_ttl=TTL,
                 max_attempts=MAX_ATTEMPTS,
+                max_deferrals=2,
                 retry_backoff=0.0,
                 ordering=self.ordering,  # type: ignore[arg-type]
                 backend=self.backend,  # type: ignore[arg-type]
@@ -193,6 +197,30 @@ class FrontierMachine(RuleBasedStateMachine):
             assert retry and h.lease.attempts < MAX_ATTEMPTS
         self._retire(h)
 
+    @rule(
+        worker=st.sampled_from(WORKERS),
+        index=st.integers(0, 10),
+        outcome=st.sampled_from([200, None, 429]),
+    )
+    def free(self, worker: str, index: int, outcome: int | None) -> None:
+        """The response arrived: the slot goes back, the request stays held."""
+        held = self.held[worker]
+        if not held or self.f.politeness is None:
+            return
+        h = held[index % len(held)]
+        self.f.free([(h.lease, slot_outcome(outcome, pushed_back=outcome == 429))])
+
+    @rule(worker=st.sampled_from(WORKERS), index=st.integers(0, 10))
+    def defer(self, worker: str, index: int) -> None:
+        """A 429: back to READY without an attempt spent (or DEAD past the cap)."""
+        if self.f.politeness is None:
+            return
+        h = self._take(worker, index)
+        if h is None:
+            return
+        self.f.defer(h.lease, "429", retry_after=2.0)
+        self._retire(h)
+
     @rule(seconds=st.sampled_from([0.5, 5.0, 11.0, 40.0]))
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
@@ -235,9 +263,10 @@ class FrontierMachine(RuleBasedStateMachine):
     def in_flight_per_key_within_concurrency(self) -> None:
         if getattr(self, "f", None) is None or self.f.politeness is None:
             return
+        # in flight per key = held records whose slot is not yet freed, <= concurrency
         held: dict[str, int] = {}
         for r in raw(self.client.hvals(self.f.keys.req)):
-            if r.split(b"|", 3)[2:3] != [b""]:
+            if r.split(b"|", 3)[2:3] != [b""] and record_holds_slot(r):
                 key = record_key(r)
                 if key is not None:
                     held[key] = held.get(key, 0) + 1
@@ -266,7 +295,7 @@ class FrontierMachine(RuleBasedStateMachine):
         assert c.finished and c.conserved and c.done + c.dead == self.accepted, c
 
 
-HASHES = ("req", "leases", "left", "stats", "workers", "control", "err", "calls")
+HASHES = ("req", "leases", "left", "stats", "workers", "control", "err", "calls", "deferrals")
 """The crawl's hash keys (attributes of CrawlKeys) the corrupting machine writes into."""
 
 

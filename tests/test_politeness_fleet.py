@@ -281,8 +281,7 @@ def check_blocked_after(
 
 
 @pytest.mark.slow
-@NOT_YET
-@pytest.mark.parametrize("backend", ["lists", "streams"])
+@pytest.mark.parametrize("backend", LISTS_ENFORCED)
 def test_retry_after_blocks_the_host_for_every_worker(
     redis7: RedisServer, tmp_path: Path, backend: str
 ) -> None:
@@ -313,8 +312,7 @@ def test_retry_after_blocks_the_host_for_every_worker(
 
 
 @pytest.mark.slow
-@NOT_YET
-@pytest.mark.parametrize("backend", ["lists", "streams"])
+@pytest.mark.parametrize("backend", LISTS_ENFORCED)
 def test_503_without_retry_after_backs_off_then_recovers(
     redis7: RedisServer, tmp_path: Path, backend: str
 ) -> None:

@@ -308,7 +308,12 @@ def test_a_request_retried_by_scrapy_is_one_request(
             tmp_path,
             redis_url=redis7.url,
             crawl="flaky",
-            settings={"RETRY_TIMES": 1, "REDCRAWL_MAX_ATTEMPTS": 2},
+            # (503s retried by Scrapy, not deferred: tests/test_politeness_fleet.py)
+            settings={
+                "RETRY_TIMES": 1,
+                "REDCRAWL_MAX_ATTEMPTS": 2,
+                "REDCRAWL_DEFER_HTTP_CODES": "",
+            },
             args={"url": site.url + "/"},
         ).ok()
     finally:

@@ -102,6 +102,8 @@ class Feeder:
         self._acks: list[Lease] = []
         self._nacks: list[tuple[Lease, str, bool]] = []
         self._releases: list[Lease] = []
+        self._frees: list[tuple[Lease, str]] = []  # slots back at response time
+        self._defers: list[tuple[Lease, str, float | None]] = []  # 429/503 pushed back
         self._stats: dict[str, int] = {}
         self._crawl_stats: dict[str, int] = {}
         self._gen = 0  # local changes (store/ack/nack) so far
@@ -159,6 +161,27 @@ class Feeder:
             self._gen += 1
             self._cond.notify_all()
 
+    def free(self, lease: Lease, outcome: str) -> None:
+        """Its response arrived: give its politeness slot back now, in the next call
+        (``FrontierCore.free``; the request stays leased until its ack)."""
+        with self._cond:
+            self._frees.append((lease, outcome))
+            self._cond.notify_all()
+
+    def poke(self) -> None:
+        """Lease now if there is room (not at the next poll): e.g. a slot went back and
+        the caller can start a request at once."""
+        with self._cond:
+            self._next_lease = 0.0
+            self._cond.notify_all()
+
+    def defer(self, lease: Lease, reason: str, retry_after: float | None) -> None:
+        """The site pushed back: ``FrontierCore.defer`` (served later, key blocked)."""
+        with self._cond:
+            self._defers.append((lease, reason, retry_after))
+            self._gen += 1
+            self._cond.notify_all()
+
     def release(self, leases: list[Lease]) -> None:
         """Give leases back unprocessed (served next, not counted as an attempt)."""
         with self._cond:
@@ -196,6 +219,8 @@ class Feeder:
                 or self._acks
                 or self._nacks
                 or self._releases
+                or self._frees
+                or self._defers
                 or self._call_since is not None
             )
 
@@ -274,6 +299,8 @@ class Feeder:
             or self._refresh
             or self._nacks
             or self._releases
+            or self._frees
+            or self._defers
             or len(self._push) >= self.batch_size
             or len(self._acks) >= self.batch_size
             or now >= next_beat
@@ -300,6 +327,8 @@ class Feeder:
                 self._refresh = False
                 push, acks, nacks = self._push, self._acks, self._nacks
                 self._push, self._acks, self._nacks = [], [], []
+                frees, defers = self._frees, self._defers
+                self._frees, self._defers = [], []
                 releases = self._releases + self._excess()
                 self._releases = []
                 if stopping:
@@ -311,7 +340,7 @@ class Feeder:
                 gen = self._gen
                 self._call_since = now
             try:
-                self._step(push, acks, nacks, releases, n, now)
+                self._step(push, acks, nacks, releases, n, now, frees, defers)
                 if beat:
                     self._beat()
                     next_beat = time.monotonic() + self.heartbeat
@@ -366,13 +395,20 @@ class Feeder:
         releases: list[Lease],
         n: int,
         now: float,
+        frees: list[tuple[Lease, str]] | None = None,
+        defers: list[tuple[Lease, str, float | None]] | None = None,
     ) -> None:
-        """One round: settle (store, ack, lease n), then nacks, then releases. What did
-        not go out is put back in front of the buffers (and the error propagates)."""
+        """One round: settle (store, ack, free slots, lease n), then nacks, deferrals and
+        releases. What did not go out is put back in front of the buffers (and the error
+        propagates)."""
         f = self.frontier
+        frees, defers = frees or [], defers or []
         try:
-            if push or acks or n:
-                out = f.settle(push=push, ack=acks, lease=(self.worker, n) if n else None)
+            if push or acks or n or frees:
+                out = f.settle(
+                    push=push, ack=acks, lease=(self.worker, n) if n else None, free=frees
+                )
+                frees = []
                 self._account(
                     out.pushed.accepted,
                     out.pushed.filtered,
@@ -404,16 +440,22 @@ class Feeder:
                 lease, error, retry = nacks[0]
                 self._inc(f"nack_{f.nack(lease, error, retry=retry)}")
                 nacks.pop(0)
+            while defers:
+                lease, reason, retry_after = defers[0]
+                self._inc(f"defer_{f.defer(lease, reason, retry_after=retry_after)}")
+                defers.pop(0)
             if releases:
                 self._inc("released", f.release(releases))
                 releases = []
         finally:
-            if push or acks or nacks or releases:
+            if push or acks or nacks or releases or frees or defers:
                 with self._cond:
                     self._push[:0] = push
                     self._acks[:0] = acks
                     self._nacks[:0] = nacks
                     self._releases[:0] = releases
+                    self._frees[:0] = frees
+                    self._defers[:0] = defers
 
     def _account(
         self,

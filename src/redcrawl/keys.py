@@ -252,8 +252,12 @@ class CrawlKeys:
     @property
     def pol_state_base(self) -> str:
         """Key base of the per-key politeness state: ``<base><K>`` is a HASH ``in``
-        (requests of key K in flight) and ``next`` (ms: earliest next grant); it expires
-        once the key is idle (nothing ready or in flight) and its ``next`` has passed."""
+        (requests of key K in flight whose slot is not yet given back), ``next`` (ms:
+        earliest next grant), ``block`` (ms, server clock: blocked until, after a 429/503),
+        ``bset`` (ms: when that block was set), ``fail``/``ok`` (backoff state: consecutive
+        failures, successes since the last step of forgiveness) and ``rdy`` (ms: since
+        when the key has had ready work without a grant); it expires once the key is idle
+        (nothing in flight) and its ``next`` and ``block`` have passed."""
         return self._k("pol:")
 
     @property
@@ -266,12 +270,27 @@ class CrawlKeys:
         :attr:`pol_override`, which wins."""
         return self._k("pols")
 
+    @property
+    def pol_blocked(self) -> str:
+        """ZSET politeness key -> blocked until (ms, server clock): the keys a 429/503 has
+        blocked (the same time as their state's ``block``), pruned by the lease step as
+        blocks end (``ZCOUNT <key> <now> +inf``: keys blocked now)."""
+        return self._k("polb")
+
+    @property
+    def deferrals(self) -> str:
+        """HASH request id -> how many times it was deferred (429/503: back to READY, no
+        attempt spent), for requests not yet DONE or DEAD (capped by
+        ``REDCRAWL_MAX_DEFERRALS``)."""
+        return self._k("defers")
+
     # --- layouts -------------------------------------------------------------------
     def script_keys(self, shards: int | None = None, *, polite: bool = False) -> list[str]:
         """KEYS of every frontier script, in the order ``lua/lib.lua`` expects: the fixed
         keys, then the ready tiers (lists) or, given ``shards``, the streams (streams).
         ``polite`` (lists): then the ``open`` zset of each tier, the per-key queue base,
-        the per-key state base, :attr:`pol_override` and :attr:`pol_slots`."""
+        the per-key state base, :attr:`pol_override`, :attr:`pol_slots`,
+        :attr:`pol_blocked` and :attr:`deferrals`."""
         if shards is not None:
             return [*self.script_keys()[: -self.tiers], *self.streams(shards)]
         if polite:
@@ -282,6 +301,8 @@ class CrawlKeys:
                 self.pol_state_base,
                 self.pol_override,
                 self.pol_slots,
+                self.pol_blocked,
+                self.deferrals,
             ]
         return [
             self.req,
@@ -310,6 +331,8 @@ class CrawlKeys:
             *(every_tier.open(t) for t in range(16)),
             self.pol_override,
             self.pol_slots,
+            self.pol_blocked,
+            self.deferrals,
         ]
 
     def pol_patterns(self) -> list[str]:

@@ -10,7 +10,7 @@ change of state is one atomic Redis step. The conservation law holds at every mo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from redcrawl.codec import Envelope
@@ -58,6 +58,11 @@ class Lease:
     attempts: int
     """How many times the request has been delivered, this time included."""
     envelope: Envelope
+    received: float = field(default=0.0, compare=False)
+    """When the lease reply reached this process (``time.monotonic()``; 0 if unknown): a
+    worker with fleet-wide politeness does not start a request that waited here past its
+    start window (``REDCRAWL_POLITENESS_START_WINDOW``), since its delay was charged when
+    it was granted."""
 
 
 @dataclass(frozen=True, slots=True)

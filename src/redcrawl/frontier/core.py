@@ -38,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,11 +73,11 @@ from redcrawl.frontier.records import (
 )
 from redcrawl.frontier.settle import PendingSettle, SettlePipe
 from redcrawl.keys import CALL_SLOTS, CrawlKeys
-from redcrawl.politeness import KeyMode, politeness_key
+from redcrawl.politeness import BackoffPolicy, KeyMode, politeness_key
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
-__all__ = ["MAINTAIN_LIMIT", "FrontierCore", "HeartbeatCounters", "Held"]
+__all__ = ["MAINTAIN_LIMIT", "FrontierCore", "HeartbeatCounters", "Held", "slot_outcome"]
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +93,8 @@ _SCRIPTS = (
     "release_worker",
     "renew",
     "repair",
+    "free",
+    "defer",
 )
 MAINTAIN_LIMIT = 1000
 """Most delayed requests promoted and expired leases reclaimed by one script call."""
@@ -138,6 +141,21 @@ class HeartbeatCounters(Protocol):
     def give_back(self, totals: dict[str, int], mine: dict[str, int]) -> None:
         """Counts of a take whose heartbeat failed, for the next one."""
         ...
+
+
+def slot_outcome(
+    status: int | None, *, pushed_back: bool = False, retry_after: float | None = None
+) -> str:
+    """The outcome of a request whose slot goes back at response time
+    (:meth:`FrontierCore.free`): ``status`` None for a download error ("e"); a site
+    pushing back that is not deferred (``pushed_back``: a 429/503 the spider handles
+    itself) blocks the key ("f<ms>" with its ``retry_after`` in seconds, "f" for the
+    backoff delay); any other response is a success ("s", which wears a backoff down)."""
+    if status is None:
+        return "e"
+    if pushed_back:
+        return "f" if retry_after is None else f"f{max(int(retry_after * 1000), 0)}"
+    return "s"
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,11 +301,28 @@ class FrontierCore(ABC):
                 {k: value[k] for k in ("concurrency", "delay", "randomize_delay") if k in value}
             )
         self._pol_stored = True
+        policy = BackoffPolicy()
+        backoff = json.dumps(
+            {
+                "base": policy.base,
+                "cap": policy.cap,
+                "jitter": policy.jitter,
+                "forgive_after": policy.forgive_after,
+            }
+        )
         with redis_errors("storing the crawl's politeness settings"):
             pipe = self.client.pipeline(transaction=True)
             pipe.hget(self.keys.control, "politeness")
+            pipe.hsetnx(self.keys.control, "backoff", backoff)
             if worker:
                 pipe.hset(self.keys.control, "politeness", mine)
+                # (a Scrapy worker gives back a request it could not start within this
+                # window: grants of a key with a delay are spaced by delay + window)
+                pipe.hset(
+                    self.keys.control,
+                    "start_window",
+                    int(1000 * s.politeness_start_window),
+                )
             else:
                 pipe.hsetnx(self.keys.control, "politeness", mine)
             if slots and worker:
@@ -380,6 +415,7 @@ class FrontierCore(ABC):
         undecodable requests are dead-lettered."""
         leases: list[Lease] = []
         bad: list[tuple[bytes, str, str]] = []
+        received = time.monotonic()
         for i in range(0, len(raw or ()), 4):  # (redis-py replies bulk strings as bytes)
             rid, attempts, data, token = raw[i], int(raw[i + 1]), raw[i + 2], raw[i + 3].decode()
             try:
@@ -389,7 +425,7 @@ class FrontierCore(ABC):
                 continue
             if len(rid) == 20:
                 env.fingerprint = rid
-            leases.append(Lease(rid, token, worker, attempts, env))
+            leases.append(Lease(rid, token, worker, attempts, env, received))
         if bad:
             log.error(
                 "dead-lettering %d undecodable request(s) in crawl %s: %s",
@@ -445,12 +481,14 @@ class FrontierCore(ABC):
         *,
         lease: tuple[str, int] | None = None,
         ttl: float | None = None,
+        free: Sequence[tuple[Lease, str]] = (),
     ) -> Settled:
         """A worker's round trip, atomic and in this order: store ``push`` (deduped), ack
-        ``ack``, then (``lease=(worker, n)``) lease up to n more. Children are therefore
-        always stored before their parent is acknowledged. One script call per
-        ``batch_size`` pushes; the acks and the lease ride on the last one."""
-        calls = self._settle_calls(push, ack, lease, ttl)
+        ``ack``, give back the politeness slots of ``free`` (see :meth:`free`), then
+        (``lease=(worker, n)``) lease up to n more. Children are therefore always stored
+        before their parent is acknowledged. One script call per ``batch_size`` pushes;
+        the acks, frees and the lease ride on the last one."""
+        calls = self._settle_calls(push, ack, lease, ttl, free)
         return self._settled(calls, [self._run("settle", args) for args in calls], ack)
 
     def settle_begin(
@@ -460,6 +498,7 @@ class FrontierCore(ABC):
         *,
         lease: tuple[str, int] | None = None,
         ttl: float | None = None,
+        free: Sequence[tuple[Lease, str]] = (),
     ) -> PendingSettle:
         """:meth:`settle`, sent now and read later: the worker goes on with its own work
         while Redis runs the call, and ``.result()`` returns what :meth:`settle` would
@@ -468,7 +507,7 @@ class FrontierCore(ABC):
         the like whose order matters). A lost connection falls back to retried
         :meth:`settle` calls (a call's nonce makes the retry of a call that did run
         return its outcome)."""
-        return PendingSettle(self, self._settle_calls(push, ack, lease, ttl), ack)
+        return PendingSettle(self, self._settle_calls(push, ack, lease, ttl, free), ack)
 
     def _settle_calls(
         self,
@@ -476,6 +515,7 @@ class FrontierCore(ABC):
         ack: Sequence[Lease],
         lease: tuple[str, int] | None,
         ttl: float | None,
+        free: Sequence[tuple[Lease, str]] = (),
     ) -> list[list[Any]]:
         """The settle script calls of one settle: the ARGV of each after the common
         ones."""
@@ -486,8 +526,9 @@ class FrontierCore(ABC):
             chunk = push[start : start + step]
             last = i == len(starts) - 1
             acks = ack if last else ()
+            frees = free if last and self.politeness is not None else ()
             want = lease if last and lease is not None else ("", 0)
-            if not chunk and not acks and not want[1]:
+            if not chunk and not acks and not want[1] and not frees:
                 continue
             worker, n, *rest = self._lease_args(want[0], want[1], ttl)
             # (the worker and nonce of the call before it in a pipeline: see PendingSettle)
@@ -503,6 +544,8 @@ class FrontierCore(ABC):
             ]
             for item in acks:
                 args += (item.id, item.token)
+            for held, outcome in frees:
+                args += (held.id, held.token, outcome)
             calls.append(args)
         return calls
 
@@ -525,6 +568,73 @@ class FrontierCore(ABC):
         return Settled(
             PushResult(accepted, len(pushed) - accepted, tuple(pushed)), acked, leases, unacked
         )
+
+    # --- response time (fleet-wide politeness; docs/politeness.md) --------------------
+    def free(self, items: Sequence[tuple[Lease, str]]) -> int:
+        """Give back the politeness slots of leased requests whose response (or download
+        error) has arrived: their keys may be granted again at once, while the requests
+        stay IN-FLIGHT under their leases until acked (or nacked, released, reclaimed:
+        none of which gives the slot back a second time). Each item is a lease and its
+        outcome (:func:`slot_outcome`). Returns how many slots went back (0 without
+        politeness; a stale lease or one already freed is skipped)."""
+        if self.politeness is None or not items:
+            return 0
+        args: list[Any] = []
+        for lease, outcome in items:
+            args += (lease.id, lease.token, outcome)
+        return int(self._run("free", args))
+
+    def defer(self, lease: Lease, reason: str, *, retry_after: float | None = None) -> str:
+        """The site pushed back (HTTP 429/503; ``reason`` is the status): the request goes
+        back to the front of its politeness key's queue without spending an attempt,
+        and its key is blocked for the whole fleet for ``retry_after`` seconds (the
+        response's ``Retry-After``) or, without it, for the backoff delay of the key's
+        failures (:class:`~redcrawl.politeness.BackoffPolicy`). After
+        ``REDCRAWL_MAX_DEFERRALS`` deferrals it goes to DEAD with the reason. Returns
+        "deferred", "dead" or "stale" (no longer held under this lease). Crawls with
+        politeness only (a :class:`FrontierError` otherwise)."""
+        if self.politeness is None:
+            raise FrontierError(
+                f"crawl {self.crawl!r} has no fleet-wide politeness: nothing to defer "
+                "to (nack the request instead, or use a crawl with REDCRAWL_POLITENESS "
+                "on the lists backend)"
+            )
+        ms = "" if retry_after is None else str(max(int(retry_after * 1000), 0))
+        args: list[Any] = [
+            self.settings.max_deferrals,
+            lease.worker,
+            self._nonce(lease.worker),
+            lease.id,
+            lease.token,
+            reason,
+            ms,
+        ]
+        flag = bytes(self._run("defer", args)).decode()
+        return {"q": "deferred", "d": "dead"}.get(flag, "stale")
+
+    def politeness_stats(self) -> dict[str, int]:
+        """Crawl-wide politeness counters (crawls with politeness; empty otherwise):
+        ``blocked`` keys blocked now by a 429/503, ``deferred_<reason>`` deferrals per
+        reason (``deferred_429``, ``deferred_503``), ``politeness_wait_ms`` the time keys
+        with ready work spent closed by their limits (summed over grants: from when a key
+        had work waiting, i.e. its previous grant or the arrival of work at a key that had
+        none, to when its delay, concurrency or block let it open; docs/politeness.md)."""
+        if self.politeness is None:
+            return {}
+        with redis_errors("politeness_stats"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.time()
+            pipe.hgetall(self.keys.stats)
+            (sec, usec), raw = pipe.execute()
+            now = sec * 1000 + usec // 1000 if self._clock is None else int(self._clock())
+            blocked = self.client.zcount(self.keys.pol_blocked, f"({now}", "+inf")
+        out = {"blocked": int(blocked), "politeness_wait_ms": 0}
+        for k, v in raw.items():
+            name = k.decode(errors="replace")
+            value = stored_int(v)
+            if value is not None and (name.startswith("deferred_") or name == "politeness_wait_ms"):
+                out[name] = value
+        return out
 
     def release(self, leases: Sequence[Lease]) -> int:
         """Give leased requests back unprocessed (IN-FLIGHT -> READY, served next), without

@@ -26,6 +26,7 @@ __all__ = [
     "parse_record",
     "push_time",
     "record",
+    "record_holds_slot",
     "record_key",
     "stored_int",
     "stored_layout",
@@ -43,7 +44,9 @@ def record(env: Envelope, key: str | None = None) -> bytes:
     return b"%d|0||%s" % (env.priority, body)
 
 
-_KEY_PREFIX = re.compile(rb"K([0-9]{1,6}):")
+_KEY_PREFIX = re.compile(rb"[Kk]([0-9]{1,6}):")
+"""``K``: the request holds its key's slot (or is not in flight); ``k``: in flight, its
+slot given back when its response arrived (``slot_free`` in ``lua/queue_lists.lua``)."""
 
 
 def _split_key(body: bytes) -> tuple[str | None, bytes]:
@@ -77,6 +80,12 @@ def _strip_stamp(body: bytes) -> bytes:
 def record_key(data: bytes) -> str | None:
     """The politeness key stored in a record (None: the crawl has no politeness)."""
     return _split_key(data.split(b"|", 3)[-1])[0]
+
+
+def record_holds_slot(data: bytes) -> bool:
+    """Whether a record with a politeness key still holds its key's slot: false once its
+    response arrived (the slot went back then, before its ack)."""
+    return data.split(b"|", 3)[-1][:1] == b"K"
 
 
 _HEAD_NUMBER = re.compile(rb"-?[0-9]{1,15}")

@@ -8,10 +8,12 @@ In a project's ``settings.py``::
 With ``ROBOTSTXT_OBEY = True`` the scheduler puts :class:`RobotsTxtMiddleware` (robots.txt
 once per site for the fleet) in place of Scrapy's own; with ``AUTOTHROTTLE_ENABLED`` on a
 crawl with fleet-wide politeness, :class:`AutoThrottle` (one delay per site for the fleet)
-in place of Scrapy's AutoThrottle.
+in place of Scrapy's AutoThrottle; with fleet-wide politeness it adds
+:class:`DeferMiddleware` (a 429/503 defers its request and blocks its site for the fleet).
 """
 
 from redcrawl.scrapy.autothrottle import AutoThrottle
+from redcrawl.scrapy.defer import DeferMiddleware
 from redcrawl.scrapy.dupefilter import DupeFilter
 from redcrawl.scrapy.lifecycle import OutcomeMiddleware
 from redcrawl.scrapy.robots import RobotsTxtMiddleware
@@ -20,6 +22,7 @@ from redcrawl.scrapy.spiders import RedisCrawlSpider, RedisMixin, RedisSpider
 
 __all__ = [
     "AutoThrottle",
+    "DeferMiddleware",
     "DupeFilter",
     "OutcomeMiddleware",
     "RedisCrawlSpider",

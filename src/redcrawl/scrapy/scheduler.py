@@ -53,9 +53,11 @@ from redcrawl.errors import DecodeError, EncodeError, RedcrawlError
 from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter_for
 from redcrawl.frontier import FrontierCore, Lease, open_frontier
+from redcrawl.frontier.core import slot_outcome
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
-from redcrawl.scrapy import counters, lifecycle, robots
+from redcrawl.politeness import parse_retry_after
+from redcrawl.scrapy import counters, defer, lifecycle, robots
 from redcrawl.seed import seed as seed
 from redcrawl.settings import Settings, startup_notes, startup_warnings
 
@@ -141,6 +143,7 @@ class Scheduler(BaseScheduler):
         self._poll_call: Any = None
         self._failure: str | None = None
         self._closing = False
+        self._polite = False  # the frontier enforces fleet-wide politeness (set at open)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -195,6 +198,9 @@ class Scheduler(BaseScheduler):
         from redcrawl.scrapy.autothrottle import install as install_autothrottle
 
         install_autothrottle(self.crawler, self.frontier)
+        self._polite = self.frontier.politeness is not None
+        if self._polite:
+            defer.install(self.crawler, self)
         from twisted.internet import reactor
 
         def memory_check() -> None:
@@ -303,6 +309,8 @@ class Scheduler(BaseScheduler):
         gone = self._failure == "redis_unavailable" or feeder.stalled_for() > 0
         stopped = feeder.stop(timeout=CLOSE_WAIT_GONE if gone else CLOSE_WAIT)
         self._merge_stats()
+        if stopped and self._polite:
+            self._politeness_stats()
         if not stopped:
             log.error(
                 "redcrawl: could not reach Redis at close: this worker's unsettled "
@@ -323,6 +331,17 @@ class Scheduler(BaseScheduler):
             )
         finally:
             self.frontier.client.close()
+
+    def _politeness_stats(self) -> None:
+        """The crawl-wide politeness counters as they are at this worker's close
+        (``redcrawl/politeness/<name>``: keys blocked now, deferrals by reason, the
+        politeness wait in ms; see docs/politeness.md)."""
+        assert self.frontier is not None
+        try:
+            for name, value in self.frontier.politeness_stats().items():
+                self.stats.set_value(f"redcrawl/politeness/{name}", value)
+        except RedcrawlError as exc:
+            log.warning("redcrawl: could not read the politeness counters at close: %s", exc)
 
     def _purge_if_last(self) -> None:
         """SCHEDULER_PERSIST = False: remove the crawl's state when the crawl is finished
@@ -472,6 +491,8 @@ class Scheduler(BaseScheduler):
             lease = self.feeder.take()
             if lease is None:
                 return None
+            if self._late(lease):
+                continue
             try:
                 request = codec.to_request(lease.envelope, self.spider)
             except DecodeError as exc:
@@ -479,6 +500,23 @@ class Scheduler(BaseScheduler):
                 continue
             self._hand_out(request, lease)
             return request
+
+    def _late(self, lease: Lease) -> bool:
+        """A granted request that waited in this worker past its start window
+        (REDCRAWL_POLITENESS_START_WINDOW, crawls with fleet-wide politeness and a
+        DOWNLOAD_DELAY): its delay was charged when it was granted, so starting it now
+        could come closer than the delay to the next start at its site (granted to
+        another worker on time). Give it back (served next, no attempt spent; its slot
+        stays charged: a wasted slot costs throughput, never politeness)."""
+        window = self.settings.politeness_start_window
+        if not (self._polite and window > 0 and self.settings.politeness_delay > 0):
+            return False
+        if not lease.received or time.monotonic() - lease.received <= window:
+            return False
+        assert self.feeder is not None
+        self.feeder.release([lease])
+        self.stats.inc_value("redcrawl/politeness/late_released")
+        return True
 
     def _poke_later(self) -> None:
         """Ask the engine for requests again after poll_interval (instead of its 5 s
@@ -553,7 +591,72 @@ class Scheduler(BaseScheduler):
             exc = failure.value
             self.record_failure(request, f"item pipeline error: {type(exc).__name__}: {exc}")
 
+    # --- fleet-wide politeness at response time (docs/politeness.md) -------------------
+    def _held_lease(self, request: scrapy.Request) -> Lease | None:
+        entry = self._handed_out.get(id(request))
+        return entry[1] if entry is not None and entry[0] is request else None
+
+    def _retry_after(self, response: Response) -> float | None:
+        found = parse_retry_after(
+            response.headers.get(b"Retry-After"), time.time(), cap=self.settings.retry_after_cap
+        )
+        return None if found is None else found.delay
+
+    def defer_response(self, request: scrapy.Request, response: Response) -> bool:
+        """DeferMiddleware: the site pushed back (a status of REDCRAWL_DEFER_HTTP_CODES).
+        Defer a request this worker holds (the frontier serves it later and blocks its
+        site for the fleet) and forget it here: it is not acknowledged. False (let the
+        response through) for a request not ours, or that handles the status itself."""
+        lease = self._held_lease(request)
+        if lease is None or self.feeder is None or not self._polite:
+            return False
+        if defer.handles_status(request, response.status, self.spider):
+            return False
+        del self._handed_out[id(request)]
+        self._marked.pop(request.meta.get(MARK, 0), None)
+        self._outcomes.pop(id(request), None)
+        self.feeder.held = len(self._handed_out)
+        self.feeder.defer(lease, str(response.status), self._retry_after(response))
+        self.stats.inc_value(f"redcrawl/deferred/{response.status}")
+        log.info(
+            "redcrawl: %s answered %d: deferred, its site blocked for the fleet",
+            request.url,
+            response.status,
+        )
+        return True
+
+    def _free_slot(self, request: scrapy.Request, outcome: str) -> None:
+        """The request's download is over: its site's slot goes back now (the request
+        stays leased until it is acknowledged)."""
+        lease = self._held_lease(request)
+        if lease is not None and self.feeder is not None and self._polite:
+            self.feeder.free(lease, outcome)
+            # Lease again once the reactor is through with this response (its callback
+            # runs now, unless it waits on something): a request granted while the
+            # reactor is busy would start late, closer than DOWNLOAD_DELAY to the next
+            # start at its site. The slot itself is back for the fleet at once.
+            from twisted.internet import reactor
+
+            cast(Any, reactor).callLater(0, self.feeder.poke)
+
+    def on_download_error(
+        self, request: scrapy.Request, exception: BaseException, spider: Any = None
+    ) -> None:
+        """Outermost process_exception (installed with DeferMiddleware): a download that
+        failed for good (after Scrapy's retries), or a request a downloader middleware
+        ignored (robots.txt), gives its slot back."""
+        self._free_slot(request, slot_outcome(None))
+
     def _on_response(self, response: Response, request: scrapy.Request, spider: Any) -> None:
+        if self._polite:
+            # (a 429/503 here was not deferred: the request handles it itself, or
+            # deferral is off; the site is blocked all the same)
+            pushed_back = response.status in self.settings.defer_http_codes
+            retry_after = self._retry_after(response) if pushed_back else None
+            outcome = slot_outcome(
+                response.status, pushed_back=pushed_back, retry_after=retry_after
+            )
+            self._free_slot(request, outcome)
         if response.status not in self.settings.retry_http_codes:
             return
         meta = request.meta

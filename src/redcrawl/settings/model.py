@@ -97,6 +97,10 @@ class Settings:
     autothrottle_max_delay: float = 60.0
     autothrottle_target_concurrency: float = 1.0
     autothrottle_debug: bool = False
+    defer_http_codes: tuple[int, ...] = (429, 503)
+    max_deferrals: int = 20
+    retry_after_cap: float = 3600.0
+    politeness_start_window: float = 0.03
 
     def __post_init__(self) -> None:
         # Every field goes through its setting's parser, however the object was built.

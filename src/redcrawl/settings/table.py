@@ -88,6 +88,15 @@ def _int_tuple(name: str, v: Any) -> tuple[int, ...]:
         raise ConfigError(name, f"{v!r} is not a comma-separated list of integers")
 
 
+def _status_tuple(name: str, v: Any) -> tuple[int, ...]:
+    """HTTP statuses, comma-separated (empty: none)."""
+    items: Iterable[Any] = v.split(",") if isinstance(v, str) else v
+    codes = _int_tuple(name, [x for x in items if str(x).strip()])
+    if any(not 100 <= c <= 599 for c in codes):
+        raise ConfigError(name, f"{v!r}: give HTTP statuses (100 to 599)")
+    return codes
+
+
 def _str_tuple(name: str, v: Any) -> tuple[str, ...]:
     items: Iterable[Any] = v.split(",") if isinstance(v, str) else v
     return tuple(s for s in (str(x).strip() for x in items) if s)
@@ -639,6 +648,36 @@ SPECS: tuple[Spec, ...] = (
         _bool,
         "Log every AutoThrottle adjustment (site, latency, old and new delay).",
         ("AUTOTHROTTLE_DEBUG",),
+    ),
+    Spec(
+        "politeness_start_window",
+        _number(float, 0.0, 60.0),
+        "Seconds a leased request may wait in a "
+        "worker before Scrapy takes it, when the crawl has a DOWNLOAD_DELAY (its delay was "
+        "charged when it was granted): one that waited longer (a busy or descheduled "
+        "worker) is given back, served next, no attempt spent, rather than started closer "
+        "than the delay to the next start at its site. 0: off.",
+    ),
+    Spec(
+        "defer_http_codes",
+        _status_tuple,
+        "HTTP statuses of a site pushing back (fleet-wide politeness): "
+        "the request is deferred (back to the front of its site's queue, no attempt "
+        "spent) before Scrapy's RetryMiddleware sees the response, and the site is blocked "
+        "for every worker until its Retry-After or, without one, for a backoff delay. "
+        "Empty: off (Scrapy's retries handle them, per worker).",
+    ),
+    Spec(
+        "max_deferrals",
+        _number(int, 0, 1_000_000),
+        "Deferrals (defer_http_codes) of one request "
+        "before it goes to the dead letters with the reason.",
+    ),
+    Spec(
+        "retry_after_cap",
+        _number(float, 1.0, 365 * 86400.0),
+        "Longest block, in seconds, a Retry-After "
+        "header sets for a site (a longer one is cut to this).",
     ),
     Spec(
         "max_idle_time",

@@ -75,8 +75,11 @@ do
     -- the ready tiers, the open zset of each tier, two key bases (not keys), two hashes
     last_queue = FIRST_TIER + NTIERS - 1
     for i = last_queue + 1, last_queue + NTIERS do want[i] = 'zset' end
-    want[last_queue + 2 * NTIERS + 3] = 'hash'
-    want[last_queue + 2 * NTIERS + 4] = 'hash'
+    -- (after the open zsets: the queue base and the state base, which are not keys)
+    want[last_queue + NTIERS + 3] = 'hash'  -- overrides
+    want[last_queue + NTIERS + 4] = 'hash'  -- DOWNLOAD_SLOTS
+    want[last_queue + NTIERS + 5] = 'zset'  -- blocked keys
+    want[last_queue + NTIERS + 6] = 'hash'  -- deferral counts
   end
   for i = 1, math.min(#KEYS, FIRST_TIER + 15) do
     local expect = want[i] or (i >= FIRST_TIER and i <= last_queue and queue)
@@ -232,13 +235,24 @@ end
 local CORRUPT = "stored record has no state header"
 
 -- The politeness key stored in a record ("K<length>:<key>" in front of the envelope; see
--- redcrawl.frontier.records), or nil if it has none.
-local function rec_key(rec)
+-- redcrawl.frontier.records), or nil if it has none; and whether the request's slot of
+-- that key is still held ("K"), or was given back when its response arrived ("k": see
+-- slot_free in queue_lists.lua). A grant (stamp_leased) makes it "K" again.
+local function rec_slot(rec)
   local _, _, _, pos = parse_head(rec)
   if not pos then return nil end
-  local n, at = string.match(rec, '^K(%d+):()', pos)
+  local m, n, at = string.match(rec, '^([Kk])(%d+):()', pos)
   if not n then return nil end
-  return string.sub(rec, at, at + tonumber(n) - 1)
+  return string.sub(rec, at, at + tonumber(n) - 1), m == 'K'
+end
+local function rec_key(rec)
+  return (rec_slot(rec))
+end
+
+-- An envelope part (after the state header) with its slot mark back to "K" (held).
+local function slot_held_env(env)
+  if string.byte(env, 1) == 107 then return 'K' .. string.sub(env, 2) end  -- 'k'
+  return env
 end
 
 local function header(p, a, t, env) return p .. '|' .. a .. '|' .. t .. '|' .. env end
@@ -288,6 +302,18 @@ end
 -- ops.lua builds op_lease from these (promote, lease_expired, heartbeat, lease_ready).
 local PUSH_STRIDE
 local ready_push, unhold, holds, lease_expired, lease_ready, reclaim_expired, expire_worker
+-- Optional hooks (lists crawls with fleet-wide politeness; nil otherwise):
+--   slot_free(items) -> number of slots given back
+--                items: {id, token, outcome} of IN-FLIGHT requests whose response (or
+--                download error) arrived: each gives its key's slot back now, once; the
+--                request stays IN-FLIGHT under its lease. outcome: "s" a response
+--                (success: forgives backoff), "e" a download error, "f<ms>" a 429/503
+--                not deferred (blocks the key: <ms> its Retry-After, "" for backoff)
+--   defer_held(max_deferrals, items) -> flags
+--                items: {id, token, reason, retry_ms}: IN-FLIGHT -> READY (front of its
+--                key's queue, no attempt spent) and the key blocked; past max_deferrals
+--                -> DEAD. One flag per item: "q" deferred, "d" dead, "0" stale
+local slot_free, defer_held
 
 -- A worker's last calls are kept in this many slots of K_CALLS (redcrawl.keys.CALL_SLOTS).
 local CALL_SLOTS = 16
@@ -299,9 +325,21 @@ local function calls_forget(worker)
   redis.call('HDEL', K_CALLS, unpack(fields))
 end
 
+-- The deferral counts (KEYS after the politeness keys; nil without politeness): an
+-- entry per request deferred and not yet DONE or DEAD.
+local K_DEFERS
+
+-- Forget the deferral counts of these ids (they are DONE or DEAD).
+local function defers_forget(ids)
+  if K_DEFERS and #ids > 0 and redis.call('EXISTS', K_DEFERS) == 1 then
+    bulk('HDEL', K_DEFERS, ids)
+  end
+end
+
 -- To DEAD with a reason each: ids and whys are aligned lists.
 local function kill(ids, whys)
   if #ids == 0 then return end
+  defers_forget(ids)
   local z, e = {}, {}
   for i, id in ipairs(ids) do
     z[#z + 1] = NOW; z[#z + 1] = id
@@ -372,6 +410,7 @@ local function stamp_leased(ids, token, fresh, got)
     elseif rec and not (fresh and t ~= '') then
       local tk = one or token(i)
       a = a + 1
+      if POLITE then env = slot_held_env(env) end  -- a grant takes a slot
       rec = header(p, a, tk, env)
       writes[w + 1] = id; writes[w + 2] = rec; w = w + 2
       got[g + 1] = id; got[g + 2] = a; got[g + 3] = rec; got[g + 4] = tk; g = g + 4

@@ -131,6 +131,7 @@ local function op_ack(first, n, refuse)
   if #ok > 0 then
     bulk('HDEL', K_REQ, ok)
     if redis.call('EXISTS', K_ERR) == 1 then bulk('HDEL', K_ERR, ok) end
+    defers_forget(ok)
     dd_mark_done(fps)
     unhold(held, hrecs)
     redis.call('HINCRBY', K_STATS, 'done', #ok)
@@ -139,6 +140,17 @@ local function op_ack(first, n, refuse)
   return table.concat(flags)
 end
 
+-- Slots given back at response time, for the ARGV triples (id, token, outcome) starting
+-- at ARGV[first], n of them (see slot_free in lib.lua; nothing without politeness).
+-- Returns how many slots went back.
+local function op_free(first, n)
+  if n == 0 or not slot_free then return 0 end
+  local items = {}
+  for i = 0, n - 1 do
+    items[#items + 1] = {ARGV[first + 3 * i], ARGV[first + 3 * i + 1], ARGV[first + 3 * i + 2]}
+  end
+  return slot_free(items)
+end
 
 -- Every state-changing call (push, lease, settle, nack, release, requeue_dead) carries a
 -- nonce, fresh for each call; redis-py sends the same call again when the connection

@@ -24,13 +24,15 @@ local function ready_key(tier) return KEYS[FIRST_TIER + tier] end
 local OPEN_FULL = 4503599627370496  -- 2^52: not open until one of its leases ends
 local PAUSE_RECHECK = 1000
 local IDLE_TTL = 3600000
-local K_OPEN, K_PQ, K_POL, K_POLO, K_POLS
+local K_OPEN, K_PQ, K_POL, K_POLO, K_POLS, K_POLB
 if POLITE then
   K_OPEN = FIRST_TIER + NTIERS
   K_PQ = KEYS[K_OPEN + NTIERS]
   K_POL = KEYS[K_OPEN + NTIERS + 1]
   K_POLO = KEYS[K_OPEN + NTIERS + 2]
   K_POLS = KEYS[K_OPEN + NTIERS + 3]
+  K_POLB = KEYS[K_OPEN + NTIERS + 4]
+  K_DEFERS = KEYS[K_OPEN + NTIERS + 5]
 end
 local function open_key(tier) return KEYS[K_OPEN + tier] end
 local function pq_key(tier, key) return K_PQ .. tier .. ':' .. key end
@@ -99,10 +101,11 @@ local function limits(key)
   return lim
 end
 
--- In flight and next allowed grant (ms) of a key.
+-- In flight, next allowed grant (ms: the later of its delay's next start and its
+-- adaptive block, see pol_fail) and since when it has had ready work without a grant.
 local function pol_state(key)
-  local v = redis.call('HMGET', K_POL .. key, 'in', 'next')
-  return math.max(num(v[1]), 0), num(v[2])
+  local v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'block', 'rdy')
+  return math.max(num(v[1]), 0), math.max(num(v[2]), num(v[3])), num(v[4])
 end
 
 -- When the key may next be granted, given its limits and state.
@@ -126,19 +129,103 @@ local function pol_idle_check(key, inn, nxt)
   redis.call('PEXPIRE', K_POL .. key, math.max(nxt - NOW, 0) + IDLE_TTL)
 end
 
--- Slots given back: one per record (nil or keyless records are skipped).
-local function pol_release(recs)
-  local per_key = {}
-  for _, rec in pairs(recs) do
-    local key = rec and rec_key(rec)
-    if key then per_key[key] = (per_key[key] or 0) + 1 end
-  end
+-- k slots of each key given back (per_key: key -> k).
+local function pol_slots_back(per_key)
   for key, k in pairs(per_key) do
     local inn = redis.call('HINCRBY', K_POL .. key, 'in', -k)
     if inn < 0 then redis.call('HSET', K_POL .. key, 'in', 0); inn = 0 end
     local _, nxt = pol_state(key)
-    pol_rescore(key, opens_at(key, inn, nxt))
+    -- (a key whose slots were all taken opens now, not at its past next: its score is
+    -- when it opened, for the politeness wait, and it queues behind keys open before)
+    pol_rescore(key, math.max(opens_at(key, inn, nxt), NOW))
     pol_idle_check(key, inn, nxt)
+  end
+end
+
+-- Slots given back: one per record still holding its slot (nil or keyless records, and
+-- records whose slot went back when their response arrived, are skipped).
+local function pol_release(recs)
+  local per_key = {}
+  for _, rec in pairs(recs) do
+    local key, held
+    if rec then key, held = rec_slot(rec) end
+    if key and held then per_key[key] = (per_key[key] or 0) + 1 end
+  end
+  pol_slots_back(per_key)
+end
+
+-- ADAPTIVE BLOCKS (429/503; docs/politeness.md). The key's state hash keeps its backoff
+-- state as redcrawl.politeness.backoff.BackoffPolicy does ("fail" consecutive failures,
+-- "ok" successes since the last step of forgiveness) and its block ("block" until, ms;
+-- "bset" when it was set), mirrored in the blocked zset K_POLB for readers. The policy:
+-- control "backoff" (JSON base, cap (s), jitter, forgive_after; written by
+-- FrontierCore.store_politeness), else BackoffPolicy's defaults.
+local BACKOFF
+local function backoff_policy()
+  if BACKOFF then return BACKOFF end
+  local b = json_obj(redis.call('HGET', K_CONTROL, 'backoff'), 'backoff') or {}
+  BACKOFF = {
+    base = pos_num(b.base, 0.001, 1e9) or 1.0,
+    cap = pos_num(b.cap, 0.001, 1e9) or 300.0,
+    jitter = pos_num(b.jitter, 0, 1) or 0.5,
+    forgive = math.floor(pos_num(b.forgive_after, 1, 1e9) or 10),
+  }
+  return BACKOFF
+end
+
+local jitter_factor  -- (defined below, with the lease step)
+
+-- A 429/503 of a request of key, leased at since (ms; nil if unknown): one more failure
+-- and the key blocked for retry_ms (its Retry-After) or, without one, for the backoff
+-- delay of its failure count (BackoffPolicy.delay: min(cap, base * 2^(fail-1)), jitter
+-- taking up to its fraction off). A request leased before the key's current block was
+-- set failed in the same episode: it may lengthen the block (its own Retry-After) but
+-- is not counted again (several requests in flight when a site starts refusing are one
+-- failure, not several).
+local function pol_fail(key, retry_ms, since)
+  local v = redis.call('HMGET', K_POL .. key, 'fail', 'block', 'bset')
+  local fail, block, bset = math.max(num(v[1]), 0), num(v[2]), num(v[3])
+  local episode = since and bset > 0 and since <= bset and block > NOW
+  if not episode then fail = fail + 1 end
+  local d = retry_ms
+  if not d then
+    local b = backoff_policy()
+    local full = math.min(b.cap, b.base * 2 ^ math.min(math.max(fail - 1, 0), 60))
+    d = math.floor(1000 * full * (1 - b.jitter + b.jitter * (jitter_factor() - 0.5)))
+  end
+  local fields = {'fail', fail, 'ok', 0}
+  if NOW + d > block then
+    block = NOW + d
+    fields[5] = 'block'; fields[6] = block; fields[7] = 'bset'; fields[8] = NOW
+  end
+  redis.call('HSET', K_POL .. key, unpack(fields))
+  redis.call('ZADD', K_POLB, block, key)
+  local inn, nxt = pol_state(key)
+  pol_rescore(key, opens_at(key, inn, nxt))
+  if inn == 0 then pol_idle_check(key, inn, nxt) end
+end
+
+-- k more successes (responses that were not 429/503) of key: every forgive_after
+-- consecutive successes take one failure off its count (BackoffPolicy.succeeded).
+local function pol_succeed(key, k)
+  local v = redis.call('HMGET', K_POL .. key, 'fail', 'ok')
+  local fail, ok = num(v[1]), num(v[2]) + k
+  if fail <= 0 then return end
+  local f = backoff_policy().forgive
+  while ok >= f and fail > 0 do fail = fail - 1; ok = ok - f end
+  if fail == 0 then ok = 0 end
+  redis.call('HSET', K_POL .. key, 'fail', fail, 'ok', ok)
+end
+
+-- Add n to a politeness counter of the stats hash (deferred_<reason>,
+-- politeness_wait_ms); a corrupt one starts again from n (these are event counters, not
+-- recoverable), rather than failing the script halfway.
+local function stat_add(field, n)
+  if not int_ok(redis.call('HGET', K_STATS, field)) then
+    redis.call('HSET', K_STATS, field, n)
+    repaired('counter ' .. field .. ' held a non-integer; restarted from ' .. n)
+  else
+    redis.call('HINCRBY', K_STATS, field, n)
   end
 end
 
@@ -181,6 +268,12 @@ local function pol_push(items, front)
     bulk(cmd, pq_key(t, key), {unpack(list, 3)})
     if not redis.call('ZSCORE', open_key(t), key) then
       local inn, nxt = pol_state(key)
+      local waiting = false
+      for u = 0, NTIERS - 1 do
+        if u ~= t and redis.call('ZSCORE', open_key(u), key) then waiting = true end
+      end
+      -- the key has ready work from now on (for the politeness wait, see pol_pop)
+      if not waiting then redis.call('HSET', K_POL .. key, 'rdy', NOW) end
       redis.call('ZADD', open_key(t), opens_at(key, inn, nxt), key)
     end
   end
@@ -382,6 +475,90 @@ unhold = function(tokens, recs)
   for t, k in pairs(per_lease) do lease_release(t, k) end
 end
 
+-- When the lease token was granted (ms), or nil if its record is gone or corrupt.
+local function lease_since(token)
+  local since = lease_info(token)
+  return since
+end
+
+-- RESPONSE TIME (crawls with politeness; lib.lua's optional hooks). A request's slot of
+-- its key goes back when its response (or download error) reaches the worker, not at its
+-- ack: parsing and storing its children no longer count against the site. The request
+-- stays IN-FLIGHT under its lease; its record's slot mark turns from "K" to "k", so that
+-- its ack, nack, release or expiry does not give the slot back a second time.
+if POLITE then
+  slot_free = function(items)
+    local ids = {}
+    for i, it in ipairs(items) do ids[i] = it[1] end
+    local recs = hmget(K_REQ, ids)
+    local writes, per_key, ok, failed, seen = {}, {}, {}, {}, {}
+    local freed = 0
+    for i, it in ipairs(items) do
+      local rec = recs[i]
+      local p, _, t, pos
+      if rec then p, _, t, pos = parse_head(rec) end
+      if p ~= nil and t ~= '' and t == it[2] and not seen[it[1]] and
+          string.byte(rec, pos) == 75 then  -- 'K': its slot is still held
+        local key = rec_key(rec)
+        if key then
+          seen[it[1]] = true
+          writes[#writes + 1] = it[1]
+          writes[#writes + 1] = string.sub(rec, 1, pos - 1) .. 'k' .. string.sub(rec, pos + 1)
+          per_key[key] = (per_key[key] or 0) + 1
+          freed = freed + 1
+          local outcome = it[3]
+          if outcome == 's' then ok[key] = (ok[key] or 0) + 1
+          elseif string.sub(outcome, 1, 1) == 'f' then
+            failed[#failed + 1] = {key, tonumber(string.sub(outcome, 2)), lease_since(t)}
+          end
+        end
+      end
+    end
+    if #writes > 0 then bulk('HSET', K_REQ, writes) end
+    pol_slots_back(per_key)
+    for key, k in pairs(ok) do pol_succeed(key, k) end
+    for _, f in ipairs(failed) do pol_fail(f[1], f[2], f[3]) end
+    return freed
+  end
+
+  defer_held = function(max_deferrals, items)
+    local flags = {}
+    for i, it in ipairs(items) do
+      local id, token, reason, retry_ms = it[1], it[2], it[3], it[4]
+      local rec = redis.call('HGET', K_REQ, id)
+      local p, a, t, env
+      if rec then p, a, t, env = parse(rec) end
+      flags[i] = '0'
+      if p ~= nil and t ~= '' and t == token then
+        local key = rec_key(rec)
+        local since = lease_since(token)
+        if a > 0 then a = a - 1 end  -- no attempt spent
+        local nrec = header(p, a, '', slot_held_env(env))
+        redis.call('HSET', K_REQ, id, nrec)
+        unhold({token}, {rec})  -- (its slot back, unless it went back at response time)
+        if key then pol_fail(key, retry_ms, since) end
+        stat_add('deferred_' .. reason, 1)
+        -- (read, then written: a corrupt count is read as 0 rather than failing HINCRBY)
+        local count = num(redis.call('HGET', K_DEFERS, id)) + 1
+        redis.call('HSET', K_DEFERS, id, count)
+        if count > max_deferrals then
+          kill({id}, {'deferred ' .. count .. ' times (' .. reason .. '), more than ' ..
+            'REDCRAWL_MAX_DEFERRALS (' .. max_deferrals .. ')'})
+          flags[i] = 'd'
+        else
+          ready_push({{id, p, 0, nil, nrec}}, true)
+          flags[i] = 'q'
+        end
+      elseif rec and p == nil and token ~= '' and holds(token, id) then
+        kill({id}, {CORRUPT})
+        unhold({token})
+        flags[i] = 'd'
+      end
+    end
+    return table.concat(flags)
+  end
+end
+
 -- A lease's reclaim step: expired leases go back to READY (none is handed out directly).
 lease_expired = function(worker, n, ttl, max_attempts, limit)
   reclaim_expired(limit, max_attempts)
@@ -433,10 +610,24 @@ local function pop_ready(n, schedule)
   return ids
 end
 
+-- The start window (ms; control "start_window", written by Scrapy workers from
+-- REDCRAWL_POLITENESS_START_WINDOW; 0 if absent): a worker starts a granted request
+-- within it or gives it back, so consecutive grants of a key with a delay are spaced by
+-- the delay plus the window, and two starts at its site are at least the delay apart
+-- (docs/politeness.md, "Delay").
+local START_WINDOW
+local function start_window()
+  if not START_WINDOW then
+    local v = redis.call('HGET', K_CONTROL, 'start_window')
+    START_WINDOW = (int_ok(v) and v) and math.max(math.min(num(v), 60000), 0) or 0
+  end
+  return START_WINDOW
+end
+
 -- A small deterministic generator for the delay jitter (no math.random in scripts: Redis
 -- 6.2 seeds it the same in every call), seeded from the clock and the lease counter.
 local JSEED
-local function jitter_factor()
+jitter_factor = function()
   if not JSEED then
     JSEED = (NOW + 7919 * num(redis.call('HGET', K_STATS, 'leases'))) % 2147483647
     if JSEED <= 0 then JSEED = 12345 end
@@ -456,7 +647,8 @@ local function pol_pop(n, schedule)
   local guard = 2 * n + 64  -- a key found closed is rescored once, then skipped
   -- the open key of each tier (false: none open now), read again only when it may have
   -- changed (the key just served or rescored)
-  local heads = {}
+  local heads, opened = {}, {}
+  local waited = 0
   while #ids < n and guard > 0 do
     guard = guard - 1
     local any = false
@@ -464,6 +656,7 @@ local function pol_pop(n, schedule)
       if heads[t] == nil then
         local h = redis.call('ZRANGE', open_key(t), 0, 0, 'WITHSCORES')
         heads[t] = (h[1] and tonumber(h[2]) <= NOW) and h[1] or false
+        if heads[t] then opened[t] = tonumber(h[2]) end
       end
       if heads[t] then any = true end
     end
@@ -481,7 +674,7 @@ local function pol_pop(n, schedule)
       if heads[u] == key then heads[u] = nil end
     end
     heads[t] = nil
-    local inn, nxt = pol_state(key)
+    local inn, nxt, rdy = pol_state(key)
     local score = opens_at(key, inn, nxt)
     if score > NOW then
       -- its override or state changed since it was scored: put it where it belongs
@@ -501,7 +694,13 @@ local function pol_pop(n, schedule)
         local lim = limits(key)
         local gap = lim[2]
         if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor()) end
-        redis.call('HSET', K_POL .. key, 'in', inn + 1, 'next', NOW + gap)
+        if gap > 0 then gap = gap + start_window() end
+        -- the politeness wait of this grant: from when the key had work waiting (its
+        -- previous grant, or work arriving at a key without any) to when its limits let
+        -- it open (its score: the time it opened; later than that, it waited for a
+        -- worker, not for politeness)
+        if rdy > 0 and opened[t] > rdy then waited = waited + (opened[t] - rdy) end
+        redis.call('HSET', K_POL .. key, 'in', inn + 1, 'next', NOW + gap, 'rdy', NOW)
         if inn == 0 then redis.call('PERSIST', K_POL .. key) end
         inn, nxt = inn + 1, NOW + gap
         if redis.call('EXISTS', q) == 0 then redis.call('ZREM', open_key(t), key) end
@@ -515,6 +714,7 @@ local function pol_pop(n, schedule)
     redis.call('HSET', K_CONTROL, 'cursor', cursor % (slots * 1000000))
   end
   pol_count(-#ids)
+  if waited > 0 then stat_add('politeness_wait_ms', waited) end
   return ids, keys
 end
 
@@ -523,7 +723,13 @@ end
 -- its count in left.
 lease_ready = function(worker, n, ttl, schedule, got)
   local ids, keys
-  if POLITE then ids, keys = pol_pop(n, schedule) else ids = pop_ready(n, schedule) end
+  if POLITE then
+    -- blocks that have ended leave the blocked zset (their "block" field stays, in the past)
+    redis.call('ZREMRANGEBYSCORE', K_POLB, '-inf', NOW)
+    ids, keys = pol_pop(n, schedule)
+  else
+    ids = pop_ready(n, schedule)
+  end
   if #ids == 0 then return end
   local token = tostring(redis.call('HINCRBY', K_STATS, 'leases', 1))
   local leased = stamp_leased(ids, token, false, got)
