@@ -187,3 +187,19 @@ def test_top_without_politeness_has_no_hosts_panel(redis7_client: redis.Redis) -
     out = io.StringIO()
     Top(SnapshotReader(redis7_client, Settings()), "plain").once(Console(file=out, width=160))
     assert "crawl plain (streams)" in out.getvalue() and "hosts:" not in out.getvalue()
+
+
+def test_the_hosts_panel_is_read_again_only_every_few_seconds(redis7_client: redis.Redis) -> None:
+    f = _polite(redis7_client)
+    view = Top(SnapshotReader(redis7_client, Settings()), "polite", hosts_every=3600)
+
+    def frame() -> str:
+        out = io.StringIO()
+        view.once(Console(file=out, width=220))
+        return out.getvalue()
+
+    assert "b.test" in frame()
+    Hosts(f).set("b.test", block_until=None)
+    assert "blocked by operator" in frame()  # the panel of the first frame
+    view.hosts_every = 0
+    assert "blocked by operator" not in frame()

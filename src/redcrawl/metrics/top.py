@@ -20,7 +20,10 @@ from redcrawl.metrics.hosts_view import TOP_HOSTS, HostsPanel, read_hosts
 from redcrawl.metrics.snapshot import CrawlSnapshot, SnapshotReader
 from redcrawl.politeness.hosts import Sort
 
-__all__ = ["Top"]
+__all__ = ["HOSTS_EVERY", "Top", "hosts_table"]
+
+HOSTS_EVERY = 5.0
+"""Seconds between two reads of ``redcrawl top``'s hosts panel."""
 
 
 class Top:
@@ -34,6 +37,7 @@ class Top:
         dead_rows: int = 5,
         hosts: int = TOP_HOSTS,
         hosts_sort: Sort = "ready",
+        hosts_every: float = HOSTS_EVERY,
     ) -> None:
         self.reader = reader
         self.crawl = crawl
@@ -41,6 +45,9 @@ class Top:
         self.hosts = hosts
         """Politeness keys shown (0: no hosts panel)."""
         self.hosts_sort: Sort = hosts_sort
+        self.hosts_every = hosts_every
+        """Seconds between two reads of the hosts panel (frames in between show the last)."""
+        self._panel: tuple[float, HostsPanel | None] | None = None
         self.last: CrawlSnapshot | None = None
 
     def snapshot(self) -> CrawlSnapshot | None:
@@ -111,7 +118,7 @@ class Top:
         f = self.reader.frontier(c.crawl)
         parts: list[RenderableType] = [states, workers]
         if self.hosts > 0:
-            panel = read_hosts(f, limit=self.hosts, sort=self.hosts_sort)
+            panel = self._hosts(f)
             if panel is not None:
                 parts.append(hosts_table(panel, c.open_keys))
         dead = Table(title="recent dead letters")
@@ -121,6 +128,15 @@ class Top:
             dead.add_row(rid, Text(err[:120]))
         parts.append(dead)
         return Group(*parts)
+
+    def _hosts(self, f: FrontierCore) -> HostsPanel | None:
+        """The hosts panel, read again once :attr:`hosts_every` seconds have passed (a
+        read costs more than the rest of a frame: tens of ms of Redis time at 100,000
+        keys with ready work)."""
+        now = time.monotonic()
+        if self._panel is None or now - self._panel[0] >= self.hosts_every:
+            self._panel = (now, read_hosts(f, limit=self.hosts, sort=self.hosts_sort))
+        return self._panel[1]
 
     def once(self, console: Console) -> None:
         console.print(self.frame())
