@@ -187,7 +187,12 @@ def hosts(leases: list[Lease]) -> Counter[str]:
 
 
 def polite(make_frontier: FrontierFactory, delay: float = 0.0) -> FrontierCore:
-    f = make_frontier(politeness_concurrency=10, politeness_delay=delay, politeness_randomize=False)
+    f = make_frontier(
+        politeness_concurrency=10,
+        politeness_delay=delay,
+        politeness_randomize=False,
+        politeness_start_window=0.0,  # grants exactly auto_delay apart
+    )
     assert f.politeness == "host"
     f.store_politeness(worker=True)
     return f

@@ -321,9 +321,11 @@ class CrawlKeys:
         ]
 
     def all_keys(self) -> list[str]:
-        """Every fixed-name key of the crawl's frontier state (``purge`` deletes these,
-        then the dedupe filters' keys under :attr:`fp_done` and :attr:`fp_seen`), for
-        every possible number of tiers."""
+        """Every fixed-name key of the crawl's state (``purge`` deletes these, then the
+        dedupe filters' keys under :attr:`fp_done` and :attr:`fp_seen`), for every
+        possible number of tiers: the frontier's, the robots.txt cache and the dashboard
+        history. Keys that expire by themselves (a worker's :meth:`worker_counters`, a
+        :meth:`robots_lock`) are left to expire."""
         every_tier = CrawlKeys(self.crawl, self.prefix, 16)
         return [
             *self.script_keys()[: -self.tiers],
@@ -333,6 +335,10 @@ class CrawlKeys:
             self.pol_slots,
             self.pol_blocked,
             self.deferrals,
+            self.robots,
+            self.robots_expiry,
+            self.robots_bytes,
+            self.history,
         ]
 
     def pol_patterns(self) -> list[str]:

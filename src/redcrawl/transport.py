@@ -27,7 +27,7 @@ CLUSTER_TRANSIENT = (
     redis.exceptions.SlotNotCoveredError,
 )
 """A Redis Cluster reconfiguring (a failover, resharding): the command did not run; the
-cluster client retries these for a while (:class:`redcrawl.connection.ClusterClient`)."""
+cluster client retries these for a while (:class:`redcrawl.cluster.ClusterClient`)."""
 
 NOT_RUN = (
     redis.exceptions.NoScriptError,
