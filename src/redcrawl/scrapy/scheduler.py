@@ -59,6 +59,7 @@ from redcrawl.frontier.records import stored_layout
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
 from redcrawl.politeness import parse_retry_after
+from redcrawl.politeness.describe import fleet_limits
 from redcrawl.scrapy import counters, defer, lifecycle, robots
 from redcrawl.seed import seed as seed
 from redcrawl.settings import Settings, startup_notes, startup_warnings
@@ -316,11 +317,14 @@ class Scheduler(BaseScheduler):
             }
         for slot in getattr(downloader, "slots", {}).values():
             slot.delay = 0.0
+        assert self.frontier is not None
         log.info(
-            "redcrawl: fleet-wide politeness is on: the frontier spaces the requests of "
-            "each site by DOWNLOAD_DELAY and caps them at CONCURRENT_REQUESTS_PER_DOMAIN "
-            "for all workers together; this worker's downloader adds no delay of its own "
-            "(REDCRAWL_POLITENESS=off for Scrapy's per-process behaviour)"
+            "redcrawl: fleet-wide politeness is on (one key per %s): the frontier enforces, "
+            "for all workers of the crawl together: %s. This worker's downloader adds no "
+            "delay of its own (REDCRAWL_POLITENESS=off for Scrapy's per-process behaviour; "
+            "`redcrawl hosts` shows and overrides a site's limits)",
+            self.frontier.politeness,
+            fleet_limits(self.settings, robots=self.crawler.settings.getbool("ROBOTSTXT_OBEY")),
         )
 
     def _warn_if_finished(self) -> None:
