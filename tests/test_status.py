@@ -141,9 +141,9 @@ def test_a_worker_says_what_the_fleet_enforces_and_status_counts_its_deferral(
             "PYTHONPATH": str(ROOT / "src"),
         }
         log = tmp_path / "w.log"
-        with log.open("wb") as out:
+        with log.open("wb") as sink:
             proc = subprocess.run(
-                cmd, env=environ, stdout=subprocess.DEVNULL, stderr=out, cwd=tmp_path, timeout=120
+                cmd, env=environ, stdout=subprocess.DEVNULL, stderr=sink, cwd=tmp_path, timeout=120
             )
         text = log.read_text()
         assert proc.returncode == 0, text[-3000:]
