@@ -160,3 +160,16 @@ def test_a_worker_says_what_the_fleet_enforces_and_status_counts_its_deferral(
     assert got["finished"] and got["dead"] == 0
     assert got["politeness"]["deferred"] == {"429": 1}
     assert got["politeness"]["blocked"] == 0  # its 1 s block is over
+
+
+def test_redcrawl_crawl_says_the_same_limits(
+    redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    from redcrawl.cli.run import _politeness
+
+    redis7_client.flushall()
+    settings = Settings(redis_url=redis7.url, politeness_concurrency=3, politeness_delay=1)
+    text = _politeness(settings, "new", 4)
+    assert text.startswith("per-site limits for the whole fleet (these 4 workers together")
+    assert fleet_limits(settings) in text
+    assert "at most 3 requests at once per site" in text and "one every 1 s (±50%)" in text
