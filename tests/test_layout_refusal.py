@@ -57,7 +57,7 @@ def test_a_worker_that_changes_the_layout_exits_with_one_critical_line(
         text = log.read_text()
         assert proc.returncode != 0, text[-3000:]
         assert "Traceback" not in text, text[-3000:]
-        critical = [line for line in text.splitlines() if "CRITICAL" in line]
+        critical = [line for line in text.splitlines() if "] CRITICAL:" in line]
         assert len(critical) == 1, text[-3000:]
         assert "REDCRAWL_POLITENESS" in critical[0]
         assert "purge" in critical[0]

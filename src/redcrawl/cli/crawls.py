@@ -48,8 +48,9 @@ def status(
     crawl_name: CrawlName = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
 ) -> None:
-    """Show a crawl's counts (ready, delayed, in flight, done, dead), its state and its
-    workers, and where its Redis listens."""
+    """Show a crawl's counts (ready, delayed, in flight, done, dead), its state, its
+    politeness counters (deferrals, keys blocked now, politeness wait), its workers, and
+    where its Redis listens."""
     settings = _settings(redis_url)
     client = _connect(settings)
     name = _crawl(settings, crawl_name, client)
