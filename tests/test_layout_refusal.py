@@ -77,3 +77,5 @@ def test_the_hint_names_the_politeness_setting_that_differs() -> None:
     assert "REDCRAWL_POLITENESS_KEY" in key and "by host" in key
     assert layout_hint(msg("lifo/host 1,0 x", "fifo/host 1,0 x"), Settings()) == ""
     assert layout_hint("something else", off) == ""
+    assert layout_hint(msg("streams/2 1,0 x", "streams/4 1,0 x"), off) == ""
+    assert layout_hint(msg("streams/2 1,0 x", "fifo/host 1,0 x"), Settings()) == ""

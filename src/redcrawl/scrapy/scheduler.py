@@ -115,19 +115,26 @@ def layout_hint(message: str, settings: Settings) -> str:
     found = _LAYOUTS.search(message)
     if found is None:
         return ""
-    created, mine = (s.split(" ", 1)[0] for s in found.groups())
-    if "/" in created and "/" not in mine and not settings.politeness:
+    created, mine = (_key_mode(s.split(" ", 1)[0]) for s in found.groups())
+    if created and not mine and not settings.politeness:
         return (
             ": the crawl has fleet-wide politeness and this worker has REDCRAWL_POLITENESS "
             "off; start it without that (or purge the crawl, or use another REDCRAWL_CRAWL, "
             "to crawl without fleet-wide politeness)"
         )
-    if "/" in created and "/" in mine and created.split("/")[1] != mine.split("/")[1]:
+    if created and mine and created != mine:
         return (
-            f": the crawl groups politeness keys by {created.split('/')[1]} and this worker "
-            f"by {mine.split('/')[1]}; give every worker the same REDCRAWL_POLITENESS_KEY"
+            f": the crawl groups politeness keys by {created} and this worker by {mine}; "
+            "give every worker the same REDCRAWL_POLITENESS_KEY"
         )
     return ""
+
+
+def _key_mode(head: str) -> str | None:
+    """The politeness key mode of a lists layout's head (``fifo/host``), else None (no
+    politeness, or a streams layout: ``streams/<shards>``)."""
+    order, _, mode = head.partition("/")
+    return mode if order in ("fifo", "lifo", "priority") and mode in ("host", "domain") else None
 
 
 def default_worker_id() -> str:
