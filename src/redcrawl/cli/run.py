@@ -23,7 +23,7 @@ from redcrawl.cli._common import (
     console,
 )
 from redcrawl.connection import connect, stop_embedded
-from redcrawl.errors import FrontierError
+from redcrawl.errors import LayoutMismatch
 from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.frontier.records import stored_layout
 from redcrawl.keys import validate_crawl_name
@@ -73,9 +73,7 @@ def _check_layout(settings: Settings, crawl: str) -> None:
         if stored_layout(frontier.client.hgetall(frontier.keys.control)) is None:
             return
         frontier.maintain()
-    except FrontierError as exc:
-        if "layout mismatch" not in str(exc):
-            raise
+    except LayoutMismatch as exc:
         raise _fail(
             f"crawl {crawl} was created with other settings than these: {exc}", EXIT_USAGE
         ) from None

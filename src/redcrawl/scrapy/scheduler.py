@@ -50,7 +50,12 @@ from twisted.internet import task
 
 from redcrawl import codec
 from redcrawl.connection import connect
-from redcrawl.errors import DecodeError, EncodeError, FrontierError, RedcrawlError
+from redcrawl.errors import (
+    DecodeError,
+    EncodeError,
+    LayoutMismatch,
+    RedcrawlError,
+)
 from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter_for
 from redcrawl.frontier import FrontierCore, Lease, open_frontier
@@ -104,8 +109,6 @@ STAT_NAMES = {"nack_retried": "retried", "nack_dead": "dead", "nack_stale": "sta
 """I/O thread counters with another name in Scrapy's stats (``redcrawl/<name>``)."""
 
 
-LAYOUT_MISMATCH = "crawl layout mismatch"
-"""How the frontier's scripts start the error refusing a worker with another layout."""
 _LAYOUTS = re.compile(r'created with [^"]*"([^"]*)" and this worker uses "([^"]*)"')
 
 
@@ -206,9 +209,7 @@ class Scheduler(BaseScheduler):
         (no traceback) and the process exits 1 (:meth:`_refuse_layout`)."""
         try:
             self._open(spider)
-        except FrontierError as exc:
-            if LAYOUT_MISMATCH not in str(exc):
-                raise
+        except LayoutMismatch as exc:
             self._refuse_layout(exc)
 
     def _open(self, spider: scrapy.Spider) -> None:
@@ -291,14 +292,14 @@ class Scheduler(BaseScheduler):
         if stored_layout(cast(dict[bytes, bytes], control)) is not None:
             self.frontier.maintain()  # its script checks the layout first
 
-    def _refuse_layout(self, exc: FrontierError) -> None:
+    def _refuse_layout(self, exc: LayoutMismatch) -> None:
         """This worker's settings change the crawl's layout: say what to do in one
         CRITICAL line, make the process exit 1, and leave the crawl as it is."""
         crawl = self.frontier.crawl if self.frontier is not None else "?"
         if self.frontier is not None:
             self.frontier.client.close()
         self.frontier = None  # nothing more goes to Redis: close() has nothing to do
-        detail = str(exc).split(LAYOUT_MISMATCH + ": ", 1)[-1]
+        detail = str(exc).split(LayoutMismatch.PREFIX + ": ", 1)[-1]
         self._fail(
             "layout_mismatch",
             f"crawl {crawl!r} was created with other settings than this worker's"
