@@ -518,6 +518,27 @@ class Scheduler(BaseScheduler):
         self.stats.inc_value("redcrawl/politeness/late_released")
         return True
 
+    def lease_of(self, request: scrapy.Request) -> Lease | None:
+        """The lease under which this worker holds ``request`` (None: not one of ours, or
+        no longer held), for components that call the frontier about it."""
+        return self._held_lease(request)
+
+    def give_back(self, request: scrapy.Request) -> bool:
+        """Give back a request this worker holds that missed its start (it waited in a
+        downloader middleware, e.g. for robots.txt): served next, no attempt spent, not
+        acknowledged; its slot goes back. The caller then drops it (raise
+        ``IgnoreRequest``). False if it is not held here."""
+        lease = self._held_lease(request)
+        if lease is None or self.feeder is None:
+            return False
+        del self._handed_out[id(request)]
+        self._marked.pop(request.meta.get(MARK, 0), None)
+        self._outcomes.pop(id(request), None)
+        self.feeder.held = len(self._handed_out)
+        self.feeder.release([lease])
+        self.stats.inc_value("redcrawl/politeness/late_released")
+        return True
+
     def _poke_later(self) -> None:
         """Ask the engine for requests again after poll_interval (instead of its 5 s
         heartbeat) while other workers may still produce work."""
