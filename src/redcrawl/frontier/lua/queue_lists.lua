@@ -53,6 +53,9 @@ end
 
 local POL_DEFAULTS, ANY_SLOTS, ANY_OVERRIDES
 local LIMITS = {}
+-- key -> its state's "ad" (AutoThrottle's delay, ms; false: none), read with the state
+-- (pol_state), so that a grant reads no override for it
+local AUTO_DELAY = {}
 -- The key's limits: {conc, delay (ms), jitter (bool), block (ms), paused}.
 local function limits(key)
   local lim = LIMITS[key]
@@ -84,9 +87,14 @@ local function limits(key)
   end
   local ov = ANY_OVERRIDES and json_obj(redis.call('HGET', K_POLO, key), 'override ' .. key)
   -- delay: the override's delay wins outright, else the largest of the configured delay,
-  -- robots.txt's crawl_delay and (AutoThrottle on) auto_delay or the start delay
+  -- robots.txt's crawl_delay and (AutoThrottle on) the state's "ad" or the start delay
   local auto = POL_DEFAULTS[4]
-  if auto and ov then auto = pos_num(ov.auto_delay, 0, 1e9) or auto end
+  if auto then
+    local ad = AUTO_DELAY[key]
+    if ad == nil then ad = redis.call('HGET', K_POL .. key, 'ad') end  -- (state not read)
+    ad = pos_num(tonumber(ad or ''), 0, 1e12)
+    if ad then auto = ad / 1000 end
+  end
   if auto and auto > delay then delay = auto end
   if ov then
     local cd = pos_num(ov.crawl_delay, 0, 1e9)
@@ -103,8 +111,10 @@ end
 
 -- In flight, next allowed grant (ms: the later of its delay's next start and its
 -- adaptive block, see pol_fail) and since when it has had ready work without a grant.
+-- (Also notes the key's AutoThrottle delay, field "ad", for limits().)
 local function pol_state(key)
-  local v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'block', 'rdy')
+  local v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'block', 'rdy', 'ad')
+  AUTO_DELAY[key] = v[5] or false
   return math.max(num(v[1]), 0), math.max(num(v[2]), num(v[3])), num(v[4])
 end
 
