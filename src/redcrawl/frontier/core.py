@@ -287,7 +287,12 @@ class FrontierCore(ABC):
         s = self.settings
         conc = s.politeness_concurrency_per_ip or s.politeness_concurrency
         mine = json.dumps(
-            {"concurrency": conc, "delay": s.politeness_delay, "randomize": s.politeness_randomize},
+            {
+                "concurrency": conc,
+                "delay": s.politeness_delay,
+                "randomize": s.politeness_randomize,
+                "jitter": s.politeness_jitter,
+            },
             sort_keys=True,
         )
         slots: dict[str, str] = {}
@@ -299,7 +304,11 @@ class FrontierCore(ABC):
                     'mapping like {"concurrency": 1, "delay": 2.0}',
                 )
             slots[str(key)] = json.dumps(
-                {k: value[k] for k in ("concurrency", "delay", "randomize_delay") if k in value}
+                {
+                    k: value[k]
+                    for k in ("concurrency", "delay", "randomize_delay", "jitter")
+                    if k in value
+                }
             )
         self._pol_stored = True
         policy = BackoffPolicy()

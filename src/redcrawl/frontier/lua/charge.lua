@@ -47,7 +47,7 @@ for i = 1, n do
     else
       flags[i] = '1'
       local gap = delay
-      if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor()) end
+      if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor(lim[3])) end
       if gap > 0 then gap = gap + start_window() end
       nxt = math.max(nxt, NOW + gap)
       redis.call('HSET', K_POL .. key, 'chg', NOW, 'next', nxt)
