@@ -145,6 +145,48 @@ def test_a_charge_sets_the_idle_expiry_of_a_new_state(
     assert 0 < ttl <= 3_600_000 + 1_000
 
 
+@pytest.mark.backends("lists")
+@pytest.mark.parametrize(
+    ("settings", "crawl_delay", "bound"),
+    [
+        ({}, None, False),  # no delay anywhere: a late start is harmless
+        ({"DOWNLOAD_DELAY": 0.5}, None, True),
+        ({"DOWNLOAD_SLOTS": {"a.test": {"delay": 2.0}}}, None, True),
+        ({"DOWNLOAD_SLOTS": {"b.test": {"delay": 2.0}}}, None, False),  # another key's
+        ({"DOWNLOAD_SLOTS": {"a.test": {"concurrency": 1}}}, None, False),
+        ({}, 1.0, True),  # Crawl-delay read by this worker
+        ({"ROBOTSTXT_OBEY": True}, None, False),
+    ],
+)
+def test_a_late_start_is_given_back_for_keys_with_a_delay_from_any_source(
+    make_frontier: FrontierFactory,
+    settings: dict[str, object],
+    crawl_delay: float | None,
+    bound: bool,
+) -> None:
+    """The worker's start window (the release of a request it could not start in time)
+    applies to a key whose delay comes from DOWNLOAD_SLOTS or robots.txt's Crawl-delay
+    while the crawl's DOWNLOAD_DELAY is 0, not only to crawls with a DOWNLOAD_DELAY."""
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from redcrawl.frontier import Lease
+    from redcrawl.scrapy import Scheduler
+    from redcrawl.scrapy.robots import RobotsTxtMiddleware
+
+    crawler = get_crawler(Spider, {"ROBOTSTXT_OBEY": crawl_delay is not None, **settings})
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.frontier = make_frontier(politeness_concurrency=2)
+    if crawler.settings.getbool("ROBOTSTXT_OBEY"):
+        mw = RobotsTxtMiddleware.from_crawler(crawler)
+        scheduler._robots = mw
+        if crawl_delay is not None:
+            body = f"User-agent: *\nCrawl-delay: {crawl_delay}\n".encode()
+            mw._settle("http://a.test", mw._parse(RobotsEntry(200, body)), 60.0)
+    env = Envelope(url="http://a.test/p", fingerprint=fingerprint("http://a.test/p"))
+    assert scheduler._delay_bound(Lease(b"x" * 20, "1", "w", 1, env, 1.0)) is bound
+
+
 # --- the cache ---------------------------------------------------------------------------
 
 

@@ -106,6 +106,7 @@ class RobotsTxtMiddleware:
         self._fetching: set[str] = set()  # we hold their lock and download them
         self._capped: set[str] = set()
         self._first: dict[str, Request] = {}  # the request that first waited, per origin
+        self._delays: dict[str, float] = {}  # Crawl-delay of origins in _local, when > 0
         self._executor: ThreadPoolExecutor | None = None
         self._poll_call: Any = None
         self._last_renew = 0.0
@@ -427,9 +428,18 @@ class RobotsTxtMiddleware:
             return None
         return _build(self._parserimpl, self.crawler, entry.body)
 
-    def _crawl_delay(self, origin: str, parser: Any) -> float | None:
+    def crawl_delay_of(self, url: str) -> float:
+        """The Crawl-delay (capped) this worker read in the robots.txt of ``url``'s site,
+        0 when none or when its robots.txt is not known here."""
+        try:
+            origin = _origin(Request(url))
+        except ValueError:
+            return 0.0
+        return self._delays.get(origin, 0.0)
+
+    def _crawl_delay(self, origin: str, parser: Any, *, quiet: bool = False) -> float | None:
         """Crawl-delay for our user agent, capped; None when there is none (or it is
-        ignored: ``REDCRAWL_ROBOTS_MAX_CRAWL_DELAY = 0``)."""
+        ignored: ``REDCRAWL_ROBOTS_MAX_CRAWL_DELAY = 0``). ``quiet``: no stat, no log."""
         cap = self.settings.robots_max_crawl_delay
         if parser is None or cap <= 0:
             return None
@@ -452,7 +462,9 @@ class RobotsTxtMiddleware:
             return None
         if not math.isfinite(delay) or delay <= 0:
             return None
-        if delay > cap:
+        if delay > cap and quiet:
+            delay = cap
+        elif delay > cap:
             self.stats.inc_value("redcrawl/robots/crawl_delay_capped")
             if origin not in self._capped:
                 self._capped.add(origin)
@@ -471,8 +483,14 @@ class RobotsTxtMiddleware:
         waiting for it (each has its own Deferred)."""
         self._local[origin] = (parser, time.monotonic() + ttl)
         self._local.move_to_end(origin)
+        delay = self._crawl_delay(origin, parser, quiet=True)
+        if delay:
+            self._delays[origin] = delay
+        else:
+            self._delays.pop(origin, None)
         while len(self._local) > LOCAL_MAX:
-            self._local.popitem(last=False)
+            dropped, _ = self._local.popitem(last=False)
+            self._delays.pop(dropped, None)
         first = self._first.pop(origin, None)
         if parser is not None and first is not None:  # as Scrapy's middleware
             self.crawler.signals.send_catch_log(

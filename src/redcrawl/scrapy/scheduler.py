@@ -38,6 +38,7 @@ import secrets
 import socket
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from redis.backoff import ExponentialBackoff
@@ -56,7 +57,7 @@ from redcrawl.frontier import FrontierCore, Lease, open_frontier
 from redcrawl.frontier.core import slot_outcome
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
-from redcrawl.politeness import parse_retry_after
+from redcrawl.politeness import KeyMode, parse_retry_after, politeness_key
 from redcrawl.scrapy import counters, defer, lifecycle, robots
 from redcrawl.seed import seed as seed
 from redcrawl.settings import Settings, startup_notes, startup_warnings
@@ -144,6 +145,8 @@ class Scheduler(BaseScheduler):
         self._failure: str | None = None
         self._closing = False
         self._polite = False  # the frontier enforces fleet-wide politeness (set at open)
+        self._robots: robots.RobotsTxtMiddleware | None = None  # (set at open)
+        self._auto_throttled = False  # fleet-wide AutoThrottle on (set at open)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -194,10 +197,10 @@ class Scheduler(BaseScheduler):
         self._unhook = lifecycle.on_request_finished(self.crawler, self._on_finished)
         lifecycle.mark_start_requests(self.crawler)
         lifecycle.install_outcome_middleware(self.crawler, self)
-        robots.install(self.crawler, client, self.frontier.keys)
+        self._robots = robots.install(self.crawler, client, self.frontier.keys)
         from redcrawl.scrapy.autothrottle import install as install_autothrottle
 
-        install_autothrottle(self.crawler, self.frontier)
+        self._auto_throttled = install_autothrottle(self.crawler, self.frontier) is not None
         self._polite = self.frontier.politeness is not None
         if self._polite:
             defer.install(self.crawler, self)
@@ -509,9 +512,11 @@ class Scheduler(BaseScheduler):
         another worker on time). Give it back (served next, no attempt spent; its slot
         stays charged: a wasted slot costs throughput, never politeness)."""
         window = self.settings.politeness_start_window
-        if not (self._polite and window > 0 and self.settings.politeness_delay > 0):
+        if not (self._polite and window > 0):
             return False
         if not lease.received or time.monotonic() - lease.received <= window:
+            return False
+        if not self._delay_bound(lease):
             return False
         assert self.feeder is not None
         self.feeder.release([lease])
@@ -538,6 +543,31 @@ class Scheduler(BaseScheduler):
         self.feeder.release([lease])
         self.stats.inc_value("redcrawl/politeness/late_released")
         return True
+
+    def _delay_bound(self, lease: Lease) -> bool:
+        """Whether the frontier spaced ``lease``'s key by a delay, as far as this worker
+        can tell without asking Redis: a DOWNLOAD_DELAY, fleet-wide AutoThrottle (every
+        key has a delay then), the key's DOWNLOAD_SLOTS delay, or a Crawl-delay this
+        worker read in the site's robots.txt. An operator's delay override is not seen
+        here (docs/politeness.md, "Start window")."""
+        s = self.settings
+        if s.politeness_delay > 0 or self._auto_throttled:
+            return True
+        if not s.politeness_slots and self._robots is None:
+            return False
+        env = lease.envelope
+        if self._robots is not None and self._robots.crawl_delay_of(env.url) > 0:
+            return True
+        if not s.politeness_slots or self.frontier is None:
+            return False
+        slot = env.meta.get("download_slot") if isinstance(env.meta, dict) else None
+        try:
+            key = politeness_key(env.url, slot, cast(KeyMode, self.frontier.politeness))
+        except (ValueError, TypeError):
+            return False
+        entry = s.politeness_slots.get(key)
+        delay = entry.get("delay") if isinstance(entry, Mapping) else None
+        return isinstance(delay, int | float) and delay > 0
 
     def _poke_later(self) -> None:
         """Ask the engine for requests again after poll_interval (instead of its 5 s
