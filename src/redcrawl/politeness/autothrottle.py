@@ -12,10 +12,10 @@ by it (``limits()`` in ``frontier/lua/queue_lists.lua``).
 
 While a worker has AutoThrottle on, the crawl's control hash holds
 ``autothrottle`` = ``{"start_delay": s}`` (:meth:`FleetThrottle.enable`): the lease step
-honours ``auto_delay`` only then, and a key without it is spaced by the start delay, as
+honours ``ad`` only then, and a key without it is spaced by the start delay, as
 Scrapy's new slot is. A worker without AutoThrottle removes the field
 (:meth:`FleetThrottle.disable`): the latest worker wins, as for the crawl's other
-politeness defaults, and stale ``auto_delay`` values are then ignored.
+politeness defaults, and stale ``ad`` values are then ignored.
 """
 
 from __future__ import annotations
@@ -155,7 +155,7 @@ class FleetThrottle:
             self.client.hset(self.keys.control, CONTROL_FIELD, value)
 
     def disable(self) -> bool:
-        """Tell the lease step to ignore ``auto_delay``; whether it was on."""
+        """Tell the lease step to ignore the keys' ``ad``; whether it was on."""
         with redis_errors("switching fleet-wide AutoThrottle off"):
             return bool(self.client.hdel(self.keys.control, CONTROL_FIELD))
 

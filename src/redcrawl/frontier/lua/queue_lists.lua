@@ -69,7 +69,7 @@ local function limits(key)
     local d = json_obj(raw, 'defaults') or {}
     local conc = pos_num(d.concurrency, 1, 1e9) or (raw and 1 or 8)
     -- fleet-wide AutoThrottle (redcrawl.politeness.autothrottle): while a worker has it
-    -- on, a key's delay is at least its override's auto_delay, else the start delay
+    -- on, a key's delay is at least its state's "ad", else the start delay
     local at = json_obj(raws[2], 'autothrottle')
     local auto = at and (pos_num(at.start_delay, 0, 1e9) or 0)
     -- jitter: its range j (a gap is the delay times U(1 - j, 1 + j)), false for none
