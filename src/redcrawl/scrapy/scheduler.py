@@ -506,11 +506,12 @@ class Scheduler(BaseScheduler):
 
     def _late(self, lease: Lease) -> bool:
         """A granted request that waited in this worker past its start window
-        (REDCRAWL_POLITENESS_START_WINDOW, crawls with fleet-wide politeness and a
-        DOWNLOAD_DELAY): its delay was charged when it was granted, so starting it now
-        could come closer than the delay to the next start at its site (granted to
-        another worker on time). Give it back (served next, no attempt spent; its slot
-        stays charged: a wasted slot costs throughput, never politeness)."""
+        (REDCRAWL_POLITENESS_START_WINDOW, crawls with fleet-wide politeness, keys with a
+        delay as far as :meth:`_delay_bound` tells): its delay was charged when it was
+        granted, so starting it now could come closer than the delay to the next start
+        at its site (granted to another worker on time). Give it back (served next, no
+        attempt spent; its slot stays charged: a wasted slot costs throughput, never
+        politeness)."""
         window = self.settings.politeness_start_window
         if not (self._polite and window > 0):
             return False
