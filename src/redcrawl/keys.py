@@ -187,10 +187,9 @@ class CrawlKeys:
         """HASH politeness key -> JSON object of what overrides the crawl's defaults for
         that key, every field optional: ``delay`` (seconds), ``concurrency`` (int),
         ``block_until`` (ms, server clock), ``paused`` (bool), set by operators (API, CLI);
-        ``crawl_delay`` (seconds, already capped), set by the robots.txt middleware;
-        ``auto_delay`` (seconds), set by fleet-wide AutoThrottle. Never expires; bounded
-        by what operators and robots.txt set, and with AutoThrottle by the keys crawled
-        (~90 bytes each)."""
+        ``crawl_delay`` (seconds, already capped), set by the robots.txt middleware.
+        Never expires; bounded by what operators and robots.txt set (AutoThrottle's delay
+        is in :attr:`pol_state_base`'s hash, field ``ad``, which expires)."""
         return self._k("polo")
 
     @property
@@ -255,8 +254,10 @@ class CrawlKeys:
         (requests of key K in flight whose slot is not yet given back), ``next`` (ms:
         earliest next grant), ``block`` (ms, server clock: blocked until, after a 429/503),
         ``bset`` (ms: when that block was set), ``fail``/``ok`` (backoff state: consecutive
-        failures, successes since the last step of forgiveness) and ``rdy`` (ms: since
-        when the key has had ready work without a grant); it expires once the key is idle
+        failures, successes since the last step of forgiveness), ``rdy`` (ms: since
+        when the key has had ready work without a grant), ``ad`` (ms: fleet-wide
+        AutoThrottle's delay) and ``chg`` (ms: the last fetch start charged after a wait,
+        ``frontier/lua/charge.lua``); it expires once the key is idle
         (nothing in flight) and its ``next`` and ``block`` have passed."""
         return self._k("pol:")
 

@@ -95,6 +95,7 @@ _SCRIPTS = (
     "repair",
     "free",
     "defer",
+    "charge",
 )
 MAINTAIN_LIMIT = 1000
 """Most delayed requests promoted and expired leases reclaimed by one script call."""
@@ -286,7 +287,12 @@ class FrontierCore(ABC):
         s = self.settings
         conc = s.politeness_concurrency_per_ip or s.politeness_concurrency
         mine = json.dumps(
-            {"concurrency": conc, "delay": s.politeness_delay, "randomize": s.politeness_randomize},
+            {
+                "concurrency": conc,
+                "delay": s.politeness_delay,
+                "randomize": s.politeness_randomize,
+                "jitter": s.politeness_jitter,
+            },
             sort_keys=True,
         )
         slots: dict[str, str] = {}
@@ -298,7 +304,11 @@ class FrontierCore(ABC):
                     'mapping like {"concurrency": 1, "delay": 2.0}',
                 )
             slots[str(key)] = json.dumps(
-                {k: value[k] for k in ("concurrency", "delay", "randomize_delay") if k in value}
+                {
+                    k: value[k]
+                    for k in ("concurrency", "delay", "randomize_delay", "jitter")
+                    if k in value
+                }
             )
         self._pol_stored = True
         policy = BackoffPolicy()
@@ -583,6 +593,32 @@ class FrontierCore(ABC):
         for lease, outcome in items:
             args += (lease.id, lease.token, outcome)
         return int(self._run("free", args))
+
+    def charge_fetch(self, keys: Sequence[str]) -> None:
+        """A fetch starts now at each key's site that no grant accounted for (a
+        robots.txt download): the key's next grant waits its delay from now. Nothing
+        without politeness."""
+        if self.politeness is None or not keys:
+            return
+        args: list[Any] = []
+        for key in keys:
+            args += ("r", key, "")
+        self._run("charge", args)
+
+    def start_late(self, leases: Sequence[Lease]) -> list[bool]:
+        """Granted requests that waited in their worker (for robots.txt) past their start
+        window ask to start now: True for each that may (its start is charged: its key's
+        next grant waits its delay from now), False for each that must be given back
+        (:meth:`release`) because another start at its site came after its grant, within
+        its delay (docs/politeness.md, "Starts after a wait"). Without politeness, or
+        for a lease no longer held, True (nothing to space)."""
+        if self.politeness is None or not leases:
+            return [True] * len(leases)
+        args: list[Any] = []
+        for lease in leases:
+            args += ("s", lease.id, lease.token)
+        flags = bytes(self._run("charge", args)).decode()
+        return [f != "0" for f in flags]
 
     def defer(self, lease: Lease, reason: str, *, retry_after: float | None = None) -> str:
         """The site pushed back (HTTP 429/503; ``reason`` is the status): the request goes

@@ -39,6 +39,7 @@ import secrets
 import socket
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from redis.backoff import ExponentialBackoff
@@ -63,7 +64,7 @@ from redcrawl.frontier.core import slot_outcome
 from redcrawl.frontier.records import stored_layout
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
-from redcrawl.politeness import parse_retry_after
+from redcrawl.politeness import KeyMode, parse_retry_after, politeness_key
 from redcrawl.politeness.describe import fleet_limits
 from redcrawl.scrapy import counters, defer, lifecycle, robots
 from redcrawl.seed import seed as seed
@@ -184,6 +185,8 @@ class Scheduler(BaseScheduler):
         self._failure: str | None = None
         self._closing = False
         self._polite = False  # the frontier enforces fleet-wide politeness (set at open)
+        self._robots: robots.RobotsTxtMiddleware | None = None  # (set at open)
+        self._auto_throttled = False  # fleet-wide AutoThrottle on (set at open)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -244,10 +247,10 @@ class Scheduler(BaseScheduler):
         self._unhook = lifecycle.on_request_finished(self.crawler, self._on_finished)
         lifecycle.mark_start_requests(self.crawler)
         lifecycle.install_outcome_middleware(self.crawler, self)
-        robots.install(self.crawler, client, self.frontier.keys)
+        self._robots = robots.install(self.crawler, client, self.frontier.keys)
         from redcrawl.scrapy.autothrottle import install as install_autothrottle
 
-        install_autothrottle(self.crawler, self.frontier)
+        self._auto_throttled = install_autothrottle(self.crawler, self.frontier) is not None
         self._polite = self.frontier.politeness is not None
         if self._polite:
             defer.install(self.crawler, self)
@@ -596,20 +599,69 @@ class Scheduler(BaseScheduler):
 
     def _late(self, lease: Lease) -> bool:
         """A granted request that waited in this worker past its start window
-        (REDCRAWL_POLITENESS_START_WINDOW, crawls with fleet-wide politeness and a
-        DOWNLOAD_DELAY): its delay was charged when it was granted, so starting it now
-        could come closer than the delay to the next start at its site (granted to
-        another worker on time). Give it back (served next, no attempt spent; its slot
-        stays charged: a wasted slot costs throughput, never politeness)."""
+        (REDCRAWL_POLITENESS_START_WINDOW, crawls with fleet-wide politeness, keys with a
+        delay as far as :meth:`_delay_bound` tells): its delay was charged when it was
+        granted, so starting it now could come closer than the delay to the next start
+        at its site (granted to another worker on time). Give it back (served next, no
+        attempt spent; its slot stays charged: a wasted slot costs throughput, never
+        politeness)."""
         window = self.settings.politeness_start_window
-        if not (self._polite and window > 0 and self.settings.politeness_delay > 0):
+        if not (self._polite and window > 0):
             return False
         if not lease.received or time.monotonic() - lease.received <= window:
+            return False
+        if not self._delay_bound(lease):
             return False
         assert self.feeder is not None
         self.feeder.release([lease])
         self.stats.inc_value("redcrawl/politeness/late_released")
         return True
+
+    def lease_of(self, request: scrapy.Request) -> Lease | None:
+        """The lease under which this worker holds ``request`` (None: not one of ours, or
+        no longer held), for components that call the frontier about it."""
+        return self._held_lease(request)
+
+    def give_back(self, request: scrapy.Request) -> bool:
+        """Give back a request this worker holds that missed its start (it waited in a
+        downloader middleware, e.g. for robots.txt): served next, no attempt spent, not
+        acknowledged; its slot goes back. The caller then drops it (raise
+        ``IgnoreRequest``). False if it is not held here."""
+        lease = self._held_lease(request)
+        if lease is None or self.feeder is None:
+            return False
+        del self._handed_out[id(request)]
+        self._marked.pop(request.meta.get(MARK, 0), None)
+        self._outcomes.pop(id(request), None)
+        self.feeder.held = len(self._handed_out)
+        self.feeder.release([lease])
+        self.stats.inc_value("redcrawl/politeness/late_released")
+        return True
+
+    def _delay_bound(self, lease: Lease) -> bool:
+        """Whether the frontier spaced ``lease``'s key by a delay, as far as this worker
+        can tell without asking Redis: a DOWNLOAD_DELAY, fleet-wide AutoThrottle (every
+        key has a delay then), the key's DOWNLOAD_SLOTS delay, or a Crawl-delay this
+        worker read in the site's robots.txt. An operator's delay override is not seen
+        here (docs/politeness.md, "Start window")."""
+        s = self.settings
+        if s.politeness_delay > 0 or self._auto_throttled:
+            return True
+        if not s.politeness_slots and self._robots is None:
+            return False
+        env = lease.envelope
+        if self._robots is not None and self._robots.crawl_delay_of(env.url) > 0:
+            return True
+        if not s.politeness_slots or self.frontier is None:
+            return False
+        slot = env.meta.get("download_slot") if isinstance(env.meta, dict) else None
+        try:
+            key = politeness_key(env.url, slot, cast(KeyMode, self.frontier.politeness))
+        except (ValueError, TypeError):
+            return False
+        entry = s.politeness_slots.get(key)
+        delay = entry.get("delay") if isinstance(entry, Mapping) else None
+        return isinstance(delay, int | float) and delay > 0
 
     def _poke_later(self) -> None:
         """Ask the engine for requests again after poll_interval (instead of its 5 s
