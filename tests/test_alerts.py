@@ -41,7 +41,7 @@ def test_rules_are_valid() -> None:
         timeout=60,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 7 rules found" in out.stdout
+    assert "SUCCESS: 8 rules found" in out.stdout
 
 
 def test_rules_unit_tests_pass() -> None:
@@ -77,6 +77,9 @@ def test_rules_use_only_exported_metrics(redis7: RedisServer, redis7_client: red
     url = "http://example.com/"
     f.push([Envelope(url=url, fingerprint=hashlib.sha1(url.encode()).digest())])
     f.lease("w1", 1)
+    # and a lists crawl with politeness (its politeness series)
+    polite = open_frontier(redis7_client, Settings(backend="lists", politeness=True), "p")
+    polite.push([Envelope(url=url, fingerprint=hashlib.sha1(url.encode()).digest())])
     server = ApiServer(api_settings(redis7.url), redis7_client)
     try:
         text = httpx.get(f"{server.url}/metrics", headers=AUTH_READ).text
@@ -118,4 +121,5 @@ def test_the_watchdog_uses_the_numbers_of_the_rules() -> None:
         [t.duplicate_window, t.duplicate_window],
         t.duplicate_for,
     )
+    check("RedcrawlPolitenessBlocked", [t.blocked_keys, t.blocked_ratio], [], t.blocked_for)
     assert set(rules) == {name for name, _f in watchdog_for}

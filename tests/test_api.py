@@ -403,6 +403,21 @@ def test_rates_from_samples(
     assert rates["done_per_s"] == pytest.approx(4 / rates["window"], rel=0.01)
 
 
+def test_crawl_detail_shows_the_politeness_counters(
+    api: httpx.Client, frontier: FrontierCore
+) -> None:
+    """Lists crawls (created with fleet-wide politeness): deferrals by reason, keys
+    blocked now, politeness wait; streams crawls (no fleet-wide politeness yet): null."""
+    submit(api, {"url": "https://a.test/1"}, {"url": "https://b.test/1"})
+    if frontier.politeness is None:
+        assert api.get("/v1/crawls/c").json()["politeness"] is None
+        return
+    got = {x.envelope.url: x for x in frontier.lease("w", 10)}
+    assert frontier.defer(got["https://a.test/1"], "429", retry_after=600) == "deferred"
+    pol = api.get("/v1/crawls/c").json()["politeness"]
+    assert pol == {"key": "host", "blocked": 1, "deferred": {"429": 1}, "wait_s": 0.0}
+
+
 def test_unknown_crawl_is_404(api: httpx.Client) -> None:
     for method, path, _ in ENDPOINTS:
         if path.endswith("/requests") or path == "/v1/crawls":

@@ -62,8 +62,9 @@ def scrapy_next(rule: ThrottleRule, old: float, latency: float, status: int) -> 
 
 
 def stored(x: float) -> float:
-    """A delay as the JSON in Redis keeps it (cjson: 14 significant digits)."""
-    return float(f"{x:.14g}")
+    """A delay as the key's state keeps it: milliseconds ("%.17g", exact), read back as
+    seconds."""
+    return float(repr(x * 1000)) / 1000
 
 
 delays = st.floats(0.0, 100.0, allow_nan=False)
@@ -101,7 +102,7 @@ def test_lua_rule_follows_scrapys_response_by_response(
     """The fleet's delay of a key after each response is Scrapy's slot delay after the same
     responses (starting from the start delay), whether they come in one call or one by one."""
     keys = CrawlKeys("at")
-    redis_client.delete(keys.pol_override)
+    redis_client.delete(keys.pol_state_base + "a.test")
     fleet = FleetThrottle(redis_client, keys, rule)
     updates = [Update("a.test", lat, status) for lat, status in responses]
     applied = fleet.update(updates) if one_call else [a for u in updates for a in fleet.update([u])]
@@ -134,24 +135,41 @@ def test_clamped_to_download_delay_and_max_delay(redis7_client: redis.Redis) -> 
     assert fleet.delay("fast.test") == 0.5
 
 
-def test_keys_are_independent_and_other_override_fields_are_kept(
+def test_keys_are_independent_and_kept_in_their_state_which_expires_when_idle(
     redis7_client: redis.Redis,
 ) -> None:
+    """The delay is the field ``ad`` (ms) of the key's state hash, next to the lease
+    step's fields, which stay; the override is not touched (it would never expire). A
+    state hash without anything in flight gets the lease step's idle expiry (an hour after
+    its next allowed time); one with requests in flight stays (the lease step's)."""
     keys = CrawlKeys("at")
-    redis7_client.hset(
-        keys.pol_override, "a.test", json.dumps({"crawl_delay": 2.0, "paused": True})
-    )
-    redis7_client.hset(keys.pol_override, "bad.test", "[1, 2]")
+    state = keys.pol_state_base
+    redis7_client.hset(keys.pol_override, "a.test", json.dumps({"crawl_delay": 2.0}))
+    redis7_client.hset(state + "a.test", mapping={"in": 0, "next": 0, "fail": 1})
+    redis7_client.hset(state + "busy.test", mapping={"in": 2, "next": 0})
     fleet = FleetThrottle(redis7_client, keys, ThrottleRule(1.0, 0.0, 60.0, 5.0))
-    got = fleet.update([Update("a.test", 1.0, 200), Update("b.test", 3.0, 200)])
-    assert [(a.key, a.new) for a in got] == [("a.test", 3.0), ("b.test", 4.0)]
-    assert json.loads(redis7_client.hget(keys.pol_override, "a.test") or b"") == {
-        "crawl_delay": 2.0,
-        "paused": True,
-        "auto_delay": 3.0,
+    got = fleet.update(
+        [Update("a.test", 1.0, 200), Update("b.test", 3.0, 200), Update("busy.test", 1.0, 200)]
+    )
+    assert [(a.key, a.new, a.outcome) for a in got] == [
+        ("a.test", 3.0, 1),
+        ("b.test", 4.0, 1),
+        ("busy.test", 3.0, 1),
+    ]
+    assert redis7_client.hgetall(state + "a.test") == {
+        b"in": b"0",
+        b"next": b"0",
+        b"fail": b"1",
+        b"ad": b"3000",
     }
+    assert redis7_client.hget(keys.pol_override, "a.test") == b'{"crawl_delay": 2.0}'
+    assert redis7_client.hlen(keys.pol_override) == 1  # b.test: no override written
+    for key in ("a.test", "b.test"):
+        assert 3_590_000 < redis7_client.pttl(state + key) <= 3_600_000
+    assert redis7_client.pttl(state + "busy.test") == -1
+    redis7_client.hset(state + "bad.test", "ad", "soon")
     [bad] = fleet.update([Update("bad.test", 1.0, 200)])
-    assert bad.outcome == -1 and redis7_client.hget(keys.pol_override, "bad.test") == b"[1, 2]"
+    assert (bad.old, bad.new) == (5.0, 3.0)  # unreadable: from the start delay
 
 
 def test_many_responses_in_one_round_trip(redis7_client: redis.Redis) -> None:
@@ -236,11 +254,13 @@ def test_operator_delay_wins_and_the_larger_of_the_others(
 ) -> None:
     f = polite(make_frontier, delay=1.0)
     fleet = auto(f, start=0.0)
-    polo = f.keys.pol_override
-    f.client.hset(polo, "op.test", json.dumps({"delay": 0.2, "auto_delay": 3.0}))
-    f.client.hset(polo, "robots.test", json.dumps({"crawl_delay": 4.0, "auto_delay": 2.0}))
-    f.client.hset(polo, "auto.test", json.dumps({"auto_delay": 2.0}))
-    f.client.hset(polo, "small.test", json.dumps({"auto_delay": 0.1}))  # DOWNLOAD_DELAY wins
+    polo, state = f.keys.pol_override, f.keys.pol_state_base
+    f.client.hset(polo, "op.test", json.dumps({"delay": 0.2}))
+    f.client.hset(state + "op.test", "ad", 3000)
+    f.client.hset(polo, "robots.test", json.dumps({"crawl_delay": 4.0}))
+    f.client.hset(state + "robots.test", "ad", 2000)
+    f.client.hset(state + "auto.test", "ad", 2000)
+    f.client.hset(state + "small.test", "ad", 100)  # DOWNLOAD_DELAY wins
     names = ["op.test", "robots.test", "auto.test", "small.test"]
     f.push([e for h in names for e in site(h, 10)])
     assert set(hosts(f.lease("w", 100))) == set(names)
@@ -332,7 +352,7 @@ def test_the_scheduler_swaps_scrapys_autothrottle_for_the_fleets(
     wait_for(lambda: ours.fleet is not None and ours.fleet.delay("a.test") == 1.5)
     assert crawler.stats.get_value("redcrawl/autothrottle/responses") == 2
     assert ours.fleet is not None and ours.fleet.delay("b.test") is None
-    assert f.client.hget(f.keys.pol_override, "c.test") is None
+    assert f.client.hget(f.keys.pol_state_base + "c.test", "ad") is None
     crawler.signals.send_catch_log(signals.spider_closed, spider=crawler.spider, reason="done")
 
 

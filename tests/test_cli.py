@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -133,8 +134,9 @@ def test_purge_asks_first(redis7: RedisServer, crawl: FrontierCore) -> None:
 @pytest.mark.slow
 def test_demo_command(tmp_path: Path) -> None:
     """README's main command, small: serves the shop, crawls it with 2 workers on the
-    embedded Redis, reports, exits 0."""
-    result = subprocess.run(
+    embedded Redis, serves the dashboard while it runs (its address printed), reports,
+    exits 0."""
+    proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
@@ -148,18 +150,35 @@ def test_demo_command(tmp_path: Path) -> None:
             "--dir",
             str(tmp_path / "demo"),
         ],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=180,
         cwd=tmp_path,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"},
     )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = result.stdout
+    try:
+        assert proc.stdout is not None
+        lines = []
+        for line in proc.stdout:  # the dashboard's address comes before the crawl
+            lines.append(line)
+            if line.startswith("dashboard: "):
+                break
+        board = lines[-1].removeprefix("dashboard: ").strip()
+        assert board.startswith("http://127.0.0.1:") and board.endswith("/"), lines
+        with urllib.request.urlopen(board, timeout=10) as page:  # served while it crawls
+            assert page.status == 200 and "redcrawl" in page.read().decode()
+        rest, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 0, rest[-3000:] + err[-3000:]
+    report = "".join(lines) + rest
     assert "321 of 321" in report  # pages fetched (distinct) of canonical pages
     assert "conservation │ holds" in report.replace("  ", "")
     rows = read_items(f"sqlite:///{tmp_path / 'demo' / 'items.db'}")
     assert len(rows) == 300 and all(k.startswith("SKU-") for k in rows)
+    with pytest.raises(OSError):  # stopped with the demo
+        urllib.request.urlopen(board, timeout=2)
 
 
 # --- inspection never starts a server; default crawl; states ---------------------------

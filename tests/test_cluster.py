@@ -37,15 +37,9 @@ import redis
 from hypothesis import HealthCheck
 from hypothesis import settings as hsettings
 
+from redcrawl.cluster import ClusterClient, cluster_nodes, is_cluster_url, merge_infos
 from redcrawl.codec import Envelope
-from redcrawl.connection import (
-    ClusterClient,
-    cluster_nodes,
-    connect,
-    is_cluster_url,
-    merge_infos,
-    redis_cli_hint,
-)
+from redcrawl.connection import connect, redis_cli_hint
 from redcrawl.demo.run import SPIDER, demo_worker_settings
 from redcrawl.demo.site import ShopSite, SiteConfig
 from redcrawl.errors import ConfigError, RedisUnavailable

@@ -1,7 +1,7 @@
 """A first look at a Redis Cluster failover: the master holding a crawl is SIGKILLed while
 a worker runs its lease/settle loop; its replica is promoted (``cluster-node-timeout``
 2 s) and the worker carries on through the same ``redis+cluster://`` client, which
-waits and retries as it does through an outage (:class:`redcrawl.connection.ClusterClient`).
+waits and retries as it does through an outage (:class:`redcrawl.cluster.ClusterClient`).
 
 The crawl is a tree: request ``i`` has the children ``2i+1`` and ``2i+2`` (below N),
 pushed in the settle that acknowledges ``i`` (children stored before the parent's ack, in

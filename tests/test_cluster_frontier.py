@@ -3,7 +3,7 @@
 The core frontier tests of tests/test_frontier.py, the settle pipeline and lost-reply
 tests, the dedupe filters, the lock and the robots.txt cache run here again, unchanged,
 with ``redis_client`` replaced by a ``redis+cluster://`` client (a
-:class:`redcrawl.connection.ClusterClient`), on both backends. The lost-reply tests drop
+:class:`redcrawl.cluster.ClusterClient`), on both backends. The lost-reply tests drop
 a reply on the way from a master (a proxy in front of each master,
 :class:`ClusterDropper`): the retried call must replay, not repeat. A crawl lives in one
 hash slot (``{crawl}``), so on the cluster it lives on one master; several crawls spread

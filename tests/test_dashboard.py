@@ -377,3 +377,93 @@ def test_browser_with_a_read_token_has_no_buttons(
     assert browser.find_elements(By.CSS_SELECTOR, "#dead button") == []
     assert browser.find_elements(By.ID, "btn-pause") == []
     assert console_errors(browser) == []
+
+
+# --- the hosts table (crawls with politeness) ------------------------------------------
+
+
+def polite_crawl(f: FrontierCore) -> None:
+    """shop.example: 6 ready, 2 in flight (default concurrency 8); blocked.example
+    blocked by the operator; a hostile download_slot with one request in flight."""
+    from redcrawl.politeness.hosts import Hosts
+
+    assert f.politeness == "host"
+    f.push([env(f"https://shop.example/p{i}") for i in range(8)])
+    f.push([env("https://blocked.example/")])
+    u = "https://evil.example/"
+    f.push(
+        [
+            Envelope(
+                url=u, fingerprint=hashlib.sha1(u.encode()).digest(), meta={"download_slot": XSS}
+            )
+        ]
+    )
+    hosts = Hosts(f)
+    hosts.set("blocked.example", block_for=600)
+    hosts.set(XSS, delay=2.5)
+    leased = f.lease("w1", 3)
+    assert sorted(lease.envelope.url.split("/")[2] for lease in leased) == [
+        "evil.example",
+        "shop.example",
+        "shop.example",
+    ]
+
+
+def test_hosts_table_escapes_keys_and_orders(api_server: ApiServer, frontier: FrontierCore) -> None:
+    polite_crawl(frontier)
+    with client(api_server, headers=AUTH_READ) as c:
+        page = c.get("/crawls/shop").text
+        assert "<h2>Hosts (top 3 of 3 by ready" in page
+        assert "<script" not in page and "<img" not in page
+        assert "&lt;script&gt;document.title=&#x27;pwned&#x27;&lt;/script&gt;" in page
+        rows = re.findall(r"<tr><td class=key>(.*?)</td>", page)
+        assert rows[0] == "shop.example" and len(rows) == 3, rows
+        assert "blocked by operator until" in page
+        page = c.get("/crawls/shop", params={"hosts": "inflight", "refresh": "0"}).text
+        rows = re.findall(r"<tr><td class=key>(.*?)</td>", page)
+        assert rows[:2] == ["shop.example", escape_html(XSS)], rows
+        assert 'href="/crawls/shop?refresh=0&amp;hosts=ready"' in page
+
+
+def escape_html(text: str) -> str:
+    from html import escape
+
+    return escape(text)
+
+
+def test_no_hosts_table_without_politeness(redis7: RedisServer, redis7_client: redis.Redis) -> None:
+    settings = Settings(redis_url=redis7.url, backend="streams")
+    server = ApiServer(settings, redis7_client)
+    try:
+        live_crawl(open_frontier(redis7_client, settings, "shop"))
+        with client(server) as c:
+            page = c.get("/crawls/shop").text
+            assert 'id="count-ready">7<' in page and "<h2>Hosts" not in page
+    finally:
+        server.stop()
+
+
+def test_browser_shows_the_hosts_table(
+    browser: Any, api_server: ApiServer, frontier: FrontierCore
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    polite_crawl(frontier)
+    login(browser, api_server, READ, "/crawls/shop")
+    rows = [
+        [td.text for td in tr.find_elements(By.TAG_NAME, "td")]
+        for tr in browser.find_elements(By.CSS_SELECTOR, "#hosts tbody tr")
+    ]
+    by_key = {r[0]: r[1:] for r in rows}
+    assert set(by_key) == {"shop.example", "blocked.example", XSS}, rows
+    assert by_key["shop.example"][:4] == ["6", "2", "0 s default", "8"], rows
+    assert by_key["shop.example"][5] == "open"
+    assert by_key["blocked.example"][4] != "" and by_key["blocked.example"][5].startswith(
+        "blocked by operator until"
+    )
+    assert by_key[XSS][:4] == ["0", "1", "2.5 s override", "8"], rows
+    assert browser.title == "shop - redcrawl"  # the key is text, never run
+    click(browser, By.ID, "hosts-by-inflight")
+    keys = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#hosts td.key")]
+    assert keys[:2] == ["shop.example", XSS], keys
+    assert console_errors(browser) == []

@@ -310,6 +310,11 @@ def test_purge_removes_everything(
     f.lease("w", 2)
     f.dead_letter(f.lease("w", 1)[0], "x")
     f.pause()
+    # what the robots.txt middleware and the dashboard keep for the crawl
+    redis_client.hset(f.keys.robots, "https://a:443", b"x")
+    redis_client.zadd(f.keys.robots_expiry, {"https://a:443": 1})
+    redis_client.set(f.keys.robots_bytes, 1)
+    redis_client.rpush(f.keys.history, b"1:2:3")
     f.purge()
     # only the counters that name ids and lease tokens remain
     assert redis_client.keys(f"rc:{{{f.crawl}}}:*") == [f.keys.stats.encode()]

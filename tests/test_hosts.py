@@ -114,17 +114,17 @@ def test_reset_keeps_what_robots_and_autothrottle_wrote(make_frontier: FrontierF
     h.set("a.test", delay=0.1, concurrency=4, block_for=60, paused=True)
     stored = json.loads(f.client.hget(f.keys.pol_override, "a.test"))
     assert stored["crawl_delay"] == 2.0 and stored["delay"] == 0.1 and stored["paused"] is True
-    f.client.hset(f.keys.pol_override, "a.test", json.dumps({**stored, "auto_delay": 3.0}))
-    # AutoThrottle's delay counts while it is on (its settings in the control hash)
+    # AutoThrottle's delay (the key's state, field "ad", ms) counts while it is on (its
+    # settings in the control hash)
+    f.client.hset(f.keys.pol_state_base + "a.test", "ad", 3000)
     f.client.hset(f.keys.control, "autothrottle", json.dumps({"start_delay": 5.0}))
     d = h.reset("a.test")
-    assert json.loads(f.client.hget(f.keys.pol_override, "a.test")) == {
-        "crawl_delay": 2.0,
-        "auto_delay": 3.0,
-    }
+    assert json.loads(f.client.hget(f.keys.pol_override, "a.test")) == {"crawl_delay": 2.0}
     assert (d.delay.value, d.delay.source, d.override) == (3.0, "auto_delay", {})
-    f.client.hset(f.keys.pol_override, "a.test", json.dumps({"crawl_delay": 2.0}))
+    assert d.auto_delay == 3.0
+    f.client.hdel(f.keys.pol_state_base + "a.test", "ad")
     assert (h.show("a.test").delay.value, h.show("a.test").delay.source) == (5.0, "auto_delay")
+    assert h.show("a.test").auto_delay is None
     f.client.hdel(f.keys.control, "autothrottle")
     assert h.show("a.test").delay.source == "crawl_delay"
     f.client.hset(f.keys.pol_override, "a.test", json.dumps({"delay": 1}))

@@ -346,3 +346,87 @@ def test_lost_heartbeat_fires_only_for_a_worker_that_holds_leases(
     }
     assert set(held) == {"gone", "busy"}
     assert held["gone"] == (1 if backend == "lists" else 2)  # one lease call; 2 entries
+
+
+# --- politeness -------------------------------------------------------------------------
+
+
+def test_politeness_gauges_and_counters(redis7_client: redis.Redis) -> None:
+    f = lists(redis7_client, politeness=True, politeness_delay=0.0, politeness_concurrency=1)
+    f.push([env(f"http://h{i % 4}.example/{i}") for i in range(12)])
+    leased = f.lease("w", 10)
+    assert len(leased) == 4  # one per site: each is full now
+    by_host = {lease.envelope.url.split("/")[2]: lease for lease in leased}
+    assert f.defer(by_host["h0.example"], "429", retry_after=600) == "deferred"
+    assert f.defer(by_host["h1.example"], "503", retry_after=600) == "deferred"
+    assert f.defer(by_host["h2.example"], "429", retry_after=600) == "deferred"
+    found = samples(render(SnapshotReader(redis7_client, Settings())).decode())
+    assert value(found, "redcrawl_politeness_keys_ready", crawl="c") == 4
+    assert value(found, "redcrawl_politeness_keys_open", crawl="c") == 0
+    assert value(found, "redcrawl_politeness_keys_blocked", crawl="c") == 3
+    assert value(found, "redcrawl_politeness_deferrals_total", crawl="c", reason="429") == 2
+    assert value(found, "redcrawl_politeness_deferrals_total", crawl="c", reason="503") == 1
+    assert value(found, "redcrawl_politeness_wait_seconds_total", crawl="c") >= 0
+    # the wait: counted in seconds from the stats hash's milliseconds
+    redis7_client.hset(f.keys.stats, "politeness_wait_ms", 2500)
+    found = samples(render(SnapshotReader(redis7_client, Settings())).decode())
+    assert value(found, "redcrawl_politeness_wait_seconds_total", crawl="c") == 2.5
+    assert f.politeness_stats()["blocked"] == 3  # the frontier's own count agrees
+
+
+def test_no_politeness_series_without_politeness(redis7_client: redis.Redis) -> None:
+    f = lists(redis7_client, politeness=False)
+    f.push([env("http://h.example/")])
+    text = render(SnapshotReader(redis7_client, Settings())).decode()
+    assert 'redcrawl_requests{crawl="c"' in text
+    assert "redcrawl_politeness_keys_ready{" not in text
+    assert "redcrawl_politeness_deferrals_total{" not in text
+
+
+def test_a_polite_scrape_costs_the_same_at_100_and_at_20000_requests(
+    redis7_client: redis.Redis,
+) -> None:
+    from .test_metrics import _scrape_cost, fill
+
+    f = lists(redis7_client, politeness=True, politeness_delay=0.0, politeness_concurrency=2)
+    fill(f, 100)  # 50 sites: the open sample (20 per tier) is full already
+    f.defer(f.lease("w1", 2)[0], "429", retry_after=600)  # one site blocked, one in flight
+    reader = SnapshotReader(redis7_client, Settings())
+    small = _scrape_cost(redis7_client, reader)
+    fill(f, 20_000, start=100)
+    f.ack(f.lease("w1", 50)[:30])
+    big = _scrape_cost(redis7_client, reader)
+    assert big == small, (small, big)
+    # politeness adds per tier a ZCOUNT, a ZRANGEBYSCORE and a ZCARD, one ZCOUNT of the
+    # blocked sites, and the sampled queues' lengths (20 per tier at most)
+    assert small <= 21 + 3 * 3 + 1 + 20 * 3, small
+    print(f"politeness: {small} Redis commands per scrape at 100 and 20,000 requests")
+
+
+def _blocked_sites(f: FrontierCore, blocked: int, sites: int) -> None:
+    """``sites`` sites with ready work, ``blocked`` of them blocked after a 429."""
+    f.push([env(f"http://s{i}.example/{j}") for i in range(sites) for j in range(2)])
+    held = {lease.envelope.url.split("/")[2]: lease for lease in f.lease("w", sites)}
+    assert len(held) == sites
+    for i in range(blocked):
+        assert f.defer(held[f"s{i}.example"], "429", retry_after=600) == "deferred"
+
+
+def test_many_sites_blocked_fire_and_few_or_a_small_share_do_not(
+    redis7_client: redis.Redis, sink: Sink
+) -> None:
+    polite = {"politeness": True, "politeness_delay": 0.0, "politeness_concurrency": 1}
+    _blocked_sites(lists(redis7_client, "pushed", **polite), 12, 16)
+    _blocked_sites(lists(redis7_client, "few", **polite), 5, 5)
+    _blocked_sites(lists(redis7_client, "wide", **polite), 12, 40)
+    reader = SnapshotReader(redis7_client, Settings())
+    snap = reader.read()
+    assert {c.crawl: (c.keys_blocked, c.keys_ready) for c in snap.crawls} == {
+        "pushed": (12, 16),
+        "few": (5, 5),
+        "wide": (12, 40),
+    }
+    d = Watchdog(reader, sink.url, thresholds=Thresholds(blocked_for=0.0), timeout=2)
+    d.poll()
+    assert sink.seen() == [("firing", "RedcrawlPolitenessBlocked", {"crawl": "pushed"})]
+    assert "12 sites blocked after 429/503 responses (16 sites" in sink.bodies[0]["text"]

@@ -384,8 +384,7 @@ def test_robots_txt_once_per_host_and_nothing_disallowed_fetched(
 
 
 @pytest.mark.slow
-@NOT_YET
-@pytest.mark.parametrize("backend", ["lists", "streams"])
+@pytest.mark.parametrize("backend", LISTS_ENFORCED)
 def test_robots_txt_crawl_delay_kept_at_the_site(
     redis7: RedisServer, tmp_path: Path, backend: str
 ) -> None:

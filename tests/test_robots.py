@@ -19,16 +19,172 @@ from pathlib import Path
 import pytest
 import redis
 
+from redcrawl.codec import Envelope
+from redcrawl.fingerprint import fingerprint
+from redcrawl.frontier import FrontierCore
 from redcrawl.keys import CrawlKeys
 from redcrawl.politeness.robots import RobotsCache, RobotsEntry
 from redcrawl.workers import worker_command
 
-from .conftest import RedisServer
+from .conftest import Clock, FrontierFactory, RedisServer
 from .sitekit import Fault, MultiSite, SiteSpec, format_summary, serving
 from .test_politeness_fleet import fresh_frontier
 
 ROOT = Path(__file__).resolve().parent.parent
 SITEKIT = Path(__file__).with_name("sitekit.py")
+
+
+# --- starts after a wait for robots.txt (the frontier's charge step) ---------------------
+
+
+def _site(host: str, n: int) -> list[Envelope]:
+    return [
+        Envelope(url=f"http://{host}/p{i}", fingerprint=fingerprint(f"http://{host}/p{i}"))
+        for i in range(n)
+    ]
+
+
+def _polite(make_frontier: FrontierFactory, **settings: object) -> FrontierCore:
+    params: dict[str, object] = {"politeness_concurrency": 2, "politeness_randomize": False}
+    f = make_frontier(**{**params, "politeness_start_window": 0.0, **settings})
+    assert f.politeness == "host"
+    return f
+
+
+@pytest.mark.backends("lists")
+def test_a_robots_txt_fetch_is_charged_and_a_waiter_after_it_is_refused(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """DOWNLOAD_DELAY=1: a request granted at 0 waits for robots.txt, fetched from 0.1
+    to 0.6. Its start at 0.6 would come 0.5 s after the robots.txt fetch: refused (the
+    worker gives it back); given back, it is granted again 1 s after that fetch."""
+    f = _polite(make_frontier, politeness_delay=1.0)
+    f.push(_site("a.test", 3))
+    (first,) = f.lease("w1", 10)
+    clock.advance(0.1)
+    f.charge_fetch(["a.test"])
+    clock.advance(0.5)
+    assert f.start_late([first]) == [False]
+    assert f.release([first]) == 1
+    clock.advance(0.45)  # 1.05 s after the grant, 0.95 s after the robots.txt fetch
+    assert f.lease("w1", 10) == []
+    clock.advance(0.05)
+    (again,) = f.lease("w1", 10)
+    assert again.id == first.id
+    assert f.counts().conserved
+
+
+@pytest.mark.backends("lists")
+def test_a_waiter_with_no_start_since_its_grant_starts_and_pushes_the_next_grant(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """A request that waited 0.6 s (robots.txt fetched by no one in its site's delay, e.g.
+    found in the cache late) may start then; the next grant of its key waits the delay
+    from that start, not from the grant (seen: 0.4 s between two fetches)."""
+    f = _polite(make_frontier, politeness_delay=1.0)
+    f.push(_site("a.test", 3))
+    (first,) = f.lease("w1", 10)
+    clock.advance(0.6)
+    assert f.start_late([first]) == [True]
+    clock.advance(0.5)  # 1.1 s after the grant, 0.5 s after the start
+    assert f.lease("w2", 10) == []
+    clock.advance(0.5)
+    assert len(f.lease("w2", 10)) == 1
+
+
+@pytest.mark.backends("lists")
+def test_waiters_granted_together_before_a_crawl_delay_was_known_go_one_at_a_time(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """No DOWNLOAD_DELAY, concurrency 2: two requests of a host are granted at once, both
+    wait for its robots.txt, which says ``Crawl-delay: 1``. The first may start, the
+    second is refused (given back), and granted 1 s after the first start."""
+    f = _polite(make_frontier)
+    f.push(_site("a.test", 3))
+    one, two = f.lease("w1", 10)
+    clock.advance(1.5)  # the robots.txt fetch was charged long ago, or never
+    f.client.hset(f.keys.pol_override, "a.test", json.dumps({"crawl_delay": 1.0}))
+    assert f.start_late([one, two]) == [True, False]
+    assert f.release([two]) == 1
+    assert f.lease("w1", 10) == []
+    clock.advance(0.99)
+    assert f.lease("w1", 10) == []
+    clock.advance(0.02)
+    assert [x.id for x in f.lease("w1", 10)] == [two.id]
+
+
+@pytest.mark.backends("lists")
+def test_a_waiter_after_a_later_grant_of_its_key_is_refused(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """Another request of the key was granted after the waiter's grant (it may have
+    started already): the waiter is refused. A waiter of a key without any delay, or a
+    lease no longer held, starts."""
+    f = _polite(make_frontier, politeness_delay=0.5)
+    f.push(_site("a.test", 3) + _site("b.test", 1))
+    leased = f.lease("w1", 10)
+    first = next(x for x in leased if "a.test" in x.envelope.url)
+    b = next(x for x in leased if "b.test" in x.envelope.url)
+    clock.advance(0.6)
+    assert len(f.lease("w2", 10)) == 1  # a.test again
+    assert f.start_late([first]) == [False]
+    f.client.hset(f.keys.pol_override, "b.test", json.dumps({"delay": 0}))
+    f.ack([b])
+    assert f.start_late([b]) == [True]
+
+
+@pytest.mark.backends("lists")
+def test_a_charge_sets_the_idle_expiry_of_a_new_state(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """A robots.txt fetch of a key with nothing in flight writes its state with the idle
+    expiry (state of idle keys must not stay forever)."""
+    f = _polite(make_frontier, politeness_delay=1.0)
+    f.charge_fetch(["idle.test"])
+    ttl = f.client.pttl(f.keys.pol_state_base + "idle.test")
+    assert 0 < ttl <= 3_600_000 + 1_000
+
+
+@pytest.mark.backends("lists")
+@pytest.mark.parametrize(
+    ("settings", "crawl_delay", "bound"),
+    [
+        ({}, None, False),  # no delay anywhere: a late start is harmless
+        ({"DOWNLOAD_DELAY": 0.5}, None, True),
+        ({"DOWNLOAD_SLOTS": {"a.test": {"delay": 2.0}}}, None, True),
+        ({"DOWNLOAD_SLOTS": {"b.test": {"delay": 2.0}}}, None, False),  # another key's
+        ({"DOWNLOAD_SLOTS": {"a.test": {"concurrency": 1}}}, None, False),
+        ({}, 1.0, True),  # Crawl-delay read by this worker
+        ({"ROBOTSTXT_OBEY": True}, None, False),
+    ],
+)
+def test_a_late_start_is_given_back_for_keys_with_a_delay_from_any_source(
+    make_frontier: FrontierFactory,
+    settings: dict[str, object],
+    crawl_delay: float | None,
+    bound: bool,
+) -> None:
+    """The worker's start window (the release of a request it could not start in time)
+    applies to a key whose delay comes from DOWNLOAD_SLOTS or robots.txt's Crawl-delay
+    while the crawl's DOWNLOAD_DELAY is 0, not only to crawls with a DOWNLOAD_DELAY."""
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from redcrawl.frontier import Lease
+    from redcrawl.scrapy import Scheduler
+    from redcrawl.scrapy.robots import RobotsTxtMiddleware
+
+    crawler = get_crawler(Spider, {"ROBOTSTXT_OBEY": crawl_delay is not None, **settings})
+    scheduler = Scheduler.from_crawler(crawler)
+    scheduler.frontier = make_frontier(politeness_concurrency=2)
+    if crawler.settings.getbool("ROBOTSTXT_OBEY"):
+        mw = RobotsTxtMiddleware.from_crawler(crawler)
+        scheduler._robots = mw
+        if crawl_delay is not None:
+            body = f"User-agent: *\nCrawl-delay: {crawl_delay}\n".encode()
+            mw._settle("http://a.test", mw._parse(RobotsEntry(200, body)), 60.0)
+    env = Envelope(url="http://a.test/p", fingerprint=fingerprint("http://a.test/p"))
+    assert scheduler._delay_bound(Lease(b"x" * 20, "1", "w", 1, env, 1.0)) is bound
 
 
 # --- the cache ---------------------------------------------------------------------------

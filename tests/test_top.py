@@ -18,6 +18,7 @@ from redcrawl.codec import Envelope
 from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.metrics.snapshot import SnapshotReader
 from redcrawl.metrics.top import Top
+from redcrawl.politeness.hosts import Hosts
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
@@ -118,3 +119,87 @@ def test_top_says_when_the_crawl_cannot_be_read(redis7_client: redis.Redis) -> N
     out = io.StringIO()
     Top(SnapshotReader(redis7_client, Settings()), "shop").once(Console(file=out, width=120))
     assert "crawl shop: its state could not be read" in out.getvalue()
+
+
+def _polite(client: redis.Redis) -> FrontierCore:
+    """A crawl with politeness: a.test (5 ready, 2 in flight, its 2 slots full), b.test
+    blocked by the operator, and a hostile download_slot."""
+    s = Settings(politeness_concurrency=2, politeness_delay=0.0, politeness_randomize=False)
+    f = open_frontier(client, s, "polite")
+    envs = [
+        Envelope(url=u, fingerprint=hashlib.sha1(u.encode()).digest())
+        for u in [f"http://a.test/{i}" for i in range(7)] + ["http://b.test/1"]
+    ]
+    hostile = "[bold red]<script>alert(1)</script>"
+    envs.append(
+        Envelope(
+            url="http://c.test/x",
+            fingerprint=hashlib.sha1(b"c").digest(),
+            meta={"download_slot": hostile},
+        )
+    )
+    f.push(envs)
+    Hosts(f).set("b.test", block_for=600)
+    Hosts(f).set(hostile, delay=2.5)
+    leased = f.lease("worker-1", 3)
+    assert sorted(lease.envelope.url.split("/")[2] for lease in leased) == [
+        "a.test",
+        "a.test",
+        "c.test",
+    ]
+    return f
+
+
+def test_top_shows_the_hosts_panel(redis7_client: redis.Redis) -> None:
+    _polite(redis7_client)
+    out = io.StringIO()
+    Top(SnapshotReader(redis7_client, Settings()), "polite").once(Console(file=out, width=220))
+    text = out.getvalue()
+    assert "hosts: top 3 of 3 by ready" in text, text
+    rows = {
+        cells[0]: cells[1:]
+        for line in text.splitlines()
+        if "│" in line and (cells := [c.strip() for c in line.split("│")[1:-1]])
+    }
+    # key: ready, in flight, delay, concurrency, blocked until, why
+    a = rows["a.test"]
+    assert a[:4] == ["5", "2", "0 s", "2"] and a[4] == "", a
+    assert a[5] == "all 2 slots in flight", a
+    b = rows["b.test"]
+    assert b[:4] == ["1", "0", "0 s", "2"] and b[4] != "", b
+    assert b[5].startswith("blocked by operator until"), b
+    # the hostile key is printed as it is, not read as rich markup
+    c = rows["[bold red]<script>alert(1)</script>"]
+    assert c[:4] == ["0", "1", "2.5 s", "2"], c
+    assert c[5] == "no ready requests (1 in flight)", c
+    # by in flight, a few keys
+    out = io.StringIO()
+    Top(SnapshotReader(redis7_client, Settings()), "polite", hosts=1, hosts_sort="inflight").once(
+        Console(file=out, width=220)
+    )
+    assert "hosts: top 1 of 3 by in flight" in out.getvalue()
+    assert "a.test" in out.getvalue() and "b.test" not in out.getvalue()
+
+
+def test_top_without_politeness_has_no_hosts_panel(redis7_client: redis.Redis) -> None:
+    f = open_frontier(redis7_client, Settings(backend="streams"), "plain")
+    f.push([Envelope(url="http://a.test/", fingerprint=hashlib.sha1(b"a").digest())])
+    out = io.StringIO()
+    Top(SnapshotReader(redis7_client, Settings()), "plain").once(Console(file=out, width=160))
+    assert "crawl plain (streams)" in out.getvalue() and "hosts:" not in out.getvalue()
+
+
+def test_the_hosts_panel_is_read_again_only_every_few_seconds(redis7_client: redis.Redis) -> None:
+    f = _polite(redis7_client)
+    view = Top(SnapshotReader(redis7_client, Settings()), "polite", hosts_every=3600)
+
+    def frame() -> str:
+        out = io.StringIO()
+        view.once(Console(file=out, width=220))
+        return out.getvalue()
+
+    assert "b.test" in frame()
+    Hosts(f).set("b.test", block_until=None)
+    assert "blocked by operator" in frame()  # the panel of the first frame
+    view.hosts_every = 0
+    assert "blocked by operator" not in frame()

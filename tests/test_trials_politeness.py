@@ -27,13 +27,6 @@ ROBOTS_WAIT = 0.5
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    raises=PolitenessViolated,
-    reason="bug: a request that waited for robots.txt starts late, but its key's next slot "
-    "was charged from its lease, so the next fetch at the site comes DOWNLOAD_DELAY minus "
-    "the robots.txt wait after it (the robots.txt fetch itself is not charged either)",
-)
 def test_download_delay_holds_after_a_slow_robots_txt(redis7: RedisServer, tmp_path: Path) -> None:
     """``ROBOTSTXT_OBEY=True`` (Scrapy's project template), ``DOWNLOAD_DELAY=1``, no
     jitter, robots.txt answering in 0.6 s: page fetches at each host are at least 1 s

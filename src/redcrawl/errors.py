@@ -15,7 +15,8 @@ boundary (``raise ConnectionLost(...) from exc``) so callers never need to impor
     │   ├── RedisUnavailable   the configured server did not answer (names the URL)
     │   └── ConnectionLost     the server went away and retries ran out
     ├── LockError              a distributed lock was not held by its owner
-    └── FrontierError          Redis refused a frontier operation (e.g. a crawl layout mismatch)
+    └── FrontierError          Redis refused a frontier operation
+        └── LayoutMismatch     this worker's settings would change the crawl's layout
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "DecodeError",
     "EncodeError",
     "FrontierError",
+    "LayoutMismatch",
     "LockError",
     "RedcrawlError",
     "RedisUnavailable",
@@ -90,3 +92,11 @@ class LockError(RedcrawlError):
 
 class FrontierError(RedcrawlError):
     """The frontier refused a state change."""
+
+
+class LayoutMismatch(FrontierError):
+    """The crawl was created with another layout (backend, ordering, tiers, dedupe,
+    politeness) than this worker's settings give; its message names the settings."""
+
+    PREFIX = "crawl layout mismatch"
+    """How the frontier's scripts begin this refusal (``lua/lib.lua``)."""

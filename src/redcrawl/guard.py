@@ -41,7 +41,7 @@ def _memory_info(client: Any) -> tuple[str, int, int]:
     evicting policy if any master has one, the memory of the master nearest its limit). Raises
     :class:`NotAllowed` when the server refuses INFO."""
     try:
-        # a Redis Cluster (connection.ClusterClient): each master's
+        # a Redis Cluster (redcrawl.cluster.ClusterClient): each master's
         infos = (
             list(client.master_infos("memory").values())
             if hasattr(client, "master_infos")

@@ -187,10 +187,9 @@ class CrawlKeys:
         """HASH politeness key -> JSON object of what overrides the crawl's defaults for
         that key, every field optional: ``delay`` (seconds), ``concurrency`` (int),
         ``block_until`` (ms, server clock), ``paused`` (bool), set by operators (API, CLI);
-        ``crawl_delay`` (seconds, already capped), set by the robots.txt middleware;
-        ``auto_delay`` (seconds), set by fleet-wide AutoThrottle. Never expires; bounded
-        by what operators and robots.txt set, and with AutoThrottle by the keys crawled
-        (~90 bytes each)."""
+        ``crawl_delay`` (seconds, already capped), set by the robots.txt middleware.
+        Never expires; bounded by what operators and robots.txt set (AutoThrottle's delay
+        is in :attr:`pol_state_base`'s hash, field ``ad``, which expires)."""
         return self._k("polo")
 
     @property
@@ -256,10 +255,12 @@ class CrawlKeys:
         earliest next grant), ``block`` (ms, server clock: blocked until, after a 429/503),
         ``bset`` (ms: when that block was set), ``fail``/``ok`` (backoff state: consecutive
         failures, successes since the last step of forgiveness), ``rdy`` (ms: since
-        when the key has had ready work without a grant) and ``tm`` (the tiers where the
-        key has ready requests, a bit per tier; absent: unknown, every tier); it expires
-        once the key is idle (nothing in flight, no ready request) and its ``next`` and
-        ``block`` have passed."""
+        when the key has had ready work without a grant), ``ad`` (ms: fleet-wide
+        AutoThrottle's delay), ``chg`` (ms: the last fetch start charged after a wait,
+        ``frontier/lua/charge.lua``) and ``tm`` (the tiers where the key has ready
+        requests, a bit per tier; absent: unknown, every tier); it expires once the key is
+        idle (nothing in flight, no ready request) and its ``next`` and ``block`` have
+        passed."""
         return self._k("pol:")
 
     @property
@@ -323,9 +324,11 @@ class CrawlKeys:
         ]
 
     def all_keys(self) -> list[str]:
-        """Every fixed-name key of the crawl's frontier state (``purge`` deletes these,
-        then the dedupe filters' keys under :attr:`fp_done` and :attr:`fp_seen`), for
-        every possible number of tiers."""
+        """Every fixed-name key of the crawl's state (``purge`` deletes these, then the
+        dedupe filters' keys under :attr:`fp_done` and :attr:`fp_seen`), for every
+        possible number of tiers: the frontier's, the robots.txt cache and the dashboard
+        history. Keys that expire by themselves (a worker's :meth:`worker_counters`, a
+        :meth:`robots_lock`) are left to expire."""
         every_tier = CrawlKeys(self.crawl, self.prefix, 16)
         return [
             *self.script_keys()[: -self.tiers],
@@ -335,6 +338,10 @@ class CrawlKeys:
             self.pol_slots,
             self.pol_blocked,
             self.deferrals,
+            self.robots,
+            self.robots_expiry,
+            self.robots_bytes,
+            self.history,
         ]
 
     def pol_patterns(self) -> list[str]:

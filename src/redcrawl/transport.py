@@ -14,7 +14,7 @@ from typing import Any
 
 import redis.exceptions
 
-from redcrawl.errors import ConnectionLost, FrontierError
+from redcrawl.errors import ConnectionLost, FrontierError, LayoutMismatch
 
 __all__ = ["NOT_RUN", "TRANSIENT", "pool_for", "redis_errors"]
 
@@ -27,7 +27,7 @@ CLUSTER_TRANSIENT = (
     redis.exceptions.SlotNotCoveredError,
 )
 """A Redis Cluster reconfiguring (a failover, resharding): the command did not run; the
-cluster client retries these for a while (:class:`redcrawl.connection.ClusterClient`)."""
+cluster client retries these for a while (:class:`redcrawl.cluster.ClusterClient`)."""
 
 NOT_RUN = (
     redis.exceptions.NoScriptError,
@@ -57,7 +57,8 @@ def pool_for(client: Any, key: str) -> Any:
 def redis_errors(what: str) -> Iterator[None]:
     """Convert Redis client exceptions raised during ``what`` into redcrawl's errors:
     a lost connection into :class:`ConnectionLost`, a refused command (``ResponseError``,
-    which includes a script's ``error_reply``) into :class:`FrontierError`."""
+    which includes a script's ``error_reply``) into :class:`FrontierError`
+    (:class:`LayoutMismatch` when the crawl's layout refused this worker's settings)."""
     try:
         yield
     except (*TRANSIENT, *CLUSTER_TRANSIENT) as exc:
@@ -67,4 +68,5 @@ def redis_errors(what: str) -> Iterator[None]:
             "back and expired leases will be handed out again"
         ) from exc
     except redis.exceptions.ResponseError as exc:
-        raise FrontierError(f"Redis refused {what}: {exc}") from exc
+        error = LayoutMismatch if str(exc).startswith(LayoutMismatch.PREFIX) else FrontierError
+        raise error(f"Redis refused {what}: {exc}") from exc

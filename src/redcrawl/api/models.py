@@ -24,6 +24,7 @@ from redcrawl.api.inputs import HostOverrideIn as HostOverrideIn
 from redcrawl.api.inputs import RequestIn as RequestIn
 from redcrawl.api.inputs import RequeueIn as RequeueIn
 from redcrawl.api.inputs import SubmitIn as SubmitIn
+from redcrawl.politeness.describe import PolitenessSummary
 
 if TYPE_CHECKING:
     from redcrawl.codec import Envelope
@@ -166,6 +167,13 @@ class CrawlDetail(CrawlSummary):
     paused: bool
     workers_alive: int
     rates: Rates
+    politeness: PolitenessSummary | None = Field(
+        description="Crawl-wide politeness counters (crawls with fleet-wide politeness; null "
+        "otherwise): the key mode, keys blocked now by a 429/503, deferrals by reason (the "
+        "HTTP status), and the seconds keys with ready work spent closed by their limits "
+        "(docs/politeness.md). robots.txt Disallows are not counted here: each worker counts "
+        "them in its Scrapy stats (redcrawl/robots/disallowed)."
+    )
 
 
 class PendingItem(_Record):

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from datetime import UTC, datetime
@@ -34,6 +35,7 @@ from redcrawl.cli._common import (
 )
 from redcrawl.connection import EmbeddedRedis, redact
 from redcrawl.frontier import open_frontier
+from redcrawl.politeness.describe import PolitenessSummary, politeness_summary
 from redcrawl.urls import url_problem
 
 # --- inspection and operator actions ------------------------------------------------------
@@ -46,8 +48,9 @@ def status(
     crawl_name: CrawlName = None,
     as_json: Annotated[bool, typer.Option("--json", help="Machine-readable.")] = False,
 ) -> None:
-    """Show a crawl's counts (ready, delayed, in flight, done, dead), its state and its
-    workers, and where its Redis listens."""
+    """Show a crawl's counts (ready, delayed, in flight, done, dead), its state, its
+    politeness counters (deferrals, keys blocked now, politeness wait), its workers, and
+    where its Redis listens."""
     settings = _settings(redis_url)
     client = _connect(settings)
     name = _crawl(settings, crawl_name, client)
@@ -59,6 +62,7 @@ def status(
     now = frontier.server_time()
     workers = {w: until - now for w, until in frontier.workers().items()}
     sock = None if settings.redis_url else EmbeddedRedis(settings.embedded_dir).socket
+    polite = politeness_summary(frontier)
     if as_json:
         out = {
             **{f: getattr(c, f) for f in c.__dataclass_fields__},
@@ -68,6 +72,7 @@ def status(
             "state": state,
             "paused": frontier.is_paused(),
             "workers": {w: {"alive": left > 0} for w, left in workers.items()},
+            "politeness": dataclasses.asdict(polite) if polite else None,
             "redis": {
                 "url": redact(settings.redis_url) if settings.redis_url else None,
                 "socket": str(sock) if sock else None,
@@ -76,6 +81,8 @@ def status(
         typer.echo(json.dumps(out))
         return
     _print_counts(c, name, stats, state)
+    if polite is not None:
+        typer.echo(_politeness_line(polite))
     for w, left in sorted(workers.items()):
         typer.echo(
             f"worker {w}: " + (f"alive ({left:.0f}s of heartbeat left)" if left > 0 else "gone")
@@ -84,6 +91,16 @@ def status(
         typer.echo(f"embedded Redis: unix socket {sock} (redis-cli -s {sock})")
     else:
         typer.echo(f"Redis: {_where(settings)}")
+
+
+def _politeness_line(p: PolitenessSummary) -> str:
+    deferred = ", ".join(f"{n:,} on {reason}" for reason, n in p.deferred.items())
+    return (
+        f"politeness (fleet-wide, one key per {p.key}): politeness wait "
+        f"{p.wait_s:,.1f} s; deferred {p.deferred_total:,}"
+        + (f" ({deferred})" if deferred else "")
+        + f"; keys blocked now: {p.blocked:,} (`redcrawl hosts` for each site)"
+    )
 
 
 @app.command("crawls")

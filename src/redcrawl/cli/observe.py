@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from enum import StrEnum
 from typing import Annotated
 
 import typer
@@ -26,6 +27,12 @@ from redcrawl.cli._common import (
     console,
 )
 from redcrawl.metrics.snapshot import MAX_CRAWLS, SnapshotReader
+
+
+class HostsSort(StrEnum):
+    ready = "ready"
+    inflight = "inflight"
+
 
 MaxCrawls = Annotated[
     int,
@@ -122,16 +129,33 @@ def top(
     once: Annotated[
         bool, typer.Option("--once", help="Print one frame and exit (e.g. to a file or pipe).")
     ] = False,
+    hosts: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=100,
+            help="Politeness keys in the hosts panel (crawls with politeness; 0: no panel).",
+        ),
+    ] = 10,
+    hosts_sort: Annotated[
+        HostsSort, typer.Option("--hosts-sort", help="Order of the hosts panel.")
+    ] = HostsSort.ready,
 ) -> None:
     """A live view of one crawl: its states and rates, its workers with their heartbeat
-    age, its most recent dead letters. Ctrl-C quits."""
+    age, for a crawl with politeness its top hosts (ready, in flight, delay, concurrency,
+    block, and why each is not served now), its most recent dead letters. Ctrl-C quits."""
     from redcrawl.metrics.top import Top
 
     settings = _settings(redis_url)
     client = _connect(settings)
     name = _crawl(settings, crawl_name, client)
     _existing(settings, client, name)
-    view = Top(SnapshotReader(client, settings, crawls=[name]), name)
+    view = Top(
+        SnapshotReader(client, settings, crawls=[name]),
+        name,
+        hosts=hosts,
+        hosts_sort="inflight" if hosts_sort is HostsSort.inflight else "ready",
+    )
     out = Console()
     if once:
         view.once(out)

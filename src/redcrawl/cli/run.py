@@ -23,10 +23,11 @@ from redcrawl.cli._common import (
     console,
 )
 from redcrawl.connection import connect, stop_embedded
-from redcrawl.errors import FrontierError
+from redcrawl.errors import LayoutMismatch
 from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.frontier.records import stored_layout
 from redcrawl.keys import validate_crawl_name
+from redcrawl.politeness.describe import fleet_limits
 from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
 from redcrawl.workers import (
@@ -72,9 +73,7 @@ def _check_layout(settings: Settings, crawl: str) -> None:
         if stored_layout(frontier.client.hgetall(frontier.keys.control)) is None:
             return
         frontier.maintain()
-    except FrontierError as exc:
-        if "layout mismatch" not in str(exc):
-            raise
+    except LayoutMismatch as exc:
         raise _fail(
             f"crawl {crawl} was created with other settings than these: {exc}", EXIT_USAGE
         ) from None
@@ -108,26 +107,10 @@ def _politeness(settings: Settings, crawl: str, workers: int) -> str:
             "worker limits itself (as with REDCRAWL_POLITENESS=off); purge it or use a new "
             "--crawl to have the limits hold for the fleet"
         )
-    conc = settings.politeness_concurrency_per_ip or settings.politeness_concurrency
-    name = (
-        "CONCURRENT_REQUESTS_PER_IP"
-        if settings.politeness_concurrency_per_ip
-        else "CONCURRENT_REQUESTS_PER_DOMAIN"
-    )
-    delay = settings.politeness_delay
-    pace = (
-        f"one every {delay:g} s{' (±50%)' if settings.politeness_randomize else ''} "
-        "(DOWNLOAD_DELAY)"
-        if delay
-        else "no delay (DOWNLOAD_DELAY 0)"
-    )
-    slots = len(settings.politeness_slots)
-    own = f"; {slots} key(s) with their own in DOWNLOAD_SLOTS" if slots else ""
     many = f"{workers} worker{'s' * (workers != 1)} together"
     return (
         f"per-site limits for the whole fleet (these {many}, and any other worker of the "
-        f"crawl): at most {conc} request{'s' * (conc != 1)} at once per site ({name}), "
-        f"{pace}{own}. With "
+        f"crawl): {fleet_limits(settings)}. With "
         "scrapy-redis each worker took these: raise them for sites that can take more, or "
         f"set REDCRAWL_POLITENESS=off for that{change}"
     )

@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from redcrawl.connection import connect, resolve_url
+from redcrawl.demo.dashboard import serving_dashboard
 from redcrawl.demo.site import ShopSite, SiteConfig
 from redcrawl.frontier import open_frontier
 from redcrawl.progress import ProgressDisplay
@@ -78,12 +79,13 @@ def run_demo(
     frontier.purge()
     started = time.monotonic()
     logs = directory / "logs"
-    with ShopSite(config) as site:
+    with ShopSite(config) as site, serving_dashboard(settings, frontier.client) as board:
         console.print(
             f"demo shop: {site.url} ({config.pages:,} pages, {config.products:,} "
             f"products); {workers} workers; embedded Redis at {url}; worker logs "
             f"in {logs}/"
         )
+        console.print(f"dashboard: {board}")
         display = ProgressDisplay(Console(stderr=True)) if progress else None
 
         def report(event: WorkerEvent) -> None:

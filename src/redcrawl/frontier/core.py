@@ -2,7 +2,8 @@
 """The backend-neutral frontier: :class:`FrontierCore`, the interface every caller uses
 (``open_frontier`` returns it) and everything both backends share: argument building and
 call nonces, settle batching, the one decode loop for leased requests, nack, renew,
-release, requeue, maintain, counters and heartbeats, pause, purge and inspection.
+release, requeue, maintain, counters and heartbeats, pause, purge and inspection. Its
+fleet-wide politeness operations are in :mod:`.polite` (a base class).
 
 A backend (:class:`~redcrawl.frontier.lists.ListsFrontier`,
 :class:`~redcrawl.frontier.streams.StreamsFrontier`) is the *queue layer* only: how READY
@@ -35,7 +36,6 @@ decoded by :meth:`FrontierCore._leases`.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -49,7 +49,7 @@ import redis
 from redcrawl import codec, dedupe, scripts
 from redcrawl.codec import Envelope
 from redcrawl.dedupe import DedupeSpec, Filter, Mode
-from redcrawl.errors import ConfigError, DecodeError, EncodeError, FrontierError
+from redcrawl.errors import DecodeError, EncodeError, FrontierError
 from redcrawl.frontier.base import (
     Counts,
     DeadInfo,
@@ -63,6 +63,7 @@ from redcrawl.frontier.base import (
     format_id,
     parse_id,
 )
+from redcrawl.frontier.polite import PolitenessOps, slot_outcome
 from redcrawl.frontier.records import (
     from_record,
     layout_without_stamps,
@@ -73,11 +74,12 @@ from redcrawl.frontier.records import (
 )
 from redcrawl.frontier.settle import PendingSettle, SettlePipe
 from redcrawl.keys import CALL_SLOTS, CrawlKeys
-from redcrawl.politeness import BackoffPolicy, KeyMode, politeness_key
+from redcrawl.politeness import KeyMode, politeness_key
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
 __all__ = ["MAINTAIN_LIMIT", "FrontierCore", "HeartbeatCounters", "Held", "slot_outcome"]
+
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,7 @@ _SCRIPTS = (
     "repair",
     "free",
     "defer",
+    "charge",
 )
 MAINTAIN_LIMIT = 1000
 """Most delayed requests promoted and expired leases reclaimed by one script call."""
@@ -143,21 +146,6 @@ class HeartbeatCounters(Protocol):
         ...
 
 
-def slot_outcome(
-    status: int | None, *, pushed_back: bool = False, retry_after: float | None = None
-) -> str:
-    """The outcome of a request whose slot goes back at response time
-    (:meth:`FrontierCore.free`): ``status`` None for a download error ("e"); a site
-    pushing back that is not deferred (``pushed_back``: a 429/503 the spider handles
-    itself) blocks the key ("f<ms>" with its ``retry_after`` in seconds, "f" for the
-    backoff delay); any other response is a success ("s", which wears a backoff down)."""
-    if status is None:
-        return "e"
-    if pushed_back:
-        return "f" if retry_after is None else f"f{max(int(retry_after * 1000), 0)}"
-    return "s"
-
-
 @dataclass(frozen=True, slots=True)
 class Held:
     """A request a lease claims to hold (:meth:`FrontierCore._held`); it is listed in
@@ -171,7 +159,7 @@ class Held:
     holds: Callable[[str], bool]
 
 
-class FrontierCore(ABC):
+class FrontierCore(PolitenessOps, ABC):
     """A crawl frontier on Redis: the operations of every backend (see the module
     docstring for what a backend adds). This class is the frontier interface; callers
     type against it.
@@ -277,68 +265,6 @@ class FrontierCore(ABC):
         """The key mode if this crawl has politeness: asked for by the settings and the
         crawl is new or was created with it (older crawls keep their layout)."""
         return None
-
-    def store_politeness(self, *, worker: bool = False) -> None:
-        """Store the crawl's default limits and per-key settings (DOWNLOAD_SLOTS) from
-        this frontier's settings. A Scrapy worker (``worker``) sets them, the spider's
-        settings being the fleet's (the latest worker wins; a change is logged); other
-        users (API, CLI, tools) only when the crawl has none yet."""
-        s = self.settings
-        conc = s.politeness_concurrency_per_ip or s.politeness_concurrency
-        mine = json.dumps(
-            {"concurrency": conc, "delay": s.politeness_delay, "randomize": s.politeness_randomize},
-            sort_keys=True,
-        )
-        slots: dict[str, str] = {}
-        for key, value in s.politeness_slots.items():
-            if not isinstance(value, Mapping):
-                raise ConfigError(
-                    "DOWNLOAD_SLOTS",
-                    f"the entry {key!r} is {value!r}; give a "
-                    'mapping like {"concurrency": 1, "delay": 2.0}',
-                )
-            slots[str(key)] = json.dumps(
-                {k: value[k] for k in ("concurrency", "delay", "randomize_delay") if k in value}
-            )
-        self._pol_stored = True
-        policy = BackoffPolicy()
-        backoff = json.dumps(
-            {
-                "base": policy.base,
-                "cap": policy.cap,
-                "jitter": policy.jitter,
-                "forgive_after": policy.forgive_after,
-            }
-        )
-        with redis_errors("storing the crawl's politeness settings"):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hget(self.keys.control, "politeness")
-            pipe.hsetnx(self.keys.control, "backoff", backoff)
-            if worker:
-                pipe.hset(self.keys.control, "politeness", mine)
-                # (a Scrapy worker gives back a request it could not start within this
-                # window: grants of a key with a delay are spaced by delay + window)
-                pipe.hset(
-                    self.keys.control,
-                    "start_window",
-                    int(1000 * s.politeness_start_window),
-                )
-            else:
-                pipe.hsetnx(self.keys.control, "politeness", mine)
-            if slots and worker:
-                pipe.hset(self.keys.pol_slots, mapping=slots)
-            stored = pipe.execute()[0]
-            if slots and not worker and stored is None:
-                self.client.hset(self.keys.pol_slots, mapping=slots)
-        if worker and stored is not None and stored.decode(errors="replace") != mine:
-            log.warning(
-                "crawl %s: the fleet-wide politeness defaults change from %s to this "
-                "worker's %s (give every worker the same CONCURRENT_REQUESTS_PER_DOMAIN, "
-                "DOWNLOAD_DELAY and RANDOMIZE_DOWNLOAD_DELAY)",
-                self.crawl,
-                stored.decode(errors="replace"),
-                mine,
-            )
 
     def _record(self, env: Envelope) -> bytes:
         """The stored record of a pushed request (with its politeness key if the crawl
@@ -568,73 +494,6 @@ class FrontierCore(ABC):
         return Settled(
             PushResult(accepted, len(pushed) - accepted, tuple(pushed)), acked, leases, unacked
         )
-
-    # --- response time (fleet-wide politeness; docs/politeness.md) --------------------
-    def free(self, items: Sequence[tuple[Lease, str]]) -> int:
-        """Give back the politeness slots of leased requests whose response (or download
-        error) has arrived: their keys may be granted again at once, while the requests
-        stay IN-FLIGHT under their leases until acked (or nacked, released, reclaimed:
-        none of which gives the slot back a second time). Each item is a lease and its
-        outcome (:func:`slot_outcome`). Returns how many slots went back (0 without
-        politeness; a stale lease or one already freed is skipped)."""
-        if self.politeness is None or not items:
-            return 0
-        args: list[Any] = []
-        for lease, outcome in items:
-            args += (lease.id, lease.token, outcome)
-        return int(self._run("free", args))
-
-    def defer(self, lease: Lease, reason: str, *, retry_after: float | None = None) -> str:
-        """The site pushed back (HTTP 429/503; ``reason`` is the status): the request goes
-        back to the front of its politeness key's queue without spending an attempt,
-        and its key is blocked for the whole fleet for ``retry_after`` seconds (the
-        response's ``Retry-After``) or, without it, for the backoff delay of the key's
-        failures (:class:`~redcrawl.politeness.BackoffPolicy`). After
-        ``REDCRAWL_MAX_DEFERRALS`` deferrals it goes to DEAD with the reason. Returns
-        "deferred", "dead" or "stale" (no longer held under this lease). Crawls with
-        politeness only (a :class:`FrontierError` otherwise)."""
-        if self.politeness is None:
-            raise FrontierError(
-                f"crawl {self.crawl!r} has no fleet-wide politeness: nothing to defer "
-                "to (nack the request instead, or use a crawl with REDCRAWL_POLITENESS "
-                "on the lists backend)"
-            )
-        ms = "" if retry_after is None else str(max(int(retry_after * 1000), 0))
-        args: list[Any] = [
-            self.settings.max_deferrals,
-            lease.worker,
-            self._nonce(lease.worker),
-            lease.id,
-            lease.token,
-            reason,
-            ms,
-        ]
-        flag = bytes(self._run("defer", args)).decode()
-        return {"q": "deferred", "d": "dead"}.get(flag, "stale")
-
-    def politeness_stats(self) -> dict[str, int]:
-        """Crawl-wide politeness counters (crawls with politeness; empty otherwise):
-        ``blocked`` keys blocked now by a 429/503, ``deferred_<reason>`` deferrals per
-        reason (``deferred_429``, ``deferred_503``), ``politeness_wait_ms`` the time keys
-        with ready work spent closed by their limits (summed over grants: from when a key
-        had work waiting, i.e. its previous grant or the arrival of work at a key that had
-        none, to when its delay, concurrency or block let it open; docs/politeness.md)."""
-        if self.politeness is None:
-            return {}
-        with redis_errors("politeness_stats"):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.time()
-            pipe.hgetall(self.keys.stats)
-            (sec, usec), raw = pipe.execute()
-            now = sec * 1000 + usec // 1000 if self._clock is None else int(self._clock())
-            blocked = self.client.zcount(self.keys.pol_blocked, f"({now}", "+inf")
-        out = {"blocked": int(blocked), "politeness_wait_ms": 0}
-        for k, v in raw.items():
-            name = k.decode(errors="replace")
-            value = stored_int(v)
-            if value is not None and (name.startswith("deferred_") or name == "politeness_wait_ms"):
-                out[name] = value
-        return out
 
     def release(self, leases: Sequence[Lease]) -> int:
         """Give leased requests back unprocessed (IN-FLIGHT -> READY, served next), without
@@ -883,22 +742,6 @@ class FrontierCore(ABC):
             self.client.delete(self.keys.worker_counters(worker))
             self.client.hdel(self.keys.calls, *self.keys.call_fields(worker))
             self._forget_consumers(worker)
-
-    def next_open(self) -> float | None:
-        """Seconds until the first politeness key with ready work opens (0 if one is open
-        now), on the server's clock; None without politeness or when every key with ready
-        work has all its slots taken (an ack opens it)."""
-        if self.politeness is None:
-            return None
-        with redis_errors("next_open"):
-            pipe = self.client.pipeline(transaction=False)
-            pipe.time()
-            for t in range(self.keys.tiers):
-                pipe.zrange(self.keys.open(t), 0, 0, withscores=True)
-            (sec, usec), *heads = pipe.execute()
-        now = sec * 1000 + usec / 1000 if self._clock is None else self._clock()
-        scores = [h[0][1] for h in heads if h and h[0][1] < 2**52]
-        return max(min(scores) - now, 0.0) / 1000 if scores else None
 
     def server_time(self) -> float:
         """The Redis server's clock (seconds since the epoch): the clock of every deadline."""

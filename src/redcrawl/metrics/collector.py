@@ -26,7 +26,7 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 
 from redcrawl.metrics.buckets import DOWNLOAD_BOUNDS_MS, ERROR_KINDS, LATENCY_BOUNDS_MS, STORED
-from redcrawl.metrics.snapshot import Snapshot, SnapshotReader
+from redcrawl.metrics.snapshot import CrawlSnapshot, Snapshot, SnapshotReader
 
 __all__ = [
     "CONTENT_TYPE",
@@ -43,6 +43,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+DEFERRED = "deferred_"
+"""Prefix of the crawl's stats fields counting deferrals by reason (``deferred_429``)."""
 
 STATES = ("ready", "delayed", "in_flight", "done", "dead")
 """The states of ``redcrawl_requests{state=...}``: the conservation law's terms."""
@@ -164,6 +167,29 @@ def families(snap: Snapshot) -> list[Metric]:
         "Politeness keys with ready work that may be served now.",
         ["crawl"],
     )
+    pol_ready = _g(
+        "politeness_keys_ready",
+        "Politeness keys with ready work (summed over tiers: a key with ready work in "
+        "two tiers counts twice).",
+        ["crawl"],
+    )
+    pol_blocked = _g(
+        "politeness_keys_blocked",
+        "Politeness keys blocked now after 429/503 responses (operators' blocks not counted).",
+        ["crawl"],
+    )
+    deferrals = CounterMetricFamily(
+        "redcrawl_politeness_deferrals",
+        "Requests deferred by politeness (back to ready, no attempt spent), by reason "
+        "(the HTTP status: 429, 503, ...).",
+        labels=["crawl", "reason"],
+    )
+    waited = CounterMetricFamily(
+        "redcrawl_politeness_wait_seconds",
+        "Seconds keys with ready work spent closed by their politeness limits (delay, "
+        "concurrency, block), summed over grants (docs/politeness.md).",
+        labels=["crawl"],
+    )
     wrate = _g(
         "worker_pages_per_second",
         "Pages per second over the worker's last heartbeat interval; live workers.",
@@ -201,6 +227,8 @@ def families(snap: Snapshot) -> list[Metric]:
         leasable.add_metric([c.crawl], c.leasable)
         if c.open_keys is not None:
             opened.add_metric([c.crawl], c.open_keys)
+        if c.keys_ready is not None:
+            _politeness(c, pol_ready, pol_blocked, deferrals, waited)
         for worker, wc in c.worker_counters.items():
             if "pages_per_s" in wc:
                 wrate.add_metric([c.crawl, worker], wc["pages_per_s"])
@@ -268,6 +296,10 @@ def families(snap: Snapshot) -> list[Metric]:
         stored,
         leasable,
         opened,
+        pol_ready,
+        pol_blocked,
+        deferrals,
+        waited,
         wrate,
         wsuccess,
         wpages,
@@ -283,6 +315,28 @@ def families(snap: Snapshot) -> list[Metric]:
             snap.crawls_unreadable,
         ),
     ]
+
+
+def _politeness(
+    c: CrawlSnapshot,
+    ready: GaugeMetricFamily,
+    blocked: GaugeMetricFamily,
+    deferrals: CounterMetricFamily,
+    waited: CounterMetricFamily,
+) -> None:
+    """The politeness series of a crawl with politeness (the counters from its stats
+    hash: ``deferred_<reason>``, ``politeness_wait_ms``; 429 and 503 always, so their
+    series exist before the first deferral)."""
+    ready.add_metric([c.crawl], c.keys_ready or 0)
+    if c.keys_blocked is not None:
+        blocked.add_metric([c.crawl], c.keys_blocked)
+    reasons = {"429": 0, "503": 0}
+    for name, value in c.stats.items():
+        if name.startswith(DEFERRED):
+            reasons[name[len(DEFERRED) :]] = value
+    for reason, value in sorted(reasons.items()):
+        deferrals.add_metric([c.crawl, reason], value)
+    waited.add_metric([c.crawl], c.stats.get("politeness_wait_ms", 0) / 1000)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -40,6 +40,11 @@ class Thresholds:
     """Share of the items stored (UpsertPipeline) that updated a stored one."""
     duplicate_window: float = 900.0
     duplicate_for: float = 300.0
+    blocked_keys: int = 10
+    """Politeness keys blocked after 429/503 at or over which (and at or over
+    ``blocked_ratio`` of the keys with ready work) the crawl is being pushed back."""
+    blocked_ratio: float = 0.5
+    blocked_for: float = 900.0
 
 
 Labels = tuple[tuple[str, str], ...]
@@ -175,6 +180,19 @@ def duplicates(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
             )
 
 
+def politeness_blocked(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
+    for c in snap.crawls:
+        blocked, ready = c.keys_blocked, c.keys_ready
+        if blocked is None or ready is None:
+            continue
+        if blocked >= t.blocked_keys and blocked >= t.blocked_ratio * ready:
+            yield Finding(
+                _crawl(c),
+                f"{blocked:,} sites blocked after 429/503 responses "
+                f"({ready:,} sites with ready work)",
+            )
+
+
 RULES: tuple[tuple[str, Callable[[Thresholds], float], Callable[..., Iterator[Finding]]], ...] = (
     ("RedcrawlBacklogHigh", lambda t: t.backlog_for, backlog),
     ("RedcrawlWorkerHeartbeatLost", lambda t: 0.0, heartbeat),
@@ -183,6 +201,7 @@ RULES: tuple[tuple[str, Callable[[Thresholds], float], Callable[..., Iterator[Fi
     ("RedcrawlRedisMemoryHigh", lambda t: t.memory_for, memory),
     ("RedcrawlStreamPendingOld", lambda t: 0.0, pending_old),
     ("RedcrawlDuplicateItemsHigh", lambda t: t.duplicate_for, duplicates),
+    ("RedcrawlPolitenessBlocked", lambda t: t.blocked_for, politeness_blocked),
 )
 """(alert name, its ``for`` seconds, its condition): the rules of alerts.yml."""
 

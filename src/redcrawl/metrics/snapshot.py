@@ -16,8 +16,10 @@ per crawl                ``FrontierCore.counts()`` (one MULTI of O(1) commands, 
 the Redis server         one INFO, one TIME
 then, per crawl          the counter hash of each live listed worker (at most
                          ``top_workers``); with politeness: ZCOUNT of each tier's open
-                         zset up to now and the first ``OPEN_SAMPLE`` open keys of each
-                         tier, then the length of each sampled key's ready queue;
+                         zset up to now, its ZCARD (keys with ready work) and the first
+                         ``OPEN_SAMPLE`` open keys of each tier, a ZCOUNT of the keys
+                         blocked by 429/503, then the length of each sampled key's ready
+                         queue;
                          lists with requests in flight: the ``LEASE_SAMPLE`` leases with
                          the oldest deadlines, then their records (who holds them)
 =======================  ===============================================================
@@ -133,6 +135,13 @@ class CrawlSnapshot:
     """Ready requests that can be leased now (estimate with politeness: module docstring)."""
     open_keys: int | None = None
     """Politeness keys with ready work that may be served now (None: no politeness)."""
+    keys_ready: int | None = None
+    """Politeness keys with ready work (ZCARD of each tier's ``open`` zset, summed: a key
+    with ready work in two tiers counts twice; None: no politeness)."""
+    keys_blocked: int | None = None
+    """Politeness keys blocked now by a 429/503 (``ZCOUNT`` of the crawl's
+    ``pol_blocked`` zset after now; operators' blocks are not counted; None: no
+    politeness)."""
     holding: dict[str, int] = field(default_factory=dict)
     """Listed workers that hold leases: lists, how many of the :data:`LEASE_SAMPLE`
     leases with the oldest deadlines are theirs (a lease is one ``lease()`` call);
@@ -320,9 +329,8 @@ class SnapshotReader:
             for w in c.workers:
                 if w.alive:
                     pipe.hgetall(f.keys.worker_counters(w.worker))
-            for t in range(f.keys.tiers if f.politeness is not None else 0):
-                pipe.zcount(f.keys.open(t), "-inf", now_ms)
-                pipe.zrangebyscore(f.keys.open(t), "-inf", now_ms, start=0, num=OPEN_SAMPLE)
+            if f.politeness is not None:
+                _ask_politeness(pipe, f, now_ms)
             if _expired_wanted(f, c):
                 pipe.zrange(f.keys.inflight, 0, LEASE_SAMPLE - 1)
         res = iter(pipe.execute(raise_on_error=False))
@@ -333,7 +341,7 @@ class SnapshotReader:
                 raw = next(res) if w.alive else None
                 if isinstance(raw, dict) and raw:
                     c.worker_counters[w.worker] = _floats(raw)
-            open_replies = [next(res) for _ in range(2 * f.keys.tiers)] if f.politeness else []
+            open_replies = [next(res) for _ in range(3 * f.keys.tiers + 1)] if f.politeness else []
             if _expired_wanted(f, c):
                 tokens = next(res)
                 if isinstance(tokens, list) and tokens:
@@ -352,14 +360,18 @@ class SnapshotReader:
     def _open_queues(f: FrontierCore, c: CrawlSnapshot, res: Iterator[Any]) -> list[str]:
         """Count the crawl's open keys (into ``c.open_keys``) from its replies in ``res``;
         returns the ready queues of the sampled ones."""
-        c.open_keys, queues = 0, []
+        c.open_keys, c.keys_ready, queues = 0, 0, []
         for t in range(f.keys.tiers):
-            n, members = next(res), next(res)
+            n, members, ready = next(res), next(res), next(res)
+            if isinstance(ready, int):
+                c.keys_ready += ready
             if isinstance(n, int) and isinstance(members, list):
                 c.open_keys += n
                 queues += [
                     f"{f.keys.pol_queue_base}{t}:{m.decode(errors='replace')}" for m in members
                 ]
+        blocked = next(res)
+        c.keys_blocked = blocked if isinstance(blocked, int) else None
         return queues
 
     def _third_round(
@@ -470,6 +482,17 @@ class SnapshotReader:
             paused=paused == b"1",
             streams=pending,
         )
+
+
+def _ask_politeness(pipe: Any, f: FrontierCore, now_ms: int) -> None:
+    """Queue the politeness reads of one crawl (``3 * tiers + 1`` replies, read by
+    :meth:`SnapshotReader._open_queues`): per tier its open keys (ZCOUNT up to now), a
+    sample of them and its keys with ready work (ZCARD); then the keys blocked now."""
+    for t in range(f.keys.tiers):
+        pipe.zcount(f.keys.open(t), "-inf", now_ms)
+        pipe.zrangebyscore(f.keys.open(t), "-inf", now_ms, start=0, num=OPEN_SAMPLE)
+        pipe.zcard(f.keys.open(t))
+    pipe.zcount(f.keys.pol_blocked, f"({now_ms}", "+inf")
 
 
 def _expired_wanted(f: FrontierCore, c: CrawlSnapshot) -> bool:

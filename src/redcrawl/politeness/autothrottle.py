@@ -2,18 +2,20 @@
 
 Scrapy's AutoThrottle (``scrapy.extensions.throttle``) adjusts the delay of each download
 slot of one process from the latencies that process sees. Here the delay is one number per
-politeness key for the whole fleet: the field ``auto_delay`` (seconds) of the key's
-override (:attr:`redcrawl.keys.CrawlKeys.pol_override`), updated by
+politeness key for the whole fleet: the field ``ad`` (milliseconds) of the key's state hash
+(:attr:`redcrawl.keys.CrawlKeys.pol_state_base` + key, which the lease step reads anyway,
+and which expires an hour after the key goes idle, so an idle site's delay costs nothing),
+updated by
 ``lua/autothrottle.lua`` with the same rule (:func:`adjust_delay`, its Python reference),
 one response after the other, atomically; the frontier's lease step spaces the key's grants
 by it (``limits()`` in ``frontier/lua/queue_lists.lua``).
 
 While a worker has AutoThrottle on, the crawl's control hash holds
 ``autothrottle`` = ``{"start_delay": s}`` (:meth:`FleetThrottle.enable`): the lease step
-honours ``auto_delay`` only then, and a key without it is spaced by the start delay, as
+honours ``ad`` only then, and a key without it is spaced by the start delay, as
 Scrapy's new slot is. A worker without AutoThrottle removes the field
 (:meth:`FleetThrottle.disable`): the latest worker wins, as for the crawl's other
-politeness defaults, and stale ``auto_delay`` values are then ignored.
+politeness defaults, and stale ``ad`` values are then ignored.
 """
 
 from __future__ import annotations
@@ -31,12 +33,17 @@ from redcrawl.transport import redis_errors
 __all__ = [
     "BATCH",
     "CONTROL_FIELD",
+    "STATE_FIELD",
     "Applied",
     "FleetThrottle",
     "ThrottleRule",
     "Update",
     "adjust_delay",
+    "state_delay",
 ]
+
+STATE_FIELD = "ad"
+"""Field of a key's state hash holding its fleet-wide AutoThrottle delay (ms)."""
 
 CONTROL_FIELD = "autothrottle"
 """Field of the crawl's control hash holding the fleet's AutoThrottle switch (JSON)."""
@@ -115,7 +122,8 @@ class Applied:
 
     key: str
     outcome: int
-    """1 written, 0 unchanged, -1 the key's override is not a JSON object (left alone)."""
+    """1 written, 0 unchanged (-1 was: the key's override not a JSON object; the delay
+    is no longer kept in the override)."""
     old: float | None
     new: float | None
 
@@ -147,7 +155,7 @@ class FleetThrottle:
             self.client.hset(self.keys.control, CONTROL_FIELD, value)
 
     def disable(self) -> bool:
-        """Tell the lease step to ignore ``auto_delay``; whether it was on."""
+        """Tell the lease step to ignore the keys' ``ad``; whether it was on."""
         with redis_errors("switching fleet-wide AutoThrottle off"):
             return bool(self.client.hdel(self.keys.control, CONTROL_FIELD))
 
@@ -169,7 +177,7 @@ class FleetThrottle:
                 args = list(head)
                 for u in updates[i : i + BATCH]:
                     args += [u.key, repr(float(u.latency)), str(int(u.status))]
-                self._scripts["update"](keys=[self.keys.pol_override], args=args, client=pipe)
+                self._scripts["update"](keys=[self.keys.pol_state_base], args=args, client=pipe)
             replies = pipe.execute()
         flat = [x for reply in replies for x in reply]
         return [
@@ -178,12 +186,20 @@ class FleetThrottle:
         ]
 
     def delay(self, key: str) -> float | None:
-        """The stored fleet-wide ``auto_delay`` of ``key`` (None: none, or unreadable)."""
-        with redis_errors("reading a politeness override"):
-            raw = self.client.hget(self.keys.pol_override, key)
-        try:
-            value = json.loads(raw) if raw else None
-        except ValueError:
-            return None
-        delay = value.get("auto_delay") if isinstance(value, dict) else None
-        return float(delay) if isinstance(delay, int | float) else None
+        """The stored fleet-wide delay of ``key``, seconds (None: none, or unreadable)."""
+        with redis_errors("reading a politeness key's state"):
+            raw = self.client.hget(self.keys.pol_state_base + key, STATE_FIELD)
+        return state_delay(raw)
+
+
+def state_delay(raw: Any) -> float | None:
+    """Seconds from a state hash's ``ad`` field (ms), None if absent or unreadable."""
+    if raw is None:
+        return None
+    try:
+        ms = float(raw)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(ms) or ms < 0:
+        return None
+    return ms / 1000

@@ -13,10 +13,10 @@ reads at most :data:`LIST_KEYS_PER_TIER` keys from the head of each tier's ``ope
 (the keys that open first) and the keys of at most :data:`LIST_LEASED_IDS` leased
 requests (one Lua step, ``lua/hosts_list.lua``); it says whether that was every key
 (``complete``). A change is one Lua step (``lua/hosts_override.lua``) that merges the
-operator's fields into the key's JSON override (robots.txt's ``crawl_delay`` and
-AutoThrottle's ``auto_delay`` are kept) and lowers the key's score in the ``open`` zsets
-to now, so the next lease looks at it against its new limits (docs/politeness.md,
-"Seeing and steering politeness").
+operator's fields into the key's JSON override (robots.txt's ``crawl_delay`` is kept;
+AutoThrottle's ``auto_delay`` is in the key's state hash, field ``ad``) and lowers the
+key's score in the ``open`` zsets to now, so the next lease looks at it against its new
+limits (docs/politeness.md, "Seeing and steering politeness").
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import Any, Final, Literal
 
 from redcrawl.errors import FrontierError, RedcrawlError
 from redcrawl.frontier import FrontierCore
+from redcrawl.politeness.autothrottle import STATE_FIELD, state_delay
 from redcrawl.politeness.key import MAX_KEY_BYTES
 from redcrawl.politeness.robots import RobotsEntry
 from redcrawl.scripts import BASE, Scripts
@@ -72,8 +73,8 @@ LIST_LEASES = 1000
 LIST_LEASED_IDS = 10_000
 """Most leased requests :meth:`Hosts.top` reads the keys of."""
 OPERATOR_FIELDS: Final = ("delay", "concurrency", "block_until", "paused")
-"""The override's fields operators own; ``crawl_delay`` (robots.txt) and ``auto_delay``
-(AutoThrottle) are their producers', and a reset keeps them."""
+"""The override's fields operators own; ``crawl_delay`` (robots.txt) is its producer's,
+and a reset keeps it (as anything else a producer wrote there)."""
 FULL = 2**52
 """The ``open`` score of a key whose slots are all taken (``OPEN_FULL`` in Lua)."""
 
@@ -378,7 +379,7 @@ class Hosts:
             pipe.hmget(k.control, "politeness", "paused", "autothrottle")
             pipe.hget(k.pol_slots, key)
             pipe.hget(k.pol_override, key)
-            pipe.hmget(k.pol_state_base + key, "in", "next", "block", "fail")
+            pipe.hmget(k.pol_state_base + key, "in", "next", "block", "fail", STATE_FIELD)
             for t in range(k.tiers):
                 q = f"{k.pol_queue_base}{t}:{key}"
                 if self.f.settings.ordering == "priority":
@@ -399,8 +400,9 @@ class Hosts:
         notes = []
         if ov_raw and not _obj(ov_raw):
             notes.append("the stored override is not a JSON object: the lease step ignores it")
+        auto_delay = state_delay(state[4])
         conc, delay, randomize = _limits(
-            _obj(defaults_raw), defaults_raw, _obj(slot_raw), override, _obj(at_raw)
+            _obj(defaults_raw), defaults_raw, _obj(slot_raw), override, _obj(at_raw), auto_delay
         )
         inn = max(int(_ms(state[0]) or 0), 0)
         nxt = _ms(state[1])
@@ -439,7 +441,7 @@ class Hosts:
             crawl_paused=crawl_paused == b"1",
             override=_operator_fields(override),
             crawl_delay=_pos(override.get("crawl_delay"), 0, 1e9),
-            auto_delay=_pos(override.get("auto_delay"), 0, 1e9) if _obj(at_raw) else None,
+            auto_delay=auto_delay if _obj(at_raw) else None,
             robots=robots,
             why=None,
             server_time=now / 1000,
@@ -518,7 +520,8 @@ class Hosts:
 
     def reset(self, key: str) -> HostDetail:
         """Drop the operator's override of ``key`` (delay, concurrency, block_until,
-        paused); robots.txt's ``crawl_delay`` and AutoThrottle's ``auto_delay`` stay."""
+        paused); robots.txt's ``crawl_delay`` stays (AutoThrottle's delay is elsewhere,
+        in the key's state)."""
         key = check_key(key)
         self._change(key, "reset", {}, [], "", self._delay_without_operator(key), self._now_ms())
         return self.show(key)
@@ -531,9 +534,10 @@ class Hosts:
             pipe.hmget(k.control, "politeness", "autothrottle")
             pipe.hget(k.pol_slots, key)
             pipe.hget(k.pol_override, key)
-            (d, at), slot, ov = pipe.execute()
+            pipe.hget(k.pol_state_base + key, STATE_FIELD)
+            (d, at), slot, ov, ad = pipe.execute()
         override = {f: v for f, v in (_obj(ov) or {}).items() if f != "delay"}
-        return _limits(_obj(d), d, _obj(slot), override, _obj(at))[1].value
+        return _limits(_obj(d), d, _obj(slot), override, _obj(at), state_delay(ad))[1].value
 
     def _change(
         self,
@@ -568,11 +572,12 @@ def _limits(
     slot: dict[str, Any] | None,
     override: Mapping[str, Any],
     autothrottle: dict[str, Any] | None = None,
+    auto_delay: float | None = None,
 ) -> tuple[Limit, Limit, bool]:
     """(concurrency, delay, jitter) of a key as the lease step computes them
     (``limits`` in frontier/lua/queue_lists.lua), with the source of each. While
     AutoThrottle is on (``autothrottle``: the control hash's JSON), the key's delay is at
-    least its ``auto_delay``, else AutoThrottle's start delay."""
+    least its ``auto_delay`` (its state's ``ad``), else AutoThrottle's start delay."""
     d = defaults or {}
     conc = Limit(_pos(d.get("concurrency"), 1, 1e9) or (1 if defaults_raw else 8), "default")
     delay = Limit(_pos(d.get("delay"), 0, 1e9) or 0.0, "default")
@@ -587,7 +592,7 @@ def _limits(
         if isinstance(slot.get("randomize_delay"), bool):
             jitter = slot["randomize_delay"]
     if autothrottle is not None:
-        auto = _pos(override.get("auto_delay"), 0, 1e9)
+        auto = _pos(auto_delay, 0, 1e9)
         if auto is None:
             auto = _pos(autothrottle.get("start_delay"), 0, 1e9) or 0.0
         if auto > delay.value:

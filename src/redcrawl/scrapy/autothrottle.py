@@ -8,7 +8,8 @@ politeness (the scheduler installs it by itself at open, :func:`install`;
 * **One delay per site for the fleet.** Each response's ``download_latency`` goes, with the
   request's politeness key and status, to Redis, where Scrapy's update rule is applied to
   the key's fleet-wide delay (:class:`redcrawl.politeness.autothrottle.FleetThrottle`:
-  the override field ``auto_delay``); the frontier spaces the key's grants by it, for all
+  the field ``ad`` of the key's state hash, which expires with the key's other state
+  an hour after the site goes idle); the frontier spaces the key's grants by it, for all
   workers. The worker's own downloader adds no delay (the scheduler zeroes it).
 * **Same rule, same settings:** ``AUTOTHROTTLE_TARGET_CONCURRENCY``, ``_START_DELAY``,
   ``_MAX_DELAY``, ``_DEBUG``, ``DOWNLOAD_DELAY`` as the smallest delay; a response other
@@ -188,11 +189,7 @@ class AutoThrottle:
                     self._log_debug(update, size, result)
 
     def _log_debug(self, update: Update, size: int, result: Applied) -> None:
-        if result.outcome < 0 or result.old is None or result.new is None:
-            log.info(
-                "slot: %s | override is not a JSON object: not adjusted (fleet-wide)",
-                update.key,
-            )
+        if result.old is None or result.new is None:
             return
         log.info(
             "slot: %(slot)s | delay:%(delay)5d ms (%(delaydiff)+d) | "

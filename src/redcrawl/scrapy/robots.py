@@ -59,7 +59,7 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-__all__ = ["RobotsTxtMiddleware", "install", "take_over_from_scrapy"]
+__all__ = ["RequestReleased", "RobotsTxtMiddleware", "install", "take_over_from_scrapy"]
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,12 @@ LOOKUP_BATCH = 200
 """Origins looked up in one round trip."""
 
 _MISSING = object()
+
+
+class RequestReleased(IgnoreRequest):
+    """A request that waited for robots.txt past its start window and was given back to
+    the frontier (served again later, no attempt spent): dropped here, not
+    acknowledged."""
 
 
 class RobotsTxtMiddleware:
@@ -100,6 +106,7 @@ class RobotsTxtMiddleware:
         self._fetching: set[str] = set()  # we hold their lock and download them
         self._capped: set[str] = set()
         self._first: dict[str, Request] = {}  # the request that first waited, per origin
+        self._delays: dict[str, float] = {}  # Crawl-delay of origins in _local, when > 0
         self._executor: ThreadPoolExecutor | None = None
         self._poll_call: Any = None
         self._last_renew = 0.0
@@ -182,8 +189,60 @@ class RobotsTxtMiddleware:
             if len(self._waiters[origin]) == 1:
                 self._first[origin] = request
                 self._resolve([origin])
+            waited_from = time.monotonic()
             parser = await maybe_deferred_to_future(waiter)
+            self._check(parser, request)
+            if time.monotonic() - waited_from > self.settings.politeness_start_window:
+                await maybe_deferred_to_future(self._start_after_wait(request))
+            return
         self._check(parser, request)
+
+    def _start_after_wait(self, request: Request) -> Deferred[None]:
+        """``request`` waited here for robots.txt past its start window, but its site's
+        delay was charged when it was granted: ask the frontier whether it may start now
+        (its start charged) or must be given back (another start at its site came within
+        the delay: the robots.txt download, or a later grant). Fires None to go on, or
+        fails with :class:`RequestReleased`."""
+        scheduler = lifecycle.scheduler_of(self.crawler)
+        lease_of = getattr(scheduler, "lease_of", None)
+        lease = lease_of(request) if lease_of is not None else None
+        frontier = getattr(scheduler, "frontier", None)
+        d: Deferred[None] = Deferred()
+        if lease is None or frontier is None or getattr(frontier, "politeness", None) is None:
+            d.callback(None)
+            return d
+
+        def decided(flags: list[bool]) -> None:
+            if flags and not flags[0] and scheduler.give_back(request):
+                raise RequestReleased("missed its start while waiting for robots.txt")
+
+        def failed(failure: Any) -> Any:
+            if failure.check(RequestReleased):
+                return failure
+            log.warning(
+                "redcrawl: could not check the start of %s after its robots.txt wait "
+                "(%s); starting it",
+                request.url,
+                failure.getErrorMessage(),
+            )
+            return None
+
+        started = self._in_thread(frontier.start_late, [lease])
+        started.addCallback(decided)
+        started.addErrback(failed)
+        return started
+
+    def _charge_fetch(self, origin: str) -> None:
+        """The robots.txt download of ``origin`` is a fetch at its site: its politeness
+        key's next grant waits its delay from now (fire and forget)."""
+        frontier = getattr(lifecycle.scheduler_of(self.crawler), "frontier", None)
+        mode = getattr(frontier, "politeness", None)
+        if frontier is None or mode is None:
+            return
+        key = politeness_key(f"{origin}/robots.txt", mode=mode)
+        self._in_thread(frontier.charge_fetch, [key]).addErrback(
+            lambda f: log.debug("redcrawl: robots.txt fetch of %s not charged: %s", origin, f)
+        )
 
     def _check(self, parser: Any, request: Request) -> None:
         if parser is None:
@@ -278,6 +337,7 @@ class RobotsTxtMiddleware:
         if origin in self._fetching:
             return
         self._fetching.add(origin)
+        self._charge_fetch(origin)
         request = Request(
             f"{origin}/robots.txt",
             priority=self.DOWNLOAD_PRIORITY,
@@ -319,8 +379,8 @@ class RobotsTxtMiddleware:
             )
         ttl = self.settings.robots_error_ttl if entry.kind == "error" else self.settings.robots_ttl
         delay = self._crawl_delay(origin, parser)
-        self._settle(origin, parser, ttl)
         if not shared:
+            self._settle(origin, parser, ttl)
             self._fetching.discard(origin)
             return
         key = politeness_key(f"{origin}/robots.txt")
@@ -330,10 +390,13 @@ class RobotsTxtMiddleware:
                 origin, entry, ttl=ttl, politeness_key=key, crawl_delay=delay
             )
 
+        # stored (Crawl-delay in the override) before the waiters ask to start: the
+        # thread runs one call at a time, in order
         d = self._in_thread(store)
         d.addCallbacks(
             self._stored, self._store_failed, callbackArgs=(origin, key), errbackArgs=(origin,)
         )
+        self._settle(origin, parser, ttl)
 
     def _stored(self, result: Any, origin: str, key: str) -> None:
         self._fetching.discard(origin)
@@ -365,9 +428,18 @@ class RobotsTxtMiddleware:
             return None
         return _build(self._parserimpl, self.crawler, entry.body)
 
-    def _crawl_delay(self, origin: str, parser: Any) -> float | None:
+    def crawl_delay_of(self, url: str) -> float:
+        """The Crawl-delay (capped) this worker read in the robots.txt of ``url``'s site,
+        0 when none or when its robots.txt is not known here."""
+        try:
+            origin = _origin(Request(url))
+        except ValueError:
+            return 0.0
+        return self._delays.get(origin, 0.0)
+
+    def _crawl_delay(self, origin: str, parser: Any, *, quiet: bool = False) -> float | None:
         """Crawl-delay for our user agent, capped; None when there is none (or it is
-        ignored: ``REDCRAWL_ROBOTS_MAX_CRAWL_DELAY = 0``)."""
+        ignored: ``REDCRAWL_ROBOTS_MAX_CRAWL_DELAY = 0``). ``quiet``: no stat, no log."""
         cap = self.settings.robots_max_crawl_delay
         if parser is None or cap <= 0:
             return None
@@ -390,7 +462,9 @@ class RobotsTxtMiddleware:
             return None
         if not math.isfinite(delay) or delay <= 0:
             return None
-        if delay > cap:
+        if delay > cap and quiet:
+            delay = cap
+        elif delay > cap:
             self.stats.inc_value("redcrawl/robots/crawl_delay_capped")
             if origin not in self._capped:
                 self._capped.add(origin)
@@ -409,8 +483,14 @@ class RobotsTxtMiddleware:
         waiting for it (each has its own Deferred)."""
         self._local[origin] = (parser, time.monotonic() + ttl)
         self._local.move_to_end(origin)
+        delay = self._crawl_delay(origin, parser, quiet=True)
+        if delay:
+            self._delays[origin] = delay
+        else:
+            self._delays.pop(origin, None)
         while len(self._local) > LOCAL_MAX:
-            self._local.popitem(last=False)
+            dropped, _ = self._local.popitem(last=False)
+            self._delays.pop(dropped, None)
         first = self._first.pop(origin, None)
         if parser is not None and first is not None:  # as Scrapy's middleware
             self.crawler.signals.send_catch_log(

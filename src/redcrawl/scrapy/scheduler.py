@@ -34,10 +34,12 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import re
 import secrets
 import socket
 import time
 from collections import deque
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from redis.backoff import ExponentialBackoff
@@ -49,17 +51,25 @@ from twisted.internet import task
 
 from redcrawl import codec
 from redcrawl.connection import connect
-from redcrawl.errors import DecodeError, EncodeError, RedcrawlError
+from redcrawl.errors import (
+    DecodeError,
+    EncodeError,
+    LayoutMismatch,
+    RedcrawlError,
+)
 from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter_for
 from redcrawl.frontier import FrontierCore, Lease, open_frontier
 from redcrawl.frontier.core import slot_outcome
+from redcrawl.frontier.records import stored_layout
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
-from redcrawl.politeness import parse_retry_after
+from redcrawl.politeness import KeyMode, parse_retry_after, politeness_key
+from redcrawl.politeness.describe import fleet_limits
 from redcrawl.scrapy import counters, defer, lifecycle, robots
 from redcrawl.seed import seed as seed
 from redcrawl.settings import Settings, startup_notes, startup_warnings
+from redcrawl.transport import redis_errors
 
 if TYPE_CHECKING:
     import scrapy
@@ -98,6 +108,37 @@ Scrapy, whose meta is a copy, is recognised); removed from children that copy it
 
 STAT_NAMES = {"nack_retried": "retried", "nack_dead": "dead", "nack_stale": "stale"}
 """I/O thread counters with another name in Scrapy's stats (``redcrawl/<name>``)."""
+
+
+_LAYOUTS = re.compile(r'created with [^"]*"([^"]*)" and this worker uses "([^"]*)"')
+
+
+def layout_hint(message: str, settings: Settings) -> str:
+    """The setting to change, in words, when a layout mismatch ``message`` comes from
+    fleet-wide politeness (the lists layout's ``<ordering>/<key mode>``), else ""."""
+    found = _LAYOUTS.search(message)
+    if found is None:
+        return ""
+    created, mine = (_key_mode(s.split(" ", 1)[0]) for s in found.groups())
+    if created and not mine and not settings.politeness:
+        return (
+            ": the crawl has fleet-wide politeness and this worker has REDCRAWL_POLITENESS "
+            "off; start it without that (or purge the crawl, or use another REDCRAWL_CRAWL, "
+            "to crawl without fleet-wide politeness)"
+        )
+    if created and mine and created != mine:
+        return (
+            f": the crawl groups politeness keys by {created} and this worker by {mine}; "
+            "give every worker the same REDCRAWL_POLITENESS_KEY"
+        )
+    return ""
+
+
+def _key_mode(head: str) -> str | None:
+    """The politeness key mode of a lists layout's head (``fifo/host``), else None (no
+    politeness, or a streams layout: ``streams/<shards>``)."""
+    order, _, mode = head.partition("/")
+    return mode if order in ("fifo", "lifo", "priority") and mode in ("host", "domain") else None
 
 
 def default_worker_id() -> str:
@@ -144,6 +185,8 @@ class Scheduler(BaseScheduler):
         self._failure: str | None = None
         self._closing = False
         self._polite = False  # the frontier enforces fleet-wide politeness (set at open)
+        self._robots: robots.RobotsTxtMiddleware | None = None  # (set at open)
+        self._auto_throttled = False  # fleet-wide AutoThrottle on (set at open)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
@@ -164,7 +207,15 @@ class Scheduler(BaseScheduler):
 
     # --- lifecycle -------------------------------------------------------------------
     def open(self, spider: scrapy.Spider) -> None:
-        """Start-up checks (on this thread, once), then the I/O thread takes over."""
+        """Start-up checks (on this thread, once), then the I/O thread takes over. A
+        worker whose settings change the crawl's layout is refused with one CRITICAL line
+        (no traceback) and the process exits 1 (:meth:`_refuse_layout`)."""
+        try:
+            self._open(spider)
+        except LayoutMismatch as exc:
+            self._refuse_layout(exc)
+
+    def _open(self, spider: scrapy.Spider) -> None:
         self.spider = spider
         crawl = self.settings.crawl_name(spider.name)
         # what a scrapy-redis user would not expect, said once at start
@@ -179,6 +230,8 @@ class Scheduler(BaseScheduler):
             self.settings, retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries)
         )
         self.frontier = open_frontier(client, self.settings, crawl)
+        if not self.settings.flush_on_start:  # (a flush may recreate the crawl)
+            self._check_layout()  # before this worker writes anything to the crawl
         counters.install(self.crawler, self.frontier)  # heartbeat counters (docs/metrics.md)
         if self.frontier.politeness is not None:
             self.frontier.store_politeness(worker=True)
@@ -194,10 +247,10 @@ class Scheduler(BaseScheduler):
         self._unhook = lifecycle.on_request_finished(self.crawler, self._on_finished)
         lifecycle.mark_start_requests(self.crawler)
         lifecycle.install_outcome_middleware(self.crawler, self)
-        robots.install(self.crawler, client, self.frontier.keys)
+        self._robots = robots.install(self.crawler, client, self.frontier.keys)
         from redcrawl.scrapy.autothrottle import install as install_autothrottle
 
-        install_autothrottle(self.crawler, self.frontier)
+        self._auto_throttled = install_autothrottle(self.crawler, self.frontier) is not None
         self._polite = self.frontier.politeness is not None
         if self._polite:
             defer.install(self.crawler, self)
@@ -232,6 +285,31 @@ class Scheduler(BaseScheduler):
             self.settings.redis_url or f"embedded Redis in {self.settings.embedded_dir}",
         )
 
+    def _check_layout(self) -> None:
+        """Raise the frontier's layout mismatch error now if this worker's settings
+        (backend, ordering, dedupe, politeness, ...) differ from the ones the existing
+        crawl was created with (a new crawl is left for the first push to create)."""
+        assert self.frontier is not None
+        with redis_errors("reading the crawl layout"):
+            control = self.frontier.client.hgetall(self.frontier.keys.control)
+        if stored_layout(cast(dict[bytes, bytes], control)) is not None:
+            self.frontier.maintain()  # its script checks the layout first
+
+    def _refuse_layout(self, exc: LayoutMismatch) -> None:
+        """This worker's settings change the crawl's layout: say what to do in one
+        CRITICAL line, make the process exit 1, and leave the crawl as it is."""
+        crawl = self.frontier.crawl if self.frontier is not None else "?"
+        if self.frontier is not None:
+            self.frontier.client.close()
+        self.frontier = None  # nothing more goes to Redis: close() has nothing to do
+        detail = str(exc).split(LayoutMismatch.PREFIX + ": ", 1)[-1]
+        self._fail(
+            "layout_mismatch",
+            f"crawl {crawl!r} was created with other settings than this worker's"
+            f"{layout_hint(str(exc), self.settings)}. In full: {detail}",
+            before_start=True,
+        )
+
     def _frontier_paces_downloads(self) -> None:
         """The frontier enforces DOWNLOAD_DELAY (and DOWNLOAD_SLOTS delays) for the whole
         fleet at lease time: this worker's downloader must not wait a second time. Its
@@ -250,11 +328,14 @@ class Scheduler(BaseScheduler):
             }
         for slot in getattr(downloader, "slots", {}).values():
             slot.delay = 0.0
+        assert self.frontier is not None
         log.info(
-            "redcrawl: fleet-wide politeness is on: the frontier spaces the requests of "
-            "each site by DOWNLOAD_DELAY and caps them at CONCURRENT_REQUESTS_PER_DOMAIN "
-            "for all workers together; this worker's downloader adds no delay of its own "
-            "(REDCRAWL_POLITENESS=off for Scrapy's per-process behaviour)"
+            "redcrawl: fleet-wide politeness is on (one key per %s): the frontier enforces, "
+            "for all workers of the crawl together: %s. This worker's downloader adds no "
+            "delay of its own (REDCRAWL_POLITENESS=off for Scrapy's per-process behaviour; "
+            "`redcrawl hosts` shows and overrides a site's limits)",
+            self.frontier.politeness,
+            fleet_limits(self.settings, robots=self.crawler.settings.getbool("ROBOTSTXT_OBEY")),
         )
 
     def _warn_if_finished(self) -> None:
@@ -356,8 +437,10 @@ class Scheduler(BaseScheduler):
             log.info("redcrawl: crawl finished and SCHEDULER_PERSIST is off: purged it")
 
     # --- failing loudly ----------------------------------------------------------------
-    def _fail(self, reason: str, message: str) -> None:
-        """Close the spider with ``reason`` and make the process exit non-zero."""
+    def _fail(self, reason: str, message: str, *, before_start: bool = False) -> None:
+        """Close the spider with ``reason`` and make the process exit non-zero. From
+        :meth:`open` (``before_start``) the spider is closed once the engine runs: closed
+        earlier, Scrapy (2.19) never sends ``engine_stopped`` and exits 0."""
         if self._failure is not None:
             return
         self._failure = reason
@@ -366,7 +449,17 @@ class Scheduler(BaseScheduler):
         lifecycle.fail_process(self.crawler)
         from twisted.internet import reactor
 
-        cast(Any, reactor).callLater(0, lifecycle.stop_crawler, self.crawler, reason)
+        def stop(wait: int = 0) -> None:
+            engine = self.crawler.engine
+            if before_start and not getattr(engine, "running", True) and wait < 200:
+                cast(Any, reactor).callLater(0.05, stop, wait + 1)  # up to 10 s
+            else:
+                cast(Any, reactor).callLater(0, lifecycle.stop_crawler, self.crawler, reason)
+
+        if before_start:
+            self.crawler.signals.connect(stop, signals.engine_started, weak=False)
+        else:
+            stop()
 
     def _watch(self) -> None:
         """Every WATCH seconds, on the reactor: merge the I/O thread's counters, and give
@@ -400,6 +493,8 @@ class Scheduler(BaseScheduler):
 
     # --- Scrapy's scheduler interface -------------------------------------------------
     def enqueue_request(self, request: scrapy.Request) -> bool:
+        if self.feeder is None:
+            return False  # refused at open (_refuse_layout): the spider is closing
         meta = request.meta
         if MARK in meta:
             if self._take_over(request):
@@ -482,7 +577,8 @@ class Scheduler(BaseScheduler):
             self.df.log(request, self.spider)
 
     def next_request(self) -> scrapy.Request | None:
-        assert self.feeder is not None and self.spider is not None
+        if self.feeder is None or self.spider is None:
+            return None  # refused at open
         if self._successors:
             return self._successors.popleft()  # already handed out (_take_over)
         if self._failure is not None:
@@ -503,20 +599,69 @@ class Scheduler(BaseScheduler):
 
     def _late(self, lease: Lease) -> bool:
         """A granted request that waited in this worker past its start window
-        (REDCRAWL_POLITENESS_START_WINDOW, crawls with fleet-wide politeness and a
-        DOWNLOAD_DELAY): its delay was charged when it was granted, so starting it now
-        could come closer than the delay to the next start at its site (granted to
-        another worker on time). Give it back (served next, no attempt spent; its slot
-        stays charged: a wasted slot costs throughput, never politeness)."""
+        (REDCRAWL_POLITENESS_START_WINDOW, crawls with fleet-wide politeness, keys with a
+        delay as far as :meth:`_delay_bound` tells): its delay was charged when it was
+        granted, so starting it now could come closer than the delay to the next start
+        at its site (granted to another worker on time). Give it back (served next, no
+        attempt spent; its slot stays charged: a wasted slot costs throughput, never
+        politeness)."""
         window = self.settings.politeness_start_window
-        if not (self._polite and window > 0 and self.settings.politeness_delay > 0):
+        if not (self._polite and window > 0):
             return False
         if not lease.received or time.monotonic() - lease.received <= window:
+            return False
+        if not self._delay_bound(lease):
             return False
         assert self.feeder is not None
         self.feeder.release([lease])
         self.stats.inc_value("redcrawl/politeness/late_released")
         return True
+
+    def lease_of(self, request: scrapy.Request) -> Lease | None:
+        """The lease under which this worker holds ``request`` (None: not one of ours, or
+        no longer held), for components that call the frontier about it."""
+        return self._held_lease(request)
+
+    def give_back(self, request: scrapy.Request) -> bool:
+        """Give back a request this worker holds that missed its start (it waited in a
+        downloader middleware, e.g. for robots.txt): served next, no attempt spent, not
+        acknowledged; its slot goes back. The caller then drops it (raise
+        ``IgnoreRequest``). False if it is not held here."""
+        lease = self._held_lease(request)
+        if lease is None or self.feeder is None:
+            return False
+        del self._handed_out[id(request)]
+        self._marked.pop(request.meta.get(MARK, 0), None)
+        self._outcomes.pop(id(request), None)
+        self.feeder.held = len(self._handed_out)
+        self.feeder.release([lease])
+        self.stats.inc_value("redcrawl/politeness/late_released")
+        return True
+
+    def _delay_bound(self, lease: Lease) -> bool:
+        """Whether the frontier spaced ``lease``'s key by a delay, as far as this worker
+        can tell without asking Redis: a DOWNLOAD_DELAY, fleet-wide AutoThrottle (every
+        key has a delay then), the key's DOWNLOAD_SLOTS delay, or a Crawl-delay this
+        worker read in the site's robots.txt. An operator's delay override is not seen
+        here (docs/politeness.md, "Start window")."""
+        s = self.settings
+        if s.politeness_delay > 0 or self._auto_throttled:
+            return True
+        if not s.politeness_slots and self._robots is None:
+            return False
+        env = lease.envelope
+        if self._robots is not None and self._robots.crawl_delay_of(env.url) > 0:
+            return True
+        if not s.politeness_slots or self.frontier is None:
+            return False
+        slot = env.meta.get("download_slot") if isinstance(env.meta, dict) else None
+        try:
+            key = politeness_key(env.url, slot, cast(KeyMode, self.frontier.politeness))
+        except (ValueError, TypeError):
+            return False
+        entry = s.politeness_slots.get(key)
+        delay = entry.get("delay") if isinstance(entry, Mapping) else None
+        return isinstance(delay, int | float) and delay > 0
 
     def _poke_later(self) -> None:
         """Ask the engine for requests again after poll_interval (instead of its 5 s
@@ -529,7 +674,8 @@ class Scheduler(BaseScheduler):
             )
 
     def has_pending_requests(self) -> bool:
-        assert self.feeder is not None
+        if self.feeder is None:
+            return False  # refused at open
         if self._successors or self._handed_out:
             return True
         counts = self.feeder.crawl_counts()
@@ -673,9 +819,11 @@ class Scheduler(BaseScheduler):
     def _on_idle(self, spider: Any) -> None:
         """The engine found nothing to do. Keep the spider open until the whole crawl has
         been finished for ``idle_before_close`` seconds."""
-        assert self.feeder is not None
         if self._failure is not None:
+            if self.feeder is None:  # refused at open: _fail closes it with its reason
+                raise DontCloseSpider
             return
+        assert self.feeder is not None
         counts = self.feeder.crawl_counts(refresh=True)
         if counts is None or not counts.finished:
             self._finished_since = None

@@ -90,6 +90,7 @@ class Settings:
     politeness_concurrency_per_ip: int = 0
     politeness_delay: float = 0.0
     politeness_randomize: bool = True
+    politeness_jitter: float = 0.5
     politeness_slots: dict[str, Any] = field(default_factory=dict)
     autothrottle_enabled: bool = False
     autothrottle_shared: bool = True
@@ -331,7 +332,10 @@ def _jitter(settings: Any, project: dict[str, Any], cmdline: dict[str, Any]) -> 
 
     old, new = priority("RANDOMIZE_DOWNLOAD_DELAY"), priority("DOWNLOAD_DELAY_JITTER")
     if old > 0 and old > new:
-        return  # RANDOMIZE_DOWNLOAD_DELAY, as read above
+        # RANDOMIZE_DOWNLOAD_DELAY, as read above, with Scrapy's range (0.5)
+        project.pop("DOWNLOAD_DELAY_JITTER", None)
+        cmdline.pop("DOWNLOAD_DELAY_JITTER", None)
+        return
     try:
         randomize = float(jitter) != 0
     except (TypeError, ValueError):

@@ -145,6 +145,8 @@ def _slots(name: str, v: Any) -> dict[str, Any]:
             if isinstance(jitter, bool) or not isinstance(jitter, int | float) or jitter < 0:
                 raise ConfigError(name, f"{key!r}: jitter is {jitter!r}; give 0 or more")
             entry["randomize_delay"] = bool(jitter)  # it wins, as in Scrapy
+            if jitter:
+                entry["jitter"] = float(jitter)  # its range
         out[str(key)] = entry
     return out
 
@@ -596,6 +598,15 @@ SPECS: tuple[Spec, ...] = (
         "Scrapy 2.19's DOWNLOAD_DELAY_JITTER is read too (0: off, any other value: on), and "
         "wins as in Scrapy unless RANDOMIZE_DOWNLOAD_DELAY is set at a higher priority.",
         ("RANDOMIZE_DOWNLOAD_DELAY",),
+    ),
+    Spec(
+        "politeness_jitter",
+        _number(float, 0.0, 100.0),
+        "The jitter's range, as Scrapy 2.19's DOWNLOAD_DELAY_JITTER: with "
+        "RANDOMIZE_DOWNLOAD_DELAY on, each gap is the delay times a random factor in "
+        "[1 - jitter, 1 + jitter), floored at 0 (0.5: Scrapy's [0.5, 1.5)); a DOWNLOAD_SLOTS "
+        "entry's jitter sets it for its key.",
+        ("DOWNLOAD_DELAY_JITTER",),
     ),
     Spec(
         "politeness_slots",

@@ -12,6 +12,7 @@ from redcrawl.api.errors import TRANSIENT, StateErrors, Unreadable, responses, s
 from redcrawl.errors import FrontierError
 from redcrawl.frontier import FrontierCore, StreamsFrontier
 from redcrawl.keys import crawl_of_stats_key, stats_key_pattern
+from redcrawl.politeness.describe import politeness_summary
 from redcrawl.transport import redis_errors
 
 
@@ -68,6 +69,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
             paused=f.is_paused(),
             workers_alive=alive,
             rates=ctx.rates.observe(crawl, c.done, c.accepted),
+            politeness=politeness_summary(f),
         )
 
     @r.get(

@@ -28,6 +28,7 @@ import itertools
 import re
 import secrets
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from html import escape
 from typing import Any, Literal
@@ -44,7 +45,9 @@ from redcrawl.api.inputs import REQUEST_ID_PATTERN
 from redcrawl.frontier import Counts
 from redcrawl.keys import CRAWL_NAME_PATTERN, HISTORY_MINUTES
 from redcrawl.metrics.history import Series, record_history
+from redcrawl.metrics.hosts_view import HostsPanel, read_hosts
 from redcrawl.metrics.snapshot import CrawlSnapshot, SnapshotReader
+from redcrawl.politeness.hosts import Sort
 
 __all__ = ["COOKIE", "REFRESH", "router"]
 
@@ -56,6 +59,8 @@ REFRESH = 10
 """Seconds between reloads of a page (``?refresh=N`` changes it, 0 stops it)."""
 DEAD_ROWS = 50
 """Dead letters listed on a crawl's page (oldest first)."""
+HOSTS_ROWS = 20
+"""Politeness keys listed on a crawl's page (``?hosts=ready|inflight``: the order)."""
 MAX_FORM = 4096
 """Largest form body a dashboard POST reads."""
 _CRAWL_NAME = re.compile(CRAWL_NAME_PATTERN)
@@ -247,6 +252,10 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
         if admin:
             action = "resume" if c.paused else "pause"
             body.append(_form(f"{path}/{action}{keep}", token, action, f"btn-{action}"))
+        sort: Sort = "inflight" if request.query_params.get("hosts") == "inflight" else "ready"
+        hosts = read_hosts(f, limit=HOSTS_ROWS, sort=sort)
+        if hosts is not None:
+            body.append(_hosts_table(hosts, c.open_keys, path, request.query_params))
         body.append(f"<h2>Workers ({c.workers_alive:,} alive of {c.workers_known:,} known)</h2>")
         if c.workers:
             body.append(
@@ -452,7 +461,7 @@ main{padding:1em 2em}
 table{border-collapse:collapse;margin:.5em 0 1em;background:#fff}
 th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left;vertical-align:top}
 td.n{text-align:right;font-variant-numeric:tabular-nums}
-td.err,td.url{max-width:30em;overflow-wrap:anywhere;font-family:monospace;font-size:12px}
+td.err,td.url,td.key{max-width:30em;overflow-wrap:anywhere;font-family:monospace;font-size:12px}
 small{font-weight:normal;color:#666;font-size:60%}
 .flash{background:#ffd;border:1px solid #dd8;padding:.3em .6em;display:inline-block}
 .note{color:#666;font-size:12px}
@@ -523,6 +532,61 @@ def _counts_table(n: Counts) -> str:
             for i, (_, value) in zip(ids, cells, strict=True)
         )
         + "</tr></table>"
+    )
+
+
+def _hosts_table(
+    panel: HostsPanel, open_keys: int | None, path: str, query: Mapping[str, str]
+) -> str:
+    """The hosts table of a crawl's page (keys and reasons are user data: escaped)."""
+
+    def order(sort: str, label: str) -> str:
+        if panel.sort == sort:
+            return f"<b>{label}</b>"
+        params = {k: v for k, v in query.items() if k in ("refresh",)}
+        params["hosts"] = sort
+        return (
+            f'<a href="{escape(path)}?{escape(urlencode(params))}" id="hosts-by-{sort}">{label}</a>'
+        )
+
+    seen = f"{len(panel.hosts):,} of {panel.scanned:,}" + ("" if panel.complete else "+")
+    head = (
+        f"<h2>Hosts (top {seen} by {'ready' if panel.sort == 'ready' else 'in flight'}"
+        + (f"; {open_keys:,} open now" if open_keys is not None else "")
+        + ")</h2>"
+        f"<p class=note>order by {order('ready', 'ready')} | {order('inflight', 'in flight')}"
+        " &middot; change a host's limits with <code>redcrawl hosts set</code> or "
+        "<code>PUT /v1/crawls/{crawl}/hosts/{key}</code></p>"
+    )
+    if not panel.hosts:
+        return head + "<p id=hosts-empty>No host with ready work or in flight.</p>"
+    rows = []
+    for h in panel.hosts:
+        blocked = (
+            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(h.blocked_until))
+            if h.blocked_until is not None
+            else ""
+        )
+        delay = f"{h.delay:g} s" if h.delay is not None else "?"
+        source = f" <small>{escape(h.delay_source)}</small>" if h.delay_source else ""
+        rows.append(
+            f"<tr><td class=key>{escape(h.key)}</td><td class=n>{h.ready:,}</td>"
+            f"<td class=n>{h.in_flight:,}</td><td class=n>{delay}{source}</td>"
+            f"<td class=n>{'?' if h.concurrency is None else f'{h.concurrency:,}'}</td>"
+            f"<td>{blocked}</td>"
+            f"<td class=why>{escape(h.why) if h.why is not None else 'open'}</td></tr>"
+        )
+    note = (
+        ""
+        if panel.complete
+        else "<p class=note>A bounded sample: the keys that open first and those in "
+        "flight (docs/politeness.md).</p>"
+    )
+    return (
+        head + "<table id=hosts><thead><tr><th>key</th><th>ready</th><th>in flight</th>"
+        "<th>delay</th><th>concurrency</th><th>blocked until (UTC)</th>"
+        "<th>why not served now</th></tr></thead>"
+        f"<tbody>{''.join(rows)}</tbody></table>{note}"
     )
 
 

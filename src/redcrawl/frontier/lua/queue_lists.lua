@@ -53,7 +53,10 @@ end
 
 local POL_DEFAULTS, ANY_SLOTS, ANY_OVERRIDES
 local LIMITS = {}
--- The key's limits: {conc, delay (ms), jitter (bool), block (ms), paused}.
+-- key -> its state's "ad" (AutoThrottle's delay, ms; false: none), read with the state
+-- (pol_state), so that a grant reads no override for it
+local AUTO_DELAY = {}
+-- The key's limits: {conc, delay (ms), jitter (its range, or false), block (ms), paused}.
 local function limits(key)
   local lim = LIMITS[key]
   if lim then return lim end
@@ -66,10 +69,12 @@ local function limits(key)
     local d = json_obj(raw, 'defaults') or {}
     local conc = pos_num(d.concurrency, 1, 1e9) or (raw and 1 or 8)
     -- fleet-wide AutoThrottle (redcrawl.politeness.autothrottle): while a worker has it
-    -- on, a key's delay is at least its override's auto_delay, else the start delay
+    -- on, a key's delay is at least its state's "ad", else the start delay
     local at = json_obj(raws[2], 'autothrottle')
     local auto = at and (pos_num(at.start_delay, 0, 1e9) or 0)
-    POL_DEFAULTS = {conc, pos_num(d.delay, 0, 1e9) or 0, d.randomize == true, auto}
+    -- jitter: its range j (a gap is the delay times U(1 - j, 1 + j)), false for none
+    local j = d.randomize == true and (pos_num(d.jitter, 0, 100) or 0.5)
+    POL_DEFAULTS = {conc, pos_num(d.delay, 0, 1e9) or 0, j ~= 0 and j, auto}
     -- (most crawls have no per-key settings or overrides: no lookup per key then)
     ANY_SLOTS = redis.call('EXISTS', K_POLS) == 1
     ANY_OVERRIDES = redis.call('EXISTS', K_POLO) == 1
@@ -80,13 +85,21 @@ local function limits(key)
   if slot then
     conc = pos_num(slot.concurrency, 1, 1e9) or conc
     delay = pos_num(slot.delay, 0, 1e9) or delay
-    if type(slot.randomize_delay) == 'boolean' then jitter = slot.randomize_delay end
+    if type(slot.randomize_delay) == 'boolean' then
+      jitter = slot.randomize_delay and (pos_num(slot.jitter, 0, 100) or 0.5)
+      if jitter == 0 then jitter = false end
+    end
   end
   local ov = ANY_OVERRIDES and json_obj(redis.call('HGET', K_POLO, key), 'override ' .. key)
   -- delay: the override's delay wins outright, else the largest of the configured delay,
-  -- robots.txt's crawl_delay and (AutoThrottle on) auto_delay or the start delay
+  -- robots.txt's crawl_delay and (AutoThrottle on) the state's "ad" or the start delay
   local auto = POL_DEFAULTS[4]
-  if auto and ov then auto = pos_num(ov.auto_delay, 0, 1e9) or auto end
+  if auto then
+    local ad = AUTO_DELAY[key]
+    if ad == nil then ad = redis.call('HGET', K_POL .. key, 'ad') end  -- (state not read)
+    ad = pos_num(tonumber(ad or ''), 0, 1e12)
+    if ad then auto = ad / 1000 end
+  end
   if auto and auto > delay then delay = auto end
   if ov then
     local cd = pos_num(ov.crawl_delay, 0, 1e9)
@@ -117,7 +130,7 @@ local function in_tier(mask, t) return not mask or math.floor(mask / 2 ^ t) % 2 
 
 -- A key's state hash, read in one HMGET: the fields of POL_FIELDS by name (raw strings,
 -- nil when absent). One more field is one more name here.
-local POL_FIELDS = {'in', 'next', 'block', 'rdy', 'tm'}
+local POL_FIELDS = {'in', 'next', 'block', 'rdy', 'tm', 'ad'}
 local function pol_read(key)
   local v = redis.call('HMGET', K_POL .. key, unpack(POL_FIELDS))
   local st = {}
@@ -127,9 +140,11 @@ end
 
 -- In flight, next allowed grant (ms: the later of its delay's next start and its
 -- adaptive block, see pol_fail), since when it has had ready work without a grant, and
--- the tiers whose open zset holds it (tier_mask).
+-- the tiers whose open zset holds it (tier_mask). (Also notes the key's AutoThrottle
+-- delay, field "ad", for limits().)
 local function pol_state(key)
   local st = pol_read(key)
+  AUTO_DELAY[key] = st.ad or false
   return math.max(num(st['in']), 0), math.max(num(st.next), num(st.block)), num(st.rdy),
     tier_mask(st.tm)
 end
@@ -679,14 +694,18 @@ end
 
 -- A small deterministic generator for the delay jitter (no math.random in scripts: Redis
 -- 6.2 seeds it the same in every call), seeded from the clock and the lease counter.
+-- jitter_factor(j): a factor in [1 - j, 1 + j), at least 0 (Scrapy 2.19's
+-- DOWNLOAD_DELAY_JITTER); jitter_factor(): one in [0.5, 1.5).
 local JSEED
-jitter_factor = function()
+jitter_factor = function(j)
   if not JSEED then
     JSEED = (NOW + 7919 * num(redis.call('HGET', K_STATS, 'leases'))) % 2147483647
     if JSEED <= 0 then JSEED = 12345 end
   end
   JSEED = (JSEED * 16807) % 2147483647
-  return 0.5 + JSEED / 2147483647  -- [0.5, 1.5), as Scrapy's RANDOMIZE_DOWNLOAD_DELAY
+  local u = JSEED / 2147483647
+  if j then return math.max(0, 1 + j * (2 * u - 1)) end
+  return 0.5 + u  -- [0.5, 1.5), as Scrapy's RANDOMIZE_DOWNLOAD_DELAY
 end
 
 -- For a batch of grants of one key in tier t: how many schedule positions from cursor
@@ -760,7 +779,7 @@ local function pol_pop(n, schedule)
       else
         local lim = limits(key)
         local gap = lim[2]
-        if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor()) end
+        if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor(lim[3])) end
         if gap > 0 then gap = gap + start_window() end
         -- how many of the key to grant now: one; with no delay, as many as its free slots,
         -- its queue and the lease allow, while the tier schedule keeps picking this tier

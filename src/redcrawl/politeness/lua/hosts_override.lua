@@ -4,7 +4,7 @@
 -- by the next lease (prepended: lua/base.lua).
 --
 -- KEYS[1]    polo   HASH politeness key -> JSON object (the override; robots.txt's
---                   `crawl_delay` and AutoThrottle's `auto_delay` live there too)
+--                   `crawl_delay` lives there too; AutoThrottle's delay is the state's `ad`)
 -- KEYS[2]    pol:   key base of the per-key state: pol:<key> HASH in, next, block, ...
 -- KEYS[3..]  open:<t>, one per tier: ZSET politeness key -> when it may next be granted
 -- ARGV[1] the politeness key

@@ -1,0 +1,60 @@
+-- charge.lua: fetch starts at a politeness key's site that its grants did not account for
+-- (crawls with politeness, lists backend; docs/politeness.md, "Starts after a wait"). Uses
+-- the queue layer's politeness helpers (limits, pol_state, opens_at, pol_rescore,
+-- pol_idle_check, lease_since, jitter_factor, start_window in queue_lists.lua).
+-- KEYS, ARGV[1..4]: see lib.lua.
+-- ARGV[5..]: triples (kind, a, b):
+--   "r", key, ""     the robots.txt of the key's site is being downloaded now: a fetch
+--                    start at the site, charged.
+--   "s", id, token   a granted request that waited in its worker (for robots.txt) past its
+--                    start window asks to start now. It may iff its key has no delay, or
+--                    no grant of the key came after its own (the state's "rdy", written at
+--                    each grant, is not after the lease's time) and no start was charged
+--                    within the key's delay before now (the state's "chg"): then its start
+--                    is charged. Otherwise the worker gives it back (release).
+-- A charge: "chg" = now, "next" = max(next, now + the key's gap: its delay, jittered as at
+-- a grant, plus the start window), the key's score raised to match in every tier's open
+-- zset; a key with nothing in flight gets its idle expiry (as pol_idle_check).
+-- Returns one flag per triple: "1" charged (may start), "0" refused (give it back), "-"
+-- nothing to do (not held under that token, or no politeness: every flag "-").
+local n = (#ARGV - 4) / 3
+if not POLITE then return string.rep('-', n) end
+local flags = {}
+for i = 1, n do
+  local kind, a, b = ARGV[2 + 3 * i], ARGV[3 + 3 * i], ARGV[4 + 3 * i]
+  local key, since = nil, nil
+  flags[i] = '-'
+  if kind == 'r' then
+    key = a
+  elseif kind == 's' then
+    local rec = redis.call('HGET', K_REQ, a)
+    local p, _, t
+    if rec then p, _, t = parse_head(rec) end
+    if p ~= nil and t ~= '' and t == b then
+      key = rec_key(rec)
+      since = lease_since(b)
+    end
+  end
+  if key then
+    local lim = limits(key)
+    local delay = lim[2]
+    local v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'rdy', 'chg', 'block')
+    local inn, nxt, rdy, chg = math.max(num(v[1]), 0), num(v[2]), num(v[3]), num(v[4])
+    local ok = kind == 'r' or delay == 0 or
+      (since ~= nil and rdy <= since and chg + delay <= NOW)
+    if not ok then
+      flags[i] = '0'
+    else
+      flags[i] = '1'
+      local gap = delay
+      if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor(lim[3])) end
+      if gap > 0 then gap = gap + start_window() end
+      nxt = math.max(nxt, NOW + gap)
+      redis.call('HSET', K_POL .. key, 'chg', NOW, 'next', nxt)
+      local opens = math.max(nxt, num(v[5]))
+      pol_rescore(key, opens_at(key, inn, opens))
+      pol_idle_check(key, inn, opens)
+    end
+  end
+end
+return table.concat(flags)

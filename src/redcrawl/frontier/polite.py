@@ -1,0 +1,239 @@
+"""The frontier's fleet-wide politeness operations (docs/politeness.md):
+:class:`PolitenessOps`, a base of :class:`~redcrawl.frontier.core.FrontierCore`. The
+crawl's limits stored for the lease step, a slot given back at response time, a start
+charged after a wait, a 429/503 deferral, the crawl-wide politeness figures. Each is one
+script of ``lua/`` (through ``FrontierCore._run``) or a bounded read; without politeness
+(streams crawls, lists crawls created without it) they do nothing, or refuse.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from redcrawl.errors import ConfigError, FrontierError
+from redcrawl.frontier.base import Lease
+from redcrawl.frontier.records import stored_int
+from redcrawl.keys import CrawlKeys
+from redcrawl.politeness import BackoffPolicy
+from redcrawl.settings import Settings
+from redcrawl.transport import redis_errors
+
+__all__ = ["PolitenessOps", "slot_outcome"]
+
+log = logging.getLogger("redcrawl.frontier.core")
+
+
+def slot_outcome(
+    status: int | None, *, pushed_back: bool = False, retry_after: float | None = None
+) -> str:
+    """The outcome of a request whose slot goes back at response time
+    (:meth:`FrontierCore.free`): ``status`` None for a download error ("e"); a site
+    pushing back that is not deferred (``pushed_back``: a 429/503 the spider handles
+    itself) blocks the key ("f<ms>" with its ``retry_after`` in seconds, "f" for the
+    backoff delay); any other response is a success ("s", which wears a backoff down)."""
+    if status is None:
+        return "e"
+    if pushed_back:
+        return "f" if retry_after is None else f"f{max(int(retry_after * 1000), 0)}"
+    return "s"
+
+
+class PolitenessOps:
+    """Fleet-wide politeness, as operations of the frontier (a base of ``FrontierCore``,
+    which provides what is declared here)."""
+
+    client: Any
+    settings: Settings
+    keys: CrawlKeys
+    crawl: str
+    politeness: str | None
+    _clock: Callable[[], int] | None
+    _pol_stored: bool
+
+    def _run(self, name: str, args: Sequence[Any], client: Any = None) -> Any:
+        raise NotImplementedError  # FrontierCore's
+
+    def _nonce(self, worker: str) -> bytes:
+        raise NotImplementedError  # FrontierCore's
+
+    def store_politeness(self, *, worker: bool = False) -> None:
+        """Store the crawl's default limits and per-key settings (DOWNLOAD_SLOTS) from
+        this frontier's settings. A Scrapy worker (``worker``) sets them, the spider's
+        settings being the fleet's (the latest worker wins; a change is logged); other
+        users (API, CLI, tools) only when the crawl has none yet."""
+        s = self.settings
+        conc = s.politeness_concurrency_per_ip or s.politeness_concurrency
+        mine = json.dumps(
+            {
+                "concurrency": conc,
+                "delay": s.politeness_delay,
+                "randomize": s.politeness_randomize,
+                "jitter": s.politeness_jitter,
+            },
+            sort_keys=True,
+        )
+        slots: dict[str, str] = {}
+        for key, value in s.politeness_slots.items():
+            if not isinstance(value, Mapping):
+                raise ConfigError(
+                    "DOWNLOAD_SLOTS",
+                    f"the entry {key!r} is {value!r}; give a "
+                    'mapping like {"concurrency": 1, "delay": 2.0}',
+                )
+            slots[str(key)] = json.dumps(
+                {
+                    k: value[k]
+                    for k in ("concurrency", "delay", "randomize_delay", "jitter")
+                    if k in value
+                }
+            )
+        self._pol_stored = True
+        policy = BackoffPolicy()
+        backoff = json.dumps(
+            {
+                "base": policy.base,
+                "cap": policy.cap,
+                "jitter": policy.jitter,
+                "forgive_after": policy.forgive_after,
+            }
+        )
+        with redis_errors("storing the crawl's politeness settings"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.hget(self.keys.control, "politeness")
+            pipe.hsetnx(self.keys.control, "backoff", backoff)
+            if worker:
+                pipe.hset(self.keys.control, "politeness", mine)
+                # (a Scrapy worker gives back a request it could not start within this
+                # window: grants of a key with a delay are spaced by delay + window)
+                pipe.hset(
+                    self.keys.control,
+                    "start_window",
+                    int(1000 * s.politeness_start_window),
+                )
+            else:
+                pipe.hsetnx(self.keys.control, "politeness", mine)
+            if slots and worker:
+                pipe.hset(self.keys.pol_slots, mapping=slots)
+            stored = pipe.execute()[0]
+            if slots and not worker and stored is None:
+                self.client.hset(self.keys.pol_slots, mapping=slots)
+        if worker and stored is not None and stored.decode(errors="replace") != mine:
+            log.warning(
+                "crawl %s: the fleet-wide politeness defaults change from %s to this "
+                "worker's %s (give every worker the same CONCURRENT_REQUESTS_PER_DOMAIN, "
+                "DOWNLOAD_DELAY and RANDOMIZE_DOWNLOAD_DELAY)",
+                self.crawl,
+                stored.decode(errors="replace"),
+                mine,
+            )
+
+    def free(self, items: Sequence[tuple[Lease, str]]) -> int:
+        """Give back the politeness slots of leased requests whose response (or download
+        error) has arrived: their keys may be granted again at once, while the requests
+        stay IN-FLIGHT under their leases until acked (or nacked, released, reclaimed:
+        none of which gives the slot back a second time). Each item is a lease and its
+        outcome (:func:`slot_outcome`). Returns how many slots went back (0 without
+        politeness; a stale lease or one already freed is skipped)."""
+        if self.politeness is None or not items:
+            return 0
+        args: list[Any] = []
+        for lease, outcome in items:
+            args += (lease.id, lease.token, outcome)
+        return int(self._run("free", args))
+
+    def charge_fetch(self, keys: Sequence[str]) -> None:
+        """A fetch starts now at each key's site that no grant accounted for (a
+        robots.txt download): the key's next grant waits its delay from now. Nothing
+        without politeness."""
+        if self.politeness is None or not keys:
+            return
+        args: list[Any] = []
+        for key in keys:
+            args += ("r", key, "")
+        self._run("charge", args)
+
+    def start_late(self, leases: Sequence[Lease]) -> list[bool]:
+        """Granted requests that waited in their worker (for robots.txt) past their start
+        window ask to start now: True for each that may (its start is charged: its key's
+        next grant waits its delay from now), False for each that must be given back
+        (:meth:`release`) because another start at its site came after its grant, within
+        its delay (docs/politeness.md, "Starts after a wait"). Without politeness, or
+        for a lease no longer held, True (nothing to space)."""
+        if self.politeness is None or not leases:
+            return [True] * len(leases)
+        args: list[Any] = []
+        for lease in leases:
+            args += ("s", lease.id, lease.token)
+        flags = bytes(self._run("charge", args)).decode()
+        return [f != "0" for f in flags]
+
+    def defer(self, lease: Lease, reason: str, *, retry_after: float | None = None) -> str:
+        """The site pushed back (HTTP 429/503; ``reason`` is the status): the request goes
+        back to the front of its politeness key's queue without spending an attempt,
+        and its key is blocked for the whole fleet for ``retry_after`` seconds (the
+        response's ``Retry-After``) or, without it, for the backoff delay of the key's
+        failures (:class:`~redcrawl.politeness.BackoffPolicy`). After
+        ``REDCRAWL_MAX_DEFERRALS`` deferrals it goes to DEAD with the reason. Returns
+        "deferred", "dead" or "stale" (no longer held under this lease). Crawls with
+        politeness only (a :class:`FrontierError` otherwise)."""
+        if self.politeness is None:
+            raise FrontierError(
+                f"crawl {self.crawl!r} has no fleet-wide politeness: nothing to defer "
+                "to (nack the request instead, or use a crawl with REDCRAWL_POLITENESS "
+                "on the lists backend)"
+            )
+        ms = "" if retry_after is None else str(max(int(retry_after * 1000), 0))
+        args: list[Any] = [
+            self.settings.max_deferrals,
+            lease.worker,
+            self._nonce(lease.worker),
+            lease.id,
+            lease.token,
+            reason,
+            ms,
+        ]
+        flag = bytes(self._run("defer", args)).decode()
+        return {"q": "deferred", "d": "dead"}.get(flag, "stale")
+
+    def politeness_stats(self) -> dict[str, int]:
+        """Crawl-wide politeness counters (crawls with politeness; empty otherwise):
+        ``blocked`` keys blocked now by a 429/503, ``deferred_<reason>`` deferrals per
+        reason (``deferred_429``, ``deferred_503``), ``politeness_wait_ms`` the time keys
+        with ready work spent closed by their limits (summed over grants: from when a key
+        had work waiting, i.e. its previous grant or the arrival of work at a key that had
+        none, to when its delay, concurrency or block let it open; docs/politeness.md)."""
+        if self.politeness is None:
+            return {}
+        with redis_errors("politeness_stats"):
+            pipe = self.client.pipeline(transaction=True)
+            pipe.time()
+            pipe.hgetall(self.keys.stats)
+            (sec, usec), raw = pipe.execute()
+            now = sec * 1000 + usec // 1000 if self._clock is None else int(self._clock())
+            blocked = self.client.zcount(self.keys.pol_blocked, f"({now}", "+inf")
+        out = {"blocked": int(blocked), "politeness_wait_ms": 0}
+        for k, v in raw.items():
+            name = k.decode(errors="replace")
+            value = stored_int(v)
+            if value is not None and (name.startswith("deferred_") or name == "politeness_wait_ms"):
+                out[name] = value
+        return out
+
+    def next_open(self) -> float | None:
+        """Seconds until the first politeness key with ready work opens (0 if one is open
+        now), on the server's clock; None without politeness or when every key with ready
+        work has all its slots taken (an ack opens it)."""
+        if self.politeness is None:
+            return None
+        with redis_errors("next_open"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            for t in range(self.keys.tiers):
+                pipe.zrange(self.keys.open(t), 0, 0, withscores=True)
+            (sec, usec), *heads = pipe.execute()
+        now = sec * 1000 + usec / 1000 if self._clock is None else self._clock()
+        scores = [h[0][1] for h in heads if h and h[0][1] < 2**52]
+        return max(min(scores) - now, 0.0) / 1000 if scores else None
