@@ -40,7 +40,9 @@ A benchmark, not a test: no asserts, exit status 0 when it ran to the end.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
+import multiprocessing
 import os
 import shutil
 import signal
@@ -52,6 +54,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 from bench_frontier import (
@@ -59,7 +62,9 @@ from bench_frontier import (
     _on_signal,
     environment,
     flushall,
+    redis_cpu,
     server_binary,
+    used_memory,
     worker_env,
     write_json,
 )
@@ -319,67 +324,145 @@ def report(runs: dict[str, Run], args: argparse.Namespace) -> str:
     return "\n".join(lines)
 
 
-def frontier_once(
-    url: str, admin: redis.Redis, n: int, keys: int, polite: bool
-) -> tuple[float, int]:
-    """(lease+ack requests per second, Redis memory after the push in bytes)."""
+def frontier_push(url: str, admin: redis.Redis, n: int, keys: int, polite: bool) -> int:
+    """A fresh crawl of ``n`` requests over ``keys`` hosts; returns Redis memory added (B)."""
     from redcrawl.codec import Envelope
-    from redcrawl.fingerprint import fingerprint
     from redcrawl.frontier import open_frontier
-    from redcrawl.settings import Settings
 
     flushall(admin)
-    settings = Settings(
-        redis_url=url, politeness=polite, politeness_concurrency=8, politeness_delay=0.0
-    )
+    mem0 = used_memory(admin)
     client = redis.Redis.from_url(url)
-    f = open_frontier(client, settings, "bench")
-    step = 1000
+    f = open_frontier(client, frontier_settings(url, polite), "bench")
+    step = 2000
     for start in range(0, n, step):
         envs = []
         for i in range(start, min(n, start + step)):
             u = f"http://h{i % keys}.example/{i}"
-            envs.append(Envelope(url=u, fingerprint=fingerprint(u)))
+            # (a cheap 20-byte fingerprint: the frontier never recomputes it)
+            envs.append(Envelope(url=u, fingerprint=hashlib.sha1(u.encode()).digest()))
         f.push(envs)
-    mem = int(admin.info("memory")["used_memory"])
-    t0 = time.perf_counter()
-    done = 0
-    out = f.settle(lease=("w", 64))
-    while out.leases:
-        done += len(out.leases)
-        out = f.settle(ack=out.leases, lease=("w", 64))
-    elapsed = time.perf_counter() - t0
     client.close()
-    return done / elapsed, mem
+    return used_memory(admin) - mem0
+
+
+def frontier_settings(url: str, polite: bool) -> Any:
+    from redcrawl.settings import Settings
+
+    return Settings(
+        redis_url=url, politeness=polite, politeness_concurrency=8, politeness_delay=0.0
+    )
+
+
+def frontier_client(url: str, polite: bool, worker: str, batch: int, go: Any, out: Any) -> None:
+    """One client: settle (ack the previous batch, lease the next) until nothing is left."""
+    from redcrawl.frontier import open_frontier
+
+    client = redis.Redis.from_url(url)
+    f = open_frontier(client, frontier_settings(url, polite), "bench")
+    done = 0
+    if go is not None:
+        go.wait()
+    res = f.settle(lease=(worker, batch))
+    while True:
+        if not res.leases:
+            c = f.counts()
+            if c.ready + c.delayed == 0:
+                break
+            time.sleep(0.001)  # every open key's slots are held by other clients
+        done += len(res.leases)
+        res = f.settle(ack=res.leases, lease=(worker, batch))
+    client.close()
+    if out is not None:
+        out.put(done)
+
+
+@dataclass
+class FrontierRun:
+    rate: float
+    """lease+ack requests per second (all clients)."""
+    cpu_us: float
+    """Redis CPU per request (µs) during lease+ack."""
+    mem: int
+    """Redis memory after the push (B)."""
+
+
+def frontier_once(
+    url: str, admin: redis.Redis, n: int, keys: int, polite: bool, clients: int, batch: int
+) -> FrontierRun:
+    mem = frontier_push(url, admin, n, keys, polite)
+    ctx = multiprocessing.get_context("fork")
+    go = ctx.Event() if clients > 1 else None
+    out = ctx.Queue() if clients > 1 else None
+    procs = [
+        ctx.Process(target=frontier_client, args=(url, polite, f"w{i}", batch, go, out))
+        for i in range(clients if clients > 1 else 0)
+    ]
+    for pr in procs:
+        pr.start()
+    time.sleep(0.5 if procs else 0)
+    cpu0 = redis_cpu(admin)
+    t0 = time.perf_counter()
+    if go is not None and out is not None:
+        go.set()
+        done = sum(out.get() for _ in procs)
+        for pr in procs:
+            pr.join()
+    else:
+        frontier_client(url, polite, "w0", batch, None, None)
+        done = n
+    elapsed = time.perf_counter() - t0
+    cpu = redis_cpu(admin) - cpu0
+    if done != n:
+        print(f"  (warning: {done} of {n} requests leased and acked)", flush=True)
+    return FrontierRun(rate=n / elapsed, cpu_us=cpu / n * 1e6, mem=mem)
 
 
 def frontier_bench(args: argparse.Namespace) -> int:
+    if args.quick:
+        args.n, args.keys = 100_000, 10_000
     binary = server_binary()
     server = RedisServer(binary)
     try:
         admin = redis.Redis.from_url(server.url)
         print(
-            f"frontier alone: {args.n} requests over {args.keys} hosts, lease+ack in "
-            f"settle calls of 64, {args.rounds} round(s); load {os.getloadavg()[0]:.2f}",
+            f"frontier alone: {args.n:,} requests over {args.keys:,} hosts (concurrency 8 per "
+            f"host, no delay), lease+ack in settle calls of {args.batch} by {args.clients} "
+            f"client(s), {args.rounds} round(s); Redis {admin.info()['redis_version']}; "
+            f"load {os.getloadavg()[0]:.2f}",
             flush=True,
         )
-        rates: dict[bool, list[float]] = {True: [], False: []}
-        mems: dict[bool, list[int]] = {True: [], False: []}
+        runs: dict[bool, list[FrontierRun]] = {True: [], False: []}
         for rnd in range(args.rounds):
             for polite in (True, False) if rnd % 2 == 0 else (False, True):
-                rate, mem = frontier_once(server.url, admin, args.n, args.keys, polite)
-                rates[polite].append(rate)
-                mems[polite].append(mem)
+                run = frontier_once(
+                    server.url, admin, args.n, args.keys, polite, args.clients, args.batch
+                )
+                runs[polite].append(run)
                 print(
                     f"  round {rnd + 1} politeness {'on ' if polite else 'off'} "
-                    f"lease+ack {rate:10,.0f}/s",
+                    f"lease+ack {run.rate:10,.0f}/s  Redis CPU {run.cpu_us:5.1f} µs/request  "
+                    f"memory after push {run.mem / 1e6:7.1f} MB",
                     flush=True,
                 )
-        on, off = statistics.median(rates[True]), statistics.median(rates[False])
-        per_key = (statistics.median(mems[True]) - statistics.median(mems[False])) / args.keys
+
+        def med(polite: bool, attr: str) -> float:
+            return float(statistics.median(float(getattr(r, attr)) for r in runs[polite]))
+
+        on, off = med(True, "rate"), med(False, "rate")
+        con, coff = med(True, "cpu_us"), med(False, "cpu_us")
+        per_key = (med(True, "mem") - med(False, "mem")) / args.keys
         print(
             f"median lease+ack: on {on:,.0f}/s, off {off:,.0f}/s, on/off {on / off:.2f}; "
-            f"Redis memory per host key with ready work: {per_key:,.0f} B"
+            f"Redis CPU per request: on {con:.1f} µs, off {coff:.1f} µs, off/on "
+            f"{coff / con:.2f}; Redis memory per host key with ready work (on minus off, "
+            f"{args.n // args.keys} requests each): {per_key:,.0f} B"
+        )
+        write_json(
+            args.json,
+            {
+                "args": vars(args),
+                "runs": {("on" if k else "off"): [asdict(r) for r in v] for k, v in runs.items()},
+            },
         )
     finally:
         server.stop()
@@ -414,8 +497,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="the frontier alone: lease+ack with politeness on vs off (see the module docstring)",
     )
-    p.add_argument("--n", type=int, default=200_000, help="--frontier: requests")
-    p.add_argument("--keys", type=int, default=20_000, help="--frontier: hosts")
+    p.add_argument("--n", type=int, default=1_000_000, help="--frontier: requests (1,000,000)")
+    p.add_argument("--keys", type=int, default=100_000, help="--frontier: hosts (100,000)")
+    p.add_argument(
+        "--quick", action="store_true", help="--frontier: 100,000 requests over 10,000 hosts"
+    )
+    p.add_argument(
+        "--clients", type=int, default=1, help="--frontier: concurrent client processes (1)"
+    )
+    p.add_argument("--batch", type=int, default=64, help="--frontier: settle batch (64)")
     args = p.parse_args(argv)
     if args.frontier:
         return frontier_bench(args)

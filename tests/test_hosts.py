@@ -150,7 +150,7 @@ def test_an_unreadable_override_is_replaced_by_the_operators(
 def test_list_sorts_by_ready_or_in_flight_and_pages(make_frontier: FrontierFactory) -> None:
     f = polite(make_frontier)
     f.push(site("a.test", 5) + site("b.test", 3) + site("c.test", 1))
-    f.lease("w", 4)  # two of a (its limit), one of b, one of c, in open order
+    f.lease("w", 5)  # two of a, two of b (their limit, granted together), one of c
     h = Hosts(f)
     page = h.top(limit=2)
     assert [r.key for r in page.hosts] == ["a.test", "b.test"]

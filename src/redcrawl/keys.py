@@ -256,9 +256,11 @@ class CrawlKeys:
         ``bset`` (ms: when that block was set), ``fail``/``ok`` (backoff state: consecutive
         failures, successes since the last step of forgiveness), ``rdy`` (ms: since
         when the key has had ready work without a grant), ``ad`` (ms: fleet-wide
-        AutoThrottle's delay) and ``chg`` (ms: the last fetch start charged after a wait,
-        ``frontier/lua/charge.lua``); it expires once the key is idle
-        (nothing in flight) and its ``next`` and ``block`` have passed."""
+        AutoThrottle's delay), ``chg`` (ms: the last fetch start charged after a wait,
+        ``frontier/lua/charge.lua``) and ``tm`` (the tiers where the key has ready
+        requests, a bit per tier; absent: unknown, every tier); it expires once the key is
+        idle (nothing in flight, no ready request) and its ``next`` and ``block`` have
+        passed."""
         return self._k("pol:")
 
     @property

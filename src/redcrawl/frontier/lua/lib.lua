@@ -239,10 +239,9 @@ local CORRUPT = "stored record has no state header"
 -- that key is still held ("K"), or was given back when its response arrived ("k": see
 -- slot_free in queue_lists.lua). A grant (stamp_leased) makes it "K" again.
 local function rec_slot(rec)
-  local _, _, _, pos = parse_head(rec)
-  if not pos then return nil end
-  local m, n, at = string.match(rec, '^([Kk])(%d+):()', pos)
-  if not n then return nil end
+  -- (one match for the header and the mark: this runs for every request acked)
+  local p, a, m, n, at = string.match(rec, '^(-?%d+)|(%d+)|[^|]*|([Kk])(%d+):()')
+  if not p or #p > 15 or #a > 15 then return nil end
   return string.sub(rec, at, at + tonumber(n) - 1), m == 'K'
 end
 local function rec_key(rec)

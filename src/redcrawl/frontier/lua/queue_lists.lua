@@ -114,13 +114,39 @@ local function limits(key)
   return lim
 end
 
+-- The tiers where a key has ready requests (so is a member of their open zsets), kept in
+-- its state as "tm", a bit per tier, so that a slot back rescores only those: written
+-- exactly by pol_push when the key enters a tier (from every tier's zset), cleared by
+-- pol_pop when a tier's queue of the key runs dry. Absent (never written, or the state
+-- expired and was written again by a grant): nil, meaning every tier, as before.
+local function tier_mask(v)
+  if v and int_ok(v) and v ~= '' then
+    local m = tonumber(v)
+    if m >= 0 and m < 2 ^ NTIERS then return m end
+  end
+  return nil
+end
+local function in_tier(mask, t) return not mask or math.floor(mask / 2 ^ t) % 2 == 1 end
+
+-- A key's state hash, read in one HMGET: the fields of POL_FIELDS by name (raw strings,
+-- nil when absent). One more field is one more name here.
+local POL_FIELDS = {'in', 'next', 'block', 'rdy', 'tm', 'ad'}
+local function pol_read(key)
+  local v = redis.call('HMGET', K_POL .. key, unpack(POL_FIELDS))
+  local st = {}
+  for i, f in ipairs(POL_FIELDS) do st[f] = v[i] end
+  return st
+end
+
 -- In flight, next allowed grant (ms: the later of its delay's next start and its
--- adaptive block, see pol_fail) and since when it has had ready work without a grant.
--- (Also notes the key's AutoThrottle delay, field "ad", for limits().)
+-- adaptive block, see pol_fail), since when it has had ready work without a grant, and
+-- the tiers whose open zset holds it (tier_mask). (Also notes the key's AutoThrottle
+-- delay, field "ad", for limits().)
 local function pol_state(key)
-  local v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'block', 'rdy', 'ad')
-  AUTO_DELAY[key] = v[5] or false
-  return math.max(num(v[1]), 0), math.max(num(v[2]), num(v[3])), num(v[4])
+  local st = pol_read(key)
+  AUTO_DELAY[key] = st.ad or false
+  return math.max(num(st['in']), 0), math.max(num(st.next), num(st.block)), num(st.rdy),
+    tier_mask(st.tm)
 end
 
 -- When the key may next be granted, given its limits and state.
@@ -132,28 +158,49 @@ local function opens_at(key, inn, nxt)
 end
 
 -- The key's score in every tier's open zset where it is (it is there iff it has ready
--- requests in that tier).
-local function pol_rescore(key, score)
-  for t = 0, NTIERS - 1 do redis.call('ZADD', open_key(t), 'XX', score, key) end
+-- requests in that tier; mask: those tiers, nil if unknown).
+local function pol_rescore(key, score, mask)
+  for t = 0, NTIERS - 1 do
+    if in_tier(mask, t) then redis.call('ZADD', open_key(t), 'XX', score, key) end
+  end
 end
 
--- A key with nothing in flight: its state (only its next allowed time matters then)
--- expires IDLE_TTL after that time; a grant makes it persist again.
-local function pol_idle_check(key, inn, nxt)
-  if inn > 0 then return end
+-- An idle key (nothing in flight and, as far as its tier mask tells, no ready request):
+-- its state (only its next allowed time matters then) expires IDLE_TTL after that time; a
+-- grant makes it persist again. A key with ready requests keeps its state (as long as
+-- its queues exist), so a slot back between two grants does not set an expiry the next
+-- grant removes again.
+local function pol_idle_check(key, inn, nxt, mask)
+  if inn > 0 or (mask and mask > 0) then return end
   redis.call('PEXPIRE', K_POL .. key, math.max(nxt - NOW, 0) + IDLE_TTL)
 end
 
--- k slots of each key given back (per_key: key -> k).
+-- k slots of each key given back (per_key: key -> k). Only a key that was full (in
+-- flight reached its concurrency: scored OPEN_FULL, or stale) is rescored; a key with a
+-- free slot before keeps its score (when it opened: max(next, block), set at its grant or
+-- push), and its state is read only to rescore it or to let it expire once idle. (A key
+-- whose concurrency was raised, other than by an override, which rescores it itself, opens
+-- at its next slot back with nothing in flight.)
 local function pol_slots_back(per_key)
   for key, k in pairs(per_key) do
     local inn = redis.call('HINCRBY', K_POL .. key, 'in', -k)
     if inn < 0 then redis.call('HSET', K_POL .. key, 'in', 0); inn = 0 end
-    local _, nxt = pol_state(key)
-    -- (a key whose slots were all taken opens now, not at its past next: its score is
-    -- when it opened, for the politeness wait, and it queues behind keys open before)
-    pol_rescore(key, math.max(opens_at(key, inn, nxt), NOW))
-    pol_idle_check(key, inn, nxt)
+    local full = inn + k >= limits(key)[1]
+    if full or inn == 0 then
+      local _, nxt, _, mask = pol_state(key)
+      if full then
+        -- (a key whose slots were all taken opens now, not at its past next: its score is
+        -- when it opened, for the politeness wait, and it queues behind keys open before)
+        pol_rescore(key, math.max(opens_at(key, inn, nxt), NOW), mask)
+      else
+        -- only ever lowers a score (a stale OPEN_FULL); ZADD LT needs Redis 6.2
+        local score = opens_at(key, inn, nxt)
+        for t = 0, NTIERS - 1 do
+          if in_tier(mask, t) then redis.call('ZADD', open_key(t), 'XX', 'LT', score, key) end
+        end
+      end
+      pol_idle_check(key, inn, nxt, mask)
+    end
   end
 end
 
@@ -215,9 +262,9 @@ local function pol_fail(key, retry_ms, since)
   end
   redis.call('HSET', K_POL .. key, unpack(fields))
   redis.call('ZADD', K_POLB, block, key)
-  local inn, nxt = pol_state(key)
-  pol_rescore(key, opens_at(key, inn, nxt))
-  if inn == 0 then pol_idle_check(key, inn, nxt) end
+  local inn, nxt, _, mask = pol_state(key)
+  pol_rescore(key, opens_at(key, inn, nxt), mask)
+  pol_idle_check(key, inn, nxt, mask)
 end
 
 -- k more successes (responses that were not 429/503) of key: every forgive_after
@@ -284,11 +331,17 @@ local function pol_push(items, front)
     if not redis.call('ZSCORE', open_key(t), key) then
       local inn, nxt = pol_state(key)
       local waiting = false
+      local mask = 2 ^ t
       for u = 0, NTIERS - 1 do
-        if u ~= t and redis.call('ZSCORE', open_key(u), key) then waiting = true end
+        if u ~= t and redis.call('ZSCORE', open_key(u), key) then
+          waiting = true
+          mask = mask + 2 ^ u
+        end
       end
-      -- the key has ready work from now on (for the politeness wait, see pol_pop)
-      if not waiting then redis.call('HSET', K_POL .. key, 'rdy', NOW) end
+      -- its tiers, exactly; and it has ready work from now on (for the politeness wait,
+      -- see pol_pop)
+      if waiting then redis.call('HSET', K_POL .. key, 'tm', mask)
+      else redis.call('HSET', K_POL .. key, 'tm', mask, 'rdy', NOW) end
       redis.call('ZADD', open_key(t), opens_at(key, inn, nxt), key)
     end
   end
@@ -655,6 +708,21 @@ jitter_factor = function(j)
   return 0.5 + u  -- [0.5, 1.5), as Scrapy's RANDOMIZE_DOWNLOAD_DELAY
 end
 
+-- For a batch of grants of one key in tier t: how many schedule positions from cursor
+-- the weighted-fair schedule takes to pick t again, skipping tiers with no open key (as
+-- pol_pop does); nil if it would pick another tier first (one whose head is unknown, nil
+-- in heads, counts as open).
+local function next_pick(t, heads, cursor, schedule)
+  local slots = #schedule
+  for j = 0, slots - 1 do
+    local at = (cursor + j) % slots + 1
+    local c = tonumber(string.sub(schedule, at, at), 16)
+    if c == t then return j + 1 end
+    if heads[c] ~= false then return nil end
+  end
+  return nil
+end
+
 -- Up to n ids whose keys are open now, for crawls with politeness: the tier by the
 -- weighted-fair schedule among tiers with an open key, then the key that opened first in
 -- it. Each grant takes a slot of its key (in + 1) and charges its delay (next). Returns
@@ -693,39 +761,71 @@ local function pol_pop(n, schedule)
       if heads[u] == key then heads[u] = nil end
     end
     heads[t] = nil
-    local inn, nxt, rdy = pol_state(key)
+    local inn, nxt, rdy, mask = pol_state(key)
     local score = opens_at(key, inn, nxt)
     if score > NOW then
       -- its override or state changed since it was scored: put it where it belongs
       redis.call('ZADD', open_key(t), score, key)
     else
       local q = pq_key(t, key)
-      local id
-      if ORDERING == 'priority' then
-        local p = redis.call('ZPOPMIN', q)
-        id = p[1]
-      elseif ORDERING == 'fifo' then id = redis.call('RPOP', q)
-      else id = redis.call('LPOP', q) end
-      if not id then
+      local len
+      if ORDERING == 'priority' then len = redis.call('ZCARD', q)
+      else len = redis.call('LLEN', q) end
+      if len == 0 then
         redis.call('ZREM', open_key(t), key)
+        if mask and in_tier(mask, t) then
+          redis.call('HSET', K_POL .. key, 'tm', mask - 2 ^ t)
+        end
       else
-        ids[#ids + 1] = id; keys[#ids] = key
         local lim = limits(key)
         local gap = lim[2]
         if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor(lim[3])) end
         if gap > 0 then gap = gap + start_window() end
+        -- how many of the key to grant now: one; with no delay, as many as its free slots,
+        -- its queue and the lease allow, while the tier schedule keeps picking this tier
+        -- (one state read and write and one rescore per key, not per request)
+        local k = 1
+        if gap == 0 then
+          local room = math.min(lim[1] - inn, n - #ids, len)
+          if ORDERING == 'priority' then k = math.max(room, 1)
+          else
+            while k < room do
+              local step = next_pick(t, heads, cursor, schedule)
+              if not step then break end
+              cursor = cursor + step
+              k = k + 1
+            end
+          end
+        end
+        local got
+        if ORDERING == 'priority' then
+          local p = redis.call('ZPOPMIN', q, k)
+          got = {}
+          for i = 1, #p, 2 do got[#got + 1] = p[i] end
+        elseif ORDERING == 'fifo' then got = redis.call('RPOP', q, k)
+        else got = redis.call('LPOP', q, k) end
+        for _, id in ipairs(got) do ids[#ids + 1] = id; keys[#ids] = key end
         -- the politeness wait of this grant: from when the key had work waiting (its
         -- previous grant, or work arriving at a key without any) to when its limits let
         -- it open (its score: the time it opened; later than that, it waited for a
         -- worker, not for politeness)
         if rdy > 0 and opened[t] > rdy then waited = waited + (opened[t] - rdy) end
-        redis.call('HSET', K_POL .. key, 'in', inn + 1, 'next', NOW + gap, 'rdy', NOW)
+        local emptied = #got >= len
+        if emptied and mask and in_tier(mask, t) then
+          redis.call('HSET', K_POL .. key, 'in', inn + #got, 'next', NOW + gap, 'rdy', NOW,
+            'tm', mask - 2 ^ t)
+        else
+          redis.call('HSET', K_POL .. key, 'in', inn + #got, 'next', NOW + gap, 'rdy', NOW)
+        end
         if inn == 0 then redis.call('PERSIST', K_POL .. key) end
-        inn, nxt = inn + 1, NOW + gap
-        if redis.call('EXISTS', q) == 0 then redis.call('ZREM', open_key(t), key) end
-        -- a grant only raises the key's score: in the other tiers a stale (lower) score
-        -- is corrected when it comes up (above), so only this tier is rescored now
-        redis.call('ZADD', open_key(t), 'XX', opens_at(key, inn, nxt), key)
+        inn, nxt = inn + #got, NOW + gap
+        if emptied then
+          redis.call('ZREM', open_key(t), key)
+        else
+          -- a grant only raises the key's score: in the other tiers a stale (lower) score
+          -- is corrected when it comes up (above), so only this tier is rescored now
+          redis.call('ZADD', open_key(t), 'XX', opens_at(key, inn, nxt), key)
+        end
       end
     end
   end
