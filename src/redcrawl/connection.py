@@ -441,23 +441,13 @@ def _as_cluster(url: str) -> str:
     return f"{scheme}+cluster{sep}{rest}" if scheme in ("redis", "rediss") else url
 
 
-_CLUSTER_NAMES = frozenset(
-    {
-        "CLUSTER_SCHEMES",
-        "ClusterClient",
-        "cluster_nodes",
-        "connect_cluster",
-        "is_cluster_url",
-        "merge_infos",
-    }
-)
-
-
 def __getattr__(name: str) -> Any:
     """The cluster names this module had before :mod:`redcrawl.cluster` (it imports this
     module, so they are looked up there on first use)."""
-    if name in _CLUSTER_NAMES:
-        from redcrawl import cluster
+    if name.startswith("_"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from redcrawl import cluster
 
+    if name in cluster.__all__:
         return getattr(cluster, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
