@@ -3,14 +3,35 @@ a moment it holds leases (frozen first, so what is seen held is what it holds)."
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 from redcrawl.frontier import FrontierCore, InflightInfo
 
-__all__ = ["kill_while_holding", "parse_log"]
+__all__ = ["kill_while_holding", "parse_log", "start_workers"]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def start_workers(
+    redis_url: str, crawl: str, logs: list[Path], backend: str, *extra: str
+) -> list[subprocess.Popen[bytes]]:
+    """One ``tests/frontier_worker.py`` process per log file (named w0, w1, ...), on this
+    checkout's redcrawl; ``extra`` is passed on (a key that says the producer is done)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    cmd = [sys.executable, "-m", "tests.frontier_worker", redis_url, crawl]
+    return [
+        subprocess.Popen(
+            [*cmd, f"w{i}", str(log), backend, *extra],
+            cwd=ROOT,
+            env=env,
+        )
+        for i, log in enumerate(logs)
+    ]
 
 
 def parse_log(log: Path) -> tuple[list[list[tuple[str, str]]], list[int]]:

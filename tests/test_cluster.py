@@ -52,7 +52,7 @@ from redcrawl.settings import Settings
 from . import cluster
 from .apikit import AUTH_READ, SRC, ApiServer, api_settings, serving
 from .conftest import RedisServer
-from .killkit import kill_while_holding, parse_log
+from .killkit import kill_while_holding, parse_log, start_workers
 from .test_frontier_properties import FrontierMachine
 
 pytestmark = pytest.mark.cluster
@@ -249,25 +249,8 @@ def test_sigkill_one_of_three_workers_loses_nothing(
     frontier = open_frontier(client, Settings(backend=backend), crawl)  # type: ignore[arg-type]
     envs = _fps(N)
     assert frontier.push(envs).accepted == N
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     logs = [tmp_path / f"w{i}.log" for i in range(3)]
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.frontier_worker",
-                redis_cluster.url,
-                crawl,
-                f"w{i}",
-                str(logs[i]),
-                backend,
-            ],
-            cwd=ROOT,
-            env=env,
-        )
-        for i in range(3)
-    ]
+    procs = start_workers(redis_cluster.url, crawl, logs, backend)
     victim = procs[1]
     deadline = time.monotonic() + 60
     while frontier.counts().done < N // 3:

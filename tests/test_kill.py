@@ -5,9 +5,6 @@ and whatever the killed worker held was handed out again after its leases expire
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -20,10 +17,9 @@ from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
-from .killkit import kill_while_holding, parse_log
+from .killkit import kill_while_holding, parse_log, start_workers
 
 N = 20_000
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.mark.slow
@@ -41,25 +37,8 @@ def test_sigkill_one_of_four_workers_loses_nothing(
     ]
     assert frontier.push(envs).accepted == N
 
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     logs = [tmp_path / f"w{i}.log" for i in range(4)]
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.frontier_worker",
-                redis7.url,
-                crawl,
-                f"w{i}",
-                str(logs[i]),
-                backend,
-            ],
-            cwd=ROOT,
-            env=env,
-        )
-        for i in range(4)
-    ]
+    procs = start_workers(redis7.url, crawl, logs, backend)
     victim = procs[1]
     deadline = time.monotonic() + 60
     while frontier.counts().done < N // 3:

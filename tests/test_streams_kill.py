@@ -24,7 +24,7 @@ from redcrawl.frontier import StreamsFrontier, open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
-from .killkit import kill_while_holding, parse_log
+from .killkit import kill_while_holding, parse_log, start_workers
 
 N = 20_000
 BATCH = 1000
@@ -82,26 +82,8 @@ def test_http_producer_four_consumers_two_sigkilled(  # noqa: C901 (a scenario: 
     server, base = _serve(redis7.url, tmp_path / "serve.log")
     frontier = open_frontier(client, Settings(backend="streams"), CRAWL)
     assert isinstance(frontier, StreamsFrontier)
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     logs = [tmp_path / f"w{i}.log" for i in range(4)]
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tests.frontier_worker",
-                redis7.url,
-                CRAWL,
-                f"w{i}",
-                str(logs[i]),
-                "streams",
-                PRODUCED,
-            ],
-            cwd=ROOT,
-            env=env,
-        )
-        for i in range(4)
-    ]
+    procs = start_workers(redis7.url, CRAWL, logs, "streams", PRODUCED)
     submitted: list[str] = []
     errors: list[BaseException] = []
 
