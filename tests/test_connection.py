@@ -22,6 +22,7 @@ from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.retry import Retry
 
 from redcrawl import connection
+from redcrawl import embedded as embedded_mod
 from redcrawl.codec import Envelope
 from redcrawl.connection import EmbeddedRedis, connect, redact, redis_server_binary
 from redcrawl.errors import ConfigError, ConnectionLost, RedcrawlError, RedisUnavailable
@@ -233,17 +234,17 @@ def test_embedded_restarts_after_a_crash(tmp_path: Path, embedded: list[Embedded
 def test_resolve_url_without_url_starts_embedded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(connection, "_embedded", {})
+    monkeypatch.setattr(embedded_mod, "_embedded", {})
     monkeypatch.setattr(redis.retry, "sleep", lambda s: None)  # see test_embedded_stop_is_prompt
     directory = tmp_path / "emb"
     try:
         url = connection.resolve_url(Settings(embedded_dir=directory))
         assert url == f"unix://{directory / 'redis.sock'}"
-        server = connection._embedded[directory.resolve()]
+        server = embedded_mod._embedded[directory.resolve()]
         assert server.proc is not None and server.proc.poll() is None
         # A second call in the same process reuses the same server object and process.
         assert connection.resolve_url(Settings(embedded_dir=directory)) == url
-        assert connection._embedded == {directory.resolve(): server}
+        assert embedded_mod._embedded == {directory.resolve(): server}
         client = redis.Redis.from_url(url)
         assert client.ping()
         client.close()
@@ -256,30 +257,30 @@ def test_resolve_url_without_url_starts_embedded(
         )
         assert not (tmp_path / "unused").exists()
     finally:
-        for server in connection._embedded.values():
+        for server in embedded_mod._embedded.values():
             server.stop()
 
 
 def test_connect_without_url_starts_embedded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(connection, "_embedded", {})
+    monkeypatch.setattr(embedded_mod, "_embedded", {})
     monkeypatch.setattr(redis.retry, "sleep", lambda s: None)  # see test_embedded_stop_is_prompt
     directory = tmp_path / "emb"
     try:
         client = connect(Settings(embedded_dir=directory))
-        server = connection._embedded[directory.resolve()]
+        server = embedded_mod._embedded[directory.resolve()]
         assert server.proc is not None and server.proc.poll() is None
         assert client.ping()
         assert client.connection_pool.connection_kwargs["path"] == str(directory / "redis.sock")
         client.set("x", "1")
         other = connect(Settings(embedded_dir=directory))
-        assert connection._embedded == {directory.resolve(): server}
+        assert embedded_mod._embedded == {directory.resolve(): server}
         assert other.get("x") == b"1"
         other.close()
         client.close()
     finally:
-        for server in connection._embedded.values():
+        for server in embedded_mod._embedded.values():
             server.stop()
 
 
@@ -577,13 +578,13 @@ def test_stop_embedded(tmp_path: Path, users: list[User]) -> None:
 def test_embedded_socket_is_logged_once_per_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(connection, "_embedded", {})
-    monkeypatch.setattr(connection, "_announced", set())
+    monkeypatch.setattr(embedded_mod, "_embedded", {})
+    monkeypatch.setattr(embedded_mod, "_announced", set())
     monkeypatch.setattr(redis.retry, "sleep", lambda s: None)
     directory = tmp_path / "emb"
     settings = Settings(embedded_dir=directory)
     sock = directory.resolve() / "redis.sock"
-    caplog.set_level(logging.INFO, logger="redcrawl.connection")
+    caplog.set_level(logging.INFO, logger="redcrawl.embedded")
     try:
         connect(settings).close()
         connect(settings).close()
@@ -591,7 +592,7 @@ def test_embedded_socket_is_logged_once_per_process(
         other.start()
         other.stop()
     finally:
-        for server in connection._embedded.values():
+        for server in embedded_mod._embedded.values():
             server.stop()
     lines = [r.getMessage() for r in caplog.records if str(sock) in r.getMessage()]
     assert len(lines) == 1, lines
