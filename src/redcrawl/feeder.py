@@ -1,3 +1,4 @@
+# Over 450 lines on purpose: one class, the worker's Redis I/O thread, every error path in one loop.
 """A worker's Redis I/O on a thread of its own, off the caller's (Scrapy's reactor) thread.
 
 The caller (the Scrapy scheduler) only touches local buffers, under one lock, and never

@@ -1,3 +1,4 @@
+# Over 450 lines on purpose: every demo page, each a pure function of its URL and the config.
 """The demo shop's pages: :class:`SiteConfig` and :class:`Shop`, which renders every page
 as a pure function of its URL and the configuration, and its misbehaviour rules (slow,
 failing, throttled and poison products). Served over HTTP by :mod:`redcrawl.demo.site`,

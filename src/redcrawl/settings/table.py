@@ -1,3 +1,4 @@
+# Over 450 lines on purpose: data, one row per setting (parsers in model.py, notes in notes.py).
 """The table of settings: every setting's name, parser, documentation and scrapy-redis
 aliases (:data:`SPECS`), the scrapy-redis names redcrawl ignores and why, and the value
 parsers. ``docs/settings.md`` is generated from this table (with the defaults, which are the
