@@ -695,8 +695,9 @@ SPECS: tuple[Spec, ...] = (
         _number(float, 0.001, 86_400.0),
         "Seconds a site is blocked for the fleet after its first 429/503 without a usable "
         "Retry-After (REDCRAWL_DEFER_HTTP_CODES); each further failure in a row doubles "
-        "it, up to REDCRAWL_BACKOFF_CAP. The crawl's value is the latest Scrapy worker's (a change is logged) "
-        "and counts from the next failure. See docs/politeness.md.",
+        "it, up to REDCRAWL_BACKOFF_CAP. The crawl's value is the latest Scrapy "
+        "worker's (a change is logged) and counts from the next failure. See "
+        "docs/politeness.md.",
     ),
     Spec(
         "backoff_cap",
