@@ -141,6 +141,8 @@ class PolitenessOps:
             stored, stored_backoff = pipe.execute()[:2]
             if slots and not worker and stored is None:
                 self.client.hset(self.keys.pol_slots, mapping=slots)
+        if worker:
+            self._drop_legacy_once()
         if (
             worker
             and stored_backoff is not None
@@ -162,6 +164,42 @@ class PolitenessOps:
                 self.crawl,
                 stored.decode(errors="replace"),
                 mine,
+            )
+
+    def drop_legacy_auto_delay(self, *, batch: int = 500) -> int:
+        """Remove ``auto_delay`` from the crawl's per-key overrides (``rc:{C}:polo``):
+        AutoThrottle's delay of a crawl created before it moved into the key's state
+        (``ad``). Nothing reads it any more (a site's AutoThrottle delay starts again
+        from the start delay, as after an hour idle), but it never expires and makes
+        every grant read the override hash. One script call per ``batch`` entries
+        scanned (``HSCAN``), each atomic; safe to run while the crawl runs, and again.
+        Each Scrapy worker runs it at start on a crawl not yet cleaned (a control field
+        marks it done). Returns how many entries were changed (0 without politeness)."""
+        if self.politeness is None:
+            return 0
+        cursor, changed = b"0", 0
+        while True:
+            cursor, n = self._run("drop_auto_delay", [cursor, batch])
+            changed += int(n)
+            if bytes(cursor) == b"0":
+                return changed
+
+    def _drop_legacy_once(self) -> None:
+        """:meth:`drop_legacy_auto_delay` once per crawl (control field
+        ``auto_delay_dropped``), logged when it changed anything."""
+        with redis_errors("reading the crawl's control hash"):
+            if self.client.hexists(self.keys.control, "auto_delay_dropped"):
+                return
+        changed = self.drop_legacy_auto_delay()
+        with redis_errors("marking the crawl's overrides cleaned"):
+            self.client.hset(self.keys.control, "auto_delay_dropped", changed)
+        if changed:
+            log.info(
+                "crawl %s: dropped AutoThrottle's auto_delay from %d per-site overrides "
+                "(kept there by an older redcrawl; AutoThrottle's delay is now in each "
+                "site's state, and these sites start again from AUTOTHROTTLE_START_DELAY)",
+                self.crawl,
+                changed,
             )
 
     def free(self, items: Sequence[tuple[Lease, str]]) -> int:
