@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pytest
 from scrapy import Spider
@@ -41,21 +41,34 @@ def wait_for(check: Callable[[], object], timeout: float = 5.0) -> object:
     raise AssertionError("timed out")
 
 
-@pytest.fixture
-def worker(make_frontier: FrontierFactory) -> Iterator[tuple[Scheduler, FrontierCore]]:
+def start_worker(
+    make_frontier: FrontierFactory, **scrapy_settings: object
+) -> tuple[Scheduler, FrontierCore]:
     """A Scheduler on a crawl with politeness and no DOWNLOAD_DELAY, its Feeder's thread
     running (it leases nothing by itself until the scheduler finds nothing to hand out;
     the test hands it a lease)."""
-    crawler = get_crawler(Spider, {"REDCRAWL_POLITENESS_START_WINDOW": WINDOW})
+    crawler = get_crawler(Spider, {"REDCRAWL_POLITENESS_START_WINDOW": WINDOW, **scrapy_settings})
     scheduler = Scheduler.from_crawler(crawler)
-    f = polite(make_frontier, politeness_concurrency=2, politeness_start_window=WINDOW)
+    f = polite(
+        make_frontier,
+        politeness_concurrency=2,
+        politeness_start_window=WINDOW,
+        politeness_slots=scheduler.settings.politeness_slots,
+    )
     scheduler.frontier = f
     scheduler.spider = Spider(name="late")
     scheduler._polite = True
     scheduler.feeder = Feeder(f, "w1", concurrency=1, polite=True, poll_interval=60.0)
     scheduler.feeder.held = 1  # as if busy: it leases only when next_request finds nothing
     scheduler.feeder.start()
+    return scheduler, f
+
+
+@pytest.fixture
+def worker(make_frontier: FrontierFactory) -> Iterator[tuple[Scheduler, FrontierCore]]:
+    scheduler, f = start_worker(make_frontier)
     yield scheduler, f
+    assert scheduler.feeder is not None
     scheduler.feeder.stop(5.0)
 
 
@@ -119,3 +132,31 @@ def test_a_late_request_of_a_key_without_any_delay_starts(
     request = wait_for(scheduler.next_request)
     assert request.url == first.envelope.url  # type: ignore[attr-defined]
     conserved(f)
+
+
+def test_a_late_request_of_a_download_slots_key_is_given_back_without_asking(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """DOWNLOAD_SLOTS delays are known to the worker: a late request of such a key is
+    given back at once, without asking the frontier."""
+    scheduler, f = start_worker(make_frontier, DOWNLOAD_SLOTS={"a.test": {"delay": 1.0}})
+    try:
+        f.push(site("a.test", 2))
+        first = late_lease(f, scheduler.worker)
+        hand_to_feeder(scheduler, first)
+        calls: list[int] = []
+        start_late = f.start_late
+
+        def counted(leases: Sequence[Lease]) -> list[bool]:
+            calls.append(len(leases))
+            return start_late(leases)
+
+        f.start_late = counted  # type: ignore[method-assign]
+        assert scheduler.next_request() is None
+        assert scheduler.stats.get_value("redcrawl/politeness/late_released") == 1
+        wait_for(lambda: f.counts().ready == 2)
+        assert calls == []
+        conserved(f)
+    finally:
+        assert scheduler.feeder is not None
+        scheduler.feeder.stop(5.0)
