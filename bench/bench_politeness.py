@@ -157,6 +157,20 @@ class Run:
         rates = [h.rate for h in self.hosts if h.rate is not None]
         return statistics.median(rates) if rates else None
 
+    @property
+    def rate_range(self) -> tuple[float, float] | None:
+        """The lowest and highest per-host fetch rate."""
+        rates = [h.rate for h in self.hosts if h.rate is not None]
+        return (min(rates), max(rates)) if rates else None
+
+    @property
+    def total_rate(self) -> float | None:
+        """The per-host rates summed: the fleet's fetch rate while every host is being
+        crawled (each host's rate is over its own first to last fetch, so hosts found
+        later by links do not count as idle time)."""
+        rates = [h.rate for h in self.hosts if h.rate is not None]
+        return sum(rates) if rates else None
+
 
 def host_figures(kit: MultiSite, host: str, delay: float) -> Host:
     times = kit.starts(host)
@@ -247,6 +261,10 @@ def fmt_gap(gap: float | None) -> str:
     return "-" if gap is None else f"{gap:.3f}"
 
 
+def fmt_range(r: tuple[float, float] | None) -> str:
+    return "-" if r is None else f"{r[0]:.2f}-{r[1]:.2f}"
+
+
 def ratio(a: float | None, b: float | None) -> str:
     return "-" if a is None or not b else f"{a / b:.1f}x"
 
@@ -309,12 +327,33 @@ def report(runs: dict[str, Run], args: argparse.Namespace) -> str:
         (
             "median per-host fetch rate (/s)",
             f"{1 / args.delay:.1f}",
-            [f"{runs[c].median_rate:.1f}" if runs[c].median_rate else "-" for c in CONTENDERS],
+            [f"{runs[c].median_rate:.2f}" if runs[c].median_rate else "-" for c in CONTENDERS],
         ),
         (
             "  over the rate (rate * delay)",
             "1.0x",
-            [ratio(runs[c].median_rate, 1 / args.delay) for c in CONTENDERS],
+            [
+                f"{runs[c].median_rate * args.delay:.2f}x" if runs[c].median_rate else "-"
+                for c in CONTENDERS
+            ],
+        ),
+        (
+            "lowest - highest per-host rate (/s)",
+            f"{1 / args.delay:.1f}",
+            [fmt_range(runs[c].rate_range) for c in CONTENDERS],
+        ),
+        (
+            "total rate, per-host rates summed (/s)",
+            f"{args.hosts / args.delay:.1f}",
+            [f"{runs[c].total_rate:.1f}" if runs[c].total_rate else "-" for c in CONTENDERS],
+        ),
+        (
+            "  total * delay / hosts",
+            "1.00",
+            [
+                f"{runs[c].total_rate * args.delay / args.hosts:.2f}" if runs[c].total_rate else "-"
+                for c in CONTENDERS
+            ],
         ),
         ("crawl time (s, start-up included)", "", [f"{runs[c].seconds:.1f}" for c in CONTENDERS]),
         ("pages never fetched", "0", [f"{runs[c].missing}" for c in CONTENDERS]),

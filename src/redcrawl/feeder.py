@@ -36,6 +36,7 @@ No Scrapy here: tests/test_feeder.py drives it against a real Redis.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -105,6 +106,7 @@ class Feeder:
         self._releases: list[Lease] = []
         self._frees: list[tuple[Lease, str]] = []  # slots back at response time
         self._defers: list[tuple[Lease, str, float | None]] = []  # 429/503 pushed back
+        self._starts: list[Lease] = []  # late starts to ask the frontier about
         self._stats: dict[str, int] = {}
         self._crawl_stats: dict[str, int] = {}
         self._gen = 0  # local changes (store/ack/nack) so far
@@ -183,6 +185,18 @@ class Feeder:
             self._gen += 1
             self._cond.notify_all()
 
+    def check_start(self, leases: list[Lease]) -> None:
+        """Leases that waited here past their start window, of keys whose delay the
+        caller cannot see (an operator's override): the thread asks the frontier
+        (``FrontierCore.start_late``); each that may start comes back to the front of
+        the ready buffer with no arrival time (so it is not checked twice) and
+        ``on_ready`` is called; the others are given back (release), counted as
+        ``late_released``."""
+        with self._cond:
+            self._starts += leases
+            self._gen += 1
+            self._cond.notify_all()
+
     def release(self, leases: list[Lease]) -> None:
         """Give leases back unprocessed (served next, not counted as an attempt)."""
         with self._cond:
@@ -222,6 +236,7 @@ class Feeder:
                 or self._releases
                 or self._frees
                 or self._defers
+                or self._starts
                 or self._call_since is not None
             )
 
@@ -302,6 +317,7 @@ class Feeder:
             or self._releases
             or self._frees
             or self._defers
+            or self._starts
             or len(self._push) >= self.batch_size
             or len(self._acks) >= self.batch_size
             or now >= next_beat
@@ -328,20 +344,22 @@ class Feeder:
                 self._refresh = False
                 push, acks, nacks = self._push, self._acks, self._nacks
                 self._push, self._acks, self._nacks = [], [], []
-                frees, defers = self._frees, self._defers
-                self._frees, self._defers = [], []
+                frees, defers, starts = self._frees, self._defers, self._starts
+                self._frees, self._defers, self._starts = [], [], []
                 releases = self._releases + self._excess()
                 self._releases = []
                 if stopping:
-                    releases += self._ready
+                    releases += starts + list(self._ready)
+                    starts = []
                     self._ready.clear()
-                n = self._lease_size(now)
+                # (leases being checked come back to the ready buffer, or go back)
+                n = max(self._lease_size(now) - len(starts), 0)
                 if n and self._ready:
                     self._inc("lookahead_calls")
                 gen = self._gen
                 self._call_since = now
             try:
-                self._step(push, acks, nacks, releases, n, now, frees, defers)
+                self._step(push, acks, nacks, releases, n, now, frees, defers, starts)
                 if beat:
                     self._beat()
                     next_beat = time.monotonic() + self.heartbeat
@@ -398,13 +416,29 @@ class Feeder:
         now: float,
         frees: list[tuple[Lease, str]] | None = None,
         defers: list[tuple[Lease, str, float | None]] | None = None,
+        starts: list[Lease] | None = None,
     ) -> None:
-        """One round: settle (store, ack, free slots, lease n), then nacks, deferrals and
-        releases. What did not go out is put back in front of the buffers (and the error
-        propagates)."""
+        """One round: late starts checked, settle (store, ack, free slots, lease n), then
+        nacks, deferrals and releases. What did not go out is put back in front of the
+        buffers (and the error propagates)."""
         f = self.frontier
-        frees, defers = frees or [], defers or []
+        frees, defers, starts = frees or [], defers or [], starts or []
         try:
+            if starts:
+                flags = f.start_late(starts)
+                go = [
+                    dataclasses.replace(lease, received=0.0)
+                    for lease, ok in zip(starts, flags, strict=True)
+                    if ok
+                ]
+                back = [lease for lease, ok in zip(starts, flags, strict=True) if not ok]
+                starts = []
+                releases = back + releases
+                with self._cond:
+                    self._ready.extendleft(reversed(go))
+                    self._inc("late_released", len(back))
+                if go and self.on_ready is not None:
+                    self.on_ready()
             if push or acks or n or frees:
                 out = f.settle(
                     push=push, ack=acks, lease=(self.worker, n) if n else None, free=frees
@@ -449,8 +483,9 @@ class Feeder:
                 self._inc("released", f.release(releases))
                 releases = []
         finally:
-            if push or acks or nacks or releases or frees or defers:
+            if push or acks or nacks or releases or frees or defers or starts:
                 with self._cond:
+                    self._starts[:0] = starts
                     self._push[:0] = push
                     self._acks[:0] = acks
                     self._nacks[:0] = nacks

@@ -98,6 +98,7 @@ _SCRIPTS = (
     "free",
     "defer",
     "charge",
+    "drop_auto_delay",
 )
 MAINTAIN_LIMIT = 1000
 """Most delayed requests promoted and expired leases reclaimed by one script call."""

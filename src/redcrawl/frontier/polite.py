@@ -21,9 +21,32 @@ from redcrawl.politeness import BackoffPolicy
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
-__all__ = ["PolitenessOps", "slot_outcome"]
+__all__ = ["PolitenessOps", "backoff_field", "slot_outcome"]
 
 log = logging.getLogger("redcrawl.frontier.core")
+
+
+def _json_or_none(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+def backoff_field(policy: BackoffPolicy) -> str:
+    """The crawl's control field ``backoff``: the JSON the Lua steps read the 429/503
+    backoff from (``backoff_policy`` in ``lua/queue_lists.lua``; a missing or unreadable
+    field means :class:`BackoffPolicy`'s defaults there). ``retry_after_cap`` is not in
+    it: workers apply that cap when they parse a ``Retry-After``."""
+    return json.dumps(
+        {
+            "base": policy.base,
+            "cap": policy.cap,
+            "jitter": policy.jitter,
+            "forgive_after": policy.forgive_after,
+        },
+        sort_keys=True,
+    )
 
 
 def slot_outcome(
@@ -91,19 +114,17 @@ class PolitenessOps:
                 }
             )
         self._pol_stored = True
-        policy = BackoffPolicy()
-        backoff = json.dumps(
-            {
-                "base": policy.base,
-                "cap": policy.cap,
-                "jitter": policy.jitter,
-                "forgive_after": policy.forgive_after,
-            }
-        )
+        backoff = backoff_field(s.backoff_policy)
         with redis_errors("storing the crawl's politeness settings"):
             pipe = self.client.pipeline(transaction=True)
             pipe.hget(self.keys.control, "politeness")
-            pipe.hsetnx(self.keys.control, "backoff", backoff)
+            # the 429/503 backoff (REDCRAWL_BACKOFF_*): read by the Lua steps at each
+            # failure and success, so a worker's change counts from the next one
+            pipe.hget(self.keys.control, "backoff")
+            if worker:
+                pipe.hset(self.keys.control, "backoff", backoff)
+            else:
+                pipe.hsetnx(self.keys.control, "backoff", backoff)
             if worker:
                 pipe.hset(self.keys.control, "politeness", mine)
                 # (a Scrapy worker gives back a request it could not start within this
@@ -117,9 +138,24 @@ class PolitenessOps:
                 pipe.hsetnx(self.keys.control, "politeness", mine)
             if slots and worker:
                 pipe.hset(self.keys.pol_slots, mapping=slots)
-            stored = pipe.execute()[0]
+            stored, stored_backoff = pipe.execute()[:2]
             if slots and not worker and stored is None:
                 self.client.hset(self.keys.pol_slots, mapping=slots)
+        if worker:
+            self._drop_legacy_once()
+        if (
+            worker
+            and stored_backoff is not None
+            and _json_or_none(stored_backoff) != json.loads(backoff)
+        ):
+            log.warning(
+                "crawl %s: the fleet-wide 429/503 backoff changes from %s to this worker's "
+                "%s (give every worker the same REDCRAWL_BACKOFF_BASE, _CAP, _JITTER and "
+                "_FORGIVE_AFTER); it counts from each site's next failure or success",
+                self.crawl,
+                stored_backoff.decode(errors="replace"),
+                backoff,
+            )
         if worker and stored is not None and stored.decode(errors="replace") != mine:
             log.warning(
                 "crawl %s: the fleet-wide politeness defaults change from %s to this "
@@ -128,6 +164,42 @@ class PolitenessOps:
                 self.crawl,
                 stored.decode(errors="replace"),
                 mine,
+            )
+
+    def drop_legacy_auto_delay(self, *, batch: int = 500) -> int:
+        """Remove ``auto_delay`` from the crawl's per-key overrides (``rc:{C}:polo``):
+        AutoThrottle's delay of a crawl created before it moved into the key's state
+        (``ad``). Nothing reads it any more (a site's AutoThrottle delay starts again
+        from the start delay, as after an hour idle), but it never expires and makes
+        every grant read the override hash. One script call per ``batch`` entries
+        scanned (``HSCAN``), each atomic; safe to run while the crawl runs, and again.
+        Each Scrapy worker runs it at start on a crawl not yet cleaned (a control field
+        marks it done). Returns how many entries were changed (0 without politeness)."""
+        if self.politeness is None:
+            return 0
+        cursor, changed = b"0", 0
+        while True:
+            cursor, n = self._run("drop_auto_delay", [cursor, batch])
+            changed += int(n)
+            if bytes(cursor) == b"0":
+                return changed
+
+    def _drop_legacy_once(self) -> None:
+        """:meth:`drop_legacy_auto_delay` once per crawl (control field
+        ``auto_delay_dropped``), logged when it changed anything."""
+        with redis_errors("reading the crawl's control hash"):
+            if self.client.hexists(self.keys.control, "auto_delay_dropped"):
+                return
+        changed = self.drop_legacy_auto_delay()
+        with redis_errors("marking the crawl's overrides cleaned"):
+            self.client.hset(self.keys.control, "auto_delay_dropped", changed)
+        if changed:
+            log.info(
+                "crawl %s: dropped AutoThrottle's auto_delay from %d per-site overrides "
+                "(kept there by an older redcrawl; AutoThrottle's delay is now in each "
+                "site's state, and these sites start again from AUTOTHROTTLE_START_DELAY)",
+                self.crawl,
+                changed,
             )
 
     def free(self, items: Sequence[tuple[Lease, str]]) -> int:

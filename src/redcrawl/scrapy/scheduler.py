@@ -106,7 +106,12 @@ MARK = "_redcrawl_handed_out"
 """Meta key numbering the requests this worker handed out (so that a retry made by
 Scrapy, whose meta is a copy, is recognised); removed from children that copy it."""
 
-STAT_NAMES = {"nack_retried": "retried", "nack_dead": "dead", "nack_stale": "stale"}
+STAT_NAMES = {
+    "nack_retried": "retried",
+    "nack_dead": "dead",
+    "nack_stale": "stale",
+    "late_released": "politeness/late_released",
+}
 """I/O thread counters with another name in Scrapy's stats (``redcrawl/<name>``)."""
 
 
@@ -604,15 +609,21 @@ class Scheduler(BaseScheduler):
         granted, so starting it now could come closer than the delay to the next start
         at its site (granted to another worker on time). Give it back (served next, no
         attempt spent; its slot stays charged: a wasted slot costs throughput, never
-        politeness)."""
+        politeness). A key this worker cannot tell has a delay (an operator's delay
+        override, the only source it does not see) is asked about instead
+        (``Feeder.check_start``: ``FrontierCore.start_late`` on the I/O thread)."""
         window = self.settings.politeness_start_window
         if not (self._polite and window > 0):
             return False
         if not lease.received or time.monotonic() - lease.received <= window:
             return False
-        if not self._delay_bound(lease):
-            return False
         assert self.feeder is not None
+        if not self._delay_bound(lease):
+            # its key may still have a delay this worker cannot see (an operator's
+            # override): the frontier says whether it may start (then it comes back
+            # here, its start charged) or must be given back
+            self.feeder.check_start([lease])
+            return True
         self.feeder.release([lease])
         self.stats.inc_value("redcrawl/politeness/late_released")
         return True
@@ -643,7 +654,8 @@ class Scheduler(BaseScheduler):
         can tell without asking Redis: a DOWNLOAD_DELAY, fleet-wide AutoThrottle (every
         key has a delay then), the key's DOWNLOAD_SLOTS delay, or a Crawl-delay this
         worker read in the site's robots.txt. An operator's delay override is not seen
-        here (docs/politeness.md, "Start window")."""
+        here: :meth:`_late` asks the frontier about such leases (docs/politeness.md,
+        "Start window")."""
         s = self.settings
         if s.politeness_delay > 0 or self._auto_throttled:
             return True

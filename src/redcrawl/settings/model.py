@@ -10,11 +10,14 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from redcrawl.errors import ConfigError
 from redcrawl.keys import validate_crawl_name
 from redcrawl.settings.table import BY_NAME, DROPPED_PARAMS, SPECS, Ordering
+
+if TYPE_CHECKING:
+    from redcrawl.politeness.backoff import BackoffPolicy
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -101,6 +104,10 @@ class Settings:
     defer_http_codes: tuple[int, ...] = (429, 503)
     max_deferrals: int = 20
     retry_after_cap: float = 3600.0
+    backoff_base: float = 1.0
+    backoff_cap: float = 300.0
+    backoff_jitter: float = 0.5
+    backoff_forgive_after: int = 10
     politeness_start_window: float = 0.03
 
     def __post_init__(self) -> None:
@@ -132,6 +139,12 @@ class Settings:
             )
         if self.crawl is not None and "%(" not in self.crawl:
             validate_crawl_name(self.crawl)
+        if self.backoff_cap < self.backoff_base:
+            raise ConfigError(
+                "REDCRAWL_BACKOFF_CAP",
+                f"{self.backoff_cap}s is below REDCRAWL_BACKOFF_BASE ({self.backoff_base}s); "
+                "raise the cap or lower the base",
+            )
         if self.heartbeat_interval is not None and self.heartbeat_interval >= self.lease_ttl:
             raise ConfigError(
                 "REDCRAWL_HEARTBEAT_INTERVAL",
@@ -249,6 +262,20 @@ class Settings:
             if priority >= bound:
                 return i
         return len(self.tier_bounds)
+
+    @property
+    def backoff_policy(self) -> BackoffPolicy:
+        """The 429/503 backoff of fleet-wide politeness (REDCRAWL_BACKOFF_*,
+        REDCRAWL_RETRY_AFTER_CAP), as the frontier applies it."""
+        from redcrawl.politeness.backoff import BackoffPolicy
+
+        return BackoffPolicy(
+            base=self.backoff_base,
+            cap=self.backoff_cap,
+            jitter=self.backoff_jitter,
+            forgive_after=self.backoff_forgive_after,
+            retry_after_cap=self.retry_after_cap,
+        )
 
     def retry_delay(self, attempts: int) -> float:
         """Exponential backoff: ``retry_backoff * 2**(attempts-1)``, capped."""

@@ -692,6 +692,32 @@ SPECS: tuple[Spec, ...] = (
         "header sets for a site (a longer one is cut to this).",
     ),
     Spec(
+        "backoff_base",
+        _number(float, 0.001, 86_400.0),
+        "Seconds a site is blocked for the fleet after its first 429/503 without a usable "
+        "Retry-After (REDCRAWL_DEFER_HTTP_CODES); each further failure in a row doubles "
+        "it, up to REDCRAWL_BACKOFF_CAP. The crawl's value is the latest Scrapy "
+        "worker's (a change is logged) and counts from the next failure. See "
+        "docs/politeness.md.",
+    ),
+    Spec(
+        "backoff_cap",
+        _number(float, 0.001, 30 * 86_400.0),
+        "The longest backoff block, in seconds (at least REDCRAWL_BACKOFF_BASE).",
+    ),
+    Spec(
+        "backoff_jitter",
+        _number(float, 0.0, 1.0),
+        "Fraction of a backoff block that is random: a block of d seconds lasts between "
+        "d * (1 - jitter) and d (0: exactly d; 1: anywhere up to d).",
+    ),
+    Spec(
+        "backoff_forgive_after",
+        _number(int, 1, 1_000_000),
+        "Responses in a row that are not 429/503 which take one failure off a site's "
+        "backoff count (success forgives slowly: a site that flaps stays slowed).",
+    ),
+    Spec(
         "max_idle_time",
         _number(float, 0.0),
         "RedisSpider: seconds to wait for new start "
