@@ -655,6 +655,61 @@ def environment(admin: redis.Redis, binary: str) -> dict[str, Any]:
     }
 
 
+# --- Redis CPU per script call, one client ------------------------------------------
+
+
+def script_times(
+    url: str, admin: redis.Redis, spider: BenchSpider, n: int, ordering: Ordering
+) -> dict[str, float]:
+    """Redis CPU (``INFO cpu``: process time, so a loaded machine's preemptions do not
+    count, as they do in SLOWLOG's and commandstats' wall-clock usec) per request for
+    pushes of ``batch_size`` requests and for lease+ack calls of ``batch_size``, one
+    client, settle calls one at a time, nothing else running on the server: the scripts'
+    own cost plus one event-loop wake-up per call (FACTS.md: ~70 us, 0.7 us per request)."""
+    rc = Redcrawl(url, ordering, spider)
+    f, batch = rc.frontier, rc.batch
+    requests, dups = build_requests(n, spider, seed=3, path="scripts")
+    envs = [codec.from_request(r, spider, fingerprint=_fingerprint(r)) for r in requests]
+    flushall(admin)
+    gc.collect()
+    c0 = redis_cpu(admin)
+    for start in range(0, len(envs), batch):
+        f.settle(push=envs[start : start + batch])
+    c1 = redis_cpu(admin)
+    calls_push = -(-len(envs) // batch)
+    res = f.settle(lease=(WORKER, batch))
+    calls_lease = 1
+    while res.leases:
+        res = f.settle(ack=res.leases, lease=(WORKER, batch))
+        calls_lease += 1
+    c2 = redis_cpu(admin)
+    flushall(admin)
+    us = 1e6
+    return {
+        "push_us_per_call": (c1 - c0) * us / calls_push,
+        "push_us_per_req": (c1 - c0) * us / len(envs),
+        "lease_ack_us_per_call": (c2 - c1) * us / calls_lease,
+        "lease_ack_us_per_req": (c2 - c1) * us / (len(envs) - dups),
+    }
+
+
+def script_report(url: str, admin: redis.Redis, spider: BenchSpider, n: int, reps: int) -> str:
+    lines = [
+        "Redis CPU per script call, one client, settle calls of 100 one at a time "
+        f"(INFO cpu; median of {reps} run(s)):"
+    ]
+    for ordering in ("fifo", "priority"):
+        runs = [script_times(url, admin, spider, n, ordering) for _ in range(reps)]
+        pick = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        lines.append(
+            f"  {ordering:<8} push (with dedupe) {pick['push_us_per_call']:5.0f} us per call "
+            f"= {pick['push_us_per_req']:.2f} us/req; lease+ack "
+            f"{pick['lease_ack_us_per_call']:5.0f} us per call = "
+            f"{pick['lease_ack_us_per_req']:.2f} us/req"
+        )
+    return "\n".join(lines)
+
+
 # --- profiling ---------------------------------------------------------------------
 
 
@@ -737,6 +792,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="afterwards, cProfile one redcrawl (fifo) push and drain",
     )
+    p.add_argument(
+        "--scripts-only",
+        action="store_true",
+        help="only the per-script Lua times (SLOWLOG medians), redcrawl alone: a quick A/B",
+    )
     args = p.parse_args(argv)
     n: int = args.n if args.n is not None else 5000 if args.quick else 20000
     if n < DUP_EVERY or args.rounds < 1:
@@ -767,6 +827,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         sr = ScrapyRedis(server.url)
         spider = sr.spider
+        if args.scripts_only:
+            print(script_report(server.url, admin, spider, n, args.rounds))
+            return 0
         contenders: list[Contender] = [
             sr,
             Redcrawl(server.url, "fifo", spider),
@@ -801,6 +864,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(key_breakdown(samples, n))
         print()
         print(command_breakdown(samples, n))
+        print()
+        print(script_report(server.url, admin, spider, n, 1))
         print()
         checks = targets(med)
         print("Targets (informational; never an exit status):")

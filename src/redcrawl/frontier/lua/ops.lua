@@ -27,36 +27,48 @@ end
 -- Returns one character per request: "1" accepted, "0" duplicate.
 local function op_push(first, n, delay_ms, recrawl)
   if n == 0 then return '' end
-  local fps = {}
-  for i = 0, n - 1 do
-    local fp = ARGV[first + PUSH_STRIDE * i + 1]
-    if fp ~= '' then fps[#fps + 1] = fp end
+  -- One HMGET for every fingerprint and one HSET for every new record (not an HSETNX per
+  -- request): a fingerprint stored already, or earlier in this batch, is a duplicate, and
+  -- only the others are looked up in the DONE filter.
+  local fps, fp_at = {}, {}
+  for i = 1, n do
+    local fp = ARGV[first + PUSH_STRIDE * (i - 1) + 1]
+    if fp ~= '' then fps[#fps + 1] = fp; fp_at[#fps] = i end
   end
-  local done = {}
-  if not recrawl then done = dd_done_flags(fps) end
+  local stored = hmget(K_REQ, fps)
+  local fresh, fresh_at, seen = {}, {}, {}
+  for j, fp in ipairs(fps) do
+    if not stored[j] and not seen[fp] then
+      seen[fp] = true
+      fresh[#fresh + 1] = fp; fresh_at[#fresh] = fp_at[j]
+    end
+  end
+  local new = {}
+  if recrawl then
+    for j = 1, #fresh do new[fresh_at[j]] = true end
+  else
+    local done = dd_done_flags(fresh)
+    for j = 1, #fresh do
+      if not done[j] then new[fresh_at[j]] = true end
+    end
+  end
   local seq = redis.call('HINCRBY', K_STATS, 'seq', n) - n
-  local flags, items, plain = {}, {}, {}
-  local j = 0
+  local flags, items, writes = {}, {}, {}
   for i = 1, n do
     local at = first + PUSH_STRIDE * (i - 1)
     local rec, fp, priority = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
-    if PUSH_STAMPS then rec = rec .. PUSH_STAMP end -- push time: latency.lua, lib.lua
     local id
-    if fp ~= '' then
-      j = j + 1
-      if not done[j] and redis.call('HSETNX', K_REQ, fp, rec) == 1 then id = fp end
-    else
-      id = '#' .. (seq + i)
-      plain[#plain + 1] = id; plain[#plain + 1] = rec
-    end
+    if fp == '' then id = '#' .. (seq + i) elseif new[i] then id = fp end
     if id then
+      if PUSH_STAMPS then rec = rec .. PUSH_STAMP end -- push time: latency.lua, lib.lua
+      writes[#writes + 1] = id; writes[#writes + 1] = rec
       items[#items + 1] = {id, priority, seq + i, tonumber(ARGV[at + 3]), rec}
       flags[i] = '1'
     else
       flags[i] = '0'
     end
   end
-  if #plain > 0 then bulk('HSET', K_REQ, plain) end
+  if #writes > 0 then bulk('HSET', K_REQ, writes) end
   if delay_ms > 0 then
     local z = {}
     for _, it in ipairs(items) do z[#z + 1] = NOW + delay_ms; z[#z + 1] = it[1] end
