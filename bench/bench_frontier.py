@@ -39,6 +39,7 @@ import cProfile
 import gc
 import io
 import json
+import multiprocessing
 import os
 import platform
 import pstats
@@ -116,6 +117,31 @@ def used_memory(r: redis.Redis) -> int:
     return int(r.info("memory")["used_memory"])
 
 
+def command_stats(r: redis.Redis) -> dict[str, tuple[int, int]]:
+    """``INFO commandstats``: command -> (calls, usec). Commands a Lua script runs count
+    as commands of their own (as Redis counts them); ``evalsha`` is the script calls and
+    its usec the scripts' whole time, the commands inside them included."""
+    out: dict[str, tuple[int, int]] = {}
+    for key, v in r.info("commandstats").items():
+        out[key.removeprefix("cmdstat_")] = (int(v["calls"]), int(v["usec"]))
+    return out
+
+
+def stats_delta(
+    before: dict[str, tuple[int, int]], after: dict[str, tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
+    """Calls and usec per command between two ``command_stats``; the bench's own
+    ``INFO``/``MEMORY``/``FLUSHALL`` left out."""
+    out: dict[str, tuple[int, int]] = {}
+    for cmd, (calls, usec) in after.items():
+        if cmd in ("info", "memory|usage", "memory", "flushall", "ping", "client|setinfo"):
+            continue
+        c0, u0 = before.get(cmd, (0, 0))
+        if calls > c0:
+            out[cmd] = (calls - c0, usec - u0)
+    return out
+
+
 def key_memory(r: redis.Redis, keys: Sequence[str]) -> int:
     """Exact ``MEMORY USAGE`` (SAMPLES 0) of the keys that exist."""
     total = 0
@@ -130,6 +156,7 @@ class Timing:
     wall: float = 0.0
     client_cpu: float = 0.0
     server_cpu: float = 0.0
+    commands: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 @contextlib.contextmanager
@@ -137,13 +164,15 @@ def timed(r: redis.Redis) -> Iterator[Timing]:
     """Wall time, this process's CPU and the Redis server's CPU spent in the block."""
     t = Timing()
     gc.collect()
+    k0 = command_stats(r)
     s0 = redis_cpu(r)
     c0 = time.process_time()
     w0 = time.perf_counter()
     yield t
     t.wall = time.perf_counter() - w0
-    t.client_cpu = time.process_time() - c0
+    t.client_cpu += time.process_time() - c0  # (+= : the concurrent clients' own CPU)
     t.server_cpu = redis_cpu(r) - s0
+    t.commands = stats_delta(k0, command_stats(r))
 
 
 # --- the workload ------------------------------------------------------------------
@@ -307,7 +336,15 @@ class Sample:
     push_cpu2_rps: float
     lease_cpu_rps: float
     lease_cpu2_rps: float
+    cmds_push: float = 0.0
+    cmds_lease: float = 0.0
+    scripts_push: float = 0.0
+    scripts_lease: float = 0.0
+    script_us_push: float = 0.0
+    script_us_lease: float = 0.0
     key_bytes: dict[str, int] = field(default_factory=dict)
+    commands_push: dict[str, tuple[int, int]] = field(default_factory=dict)
+    commands_lease: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def flushall(r: redis.Redis) -> None:
@@ -329,13 +366,107 @@ def measure(c: Contender, admin: redis.Redis, spider: BenchSpider, n: int, seed:
     if popped != n:
         raise RuntimeError(f"{c.name}: popped {popped} of {n} accepted requests")
     flushall(admin)
+    return make_sample(n, dups, tp, tl, mem1 - mem0, fp_bytes, key_bytes)
+
+
+def new_contender(name: str, url: str) -> tuple[Contender, BenchSpider]:
+    """A contender of its own (own connections: for a forked client) and its spider."""
+    sr = ScrapyRedis(url)
+    if name == SCRAPY_REDIS:
+        return sr, sr.spider
+    ordering: Ordering = "priority" if name == RC_PRIO else "fifo"
+    return Redcrawl(url, ordering, sr.spider), sr.spider
+
+
+def client_proc(name: str, url: str, n: int, seed: int, k: int, go: Any, out: Any) -> None:
+    """One of --clients concurrent clients: builds its share of requests (URLs of its
+    own, duplicates among them), waits, pushes; waits, drains until the queue is empty.
+    Reports (duplicates, push CPU) and then (popped, drain CPU) on ``out``."""
+    warnings.filterwarnings("ignore", module="scrapy_redis")
+    c, spider = new_contender(name, url)
+    requests, dups = build_requests(n, spider, seed=seed, path=f"c{k}")
+    gc.collect()
+    out.put(("ready", 0, 0.0))
+    go[0].wait()
+    c0 = time.process_time()
+    c.push(requests)
+    out.put(("pushed", dups, time.process_time() - c0))
+    del requests
+    go[1].wait()
+    c0 = time.process_time()
+    popped = c.drain(1 << 60)
+    out.put(("drained", popped, time.process_time() - c0))
+
+
+def measure_concurrent(
+    name: str, url: str, admin: redis.Redis, keys: Contender, n: int, seed: int, clients: int
+) -> Sample:
+    """As measure(), with ``clients`` processes pushing N in all (their shares of it at
+    once), then draining the queue together: Redis serves several clients per wake-up, as
+    it does for a fleet (FACTS.md: a lone client makes every call cost a wake-up)."""
+    ctx = multiprocessing.get_context("fork")
+    go = (ctx.Event(), ctx.Event())
+    out: Any = ctx.Queue()
+    share = [n // clients + (1 if k < n % clients else 0) for k in range(clients)]
+    flushall(admin)
+    procs = [
+        ctx.Process(target=client_proc, args=(name, url, share[k], seed, k, go, out))
+        for k in range(clients)
+    ]
+    for pr in procs:
+        pr.start()
+    for _ in procs:
+        out.get()  # ready
+    mem0 = used_memory(admin)
+    with timed(admin) as tp:
+        go[0].set()
+        dups = 0
+        for _ in procs:
+            _, d, cpu = out.get()
+            dups += d
+            tp.client_cpu += cpu
+    mem1 = used_memory(admin)
+    key_bytes = {k: int(admin.memory_usage(k, samples=0) or 0) for k in keys.all_keys}
+    fp_bytes = key_memory(admin, keys.fp_keys)
+    with timed(admin) as tl:
+        go[1].set()
+        popped = 0
+        for _ in procs:
+            _, got, cpu = out.get()
+            popped += got
+            tl.client_cpu += cpu
+    for pr in procs:
+        pr.join()
+    if popped != n:
+        raise RuntimeError(f"{name}: popped {popped} of {n} accepted requests")
+    flushall(admin)
+    return make_sample(n, dups, tp, tl, mem1 - mem0, fp_bytes, key_bytes)
+
+
+def make_sample(
+    n: int,
+    dups: int,
+    tp: Timing,
+    tl: Timing,
+    mem: int,
+    fp_bytes: int,
+    key_bytes: dict[str, int],
+) -> Sample:
     offered = n + dups
     us = 1e6
+
+    def calls(t: Timing, only: str | None = None) -> int:
+        return sum(c for cmd, (c, _) in t.commands.items() if only in (None, cmd))
+
+    def script_us(t: Timing) -> float:
+        c, u = t.commands.get("evalsha", (0, 0))
+        return u / c if c else 0.0
+
     return Sample(
         push_rps=offered / tp.wall,
         lease_rps=n / tl.wall,
-        bytes_per_req=(mem1 - mem0) / n,
-        bytes_per_req_no_fp=(mem1 - mem0 - fp_bytes) / n,
+        bytes_per_req=mem / n,
+        bytes_per_req_no_fp=(mem - fp_bytes) / n,
         server_us_push=tp.server_cpu * us / offered,
         server_us_lease=tl.server_cpu * us / n,
         client_us_push=tp.client_cpu * us / offered,
@@ -344,7 +475,15 @@ def measure(c: Contender, admin: redis.Redis, spider: BenchSpider, n: int, seed:
         push_cpu2_rps=offered / max(tp.client_cpu, tp.server_cpu),
         lease_cpu_rps=n / (tl.client_cpu + tl.server_cpu),
         lease_cpu2_rps=n / max(tl.client_cpu, tl.server_cpu),
+        cmds_push=calls(tp) / offered,
+        cmds_lease=calls(tl) / n,
+        scripts_push=calls(tp, "evalsha") * 100 / offered,
+        scripts_lease=calls(tl, "evalsha") * 100 / n,
+        script_us_push=script_us(tp),
+        script_us_lease=script_us(tl),
         key_bytes=key_bytes,
+        commands_push=tp.commands,
+        commands_lease=tl.commands,
     )
 
 
@@ -381,6 +520,12 @@ METRICS = (
     Metric("push_cpu2_rps", "  same, client and Redis overlapped", True, "{:,.0f}"),
     Metric("lease_cpu_rps", "lease+ack, CPU-bound est. (req/s)", True, "{:,.0f}"),
     Metric("lease_cpu2_rps", "  same, client and Redis overlapped", True, "{:,.0f}"),
+    Metric("cmds_push", "Redis commands / pushed req", False, "{:.2f}"),
+    Metric("cmds_lease", "Redis commands / lease+ack", False, "{:.2f}"),
+    Metric("scripts_push", "  of which script calls / 100 pushed", False, "{:.2f}"),
+    Metric("scripts_lease", "  of which script calls / 100 lease+ack", False, "{:.2f}"),
+    Metric("script_us_push", "Lua time per script call, push (us)", False, "{:.0f}"),
+    Metric("script_us_lease", "Lua time per script call, lease+ack (us)", False, "{:.0f}"),
 )
 """The CPU-bound estimates are 1 / (client CPU + Redis CPU) per request: what one client
 would reach with no network latency and no other load on the machine, if it waited for
@@ -461,6 +606,24 @@ def key_breakdown(samples: dict[str, list[Sample]], n: int) -> str:
     return "\n".join(lines)
 
 
+def command_breakdown(samples: dict[str, list[Sample]], n: int) -> str:
+    """Redis commands per request by command (calls inside scripts included, as Redis
+    counts them), last round; evalsha's share is the scripts' own calls."""
+    lines = ["Redis commands per request by command (INFO commandstats, last round):"]
+    for name, runs in samples.items():
+        s = runs[-1]
+        for phase, stats, per in (
+            ("push", s.commands_push, n * (1 + 1 / DUP_EVERY)),
+            ("lease+ack", s.commands_lease, n),
+        ):
+            parts = ", ".join(
+                f"{cmd}={c / per:.2f}"
+                for cmd, (c, _) in sorted(stats.items(), key=lambda kv: -kv[1][0])
+            )
+            lines.append(f"  {name}, {phase}: {parts}")
+    return "\n".join(lines)
+
+
 def environment(admin: redis.Redis, binary: str) -> dict[str, Any]:
     info = admin.info("server")
 
@@ -490,6 +653,61 @@ def environment(admin: redis.Redis, binary: str) -> dict[str, Any]:
         "redcrawl": version("redcrawl"),
         "fingerprint": f"{_fingerprint.__module__}.{_fingerprint.__name__}",
     }
+
+
+# --- Redis CPU per script call, one client ------------------------------------------
+
+
+def script_times(
+    url: str, admin: redis.Redis, spider: BenchSpider, n: int, ordering: Ordering
+) -> dict[str, float]:
+    """Redis CPU (``INFO cpu``: process time, so a loaded machine's preemptions do not
+    count, as they do in SLOWLOG's and commandstats' wall-clock usec) per request for
+    pushes of ``batch_size`` requests and for lease+ack calls of ``batch_size``, one
+    client, settle calls one at a time, nothing else running on the server: the scripts'
+    own cost plus one event-loop wake-up per call (FACTS.md: ~70 us, 0.7 us per request)."""
+    rc = Redcrawl(url, ordering, spider)
+    f, batch = rc.frontier, rc.batch
+    requests, dups = build_requests(n, spider, seed=3, path="scripts")
+    envs = [codec.from_request(r, spider, fingerprint=_fingerprint(r)) for r in requests]
+    flushall(admin)
+    gc.collect()
+    c0 = redis_cpu(admin)
+    for start in range(0, len(envs), batch):
+        f.settle(push=envs[start : start + batch])
+    c1 = redis_cpu(admin)
+    calls_push = -(-len(envs) // batch)
+    res = f.settle(lease=(WORKER, batch))
+    calls_lease = 1
+    while res.leases:
+        res = f.settle(ack=res.leases, lease=(WORKER, batch))
+        calls_lease += 1
+    c2 = redis_cpu(admin)
+    flushall(admin)
+    us = 1e6
+    return {
+        "push_us_per_call": (c1 - c0) * us / calls_push,
+        "push_us_per_req": (c1 - c0) * us / len(envs),
+        "lease_ack_us_per_call": (c2 - c1) * us / calls_lease,
+        "lease_ack_us_per_req": (c2 - c1) * us / (len(envs) - dups),
+    }
+
+
+def script_report(url: str, admin: redis.Redis, spider: BenchSpider, n: int, reps: int) -> str:
+    lines = [
+        "Redis CPU per script call, one client, settle calls of 100 one at a time "
+        f"(INFO cpu; median of {reps} run(s)):"
+    ]
+    for ordering in ("fifo", "priority"):
+        runs = [script_times(url, admin, spider, n, ordering) for _ in range(reps)]
+        pick = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+        lines.append(
+            f"  {ordering:<8} push (with dedupe) {pick['push_us_per_call']:5.0f} us per call "
+            f"= {pick['push_us_per_req']:.2f} us/req; lease+ack "
+            f"{pick['lease_ack_us_per_call']:5.0f} us per call = "
+            f"{pick['lease_ack_us_per_req']:.2f} us/req"
+        )
+    return "\n".join(lines)
 
 
 # --- profiling ---------------------------------------------------------------------
@@ -561,11 +779,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     p.add_argument("--rounds", type=int, default=5, help="rounds; the median is reported")
     p.add_argument("--quick", action="store_true", help="N=5000 (unless --n is given)")
+    p.add_argument(
+        "--clients",
+        type=int,
+        default=8,
+        help="concurrent client processes per contender, sharing N (default 8; 1: this "
+        "process alone, every call its own Redis wake-up)",
+    )
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument(
         "--profile",
         action="store_true",
         help="afterwards, cProfile one redcrawl (fifo) push and drain",
+    )
+    p.add_argument(
+        "--scripts-only",
+        action="store_true",
+        help="only the per-script Lua times (SLOWLOG medians), redcrawl alone: a quick A/B",
     )
     args = p.parse_args(argv)
     n: int = args.n if args.n is not None else 5000 if args.quick else 20000
@@ -590,12 +820,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         print(
             f"N={n} distinct requests + {n // DUP_EVERY} duplicates, {args.rounds} round(s), "
+            f"{args.clients} concurrent client(s) per contender, "
             f"fingerprint: {env['fingerprint']}",
             flush=True,
         )
 
         sr = ScrapyRedis(server.url)
         spider = sr.spider
+        if args.scripts_only:
+            print(script_report(server.url, admin, spider, n, args.rounds))
+            return 0
         contenders: list[Contender] = [
             sr,
             Redcrawl(server.url, "fifo", spider),
@@ -608,7 +842,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         for rnd in range(args.rounds):
             order = contenders if rnd % 2 == 0 else contenders[::-1]
             for c in order:
-                s = measure(c, admin, spider, n, seed=rnd)
+                if args.clients > 1:
+                    s = measure_concurrent(c.name, server.url, admin, c, n, rnd, args.clients)
+                else:
+                    s = measure(c, admin, spider, n, seed=rnd)
                 samples[c.name].append(s)
                 print(
                     f"  round {rnd + 1} {c.name:<22} push {s.push_rps:>9,.0f}/s  "
@@ -625,6 +862,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(render_table(med))
         print()
         print(key_breakdown(samples, n))
+        print()
+        print(command_breakdown(samples, n))
+        print()
+        print(script_report(server.url, admin, spider, n, 1))
         print()
         checks = targets(med)
         print("Targets (informational; never an exit status):")

@@ -158,6 +158,48 @@ def test_legacy_plan_is_kept_only_for_crawls_created_with_it() -> None:
     assert resolve_spec(settings, created="exact 13 0 0") == resolve_spec(settings)
 
 
+@pytest.mark.parametrize("value", [0, 9_999_999, 10**14, 2**63 - 1, 2**64 - 1])
+def test_hinted_fingerprint_carries_the_member_and_bucket_lua_computes(value: int) -> None:
+    spec = resolve_spec(Settings(dedupe_capacity=100_000))
+    fp = b"\xfe\x02\x03" + b"\x00" * 5 + value.to_bytes(8, "big") + b"\xff" * 4
+    bucket, member = split(fp, spec.bucket_bits)
+    text = str(member).encode()
+    assert spec.hint(fp) == fp + bytes([len(text)]) + text + str(bucket).encode()
+    assert spec.hint(b"#12") == b"#12"  # not a fingerprint: as it is
+    bloom = resolve_spec(Settings(dedupe="bloom", dedupe_capacity=1000, bloom_backend="lua"))
+    assert bloom.hint(fp) == fp
+
+
+@pytest.mark.parametrize("capacity", [100_000, 1_000])  # one call per bucket; grouped
+def test_hinted_and_plain_fingerprints_meet_in_the_same_buckets(
+    make_frontier: FrontierFactory, redis_client: redis.Redis, capacity: int
+) -> None:
+    """A worker sends each fingerprint with its member and bucket (push and ack); Lua
+    computing them from the bare fingerprint (the Filter, an older worker's acks) must
+    find the same: DONE through one is DONE through the other."""
+    f = make_frontier(dedupe_capacity=capacity)
+    urls = [f"http://a/{i}" for i in range(1_500)]
+    assert f.push([env(u) for u in urls]).accepted == len(urls)
+    while leases := f.lease("w", 100):
+        f.ack(leases)
+    items = [hashlib.sha1(u.encode()).digest() for u in urls]
+    assert f.done.contains(items) == [True] * len(items)  # bare: split in Lua
+    assert f.push([env(u) for u in urls]).accepted == 0  # hinted: same buckets
+    others = [f"http://b/{i}" for i in range(300)]
+    f.done.add([hashlib.sha1(u.encode()).digest() for u in others])
+    assert f.push([env(u) for u in others]).accepted == 0
+    f.push([env("http://c/1"), env("http://c/2")])
+    held = f.lease("w", 2)
+    raw = f._run(  # an older worker's ack: bare ids
+        "settle",
+        [0, len(held), 0, "", 1000, 3, "0", 10, b"n1", "", ""]
+        + [x for h in held for x in (h.id, h.token)],
+    )
+    assert raw[1] == b"11"
+    assert f.push([env("http://c/1"), env("http://c/2")]).accepted == 0
+    assert f.counts().conserved
+
+
 def test_exact_levels_beyond_capacity_with_generations(
     redis_client: redis.Redis, clock: Clock
 ) -> None:

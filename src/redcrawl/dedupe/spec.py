@@ -57,6 +57,11 @@ class DedupeSpec:
     """Exact mode: the most fingerprints per bucket of a level (0: a legacy plan, one
     level of unbounded buckets)."""
 
+    def hint(self, fp: bytes) -> bytes:
+        """A fingerprint (or request id) as the frontier scripts take it: with its member
+        and level-0 bucket in exact mode (:func:`hinted`), as it is otherwise."""
+        return hinted(fp, self.bucket_bits) if self.mode == "exact" else fp
+
     def encode(self) -> str:
         """The spec string the Lua preludes read."""
         if self.mode == "exact":
@@ -199,6 +204,23 @@ def split(fp: bytes, bucket_bits: int) -> tuple[int, int]:
         raise ValueError(f"a fingerprint is 20 bytes, not {len(fp)}")
     bucket = int.from_bytes(fp[:3], "big") % (1 << bucket_bits)
     return bucket, int.from_bytes(fp[8:16], "big") & ((1 << 63) - 1)
+
+
+_MEMBER_MASK = (1 << 63) - 1
+
+
+def hinted(fp: bytes, bucket_bits: int) -> bytes:
+    """Exact mode: a fingerprint as the frontier scripts take it from a client that knows
+    the crawl's plan: the 20 bytes, one byte (the member's length), the member and the
+    level-0 bucket of :func:`split` as decimal text (``dd_unhint`` in
+    ``lua/common.lua``), so that Lua neither computes nor formats them (that cost
+    ~1.3 us of Redis CPU per fingerprint per push or ack). Anything not 20 bytes long
+    (ids of requests without a fingerprint) is returned as it is."""
+    if len(fp) != 20:
+        return fp
+    member = b"%d" % (int.from_bytes(fp[8:16], "big") & _MEMBER_MASK)
+    bucket = int.from_bytes(fp[:3], "big") & ((1 << bucket_bits) - 1)
+    return b"%s%c%s%d" % (fp, len(member), member, bucket)
 
 
 def bucket_key(base: str, level: int, bucket: int) -> str:

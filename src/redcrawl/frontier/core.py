@@ -318,9 +318,10 @@ class FrontierCore(PolitenessOps, ABC):
         if self.politeness is not None and not self._pol_stored and envelopes:
             self.store_politeness()  # (not at construction: readers must not write)
         args: list[Any] = []
+        hint = self.dedupe.hint
         extra = self._push_extra(envelopes)
         for i, env in enumerate(envelopes):
-            fp = b"" if env.dont_filter or env.fingerprint is None else env.fingerprint
+            fp = b"" if env.dont_filter or env.fingerprint is None else hint(env.fingerprint)
             args += (self._record(env), fp, env.priority)
             if extra is not None:
                 args += extra[i]
@@ -469,8 +470,9 @@ class FrontierCore(PolitenessOps, ABC):
                 "",
                 *self._push_args(chunk),
             ]
+            hint = self.dedupe.hint  # (the fingerprint's dedupe member and bucket)
             for item in acks:
-                args += (item.id, item.token)
+                args += (hint(item.id), item.token)
             for held, outcome in frees:
                 args += (held.id, held.token, outcome)
             calls.append(args)

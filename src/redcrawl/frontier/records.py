@@ -50,6 +50,8 @@ slot given back when its response arrived (``slot_free`` in ``lua/queue_lists.lu
 
 
 def _split_key(body: bytes) -> tuple[str | None, bytes]:
+    if body[:1] not in (b"K", b"k"):  # (an envelope, a msgpack map, never starts so)
+        return None, body
     m = _KEY_PREFIX.match(body)
     if m is None:
         return None, body
@@ -64,7 +66,7 @@ _STAMP = re.compile(rb"\x7f[0-o]{7}\Z")
 def push_time(data: bytes) -> float | None:
     """When a stored record was pushed (seconds since the epoch, server clock), or None
     if it has no push stamp (pushed before stamps existed, or a record not yet stored)."""
-    m = _STAMP.search(data)
+    m = _STAMP.match(data, max(0, len(data) - 8))
     if m is None:
         return None
     ms = 0
@@ -74,7 +76,8 @@ def push_time(data: bytes) -> float | None:
 
 
 def _strip_stamp(body: bytes) -> bytes:
-    return body[:-8] if _STAMP.search(body) else body
+    # (matched at its place, not searched for: search would try every position)
+    return body[:-8] if _STAMP.match(body, max(0, len(body) - 8)) else body
 
 
 def record_key(data: bytes) -> str | None:
@@ -136,11 +139,12 @@ def parse_record(data: bytes) -> tuple[int, int, str, bytes]:
     """(priority, attempts, lease token, envelope bytes) of a stored record."""
     parts = data.split(b"|", 3)
     try:
-        if (
-            len(parts) != 4
-            or not _HEAD_NUMBER.fullmatch(parts[0])
-            or not _HEAD_NUMBER.fullmatch(parts[1])
-            or parts[1].startswith(b"-")
+        if len(parts) != 4:
+            raise ValueError
+        p, a = parts[0], parts[1]
+        # (bytes.isdigit: ASCII digits only; the regex only for a negative priority)
+        if not (0 < len(a) <= 15 and a.isdigit()) or not (
+            (0 < len(p) <= 15 and p.isdigit()) or _HEAD_NUMBER.fullmatch(p)
         ):
             raise ValueError
         body = _split_key(_strip_stamp(parts[3]))[1]

@@ -115,6 +115,28 @@ local function dd_split(fp)
   return b1 * 65536 + b2 * 256 + b3, member
 end
 
+-- The 24-bit hash alone (bytes 1-3).
+local function dd_h(fp)
+  local b1, b2, b3 = string.byte(fp, 1, 3)
+  return b1 * 65536 + b2 * 256 + b3
+end
+
+-- Hash and member of fps[i]: the member the client computed (hm[i], see dd_unhint in
+-- common.lua) or computed here.
+local function dd_hm(fps, i, hm)
+  local m = hm and hm[i]
+  if m then return dd_h(fps[i]), m end
+  return dd_split(fps[i])
+end
+
+-- Key of the bucket of level `level` holding hash h (of fps[i]) in the generation with
+-- key base `base`: for level 0, the bucket text the client gave (hb[i]) if any.
+local function dd_bkey(base, level, h, hb, i)
+  local b = level == 0 and hb and hb[i]
+  if b then return base .. ':' .. b end
+  return dd_key(base, level, h % dd_nb(level))
+end
+
 -- Few fingerprints per bucket (the usual case: a batch is much smaller than the bucket
 -- count): one call per fingerprint, without building groups.
 local function dd_sparse(n) return n * 4 < DD_BUCKETS end
@@ -132,18 +154,19 @@ local function dd_groups(hs, members, level)
   return groups
 end
 
--- For a list of fingerprints, a list of booleans: is it DONE?
-local function dd_done_flags(fps)
+-- For a list of fingerprints, a list of booleans: is it DONE? hm, hb: nil, or the
+-- members and level-0 buckets the client computed, aligned with fps (nil where not).
+local function dd_done_flags(fps, hm, hb)
   local out = {}
   local first = (DD_GEN_MS > 0) and (DD_GEN - DD_GENS) or 0
   if dd_sparse(#fps) then
-    for i, fp in ipairs(fps) do
-      local h, member = dd_split(fp)
+    for i = 1, #fps do
+      local h, member = dd_hm(fps, i, hm)
       local hit = false
       for gen = DD_GEN, first, -1 do
         local base = dd_base(gen)
         for level = dd_top(gen), 0, -1 do
-          if redis.call('SISMEMBER', dd_key(base, level, h % dd_nb(level)), member) == 1 then
+          if redis.call('SISMEMBER', dd_bkey(base, level, h, hb, i), member) == 1 then
             hit = true; break
           end
         end
@@ -154,9 +177,9 @@ local function dd_done_flags(fps)
     return out
   end
   local hs, members = {}, {}
-  for i, fp in ipairs(fps) do
+  for i = 1, #fps do
     out[i] = false
-    hs[i], members[i] = dd_split(fp)
+    hs[i], members[i] = dd_hm(fps, i, hm)
   end
   for gen = DD_GEN, first, -1 do
     local base = dd_base(gen)
@@ -179,17 +202,17 @@ local function dd_sadd(key, members)
 end
 
 -- Legacy specs: record fingerprints as DONE in the only level.
-local function dd_mark_done_legacy(fps)
+local function dd_mark_done_legacy(fps, hm, hb)
   local base = dd_base(DD_GEN)
   if DD_GEN_MS == 0 and dd_sparse(#fps) then
-    for _, fp in ipairs(fps) do
-      local h, member = dd_split(fp)
-      redis.call('SADD', dd_key(base, 0, h % DD_BUCKETS), member)
+    for i = 1, #fps do
+      local h, member = dd_hm(fps, i, hm)
+      redis.call('SADD', dd_bkey(base, 0, h, hb, i), member)
     end
     return
   end
   local hs, members = {}, {}
-  for i, fp in ipairs(fps) do hs[i], members[i] = dd_split(fp) end
+  for i = 1, #fps do hs[i], members[i] = dd_hm(fps, i, hm) end
   for bucket, g in pairs(dd_groups(hs, members, 0)) do
     local key = dd_key(base, 0, bucket)
     bulk('SADD', key, g[1])
@@ -200,9 +223,10 @@ local function dd_mark_done_legacy(fps)
 end
 
 -- Record fingerprints as DONE (in the current generation, in the level being filled).
-local function dd_mark_done(fps)
+-- hm, hb: as for dd_done_flags.
+local function dd_mark_done(fps, hm, hb)
   if #fps == 0 then return end
-  if DD_FILL == 0 then return dd_mark_done_legacy(fps) end
+  if DD_FILL == 0 then return dd_mark_done_legacy(fps, hm, hb) end
   local base = dd_base(DD_GEN)
   local expire_at = (DD_GEN_MS > 0) and (DD_GEN + DD_GENS + 1) * DD_GEN_MS or nil
   local count = dd_count(DD_GEN)
@@ -210,14 +234,13 @@ local function dd_mark_done(fps)
   local added = 0
   if count + #fps <= room and DD_GEN_MS == 0 and dd_sparse(#fps) then
     -- the usual case: a few fingerprints, all into the level being filled
-    local nb = dd_nb(level)
-    for _, fp in ipairs(fps) do
-      local h, member = dd_split(fp)
-      added = added + redis.call('SADD', dd_key(base, level, h % nb), member)
+    for i = 1, #fps do
+      local h, member = dd_hm(fps, i, hm)
+      added = added + redis.call('SADD', dd_bkey(base, level, h, hb, i), member)
     end
   elseif count + #fps <= room then
     local hs, members = {}, {}
-    for i, fp in ipairs(fps) do hs[i], members[i] = dd_split(fp) end
+    for i = 1, #fps do hs[i], members[i] = dd_hm(fps, i, hm) end
     for bucket, g in pairs(dd_groups(hs, members, level)) do
       local key = dd_key(base, level, bucket)
       added = added + dd_sadd(key, g[1])
@@ -226,10 +249,10 @@ local function dd_mark_done(fps)
   else
     -- the batch may cross into the next level: one fingerprint at a time, the level
     -- following the count (so every fingerprint is in a level a lookup reads)
-    for _, fp in ipairs(fps) do
+    for i = 1, #fps do
       if count + added >= room then level, room = dd_level_of(count + added) end
-      local h, member = dd_split(fp)
-      local key = dd_key(base, level, h % dd_nb(level))
+      local h, member = dd_hm(fps, i, hm)
+      local key = dd_bkey(base, level, h, hb, i)
       if redis.call('SADD', key, member) == 1 then
         added = added + 1
         if expire_at then redis.call('PEXPIREAT', key, expire_at) end

@@ -27,36 +27,54 @@ end
 -- Returns one character per request: "1" accepted, "0" duplicate.
 local function op_push(first, n, delay_ms, recrawl)
   if n == 0 then return '' end
-  local fps = {}
-  for i = 0, n - 1 do
-    local fp = ARGV[first + PUSH_STRIDE * i + 1]
-    if fp ~= '' then fps[#fps + 1] = fp end
+  -- One HMGET for every fingerprint and one HSET for every new record (not an HSETNX per
+  -- request): a fingerprint stored already, or earlier in this batch, is a duplicate, and
+  -- only the others are looked up in the DONE filter.
+  -- (a fingerprint may come with its dedupe member and bucket: dd_unhint, common.lua)
+  local fps, fp_at, hm, hb, ids = {}, {}, {}, {}, {}
+  for i = 1, n do
+    local fp = ARGV[first + PUSH_STRIDE * (i - 1) + 1]
+    if fp ~= '' then
+      local j = #fps + 1
+      fp, hm[j], hb[j] = dd_unhint(fp)
+      fps[j] = fp; fp_at[j] = i; ids[i] = fp
+    end
   end
-  local done = {}
-  if not recrawl then done = dd_done_flags(fps) end
+  local stored = hmget(K_REQ, fps)
+  local fresh, fresh_at, fresh_m, fresh_b, seen = {}, {}, {}, {}, {}
+  for j, fp in ipairs(fps) do
+    if not stored[j] and not seen[fp] then
+      seen[fp] = true
+      local k = #fresh + 1
+      fresh[k] = fp; fresh_at[k] = fp_at[j]; fresh_m[k] = hm[j]; fresh_b[k] = hb[j]
+    end
+  end
+  local new = {}
+  if recrawl then
+    for j = 1, #fresh do new[fresh_at[j]] = true end
+  else
+    local done = dd_done_flags(fresh, fresh_m, fresh_b)
+    for j = 1, #fresh do
+      if not done[j] then new[fresh_at[j]] = true end
+    end
+  end
   local seq = redis.call('HINCRBY', K_STATS, 'seq', n) - n
-  local flags, items, plain = {}, {}, {}
-  local j = 0
+  local flags, items, writes = {}, {}, {}
   for i = 1, n do
     local at = first + PUSH_STRIDE * (i - 1)
-    local rec, fp, priority = ARGV[at], ARGV[at + 1], tonumber(ARGV[at + 2])
-    if PUSH_STAMPS then rec = rec .. PUSH_STAMP end -- push time: latency.lua, lib.lua
+    local rec, priority = ARGV[at], tonumber(ARGV[at + 2])
     local id
-    if fp ~= '' then
-      j = j + 1
-      if not done[j] and redis.call('HSETNX', K_REQ, fp, rec) == 1 then id = fp end
-    else
-      id = '#' .. (seq + i)
-      plain[#plain + 1] = id; plain[#plain + 1] = rec
-    end
+    if not ids[i] then id = '#' .. (seq + i) elseif new[i] then id = ids[i] end
     if id then
+      if PUSH_STAMPS then rec = rec .. PUSH_STAMP end -- push time: latency.lua, lib.lua
+      writes[#writes + 1] = id; writes[#writes + 1] = rec
       items[#items + 1] = {id, priority, seq + i, tonumber(ARGV[at + 3]), rec}
       flags[i] = '1'
     else
       flags[i] = '0'
     end
   end
-  if #plain > 0 then bulk('HSET', K_REQ, plain) end
+  if #writes > 0 then bulk('HSET', K_REQ, writes) end
   if delay_ms > 0 then
     local z = {}
     for _, it in ipairs(items) do z[#z + 1] = NOW + delay_ms; z[#z + 1] = it[1] end
@@ -104,13 +122,14 @@ end
 local function op_ack(first, n, refuse)
   if n == 0 then return '' end
   if refuse then return string.rep('2', n) end
-  local ids, tokens = {}, {}
-  for i = 0, n - 1 do
-    ids[#ids + 1] = ARGV[first + 2 * i]
-    tokens[#tokens + 1] = ARGV[first + 2 * i + 1]
+  -- (a fingerprint id may come with its dedupe member and bucket: dd_unhint, common.lua)
+  local ids, tokens, hm, hb = {}, {}, {}, {}
+  for i = 1, n do
+    ids[i], hm[i], hb[i] = dd_unhint(ARGV[first + 2 * i - 2])
+    tokens[i] = ARGV[first + 2 * i - 1]
   end
   local recs = hmget(K_REQ, ids)
-  local ok, fps, held, hrecs, flags, seen = {}, {}, {}, {}, {}, {}
+  local ok, fps, fps_m, fps_b, held, hrecs, flags, seen = {}, {}, {}, {}, {}, {}, {}, {}
   for i, id in ipairs(ids) do
     flags[i] = '0'
     local rec = recs[i]
@@ -122,7 +141,10 @@ local function op_ack(first, n, refuse)
         seen[id] = true
         flags[i] = '1'
         ok[#ok + 1] = id
-        if is_fingerprint(id) then fps[#fps + 1] = id end
+        if is_fingerprint(id) then
+          local k = #fps + 1
+          fps[k] = id; fps_m[k] = hm[i]; fps_b[k] = hb[i]
+        end
         held[#held + 1] = t
         hrecs[#held] = rec
       end
@@ -132,7 +154,7 @@ local function op_ack(first, n, refuse)
     bulk('HDEL', K_REQ, ok)
     if redis.call('EXISTS', K_ERR) == 1 then bulk('HDEL', K_ERR, ok) end
     defers_forget(ok)
-    dd_mark_done(fps)
+    dd_mark_done(fps, fps_m, fps_b)
     unhold(held, hrecs)
     redis.call('HINCRBY', K_STATS, 'done', #ok)
     latency_observe(hrecs)
