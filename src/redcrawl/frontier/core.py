@@ -179,13 +179,16 @@ class FrontierCore(PolitenessOps, ABC):
         crawl: str,
         *,
         clock: Callable[[], int] | None = None,
+        partition: int | None = None,
     ) -> None:
         if settings.backend != self.BACKEND:
             settings = settings.replace(backend=self.BACKEND)  # validates the ordering
         # redis-py's annotations mix its sync and async return types; treat replies as Any.
         self.client: Any = client
         self.settings = settings
-        self.keys = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers)
+        self.keys = CrawlKeys(
+            crawl, prefix=settings.key_prefix, tiers=settings.tiers, partition=partition
+        )  # (partition: one partition of a PartitionedFrontier, frontier/partitioned.py)
         self.crawl = crawl
         self._clock = clock
         self.politeness: str | None = self._politeness_mode()
