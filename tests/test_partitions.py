@@ -103,7 +103,7 @@ def test_the_partition_count_is_fixed_when_the_crawl_is_created(client: redis.Re
     f = open_p(client)
     f.push(envs(["a.example"], 2))
     for other in (1, 8):
-        with pytest.raises(LayoutMismatch, match="created with 4 partitions.*PARTITIONS="):
+        with pytest.raises(LayoutMismatch, match=r"created with 4 partitions.*PARTITIONS="):
             open_frontier(client, Settings(partitions=other), "c")
     # a one-partition frontier built directly is refused by its scripts
     with pytest.raises(LayoutMismatch):
