@@ -32,7 +32,7 @@ from redcrawl.frontier import FrontierCore, ListsFrontier, PartitionedFrontier, 
 from redcrawl.keys import CrawlKeys, partition_of
 from redcrawl.settings import Settings
 
-from .conftest import RedisServer
+from .conftest import Clock, RedisServer
 from .killkit import kill_while_holding, parse_log
 from .test_frontier_properties import FrontierMachine
 
@@ -216,6 +216,29 @@ def test_finished_only_when_every_partition_is_empty(client: redis.Redis) -> Non
     assert f.nack(leases[1], "boom", delay=30) == "retried"  # delayed in its partition
     c = f.counts()
     assert (c.delayed, c.finished, c.conserved) == (1, False, True)
+
+
+def test_a_lease_call_keeps_the_workers_leases_in_other_partitions_alive(
+    client: redis.Redis, clock: Clock
+) -> None:
+    """As in a crawl of one partition, a worker that keeps leasing keeps what it holds:
+    its heartbeat is renewed in every partition where it holds leases, not only where it
+    leases now."""
+    f = open_frontier(
+        client, Settings(partitions=P, politeness=False, lease_ttl=10), "c", clock=clock
+    )
+    f.push(envs(hosts_in(1, P, 1), 1))
+    held = f.lease("w", 1)
+    assert len(held) == 1 and held[0].token.startswith("1:")
+    f.push(envs(hosts_in(0, P, 1), 10))
+    for _ in range(4):
+        clock.advance(6)
+        got = f.lease("w", 1)
+        assert [x.token[:2] for x in got] == ["0:"]
+        f.ack(got)
+    f.maintain()
+    assert f.counts().reclaimed == 0 and f.ack(held) == 1
+    clock.advance(11)  # it holds nothing more there: no heartbeat needed, none kept
 
 
 def test_pause_purge_renew_and_inspection_cover_every_partition(client: redis.Redis) -> None:

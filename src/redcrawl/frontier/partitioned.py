@@ -44,7 +44,7 @@ import functools
 import logging
 import math
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, TypeVar, cast
@@ -66,7 +66,7 @@ from redcrawl.frontier.base import (
 )
 from redcrawl.frontier.core import MAINTAIN_LIMIT, FrontierCore, HeartbeatCounters, Held
 from redcrawl.frontier.lists import ListsFrontier
-from redcrawl.frontier.records import stored_layout
+from redcrawl.frontier.records import stored_int, stored_layout
 from redcrawl.frontier.settle import PendingSettle
 from redcrawl.frontier.streams import StreamsFrontier
 from redcrawl.keys import CrawlKeys, partition_of
@@ -192,6 +192,10 @@ class PartitionedFrontier(FrontierCore):
         self._live = [True] * self.n  # has delayed or leased requests (asked now and then)
         self._current = [0.0] * self.n  # smooth weighted round robin
         self._read_at = -math.inf
+        self._holding: dict[str, Counter[int]] = defaultdict(Counter)
+        """Worker -> partition -> leased requests this process handed it and has not seen
+        settled: a lease call renews the worker's heartbeat in those partitions too (in a
+        crawl of one partition every lease call renews the one heartbeat)."""
 
     # --- routing -------------------------------------------------------------------
     def partition(self, env: Envelope) -> int:
@@ -212,6 +216,14 @@ class PartitionedFrontier(FrontierCore):
         if not sep or not head.isdigit() or int(head) >= self.n:
             return 0, lease
         return int(head), replace(lease, id=_unwrap_id(lease.id), token=token)
+
+    def _let_go(self, p: int, leases: Sequence[Lease]) -> None:
+        """``leases`` of partition ``p`` are settled (acked, nacked, released, deferred)."""
+        for x in leases:
+            held = self._holding[x.worker]
+            held[p] -= 1
+            if held[p] <= 0:
+                del held[p]
 
     def _wrap(self, p: int, leases: Sequence[Lease]) -> list[Lease]:
         return [replace(x, id=_wrap_id(p, x.id), token=f"{p}:{x.token}") for x in leases]
@@ -273,27 +285,35 @@ class PartitionedFrontier(FrontierCore):
             self._each_control(lambda pipe, key: pipe.hset(key, "paused", "1"))
         self._claimed = True
 
+    @staticmethod
+    def _count(sub: FrontierCore) -> Callable[[Any], Any]:
+        keys, args = sub._count_call()
+        return lambda pipe: sub._scripts.run("counts", keys, args, client=pipe)
+
     def _call(self, p: int, script: str, args: list[Any]) -> Callable[[Any], Any]:
         """Script ``script`` of partition ``p`` with ``args``, queued on a pipeline."""
         return functools.partial(self.parts[p]._run, script, args)
 
-    def _pipeline(self) -> Any:
-        return self.client.pipeline(transaction=False)
-
-    def _round(self, calls: Sequence[tuple[int, Callable[[Any], Any]]], what: str) -> list[Any]:
+    def _round(
+        self,
+        calls: Sequence[tuple[int, Callable[[Any], Any]]],
+        what: str,
+        *,
+        transaction: bool = False,
+    ) -> list[Any]:
         """One pipelined round (one per node on a cluster): each call queues its commands
         on the pipeline; returns the replies, errors as exception objects."""
         if not calls:
             return []
         with redis_errors(what):
-            pipe = self._pipeline()
+            pipe = self.client.pipeline(transaction=transaction)
             for _p, queue in calls:
                 queue(pipe)  # (each call: queue(pipe), a pipeline as the client)
             return list(pipe.execute(raise_on_error=False))
 
     def _each_control(self, command: Callable[[Any, str], Any]) -> None:
         with redis_errors("changing the crawl's switches"):
-            pipe = self._pipeline()
+            pipe = self.client.pipeline(transaction=False)
             command(pipe, self.keys.control)
             for sub in self.parts:
                 command(pipe, sub.keys.control)
@@ -361,21 +381,34 @@ class PartitionedFrontier(FrontierCore):
                 (second if args[1] else first).append((p, args))
         if not acks:
             first, second = [], first
+        # a lease renews the worker's heartbeat where it leases: and where it holds leases
+        ms = self.parts[0]._ms(ttl, self.settings.lease_ttl)
+        beats = [
+            (p, self._call(p, "renew", [worker, ms]))
+            for p, held in self._holding[worker].items()
+            if n > 0 and held > 0 and p not in plan
+        ]
         done: dict[int, list[tuple[list[Any], Any]]] = defaultdict(list)
-        for batch in (first, second):
-            replies = self._round([(p, self._call(p, "settle", a)) for p, a in batch], "settle")
-            for (p, args), reply in zip(batch, replies, strict=True):
+        for batch, extra in ((first, []), (second, beats)):
+            queued = [(p, self._call(p, "settle", a)) for p, a in batch]
+            replies = self._round([*queued, *extra], "settle")
+            for (p, args), reply in zip(batch, replies[: len(batch)], strict=True):
                 done[p].append((args, reply))
-            self._raise_first(done)
+            self._raise_first(done, replies[len(batch) :])
+        for p, mine in acks.items():
+            self._let_go(p, mine)
         leases = self._outcome(done, push, pushes, ack, acks)
         if n > 0 and not leases.leases:
             leases = self._lease_again(worker, n, ttl, set(plan), leases)
         return leases
 
-    def _raise_first(self, done: dict[int, list[tuple[list[Any], Any]]]) -> None:
+    def _raise_first(
+        self, done: dict[int, list[tuple[list[Any], Any]]], more: Sequence[Any] = ()
+    ) -> None:
         """Raise the first refusal of a round, after giving back what the round's other
         calls leased (a retry leases again: nothing may stay held by a live worker)."""
         errors = [r for calls in done.values() for _a, r in calls if isinstance(r, Exception)]
+        errors += [r for r in more if isinstance(r, Exception)]
         if not errors:
             return
         for p, calls in done.items():
@@ -410,6 +443,8 @@ class PartitionedFrontier(FrontierCore):
             acked += out.acked
             got = self._wrap(p, out.leases)
             leases += got
+            for x in got:
+                self._holding[x.worker][p] += 1
             unacked += self._wrap(p, out.unacked)
             self._ready[p] = max(self._ready[p] + out.pushed.accepted - len(got), 0)
             if any(args[2] and len(out.leases) < args[2] for args, _ in calls):
@@ -482,14 +517,20 @@ class PartitionedFrontier(FrontierCore):
         return _SettledNow(self.settle(push, ack, lease=lease, ttl=ttl, free=free))
 
     def release(self, leases: Sequence[Lease]) -> int:
-        return sum(self.parts[p].release(own) for p, own in self._by_lease(leases).items())
+        out = 0
+        for p, own in self._by_lease(leases).items():
+            out += self.parts[p].release(own)
+            self._let_go(p, own)
+        return out
 
     def nack(
         self, lease: Lease, error: str, *, retry: bool = True, delay: float | None = None
     ) -> str:
         p, own = self._split(lease)
         self._live[p] = True
-        return self.parts[p].nack(own, error, retry=retry, delay=delay)
+        outcome = self.parts[p].nack(own, error, retry=retry, delay=delay)
+        self._let_go(p, [own])
+        return outcome
 
     def dead_letter(self, lease: Lease, error: str) -> str:
         return self.nack(lease, error, retry=False)
@@ -538,6 +579,7 @@ class PartitionedFrontier(FrontierCore):
             self.heartbeat_counters = own
 
     def release_worker(self, worker: str) -> int:
+        self._holding.pop(worker, None)
         return sum(sub.release_worker(worker) for sub in self.parts)
 
     def maintain(self) -> tuple[int, int]:
@@ -595,9 +637,15 @@ class PartitionedFrontier(FrontierCore):
 
     # --- counters and workers ------------------------------------------------------
     def _part_counts(self) -> list[Counts]:
-        """Each partition's counts (each one consistent snapshot); the lease weights are
-        updated from them."""
-        out = [sub.counts() for sub in self.parts]
+        """Each partition's counts, each one consistent snapshot (its ``counts`` script),
+        read in one pipelined round (one per node; on one server a MULTI: one snapshot of
+        the whole crawl); the lease weights are updated from them."""
+        replies = self._round(
+            [(p, self._count(sub)) for p, sub in enumerate(self.parts)],
+            "counts",
+            transaction=not self._cluster,
+        )
+        out = [_counts_of(sub, reply) for sub, reply in zip(self.parts, replies, strict=True)]
         self._ready = [c.ready for c in out]
         self._live = [c.delayed + c.in_flight > 0 for c in out]
         self._read_at = time.monotonic()
@@ -609,7 +657,7 @@ class PartitionedFrontier(FrontierCore):
         anything in between (see the module docstring): "finished" is never true while a
         partition holds work."""
         parts = self._part_counts()
-        for _ in range(FINISHED_READS):
+        for _ in range(FINISHED_READS if self._cluster else 0):  # (one server: one MULTI)
             if any(c.pending for c in parts):
                 break
             again = self._part_counts()
@@ -687,7 +735,9 @@ class PartitionedFrontier(FrontierCore):
 
     def defer(self, lease: Lease, reason: str, *, retry_after: float | None = None) -> str:
         p, own = self._split(lease)
-        return self.parts[p].defer(own, reason, retry_after=retry_after)
+        outcome = self.parts[p].defer(own, reason, retry_after=retry_after)
+        self._let_go(p, [own])
+        return outcome
 
     def politeness_stats(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
@@ -744,6 +794,9 @@ class PartitionedFrontier(FrontierCore):
     def _count_states(self) -> tuple[Sequence[Any], int, int, int]:
         raise NotImplementedError("a partitioned crawl counts its partitions")
 
+    def _count_call(self) -> tuple[list[str], list[Any]]:
+        raise NotImplementedError("a partitioned crawl counts its partitions")
+
     def _ready_ids(self, limit: int) -> Iterator[tuple[int, list[bytes]]]:
         raise NotImplementedError("a partitioned crawl's queues are its partitions'")
 
@@ -758,6 +811,31 @@ class PartitionedFrontier(FrontierCore):
 
     def _forget_consumers(self, worker: str) -> None:
         raise NotImplementedError("a partitioned crawl's consumers are its partitions'")
+
+
+def _counts_of(sub: FrontierCore, reply: Any) -> Counts:
+    """A partition's counts from its ``counts`` script's reply; read again the ordinary
+    way (which repairs a corrupt counter, or raises) if the reply is an error or holds a
+    corrupt counter."""
+    if isinstance(reply, Exception):
+        return sub.counts()
+    values = sub._counters(reply[:7], False)
+    ready = reply[7] if isinstance(reply[7], int) else stored_int(reply[7])
+    if values is None or ready is None:
+        return sub.counts()
+    accepted, filtered, done, retried, reclaimed, requeued, in_flight = values
+    return Counts(
+        accepted=accepted,
+        filtered=filtered,
+        ready=max(ready, 0),
+        delayed=int(reply[8]),
+        in_flight=in_flight,
+        done=done,
+        dead=int(reply[9]),
+        retried=retried,
+        reclaimed=reclaimed,
+        requeued=requeued,
+    )
 
 
 def _sum_counts(parts: Sequence[Counts]) -> Counts:
