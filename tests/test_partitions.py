@@ -342,6 +342,64 @@ def test_sigkill_one_of_four_workers_of_a_partitioned_crawl_loses_nothing(
     run_kill_test(redis7.url, frontier, 6000, 4, tmp_path)
 
 
+# --- a Scrapy crawl ------------------------------------------------------------------------
+@pytest.mark.slow
+def test_two_scrapy_workers_crawl_the_shop_with_four_partitions(
+    redis7: RedisServer, client: redis.Redis, tmp_path: Path
+) -> None:
+    """``redcrawl crawl`` with 2 Scrapy workers and REDCRAWL_PARTITIONS=4: every page
+    fetched once, the crawl finished in every partition, ``redcrawl status`` reads it.
+    (The shop is one site, so its requests are in one partition; the others stay empty.)"""
+    from redcrawl.demo.run import SPIDER, demo_worker_settings
+    from redcrawl.demo.site import ShopSite, SiteConfig
+
+    config = SiteConfig(products=200, per_page=20, categories=5, slow_every=7, slow_delay=0.05)
+    sets: list[str] = []
+    for item in [*demo_worker_settings(tmp_path / "items.db"), "CONCURRENT_REQUESTS=8"]:
+        sets += ["--set", item]
+    env = {
+        **os.environ,
+        "REDCRAWL_REDIS_URL": redis7.url,
+        "REDCRAWL_PARTITIONS": str(P),
+        "PYTHONPATH": str(ROOT / "src"),
+    }
+    cli = [sys.executable, "-m", "redcrawl.cli"]
+    with ShopSite(config) as site:
+        run = subprocess.run(
+            [
+                *cli,
+                "crawl",
+                str(SPIDER),
+                "--workers",
+                "2",
+                "--crawl",
+                "shop",
+                "--no-progress",
+                "--arg",
+                f"url={site.url}",
+                *sets,
+            ],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=240,
+        )
+        assert run.returncode == 0, run.stderr.decode()[-3000:]
+        hits, expected = site.hits(), site.canonical_pages()
+    assert set(hits) == expected
+    assert max(hits.values()) == 1, "a page was fetched twice"
+    f = open_p(client, "shop")
+    c = f.counts()
+    assert c.finished and c.conserved and c.done == len(expected) and c.dead == 0, c
+    assert sum(1 for sub in f.parts if sub.counts().accepted) == 1  # one site: one partition
+    for log in (tmp_path / ".redcrawl" / "logs" / "shop").glob("w*.log"):
+        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+    status = subprocess.run(
+        [*cli, "status", "--crawl", "shop"], env=env, cwd=tmp_path, capture_output=True
+    )
+    assert status.returncode == 0 and b"finished" in status.stdout, status.stderr.decode()
+
+
 def main(url: str, crawl: str, worker: str, logfile: str, backend: str, partitions: str) -> None:
     """A worker process: lease, "process", ack, until the crawl is done (see
     tests/frontier_worker.py, whose log format this keeps)."""

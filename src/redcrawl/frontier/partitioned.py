@@ -705,6 +705,15 @@ class PartitionedFrontier(FrontierCore):
         for sub in self.parts:
             sub.store_politeness(worker=worker)
         self._pol_stored = True
+        if worker:
+            log.warning(
+                "crawl %s has %d partitions: robots.txt Crawl-delay, operators' per-site "
+                "overrides (redcrawl hosts) and the fleet-wide AutoThrottle delay are not "
+                "applied to partitioned crawls yet (docs/cluster.md, Partitions); "
+                "DOWNLOAD_DELAY, CONCURRENT_REQUESTS_PER_DOMAIN and DOWNLOAD_SLOTS are",
+                self.crawl,
+                self.n,
+            )
         with redis_errors("storing the crawl's politeness settings"):
             stored = self.client.hget(self.parts[0].keys.control, "politeness")
             if stored is not None:
