@@ -13,10 +13,11 @@ ADDSLOTSRANGE`` and joined with ``CLUSTER MEET``: ``redis-cli --cluster create``
 masters at least), then ``--clients`` processes, through ``redis+cluster://``:
 
 * **push**: each pushes its share of ``--n`` requests (``--hosts`` sites, a fingerprint
-  each) in batches of 100 (``FrontierCore.push``: dedupe and enqueue);
+  each) in batches of ``--batch`` (100; ``FrontierCore.push``: dedupe and enqueue);
 * **lease+ack**: each leases 50 at a time and acks the previous batch in the same settle
   (``settle(ack=..., lease=...)``, what a worker does), until the crawl is finished.
 
+A reference row comes first: one master, one partition (``REDCRAWL_PARTITIONS=1``).
 Printed per size: throughput of each phase (requests/s, wall clock), Redis CPU per
 request (``INFO cpu`` user+sys delta of every master over the phase, divided by ``--n``)
 summed and **per master**, the partitions each master holds, and the ceiling the busiest
@@ -74,7 +75,7 @@ class Cluster:
                 extra = ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
                 extra += ["--cluster-port", str(bus), "--save", "", "--appendonly", "no"]
                 self.nodes.append(RedisServer(binary, directory / f"n{i}", extra=extra))
-            clients = [redis.Redis(port=n.port) for n in self.nodes]
+            clients: list[Any] = [redis.Redis(port=n.port) for n in self.nodes]
             for i, c in enumerate(clients):
                 lo, hi = SLOTS * i // masters, SLOTS * (i + 1) // masters - 1
                 c.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)
@@ -109,7 +110,7 @@ class Cluster:
             n.stop()
 
 
-def _ready(client: redis.Redis, masters: int) -> bool:
+def _ready(client: Any, masters: int) -> bool:
     """The node sees the cluster ok, with every master."""
     raw = client.execute_command("CLUSTER", "INFO")
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
@@ -117,21 +118,21 @@ def _ready(client: redis.Redis, masters: int) -> bool:
     return info.get("cluster_state") == "ok" and info.get("cluster_known_nodes") == str(masters)
 
 
-def settings(url: str, partitions: int) -> Settings:
-    return Settings(redis_url=url, partitions=partitions, batch_size=100, lease_ttl=60)
+def settings(url: str, partitions: int, batch: int = 100) -> Settings:
+    return Settings(redis_url=url, partitions=partitions, batch_size=batch, lease_ttl=60)
 
 
-def push_part(url: str, partitions: int, hosts: int, lo: int, hi: int) -> None:
-    s = settings(url, partitions)
+def push_part(url: str, partitions: int, hosts: int, lo: int, hi: int, batch: int) -> None:
+    s = settings(url, partitions, batch)
     f = open_frontier(connect(s), s, CRAWL)
-    for start in range(lo, hi, 100):
+    for start in range(lo, hi, batch):
         f.push(
             [
                 Envelope(
                     url=f"http://site{i % hosts}.example/{i}",
                     fingerprint=hashlib.sha1(b"%d" % i).digest(),
                 )
-                for i in range(start, min(start + 100, hi))
+                for i in range(start, min(start + batch, hi))
             ]
         )
 
@@ -168,16 +169,19 @@ def phase(cluster: Cluster, target: Any, jobs: list[tuple[Any, ...]]) -> tuple[f
     return wall, [b - a for a, b in zip(before, cluster.cpu(), strict=True)]
 
 
-def run_size(masters: int, args: argparse.Namespace, directory: Path) -> dict[str, Any]:
-    cluster = Cluster(masters, directory / f"m{masters}")
+def run_size(
+    masters: int, partitions: int, args: argparse.Namespace, directory: Path
+) -> dict[str, Any]:
+    cluster = Cluster(masters, directory / f"m{masters}p{partitions}")
     try:
         url, n, k = cluster.url, args.n, args.clients
         shares = [
-            (url, args.partitions, args.hosts, n * i // k, n * (i + 1) // k) for i in range(k)
+            (url, partitions, args.hosts, n * i // k, n * (i + 1) // k, args.batch)
+            for i in range(k)
         ]
         push_wall, push_cpu = phase(cluster, push_part, shares)
-        s = settings(url, args.partitions)
-        client = connect(s)
+        s = settings(url, partitions)
+        client: Any = connect(s)
         f = open_frontier(client, s, CRAWL)
         assert f.counts().accepted == n, f.counts()
         per_master = [0] * masters
@@ -186,7 +190,7 @@ def run_size(masters: int, args: argparse.Namespace, directory: Path) -> dict[st
             node = client.get_node_from_key(sub.keys.req)
             per_master[ports.index(int(node.port))] += 1
         lease_wall, lease_cpu = phase(
-            cluster, lease_ack, [(url, args.partitions, f"w{i}") for i in range(k)]
+            cluster, lease_ack, [(url, partitions, f"w{i}") for i in range(k)]
         )
         c = f.counts()
         assert c.done == n and c.finished, c
@@ -195,6 +199,7 @@ def run_size(masters: int, args: argparse.Namespace, directory: Path) -> dict[st
         cluster.stop()
     return {
         "masters": masters,
+        "partitions": partitions,
         "partitions_per_master": per_master,
         "push_per_s": n / push_wall,
         "push_cpu_us_per_req": [1e6 * x / n for x in push_cpu],
@@ -206,10 +211,11 @@ def run_size(masters: int, args: argparse.Namespace, directory: Path) -> dict[st
 def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
     lines = [
         f"bench_cluster: {args.n} requests over {args.hosts} sites, P={args.partitions}, "
+        f"pushes of {args.batch}, "
         f"{args.clients} client processes, {os.cpu_count()} cores on this machine",
         "",
-        f"{'masters':>7}  {'tags/master':<12} {'phase':<9} {'req/s':>8}  {'Redis CPU us/req':>16}"
-        f"  {'per master us/req':<24} {'ceiling req/s':>13}",
+        f"{'masters':>7}  {'P':>3}  {'tags/master':<12} {'phase':<9} {'req/s':>8}"
+        f"  {'Redis CPU us/req':>16}  {'per master us/req':<24} {'ceiling req/s':>13}",
     ]
     for r in rows:
         for name, rate, cpu in (
@@ -220,8 +226,8 @@ def report(rows: list[dict[str, Any]], args: argparse.Namespace) -> str:
             ceiling = 1e6 / max(cpu) if max(cpu) > 0 else float("inf")
             tags = "/".join(map(str, r["partitions_per_master"]))
             lines.append(
-                f"{r['masters']:>7}  {tags:<12} {name:<9} {rate:>8.0f}  {sum(cpu):>16.1f}"
-                f"  {per:<24} {ceiling:>13.0f}"
+                f"{r['masters']:>7}  {r['partitions']:>3}  {tags:<12} {name:<9} {rate:>8.0f}"
+                f"  {sum(cpu):>16.1f}  {per:<24} {ceiling:>13.0f}"
             )
     lines += [
         "",
@@ -239,12 +245,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clients", type=int, default=3)
     parser.add_argument("--partitions", type=int, default=16)
     parser.add_argument("--masters", default="1,2,3")
+    parser.add_argument("--batch", type=int, default=100, help="requests per push call")
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--no-reference",
+        dest="reference",
+        action="store_false",
+        help="skip the reference row (one master, one partition)",
+    )
     args = parser.parse_args(argv)
     rows = []
     with tempfile.TemporaryDirectory(prefix="redcrawl-bench-cluster-") as tmp:
+        if args.reference:  # a crawl of one partition on one master: today's layout
+            rows.append(run_size(1, 1, args, Path(tmp)))
         for masters in (int(m) for m in args.masters.split(",")):
-            rows.append(run_size(masters, args, Path(tmp)))
+            rows.append(run_size(masters, args.partitions, args, Path(tmp)))
             print(f"... {masters} master(s) done", file=sys.stderr)
     print(report(rows, args))
     if args.json:

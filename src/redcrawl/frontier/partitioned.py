@@ -75,6 +75,7 @@ from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
 __all__ = [
+    "LEASE_SHARE",
     "REFRESH_S",
     "PartitionedFrontier",
     "PartitionedLists",
@@ -88,6 +89,10 @@ log = logging.getLogger(__name__)
 
 REFRESH_S = 1.0
 """Seconds a worker leases by its last reading of each partition's ready requests."""
+LEASE_SHARE = 64
+"""Requests a lease call asks one partition for (when it asks for that many): a lease of
+n goes to at most ceil(n / LEASE_SHARE) partitions, so that a call runs few scripts
+(each has a fixed cost in Redis); the rotation spreads the calls over the partitions."""
 FINISHED_READS = 20
 """Most re-reads of the partitions to confirm that a crawl that reads empty is finished."""
 MARK = "partitioned/{} - parts"
@@ -192,6 +197,7 @@ class PartitionedFrontier(FrontierCore):
         self._live = [True] * self.n  # has delayed or leased requests (asked now and then)
         self._current = [0.0] * self.n  # smooth weighted round robin
         self._read_at = -math.inf
+        self._beat_at: dict[str, dict[int, float]] = defaultdict(dict)  # worker -> p -> s
         self._holding: dict[str, Counter[int]] = defaultdict(Counter)
         """Worker -> partition -> leased requests this process handed it and has not seen
         settled: a lease call renews the worker's heartbeat in those partitions too (in a
@@ -216,6 +222,10 @@ class PartitionedFrontier(FrontierCore):
         if not sep or not head.isdigit() or int(head) >= self.n:
             return 0, lease
         return int(head), replace(lease, id=_unwrap_id(lease.id), token=token)
+
+    def _now(self) -> float:
+        """Seconds, on the frontier's clock (the caller's if it gave one)."""
+        return time.monotonic() if self._clock is None else self._clock() / 1000
 
     def _let_go(self, p: int, leases: Sequence[Lease]) -> None:
         """``leases`` of partition ``p`` are settled (acked, nacked, released, deferred)."""
@@ -383,11 +393,14 @@ class PartitionedFrontier(FrontierCore):
             first, second = [], first
         # a lease renews the worker's heartbeat where it leases: and where it holds leases
         ms = self.parts[0]._ms(ttl, self.settings.lease_ttl)
+        now, beat_at = self._now(), self._beat_at[worker]
         beats = [
             (p, self._call(p, "renew", [worker, ms]))
             for p, held in self._holding[worker].items()
-            if n > 0 and held > 0 and p not in plan
+            if n > 0 and held > 0 and p not in plan and now - beat_at.get(p, 0.0) > ms / 3000
         ]
+        for p in [*plan, *(p for p, _ in beats)]:
+            beat_at[p] = now
         done: dict[int, list[tuple[list[Any], Any]]] = defaultdict(list)
         for batch, extra in ((first, []), (second, beats)):
             queued = [(p, self._call(p, "settle", a)) for p, a in batch]
@@ -482,7 +495,8 @@ class PartitionedFrontier(FrontierCore):
     def _plan(self, n: int) -> dict[int, int]:
         """How many of ``n`` requests to ask each partition for: smooth weighted round
         robin over the partitions' ready requests (each with work at least 1/(4P) of the
-        weight; one with only delayed or leased requests a weight of 1)."""
+        weight; one with only delayed or leased requests a weight of 1), one pick per
+        :data:`LEASE_SHARE` requests."""
         if time.monotonic() - self._read_at > REFRESH_S:
             self._part_counts()
         total = sum(self._ready)
@@ -495,12 +509,13 @@ class PartitionedFrontier(FrontierCore):
         if whole == 0:
             return {}
         plan: dict[int, int] = defaultdict(int)
-        for _ in range(n):
+        chunks = -(-n // LEASE_SHARE)
+        for c in range(chunks):
             for p, w in enumerate(weights):
                 self._current[p] += w
             best = max(range(self.n), key=self._current.__getitem__)
             self._current[best] -= whole
-            plan[best] += 1
+            plan[best] += n // chunks + (1 if c < n % chunks else 0)
         return dict(plan)
 
     def settle_begin(
@@ -568,6 +583,7 @@ class PartitionedFrontier(FrontierCore):
             if isinstance(reply, Exception):
                 with redis_errors("renew"):
                     raise reply
+        self._beat_at[worker] = dict.fromkeys(range(self.n), self._now())
 
     def renew_counting(
         self, worker: str, counters: HeartbeatCounters, ttl: float | None = None
