@@ -47,7 +47,7 @@ def test_partitions_spread_over_the_masters_each_in_one_slot(
 ) -> None:
     f = open_p(client)
     f.push(envs([h for p in range(P) for h in hosts_in(p, P, 1)], 5))
-    f.ack(f.lease("w", 40))
+    f.ack(f.lease("w", 1))
     me: Any = client  # (a ClusterClient)
     masters = set()
     for sub in f.parts:

@@ -478,7 +478,7 @@ class PartitionedFrontier(FrontierCore):
         """A lease found nothing: read the partitions again and ask those not yet asked
         that have work."""
         self._part_counts()
-        plan = {p: k for p, k in self._plan(n).items() if p not in asked}
+        plan = self._plan(n, asked)
         if not plan:
             return first
         calls = [
@@ -492,18 +492,18 @@ class PartitionedFrontier(FrontierCore):
         again = self._outcome(done, (), {}, (), {})
         return Settled(first.pushed, first.acked, again.leases, first.unacked)
 
-    def _plan(self, n: int) -> dict[int, int]:
+    def _plan(self, n: int, skip: set[int] | None = None) -> dict[int, int]:
         """How many of ``n`` requests to ask each partition for: smooth weighted round
         robin over the partitions' ready requests (each with work at least 1/(4P) of the
         weight; one with only delayed or leased requests a weight of 1), one pick per
-        :data:`LEASE_SHARE` requests."""
+        :data:`LEASE_SHARE` requests; none to the partitions in ``skip``)."""
         if time.monotonic() - self._read_at > REFRESH_S:
             self._part_counts()
         total = sum(self._ready)
         floor = max(1, total // (4 * self.n))
         weights = [
-            max(r, floor) if r > 0 else (1 if live else 0)
-            for r, live in zip(self._ready, self._live, strict=True)
+            0 if skip and p in skip else max(r, floor) if r > 0 else (1 if live else 0)
+            for p, (r, live) in enumerate(zip(self._ready, self._live, strict=True))
         ]
         whole = sum(weights)
         if whole == 0:
