@@ -244,6 +244,24 @@ def test_a_lease_call_keeps_the_workers_leases_in_other_partitions_alive(
     clock.advance(11)  # it holds nothing more there: no heartbeat needed, none kept
 
 
+def test_next_open_is_the_first_site_to_open_in_any_partition(
+    client: redis.Redis, clock: Clock
+) -> None:
+    settings = Settings(partitions=P, politeness_delay=10, politeness_randomize=False)
+    f = open_frontier(client, settings, "c", clock=clock)
+    f.push(envs(hosts_in(1, P, 1), 2) + envs(hosts_in(3, P, 1), 2))
+    got: list[Any] = []
+    while more := f.lease("w", 10):
+        got += more
+    assert len(got) == 2  # one per site: the next waits for the delay
+    first = f.next_open()
+    subs = [t for t in (sub.next_open() for sub in f.parts) if t is not None]
+    assert first is not None and len(subs) == 2 and first == pytest.approx(min(subs))
+    assert 5 <= first <= 15
+    clock.advance(4)
+    assert f.next_open() == pytest.approx(first - 4)
+
+
 def test_pause_purge_renew_and_inspection_cover_every_partition(client: redis.Redis) -> None:
     f = open_p(client, politeness=False)
     batch = envs([h for p in range(P) for h in hosts_in(p, P, 1)], 2)

@@ -772,8 +772,20 @@ class PartitionedFrontier(FrontierCore):
         return dict(out)
 
     def next_open(self) -> float | None:
-        opens = [t for t in (sub.next_open() for sub in self.parts) if t is not None]
-        return min(opens) if opens else None
+        """The first time a politeness key with ready work opens in any partition (see
+        :meth:`FrontierCore.next_open`), read in one pipelined round."""
+        if self.politeness is None:
+            return None
+        with redis_errors("next_open"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            for sub in self.parts:
+                for t in range(sub.keys.tiers):
+                    pipe.zrange(sub.keys.open(t), 0, 0, withscores=True)
+            (sec, usec), *heads = pipe.execute()
+        now = sec * 1000 + usec / 1000 if self._clock is None else self._clock()
+        scores = [h[0][1] for h in heads if h and h[0][1] < 2**52]
+        return max(min(scores) - now, 0.0) / 1000 if scores else None
 
     # --- inspection ----------------------------------------------------------------
     def pending(self, limit: int = 100) -> list[PendingInfo]:
