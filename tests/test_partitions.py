@@ -102,6 +102,14 @@ def test_each_partition_has_its_tag_and_a_request_goes_to_its_sites_partition(
     assert f.counts().done == 24 and f.counts().finished
 
 
+def test_the_partition_of_a_site_never_changes() -> None:
+    """Part of every partitioned crawl's stored layout: a change would put a site's new
+    requests in another partition than its stored ones (dedupe and politeness split)."""
+    sites = ["example.com", "xn--bcher-kva.de", "::1", "data:"]
+    assert [partition_of(h, 16) for h in sites] == [6, 12, 4, 2]
+    assert partition_of("example.com", 1) == 0
+
+
 def test_the_partition_count_is_fixed_when_the_crawl_is_created(client: redis.Redis) -> None:
     f = open_p(client)
     f.push(envs(["a.example"], 2))
