@@ -257,6 +257,7 @@ def test_next_open_is_the_first_site_to_open_in_any_partition(
 ) -> None:
     settings = Settings(partitions=P, politeness_delay=10, politeness_randomize=False)
     f = open_frontier(client, settings, "c", clock=clock)
+    assert isinstance(f, PartitionedFrontier)
     f.push(envs(hosts_in(1, P, 1), 2) + envs(hosts_in(3, P, 1), 2))
     got: list[Any] = []
     while more := f.lease("w", 10):
