@@ -45,6 +45,7 @@ from redcrawl.codec import Envelope
 from redcrawl.frontier import Lease, open_frontier
 from redcrawl.frontier.core import slot_outcome
 from redcrawl.frontier.records import record_holds_slot, record_key
+from redcrawl.keys import CrawlKeys, partition_of
 from redcrawl.settings import Settings
 
 from .conftest import Clock, RedisServer, raw
@@ -66,6 +67,7 @@ class FrontierMachine(RuleBasedStateMachine):
     client: redis.Redis
     ordering: str = "fifo"
     backend: str = "lists"
+    partitions: int = 1
 
     @initialize()
     def setup(self) -> None:
@@ -83,6 +85,7 @@ class FrontierMachine(RuleBasedStateMachine):
                 politeness_concurrency=CONCURRENCY,
                 politeness_delay=1.0,
                 politeness_randomize=False,
+                partitions=self.partitions,
             ),
             "prop",
             clock=self.clock,
@@ -158,10 +161,23 @@ class FrontierMachine(RuleBasedStateMachine):
             h = Held(lease, now + int(TTL * 1000))
             self.history[lease.id] = [h]
             self.held[worker].append(h)
-        # one lease() call is one lease (streams tokens: "<lease>/<stream>/<entry id>")
-        assert len({x.token.split("/")[0] for x in got}) <= 1, "one lease() call is one lease"
+        # one lease() call is one lease (streams tokens: "<lease>/<stream>/<entry id>"), per
+        # partition (a partitioned crawl's tokens: "<partition>:<token>")
+        per_part: dict[str, set[str]] = {}
+        for x in got:
+            part, _, token = x.token.rpartition(":")
+            per_part.setdefault(part, set()).add(token.split("/")[0])
+        assert all(len(t) <= 1 for t in per_part.values()), "one lease() call is one lease"
         self.tokens |= {x.token for x in got}
         self.heartbeat[worker] = max(self.heartbeat[worker], now + int(TTL * 1000))
+
+    def _keys(self) -> list[CrawlKeys]:
+        """The keys of each partition of the crawl (one: the crawl's own)."""
+        return [part.keys for part in getattr(self.f, "parts", [self.f])]
+
+    def _keys_of(self, host: str) -> CrawlKeys:
+        keys = self._keys()
+        return keys[partition_of(host, len(keys))]
 
     def _take(self, worker: str, index: int) -> Held | None:
         held = self.held[worker]
@@ -254,9 +270,10 @@ class FrontierMachine(RuleBasedStateMachine):
         assert c.conserved, c
         assert c.accepted == self.accepted
         assert c.done == self.done
-        assert c.accepted - c.done == self.client.hlen(self.f.keys.req)
+        assert c.accepted - c.done == sum(self.client.hlen(k.req) for k in self._keys())
         if not self.corrupted:  # (a record corrupted in flight is counted until reclaimed)
-            held = [r for r in raw(self.client.hvals(self.f.keys.req)) if r.split(b"|", 3)[2]]
+            records = [r for k in self._keys() for r in raw(self.client.hvals(k.req))]
+            held = [r for r in records if r.split(b"|", 3)[2]]
             assert c.in_flight == len(held)
 
     @invariant()
@@ -265,14 +282,14 @@ class FrontierMachine(RuleBasedStateMachine):
             return
         # in flight per key = held records whose slot is not yet freed, <= concurrency
         held: dict[str, int] = {}
-        for r in raw(self.client.hvals(self.f.keys.req)):
+        for r in (r for k in self._keys() for r in raw(self.client.hvals(k.req))):
             if r.split(b"|", 3)[2:3] != [b""] and record_holds_slot(r):
                 key = record_key(r)
                 if key is not None:
                     held[key] = held.get(key, 0) + 1
         for h in range(HOSTS):
             key = f"s{h}"
-            counted = int(self.client.hget(self.f.keys.pol_state_base + key, "in") or 0)
+            counted = int(self.client.hget(self._keys_of(key).pol_state_base + key, "in") or 0)
             assert held.get(key, 0) <= CONCURRENCY, (key, held)
             assert counted <= CONCURRENCY, (key, counted)
             if not self.corrupted:  # (a record corrupted in flight keeps its slot: a gap)

@@ -2,13 +2,18 @@
 
 Every key of a crawl carries the crawl's name as a Redis Cluster hash tag —
 ``{prefix}:{<crawl>}:<part>`` — so that all of a crawl's keys live in one slot and every
-multi-key Lua script can run on a cluster. Scripts get their keys through
+multi-key Lua script can run on a cluster. A crawl split into P > 1 partitions
+(``REDCRAWL_PARTITIONS``) has one tag per partition, ``{<crawl>/<p>}`` (``/`` is not
+allowed in crawl names, so no tag of one crawl is another's), and keeps its crawl-wide
+anchor (layout, pause, lock, robots.txt cache, worker counters) under ``{<crawl>}``; a
+request's partition is :func:`partition_of` its politeness key. Scripts get their keys through
 :meth:`CrawlKeys.script_keys`, one fixed layout shared by every frontier script (the
 order is mirrored by ``frontier/lua/lib.lua``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
 
@@ -18,8 +23,10 @@ __all__ = [
     "CRAWL_NAME_PATTERN",
     "HISTORY_MINUTES",
     "HISTORY_TTL",
+    "MAX_PARTITIONS",
     "CrawlKeys",
     "crawl_of_stats_key",
+    "partition_of",
     "stats_key_pattern",
     "validate_crawl_name",
 ]
@@ -38,6 +45,20 @@ CALL_SLOTS = 16
 has on their way at once (``lookahead`` <= 8). Lua's lib.lua has the same number."""
 
 
+MAX_PARTITIONS = 1024
+"""Most partitions a crawl may have (``REDCRAWL_PARTITIONS``)."""
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """The partition of a request whose politeness key is ``key`` (its host, or
+    ``meta["download_slot"]``) in a crawl of ``partitions`` partitions: the first 8 bytes
+    of BLAKE2b(key) modulo ``partitions``. Part of a crawl's fixed layout: never change it."""
+    if partitions <= 1:
+        return 0
+    digest = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % partitions
+
+
 def validate_crawl_name(name: str) -> str:
     """Return ``name`` if it is usable as a crawl name, else raise :class:`ConfigError`."""
     if not isinstance(name, str) or not _CRAWL_NAME.match(name):
@@ -52,11 +73,15 @@ def validate_crawl_name(name: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class CrawlKeys:
-    """Key names of one crawl. Build with ``CrawlKeys(crawl, prefix="rc", tiers=3)``."""
+    """Key names of one crawl. Build with ``CrawlKeys(crawl, prefix="rc", tiers=3)``;
+    ``partition=p`` names partition ``p`` of a partitioned crawl (hash tag
+    ``{<crawl>/<p>}``), None the crawl itself (``{<crawl>}``: a crawl of one partition, or
+    a partitioned crawl's anchor)."""
 
     crawl: str
     prefix: str = "rc"
     tiers: int = 3
+    partition: int | None = None
 
     def __post_init__(self) -> None:
         validate_crawl_name(self.crawl)
@@ -66,9 +91,22 @@ class CrawlKeys:
             )
         if not 1 <= self.tiers <= 16:
             raise ConfigError("REDCRAWL_TIERS", f"{self.tiers} tiers; use 1 to 16")
+        if self.partition is not None and not 0 <= self.partition < MAX_PARTITIONS:
+            raise ConfigError(
+                "REDCRAWL_PARTITIONS", f"partition {self.partition}; use 0 to {MAX_PARTITIONS - 1}"
+            )
+
+    @property
+    def tag(self) -> str:
+        """The hash tag of every key named here: ``<crawl>`` or ``<crawl>/<partition>``."""
+        return self.crawl if self.partition is None else f"{self.crawl}/{self.partition}"
+
+    def part(self, partition: int) -> CrawlKeys:
+        """The keys of partition ``partition`` of this (partitioned) crawl."""
+        return CrawlKeys(self.crawl, self.prefix, self.tiers, partition)
 
     def _k(self, part: str) -> str:
-        return f"{self.prefix}:{{{self.crawl}}}:{part}"
+        return f"{self.prefix}:{{{self.tag}}}:{part}"
 
     # --- request state -------------------------------------------------------------
     @property
@@ -122,7 +160,9 @@ class CrawlKeys:
     @property
     def control(self) -> str:
         """HASH of crawl-wide switches: ``paused``, ``cursor`` (weighted-fair position),
-        ``layout`` and ``layout.copy`` (the layout the crawl was created with, twice),
+        ``layout`` and ``layout.copy`` (the layout the crawl was created with, twice; a
+        partitioned crawl's anchor holds ``partitioned/<P> - parts`` there, and each
+        partition its own layout and a copy of ``paused`` and the politeness defaults),
         ``autothrottle`` (JSON, while the fleet runs AutoThrottle: see
         :mod:`redcrawl.politeness.autothrottle`)."""
         return self._k("control")
@@ -329,7 +369,7 @@ class CrawlKeys:
         possible number of tiers: the frontier's, the robots.txt cache and the dashboard
         history. Keys that expire by themselves (a worker's :meth:`worker_counters`, a
         :meth:`robots_lock`) are left to expire."""
-        every_tier = CrawlKeys(self.crawl, self.prefix, 16)
+        every_tier = CrawlKeys(self.crawl, self.prefix, 16, self.partition)
         return [
             *self.script_keys()[: -self.tiers],
             *(every_tier.ready(t) for t in range(16)),

@@ -2,7 +2,8 @@
 
 :class:`FrontierCore` (also exported as ``Frontier``) is the interface and everything the
 backends share (:mod:`.core`); :class:`ListsFrontier` (:mod:`.lists`) and
-:class:`StreamsFrontier` (:mod:`.streams`) are its two queue layers, siblings. The
+:class:`StreamsFrontier` (:mod:`.streams`) are its two queue layers, siblings;
+:class:`PartitionedFrontier` (:mod:`.partitioned`) composes one per partition. The
 records it returns are in :mod:`.base`; docs/frontier.md has the layout, file by file."""
 
 from collections.abc import Callable
@@ -24,9 +25,16 @@ from redcrawl.frontier.base import (
 )
 from redcrawl.frontier.core import FrontierCore
 from redcrawl.frontier.lists import ListsFrontier
+from redcrawl.frontier.partitioned import (
+    PartitionedFrontier,
+    anchor_partitions,
+    mismatch,
+    partitioned_class,
+)
 from redcrawl.frontier.records import stored_layout
 from redcrawl.frontier.settle import PendingSettle
 from redcrawl.frontier.streams import StreamsFrontier
+from redcrawl.keys import CrawlKeys
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
@@ -38,6 +46,7 @@ __all__ = [
     "InflightInfo",
     "Lease",
     "ListsFrontier",
+    "PartitionedFrontier",
     "PendingInfo",
     "PendingSettle",
     "PushResult",
@@ -61,25 +70,36 @@ def open_frontier(
     follow_layout: bool = False,
 ) -> FrontierCore:
     """The frontier of ``crawl`` with the backend ``settings.backend`` chooses
-    (``REDCRAWL_BACKEND``): a :class:`ListsFrontier` or a :class:`StreamsFrontier`, both
-    :class:`FrontierCore` (the interface callers type against).
+    (``REDCRAWL_BACKEND``): a :class:`ListsFrontier` or a :class:`StreamsFrontier`, or with
+    ``REDCRAWL_PARTITIONS`` > 1 a :class:`PartitionedFrontier` of them, all
+    :class:`FrontierCore` (the interface callers type against). A worker whose
+    ``REDCRAWL_PARTITIONS`` is not the one the crawl was created with is refused with
+    :class:`~redcrawl.errors.LayoutMismatch`.
 
     With ``follow_layout`` an existing crawl is opened with the backend (and shard count
     or ordering) it was created with, whatever ``settings`` say: for tools that serve
-    every crawl, like the HTTP API. Workers don't follow: one with another layout is
-    refused with an error naming the settings."""
+    every crawl, like the HTTP API (the partition count too). Workers don't follow: one
+    with another layout is refused with an error naming the settings."""
+    anchor = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers)
+    with redis_errors("reading the crawl layout"):
+        control: Any = client.hgetall(anchor.control)
+    created = anchor_partitions(control)
     if follow_layout:
-        settings = _created_layout(client, settings, crawl)
+        if created is not None:
+            settings = settings.replace(partitions=created)
+        if settings.partitions > 1:
+            with redis_errors("reading the crawl layout"):
+                control = client.hgetall(anchor.part(0).control)
+        settings = _created_layout(control, settings, crawl)
+    elif settings.partitions == 1 and created not in (None, 1):
+        raise mismatch(crawl, created or 1, 1)
+    if settings.partitions > 1:
+        return partitioned_class(settings.backend)(client, settings, crawl, clock=clock)
     cls: type[FrontierCore] = StreamsFrontier if settings.backend == "streams" else ListsFrontier
     return cls(client, settings, crawl, clock=clock)
 
 
-def _created_layout(client: redis.Redis, settings: Settings, crawl: str) -> Settings:
-    from redcrawl.keys import CrawlKeys
-
-    key = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers).control
-    with redis_errors("reading the crawl layout"):
-        control: Any = client.hgetall(key)
+def _created_layout(control: Any, settings: Settings, crawl: str) -> Settings:
     raw = stored_layout(control)
     head = raw.decode(errors="replace").split(" ", 1)[0] if raw else ""
     if head.startswith("streams/") and head[8:].isdigit():

@@ -20,6 +20,8 @@ nothing else overridden:
 ``_push_extra(envs)``  the queue layer's fields of each pushed request, after (record,
                        fingerprint, priority): as many as its ``PUSH_STRIDE`` - 3
 ``_count_states()``    one consistent read of the counters and the queue sizes
+``_count_call()``      the same read as one standalone script ``counts`` (KEYS, ARGV), for
+                       pipelining the partitions of a partitioned crawl
 ``_ready_ids(limit)``  ready ids, next served first, as (tier, ids) batches
 ``_held(limit)``       what the leases claim to hold, as batches of :class:`Held`
 ``_holder(token)``     the worker holding a lease token
@@ -180,13 +182,16 @@ class FrontierCore(PolitenessOps, ABC):
         crawl: str,
         *,
         clock: Callable[[], int] | None = None,
+        partition: int | None = None,
     ) -> None:
         if settings.backend != self.BACKEND:
             settings = settings.replace(backend=self.BACKEND)  # validates the ordering
         # redis-py's annotations mix its sync and async return types; treat replies as Any.
         self.client: Any = client
         self.settings = settings
-        self.keys = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers)
+        self.keys = CrawlKeys(
+            crawl, prefix=settings.key_prefix, tiers=settings.tiers, partition=partition
+        )  # (partition: one partition of a PartitionedFrontier, frontier/partitioned.py)
         self.crawl = crawl
         self._clock = clock
         self.politeness: str | None = self._politeness_mode()
@@ -233,6 +238,11 @@ class FrontierCore(PolitenessOps, ABC):
         """One consistent read: the counters accepted, filtered, done, retried, reclaimed,
         requeued as stored and the number in flight (a stored counter too, or a number),
         then the numbers ready, delayed and dead."""
+
+    @abstractmethod
+    def _count_call(self) -> tuple[list[str], list[Any]]:
+        """KEYS and ARGV of the standalone script ``counts``: :meth:`_count_states`'s read
+        in one atomic step, replying (the seven stored counters, ready, delayed, dead)."""
 
     @abstractmethod
     def _ready_ids(self, limit: int) -> Iterator[tuple[int, list[bytes]]]:

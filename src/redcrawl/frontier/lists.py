@@ -54,6 +54,7 @@ class ListsFrontier(FrontierCore):
     default). See :class:`~redcrawl.frontier.core.FrontierCore` for its operations."""
 
     BACKEND = "lists"
+    STANDALONE = {"counts": ("frontier/lua/counts_lists.lua",)}
 
     def _script_keys(self) -> list[str]:
         return self.keys.script_keys(polite=self.politeness is not None)
@@ -107,6 +108,15 @@ class ListsFrontier(FrontierCore):
         res = pipe.execute()
         delayed, dead = res[1 + k.tiers :]
         return res[0], sum(res[1 : 1 + k.tiers]), delayed, dead
+
+    def _count_call(self) -> tuple[list[str], list[Any]]:
+        k = self.keys
+        if self.politeness is not None:
+            return [k.stats, k.delayed, k.dead], ["polite"]
+        tiers = [k.ready(t) for t in range(k.tiers)]
+        return [k.stats, k.delayed, k.dead, *tiers], [
+            "zset" if self.settings.ordering == "priority" else "list"
+        ]
 
     def _ready_ids(self, limit: int) -> Iterator[tuple[int, list[bytes]]]:
         if self.politeness is not None:

@@ -145,10 +145,13 @@ class StreamsFrontier(FrontierCore):
         shards = self.settings.shards
         return [(shard_of(env.url, shards),) for env in envelopes]
 
+    def _count_call(self) -> tuple[list[str], list[Any]]:
+        k = self.keys
+        return [k.stats, k.delayed, k.dead, *self.stream_keys()], []
+
     def _count_states(self) -> tuple[Sequence[Any], int, int, int]:
         """In flight = entries pending in the group, ready = the other entries."""
-        k = self.keys
-        res = self._scripts.run("counts", [k.stats, k.delayed, k.dead, *self.stream_keys()], [])
+        res = self._scripts.run("counts", *self._count_call())
         ready, delayed, dead = (int(x) for x in res[7:])
         return res[:7], ready, delayed, dead
 

@@ -34,6 +34,7 @@ class Settings:
     key_prefix: str = "rc"
     backend: Literal["lists", "streams"] = "lists"
     shards: int = 8
+    partitions: int = 1
     ordering: Ordering = "fifo"
     tier_weights: tuple[int, ...] = (5, 3, 2)
     tier_bounds: tuple[int, ...] = (1, 0)

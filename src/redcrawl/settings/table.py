@@ -276,6 +276,15 @@ SPECS: tuple[Spec, ...] = (
         "to the shard of a hash of its URL's host). Fixed per crawl.",
     ),
     Spec(
+        "partitions",
+        _number(int, 1, 1024),
+        "Partitions of a crawl, each with its own Redis Cluster hash tag "
+        "(rc:{crawl/p}:...), so that a cluster spreads one crawl over its masters; a "
+        "request goes to the partition of a hash of its politeness key (host, or "
+        "meta['download_slot']). 1 keeps the one-tag layout (rc:{crawl}:...). Fixed per "
+        "crawl; see docs/cluster.md.",
+    ),
+    Spec(
         "ordering",
         _ordering,
         "fifo, lifo or priority (strict). scrapy-redis queue classes map onto them.",

@@ -1,0 +1,909 @@
+# Over 450 lines: every public operation of FrontierCore, routed over the partitions.
+"""A crawl split into partitions (``REDCRAWL_PARTITIONS`` > 1): :class:`PartitionedFrontier`
+composes one frontier per partition (:class:`~redcrawl.frontier.lists.ListsFrontier` or
+:class:`~redcrawl.frontier.streams.StreamsFrontier`, partition ``p`` keyed under the hash
+tag ``{<crawl>/<p>}``) and offers the interface of
+:class:`~redcrawl.frontier.core.FrontierCore` over all of them, so that the Scrapy
+scheduler, the API and the CLI use it unchanged.
+
+- A request's partition is :func:`redcrawl.keys.partition_of` its politeness key (the
+  crawl's key mode; ``host`` for a crawl without politeness), so the request, its dedupe
+  check, its site's politeness state and its queue share one slot: every script stays
+  single-slot, and on a Redis Cluster the partitions spread over the masters.
+- A lease carries its partition in its token (``<p>:<token>``); ids without a
+  fingerprint (``#<seq>``, numbered per partition) get ``@<p>`` appended, so ids and
+  tokens stay unique in the crawl. Acks, nacks, frees, deferrals and releases go to the
+  lease's partition.
+- A settle that acknowledges requests stores the children first: pushes into other
+  partitions go out in one pipelined round, and the acks (with the lease) in a second one
+  once every push is stored. Without acks, or when everything is in the acks' one
+  partition, a settle is one round.
+- Leasing rotates over the partitions by smooth weighted round robin, weighted by each
+  partition's ready requests (read with :meth:`counts`, at most every
+  :data:`REFRESH_S`, and whenever a lease finds nothing), each partition with ready work
+  at least ``1/(4P)`` of the weight, so none starves; a partition with only delayed or
+  leased requests is still asked now and then (its due requests and expired leases are
+  promoted there).
+- Crawl-wide facts are sums over partitions. "Finished" is never true while a partition
+  holds work: when every partition reads empty, the partitions are read a second time,
+  and the crawl is finished only if none accepted or requeued anything in between (then
+  there was an instant at which all were empty at once).
+- The crawl's anchor, the keys under ``{<crawl>}``, holds what is crawl-wide and not read
+  by scripts: the layout marker ``partitioned/<P> - parts`` (authoritative for P: a
+  worker with another ``REDCRAWL_PARTITIONS`` is refused with
+  :class:`~redcrawl.errors.LayoutMismatch`, and a one-partition worker's scripts refuse
+  the marker too), the ``paused`` flag and the politeness defaults (authoritative; each
+  partition's control hash holds the copy its scripts read, written in the same round),
+  the lock, the robots.txt cache, the standalone DupeFilter's set and the workers'
+  counters.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import replace
+from typing import Any, ClassVar, TypeVar, cast
+
+import redis
+
+from redcrawl.codec import Envelope
+from redcrawl.dedupe import Filter
+from redcrawl.errors import FrontierError, LayoutMismatch
+from redcrawl.frontier.base import (
+    Counts,
+    DeadInfo,
+    InflightInfo,
+    Lease,
+    PendingInfo,
+    PushResult,
+    RequestInfo,
+    Settled,
+)
+from redcrawl.frontier.core import MAINTAIN_LIMIT, FrontierCore, HeartbeatCounters, Held
+from redcrawl.frontier.lists import ListsFrontier
+from redcrawl.frontier.records import stored_int, stored_layout
+from redcrawl.frontier.settle import PendingSettle
+from redcrawl.frontier.streams import StreamsFrontier
+from redcrawl.keys import CrawlKeys, partition_of
+from redcrawl.politeness import KeyMode, politeness_key
+from redcrawl.settings import Settings
+from redcrawl.transport import redis_errors
+
+__all__ = [
+    "LEASE_SHARE",
+    "REFRESH_S",
+    "PartitionedFrontier",
+    "PartitionedLists",
+    "PartitionedStreams",
+    "anchor_partitions",
+    "mismatch",
+    "partitioned_class",
+]
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 1.0
+"""Seconds a worker leases by its last reading of each partition's ready requests."""
+LEASE_SHARE = 64
+"""Requests a lease call asks one partition for (when it asks for that many): a lease of
+n goes to at most ceil(n / LEASE_SHARE) partitions, so that a call runs few scripts
+(each has a fixed cost in Redis); the rotation spreads the calls over the partitions."""
+FINISHED_READS = 20
+"""Most re-reads of the partitions to confirm that a crawl that reads empty is finished."""
+MARK = "partitioned/{} - parts"
+"""The layout stored in a partitioned crawl's anchor (a one-partition worker's scripts
+refuse it: it is no layout of theirs)."""
+
+T = TypeVar("T")
+
+
+def anchor_partitions(control: dict[bytes, bytes]) -> int | None:
+    """The partitions of a crawl from its anchor's control hash: P for a partitioned crawl,
+    1 for a crawl of one partition, None for a new crawl."""
+    raw = stored_layout(control)
+    if raw is None:
+        return None
+    head = raw.split(b" ", 1)[0]
+    if head.startswith(b"partitioned/") and head[12:].isdigit():
+        return int(head[12:])
+    return 1
+
+
+def mismatch(crawl: str, created: int, mine: int) -> LayoutMismatch:
+    return LayoutMismatch(
+        f"{LayoutMismatch.PREFIX}: crawl {crawl!r} was created with {created} "
+        f"partition{'s' if created > 1 else ''} and this worker uses REDCRAWL_PARTITIONS="
+        f"{mine}; give every worker the same REDCRAWL_PARTITIONS (the number a crawl is "
+        "created with is fixed), or purge the crawl"
+    )
+
+
+def _wrap_id(p: int, rid: bytes) -> bytes:
+    return rid if len(rid) == 20 else rid + b"@%d" % p
+
+
+def _unwrap_id(rid: bytes) -> bytes:
+    return rid if len(rid) == 20 else rid.rsplit(b"@", 1)[0]
+
+
+def _wrap_text(p: int, text: str) -> str:
+    return text if len(text) == 40 and "@" not in text else f"{text}@{p}"
+
+
+class _SettledNow(PendingSettle):
+    """A settle of a partitioned crawl, run at once (:meth:`PartitionedFrontier.settle_begin`)."""
+
+    def __init__(self, outcome: Settled) -> None:  # (not PendingSettle's: nothing queued)
+        self.calls = []
+        self.ack = ()
+        self.replies = []
+        self.sent = True
+        self.outcome = outcome
+        self.error = None
+
+    def result(self) -> Settled:
+        assert self.outcome is not None
+        return self.outcome
+
+
+class PartitionedFrontier(FrontierCore):
+    """The frontier of a crawl of ``settings.partitions`` partitions (see the module
+    docstring); :attr:`parts` are the partitions' own frontiers. Build it with
+    :func:`redcrawl.frontier.open_frontier`."""
+
+    PART: ClassVar[type[FrontierCore]]
+
+    def __init__(  # (no FrontierCore.__init__: this frontier has no queue layer of its own)
+        self,
+        client: redis.Redis,
+        settings: Settings,
+        crawl: str,
+        *,
+        clock: Callable[[], int] | None = None,
+        partition: int | None = None,
+    ) -> None:
+        if partition is not None:
+            raise FrontierError("a partitioned crawl is not one partition of another")
+        if settings.backend != self.BACKEND:
+            settings = settings.replace(backend=self.BACKEND)
+        self.client = client
+        self.settings = settings
+        self.crawl = crawl
+        self._clock = clock
+        self.n = settings.partitions
+        self.keys = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers)
+        """The crawl's anchor (``{<crawl>}``): see the module docstring."""
+        with redis_errors("reading the crawl layout"):
+            created = anchor_partitions(self.client.hgetall(self.keys.control))
+        if created is not None and created != self.n:
+            raise mismatch(crawl, created, self.n)
+        self._claimed = created == self.n
+        self.parts: list[FrontierCore] = [
+            self.PART(client, settings, crawl, clock=clock, partition=p) for p in range(self.n)
+        ]
+        first = self.parts[0]
+        self.politeness = first.politeness
+        self.dedupe = first.dedupe
+        self.done = first.done
+        """Partition 0's filter of DONE fingerprints (health and memory checks)."""
+        self._pol_stored = False
+        self._cluster = getattr(client, "get_node_from_key", None) is not None
+        self._ready = [0] * self.n  # ready requests per partition, as last read
+        self._live = [True] * self.n  # has delayed or leased requests (asked now and then)
+        self._current = [0.0] * self.n  # smooth weighted round robin
+        self._read_at = -math.inf
+        self._beat_at: dict[str, dict[int, float]] = defaultdict(dict)  # worker -> p -> s
+        self._holding: dict[str, Counter[int]] = defaultdict(Counter)
+        """Worker -> partition -> leased requests this process handed it and has not seen
+        settled: a lease call renews the worker's heartbeat in those partitions too (in a
+        crawl of one partition every lease call renews the one heartbeat)."""
+
+    # --- routing -------------------------------------------------------------------
+    def partition(self, env: Envelope) -> int:
+        """The partition of a request: :func:`~redcrawl.keys.partition_of` its politeness
+        key (a request without one, which a crawl with politeness refuses, goes to 0)."""
+        slot = env.meta.get("download_slot") if isinstance(env.meta, dict) else None
+        mode = cast(KeyMode, self.politeness or "host")
+        try:
+            key = politeness_key(env.url, slot, mode)
+        except (ValueError, TypeError):
+            return 0
+        return partition_of(key, self.n)
+
+    def _split(self, lease: Lease) -> tuple[int, Lease]:
+        """The partition of a lease and the lease as its partition handed it out (a token
+        of no partition is left as it is: the partition ignores it as stale)."""
+        head, sep, token = lease.token.partition(":")
+        if not sep or not head.isdigit() or int(head) >= self.n:
+            return 0, lease
+        return int(head), replace(lease, id=_unwrap_id(lease.id), token=token)
+
+    def _now(self) -> float:
+        """Seconds, on the frontier's clock (the caller's if it gave one)."""
+        return time.monotonic() if self._clock is None else self._clock() / 1000
+
+    def _let_go(self, p: int, leases: Sequence[Lease]) -> None:
+        """``leases`` of partition ``p`` are settled (acked, nacked, released, deferred)."""
+        for x in leases:
+            held = self._holding[x.worker]
+            held[p] -= 1
+            if held[p] <= 0:
+                del held[p]
+
+    def _wrap(self, p: int, leases: Sequence[Lease]) -> list[Lease]:
+        return [replace(x, id=_wrap_id(p, x.id), token=f"{p}:{x.token}") for x in leases]
+
+    def _group(self, items: Sequence[T], part: Callable[[T], int]) -> dict[int, list[int]]:
+        """Indexes of ``items`` by partition."""
+        out: dict[int, list[int]] = defaultdict(list)
+        for i, item in enumerate(items):
+            out[part(item)].append(i)
+        return out
+
+    def _by_lease(self, leases: Sequence[Lease]) -> dict[int, list[Lease]]:
+        out: dict[int, list[Lease]] = defaultdict(list)
+        for lease in leases:
+            p, own = self._split(lease)
+            out[p].append(own)
+        return out
+
+    def _route_id(self, text: str) -> tuple[list[int], str]:
+        """The partitions that may hold the request ``text`` (an id as printed): the one
+        its ``@<p>`` names, else every one (a fingerprint: its partition is its site's)."""
+        head, sep, p = text.rpartition("@")
+        if sep and p.isdigit() and int(p) < self.n:
+            return [int(p)], head
+        return list(range(self.n)), text
+
+    # --- creation and the layout ---------------------------------------------------
+    def _claim(self) -> None:
+        """Before the first write: mark the anchor (or find it marked with this P) and
+        create every partition's layout in one round, so that all agree."""
+        if self._claimed:
+            return
+        mark = MARK.format(self.n)
+        with redis_errors("creating the partitioned crawl"):
+            pipe = self.client.pipeline(transaction=True)  # (one slot: the anchor's)
+            pipe.hsetnx(self.keys.control, "layout", mark)
+            pipe.hsetnx(self.keys.control, "layout.copy", mark)
+            pipe.hsetnx(self.keys.stats, "partitions", self.n)
+            pipe.hgetall(self.keys.control)
+            control = pipe.execute()[-1]
+        created = anchor_partitions(control)
+        if created != self.n:
+            raise mismatch(self.crawl, created or 1, self.n)
+        paused = control.get(b"paused") == b"1"
+        args = [
+            self.settings.max_attempts,
+            MAINTAIN_LIMIT,
+            self.parts[0]._ms(None, self.settings.lease_ttl),
+        ]
+        replies = self._round(
+            [(p, self._call(p, "maintain", args)) for p in range(self.n)],
+            "creating the partitioned crawl",
+        )
+        for reply in replies:
+            if isinstance(reply, Exception):
+                with redis_errors("creating the partitioned crawl"):
+                    raise reply
+        if paused:
+            self._each_control(lambda pipe, key: pipe.hset(key, "paused", "1"))
+        self._claimed = True
+
+    @staticmethod
+    def _count(sub: FrontierCore) -> Callable[[Any], Any]:
+        keys, args = sub._count_call()
+        return lambda pipe: sub._scripts.run("counts", keys, args, client=pipe)
+
+    def _call(self, p: int, script: str, args: list[Any]) -> Callable[[Any], Any]:
+        """Script ``script`` of partition ``p`` with ``args``, queued on a pipeline."""
+        return functools.partial(self.parts[p]._run, script, args)
+
+    def _round(
+        self,
+        calls: Sequence[tuple[int, Callable[[Any], Any]]],
+        what: str,
+        *,
+        transaction: bool = False,
+    ) -> list[Any]:
+        """One pipelined round (one per node on a cluster): each call queues its commands
+        on the pipeline; returns the replies, errors as exception objects."""
+        if not calls:
+            return []
+        with redis_errors(what):
+            pipe = self.client.pipeline(transaction=transaction)
+            for _p, queue in calls:
+                queue(pipe)  # (each call: queue(pipe), a pipeline as the client)
+            return list(pipe.execute(raise_on_error=False))
+
+    def _each_control(self, command: Callable[[Any, str], Any]) -> None:
+        with redis_errors("changing the crawl's switches"):
+            pipe = self.client.pipeline(transaction=False)
+            command(pipe, self.keys.control)
+            for sub in self.parts:
+                command(pipe, sub.keys.control)
+            pipe.execute()
+
+    # --- transitions ---------------------------------------------------------------
+    def push(
+        self, envelopes: Sequence[Envelope], *, delay: float = 0.0, recrawl: bool = False
+    ) -> PushResult:
+        if delay <= 0 and not recrawl:
+            return self.settle(push=envelopes).pushed
+        self._claim()
+        flags = [False] * len(envelopes)
+        for p, idx in self._group(envelopes, self.partition).items():
+            got = self.parts[p].push([envelopes[i] for i in idx], delay=delay, recrawl=recrawl)
+            for i, flag in zip(idx, got.flags, strict=True):
+                flags[i] = flag
+            self._live[p] = True
+        accepted = sum(flags)
+        return PushResult(accepted, len(flags) - accepted, tuple(flags))
+
+    def lease(self, worker: str, n: int, ttl: float | None = None) -> list[Lease]:
+        if n <= 0:
+            return []
+        return self.settle(lease=(worker, n), ttl=ttl).leases
+
+    def ack(self, leases: Sequence[Lease]) -> int:
+        return self.settle(ack=leases).acked
+
+    def settle(
+        self,
+        push: Sequence[Envelope] = (),
+        ack: Sequence[Lease] = (),
+        *,
+        lease: tuple[str, int] | None = None,
+        ttl: float | None = None,
+        free: Sequence[tuple[Lease, str]] = (),
+    ) -> Settled:
+        """:meth:`FrontierCore.settle` over the partitions: the pushes stored before any
+        ack (in a round of their own when they go to another partition than the acks),
+        the lease spread over the partitions by their ready work."""
+        self._claim()
+        pushes = self._group(push, self.partition)
+        acks = self._by_lease(ack)
+        frees: dict[int, list[tuple[Lease, str]]] = defaultdict(list)
+        for held, outcome in free:
+            p, own = self._split(held)
+            frees[p].append((own, outcome))
+        worker, n = lease if lease is not None else ("", 0)
+        plan = self._plan(n) if n > 0 else {}
+        touched = sorted(set(pushes) | set(acks) | set(frees) | set(plan))
+        single = next(iter(acks)) if len(acks) == 1 else None
+        first: list[tuple[int, list[Any]]] = []  # (partition, settle call) stored first
+        second: list[tuple[int, list[Any]]] = []  # then those that ack
+        for p in touched:
+            sub = self.parts[p]
+            envs = [push[i] for i in pushes.get(p, ())]
+            want = (worker, plan[p]) if p in plan else None
+            if p in acks and p != single and envs:  # its pushes must precede others' acks
+                calls = sub._settle_calls(envs, (), None, ttl)
+                calls += sub._settle_calls((), acks[p], want, ttl, frees.get(p, ()))
+            else:
+                calls = sub._settle_calls(envs, acks.get(p, ()), want, ttl, frees.get(p, ()))
+            for args in calls:
+                (second if args[1] else first).append((p, args))
+        if not acks:
+            first, second = [], first
+        # a lease renews the worker's heartbeat where it leases: and where it holds leases
+        ms = self.parts[0]._ms(ttl, self.settings.lease_ttl)
+        now, beat_at = self._now(), self._beat_at[worker]
+        beats = [
+            (p, self._call(p, "renew", [worker, ms]))
+            for p, held in self._holding[worker].items()
+            if n > 0 and held > 0 and p not in plan and now - beat_at.get(p, 0.0) > ms / 3000
+        ]
+        for p in [*plan, *(p for p, _ in beats)]:
+            beat_at[p] = now
+        done: dict[int, list[tuple[list[Any], Any]]] = defaultdict(list)
+        for batch, extra in ((first, []), (second, beats)):
+            queued = [(p, self._call(p, "settle", a)) for p, a in batch]
+            replies = self._round([*queued, *extra], "settle")
+            for (p, args), reply in zip(batch, replies[: len(batch)], strict=True):
+                done[p].append((args, reply))
+            self._raise_first(done, replies[len(batch) :])
+        for p, mine in acks.items():
+            self._let_go(p, mine)
+        leases = self._outcome(done, push, pushes, ack, acks)
+        if n > 0 and not leases.leases:
+            leases = self._lease_again(worker, n, ttl, set(plan), leases)
+        return leases
+
+    def _raise_first(
+        self, done: dict[int, list[tuple[list[Any], Any]]], more: Sequence[Any] = ()
+    ) -> None:
+        """Raise the first refusal of a round, after giving back what the round's other
+        calls leased (a retry leases again: nothing may stay held by a live worker)."""
+        errors = [r for calls in done.values() for _a, r in calls if isinstance(r, Exception)]
+        errors += [r for r in more if isinstance(r, Exception)]
+        if not errors:
+            return
+        for p, calls in done.items():
+            for args, reply in calls:
+                if not isinstance(reply, Exception) and args[2]:
+                    got = self.parts[p]._leases(args[3], reply[2])
+                    try:
+                        self.parts[p].release(got)
+                    except FrontierError:
+                        log.warning("crawl %s: could not give back %d leases", self.crawl, len(got))
+        with redis_errors("settle"):
+            raise errors[0]
+
+    def _outcome(
+        self,
+        done: dict[int, list[tuple[list[Any], Any]]],
+        push: Sequence[Envelope],
+        pushes: dict[int, list[int]],
+        ack: Sequence[Lease],
+        acks: dict[int, list[Lease]],
+    ) -> Settled:
+        flags = [False] * len(push)
+        acked = 0
+        leases: list[Lease] = []
+        unacked: list[Lease] = []
+        for p, calls in done.items():
+            out = self.parts[p]._settled(
+                [a for a, _ in calls], [r for _, r in calls], acks.get(p, ())
+            )
+            for i, flag in zip(pushes.get(p, ()), out.pushed.flags, strict=True):
+                flags[i] = flag
+            acked += out.acked
+            got = self._wrap(p, out.leases)
+            leases += got
+            for x in got:
+                self._holding[x.worker][p] += 1
+            unacked += self._wrap(p, out.unacked)
+            self._ready[p] = max(self._ready[p] + out.pushed.accepted - len(got), 0)
+            if any(args[2] and len(out.leases) < args[2] for args, _ in calls):
+                self._ready[p] = 0  # asked for more than it had (or its sites are closed)
+            if out.pushed.accepted or got:
+                self._live[p] = True
+        if unacked:  # (the caller's own lease objects)
+            mine = {(x.id, x.token) for x in unacked}
+            unacked = [x for x in ack if (x.id, x.token) in mine]
+        accepted = sum(flags)
+        return Settled(
+            PushResult(accepted, len(flags) - accepted, tuple(flags)), acked, leases, tuple(unacked)
+        )
+
+    def _lease_again(
+        self, worker: str, n: int, ttl: float | None, asked: set[int], first: Settled
+    ) -> Settled:
+        """A lease found nothing: read the partitions again and ask those not yet asked
+        that have work."""
+        self._part_counts()
+        plan = self._plan(n, asked)
+        if not plan:
+            return first
+        calls = [
+            (p, self.parts[p]._settle_calls((), (), (worker, k), ttl)[0]) for p, k in plan.items()
+        ]
+        replies = self._round([(p, self._call(p, "settle", a)) for p, a in calls], "lease")
+        done: dict[int, list[tuple[list[Any], Any]]] = defaultdict(list)
+        for (p, args), reply in zip(calls, replies, strict=True):
+            done[p].append((args, reply))
+        self._raise_first(done)
+        again = self._outcome(done, (), {}, (), {})
+        return Settled(first.pushed, first.acked, again.leases, first.unacked)
+
+    def _plan(self, n: int, skip: set[int] | None = None) -> dict[int, int]:
+        """How many of ``n`` requests to ask each partition for: smooth weighted round
+        robin over the partitions' ready requests (each with work at least 1/(4P) of the
+        weight; one with only delayed or leased requests a weight of 1), one pick per
+        :data:`LEASE_SHARE` requests; none to the partitions in ``skip``)."""
+        if time.monotonic() - self._read_at > REFRESH_S:
+            self._part_counts()
+        total = sum(self._ready)
+        floor = max(1, total // (4 * self.n))
+        weights = [
+            0 if skip and p in skip else max(r, floor) if r > 0 else (1 if live else 0)
+            for p, (r, live) in enumerate(zip(self._ready, self._live, strict=True))
+        ]
+        whole = sum(weights)
+        if whole == 0:
+            return {}
+        plan: dict[int, int] = defaultdict(int)
+        chunks = -(-n // LEASE_SHARE)
+        for c in range(chunks):
+            for p, w in enumerate(weights):
+                self._current[p] += w
+            best = max(range(self.n), key=self._current.__getitem__)
+            self._current[best] -= whole
+            plan[best] += n // chunks + (1 if c < n % chunks else 0)
+        return dict(plan)
+
+    def settle_begin(
+        self,
+        push: Sequence[Envelope] = (),
+        ack: Sequence[Lease] = (),
+        *,
+        lease: tuple[str, int] | None = None,
+        ttl: float | None = None,
+        free: Sequence[tuple[Lease, str]] = (),
+    ) -> PendingSettle:
+        """:meth:`settle`, run now (a partitioned crawl does not pipeline settles across
+        calls yet): ``.result()`` returns its outcome."""
+        return _SettledNow(self.settle(push, ack, lease=lease, ttl=ttl, free=free))
+
+    def release(self, leases: Sequence[Lease]) -> int:
+        out = 0
+        for p, own in self._by_lease(leases).items():
+            out += self.parts[p].release(own)
+            self._let_go(p, own)
+        return out
+
+    def nack(
+        self, lease: Lease, error: str, *, retry: bool = True, delay: float | None = None
+    ) -> str:
+        p, own = self._split(lease)
+        self._live[p] = True
+        outcome = self.parts[p].nack(own, error, retry=retry, delay=delay)
+        self._let_go(p, [own])
+        return outcome
+
+    def dead_letter(self, lease: Lease, error: str) -> str:
+        return self.nack(lease, error, retry=False)
+
+    heartbeat_counters: HeartbeatCounters | None = None
+
+    def renew(self, worker: str, ttl: float | None = None) -> None:
+        """Heartbeat: ``worker`` and its leases in every partition live ``ttl`` more
+        seconds, in one pipelined round (with :attr:`heartbeat_counters`: its counters
+        added in the same round, the fleet totals to partition 0's stats, its own to the
+        anchor's :meth:`~redcrawl.keys.CrawlKeys.worker_counters`)."""
+        ms = self.parts[0]._ms(ttl, self.settings.lease_ttl)
+        counters = self.heartbeat_counters
+        totals, mine, gauges = counters.take() if counters is not None else ({}, {}, {})
+        try:
+            with redis_errors("renew"):
+                pipe = self.client.pipeline(transaction=not self._cluster)
+                for sub in self.parts:
+                    sub._run("renew", [worker, ms], client=pipe)
+                if counters is not None:
+                    for name, k in totals.items():
+                        pipe.hincrby(self.parts[0].keys.stats, name, k)
+                    own = self.keys.worker_counters(worker)
+                    for name, k in mine.items():
+                        pipe.hincrby(own, name, k)
+                    if gauges:
+                        pipe.hset(own, mapping=gauges)
+                    pipe.pexpire(own, ms)
+                replies = pipe.execute(raise_on_error=False)
+        except BaseException:
+            if counters is not None:
+                counters.give_back(totals, mine)
+            raise
+        for reply in replies:
+            if isinstance(reply, Exception):
+                with redis_errors("renew"):
+                    raise reply
+        self._beat_at[worker] = dict.fromkeys(range(self.n), self._now())
+
+    def renew_counting(
+        self, worker: str, counters: HeartbeatCounters, ttl: float | None = None
+    ) -> None:
+        own, self.heartbeat_counters = self.heartbeat_counters, counters
+        try:
+            self.renew(worker, ttl)
+        finally:
+            self.heartbeat_counters = own
+
+    def release_worker(self, worker: str) -> int:
+        self._holding.pop(worker, None)
+        return sum(sub.release_worker(worker) for sub in self.parts)
+
+    def maintain(self) -> tuple[int, int]:
+        self._claim()
+        promoted = reclaimed = 0
+        for sub in self.parts:
+            a, b = sub.maintain()
+            promoted, reclaimed = promoted + a, reclaimed + b
+        return promoted, reclaimed
+
+    def requeue_dead(self, ids: Sequence[str] | None = None, *, limit: int = 1000) -> int:
+        if ids is None:
+            total = 0
+            for sub in self.parts:
+                if total >= limit:
+                    break
+                total += sub.requeue_dead(limit=limit - total)
+            return total
+        routed: dict[int, list[str]] = defaultdict(list)
+        for text in ids:
+            parts, own = self._route_id(text)
+            for p in parts:
+                routed[p].append(own)
+        return sum(self.parts[p].requeue_dead(own) for p, own in routed.items())
+
+    def repair(self) -> list[str]:
+        return [
+            f"partition {p}: {line}" for p, sub in enumerate(self.parts) for line in sub.repair()
+        ]
+
+    # --- crawl-wide switches -------------------------------------------------------
+    def pause(self) -> None:
+        """Stop handing out requests in every partition (the anchor's flag is the crawl's;
+        each partition's is the copy its scripts read)."""
+        self._each_control(lambda pipe, key: pipe.hset(key, "paused", "1"))
+
+    def resume(self) -> None:
+        self._each_control(lambda pipe, key: pipe.hdel(key, "paused"))
+
+    def is_paused(self) -> bool:
+        with redis_errors("is_paused"):
+            return bool(self.client.hget(self.keys.control, "paused") == b"1")
+
+    def purge(self) -> None:
+        """Every partition's state, then the anchor's (its layout marker included: the
+        crawl may then be created again with another P)."""
+        for sub in self.parts:
+            sub.purge()
+        with redis_errors("purge"):
+            self.client.delete(*self.keys.all_keys())
+            Filter(self.client, self.dedupe, self.keys.fp_seen).clear()
+        self._claimed = False
+        self._pol_stored = False
+        self._ready = [0] * self.n
+
+    # --- counters and workers ------------------------------------------------------
+    def _part_counts(self) -> list[Counts]:
+        """Each partition's counts, each one consistent snapshot (its ``counts`` script),
+        read in one pipelined round (one per node; on one server a MULTI: one snapshot of
+        the whole crawl); the lease weights are updated from them."""
+        replies = self._round(
+            [(p, self._count(sub)) for p, sub in enumerate(self.parts)],
+            "counts",
+            transaction=not self._cluster,
+        )
+        out = [_counts_of(sub, reply) for sub, reply in zip(self.parts, replies, strict=True)]
+        self._ready = [c.ready for c in out]
+        self._live = [c.delayed + c.in_flight > 0 for c in out]
+        self._read_at = time.monotonic()
+        return out
+
+    def counts(self, *, repaired: bool = False) -> Counts:
+        """The sums of the partitions' counts. When every partition reads empty, they
+        are read again until two reads in a row agree that none accepted or requeued
+        anything in between (see the module docstring): "finished" is never true while a
+        partition holds work."""
+        parts = self._part_counts()
+        for _ in range(FINISHED_READS if self._cluster else 0):  # (one server: one MULTI)
+            if any(c.pending for c in parts):
+                break
+            again = self._part_counts()
+            if all(
+                (a.accepted, a.requeued, a.pending) == (b.accepted, b.requeued, 0)
+                for a, b in zip(parts, again, strict=True)
+            ):
+                parts = again
+                break
+            parts = again
+        return _sum_counts(parts)
+
+    def stats(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for sub in self.parts:
+            for name, value in sub.stats().items():
+                out[name] += value
+        return dict(out)
+
+    def add_stats(self, **deltas: int) -> None:
+        """Added to partition 0's counters (crawl-wide counters are sums over partitions)."""
+        self.parts[0].add_stats(**deltas)
+
+    def workers(self) -> dict[str, float]:
+        """Each worker's latest heartbeat deadline over the partitions."""
+        out: dict[str, float] = {}
+        for sub in self.parts:
+            for worker, until in sub.workers().items():
+                out[worker] = max(until, out.get(worker, 0.0))
+        return out
+
+    def forget_worker(self, worker: str) -> None:
+        for sub in self.parts:
+            sub.forget_worker(worker)
+        with redis_errors("forget_worker"):
+            self.client.delete(self.keys.worker_counters(worker))
+
+    def server_time(self) -> float:
+        return self.parts[0].server_time()
+
+    # --- politeness ------------------------------------------------------------------
+    def store_politeness(self, *, worker: bool = False) -> None:
+        """Every partition's copy, then the anchor's (the authoritative one, read by
+        tools) from partition 0's."""
+        for sub in self.parts:
+            sub.store_politeness(worker=worker)
+        self._pol_stored = True
+        if worker:
+            log.warning(
+                "crawl %s has %d partitions: robots.txt Crawl-delay, operators' per-site "
+                "overrides (redcrawl hosts) and the fleet-wide AutoThrottle delay are not "
+                "applied to partitioned crawls yet (docs/cluster.md, Partitions); "
+                "DOWNLOAD_DELAY, CONCURRENT_REQUESTS_PER_DOMAIN and DOWNLOAD_SLOTS are",
+                self.crawl,
+                self.n,
+            )
+        with redis_errors("storing the crawl's politeness settings"):
+            stored = self.client.hget(self.parts[0].keys.control, "politeness")
+            if stored is not None:
+                self.client.hset(self.keys.control, "politeness", stored)
+
+    def free(self, items: Sequence[tuple[Lease, str]]) -> int:
+        routed: dict[int, list[tuple[Lease, str]]] = defaultdict(list)
+        for held, outcome in items:
+            p, own = self._split(held)
+            routed[p].append((own, outcome))
+        return sum(self.parts[p].free(group) for p, group in routed.items())
+
+    def charge_fetch(self, keys: Sequence[str]) -> None:
+        routed: dict[int, list[str]] = defaultdict(list)
+        for key in keys:
+            routed[partition_of(key, self.n)].append(key)
+        for p, group in routed.items():
+            self.parts[p].charge_fetch(group)
+
+    def start_late(self, leases: Sequence[Lease]) -> list[bool]:
+        out = [True] * len(leases)
+        split = [self._split(x) for x in leases]
+        for p, idx in self._group(split, lambda x: x[0]).items():
+            flags = self.parts[p].start_late([split[i][1] for i in idx])
+            for i, flag in zip(idx, flags, strict=True):
+                out[i] = flag
+        return out
+
+    def defer(self, lease: Lease, reason: str, *, retry_after: float | None = None) -> str:
+        p, own = self._split(lease)
+        outcome = self.parts[p].defer(own, reason, retry_after=retry_after)
+        self._let_go(p, [own])
+        return outcome
+
+    def politeness_stats(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for sub in self.parts:
+            for name, value in sub.politeness_stats().items():
+                out[name] += value
+        return dict(out)
+
+    def next_open(self) -> float | None:
+        """The first time a politeness key with ready work opens in any partition (see
+        :meth:`FrontierCore.next_open`), read in one pipelined round."""
+        if self.politeness is None:
+            return None
+        with redis_errors("next_open"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.time()
+            for sub in self.parts:
+                for t in range(sub.keys.tiers):
+                    pipe.zrange(sub.keys.open(t), 0, 0, withscores=True)
+            (sec, usec), *heads = pipe.execute()
+        now = sec * 1000 + usec / 1000 if self._clock is None else self._clock()
+        scores = [h[0][1] for h in heads if h and h[0][1] < 2**52]
+        return max(min(scores) - now, 0.0) / 1000 if scores else None
+
+    # --- inspection ----------------------------------------------------------------
+    def pending(self, limit: int = 100) -> list[PendingInfo]:
+        out: list[PendingInfo] = []
+        for p, sub in enumerate(self.parts):
+            if len(out) >= limit:
+                break
+            out += [replace(x, id=_wrap_text(p, x.id)) for x in sub.pending(limit - len(out))]
+        return out
+
+    def inflight(self, limit: int = 100) -> list[InflightInfo]:
+        out: list[InflightInfo] = []
+        for p, sub in enumerate(self.parts):
+            if len(out) >= limit:
+                break
+            out += [replace(x, id=_wrap_text(p, x.id)) for x in sub.inflight(limit - len(out))]
+        return out
+
+    def dead(self, limit: int = 100) -> list[DeadInfo]:
+        out: list[DeadInfo] = []
+        for p, sub in enumerate(self.parts):
+            out += [replace(x, id=_wrap_text(p, x.id)) for x in sub.dead(limit)]
+        return sorted(out, key=lambda x: x.died_at)[:limit]
+
+    def describe(self, id: str) -> RequestInfo | None:
+        parts, own = self._route_id(id)
+        for p in parts:
+            found = self.parts[p].describe(own)
+            if found is not None:
+                return replace(found, id=_wrap_text(p, found.id))
+        return None
+
+    # --- no queue layer of its own (its partitions have one each) --------------------
+    def _script_keys(self) -> list[str]:
+        raise NotImplementedError("a partitioned crawl's scripts run in its partitions")
+
+    def _layout(self) -> str:
+        raise NotImplementedError("a partitioned crawl's layout is its partitions'")
+
+    def _push_extra(self, envelopes: Sequence[Envelope]) -> None:
+        raise NotImplementedError("a partitioned crawl pushes into its partitions")
+
+    def _count_states(self) -> tuple[Sequence[Any], int, int, int]:
+        raise NotImplementedError("a partitioned crawl counts its partitions")
+
+    def _count_call(self) -> tuple[list[str], list[Any]]:
+        raise NotImplementedError("a partitioned crawl counts its partitions")
+
+    def _ready_ids(self, limit: int) -> Iterator[tuple[int, list[bytes]]]:
+        raise NotImplementedError("a partitioned crawl's queues are its partitions'")
+
+    def _held(self, limit: int) -> Iterator[list[Held]]:
+        raise NotImplementedError("a partitioned crawl's leases are its partitions'")
+
+    def _holder(self, token: str) -> str | None:
+        raise NotImplementedError("a partitioned crawl's leases are its partitions'")
+
+    def _extra_keys(self) -> list[str]:
+        raise NotImplementedError("a partitioned crawl's keys are its partitions'")
+
+    def _forget_consumers(self, worker: str) -> None:
+        raise NotImplementedError("a partitioned crawl's consumers are its partitions'")
+
+
+def _counts_of(sub: FrontierCore, reply: Any) -> Counts:
+    """A partition's counts from its ``counts`` script's reply; read again the ordinary
+    way (which repairs a corrupt counter, or raises) if the reply is an error or holds a
+    corrupt counter."""
+    if isinstance(reply, Exception):
+        return sub.counts()
+    values = sub._counters(reply[:7], False)
+    ready = reply[7] if isinstance(reply[7], int) else stored_int(reply[7])
+    if values is None or ready is None:
+        return sub.counts()
+    accepted, filtered, done, retried, reclaimed, requeued, in_flight = values
+    return Counts(
+        accepted=accepted,
+        filtered=filtered,
+        ready=max(ready, 0),
+        delayed=int(reply[8]),
+        in_flight=in_flight,
+        done=done,
+        dead=int(reply[9]),
+        retried=retried,
+        reclaimed=reclaimed,
+        requeued=requeued,
+    )
+
+
+def _sum_counts(parts: Sequence[Counts]) -> Counts:
+    return Counts(
+        accepted=sum(c.accepted for c in parts),
+        filtered=sum(c.filtered for c in parts),
+        ready=sum(c.ready for c in parts),
+        delayed=sum(c.delayed for c in parts),
+        in_flight=sum(c.in_flight for c in parts),
+        done=sum(c.done for c in parts),
+        dead=sum(c.dead for c in parts),
+        retried=sum(c.retried for c in parts),
+        reclaimed=sum(c.reclaimed for c in parts),
+        requeued=sum(c.requeued for c in parts),
+    )
+
+
+class PartitionedLists(PartitionedFrontier):
+    """A partitioned crawl on the lists backend."""
+
+    BACKEND = "lists"
+    PART = ListsFrontier
+
+
+class PartitionedStreams(PartitionedFrontier):
+    """A partitioned crawl on the streams backend (each partition has its shards)."""
+
+    BACKEND = "streams"
+    PART = StreamsFrontier
+
+
+def partitioned_class(backend: str) -> type[PartitionedFrontier]:
+    """The partitioned frontier of ``backend``."""
+    return PartitionedStreams if backend == "streams" else PartitionedLists
