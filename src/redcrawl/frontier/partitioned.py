@@ -715,6 +715,11 @@ class PartitionedFrontier(FrontierCore):
         return self.parts[0].server_time()
 
     # --- politeness ------------------------------------------------------------------
+    def drop_legacy_auto_delay(self, *, batch: int = 500) -> int:
+        """Each partition's (a partitioned crawl is newer than the legacy field, so this
+        finds nothing unless someone wrote one by hand)."""
+        return sum(sub.drop_legacy_auto_delay(batch=batch) for sub in self.parts)
+
     def store_politeness(self, *, worker: bool = False) -> None:
         """Every partition's copy, then the anchor's (the authoritative one, read by
         tools) from partition 0's."""
