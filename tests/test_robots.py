@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -385,6 +386,51 @@ def test_the_origin_a_robots_txt_applies_to(url: str, origin: str) -> None:
     from redcrawl.scrapy.robots import _origin
 
     assert _origin(Request(url)) == origin
+
+
+def _middleware(client: redis.Redis, keys: CrawlKeys, **settings: object) -> Any:
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from redcrawl.scrapy.robots import RobotsTxtMiddleware
+
+    crawler = get_crawler(Spider, {"ROBOTSTXT_OBEY": True, **settings})
+    mw = RobotsTxtMiddleware.from_crawler(crawler)
+    mw.attach(client, keys)
+    return mw
+
+
+@pytest.mark.parametrize(
+    ("mode", "meta", "key"),
+    [
+        ("host", {}, "www.example.co.uk"),
+        ("domain", {}, "example.co.uk"),
+        ("domain", {"download_slot": "slot-a"}, "slot-a"),
+    ],
+)
+def test_crawl_delay_is_stored_under_the_requests_politeness_key(
+    redis7_client: redis.Redis, keys: CrawlKeys, mode: str, meta: dict[str, str], key: str
+) -> None:
+    """The Crawl-delay of a robots.txt limits the key the frontier serves the waiting
+    request's site under: with REDCRAWL_POLITENESS_KEY=domain its registrable domain (not
+    its host), with a download_slot that slot."""
+    from scrapy import Request
+
+    mw = _middleware(redis7_client, keys, REDCRAWL_POLITENESS_KEY=mode)
+    try:
+        origin = "https://www.example.co.uk"
+        mw._first[origin] = Request(f"{origin}/a", meta=meta)
+        mw._fetching.add(origin)
+        mw._got(origin, RobotsEntry(200, b"User-agent: *\nCrawl-delay: 2\n"), True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not redis7_client.hlen(keys.pol_override):
+            time.sleep(0.02)
+        stored = {
+            k.decode(): json.loads(v) for k, v in redis7_client.hgetall(keys.pol_override).items()
+        }
+        assert stored == {key: {"crawl_delay": 2.0}}
+    finally:
+        mw._spider_closed()
 
 
 # --- a fleet of real workers --------------------------------------------------------------

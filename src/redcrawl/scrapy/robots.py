@@ -50,7 +50,7 @@ from scrapy.utils.misc import load_object
 from twisted.internet.defer import Deferred
 
 from redcrawl.keys import CrawlKeys
-from redcrawl.politeness.key import politeness_key
+from redcrawl.politeness.key import KeyMode, politeness_key
 from redcrawl.politeness.robots import Lookup, RobotsCache, RobotsEntry
 from redcrawl.scrapy import lifecycle
 from redcrawl.settings import Settings
@@ -235,14 +235,40 @@ class RobotsTxtMiddleware:
     def _charge_fetch(self, origin: str) -> None:
         """The robots.txt download of ``origin`` is a fetch at its site: its politeness
         key's next grant waits its delay from now (fire and forget)."""
-        frontier = getattr(lifecycle.scheduler_of(self.crawler), "frontier", None)
-        mode = getattr(frontier, "politeness", None)
-        if frontier is None or mode is None:
+        frontier = self._frontier()
+        if frontier is None or getattr(frontier, "politeness", None) is None:
             return
-        key = politeness_key(f"{origin}/robots.txt", mode=mode)
+        key = self._key_of(origin)
         self._in_thread(frontier.charge_fetch, [key]).addErrback(
             lambda f: log.debug("redcrawl: robots.txt fetch of %s not charged: %s", origin, f)
         )
+
+    def _frontier(self) -> Any:
+        """The frontier of redcrawl's scheduler, or None (another scheduler, or no engine
+        yet)."""
+        try:
+            scheduler = lifecycle.scheduler_of(self.crawler)
+        except RuntimeError:  # Scrapy 2.13+: crawler.engine before the crawl starts
+            return None
+        return getattr(scheduler, "frontier", None)
+
+    def _key_of(self, origin: str) -> str:
+        """The politeness key ``origin``'s robots.txt limits (its Crawl-delay) and is
+        charged to: the key of the request that first waited for it (its
+        ``download_slot``, else its host or, with ``REDCRAWL_POLITENESS_KEY=domain``, its
+        registrable domain), in the crawl's key mode (the frontier's, else the
+        settings')."""
+        mode = getattr(self._frontier(), "politeness", None) or self.settings.politeness_key
+        first = self._first.get(origin)
+        slot = first.meta.get("download_slot") if first is not None else None
+        try:
+            return politeness_key(
+                first.url if first is not None else f"{origin}/robots.txt",
+                slot if isinstance(slot, str) else None,
+                cast(KeyMode, mode),
+            )
+        except ValueError:
+            return politeness_key(f"{origin}/robots.txt", mode=cast(KeyMode, mode))
 
     def _check(self, parser: Any, request: Request) -> None:
         if parser is None:
@@ -383,7 +409,7 @@ class RobotsTxtMiddleware:
             self._settle(origin, parser, ttl)
             self._fetching.discard(origin)
             return
-        key = politeness_key(f"{origin}/robots.txt")
+        key = self._key_of(origin)
 
         def store() -> Any:
             return self._ensure_cache().store(
