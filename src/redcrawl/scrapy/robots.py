@@ -17,6 +17,9 @@ so: both would fetch robots.txt).
 * **Disallowed** requests raise ``IgnoreRequest`` without a fetch (stat
   ``redcrawl/robots/disallowed``, and Scrapy's ``robotstxt/forbidden``); the scheduler
   acknowledges them (DONE), as every ``IgnoreRequest`` from a downloader middleware.
+  On redcrawl's scheduler they are also counted for the whole crawl in Redis (field
+  ``robots_disallowed`` of the crawl's stats hash, added with the worker's heartbeat:
+  ``redcrawl_robots_disallowed_total``, ``redcrawl status``, the dashboard).
 * **Crawl-delay** becomes the ``crawl_delay`` field of the host's politeness override
   (:attr:`redcrawl.keys.CrawlKeys.pol_override`), capped by
   ``REDCRAWL_ROBOTS_MAX_CRAWL_DELAY`` (logged once per host when the cap bites); the
@@ -52,7 +55,7 @@ from twisted.internet.defer import Deferred
 from redcrawl.keys import CrawlKeys
 from redcrawl.politeness.key import KeyMode, politeness_key
 from redcrawl.politeness.robots import Lookup, RobotsCache, RobotsEntry
-from redcrawl.scrapy import lifecycle
+from redcrawl.scrapy import counters, lifecycle
 from redcrawl.settings import Settings
 
 if TYPE_CHECKING:
@@ -280,6 +283,9 @@ class RobotsTxtMiddleware:
             log.debug("Forbidden by robots.txt: %s", request)
             self.stats.inc_value("redcrawl/robots/disallowed")
             self.stats.inc_value("robotstxt/forbidden")
+            fleet = counters.counters_of(self.crawler)
+            if fleet is not None:  # the crawl-wide count, added with the next heartbeat
+                fleet.robots_disallowed()
             raise IgnoreRequest("Forbidden by robots.txt")
 
     def _known(self, origin: str) -> Any:
