@@ -1,8 +1,9 @@
 """The web dashboard at ``/`` of the API: plain httpx tests of access, escaping, CSRF and
 404s, and a real headless Chromium (Debian's ``chromium`` + ``chromium-driver``, driven by
 Selenium) that loads the pages without console errors, sees a live crawl's counts, and
-clicks requeue, pause and resume. ``REDCRAWL_SCREENSHOT=docs/dashboard.png`` also saves a
-screenshot of a crawl's page."""
+clicks requeue, pause and resume. ``REDCRAWL_SCREENSHOT=docs/dashboard.png`` also runs a
+live fleet of Scrapy workers with fleet-wide politeness over the multi-site kit and saves
+a screenshot of its crawl's page, hosts table included."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -351,15 +353,6 @@ def test_browser_shows_a_live_crawl_and_requeues_pauses_resumes(
     click(browser, By.ID, "btn-pause")
     assert frontier.is_paused() and browser.find_element(By.ID, "state").text == "paused"
     assert frontier.lease("w3", 5) == []
-    if os.environ.get("REDCRAWL_SCREENSHOT"):
-        click(browser, By.ID, "btn-resume")  # a page load: the first rate sample
-        time.sleep(1.5)
-        frontier.push([env(f"https://shop.example/q{i}") for i in range(20)])
-        frontier.ack(frontier.lease("w1", 4))
-        frontier.nack(frontier.lease("w3", 1)[0], "HTTP 503 Service Unavailable", retry=False)
-        browser.get(f"{api_server.url}/crawls/shop?refresh=0")
-        Path(os.environ["REDCRAWL_SCREENSHOT"]).write_bytes(browser.get_screenshot_as_png())
-        click(browser, By.ID, "btn-pause")
     click(browser, By.ID, "btn-resume")
     assert not frontier.is_paused() and browser.find_element(By.ID, "flash").text == "resumed"
     assert len(frontier.lease("w3", 2)) == 2
@@ -467,3 +460,86 @@ def test_browser_shows_the_hosts_table(
     keys = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#hosts td.key")]
     assert keys[:2] == ["shop.example", XSS], keys
     assert console_errors(browser) == []
+
+
+# --- the screenshot in docs/ (a live polite fleet) ----------------------------------------
+
+
+@pytest.mark.slow
+def test_browser_screenshot_of_a_live_polite_fleet(
+    browser: Any,
+    redis7: RedisServer,
+    redis7_client: redis.Redis,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """3 Scrapy workers crawl 6 sites of the multi-site kit with fleet-wide politeness
+    (DOWNLOAD_DELAY 0.5, 2 per site, robots.txt obeyed: one site asks for Crawl-delay 1
+    and disallows a page, one answers 429 with Retry-After to a page, one is slow) while
+    the dashboard is read in Chromium: the hosts table lists the sites with their limits
+    and why each waits. Saves the screenshot to ``REDCRAWL_SCREENSHOT`` (skipped without
+    it: it takes a minute of real crawling)."""
+    from selenium.webdriver.common.by import By
+
+    from .sitekit import Fault, SiteSpec, serving
+    from .test_robots import robots_worker
+
+    target = os.environ.get("REDCRAWL_SCREENSHOT")
+    if not target:
+        pytest.skip("set REDCRAWL_SCREENSHOT=docs/dashboard.png to take the screenshot")
+    monkeypatch.delenv("REDCRAWL_SCREENSHOT")  # not a setting: the workers would refuse it
+    redis7_client.flushall()
+    crawl = "shop-fleet"
+    sites = [
+        SiteSpec(pages=60, delay=0.05, robots="User-agent: *\nCrawl-delay: 1\nDisallow: /p/1\n"),
+        SiteSpec(pages=60, delay=0.05, faults={"/p/3": Fault(429, retry_after="20", times=1)}),
+        SiteSpec(pages=60, delay=0.4),
+        SiteSpec(pages=60, delay=0.05),
+        SiteSpec(pages=60, delay=0.05),
+        SiteSpec(pages=60, delay=0.05, faults={"/p/5": Fault(500)}),
+    ]
+    # the workers' lease ttl: the heartbeat ages are estimated with the reader's
+    server = ApiServer(api_settings(redis7.url, lease_ttl=30.0), redis7_client)
+    procs = []
+    try:
+        with serving(sites) as kit:
+            for i in range(3):
+                procs.append(
+                    robots_worker(
+                        redis7.url,
+                        crawl,
+                        kit.roots,
+                        f"worker-{i + 1}",
+                        tmp_path / f"w{i}.log",
+                        [
+                            "DOWNLOAD_DELAY=0.5",
+                            "RANDOMIZE_DOWNLOAD_DELAY=False",
+                            "CONCURRENT_REQUESTS_PER_DOMAIN=2",
+                            "REDCRAWL_LEASE_TTL=30",
+                            "RETRY_ENABLED=False",
+                        ],
+                    )
+                )
+            f = open_frontier(redis7_client, server.settings, crawl, follow_layout=False)
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                c = f.counts()
+                if c.done >= 60 and c.ready >= 20:
+                    break
+                time.sleep(0.5)
+            login(browser, server, ADMIN, f"/crawls/{crawl}")
+            time.sleep(3)  # a second look: the rates of the last seconds
+            browser.set_window_size(1280, 1450)
+            browser.get(f"{server.url}/crawls/{crawl}?refresh=0")
+            keys = [td.text for td in browser.find_elements(By.CSS_SELECTOR, "#hosts td.key")]
+            assert len(keys) >= 4 and set(keys) <= set(kit.hosts), keys
+            assert count(browser, "done") >= 60
+            assert console_errors(browser) == []
+            Path(target).write_bytes(browser.get_screenshot_as_png())
+    finally:
+        browser.set_window_size(1280, 900)
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        server.stop()

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 import redis
@@ -25,6 +27,8 @@ from redcrawl.politeness.robots import RobotsEntry
 from .conftest import Clock, FrontierFactory
 
 pytestmark = pytest.mark.backends("lists")
+
+T = TypeVar("T")
 
 
 def site(host: str, n: int) -> list[Envelope]:
@@ -259,3 +263,78 @@ def test_keys_in_flight_are_found_in_a_large_lease(make_frontier: FrontierFactor
     page = Hosts(f).top(sort="inflight")
     assert page.complete and page.hosts[0].key == "big.test"
     assert sum(r.in_flight for r in page.hosts) == 1500
+
+
+# --- many keys in one round trip (the dashboard's and `redcrawl top`'s hosts panel) ------
+
+
+class CountingConnection(redis.Connection):
+    """A real connection that counts what it sends: one ``send_packed_command`` is one
+    round trip (a pipeline sends all its commands at once)."""
+
+    sent = 0
+
+    def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        type(self).sent += 1
+        super().send_packed_command(command, check_health)
+
+
+def counting_frontier(redis_client: redis.Redis, clock: Clock) -> FrontierCore:
+    from redcrawl.frontier import open_frontier
+    from redcrawl.settings import Settings
+
+    kw = redis_client.connection_pool.connection_kwargs
+    pool = redis.ConnectionPool(
+        connection_class=CountingConnection, host=kw["host"], port=kw["port"], db=kw["db"]
+    )
+    s = Settings(politeness_concurrency=2, politeness_delay=0.5, politeness_randomize=False)
+    return open_frontier(redis.Redis(connection_pool=pool), s, "many", clock=clock)
+
+
+def round_trips(fn: Callable[[], T]) -> tuple[T, int]:
+    before = CountingConnection.sent
+    result = fn()
+    return result, CountingConnection.sent - before
+
+
+def test_show_many_reads_every_key_in_one_round_trip_as_show_reads_each(
+    redis_client: redis.Redis, clock: Clock
+) -> None:
+    f = counting_frontier(redis_client, clock)
+    hosts = [f"h{i}.test" for i in range(30)]
+    f.push([e for host in hosts for e in site(host, 3)])
+    f.lease("w", 10)
+    h = Hosts(f)
+    h.set("h3.test", delay=2.0, block_for=60)
+    h.set("h4.test", paused=True)
+    f.client.hset(f.keys.robots, "http://h5.test", RobotsEntry(200, b"").encode())
+    keys = [*hosts, "never.test", "bad\nkey", "h1.test"]
+    many, trips = round_trips(lambda: h.show_many(keys))
+    assert trips == 1
+    # every good key once, in the order given; the refused one left out
+    assert list(many) == [*hosts, "never.test"]
+    assert many == {k: h.show(k) for k in many}
+    assert many["h3.test"].why is not None and many["h3.test"].why.startswith("blocked by")
+    assert many["h4.test"].paused and many["h5.test"].robots[0].status == 200
+    assert many["never.test"].ready == 0 and many["never.test"].why == "no ready requests"
+    assert h.show_many([]) == {}
+    with pytest.raises(BadHostInput) as bad:
+        h.show_many(["k"] * 1001)
+    assert bad.value.field == "keys"
+
+
+def test_the_hosts_panel_costs_the_same_round_trips_for_5_and_for_30_keys(
+    redis_client: redis.Redis, clock: Clock
+) -> None:
+    from redcrawl.metrics.hosts_view import read_hosts
+
+    f = counting_frontier(redis_client, clock)
+    f.push([e for i in range(40) for e in site(f"h{i}.test", 2)])
+    f.lease("w", 5)
+    read_hosts(f, limit=1)  # the scripts loaded (SCRIPT LOAD: once per process)
+    few, few_trips = round_trips(lambda: read_hosts(f, limit=5))
+    many, many_trips = round_trips(lambda: read_hosts(f, limit=30))
+    assert few is not None and many is not None
+    assert (len(few.hosts), len(many.hosts)) == (5, 30)
+    assert few_trips == many_trips <= 4, (few_trips, many_trips)
+    assert all(line.delay == 0.5 and line.concurrency == 2 for line in many.hosts)

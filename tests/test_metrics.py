@@ -277,3 +277,34 @@ def test_an_unreadable_crawl_is_left_out_and_counted(
     assert value(found, "redcrawl_crawls_unreadable") == 1
     assert value(found, "redcrawl_requests", crawl="b", state="ready") == 2
     assert ("redcrawl_requests", (("crawl", "a"), ("state", "ready"))) not in found
+
+
+def test_crawls_on_a_keyspace_bigger_than_one_scan_budget_are_all_found_over_reads(
+    redis7_client: redis.Redis,
+) -> None:
+    """A SCAN budget walks only part of a big keyspace (a crawl's done filter alone is
+    many keys): each read goes on where the last one stopped, so every crawl is found
+    after a pass over a few reads, and a crawl whose stats key is gone is dropped at once."""
+    from redcrawl.keys import CrawlKeys
+
+    names = [f"c{i}" for i in range(5)]
+    for name in names:
+        redis7_client.hset(CrawlKeys(name).stats, "accepted", 0)
+    pipe = redis7_client.pipeline(transaction=False)
+    for i in range(5_000):
+        pipe.set(f"filler:{i}", 1)
+    pipe.execute()
+    reader = SnapshotReader(redis7_client, Settings(), scan_budget=1)
+    seen: list[list[str]] = []
+    for _ in range(200):  # (a pass: about 8,192 buckets / 1,000 per SCAN call)
+        before = redis7_client.info("commandstats").get("cmdstat_scan", {"calls": 0})["calls"]
+        found, _left = reader.find_crawls()
+        after = redis7_client.info("commandstats")["cmdstat_scan"]["calls"]
+        assert after - before == 1  # the budget holds at every read
+        seen.append(found)
+        if found == names:
+            break
+    assert seen[-1] == names, seen
+    assert seen[0] != names  # (one budget did not cover the keyspace)
+    redis7_client.delete(CrawlKeys("c2").stats)
+    assert reader.find_crawls()[0] == ["c0", "c1", "c3", "c4"]

@@ -430,3 +430,38 @@ def test_many_sites_blocked_fire_and_few_or_a_small_share_do_not(
     d.poll()
     assert sink.seen() == [("firing", "RedcrawlPolitenessBlocked", {"crawl": "pushed"})]
     assert "12 sites blocked after 429/503 responses (16 sites" in sink.bodies[0]["text"]
+
+
+def test_robots_disallowed_is_a_crawl_wide_counter_in_metrics_status_and_dashboard(
+    redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """Each worker adds the requests robots.txt disallowed to the crawl with its heartbeat:
+    the sum over the fleet is in /metrics, `redcrawl status` and the dashboard."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from redcrawl.api.routes.dashboard import _counts_table
+    from redcrawl.cli import app
+
+    f = lists(redis7_client)
+    f.push([env("http://a.test/1")])
+    found = samples(render(SnapshotReader(redis7_client, Settings())).decode())
+    assert value(found, "redcrawl_robots_disallowed_total", crawl="c") == 0
+    for worker, n in (("w1", 2), ("w2", 3)):
+        counters = WorkerCounters()
+        for _ in range(n):
+            counters.robots_disallowed()
+        f.renew_counting(worker, counters, ttl=30)
+    assert f.stats()["robots_disallowed"] == 5
+    found = samples(render(SnapshotReader(redis7_client, Settings())).decode())
+    assert value(found, "redcrawl_robots_disallowed_total", crawl="c") == 5
+    result = CliRunner().invoke(
+        app, ["status", "--redis-url", redis7.url, "--crawl", "c", "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["robots_disallowed"] == 5
+    result = CliRunner().invoke(app, ["status", "--redis-url", redis7.url, "--crawl", "c"])
+    assert "robots.txt disallowed" in result.output and "5 (done, not fetched)" in result.output
+    assert 'id="count-robots-disallowed">5<' in _counts_table(f.counts(), f.stats())
+    assert "robots" not in _counts_table(f.counts(), {})  # none: no column

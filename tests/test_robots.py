@@ -15,6 +15,7 @@ import subprocess
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -387,6 +388,79 @@ def test_the_origin_a_robots_txt_applies_to(url: str, origin: str) -> None:
     assert _origin(Request(url)) == origin
 
 
+def _middleware(client: redis.Redis, keys: CrawlKeys, **settings: object) -> Any:
+    from scrapy import Spider
+    from scrapy.utils.test import get_crawler
+
+    from redcrawl.scrapy.robots import RobotsTxtMiddleware
+
+    crawler = get_crawler(Spider, {"ROBOTSTXT_OBEY": True, **settings})
+    mw = RobotsTxtMiddleware.from_crawler(crawler)
+    mw.attach(client, keys)
+    return mw
+
+
+def test_a_disallowed_request_is_counted_for_the_crawl_with_the_next_heartbeat(
+    redis7_client: redis.Redis, keys: CrawlKeys
+) -> None:
+    from scrapy import Request
+    from scrapy.exceptions import IgnoreRequest
+
+    from redcrawl.frontier import open_frontier
+    from redcrawl.scrapy import counters
+    from redcrawl.settings import Settings
+
+    mw = _middleware(redis7_client, keys)
+    try:
+        f = open_frontier(redis7_client, Settings(), keys.crawl)
+        counters.install(mw.crawler, f)
+        parser = mw._parse(RobotsEntry(200, b"User-agent: *\nDisallow: /private\n"))
+        mw._check(parser, Request("http://a.test/public"))
+        for _ in range(2):
+            with pytest.raises(IgnoreRequest):
+                mw._check(parser, Request("http://a.test/private/x"))
+        assert mw.stats.get_value("redcrawl/robots/disallowed") == 2
+        assert "robots_disallowed" not in f.stats()
+        f.renew("w1")
+        assert f.stats()["robots_disallowed"] == 2
+    finally:
+        mw._spider_closed()
+
+
+@pytest.mark.parametrize(
+    ("mode", "meta", "key"),
+    [
+        ("host", {}, "www.example.co.uk"),
+        ("domain", {}, "example.co.uk"),
+        ("domain", {"download_slot": "slot-a"}, "slot-a"),
+    ],
+)
+def test_crawl_delay_is_stored_under_the_requests_politeness_key(
+    redis7_client: redis.Redis, keys: CrawlKeys, mode: str, meta: dict[str, str], key: str
+) -> None:
+    """The Crawl-delay of a robots.txt limits the key the frontier serves the waiting
+    request's site under: with REDCRAWL_POLITENESS_KEY=domain its registrable domain (not
+    its host), with a download_slot that slot."""
+    from scrapy import Request
+
+    mw = _middleware(redis7_client, keys, REDCRAWL_POLITENESS_KEY=mode)
+    try:
+        origin = "https://www.example.co.uk"
+        mw._first[origin] = Request(f"{origin}/a", meta=meta)
+        mw._fetching.add(origin)
+        mw._got(origin, RobotsEntry(200, b"User-agent: *\nCrawl-delay: 2\n"), True)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not redis7_client.hlen(keys.pol_override):
+            time.sleep(0.02)
+        stored = {
+            (k.decode() if isinstance(k, bytes) else k): json.loads(v)
+            for k, v in redis7_client.hgetall(keys.pol_override).items()
+        }
+        assert stored == {key: {"crawl_delay": 2.0}}
+    finally:
+        mw._spider_closed()
+
+
 # --- a fleet of real workers --------------------------------------------------------------
 
 
@@ -522,6 +596,7 @@ def test_a_fleet_fetches_each_robots_txt_once_and_obeys_it(
         assert c.finished and c.conserved and c.dead == 0 and c.ready == 0, c
         assert c.done == c.accepted, c  # the disallowed requests too: DONE, not lost
         assert stat(logs, "redcrawl/robots/disallowed") == 2 * len(DISALLOWED)
+        assert frontier.stats()["robots_disallowed"] == 2 * len(DISALLOWED)  # crawl-wide
         assert stat(logs, "redcrawl/robots/fetched") == 5
         assert stat(logs, "redcrawl/robots/errors") == 2  # the 500 and the hang-up
         assert stat(logs, "redcrawl/robots/cached") >= 1  # the others read it from Redis

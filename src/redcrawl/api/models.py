@@ -171,8 +171,12 @@ class CrawlDetail(CrawlSummary):
         description="Crawl-wide politeness counters (crawls with fleet-wide politeness; null "
         "otherwise): the key mode, keys blocked now by a 429/503, deferrals by reason (the "
         "HTTP status), and the seconds keys with ready work spent closed by their limits "
-        "(docs/politeness.md). robots.txt Disallows are not counted here: each worker counts "
-        "them in its Scrapy stats (redcrawl/robots/disallowed)."
+        "(docs/politeness.md). robots.txt Disallows are counted in robots_disallowed."
+    )
+    robots_disallowed: int = Field(
+        default=0,
+        description="Requests robots.txt disallowed, crawl-wide: finished (done) without a "
+        "fetch (redcrawl.scrapy.RobotsTxtMiddleware; added by each worker with its heartbeat).",
     )
 
 

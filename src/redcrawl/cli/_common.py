@@ -210,7 +210,10 @@ def _print_counts(c: Counts, crawl: str, stats: dict[str, int], state: str) -> N
         ("items", f"{stats.get('items', 0):,}"),
         ("retries", f"{c.retried:,}"),
         ("reclaimed leases", f"{c.reclaimed:,}"),
+        ("robots.txt disallowed", f"{stats.get('robots_disallowed', 0):,} (done, not fetched)"),
         ("state", state),
     ):
+        if label == "robots.txt disallowed" and not stats.get("robots_disallowed"):
+            continue
         table.add_row(label, value)
     Console().print(table)

@@ -66,6 +66,10 @@ COUNTERS = {
     "items": ("items", "Items the workers' pipelines reported (add_stats)."),
     "pages": ("pages", "Responses the workers received (heartbeat counters)."),
     "response_bytes": ("bytes", "Bytes of the responses' bodies (heartbeat counters)."),
+    "robots_disallowed": (
+        "robots_disallowed",
+        "Requests robots.txt disallowed: finished (done) without a fetch (heartbeat counters).",
+    ),
 }
 
 

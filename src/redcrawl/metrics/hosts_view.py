@@ -6,7 +6,7 @@ call), so the three views agree.
 Cost, bounded whatever the crawl's size: one :meth:`Hosts.top` (a read-only Lua step
 over at most ``LIST_KEYS_PER_TIER`` keys of each tier's ``open`` zset and the keys of at
 most ``LIST_LEASED_IDS`` leased requests, then their numbers pipelined), then one
-:meth:`Hosts.show` per listed key (one round trip each, ``limit`` of them). Not read by
+:meth:`Hosts.show_many` of the listed keys (one pipelined round trip for all of them). Not read by
 ``/metrics``: a scrape stays at a few commands per crawl (docs/metrics.md).
 """
 
@@ -16,14 +16,14 @@ from dataclasses import dataclass
 from typing import Final
 
 from redcrawl.frontier import FrontierCore
-from redcrawl.politeness.hosts import BadHostInput, Hosts, PolitenessOff, Sort
+from redcrawl.politeness.hosts import Hosts, PolitenessOff, Sort
 
 __all__ = ["TOP_HOSTS", "HostLine", "HostsPanel", "read_hosts"]
 
 TOP_HOSTS: Final = 10
 """Keys shown by default (``redcrawl top --hosts``, the dashboard's hosts table)."""
 MAX_HOSTS: Final = 100
-"""Most keys one panel shows (each costs a :meth:`Hosts.show` round trip)."""
+"""Most keys one panel shows (their details: one :meth:`Hosts.show_many`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,36 +70,22 @@ def read_hosts(
     except PolitenessOff:
         return None
     page = hosts.top(limit=max(1, min(limit, MAX_HOSTS)), sort=sort)
+    details = hosts.show_many([row.key for row in page.hosts])
     lines = []
     for row in page.hosts:
-        try:
-            d = hosts.show(row.key)
-        except BadHostInput:  # a stored key `show` refuses: its row's numbers only
-            lines.append(
-                HostLine(
-                    row.key,
-                    row.ready,
-                    row.in_flight,
-                    None,
-                    None,
-                    None,
-                    row.blocked_until,
-                    row.paused,
-                    None,
-                )
-            )
-            continue
+        d = details.get(row.key)
         lines.append(
             HostLine(
                 key=row.key,
                 ready=row.ready,
                 in_flight=row.in_flight,
-                delay=d.delay.value,
-                delay_source=d.delay.source,
-                concurrency=int(d.concurrency.value),
+                # a stored key show_many refuses (control characters): its row's numbers only
+                delay=d.delay.value if d is not None else None,
+                delay_source=d.delay.source if d is not None else None,
+                concurrency=int(d.concurrency.value) if d is not None else None,
                 blocked_until=row.blocked_until,
                 paused=row.paused,
-                why=d.why,
+                why=d.why if d is not None else None,
             )
         )
     return HostsPanel(

@@ -7,7 +7,9 @@ does not depend on how big a crawl is:
 =======================  ===============================================================
 which crawls             the ones given, else one SCAN over the stats keys only
                          (``rc:{*}:stats``), at most ``scan_budget`` SCAN calls and
-                         ``max_crawls`` crawls (the rest are counted as left out)
+                         ``max_crawls`` crawls (the rest are counted as left out); a
+                         SCAN that runs out of budget goes on from there at the next
+                         read (see :meth:`SnapshotReader.find_crawls`)
 per crawl                ``FrontierCore.counts()`` (one MULTI of O(1) commands, or one
                          script on streams), the stats hash (fixed fields, plus what
                          ``add_stats`` adds), the workers' heartbeat hash (one field per
@@ -59,7 +61,7 @@ from redcrawl.errors import RedcrawlError
 from redcrawl.frontier import Counts, FrontierCore, open_frontier
 from redcrawl.frontier.records import stored_int
 from redcrawl.frontier.streams import GROUP
-from redcrawl.keys import crawl_of_stats_key, stats_key_pattern
+from redcrawl.keys import CrawlKeys, crawl_of_stats_key, stats_key_pattern
 from redcrawl.settings import Settings
 
 __all__ = [
@@ -218,19 +220,50 @@ class SnapshotReader:
         self.top_workers = top_workers
         self._frontiers: OrderedDict[str, FrontierCore] = OrderedDict()
         self._lock = threading.Lock()
+        self._cursor: Any = 0
+        """Where the SCAN of the crawls goes on at the next read (0: a new pass)."""
+        self._passing: set[str] = set()
+        """Crawls found so far by the pass under way (it did not fit in one budget)."""
+        self._known: set[str] = set()
+        """Crawls found by the last complete pass."""
 
     def find_crawls(self) -> tuple[list[str], int]:
-        """(crawls to read, how many more were found); a SCAN over stats keys only."""
+        """(crawls to read, how many more were found); a SCAN over stats keys only.
+
+        At most :attr:`scan_budget` SCAN calls per read. A keyspace too big for one
+        budget (a SCAN walks every key: a crawl's done filter alone holds about one key
+        per 2 to 300 done URLs) is walked over several reads, each going on where the
+        last stopped; until that pass ends, a read gets the crawls of the last complete
+        pass and those found so far. Names found by earlier reads are checked (one
+        pipelined ``EXISTS`` each): a purged crawl is dropped at once."""
         if self.crawls:
             return self.crawls[: self.max_crawls], max(0, len(self.crawls) - self.max_crawls)
         prefix = self.settings.key_prefix
         found: set[str] = set()
-        cursor: Any = 0
+        with self._lock:
+            cursor = self._cursor
+        whole = int(cursor) == 0  # this pass starts here: ends here or not at all
         for _ in range(self.scan_budget):
             cursor, keys = self.client.scan(cursor, match=stats_key_pattern(prefix), count=1000)
             found.update(n for n in (crawl_of_stats_key(k, prefix) for k in keys) if n)
             if int(cursor) == 0:
                 break
+        partial = int(cursor) != 0
+        with self._lock:
+            self._cursor = cursor
+            if partial:
+                self._passing |= found
+                found = self._known | self._passing
+            else:  # a pass ended here: it found every crawl there is
+                self._known, self._passing = self._passing | found, set()
+                found = set(self._known)
+        if found and not (whole and not partial):
+            # names from earlier reads: those purged since are dropped
+            names = sorted(found)
+            pipe = self.client.pipeline(transaction=False)
+            for name in names:
+                pipe.exists(CrawlKeys(name, prefix).stats)
+            found = {n for n, there in zip(names, pipe.execute(), strict=True) if there}
         names = sorted(found)
         return names[: self.max_crawls], max(0, len(names) - self.max_crawls)
 

@@ -3,7 +3,8 @@ HTTP API (``/v1/crawls/{crawl}/hosts``) and the CLI (``redcrawl hosts``) both ca
 
 :class:`Hosts` (one crawl's frontier) reads the politeness keys with ready work or
 requests in flight (:meth:`Hosts.top`), one key's limits, state and why it is not
-served right now (:meth:`Hosts.show`), and changes the operator's override of a key
+served right now (:meth:`Hosts.show`; many keys in one round trip:
+:meth:`Hosts.show_many`), and changes the operator's override of a key
 (:meth:`Hosts.set`, :meth:`Hosts.reset`). Results are typed records (:class:`HostRow`,
 :class:`HostPage`, :class:`HostDetail`); bad values raise :class:`BadHostInput` naming
 the field, a crawl without politeness :class:`PolitenessOff`.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import Enum
@@ -43,6 +44,7 @@ __all__ = [
     "MAX_BLOCK",
     "MAX_CONCURRENCY",
     "MAX_DELAY",
+    "SHOW_MANY",
     "UNSET",
     "BadHostInput",
     "HostDetail",
@@ -72,6 +74,8 @@ LIST_LEASES = 1000
 """Most leases :meth:`Hosts.top` reads (soonest deadline first)."""
 LIST_LEASED_IDS = 10_000
 """Most leased requests :meth:`Hosts.top` reads the keys of."""
+SHOW_MANY = 1000
+"""Most keys :meth:`Hosts.show_many` reads in one call (one pipeline)."""
 OPERATOR_FIELDS: Final = ("delay", "concurrency", "block_until", "paused")
 """The override's fields operators own; ``crawl_delay`` (robots.txt) is its producer's,
 and a reset keeps it (as anything else a producer wrote there)."""
@@ -371,31 +375,65 @@ class Hosts:
 
     def show(self, key: str) -> HostDetail:
         """Everything about one key (a few reads in one round trip)."""
-        key = check_key(key)
+        return self._read([check_key(key)])[0]
+
+    def show_many(self, keys: Sequence[str]) -> dict[str, HostDetail]:
+        """:meth:`show` of each of ``keys``, all read in one pipelined round trip (the
+        dashboard's, ``redcrawl top``'s hosts panel): key -> detail, in the order given.
+        Keys :func:`check_key` refuses (no stored key can be one) are left out; at most
+        :data:`SHOW_MANY` keys (else :class:`BadHostInput`)."""
+        if len(keys) > SHOW_MANY:
+            raise BadHostInput("keys", f"{len(keys):,} keys; read at most {SHOW_MANY:,} at once")
+        good = []
+        for key in dict.fromkeys(keys):
+            try:
+                good.append(check_key(key))
+            except BadHostInput:
+                continue
+        return {d.key: d for d in self._read(good)} if good else {}
+
+    def _read(self, keys: Sequence[str]) -> list[HostDetail]:
+        """The details of ``keys`` (checked already): one pipeline, one round trip."""
         k = self.keys
+        priority = self.f.settings.ordering == "priority"
+        origins = [self._origins(key) for key in keys]
         with redis_errors("reading a politeness key"):
             pipe = self.f.client.pipeline(transaction=False)
             pipe.time()
             pipe.hmget(k.control, "politeness", "paused", "autothrottle")
-            pipe.hget(k.pol_slots, key)
-            pipe.hget(k.pol_override, key)
-            pipe.hmget(k.pol_state_base + key, "in", "next", "block", "fail", STATE_FIELD)
-            for t in range(k.tiers):
-                q = f"{k.pol_queue_base}{t}:{key}"
-                if self.f.settings.ordering == "priority":
-                    pipe.zcard(q)
-                else:
-                    pipe.llen(q)
-            origins = self._origins(key)
-            for origin in origins:
-                pipe.hget(k.robots, origin)
-                pipe.zscore(k.robots_expiry, origin)
+            for key, its in zip(keys, origins, strict=True):
+                pipe.hget(k.pol_slots, key)
+                pipe.hget(k.pol_override, key)
+                pipe.hmget(k.pol_state_base + key, "in", "next", "block", "fail", STATE_FIELD)
+                for t in range(k.tiers):
+                    q = f"{k.pol_queue_base}{t}:{key}"
+                    if priority:
+                        pipe.zcard(q)
+                    else:
+                        pipe.llen(q)
+                for origin in its:
+                    pipe.hget(k.robots, origin)
+                    pipe.zscore(k.robots_expiry, origin)
             res = pipe.execute()
-        (sec, usec), (defaults_raw, crawl_paused, at_raw), slot_raw, ov_raw, state = res[:5]
+        (sec, usec), control = res[:2]
         clock = self.f._clock
         now = float(clock()) if clock is not None else int(sec) * 1000 + int(usec) / 1000
-        per_tier = tuple(int(x) for x in res[5 : 5 + k.tiers])
-        robots_raw = res[5 + k.tiers :]
+        out, at = [], 2
+        for key, its in zip(keys, origins, strict=True):
+            width = 3 + k.tiers + 2 * len(its)
+            out.append(self._detail(key, now, control, res[at : at + width], its))
+            at += width
+        return out
+
+    def _detail(
+        self, key: str, now: float, control: Any, res: Sequence[Any], origins: list[str]
+    ) -> HostDetail:
+        """One key's :class:`HostDetail` from its replies in :meth:`_read`'s pipeline."""
+        k = self.keys
+        defaults_raw, crawl_paused, at_raw = control
+        slot_raw, ov_raw, state = res[:3]
+        per_tier = tuple(int(x) for x in res[3 : 3 + k.tiers])
+        robots_raw = res[3 + k.tiers :]
         override = _obj(ov_raw) or {}
         notes = []
         if ov_raw and not _obj(ov_raw):

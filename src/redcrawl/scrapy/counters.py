@@ -11,7 +11,9 @@ What goes where (docs/metrics.md):
 the crawl's stats hash  fleet totals, fields ``pages``, ``bytes``, ``err:<kind>``,
 (``CrawlKeys.stats``)   ``dl:<bound ms>`` / ``dl:inf`` / ``dl_sum`` (download latency
                         histogram, ms, non-cumulative), ``stored:inserted`` /
-                        ``stored:updated`` (:class:`~redcrawl.scrapy.pipelines.UpsertPipeline`)
+                        ``stored:updated`` (:class:`~redcrawl.scrapy.pipelines.UpsertPipeline`),
+                        ``robots_disallowed`` (requests robots.txt disallowed,
+                        :class:`~redcrawl.scrapy.robots.RobotsTxtMiddleware`)
 the worker's hash       ``pages``, ``ok``, ``failed``, ``bytes``, ``items`` (this worker's
 (``CrawlKeys.           totals), ``pages_per_s`` and ``success`` (over its last heartbeat
 worker_counters``)      interval); expires with the worker's heartbeat deadline
@@ -103,6 +105,10 @@ class WorkerCounters:
 
     def item_error(self) -> None:
         self._add({"err:item": 1}, {})
+
+    def robots_disallowed(self) -> None:
+        """robots.txt disallowed a request: finished (DONE) without a fetch."""
+        self._add({"robots_disallowed": 1}, {})
 
     def stored(self, inserted: bool) -> None:
         """UpsertPipeline stored an item: a new key (inserted) or a duplicate (updated)."""

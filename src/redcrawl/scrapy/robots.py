@@ -17,6 +17,9 @@ so: both would fetch robots.txt).
 * **Disallowed** requests raise ``IgnoreRequest`` without a fetch (stat
   ``redcrawl/robots/disallowed``, and Scrapy's ``robotstxt/forbidden``); the scheduler
   acknowledges them (DONE), as every ``IgnoreRequest`` from a downloader middleware.
+  On redcrawl's scheduler they are also counted for the whole crawl in Redis (field
+  ``robots_disallowed`` of the crawl's stats hash, added with the worker's heartbeat:
+  ``redcrawl_robots_disallowed_total``, ``redcrawl status``, the dashboard).
 * **Crawl-delay** becomes the ``crawl_delay`` field of the host's politeness override
   (:attr:`redcrawl.keys.CrawlKeys.pol_override`), capped by
   ``REDCRAWL_ROBOTS_MAX_CRAWL_DELAY`` (logged once per host when the cap bites); the
@@ -50,9 +53,9 @@ from scrapy.utils.misc import load_object
 from twisted.internet.defer import Deferred
 
 from redcrawl.keys import CrawlKeys
-from redcrawl.politeness.key import politeness_key
+from redcrawl.politeness.key import KeyMode, politeness_key
 from redcrawl.politeness.robots import Lookup, RobotsCache, RobotsEntry
-from redcrawl.scrapy import lifecycle
+from redcrawl.scrapy import counters, lifecycle
 from redcrawl.settings import Settings
 
 if TYPE_CHECKING:
@@ -235,14 +238,40 @@ class RobotsTxtMiddleware:
     def _charge_fetch(self, origin: str) -> None:
         """The robots.txt download of ``origin`` is a fetch at its site: its politeness
         key's next grant waits its delay from now (fire and forget)."""
-        frontier = getattr(lifecycle.scheduler_of(self.crawler), "frontier", None)
-        mode = getattr(frontier, "politeness", None)
-        if frontier is None or mode is None:
+        frontier = self._frontier()
+        if frontier is None or getattr(frontier, "politeness", None) is None:
             return
-        key = politeness_key(f"{origin}/robots.txt", mode=mode)
+        key = self._key_of(origin)
         self._in_thread(frontier.charge_fetch, [key]).addErrback(
             lambda f: log.debug("redcrawl: robots.txt fetch of %s not charged: %s", origin, f)
         )
+
+    def _frontier(self) -> Any:
+        """The frontier of redcrawl's scheduler, or None (another scheduler, or no engine
+        yet)."""
+        try:
+            scheduler = lifecycle.scheduler_of(self.crawler)
+        except RuntimeError:  # Scrapy 2.13+: crawler.engine before the crawl starts
+            return None
+        return getattr(scheduler, "frontier", None)
+
+    def _key_of(self, origin: str) -> str:
+        """The politeness key ``origin``'s robots.txt limits (its Crawl-delay) and is
+        charged to: the key of the request that first waited for it (its
+        ``download_slot``, else its host or, with ``REDCRAWL_POLITENESS_KEY=domain``, its
+        registrable domain), in the crawl's key mode (the frontier's, else the
+        settings')."""
+        mode = getattr(self._frontier(), "politeness", None) or self.settings.politeness_key
+        first = self._first.get(origin)
+        slot = first.meta.get("download_slot") if first is not None else None
+        try:
+            return politeness_key(
+                first.url if first is not None else f"{origin}/robots.txt",
+                slot if isinstance(slot, str) else None,
+                cast(KeyMode, mode),
+            )
+        except ValueError:
+            return politeness_key(f"{origin}/robots.txt", mode=cast(KeyMode, mode))
 
     def _check(self, parser: Any, request: Request) -> None:
         if parser is None:
@@ -254,6 +283,9 @@ class RobotsTxtMiddleware:
             log.debug("Forbidden by robots.txt: %s", request)
             self.stats.inc_value("redcrawl/robots/disallowed")
             self.stats.inc_value("robotstxt/forbidden")
+            fleet = counters.counters_of(self.crawler)
+            if fleet is not None:  # the crawl-wide count, added with the next heartbeat
+                fleet.robots_disallowed()
             raise IgnoreRequest("Forbidden by robots.txt")
 
     def _known(self, origin: str) -> Any:
@@ -383,7 +415,7 @@ class RobotsTxtMiddleware:
             self._settle(origin, parser, ttl)
             self._fetching.discard(origin)
             return
-        key = politeness_key(f"{origin}/robots.txt")
+        key = self._key_of(origin)
 
         def store() -> Any:
             return self._ensure_cache().store(

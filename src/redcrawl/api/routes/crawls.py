@@ -70,6 +70,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
             workers_alive=alive,
             rates=ctx.rates.observe(crawl, c.done, c.accepted),
             politeness=politeness_summary(f),
+            robots_disallowed=f.stats().get("robots_disallowed", 0),
         )
 
     @r.get(

@@ -240,7 +240,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
         ]
         if msg:
             body.append(f"<p class=flash id=flash>{escape(msg[:200])}</p>")
-        body.append(_counts_table(n))
+        body.append(_counts_table(n, c.stats))
         body.append(
             "<table id=rates><tr><th></th><th>now (per s, last minute)</th>"
             "<th>last hour (per minute)</th></tr>"
@@ -512,7 +512,9 @@ def _state(c: CrawlSnapshot) -> str:
     return "running" if c.workers_alive else "waiting for workers"
 
 
-def _counts_table(n: Counts) -> str:
+def _counts_table(n: Counts, stats: Mapping[str, int] | None = None) -> str:
+    """The counts of a crawl; ``stats`` (its stats hash) adds the requests robots.txt
+    disallowed (done without a fetch) once there are any."""
     cells = [
         ("ready", n.ready),
         ("delayed", n.delayed),
@@ -523,6 +525,10 @@ def _counts_table(n: Counts) -> str:
         ("duplicates", n.filtered),
     ]
     ids = ["ready", "delayed", "inflight", "done", "dead", "accepted", "filtered"]
+    disallowed = (stats or {}).get("robots_disallowed", 0)
+    if disallowed:
+        cells.append(("robots.txt disallowed", disallowed))
+        ids.append("robots-disallowed")
     return (
         "<table id=counts><tr>"
         + "".join(f"<th>{name}</th>" for name, _ in cells)
