@@ -338,13 +338,15 @@ class _WaitingPipeline(ClusterPipeline):
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         queued = list(self._execution_strategy.command_queue)
+        # (redis-py pops a command's target_nodes as it sends it: kept for a retry)
+        options = [dict(cmd.options) for cmd in queued]
         aside = list(self._aside)
 
         def run() -> list[Any]:
             if not self._execution_strategy.command_queue and queued:
                 me: Any = self
-                for cmd in queued:
-                    me.pipeline_execute_command(*cmd.args, **cmd.options)
+                for cmd, given in zip(queued, options, strict=True):
+                    me.pipeline_execute_command(*cmd.args, **given)
             self._load_scripts(queued)
             out = list(super(_WaitingPipeline, self).execute(raise_on_error)) if queued else []
             if isinstance(self._execution_strategy, TransactionStrategy):

@@ -96,14 +96,12 @@ class SettlePipe:
                 if not self.loaded:  # so that NOSCRIPT is only ever a server restart
                     f.client.script_load(script.script)
                     self.loaded = True
-            self.conn.send_packed_command(
-                self.conn.pack_commands(
-                    [
-                        ("EVALSHA", script.sha, len(keys), *keys, *f._argv(args))
-                        for args in call.calls
-                    ]
-                )
-            )
+            commands: list[tuple[Any, ...]] = [
+                ("EVALSHA", script.sha, len(keys), *keys, *f._argv(args)) for args in call.calls
+            ]
+            if f.replica_wait is not None:  # REDCRAWL_WAIT_REPLICAS: one WAIT per settle
+                commands.append(f.replica_wait.command())
+            self.conn.send_packed_command(self.conn.pack_commands(commands))
             call.sent = True
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             self._break()
@@ -122,6 +120,12 @@ class SettlePipe:
                         except redis.exceptions.ResponseError as exc:
                             reply = exc
                         call.replies.append(reply)
+                    if f.replica_wait is not None:
+                        try:
+                            acked = self.conn.read_response()
+                        except redis.exceptions.ResponseError as exc:
+                            acked = exc
+                        f.replica_wait.account(acked)
                 except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
                     # what ran is replayed (lease nonce) or deduplicated by the retry
                     self._break()
