@@ -108,12 +108,19 @@ def _run(local: LocalCluster, kit: MultiSite, tmp_path: Path, wait: int) -> dict
             assert time.monotonic() < deadline, "the crawl did not get a third of the way"
             time.sleep(0.02)
         victim = local.master_of(reader.keys.control)
+        (replica,) = local.replicas_of(victim)
         killed_at = reader.counts().done
         victim.stop()  # SIGKILL
         start = time.monotonic()
-        local.wait_ok(30)  # the replica is promoted everywhere
+        while replica not in local.masters():
+            assert time.monotonic() - start < 30, "the replica was not promoted"
+            time.sleep(0.05)
+        local.wait_ok(30)  # the promotion is seen everywhere
         promoted = time.monotonic() - start
-        victim.start()  # back as a replica of the promoted one
+        # back as a replica of the promoted one (started before the promotion, the node
+        # would take its slots back, empty: persistence is off; the workers would then
+        # close with crawl_vanished)
+        victim.start()
         local.wait_ok(30)
         codes = [p.wait(timeout=180) for p in procs]
     finally:
