@@ -199,6 +199,7 @@ def test_a_crawl_flushed_under_a_frontier_is_not_finished(
     """What a failover onto an empty replica looks like: everything gone; the worker's
     next lease recreates the crawl's layout (empty), and its counts are 'finished'."""
     f = make_frontier("gone")
+    f.check_vanished = True  # (a worker's frontier: the Scrapy scheduler's is)
     f.push(_envs(10))
     held = f.lease("w", 5)
     redis_client.flushall()
@@ -217,6 +218,7 @@ def test_the_control_key_deleted_under_a_running_frontier(
 ) -> None:
     """Only the control hash gone (its identity with it): found when the crawl finishes."""
     f = make_frontier("ctl")
+    f.check_vanished = True
     f.push(_envs(4))
     held = f.lease("w", 4)
     redis_client.delete(f.keys.control)
@@ -230,28 +232,58 @@ def test_a_crawl_created_again_by_another_worker_is_told_apart(
     make_frontier: FrontierFactory, redis_client: redis.Redis
 ) -> None:
     f = make_frontier("again")
+    f.check_vanished = True
     f.ack(f.settle(push=_envs(2), lease=("w", 2)).leases)
     assert f.counts().finished  # this worker's own crawl: finished
     redis_client.flushall()
     other = make_frontier("again")
+    other.check_vanished = True
     other.ack(other.settle(push=_envs(1), lease=("v", 1)).leases)
     assert other.counts().finished  # the new crawl's worker knows no other
     with pytest.raises(CrawlVanished, match="belongs to a crawl created since"):
         f.counts()
 
 
-def test_readers_and_an_own_purge_are_not_a_vanished_crawl(
+def test_readers_pushers_and_an_own_purge_are_not_a_vanished_crawl(
     make_frontier: FrontierFactory, redis_client: redis.Redis
 ) -> None:
+    """Only a worker's frontier (``check_vanished``) that leased from the crawl checks:
+    not one that only reads or pushes (the API, ``redcrawl seed``), nor one that leases
+    without the flag (a tool, a test); a worker's own purge starts it afresh."""
     reader = make_frontier("mine")
+    pusher = make_frontier("mine")
+    pusher.check_vanished = True
+    tool = make_frontier("mine")
     assert reader.counts().finished  # never worked on it: no identity, no check
+    pusher.push(_envs(3))
     f = make_frontier("mine")
-    f.ack(f.settle(push=_envs(3), lease=("w", 3)).leases)
+    f.check_vanished = True
+    f.ack(f.lease("w", 2))
+    tool.ack(tool.lease("t", 1))
     assert f.counts().finished and reader.counts().finished
     f.purge()
     assert f.counts().finished  # its own purge: a new crawl from now on
-    f.ack(f.settle(push=_envs(3), lease=("w", 3)).leases)
+    pusher.push(_envs(3))  # accepted again: the purge removed the fingerprints
+    f.ack(f.lease("w", 3))
     assert f.counts().finished and f.counts().done == 3
+    redis_client.flushall()
+    assert reader.counts().finished and pusher.counts().finished
+    assert tool.counts().finished
+    with pytest.raises(CrawlVanished):
+        f.counts()
+
+
+def test_a_purge_by_another_process_under_a_worker_is_loud(
+    make_frontier: FrontierFactory,
+) -> None:
+    """An operator's purge under a running worker: the worker does not report the crawl
+    finished either (its message says what to do if the purge was meant)."""
+    f = make_frontier("purged")
+    f.check_vanished = True
+    f.ack(f.settle(push=_envs(2), lease=("w", 2)).leases)
+    make_frontier("purged").purge()
+    with pytest.raises(CrawlVanished, match="if someone purged it on purpose, stop its"):
+        f.counts()
 
 
 def test_a_scrapy_worker_closes_with_crawl_vanished(

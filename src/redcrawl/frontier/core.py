@@ -63,7 +63,7 @@ from redcrawl.frontier.base import (
     format_id,
     parse_id,
 )
-from redcrawl.frontier.durability import WAITED, WORK, CrawlIdentity, ReplicaWait
+from redcrawl.frontier.durability import WAITED, CrawlIdentity, ReplicaWait, works
 from redcrawl.frontier.polite import PolitenessOps, slot_outcome
 from redcrawl.frontier.records import (
     from_record,
@@ -301,7 +301,7 @@ class FrontierCore(PolitenessOps, ABC):
             out = self.replica_wait.run(self, name, self._keys, self._argv(args))
         else:
             out = self._scripts.run(name, self._keys, self._argv(args), client=client)
-        if client is None and name in WORK:
+        if client is None and self.check_vanished and works(name, args):
             self._identity.remember()  # (once) see durability.py
         return out
 
@@ -488,7 +488,8 @@ class FrontierCore(PolitenessOps, ABC):
     def _settled(
         self, calls: Sequence[list[Any]], replies: Sequence[Any], ack: Sequence[Lease]
     ) -> Settled:
-        self._identity.remember()  # (once; pipelined settles come here too)
+        if self.check_vanished and any(works("settle", args) for args in calls):
+            self._identity.remember()  # (once) see durability.py
         pushed: list[bool] = []
         acked = 0
         leases: list[Lease] = []
@@ -537,6 +538,14 @@ class FrontierCore(PolitenessOps, ABC):
             args += q
         out: bytes = self._run("nack", args)
         return out.decode()
+
+    check_vanished = False
+    """Whether :meth:`counts` raises :class:`~redcrawl.errors.CrawlVanished` instead of
+    returning finished counts when the crawl's state vanished since this frontier first
+    leased from it (:class:`~redcrawl.frontier.durability.CrawlIdentity`; its own
+    :meth:`purge` starts it afresh). For workers, which close when the crawl is finished
+    (the Scrapy scheduler turns it on); off by default, since a frontier that also reads
+    (a tool, a test) would raise after another process's purge."""
 
     heartbeat_counters: HeartbeatCounters | None = None
     """A worker's counters (e.g. :class:`redcrawl.scrapy.counters.WorkerCounters`), added
@@ -660,7 +669,7 @@ class FrontierCore(PolitenessOps, ABC):
             reclaimed=reclaimed,
             requeued=requeued,
         )
-        if counts.finished:
+        if counts.finished and self.check_vanished:
             self._identity.check()  # a crawl that vanished under this worker is not done
         return counts
 

@@ -9,12 +9,13 @@ failover can take back, and the two things the frontier does about it.
   did run on the master, and refusing to go on would stop the crawl whenever a replica
   is down (Redis's own ``min-replicas-to-write`` is the setting that refuses writes).
 - :class:`CrawlIdentity`: the crawl's control hash gets a random identity
-  (:data:`IDENTITY_FIELD`) the first time a worker works on it; a worker that finds the
+  (:data:`IDENTITY_FIELD`) the first time a worker leases from it; a worker that finds the
   crawl finished checks that the identity is still the one it saw, and raises
   :class:`~redcrawl.errors.CrawlVanished` if the hash is gone or was created again (the
   next script call of any worker recreates the layout, so its mere existence proves
   nothing). A failover onto a replica that never received the crawl otherwise looks like
-  a finished crawl.
+  a finished crawl. So does a purge by another process under a running worker (its
+  message says so); a frontier's own purge starts it afresh.
 
 See docs/cluster.md, "Durability".
 """
@@ -24,13 +25,14 @@ from __future__ import annotations
 import logging
 import secrets
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from redcrawl.errors import CrawlVanished
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
-__all__ = ["IDENTITY_FIELD", "WAITED", "WORK", "CrawlIdentity", "ReplicaWait"]
+__all__ = ["IDENTITY_FIELD", "WAITED", "WORK", "CrawlIdentity", "ReplicaWait", "works"]
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +41,19 @@ WAITED = frozenset(("push", "lease", "settle", "nack", "release", "release_worke
 whose loss in a failover loses or repeats work. Not waited for: heartbeats, maintenance
 (reclaims and promotions a failover undoes are done again), politeness bookkeeping."""
 
-WORK = frozenset(("push", "lease", "settle", "nack", "release"))
-"""Frontier scripts after whose first success the frontier remembers the crawl's
-identity (:class:`CrawlIdentity`): this process has worked on the crawl."""
+WORK = frozenset(("lease", "nack", "release"))
+"""Frontier scripts only a worker runs (it holds leases): after the first that succeeds,
+the frontier remembers the crawl's identity (:class:`CrawlIdentity`); so does a settle
+that acks or leases (:func:`works`). Pushes alone (the API, ``redcrawl seed``, a feeder)
+do not make a frontier a worker of the crawl."""
+
+
+def works(name: str, args: Sequence[Any]) -> bool:
+    """Whether the frontier script call ``name`` with ``args`` (after the common ARGV) is
+    a worker's: a :data:`WORK` script, or a settle that acks (``args[1]``) or leases
+    (``args[2]``)."""
+    return name in WORK or (name == "settle" and bool(args[1] or args[2]))
+
 
 IDENTITY_FIELD = "crawl.id"
 """Field of the crawl's control hash: a random identity, set once (HSETNX)."""

@@ -231,6 +231,7 @@ class Scheduler(BaseScheduler):
             self.settings, retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries)
         )
         self.frontier = open_frontier(client, self.settings, crawl)
+        self.frontier.check_vanished = True  # "finished" after a failover to an empty replica
         if not self.settings.flush_on_start:  # (a flush may recreate the crawl)
             self._check_layout()  # before this worker writes anything to the crawl
         counters.install(self.crawler, self.frontier)  # heartbeat counters (docs/metrics.md)
