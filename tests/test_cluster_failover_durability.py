@@ -102,6 +102,26 @@ def test_each_call_returns_once_the_replica_has_it(
     client.close()
 
 
+def test_a_server_without_the_scripts_runs_the_waited_call_once(
+    replicated: RedisServer,
+) -> None:
+    """The waited call sends EVALSHA without checking first: after SCRIPT FLUSH (a
+    restart, a promoted replica) it loads the script and runs the call, once."""
+    settings = Settings(redis_url=replicated.url, wait_replicas=1, politeness=False)
+    client = connect(settings)
+    client.flushall()
+    f = open_frontier(client, settings, "noscript")
+    f.push(_envs(3))
+    client.script_flush()
+    assert f.push(_envs(5)).accepted == 2  # 3 known: pushed once, not twice
+    held = f.lease("w", 5)
+    client.script_flush()
+    assert f.settle(ack=held).acked == 5
+    assert f.counts().done == 5 and f.counts().accepted == 5
+    assert f.replica_wait is not None and f.replica_wait.short == 0
+    client.close()
+
+
 def test_a_call_waits_for_a_lagging_replica(replicated: RedisServer) -> None:
     """The replica frozen (SIGSTOP): the settle does not return until it is resumed and
     has acknowledged; without WAIT it returns at once."""

@@ -269,6 +269,10 @@ class _WaitingPipeline(ClusterPipeline):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._aside: list[tuple[int, str, tuple[Any, ...]]] = []
+        self.load_scripts_first = True
+        """Whether :meth:`execute` checks (``SCRIPT EXISTS``) and loads the scripts of
+        its EVALSHAs first; off for a caller that handles ``NOSCRIPT`` itself and would
+        rather save the round trip (``REDCRAWL_WAIT_REPLICAS``'s calls)."""
 
     def _set_aside(self, name: str, *args: Any) -> Any:
         at = len(self._execution_strategy.command_queue) + len(self._aside)
@@ -347,7 +351,8 @@ class _WaitingPipeline(ClusterPipeline):
                 me: Any = self
                 for cmd, given in zip(queued, options, strict=True):
                     me.pipeline_execute_command(*cmd.args, **given)
-            self._load_scripts(queued)
+            if self.load_scripts_first:
+                self._load_scripts(queued)
             out = list(super(_WaitingPipeline, self).execute(raise_on_error)) if queued else []
             if isinstance(self._execution_strategy, TransactionStrategy):
                 out = self._parsed(queued, out)

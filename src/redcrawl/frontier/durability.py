@@ -28,6 +28,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import redis.exceptions
+
 from redcrawl.errors import CrawlVanished
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
@@ -123,15 +125,24 @@ class ReplicaWait:
         """Run the frontier script ``name`` and WAIT after it, in one pipeline (one
         connection, one round trip); the script's reply."""
         client = frontier.client
-        pipe = client.pipeline(transaction=False)
-        frontier._scripts.run(name, keys, argv, client=pipe)
-        pipe.execute_command(*self.command(), **self.options(client, keys[0]))
-        with redis_errors(name):
-            reply, acked = pipe.execute(raise_on_error=False)
-            if isinstance(reply, Exception):
-                raise reply
-        self.account(acked)
-        return reply
+        script = frontier._scripts[name]
+        for first in (True, False):
+            pipe = client.pipeline(transaction=False)
+            if first:  # EVALSHA as is: no SCRIPT EXISTS round trip before the pipeline
+                pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *argv)
+                pipe.load_scripts_first = False  # (redcrawl's cluster pipeline)
+            else:  # the server lacked the script (a restart, a promoted replica)
+                frontier._scripts.run(name, keys, argv, client=pipe)
+            pipe.execute_command(*self.command(), **self.options(client, keys[0]))
+            with redis_errors(name):
+                reply, acked = pipe.execute(raise_on_error=False)
+                if first and isinstance(reply, redis.exceptions.NoScriptError):
+                    continue  # it did not run: load it and run it
+                if isinstance(reply, Exception):
+                    raise reply
+            self.account(acked)
+            return reply
+        raise AssertionError("unreachable")
 
 
 class CrawlIdentity:
