@@ -3,13 +3,15 @@ failover can take back, and the two things the frontier does about it.
 
 - :class:`ReplicaWait` (``REDCRAWL_WAIT_REPLICAS``, ``REDCRAWL_WAIT_TIMEOUT``): a worker's
   state-changing call (:data:`WAITED`) is followed by ``WAIT n timeout`` on the same
-  connection, in the same round trip (a pipeline; the pipelined settles add it to their
-  batch), so the call returns once ``n`` replicas have its writes. Fewer replicas within
+  connection, in the same round trip (a pipeline; pipelined settles send one WAIT when a
+  result is asked for, covering every settle sent: ``frontier/settle.py``), so the call
+  returns once ``n`` replicas have its writes. Fewer replicas within
   the timeout is counted (:attr:`ReplicaWait.short`) and logged, not an error: the call
   did run on the master, and refusing to go on would stop the crawl whenever a replica
   is down (Redis's own ``min-replicas-to-write`` is the setting that refuses writes).
-- :class:`CrawlIdentity`: the crawl's control hash gets a random identity
-  (:data:`IDENTITY_FIELD`) the first time a worker leases from it; a worker that finds the
+- :class:`CrawlIdentity` (for a worker's frontier: ``FrontierCore.check_vanished``, which
+  the Scrapy scheduler turns on): the crawl's control hash gets a random identity
+  (:data:`IDENTITY_FIELD`) the first time the worker leases from it; a worker that finds the
   crawl finished checks that the identity is still the one it saw, and raises
   :class:`~redcrawl.errors.CrawlVanished` if the hash is gone or was created again (the
   next script call of any worker recreates the layout, so its mere existence proves
