@@ -16,10 +16,11 @@ again. Counted here:
 - **repeated**: processings beyond the first, reported (and bounded by a few batches);
 - **stalled**: the longest time between two settles that returned.
 
-Run with ``-s`` to see the numbers. ``REDCRAWL_WAIT_REPLICAS`` (a WAIT after each settle)
-is not built yet; ``_run(..., lag=...)`` (not run in CI: the outcome depends on a race)
-freezes the replica before the kill, to measure what replication lag costs (see
-docs/cluster.md).
+Run with ``-s`` to see the numbers. ``_run(..., lag=...)`` (not run in CI: the outcome
+depends on a race) freezes the replica before the kill, to measure what replication lag
+costs (see docs/cluster.md, "Durability"). The same under a Scrapy fleet, with and
+without ``REDCRAWL_WAIT_REPLICAS``: tests/test_cluster_failover_scrapy.py; a crawl that
+vanished whole: tests/test_cluster_failover_durability.py.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ def _run(
     )
     client = connect(settings)
     frontier = open_frontier(client, settings, "failover")
+    frontier.check_vanished = True  # a crawl lost whole is an error, not "finished"
     frontier.push([_env(0)])
     processed: Counter[int] = Counter()
     gaps: list[float] = []

@@ -269,6 +269,10 @@ class _WaitingPipeline(ClusterPipeline):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._aside: list[tuple[int, str, tuple[Any, ...]]] = []
+        self.load_scripts_first = True
+        """Whether :meth:`execute` checks (``SCRIPT EXISTS``) and loads the scripts of
+        its EVALSHAs first; off for a caller that handles ``NOSCRIPT`` itself and would
+        rather save the round trip (``REDCRAWL_WAIT_REPLICAS``'s calls)."""
 
     def _set_aside(self, name: str, *args: Any) -> Any:
         at = len(self._execution_strategy.command_queue) + len(self._aside)
@@ -338,14 +342,17 @@ class _WaitingPipeline(ClusterPipeline):
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
         queued = list(self._execution_strategy.command_queue)
+        # (redis-py pops a command's target_nodes as it sends it: kept for a retry)
+        options = [dict(cmd.options) for cmd in queued]
         aside = list(self._aside)
 
         def run() -> list[Any]:
             if not self._execution_strategy.command_queue and queued:
                 me: Any = self
-                for cmd in queued:
-                    me.pipeline_execute_command(*cmd.args, **cmd.options)
-            self._load_scripts(queued)
+                for cmd, given in zip(queued, options, strict=True):
+                    me.pipeline_execute_command(*cmd.args, **given)
+            if self.load_scripts_first:
+                self._load_scripts(queued)
             out = list(super(_WaitingPipeline, self).execute(raise_on_error)) if queued else []
             if isinstance(self._execution_strategy, TransactionStrategy):
                 out = self._parsed(queued, out)

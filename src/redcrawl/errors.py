@@ -16,7 +16,8 @@ boundary (``raise ConnectionLost(...) from exc``) so callers never need to impor
     │   └── ConnectionLost     the server went away and retries ran out
     ├── LockError              a distributed lock was not held by its owner
     └── FrontierError          Redis refused a frontier operation
-        └── LayoutMismatch     this worker's settings would change the crawl's layout
+        ├── LayoutMismatch     this worker's settings would change the crawl's layout
+        └── CrawlVanished      the crawl's state disappeared under a worker (failover, purge)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ __all__ = [
     "ConfigError",
     "ConnectionError_",
     "ConnectionLost",
+    "CrawlVanished",
     "DecodeError",
     "EncodeError",
     "FrontierError",
@@ -100,3 +102,22 @@ class LayoutMismatch(FrontierError):
 
     PREFIX = "crawl layout mismatch"
     """How the frontier's scripts begin this refusal (``lua/lib.lua``)."""
+
+
+class CrawlVanished(FrontierError):
+    """The crawl's state disappeared while this worker was working on it: its control
+    hash (which holds the layout every created crawl has, and the crawl's identity) is
+    gone or belongs to a crawl created since. A Redis failover onto a replica that had
+    not received the crawl (docs/cluster.md, "Durability"), a Redis restart without
+    persistence, or a purge or flush by someone else. Raised instead of reporting the
+    crawl finished: its remaining work is lost, not done."""
+
+    def __init__(self, crawl: str, what: str) -> None:
+        self.crawl = crawl
+        super().__init__(
+            f"crawl {crawl!r} vanished while this worker was working on it ({what}): its "
+            "state is gone from Redis, so its remaining requests were lost, not finished. "
+            "If Redis failed over or restarted, check its persistence and replication "
+            "(REDCRAWL_WAIT_REPLICAS, docs/cluster.md) and seed the crawl again; if "
+            "someone purged it on purpose, stop its workers"
+        )

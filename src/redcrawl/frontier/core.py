@@ -65,6 +65,7 @@ from redcrawl.frontier.base import (
     format_id,
     parse_id,
 )
+from redcrawl.frontier.durability import WAITED, CrawlIdentity, ReplicaWait, works
 from redcrawl.frontier.polite import PolitenessOps, slot_outcome
 from redcrawl.frontier.records import (
     from_record,
@@ -216,6 +217,9 @@ class FrontierCore(PolitenessOps, ABC):
             | dict(self.STANDALONE),
         )
         self._pipe = SettlePipe(self)
+        self.replica_wait = ReplicaWait.of(settings, crawl)
+        """REDCRAWL_WAIT_REPLICAS: the WAIT after each state change (None: off)."""
+        self._identity = CrawlIdentity(client, self.keys.control, crawl)
         self._call_seq = 0
         self._pol_stored = False  # the crawl's politeness defaults: stored at first push
 
@@ -304,7 +308,13 @@ class FrontierCore(PolitenessOps, ABC):
         return parts[2] if len(parts) == 3 else None
 
     def _run(self, name: str, args: Sequence[Any], client: Any = None) -> Any:
-        return self._scripts.run(name, self._keys, self._argv(args), client=client)
+        if client is None and self.replica_wait is not None and name in WAITED:
+            out = self.replica_wait.run(self, name, self._keys, self._argv(args))
+        else:
+            out = self._scripts.run(name, self._keys, self._argv(args), client=client)
+        if client is None and self.check_vanished and works(name, args):
+            self._identity.remember()  # (once) see durability.py
+        return out
 
     def _argv(self, args: Sequence[Any]) -> list[Any]:
         now = "" if self._clock is None else str(int(self._clock()))
@@ -491,6 +501,8 @@ class FrontierCore(PolitenessOps, ABC):
     def _settled(
         self, calls: Sequence[list[Any]], replies: Sequence[Any], ack: Sequence[Lease]
     ) -> Settled:
+        if self.check_vanished and any(works("settle", args) for args in calls):
+            self._identity.remember()  # (once) see durability.py
         pushed: list[bool] = []
         acked = 0
         leases: list[Lease] = []
@@ -539,6 +551,14 @@ class FrontierCore(PolitenessOps, ABC):
             args += q
         out: bytes = self._run("nack", args)
         return out.decode()
+
+    check_vanished = False
+    """Whether :meth:`counts` raises :class:`~redcrawl.errors.CrawlVanished` instead of
+    returning finished counts when the crawl's state vanished since this frontier first
+    leased from it (:class:`~redcrawl.frontier.durability.CrawlIdentity`; its own
+    :meth:`purge` starts it afresh). For workers, which close when the crawl is finished
+    (the Scrapy scheduler turns it on); off by default, since a frontier that also reads
+    (a tool, a test) would raise after another process's purge."""
 
     heartbeat_counters: HeartbeatCounters | None = None
     """A worker's counters (e.g. :class:`redcrawl.scrapy.counters.WorkerCounters`), added
@@ -632,6 +652,7 @@ class FrontierCore(PolitenessOps, ABC):
         keys.remove(self.keys.stats)
         self._scripts.run("purge", [self.keys.stats, *keys], [])
         self._pol_stored = False
+        self._identity.forget()
         with redis_errors("purge"):
             self._purge_extra()
             self.done.clear()
@@ -640,14 +661,16 @@ class FrontierCore(PolitenessOps, ABC):
     # --- counters and workers ------------------------------------------------------
     def counts(self, *, repaired: bool = False) -> Counts:
         """A consistent snapshot of the conservation terms. A corrupt counter is repaired
-        first (:meth:`repair`)."""
+        first (:meth:`repair`). :class:`~redcrawl.errors.CrawlVanished` instead of finished
+        counts when the crawl's state vanished since this frontier worked on it
+        (:class:`~redcrawl.frontier.durability.CrawlIdentity`)."""
         with redis_errors("counts"):
             stored, ready, delayed, dead = self._count_states()
         stats = self._counters(stored, repaired)
         if stats is None:
             return self._repaired_counts(repaired)
         accepted, filtered, done, retried, reclaimed, requeued, in_flight = stats
-        return Counts(
+        counts = Counts(
             accepted=accepted,
             filtered=filtered,
             ready=ready,
@@ -659,6 +682,9 @@ class FrontierCore(PolitenessOps, ABC):
             reclaimed=reclaimed,
             requeued=requeued,
         )
+        if counts.finished and self.check_vanished:
+            self._identity.check()  # a crawl that vanished under this worker is not done
+        return counts
 
     def _counters(self, raw: Sequence[Any], repaired: bool) -> list[int] | None:
         """Stored counters as ints; None if one is corrupt (the caller repairs them and

@@ -46,6 +46,8 @@ class PendingSettle:
         self.replies: list[Any] = []
         self.sent = False
         """Whether the calls went out (else :meth:`result` runs them the ordinary way)."""
+        self.waited = frontier.replica_wait is None
+        """Whether the replicas are known to have the calls (REDCRAWL_WAIT_REPLICAS)."""
         self.outcome: Settled | None = None
         self.error: BaseException | None = None
         frontier._pipe.send(self)
@@ -114,16 +116,15 @@ class SettlePipe:
         try:
             if call.sent and not self.broken:
                 try:
-                    while len(call.replies) < len(call.calls):
-                        try:
-                            reply = self.conn.read_response()
-                        except NOT_RUN:
-                            reply = None  # not run (scripts lost, slot moved): run below
-                        except redis.exceptions.ResponseError as exc:
-                            reply = exc
-                        call.replies.append(reply)
+                    if call.waited:
+                        self._read(call)
+                    else:
+                        self._wait_for_replicas()
                 except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
                     # what ran is replayed (lease nonce) or deduplicated by the retry
+                    for c in self.queue:
+                        if not c.waited:  # not known to be on the replicas: replayed
+                            c.replies = [r if isinstance(r, Exception) else None for r in c.replies]
                     self._break()
             error = next((r for r in call.replies if isinstance(r, Exception)), None)
             if error is not None:
@@ -143,6 +144,36 @@ class SettlePipe:
             self.queue.popleft()
             if not self.queue:
                 self._release()
+
+    def _read(self, call: PendingSettle) -> None:
+        """Read the replies of ``call`` (None for a call that did not run)."""
+        while len(call.replies) < len(call.calls):
+            try:
+                reply = self.conn.read_response()
+            except NOT_RUN:
+                reply = None  # not run (scripts lost, slot moved): run below
+            except redis.exceptions.ResponseError as exc:
+                reply = exc
+            call.replies.append(reply)
+
+    def _wait_for_replicas(self) -> None:
+        """REDCRAWL_WAIT_REPLICAS: one WAIT, sent now, after every call sent so far, and
+        their replies read, then the WAIT's. It is not sent with each call: a WAIT with
+        commands queued behind it on its connection (the next pipelined settle) makes
+        Redis run those only at its next event-loop turn (up to 1/hz = 100 ms later)."""
+        wait = self.frontier.replica_wait
+        assert wait is not None
+        covered = [c for c in self.queue if c.sent]
+        self.conn.send_packed_command(self.conn.pack_command(*wait.command()))
+        for c in covered:
+            self._read(c)
+        try:
+            acked = self.conn.read_response()
+        except redis.exceptions.ResponseError as exc:
+            acked = exc
+        wait.account(acked)
+        for c in covered:
+            c.waited = True
 
     def _break(self) -> None:
         """The connection failed: what is still queued runs the ordinary way."""

@@ -52,6 +52,7 @@ from twisted.internet import task
 from redcrawl import codec
 from redcrawl.connection import connect
 from redcrawl.errors import (
+    CrawlVanished,
     DecodeError,
     EncodeError,
     LayoutMismatch,
@@ -235,6 +236,7 @@ class Scheduler(BaseScheduler):
             self.settings, retry=Retry(ExponentialBackoff(cap=1.0, base=0.05), retries)
         )
         self.frontier = open_frontier(client, self.settings, crawl)
+        self.frontier.check_vanished = True  # "finished" after a failover to an empty replica
         if not self.settings.flush_on_start:  # (a flush may recreate the crawl)
             self._check_layout()  # before this worker writes anything to the crawl
         counters.install(self.crawler, self.frontier)  # heartbeat counters (docs/metrics.md)
@@ -471,7 +473,9 @@ class Scheduler(BaseScheduler):
         up when Redis has not answered for REDCRAWL_REDIS_OUTAGE_LIMIT seconds."""
         assert self.feeder is not None
         self._merge_stats()
-        if self.feeder.error is not None:
+        if isinstance(self.feeder.error, CrawlVanished):  # (docs/cluster.md, Durability)
+            self._fail("crawl_vanished", str(self.feeder.error))
+        elif self.feeder.error is not None:
             self._fail("redis_error", f"Redis refused a call: {self.feeder.error}")
         stalled = self.feeder.stalled_for()
         if stalled > self.settings.redis_outage_limit:
@@ -488,6 +492,9 @@ class Scheduler(BaseScheduler):
             if name == "filtered_remote":
                 self.stats.inc_value("redcrawl/filtered", n)
             self.stats.inc_value(f"redcrawl/{STAT_NAMES.get(name, name)}", n)
+        waits = self.frontier.replica_wait if self.frontier is not None else None
+        if waits is not None:  # REDCRAWL_WAIT_REPLICAS: calls acknowledged by too few
+            self.stats.set_value("redcrawl/replicas_short", waits.short)
 
     def _wake(self) -> None:
         """The I/O thread has leases (or an error) for us: ask the engine to look."""

@@ -48,6 +48,8 @@ class Settings:
     lookahead: int = 2
     poll_interval: float = 0.5
     redis_outage_limit: float = 60.0
+    wait_replicas: int = 0
+    wait_timeout: float = 1.0
     retry_http_codes: tuple[int, ...] = (500, 502, 503, 504, 522, 524, 408, 429)
     worker_id: str | None = None
     persist: bool = True

@@ -349,6 +349,22 @@ SPECS: tuple[Spec, ...] = (
         "code; its leases come back to the crawl when they expire.",
     ),
     Spec(
+        "wait_replicas",
+        _number(int, 0, 16),
+        "Replicas that must have received each state change of a worker (push, lease, "
+        "settle, nack, release) before the call returns: a Redis WAIT on the crawl's "
+        "master, sent with the call. 0: off (Redis replicates asynchronously; a failover "
+        "can undo a master's last writes, see docs/cluster.md, Durability). Fewer "
+        "replicas within WAIT_TIMEOUT is a warning and the stat redcrawl/replicas_short, "
+        "not a failure.",
+    ),
+    Spec(
+        "wait_timeout",
+        _number(float, 0.001, 10.0),
+        "Seconds each WAIT of WAIT_REPLICAS waits for the replicas at most; the call "
+        "then goes on with fewer (e.g. a master whose replica died or was promoted away).",
+    ),
+    Spec(
         "retry_http_codes",
         _int_tuple,
         "HTTP statuses that, still failing after Scrapy's own "
