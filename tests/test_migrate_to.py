@@ -313,3 +313,11 @@ def test_a_stopped_crawl_copies_into_the_cluster(
         assert code == 1 and "already holds" in out and dst.dbsize() == n
     finally:
         dst.close()
+
+
+@pytest.fixture(autouse=True)
+def _gc_each() -> Iterator[None]:
+    yield
+    import gc
+
+    gc.collect()

@@ -5,8 +5,10 @@ to another Redis or a Redis Cluster: :func:`redcrawl.migrate_to.copy_crawl`)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Any
 
+import redis
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -34,6 +36,7 @@ from redcrawl.migrate import (
     import_scrapy_redis,
 )
 from redcrawl.migrate_to import BATCH, CopyResult, copy_crawl
+from redcrawl.settings import Settings
 
 
 @app.command("import-dupefilter")
@@ -266,31 +269,12 @@ def migrate_command(
     name, is refused. Leases the stopped crawl still held go back to ready in the copy."""
     settings = _settings(redis_url)
     source = _connect(settings)
-    name = _crawl(settings, crawl_name, source)
-    _existing(settings, source, name)
     try:
-        target = connect(settings, url=to)
-    except ConfigError as exc:
-        raise ConfigError("--to", str(exc).removeprefix(f"setting {exc.setting}: ")) from None
-    except ConnectionError_ as exc:
-        raise ConnectionError_(
-            f"cannot reach the target Redis at {redact(to)} ({exc.__cause__ or exc}); "
-            "check the --to URL and that the server runs. Nothing was copied"
-        ) from None
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(bar_width=24),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-    )
-    try:
-        with Progress(*columns, console=console, transient=True) as bar:
-            task = bar.add_task("listing keys", total=None)
-
-            def progress(stage: str, done: int, total: int) -> None:
-                bar.update(task, description=stage, completed=done, total=total or None)
-
-            result = copy_crawl(
+        name = _crawl(settings, crawl_name, source)
+        _existing(settings, source, name)
+        target = _target(settings, to)
+        try:
+            result = _copy_with_progress(
                 source,
                 target,
                 settings,
@@ -300,12 +284,48 @@ def migrate_command(
                 delete_source=delete_source,
                 dry_run=dry_run,
                 batch=batch,
-                progress=progress,
             )
+        finally:
+            target.close()
     finally:
         source.close()
-        target.close()
     _report_copy(result, _where(settings), redact(to))
+
+
+def _target(settings: Settings, url: str) -> redis.Redis:
+    """A client of the ``--to`` Redis; its errors name ``--to``."""
+    try:
+        return connect(settings, url=url)
+    except ConfigError as exc:
+        raise ConfigError("--to", str(exc).removeprefix(f"setting {exc.setting}: ")) from None
+    except ConnectionError_ as exc:
+        cause = re.search(r"\((.*)\)\. Check", str(exc))
+        raise ConnectionError_(
+            f"cannot reach the target Redis at {redact(url)} "
+            f"({cause.group(1) if cause else exc}); check the --to URL and that the server "
+            "runs. Nothing was copied"
+        ) from None
+
+
+def _copy_with_progress(*args: Any, **kwargs: Any) -> CopyResult:
+    """:func:`copy_crawl` under a rich progress bar (stage, done of total, elapsed)."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=24),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("listing keys", total=None)
+
+        def progress(stage: str, done: int, total: int) -> None:
+            bar.update(task, description=stage, completed=done, total=total or None)
+
+        return copy_crawl(*args, progress=progress, **kwargs)
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:,.1f} MB" if size >= 100_000 else f"{size / 1e3:,.1f} kB"
 
 
 def _report_copy(r: CopyResult, source: str, target: str) -> None:
@@ -317,14 +337,14 @@ def _report_copy(r: CopyResult, source: str, target: str) -> None:
     else:
         typer.echo(
             f"copied crawl {r.crawl} from {source} to {target}: {r.keys:,} keys "
-            f"({r.size / 1e6:,.1f} MB) in {r.seconds:.1f} s ({parts})"
+            f"({_mb(r.size)}) in {r.seconds:.1f} s ({parts})"
         )
     if c is not None:
         verified = "" if r.dry_run else ", equal in the copy (verified key by key)"
         typer.echo(
             f"counts: accepted {c.accepted:,} = ready {c.ready:,} + delayed {c.delayed:,} "
             f"+ in flight {c.in_flight:,} + done {c.done:,} + dead {c.dead:,}; "
-            f"filtered {c.filtered:,}{verified}"
+            f"duplicates filtered {c.filtered:,}{verified}"
         )
         if c.in_flight and r.dry_run:
             typer.echo(f"{c.in_flight:,} in flight would go back to ready in the copy")
@@ -341,7 +361,7 @@ def _report_copy(r: CopyResult, source: str, target: str) -> None:
             f"not copied: {len(r.skipped):,} key(s) that expire by themselves, e.g. {r.skipped[0]}"
         )
     if r.replaced:
-        verb = "would be" if r.dry_run else "were"
+        verb = "would be" if r.dry_run else "was"
         typer.echo(f"the target's crawl {r.crawl} ({r.replaced:,} keys) {verb} deleted first")
     if not r.dry_run:
         typer.echo(
