@@ -292,7 +292,7 @@ def test_the_target_must_not_be_the_source(source: redis.Redis) -> None:
 @pytest.mark.cluster
 @pytest.mark.parametrize("backend", ["lists", "streams"])
 def test_a_stopped_crawl_copies_into_the_cluster(
-    redis_cluster: LocalCluster, target: redis.Redis, backend: Backend
+    redis_cluster: LocalCluster, target: redis.Redis, redis7: RedisServer, backend: Backend
 ) -> None:
     """From a single Redis 7 (``target`` fixture, the source here) into the cluster;
     every key of the copy lands on the master of the crawl's slot. (The library call:
@@ -314,5 +314,16 @@ def test_a_stopped_crawl_copies_into_the_cluster(
         with pytest.raises(FrontierError, match="already holds a crawl named 'shop'"):
             copy_crawl(one, dst, settings(backend), CRAWL)
         assert dst.dbsize() == n
+        # and back out of the cluster (the finished copy) into another database: its
+        # last worker's heartbeat is two hours ahead (crawl_to_the_end's clock), so it
+        # counts as running until --force-expire
+        finished = frontier(dst, backend).counts()
+        with redis.Redis.from_url(redis7.url.rstrip("/") + "/5") as back:
+            back.flushdb()
+            with pytest.raises(FrontierError, match="is running: 1 live worker"):
+                copy_crawl(dst, back, settings(backend), CRAWL)
+            copy_crawl(dst, back, settings(backend), CRAWL, force_expire=True)
+            assert frontier(back, backend).counts() == finished
+            back.flushdb()
     finally:
         dst.close()
