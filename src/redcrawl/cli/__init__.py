@@ -13,7 +13,7 @@ Ctrl-C, 143 SIGTERM, 129 SIGHUP). docs/cli.md describes every command.
 The commands live by topic: :mod:`._common` (the app, options, error mapping and the rules
 that pick the crawl and the Redis), :mod:`.run` (crawl, demo, serve, stop-embedded),
 :mod:`.crawls` (status, crawls, seed, dead, pause, resume, purge), :mod:`.migrate`
-(import-scrapy-redis, import-dupefilter), :mod:`.observe` (exporter, watch, top),
+(import-scrapy-redis, import-dupefilter, migrate), :mod:`.observe` (exporter, watch, top),
 :mod:`.hosts` (hosts: see and steer politeness per key).
 """
 

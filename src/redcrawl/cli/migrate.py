@@ -1,12 +1,16 @@
 """``redcrawl import-scrapy-redis SPIDER`` (move a scrapy-redis crawl, queue and dupefilter,
-into a redcrawl crawl: the work is :func:`redcrawl.migrate.import_scrapy_redis`) and
-``redcrawl import-dupefilter KEY``."""
+into a redcrawl crawl: the work is :func:`redcrawl.migrate.import_scrapy_redis`),
+``redcrawl import-dupefilter KEY`` and ``redcrawl migrate --to URL`` (copy a stopped crawl
+to another Redis or a Redis Cluster: :func:`redcrawl.migrate_to.copy_crawl`)."""
 
 from __future__ import annotations
 
-from typing import Annotated
+import re
+from typing import Annotated, Any
 
+import redis
 import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from redcrawl.cli._common import (
     EXIT_FAILED,
@@ -14,13 +18,16 @@ from redcrawl.cli._common import (
     RedisUrl,
     _connect,
     _crawl,
+    _existing,
     _guard,
     _settings,
     _state_exists,
+    _where,
     app,
     console,
 )
-from redcrawl.connection import connect
+from redcrawl.connection import connect, redact
+from redcrawl.errors import ConfigError, ConnectionError_
 from redcrawl.frontier import open_frontier
 from redcrawl.migrate import (
     DEFAULT_DUPEFILTER_KEY,
@@ -28,6 +35,8 @@ from redcrawl.migrate import (
     MigrationResult,
     import_scrapy_redis,
 )
+from redcrawl.migrate_to import BATCH, CopyResult, copy_crawl
+from redcrawl.settings import Settings
 
 
 @app.command("import-dupefilter")
@@ -210,4 +219,161 @@ def _report(r: MigrationResult, crawl: str) -> None:
             f"[red]{r.refused + r.unstorable:,} queued request(s) could not be "
             "imported[/] (see above; they stay in the scrapy-redis queue); the rest "
             f"{verb} imported"
+        )
+
+
+@app.command("migrate")
+@_guard
+def migrate_command(
+    to: Annotated[
+        str,
+        typer.Option(
+            "--to",
+            help="The Redis to copy the crawl to: redis://host:port/db, or a Redis Cluster "
+            "as redis+cluster://host:port[,host:port...].",
+        ),
+    ],
+    redis_url: RedisUrl = None,
+    crawl_name: CrawlName = None,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace", help="Delete a crawl of that name in the target first, then copy."
+        ),
+    ] = False,
+    force_expire: Annotated[
+        bool,
+        typer.Option(
+            "--force-expire",
+            help="Copy although the crawl has live heartbeats or unexpired leases (workers "
+            "you know are gone); their leases go back to ready in the copy.",
+        ),
+    ] = False,
+    delete_source: Annotated[
+        bool,
+        typer.Option(
+            "--delete-source", help="Delete the crawl from the source once the copy verified."
+        ),
+    ] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option("--dry-run", help="Check everything and list what would be copied."),
+    ] = False,
+    batch: Annotated[
+        int, typer.Option(min=1, max=10_000, help="Keys per pipelined DUMP/RESTORE round.")
+    ] = BATCH,
+) -> None:
+    """Copy a stopped crawl to another Redis server or a Redis Cluster (DUMP/RESTORE in
+    pipelined batches), verify its counts there, and leave the source as it was (unless
+    --delete-source). A running crawl, or a target that already holds a crawl of that
+    name, is refused. Leases the stopped crawl still held go back to ready in the copy."""
+    settings = _settings(redis_url)
+    source = _connect(settings)
+    try:
+        name = _crawl(settings, crawl_name, source)
+        _existing(settings, source, name)
+        target = _target(settings, to)
+        try:
+            result = _copy_with_progress(
+                source,
+                target,
+                settings,
+                name,
+                replace=replace,
+                force_expire=force_expire,
+                delete_source=delete_source,
+                dry_run=dry_run,
+                batch=batch,
+            )
+        finally:
+            target.close()
+    finally:
+        source.close()
+    _report_copy(result, _where(settings), redact(to))
+
+
+def _target(settings: Settings, url: str) -> redis.Redis:
+    """A client of the ``--to`` Redis; its errors name ``--to``."""
+    try:
+        return connect(settings, url=url)
+    except ConfigError as exc:
+        raise ConfigError("--to", str(exc).removeprefix(f"setting {exc.setting}: ")) from None
+    except ConnectionError_ as exc:
+        cause = re.search(r"\((.*)\)\. Check", str(exc))
+        raise ConnectionError_(
+            f"cannot reach the target Redis at {redact(url)} "
+            f"({cause.group(1) if cause else exc}); check the --to URL and that the server "
+            "runs. Nothing was copied"
+        ) from None
+
+
+def _copy_with_progress(*args: Any, **kwargs: Any) -> CopyResult:
+    """:func:`copy_crawl` under a rich progress bar (stage, done of total, elapsed)."""
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(bar_width=24),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("listing keys", total=None)
+
+        def progress(stage: str, done: int, total: int) -> None:
+            bar.update(task, description=stage, completed=done, total=total or None)
+
+        return copy_crawl(*args, progress=progress, **kwargs)
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:,.1f} MB" if size >= 100_000 else f"{size / 1e3:,.1f} kB"
+
+
+def _report_copy(r: CopyResult, source: str, target: str) -> None:
+    parts = ", ".join(f"{k} {n:,}" for k, n in sorted(r.parts.items()))
+    c = r.before
+    if r.dry_run:
+        typer.echo(f"dry run: crawl {r.crawl} from {source} to {target}")
+        typer.echo(f"would copy {r.keys:,} keys ({parts})")
+    else:
+        typer.echo(
+            f"copied crawl {r.crawl} from {source} to {target}: {r.keys:,} keys "
+            f"({_mb(r.size)}) in {r.seconds:.1f} s ({parts})"
+        )
+    if c is not None:
+        verified = "" if r.dry_run else ", equal in the copy (verified key by key)"
+        typer.echo(
+            f"counts: accepted {c.accepted:,} = ready {c.ready:,} + delayed {c.delayed:,} "
+            f"+ in flight {c.in_flight:,} + done {c.done:,} + dead {c.dead:,}; "
+            f"duplicates filtered {c.filtered:,}{verified}"
+        )
+        if c.in_flight and r.dry_run:
+            typer.echo(f"{c.in_flight:,} in flight would go back to ready in the copy")
+    if r.after is not None and c is not None and r.after != c:
+        a = r.after
+        typer.echo(
+            f"in the copy, {r.returned:,} in-flight request(s) went back to ready"
+            + (f", {r.dead_lettered:,} to dead (attempts used up)" if r.dead_lettered else "")
+            + (f", {r.promoted:,} due delayed promoted" if r.promoted else "")
+            + f": ready {a.ready:,}, delayed {a.delayed:,}, in flight 0, dead {a.dead:,}"
+        )
+    if r.skipped:
+        typer.echo(
+            f"not copied: {len(r.skipped):,} key(s) that expire by themselves, e.g. {r.skipped[0]}"
+        )
+    if r.replaced:
+        verb = "would be" if r.dry_run else "was"
+        typer.echo(f"the target's crawl {r.crawl} ({r.replaced:,} keys) {verb} deleted first")
+    if not r.dry_run:
+        typer.echo(
+            "the source crawl was deleted"
+            if r.source_deleted
+            else "the source was left as it was (--delete-source removes it after a copy)"
+        )
+    for warning in r.warnings:
+        if not warning.startswith("the target's crawl"):
+            console.print(f"[yellow]warning:[/] {warning}")
+    if r.live_workers or r.held_leases:
+        console.print(
+            f"[yellow]warning:[/] --force-expire: {r.live_workers} live worker(s) and "
+            f"{r.held_leases} leased request(s) in the source were treated as gone"
         )
