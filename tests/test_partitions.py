@@ -27,7 +27,7 @@ from hypothesis import HealthCheck
 from hypothesis import settings as hsettings
 
 from redcrawl.codec import Envelope
-from redcrawl.errors import LayoutMismatch
+from redcrawl.errors import CrawlVanished, LayoutMismatch
 from redcrawl.frontier import FrontierCore, ListsFrontier, PartitionedFrontier, open_frontier
 from redcrawl.keys import CrawlKeys, partition_of
 from redcrawl.settings import Settings
@@ -467,3 +467,44 @@ def main(url: str, crawl: str, worker: str, logfile: str, backend: str, partitio
 
 if __name__ == "__main__":
     main(*sys.argv[1:7])
+
+
+# --- durability: REDCRAWL_WAIT_REPLICAS and a vanished partition ---------------------------
+def drain(f: PartitionedFrontier) -> None:
+    """Lease and ack until nothing is left (leases of one call may come from a few
+    partitions only)."""
+    for _ in range(100):
+        got = f.settle(lease=("w", 8)).leases
+        if not got and f.counts().pending == 0:
+            return
+        assert f.settle(ack=got).acked == len(got)
+    raise AssertionError("the crawl did not drain")
+
+
+def test_wait_replicas_covers_the_partitioned_settle(client: redis.Redis) -> None:
+    """Each settle round waits for the replicas (one WAIT per node: here the one server,
+    which has none, so every round is counted short and the crawl goes on)."""
+    f = open_p(client, wait_replicas=1, wait_timeout=0.01)
+    assert f.replica_wait is not None
+    assert all(sub.replica_wait is f.replica_wait for sub in f.parts)
+    hosts = [h for p in range(P) for h in hosts_in(p, P, 1)]
+    assert f.settle(push=envs(hosts, 2)).pushed.accepted == 2 * P
+    assert f.replica_wait.calls == 1 and f.replica_wait.short == 1  # one round, one node
+    drain(f)
+    assert f.counts().finished
+    assert f.replica_wait.short == f.replica_wait.calls > 2  # every round waited for
+
+
+def test_a_partition_that_vanished_under_a_worker_is_not_finished(client: redis.Redis) -> None:
+    """A partition's master came back empty (its control hash gone): the worker's counts
+    raise CrawlVanished instead of reporting the crawl finished."""
+    f = open_p(client)
+    f.check_vanished = True
+    assert all(sub.check_vanished for sub in f.parts)
+    hosts = [h for p in range(P) for h in hosts_in(p, P, 1)]
+    f.settle(push=envs(hosts, 1))
+    drain(f)
+    assert f.counts().finished  # the identities are there
+    client.delete(*[k for k in client.keys("rc:{c/2}:*")])
+    with pytest.raises(CrawlVanished, match="c"):
+        f.counts()

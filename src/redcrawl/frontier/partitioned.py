@@ -65,6 +65,7 @@ from redcrawl.frontier.base import (
     Settled,
 )
 from redcrawl.frontier.core import MAINTAIN_LIMIT, FrontierCore, HeartbeatCounters, Held
+from redcrawl.frontier.durability import ReplicaWait
 from redcrawl.frontier.lists import ListsFrontier
 from redcrawl.frontier.records import stored_int, stored_layout
 from redcrawl.frontier.settle import PendingSettle
@@ -186,6 +187,10 @@ class PartitionedFrontier(FrontierCore):
         self.parts: list[FrontierCore] = [
             self.PART(client, settings, crawl, clock=clock, partition=p) for p in range(self.n)
         ]
+        self.replica_wait = ReplicaWait.of(settings, crawl)
+        """One waiter for every partition (its count of short WAITs is the crawl's)."""
+        for sub in self.parts:
+            sub.replica_wait = self.replica_wait
         first = self.parts[0]
         self.politeness = first.politeness
         self.dedupe = first.dedupe
@@ -319,7 +324,30 @@ class PartitionedFrontier(FrontierCore):
             pipe = self.client.pipeline(transaction=transaction)
             for _p, queue in calls:
                 queue(pipe)  # (each call: queue(pipe), a pipeline as the client)
-            return list(pipe.execute(raise_on_error=False))
+            waits = self._waits(pipe, [p for p, _ in calls]) if what == "settle" else 0
+            replies = list(pipe.execute(raise_on_error=False))
+        if waits:
+            for acked in replies[-waits:]:
+                assert self.replica_wait is not None
+                self.replica_wait.account(acked)
+            del replies[-waits:]
+        return replies
+
+    def _waits(self, pipe: Any, touched: Sequence[int]) -> int:
+        """With ``REDCRAWL_WAIT_REPLICAS``: a WAIT queued on ``pipe`` for each node (each
+        partition's master on a cluster, the server otherwise) the round's settle calls
+        went to; how many were queued."""
+        wait = self.replica_wait
+        if wait is None:
+            return 0
+        node_of = getattr(self.client, "get_node_from_key", None)
+        nodes: dict[Any, str] = {}
+        for p in touched:
+            key = self.parts[p].keys.control
+            nodes.setdefault(node_of(key).name if node_of else "", key)
+        for key in nodes.values():
+            pipe.execute_command(*wait.command(), **wait.options(self.client, key))
+        return len(nodes)
 
     def _each_control(self, command: Callable[[Any, str], Any]) -> None:
         with redis_errors("changing the crawl's switches"):
@@ -684,7 +712,20 @@ class PartitionedFrontier(FrontierCore):
                 parts = again
                 break
             parts = again
-        return _sum_counts(parts)
+        counts = _sum_counts(parts)
+        if counts.finished and self.check_vanished:
+            for sub in self.parts:  # a partition whose master came back empty
+                sub._identity.check()
+        return counts
+
+    @property
+    def check_vanished(self) -> bool:  # (FrontierCore's is a class attribute)
+        return self.parts[0].check_vanished
+
+    @check_vanished.setter
+    def check_vanished(self, on: bool) -> None:
+        for sub in self.parts:  # each remembers its partition's identity when it works
+            sub.check_vanished = on
 
     def stats(self) -> dict[str, int]:
         out: dict[str, int] = defaultdict(int)
