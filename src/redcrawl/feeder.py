@@ -398,12 +398,18 @@ class Feeder:
         frees: list[tuple[Lease, str]] | None = None,
         defers: list[tuple[Lease, str, float | None]] | None = None,
     ) -> None:
-        """One round: settle (store, ack, free slots, lease n), then nacks, deferrals and
+        """One round: deferrals, settle (store, ack, free slots, lease n), then nacks and
         releases. What did not go out is put back in front of the buffers (and the error
         propagates)."""
         f = self.frontier
         frees, defers = frees or [], defers or []
         try:
+            # a site pushing back is blocked before this round's lease (else the lease
+            # could grant the site again before its block is set)
+            while defers:
+                lease, reason, retry_after = defers[0]
+                self._inc(f"defer_{f.defer(lease, reason, retry_after=retry_after)}")
+                defers.pop(0)
             if push or acks or n or frees:
                 out = f.settle(
                     push=push, ack=acks, lease=(self.worker, n) if n else None, free=frees
@@ -440,10 +446,6 @@ class Feeder:
                 lease, error, retry = nacks[0]
                 self._inc(f"nack_{f.nack(lease, error, retry=retry)}")
                 nacks.pop(0)
-            while defers:
-                lease, reason, retry_after = defers[0]
-                self._inc(f"defer_{f.defer(lease, reason, retry_after=retry_after)}")
-                defers.pop(0)
             if releases:
                 self._inc("released", f.release(releases))
                 releases = []
