@@ -46,13 +46,16 @@ local K_REQ, K_INFLIGHT, K_LEASES, K_LEFT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_DELAYED, K_DEAD, K_ERR, K_STATS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_WORKERS, K_CONTROL, K_FPD, K_CALLS = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local FIRST_TIER = 13
--- A lists crawl with politeness has the layout "<ordering>/<key mode>" ("fifo/host"):
--- POLITE is then the key mode, and the queue layer's keys after the ready tiers are the
--- politeness keys (see polite.lua); nil otherwise.
+-- A lists crawl with politeness has the layout "<ordering>/<key mode>" ("fifo/host"), a
+-- streams crawl "streams/<shards>/<key mode>": POLITE is then the key mode, and the
+-- politeness keys come after the queue layer's (see polite.lua); nil otherwise.
 local ORDERING, POLITE = ARGV[1], nil
 do
   local o, m = string.match(ARGV[1], '^(%l+)/(%l+)$')
   if o and o ~= 'streams' then ORDERING, POLITE = o, m end
+  -- a streams crawl with politeness: "streams/<shards>/<key mode>"
+  local so, sm = string.match(ARGV[1], '^(streams/%d+)/(%l+)$')
+  if so then ORDERING, POLITE = so, sm end
 end
 
 local BOUNDS = {}
@@ -85,7 +88,11 @@ do
     want[last_queue + NTIERS + 5] = 'zset'  -- blocked keys
     want[last_queue + NTIERS + 6] = 'hash'  -- deferral counts
   end
-  for i = 1, math.min(#KEYS, FIRST_TIER + 15) do
+  -- (and the politeness keys after many streams)
+  local checked = {}
+  for i = 1, math.min(#KEYS, FIRST_TIER + 15) do checked[#checked + 1] = i end
+  for i = math.max(last_queue + 1, FIRST_TIER + 16), #KEYS do checked[#checked + 1] = i end
+  for _, i in ipairs(checked) do
     local expect = want[i] or (i >= FIRST_TIER and i <= last_queue and queue)
     if expect then
       local t = redis.call('TYPE', KEYS[i])['ok']
