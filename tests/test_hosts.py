@@ -147,9 +147,6 @@ def test_an_unreadable_override_is_replaced_by_the_operators(
 # --- what is shown ----------------------------------------------------------------------
 
 
-# (lists only: keys in flight are found from the lists leases; a streams crawl
-# lists its keys with ready work)
-@pytest.mark.backends("lists")
 def test_list_sorts_by_ready_or_in_flight_and_pages(make_frontier: FrontierFactory) -> None:
     f = polite(make_frontier)
     f.push(site("a.test", 5) + site("b.test", 3) + site("c.test", 1))
@@ -255,9 +252,6 @@ def test_a_crawl_without_politeness_is_refused(
         Hosts(f)
 
 
-# (lists only: keys in flight are found from the lists leases; a streams crawl
-# lists its keys with ready work)
-@pytest.mark.backends("lists")
 def test_keys_in_flight_are_found_in_a_large_lease(make_frontier: FrontierFactory) -> None:
     f = polite(make_frontier, politeness_concurrency=3000)
     f.push(site("big.test", 1500) + site("other.test", 1))

@@ -288,6 +288,12 @@ class Hosts:
         clock = self.f._clock
         return "" if clock is None else str(int(clock()))
 
+    def _streams(self) -> list[str]:
+        """A streams crawl's streams (their pending entries are its leased requests)."""
+        if self.f.BACKEND != "streams":
+            return []
+        return self.keys.streams(self.f.settings.shards)
+
     # --- reading -----------------------------------------------------------------------
     def top(self, *, limit: int = 100, sort: Sort = "ready", cursor: str | None = None) -> HostPage:
         """Keys with ready work or in flight, most ``sort`` first (ties by key), ``limit``
@@ -305,8 +311,8 @@ class Hosts:
         tiers = k.tiers
         found = self._scripts.run(
             "list",
-            [k.inflight, k.leases, k.req, *(k.open(t) for t in range(tiers))],
-            [LIST_KEYS_PER_TIER, LIST_LEASES, LIST_LEASED_IDS],
+            [k.inflight, k.leases, k.req, *(k.open(t) for t in range(tiers)), *self._streams()],
+            [LIST_KEYS_PER_TIER, LIST_LEASES, LIST_LEASED_IDS, tiers],
             what="listing politeness keys",
         )
         complete, names = bool(int(found[0])), [_text(x) for x in found[1:]]
