@@ -324,7 +324,8 @@ reclaim_expired = function(limit, max_attempts, ttl)
 end
 
 -- A lease's reclaim step: expired entries of dead workers, up to n of them claimed by
--- worker (their delivery count + 1), the others back to READY or DEAD.
+-- worker (their delivery count + 1; none with politeness: they go through their keys'
+-- queues), the others back to READY or DEAD.
 lease_expired = function(worker, n, ttl, max_attempts, limit)
   local claimer = n > 0 and not POLITE and worker or nil
   local got = reclaim(expired(ttl, limit), max_attempts, ttl, claimer, n)
