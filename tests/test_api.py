@@ -583,7 +583,9 @@ def test_streams_crawl_shards_and_counts(
     from redcrawl.frontier.streams import shard_of
 
     worker = open_frontier(
-        redis_client, api_settings("redis://unused", backend="streams", shards=4), "s"
+        redis_client,
+        api_settings("redis://unused", backend="streams", shards=4, politeness=False),
+        "s",
     )
     assert isinstance(worker, StreamsFrontier)
     seed(["https://a.example/0"], settings=worker.settings, crawl="s", client=redis_client)

@@ -189,7 +189,7 @@ def test_many_responses_in_one_round_trip(redis7_client: redis.Redis) -> None:
 
 # --- the lease step ----------------------------------------------------------------------
 
-pytestmark_lists = pytest.mark.backends("lists")
+both_backends = pytest.mark.backends("lists", "streams")
 
 
 def env(url: str) -> Envelope:
@@ -222,7 +222,7 @@ def auto(f: FrontierCore, start: float) -> FleetThrottle:
     return fleet
 
 
-@pytestmark_lists
+@both_backends
 def test_auto_delay_spaces_grants(make_frontier: FrontierFactory, clock: Clock) -> None:
     """A key's grants are auto_delay apart; a key never seen is spaced by the start
     delay; the delay changes with the next grant after an update."""
@@ -248,7 +248,7 @@ def test_auto_delay_spaces_grants(make_frontier: FrontierFactory, clock: Clock) 
     assert hosts(f.lease("w", 100)) == {"slow.test": 1}
 
 
-@pytestmark_lists
+@both_backends
 def test_operator_delay_wins_and_the_larger_of_the_others(
     make_frontier: FrontierFactory, clock: Clock
 ) -> None:
@@ -273,7 +273,7 @@ def test_operator_delay_wins_and_the_larger_of_the_others(
     assert fleet.rule.start_delay == 0.0
 
 
-@pytestmark_lists
+@both_backends
 def test_auto_delay_is_ignored_when_the_fleet_runs_without_autothrottle(
     make_frontier: FrontierFactory, clock: Clock
 ) -> None:
@@ -327,7 +327,7 @@ def downloaded(crawler: Any, response: Response) -> None:
     )
 
 
-@pytestmark_lists
+@both_backends
 def test_the_scheduler_swaps_scrapys_autothrottle_for_the_fleets(
     make_frontier: FrontierFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -360,7 +360,7 @@ class MyAutoThrottle(ScrapyAutoThrottle):
     """A project's own AutoThrottle."""
 
 
-@pytestmark_lists
+@both_backends
 def test_shared_off_subclass_and_disabled_leave_scrapys_alone(
     make_frontier: FrontierFactory, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -394,7 +394,7 @@ def test_shared_off_subclass_and_disabled_leave_scrapys_alone(
     assert install(crawler, f) is None and AutoThrottle not in extensions(crawler)
 
 
-@pytestmark_lists
+@both_backends
 def test_listed_in_extensions_it_is_attached_and_scrapys_goes(
     make_frontier: FrontierFactory,
 ) -> None:
@@ -432,7 +432,7 @@ def test_request_key_is_the_key_the_frontier_stored() -> None:
     assert request_key(req("http://a.test/"), "host") == "a.test"
 
 
-@pytestmark_lists
+@both_backends
 def test_debug_logs_each_adjustment(
     make_frontier: FrontierFactory, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -90,20 +90,24 @@ def stat(logs: list[str], name: str) -> int:
     return sum(int(m.group(1)) for text in logs for m in pattern.finditer(text))
 
 
-def frontier_for(server: RedisServer, crawl: str, polite: bool) -> FrontierCore:
+def frontier_for(server: RedisServer, crawl: str, polite: bool, backend: str) -> FrontierCore:
     client = redis.Redis.from_url(server.url)
-    return open_frontier(client, Settings(backend="lists", politeness=polite), crawl)
+    settings = Settings(backend=backend, politeness=polite)  # type: ignore[arg-type]
+    return open_frontier(client, settings, crawl)
 
 
 @pytest.mark.slow
-def test_fleet_wide_autothrottle_vs_per_process(redis7: RedisServer, tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["lists", "streams"])
+def test_fleet_wide_autothrottle_vs_per_process(
+    redis7: RedisServer, tmp_path: Path, backend: str
+) -> None:
     redis.Redis.from_url(redis7.url).flushall()
 
-    shared = frontier_for(redis7, "at-fleet", polite=True)
+    shared = frontier_for(redis7, "at-fleet", polite=True, backend=backend)
     (tmp_path / "fleet").mkdir()
     with (
         serving(SITES) as kit,
-        fleet(redis7.url, "at-fleet", kit, tmp_path / "fleet", "lists", AUTOTHROTTLE) as procs,
+        fleet(redis7.url, "at-fleet", kit, tmp_path / "fleet", backend, AUTOTHROTTLE) as procs,
     ):
         wait_all(procs, timeout=120)
         check_crawl_complete(kit, shared)
@@ -113,12 +117,12 @@ def test_fleet_wide_autothrottle_vs_per_process(redis7: RedisServer, tmp_path: P
     rule = ThrottleRule(TARGET, 0.0, 10.0, START_DELAY)
     final = FleetThrottle(shared.client, shared.keys, rule).delay(host)
 
-    alone = frontier_for(redis7, "at-alone", polite=False)
+    alone = frontier_for(redis7, "at-alone", polite=False, backend=backend)
     (tmp_path / "alone").mkdir()
     per_process = (*AUTOTHROTTLE, "REDCRAWL_POLITENESS=off")
     with (
         serving(SITES) as kit,
-        fleet(redis7.url, "at-alone", kit, tmp_path / "alone", "lists", per_process) as procs,
+        fleet(redis7.url, "at-alone", kit, tmp_path / "alone", backend, per_process) as procs,
     ):
         wait_all(procs, timeout=120)
         check_crawl_complete(kit, alone)

@@ -425,7 +425,7 @@ def escape_html(text: str) -> str:
 
 
 def test_no_hosts_table_without_politeness(redis7: RedisServer, redis7_client: redis.Redis) -> None:
-    settings = Settings(redis_url=redis7.url, backend="streams")
+    settings = Settings(redis_url=redis7.url, backend="streams", politeness=False)
     server = ApiServer(settings, redis7_client)
     try:
         live_crawl(open_frontier(redis7_client, settings, "shop"))

@@ -18,7 +18,7 @@ from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import fingerprint
 from redcrawl.frontier import FrontierCore, Lease, open_frontier
 from redcrawl.settings import Settings
-from tests.conftest import RedisServer
+from tests.conftest import FrontierFactory, RedisServer
 
 URL = "http://example.com/page/{}"
 
@@ -249,3 +249,22 @@ def test_polite_worker_leases_only_what_can_start_now(front: FrontierCore) -> No
         wait_for(lambda: front.counts().done == 1, what="the ack")
         time.sleep(0.3)
         assert front.counts().in_flight <= 2
+
+
+def test_a_deferral_blocks_the_site_before_the_same_round_leases(
+    make_frontier: FrontierFactory,
+) -> None:
+    """A 503 reported in a round that also leases: the site's block is set first, so the
+    worker's own lease in that round gets nothing of the site (it used to lease first and
+    could fetch the site again right after its 503)."""
+    front = make_frontier(
+        "defer-order", politeness_concurrency=2, politeness_delay=0.0, use_clock=False
+    )
+    front.push(
+        [Envelope(url=f"http://a.test/{i}", fingerprint=fingerprint(f"a{i}")) for i in range(5)]
+    )
+    f = Feeder(front, "w1", prefetch=4, lookahead=1, concurrency=4, polite=True)
+    (pushed_back,) = front.lease("w1", 1)
+    f._step([], [], [], [], 1, time.monotonic(), [], [(pushed_back, "503", 5.0)])
+    assert list(f._ready) == []
+    assert front.counts().conserved

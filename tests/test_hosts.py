@@ -26,7 +26,7 @@ from redcrawl.politeness.robots import RobotsEntry
 
 from .conftest import Clock, FrontierFactory
 
-pytestmark = pytest.mark.backends("lists")
+pytestmark = pytest.mark.backends("lists", "streams")
 
 T = TypeVar("T")
 

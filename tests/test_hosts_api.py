@@ -165,7 +165,9 @@ def test_writes_need_an_admin_token(api: httpx.Client, worker: FrontierCore) -> 
     assert api.put(url, json={"delay": 1}, headers={"Authorization": ""}).status_code == 401
 
 
-@pytest.mark.parametrize("changes", [{"politeness": False}, {"backend": "streams"}])
+@pytest.mark.parametrize(
+    "changes", [{"politeness": False}, {"backend": "streams", "politeness": False}]
+)
 def test_a_crawl_without_politeness_gets_409(
     api: httpx.Client, redis7_client: redis.Redis, changes: dict[str, Any]
 ) -> None:

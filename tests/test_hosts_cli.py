@@ -132,7 +132,9 @@ def test_typer_refuses_what_is_not_a_number(redis7: RedisServer, crawl: Frontier
     assert code == 2 and "--concurrency" in out
 
 
-@pytest.mark.parametrize("changes", [{"politeness": False}, {"backend": "streams"}])
+@pytest.mark.parametrize(
+    "changes", [{"politeness": False}, {"backend": "streams", "politeness": False}]
+)
 def test_a_crawl_without_politeness(
     redis7: RedisServer, redis7_client: redis.Redis, changes: dict[str, object]
 ) -> None:

@@ -16,7 +16,7 @@ from redcrawl.frontier import FrontierCore, Lease
 
 from .conftest import Clock, FrontierFactory
 
-pytestmark = pytest.mark.backends("lists")
+pytestmark = pytest.mark.backends("lists", "streams")
 
 
 def env(url: str, priority: int = 0) -> Envelope:
@@ -117,6 +117,8 @@ def test_concurrency_holds_across_workers_and_frees(make_frontier: FrontierFacto
     assert f.counts().conserved
 
 
+# (lists only: a streams crawl without politeness has no tier schedule, high before low)
+@pytest.mark.backends("lists")
 def test_tier_schedule_is_the_same_as_without_politeness(make_frontier: FrontierFactory) -> None:
     def tiers_leased(f: FrontierCore) -> list[int]:
         f.push(site("a.test", 30, priority=5) + site("a.test", 30, priority=-5))

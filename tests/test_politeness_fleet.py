@@ -15,12 +15,10 @@ with ``Retry-After: 3`` blocks its host for every worker, a 503 without it backs
 off (``BackoffPolicy``) and it recovers; robots.txt is fetched once per host for the
 fleet (a plain test: built), its ``Disallow`` and ``Crawl-delay`` kept.
 
-The lists backend's frontier enforces concurrency and delay (the first two tests pass
-there). The streams backend and the adaptive limits (429/503) are not built yet, so those
-tests are strict xfails that may fail only with :class:`PolitenessViolated`: a crawl that
-breaks in any other way (a worker crashes, a page is never fetched, the conservation law
-fails) is a real failure. When enforcement lands they pass, strict xfail turns that into a
-failure, and the markers come off.
+Both backends' frontiers enforce all of it (lists and streams, the same tests). A test
+fails with :class:`PolitenessViolated` when a site saw more than the limits allow, and
+with a plain assertion when the crawl breaks in any other way (a worker crashes, a page
+is never fetched, the conservation law fails).
 """
 
 from __future__ import annotations
@@ -64,23 +62,8 @@ class PolitenessViolated(AssertionError):
     xfail accepts)."""
 
 
-NOT_YET = pytest.mark.xfail(
-    strict=True,
-    raises=PolitenessViolated,
-    reason="issue 13: frontier does not enforce politeness yet",
-)
-LISTS_ENFORCED = [
-    "lists",
-    pytest.param(
-        "streams",
-        marks=pytest.mark.xfail(
-            strict=True,
-            raises=PolitenessViolated,
-            reason="issue 13: the streams backend does not enforce politeness yet",
-        ),
-    ),
-]
-"""Backends of the tests whose limits the frontier enforces now: lists only."""
+ENFORCED = ["lists", "streams"]
+"""Backends of the tests whose limits the frontier enforces: both."""
 
 
 def worker(
@@ -218,7 +201,7 @@ def check_politeness(kit: MultiSite) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", LISTS_ENFORCED)
+@pytest.mark.parametrize("backend", ENFORCED)
 def test_three_workers_keep_per_host_limits_fleet_wide(
     redis7: RedisServer, tmp_path: Path, backend: str
 ) -> None:
@@ -231,7 +214,7 @@ def test_three_workers_keep_per_host_limits_fleet_wide(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", LISTS_ENFORCED)
+@pytest.mark.parametrize("backend", ENFORCED)
 def test_a_killed_worker_gives_its_slots_back_and_limits_hold(
     redis7: RedisServer, tmp_path: Path, backend: str
 ) -> None:
@@ -281,7 +264,7 @@ def check_blocked_after(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", LISTS_ENFORCED)
+@pytest.mark.parametrize("backend", ENFORCED)
 def test_retry_after_blocks_the_host_for_every_worker(
     redis7: RedisServer, tmp_path: Path, backend: str
 ) -> None:
@@ -312,7 +295,7 @@ def test_retry_after_blocks_the_host_for_every_worker(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", LISTS_ENFORCED)
+@pytest.mark.parametrize("backend", ENFORCED)
 def test_503_without_retry_after_backs_off_then_recovers(
     redis7: RedisServer, tmp_path: Path, backend: str
 ) -> None:
@@ -384,7 +367,7 @@ def test_robots_txt_once_per_host_and_nothing_disallowed_fetched(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("backend", LISTS_ENFORCED)
+@pytest.mark.parametrize("backend", ENFORCED)
 def test_robots_txt_crawl_delay_kept_at_the_site(
     redis7: RedisServer, tmp_path: Path, backend: str
 ) -> None:

@@ -1,7 +1,6 @@
-"""Fleet-wide politeness enforced by the frontier at lease time (lists backend), against a
+"""Fleet-wide politeness enforced by the frontier at lease time (both backends), against a
 real Redis: concurrency per politeness key, slots given back by every way a lease ends,
-delay spacing on an injected clock, idle state expiry, overrides, bad keys and layouts.
-(The streams backend does not enforce politeness yet: see docs/politeness.md.)"""
+delay spacing on an injected clock, idle state expiry, overrides, bad keys and layouts."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ from redcrawl.frontier import FrontierCore, Lease
 
 from .conftest import Clock, FrontierFactory
 
-pytestmark = pytest.mark.backends("lists")
+pytestmark = pytest.mark.backends("lists", "streams")
 
 
 def env(url: str, priority: int = 0, **meta: object) -> Envelope:
@@ -249,7 +248,8 @@ def test_domain_mode_groups_hosts_by_registrable_domain(make_frontier: FrontierF
     got = f.lease("w", 10)
     assert len(got) == 2
     assert in_flight(f, "a.co.uk") == 1 and in_flight(f, "b.example") == 1
-    assert f.client.hget(f.keys.control, "layout").startswith(b"fifo/domain ")
+    head = f.client.hget(f.keys.control, "layout").split(b" ")[0]
+    assert head == (b"fifo/domain" if f.BACKEND == "lists" else b"streams/8/domain")
 
 
 def test_a_worker_without_politeness_is_refused_on_a_polite_crawl(

@@ -51,7 +51,7 @@ def test_download_delay_jitter_is_read_with_scrapys_precedence() -> None:
     assert slots.politeness_slots["a.test"] == {"randomize_delay": True, "jitter": 0.2}
 
 
-@pytest.mark.backends("lists")
+@pytest.mark.backends("lists", "streams")
 def test_the_crawls_jitter_sets_the_range(make_frontier: FrontierFactory, clock: Clock) -> None:
     f = make_frontier(
         politeness_concurrency=100,
@@ -67,7 +67,7 @@ def test_the_crawls_jitter_sets_the_range(make_frontier: FrontierFactory, clock:
     assert len(set(got)) > 10
 
 
-@pytest.mark.backends("lists")
+@pytest.mark.backends("lists", "streams")
 def test_a_slots_jitter_sets_the_range_of_its_key(
     make_frontier: FrontierFactory, clock: Clock
 ) -> None:

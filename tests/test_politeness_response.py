@@ -19,7 +19,7 @@ from redcrawl.politeness import BackoffPolicy, BackoffState
 from .conftest import Clock, FrontierFactory
 from .test_politeness_frontier import conserved, in_flight, polite, site
 
-pytestmark = pytest.mark.backends("lists")
+pytestmark = pytest.mark.backends("lists", "streams")
 
 OK = slot_outcome(200)
 

@@ -52,7 +52,7 @@ def _polite(make_frontier: FrontierFactory, **settings: object) -> FrontierCore:
     return f
 
 
-@pytest.mark.backends("lists")
+@pytest.mark.backends("lists", "streams")
 def test_a_robots_txt_fetch_is_charged_and_a_waiter_after_it_is_refused(
     make_frontier: FrontierFactory, clock: Clock
 ) -> None:
@@ -75,7 +75,7 @@ def test_a_robots_txt_fetch_is_charged_and_a_waiter_after_it_is_refused(
     assert f.counts().conserved
 
 
-@pytest.mark.backends("lists")
+@pytest.mark.backends("lists", "streams")
 def test_a_waiter_with_no_start_since_its_grant_starts_and_pushes_the_next_grant(
     make_frontier: FrontierFactory, clock: Clock
 ) -> None:
@@ -93,7 +93,7 @@ def test_a_waiter_with_no_start_since_its_grant_starts_and_pushes_the_next_grant
     assert len(f.lease("w2", 10)) == 1
 
 
-@pytest.mark.backends("lists")
+@pytest.mark.backends("lists", "streams")
 def test_waiters_granted_together_before_a_crawl_delay_was_known_go_one_at_a_time(
     make_frontier: FrontierFactory, clock: Clock
 ) -> None:
@@ -114,7 +114,7 @@ def test_waiters_granted_together_before_a_crawl_delay_was_known_go_one_at_a_tim
     assert [x.id for x in f.lease("w1", 10)] == [two.id]
 
 
-@pytest.mark.backends("lists")
+@pytest.mark.backends("lists", "streams")
 def test_a_waiter_after_a_later_grant_of_its_key_is_refused(
     make_frontier: FrontierFactory, clock: Clock
 ) -> None:
@@ -134,7 +134,7 @@ def test_a_waiter_after_a_later_grant_of_its_key_is_refused(
     assert f.start_late([b]) == [True]
 
 
-@pytest.mark.backends("lists")
+@pytest.mark.backends("lists", "streams")
 def test_a_charge_sets_the_idle_expiry_of_a_new_state(
     make_frontier: FrontierFactory, clock: Clock
 ) -> None:
@@ -146,7 +146,7 @@ def test_a_charge_sets_the_idle_expiry_of_a_new_state(
     assert 0 < ttl <= 3_600_000 + 1_000
 
 
-@pytest.mark.backends("lists")
+@pytest.mark.backends("lists", "streams")
 @pytest.mark.parametrize(
     ("settings", "crawl_delay", "bound"),
     [

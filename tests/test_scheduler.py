@@ -98,7 +98,7 @@ def test_small_site_crawl_fetches_every_page_once(
     assert f.workers() == {}  # the worker signed off
     layout = redis7_client.hget(f.keys.control, "layout") or b""
     assert isinstance(layout, bytes)
-    assert layout.startswith(b"streams/8 " if backend == "streams" else b"fifo/host ")
+    assert layout.startswith(b"streams/8/host " if backend == "streams" else b"fifo/host ")
     if backend == "streams":  # the streams were used, and emptied by the acks
         assert redis7_client.keys("rc:{small}:s:*")
         assert sum(redis7_client.xlen(k) for k in redis7_client.keys("rc:{small}:s:*")) == 0

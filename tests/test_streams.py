@@ -23,6 +23,18 @@ from .conftest import Clock, FrontierFactory
 pytestmark = pytest.mark.backends("streams")
 
 
+@pytest.fixture
+def make_frontier(make_frontier: FrontierFactory) -> FrontierFactory:
+    """Streams crawls without politeness unless a test asks: these tests are about what
+    the streams hold (with politeness ready requests wait in per-key queues and a stream
+    holds only granted entries: tests/test_politeness_frontier.py, test_streams_polite)."""
+
+    def make(crawl: str = "c", **settings: Any) -> FrontierCore:
+        return make_frontier(crawl, **{"politeness": False, **settings})
+
+    return make
+
+
 def env(url: str, priority: int = 0) -> Envelope:
     return Envelope(url=url, priority=priority, fingerprint=hashlib.sha1(url.encode()).digest())
 

@@ -182,7 +182,7 @@ def test_top_shows_the_hosts_panel(redis7_client: redis.Redis) -> None:
 
 
 def test_top_without_politeness_has_no_hosts_panel(redis7_client: redis.Redis) -> None:
-    f = open_frontier(redis7_client, Settings(backend="streams"), "plain")
+    f = open_frontier(redis7_client, Settings(backend="streams", politeness=False), "plain")
     f.push([Envelope(url="http://a.test/", fingerprint=hashlib.sha1(b"a").digest())])
     out = io.StringIO()
     Top(SnapshotReader(redis7_client, Settings()), "plain").once(Console(file=out, width=160))

@@ -418,8 +418,8 @@ class Feeder:
         defers: list[tuple[Lease, str, float | None]] | None = None,
         starts: list[Lease] | None = None,
     ) -> None:
-        """One round: late starts checked, settle (store, ack, free slots, lease n), then
-        nacks, deferrals and releases. What did not go out is put back in front of the
+        """One round: late starts checked, deferrals, settle (store, ack, free slots, lease
+        n), then nacks and releases. What did not go out is put back in front of the
         buffers (and the error propagates)."""
         f = self.frontier
         frees, defers, starts = frees or [], defers or [], starts or []
@@ -439,6 +439,12 @@ class Feeder:
                     self._inc("late_released", len(back))
                 if go and self.on_ready is not None:
                     self.on_ready()
+            # a site pushing back is blocked before this round's lease (else the lease
+            # could grant the site again before its block is set)
+            while defers:
+                lease, reason, retry_after = defers[0]
+                self._inc(f"defer_{f.defer(lease, reason, retry_after=retry_after)}")
+                defers.pop(0)
             if push or acks or n or frees:
                 out = f.settle(
                     push=push, ack=acks, lease=(self.worker, n) if n else None, free=frees
@@ -475,10 +481,6 @@ class Feeder:
                 lease, error, retry = nacks[0]
                 self._inc(f"nack_{f.nack(lease, error, retry=retry)}")
                 nacks.pop(0)
-            while defers:
-                lease, reason, retry_after = defers[0]
-                self._inc(f"defer_{f.defer(lease, reason, retry_after=retry_after)}")
-                defers.pop(0)
             if releases:
                 self._inc("released", f.release(releases))
                 releases = []

@@ -363,6 +363,21 @@ class CrawlKeys:
             *(self.ready(t) for t in range(self.tiers)),
         ]
 
+    def politeness_script_keys(self) -> list[str]:
+        """The politeness keys that end the KEYS of a crawl with politeness (both backends;
+        ``lua/polite.lua``): the ``open`` zset of each tier, the per-key queue base, the
+        per-key state base, :attr:`pol_override`, :attr:`pol_slots`, :attr:`pol_blocked`
+        and :attr:`deferrals`."""
+        return [
+            *(self.open(t) for t in range(self.tiers)),
+            self.pol_queue_base,
+            self.pol_state_base,
+            self.pol_override,
+            self.pol_slots,
+            self.pol_blocked,
+            self.deferrals,
+        ]
+
     def all_keys(self) -> list[str]:
         """Every fixed-name key of the crawl's state (``purge`` deletes these, then the
         dedupe filters' keys under :attr:`fp_done` and :attr:`fp_seen`), for every

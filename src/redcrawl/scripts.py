@@ -10,7 +10,8 @@ pipelines too), and run through :meth:`Scripts.run`, inside the Redis error boun
 Who composes what:
 
 - frontier scripts: ``lua/base.lua``, ``frontier/lua/lib.lua``, the dedupe prelude
-  (``dedupe/lua/common.lua`` and ``dedupe/lua/<mode>.lua``), the backend's queue layer
+  (``dedupe/lua/common.lua`` and ``dedupe/lua/<mode>.lua``), ``frontier/lua/polite.lua``
+  (fleet-wide politeness, both backends), the backend's queue layer
   (``frontier/lua/queue_<backend>.lua``), ``frontier/lua/ops.lua``, then the script itself
   (see :mod:`redcrawl.frontier.core`);
 - the standalone dedupe filter: ``lua/base.lua``, ``dedupe/lua/header.lua``, the dedupe

@@ -102,10 +102,19 @@ def open_frontier(
 def _created_layout(control: Any, settings: Settings, crawl: str) -> Settings:
     raw = stored_layout(control)
     head = raw.decode(errors="replace").split(" ", 1)[0] if raw else ""
-    if head.startswith("streams/") and head[8:].isdigit():
+    shards, _, mode = head[8:].partition("/")
+    if head.startswith("streams/") and shards.isdigit():
         try:
+            if mode in ("host", "domain"):  # a streams crawl with politeness
+                return settings.replace(
+                    backend="streams",
+                    shards=int(shards),
+                    ordering="fifo",
+                    politeness=True,
+                    politeness_key=mode,
+                )
             return settings.replace(
-                backend="streams", shards=int(head[8:]), ordering="fifo", politeness=False
+                backend="streams", shards=int(shards), ordering="fifo", politeness=False
             )
         except ConfigError as exc:
             raise FrontierError(

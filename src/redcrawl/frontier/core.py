@@ -108,13 +108,14 @@ MAINTAIN_LIMIT = 1000
 
 
 def script_files(name: str, mode: Mode, backend: str) -> tuple[str, ...]:
-    """A frontier script's files: base.lua, lib.lua, the dedupe prelude, the backend's
-    queue layer (``queue_<backend>.lua``), latency.lua, ops.lua, then the script
-    ``<name>.lua``."""
+    """A frontier script's files: base.lua, lib.lua, the dedupe prelude, polite.lua
+    (fleet-wide politeness, both backends), the backend's queue layer
+    (``queue_<backend>.lua``), latency.lua, ops.lua, then the script ``<name>.lua``."""
     return (
         scripts.BASE,
         "frontier/lua/lib.lua",
         *dedupe.prelude(mode),
+        "frontier/lua/polite.lua",
         f"frontier/lua/queue_{backend}.lua",
         "frontier/lua/latency.lua",
         "frontier/lua/ops.lua",

@@ -31,7 +31,6 @@ from redcrawl.frontier.records import (
     stored_layout,
 )
 from redcrawl.frontier.settle import PendingSettle
-from redcrawl.transport import redis_errors
 
 __all__ = [
     "ListsFrontier",
@@ -65,22 +64,7 @@ class ListsFrontier(FrontierCore):
         return self.settings.ordering
 
     def _politeness_mode(self) -> str | None:
-        if not self.settings.politeness:
-            return None
-        with redis_errors("reading the crawl layout"):
-            raw = stored_layout(self.client.hgetall(self.keys.control))
-        if raw is None:
-            return self.settings.politeness_key
-        head = raw.decode(errors="replace").split(" ", 1)[0]
-        if "/" not in head:
-            log.warning(
-                "crawl %s was created without fleet-wide politeness and keeps its "
-                "layout: each worker limits itself (purge the crawl, or use a new "
-                "crawl name, to have the frontier enforce the limits)",
-                self.crawl,
-            )
-            return None
-        return self.settings.politeness_key
+        return self._stored_politeness_mode("/")
 
     def _push_extra(self, envelopes: Sequence[Envelope]) -> None:
         return None  # PUSH_STRIDE 3: nothing after (record, fingerprint, priority)
@@ -120,7 +104,7 @@ class ListsFrontier(FrontierCore):
 
     def _ready_ids(self, limit: int) -> Iterator[tuple[int, list[bytes]]]:
         if self.politeness is not None:
-            yield from self._pol_ready_ids(limit)
+            yield from self._pol_ready_ids(limit, self.settings.ordering)
             return
         for t in range(self.keys.tiers):
             key = self.keys.ready(t)
@@ -130,24 +114,6 @@ class ListsFrontier(FrontierCore):
                 yield t, self.client.lrange(key, -limit, -1)[::-1]
             else:
                 yield t, self.client.lrange(key, 0, limit - 1)
-
-    def _pol_ready_ids(self, limit: int) -> Iterator[tuple[int, list[bytes]]]:
-        """Key by key, in the order the keys open, within each tier."""
-        base = self.keys.pol_queue_base
-        for t in range(self.keys.tiers):
-            got = 0
-            for key in self.client.zrange(self.keys.open(t), 0, limit - 1):
-                q = f"{base}{t}:".encode() + key
-                if self.settings.ordering == "priority":
-                    ids = self.client.zrange(q, 0, limit - got - 1)
-                elif self.settings.ordering == "fifo":
-                    ids = self.client.lrange(q, -(limit - got), -1)[::-1]
-                else:
-                    ids = self.client.lrange(q, 0, limit - got - 1)
-                got += len(ids)
-                yield t, ids
-                if got >= limit:
-                    break
 
     def _held(self, limit: int) -> Iterator[list[Held]]:
         """Lease by lease, soonest deadline first."""
@@ -169,16 +135,7 @@ class ListsFrontier(FrontierCore):
         return []  # the ready tiers and open zsets are in all_keys
 
     def _purge_extra(self) -> None:
-        """The per-key politeness queues and states, found by SCAN, deleted in batches."""
-        for pattern in self.keys.pol_patterns():
-            batch: list[bytes] = []
-            for key in self.client.scan_iter(match=pattern, count=1000):
-                batch.append(key)
-                if len(batch) >= 1000:
-                    self.client.unlink(*batch)
-                    batch = []
-            if batch:
-                self.client.unlink(*batch)
+        self._purge_politeness()
 
     def _forget_consumers(self, worker: str) -> None:
         pass  # a worker's leases are its only trace, and they are given back already

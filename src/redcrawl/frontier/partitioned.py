@@ -904,6 +904,10 @@ def _counts_of(sub: FrontierCore, reply: Any) -> Counts:
         return sub.counts()
     values = sub._counters(reply[:7], False)
     ready = reply[7] if isinstance(reply[7], int) else stored_int(reply[7])
+    if ready is not None and len(reply) > 10 and sub.politeness is not None:
+        # streams with politeness: + the requests waiting in the per-key queues
+        queued = stored_int(reply[10])
+        ready = None if queued is None else ready + max(queued, 0)
     if values is None or ready is None:
         return sub.counts()
     accepted, filtered, done, retried, reclaimed, requeued, in_flight = values

@@ -3,19 +3,20 @@
 crawl's limits stored for the lease step, a slot given back at response time, a start
 charged after a wait, a 429/503 deferral, the crawl-wide politeness figures. Each is one
 script of ``lua/`` (through ``FrontierCore._run``) or a bounded read; without politeness
-(streams crawls, lists crawls created without it) they do nothing, or refuse.
+(crawls created without it) they do nothing, or refuse. Both backends keep the per-key
+queues and state in ``lua/polite.lua``; what their Python sides share is here too.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from redcrawl.errors import ConfigError, FrontierError
 from redcrawl.frontier.base import Lease
-from redcrawl.frontier.records import stored_int
+from redcrawl.frontier.records import stored_int, stored_layout
 from redcrawl.keys import CrawlKeys
 from redcrawl.politeness import BackoffPolicy
 from redcrawl.settings import Settings
@@ -81,6 +82,61 @@ class PolitenessOps:
 
     def _nonce(self, worker: str) -> bytes:
         raise NotImplementedError  # FrontierCore's
+
+    # --- shared by the queue layers (lists, streams) -------------------------------
+    def _stored_politeness_mode(self, mark: str) -> str | None:
+        """The key mode if this crawl has politeness: asked for by the settings and the
+        crawl is new or was created with it (its stored layout ends in ``mark`` + the
+        key mode: "/" for lists, "fifo/host"; "streams/<shards>/" for streams). A crawl
+        created without it keeps its layout, with a warning."""
+        if not self.settings.politeness:
+            return None
+        with redis_errors("reading the crawl layout"):
+            raw = stored_layout(self.client.hgetall(self.keys.control))
+        if raw is None:
+            return self.settings.politeness_key
+        head = raw.decode(errors="replace").split(" ", 1)[0]
+        if head.rpartition(mark)[2] not in ("host", "domain"):
+            log.warning(
+                "crawl %s was created without fleet-wide politeness and keeps its "
+                "layout: each worker limits itself (purge the crawl, or use a new "
+                "crawl name, to have the frontier enforce the limits)",
+                self.crawl,
+            )
+            return None
+        return self.settings.politeness_key
+
+    def _pol_ready_ids(self, limit: int, ordering: str) -> Iterator[tuple[int, list[bytes]]]:
+        """Ready ids in the per-key queues (``ordering``: theirs), key by key, in the order
+        the keys open, within each tier."""
+        base = self.keys.pol_queue_base
+        for t in range(self.keys.tiers):
+            got = 0
+            for key in self.client.zrange(self.keys.open(t), 0, limit - 1):
+                q = f"{base}{t}:".encode() + key
+                if ordering == "priority":
+                    ids = self.client.zrange(q, 0, limit - got - 1)
+                elif ordering == "fifo":
+                    ids = self.client.lrange(q, -(limit - got), -1)[::-1]
+                else:
+                    ids = self.client.lrange(q, 0, limit - got - 1)
+                got += len(ids)
+                yield t, ids
+                if got >= limit:
+                    break
+
+    def _purge_politeness(self) -> None:
+        """The per-key politeness queues and states, found by SCAN, deleted in batches
+        (purge, after its script: there may be too many for one script call)."""
+        for pattern in self.keys.pol_patterns():
+            batch: list[bytes] = []
+            for key in self.client.scan_iter(match=pattern, count=1000):
+                batch.append(key)
+                if len(batch) >= 1000:
+                    self.client.unlink(*batch)
+                    batch = []
+            if batch:
+                self.client.unlink(*batch)
 
     def store_politeness(self, *, worker: bool = False) -> None:
         """Store the crawl's default limits and per-key settings (DOWNLOAD_SLOTS) from

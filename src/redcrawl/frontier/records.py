@@ -46,7 +46,7 @@ def record(env: Envelope, key: str | None = None) -> bytes:
 
 _KEY_PREFIX = re.compile(rb"[Kk]([0-9]{1,6}):")
 """``K``: the request holds its key's slot (or is not in flight); ``k``: in flight, its
-slot given back when its response arrived (``slot_free`` in ``lua/queue_lists.lua``)."""
+slot given back when its response arrived (``slot_free`` in ``lua/polite.lua``)."""
 
 
 def _split_key(body: bytes) -> tuple[str | None, bytes]:

@@ -32,6 +32,7 @@ import redis.exceptions
 from redcrawl.codec import Envelope
 from redcrawl.frontier.base import format_id, parse_id
 from redcrawl.frontier.core import FrontierCore, Held
+from redcrawl.frontier.records import stored_int
 from redcrawl.transport import redis_errors
 
 __all__ = ["GROUP", "PendingEntry", "ShardInfo", "StreamsFrontier", "host_of", "shard_of"]
@@ -125,20 +126,17 @@ class StreamsFrontier(FrontierCore):
 
     # --- the queue layer (see redcrawl.frontier.core) ------------------------------
     def _politeness_mode(self) -> str | None:
-        if self.settings.politeness:
-            log.warning(
-                "REDCRAWL_POLITENESS: the streams backend does not enforce fleet-wide "
-                "politeness yet; each worker limits itself (Scrapy's per-process "
-                "CONCURRENT_REQUESTS_PER_DOMAIN and DOWNLOAD_DELAY). Use "
-                "REDCRAWL_BACKEND=lists for limits that hold for the whole fleet, or "
-                "set REDCRAWL_POLITENESS=off to silence this"
-            )
-        return None
+        return self._stored_politeness_mode(f"streams/{self.settings.shards}/")
 
     def _script_keys(self) -> list[str]:
-        return self.keys.script_keys(self.settings.shards)
+        keys = self.keys.script_keys(self.settings.shards)
+        if self.politeness is not None:
+            keys += self.keys.politeness_script_keys()
+        return keys
 
     def _layout(self) -> str:
+        if self.politeness is not None:
+            return f"streams/{self.settings.shards}/{self.politeness}"
         return f"streams/{self.settings.shards}"
 
     def _push_extra(self, envelopes: Sequence[Envelope]) -> list[tuple[int]]:
@@ -150,13 +148,24 @@ class StreamsFrontier(FrontierCore):
         return [k.stats, k.delayed, k.dead, *self.stream_keys()], []
 
     def _count_states(self) -> tuple[Sequence[Any], int, int, int]:
-        """In flight = entries pending in the group, ready = the other entries."""
+        """In flight = entries pending in the group, ready = the other entries (and, with
+        politeness, the requests in the per-key queues: stats ``ready``)."""
+        k = self.keys
         res = self._scripts.run("counts", *self._count_call())
-        ready, delayed, dead = (int(x) for x in res[7:])
+        ready, delayed, dead = (int(x) for x in res[7:10])
+        if self.politeness is not None:
+            queued = stored_int(res[10])
+            if queued is None:  # corrupt: recounted by any script, e.g. repair
+                self.repair()
+                queued = stored_int(self.client.hget(k.stats, "ready"))
+            ready += max(queued or 0, 0)
         return res[:7], ready, delayed, dead
 
     def _ready_ids(self, limit: int) -> Iterator[tuple[int, list[bytes]]]:
-        """Entries not yet delivered, high streams (tier 0) first, then low (tier 1)."""
+        """Entries not yet delivered, high streams (tier 0) first, then low (tier 1); with
+        politeness, first the per-key queues (key by key, in the order the keys open)."""
+        if self.politeness is not None:
+            yield from self._pol_ready_ids(limit, "fifo")
         for _s, cls, key in self._stream_rows():
             start = "-"
             try:
@@ -188,6 +197,9 @@ class StreamsFrontier(FrontierCore):
             return None
         rows = self.client.xpending_range(keys[int(parts[1])], GROUP, parts[2], parts[2], 1)
         return rows[0]["consumer"].decode() if rows else None
+
+    def _purge_extra(self) -> None:
+        self._purge_politeness()
 
     def _extra_keys(self) -> list[str]:
         found = {

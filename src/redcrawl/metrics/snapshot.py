@@ -328,7 +328,7 @@ class SnapshotReader:
             at += 2 * len(rows)
             tiers = 0 if rows or f.politeness is not None else f.keys.tiers
             snap = self._crawl(f, c, now, stats_raw, workers_raw, paused, rows, pend[::2])
-            if rows:
+            if rows and f.politeness is None:  # (with politeness: per-key queues, as above)
                 for (_s, cls, _k), summary, length in zip(rows, pend[::2], pend[1::2], strict=True):
                     if isinstance(length, int):
                         held = int(summary["pending"]) if isinstance(summary, dict) else 0

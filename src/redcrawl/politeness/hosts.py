@@ -109,8 +109,8 @@ class BadHostInput(RedcrawlError, ValueError):
 
 
 class PolitenessOff(FrontierError):
-    """The crawl has no fleet-wide politeness (a streams crawl, or a lists crawl created
-    without it): there are no per-key limits to see or steer."""
+    """The crawl has no fleet-wide politeness (it was created without it): there are no
+    per-key limits to see or steer."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,7 +240,7 @@ def _obj(raw: Any) -> dict[str, Any] | None:
 
 
 def _pos(value: Any, low: float, high: float) -> float | None:
-    """A stored limit as the lease step reads it (``pos_num`` in queue_lists.lua)."""
+    """A stored limit as the lease step reads it (``pos_num`` in polite.lua)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value) if math.isfinite(value) and low <= value <= high else None
@@ -272,9 +272,9 @@ class Hosts:
         if frontier.politeness is None:
             raise PolitenessOff(
                 f"crawl {frontier.crawl!r} has no fleet-wide politeness (its layout is "
-                f"{'streams' if frontier.BACKEND == 'streams' else 'lists without a key mode'}"
+                f"{frontier.BACKEND} without a key mode"
                 "): each worker limits itself and there are no per-host limits to see or "
-                "set. A new lists crawl has it (REDCRAWL_POLITENESS on, the default): purge "
+                "set. A new crawl has it (REDCRAWL_POLITENESS on, the default): purge "
                 "this crawl or use a new crawl name"
             )
         self.f = frontier
@@ -291,6 +291,12 @@ class Hosts:
     def _now_arg(self) -> str:
         clock = self.f._clock
         return "" if clock is None else str(int(clock()))
+
+    def _streams(self) -> list[str]:
+        """A streams crawl's streams (their pending entries are its leased requests)."""
+        if self.f.BACKEND != "streams":
+            return []
+        return self.keys.streams(self.f.settings.shards)
 
     # --- reading -----------------------------------------------------------------------
     def top(self, *, limit: int = 100, sort: Sort = "ready", cursor: str | None = None) -> HostPage:
@@ -309,8 +315,8 @@ class Hosts:
         tiers = k.tiers
         found = self._scripts.run(
             "list",
-            [k.inflight, k.leases, k.req, *(k.open(t) for t in range(tiers))],
-            [LIST_KEYS_PER_TIER, LIST_LEASES, LIST_LEASED_IDS],
+            [k.inflight, k.leases, k.req, *(k.open(t) for t in range(tiers)), *self._streams()],
+            [LIST_KEYS_PER_TIER, LIST_LEASES, LIST_LEASED_IDS, tiers],
             what="listing politeness keys",
         )
         complete, names = bool(int(found[0])), [_text(x) for x in found[1:]]
@@ -613,7 +619,7 @@ def _limits(
     auto_delay: float | None = None,
 ) -> tuple[Limit, Limit, bool]:
     """(concurrency, delay, jitter) of a key as the lease step computes them
-    (``limits`` in frontier/lua/queue_lists.lua), with the source of each. While
+    (``limits`` in frontier/lua/polite.lua), with the source of each. While
     AutoThrottle is on (``autothrottle``: the control hash's JSON), the key's delay is at
     least its ``auto_delay`` (its state's ``ad``), else AutoThrottle's start delay."""
     d = defaults or {}

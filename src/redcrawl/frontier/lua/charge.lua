@@ -1,7 +1,7 @@
 -- charge.lua: fetch starts at a politeness key's site that its grants did not account for
 -- (crawls with politeness, lists backend; docs/politeness.md, "Starts after a wait"). Uses
 -- the queue layer's politeness helpers (limits, pol_state, opens_at, pol_rescore,
--- pol_idle_check, lease_since, jitter_factor, start_window in queue_lists.lua).
+-- pol_idle_check, lease_since, jitter_factor, start_window in polite.lua).
 -- KEYS, ARGV[1..4]: see lib.lua.
 -- ARGV[5..]: triples (kind, a, b):
 --   "r", key, ""     the robots.txt of the key's site is being downloaded now: a fetch

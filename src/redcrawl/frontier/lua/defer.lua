@@ -2,7 +2,7 @@
 -- at the front of its politeness key's queue, without spending an attempt, and its key is
 -- blocked for the whole fleet (its Retry-After, or the backoff delay of the key's failure
 -- count); past max_deferrals deferrals of the request, it goes to DEAD with the reason.
--- Crawls with politeness only (see defer_held in lib.lua and queue_lists.lua).
+-- Crawls with politeness only (see defer_held in lib.lua and polite.lua).
 -- KEYS, ARGV[1..4]: see lib.lua.
 -- ARGV[5] max_deferrals   ARGV[6] worker id   ARGV[7] call nonce (see call_replay in ops.lua)
 -- ARGV[8..]: quads (id, token, reason (the status, e.g. "429"), Retry-After in ms or "").

@@ -1,6 +1,6 @@
 -- free.lua: give back the politeness slots of leased requests whose response (or download
 -- error) has arrived, while they stay IN-FLIGHT under their lease until acked (see
--- slot_free in lib.lua and queue_lists.lua; settle.lua carries the same triples).
+-- slot_free in lib.lua and polite.lua; settle.lua carries the same triples).
 -- KEYS, ARGV[1..4]: see lib.lua.
 -- ARGV[5..]: triples (id, token, outcome): "s" a response that was not a 429/503 (a
 -- success: forgives backoff), "e" a download error, "f<ms>" a 429/503 that is not

@@ -46,18 +46,24 @@ local K_REQ, K_INFLIGHT, K_LEASES, K_LEFT = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local K_DELAYED, K_DEAD, K_ERR, K_STATS = KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local K_WORKERS, K_CONTROL, K_FPD, K_CALLS = KEYS[9], KEYS[10], KEYS[11], KEYS[12]
 local FIRST_TIER = 13
--- A lists crawl with politeness has the layout "<ordering>/<key mode>" ("fifo/host"):
--- POLITE is then the key mode, and the queue layer's keys after the ready tiers are the
--- politeness keys (see queue_lists.lua); nil otherwise.
+-- A lists crawl with politeness has the layout "<ordering>/<key mode>" ("fifo/host"), a
+-- streams crawl "streams/<shards>/<key mode>": POLITE is then the key mode, and the
+-- politeness keys come after the queue layer's (see polite.lua); nil otherwise.
 local ORDERING, POLITE = ARGV[1], nil
 do
   local o, m = string.match(ARGV[1], '^(%l+)/(%l+)$')
   if o and o ~= 'streams' then ORDERING, POLITE = o, m end
+  -- a streams crawl with politeness: "streams/<shards>/<key mode>"
+  local so, sm = string.match(ARGV[1], '^(streams/%d+)/(%l+)$')
+  if so then ORDERING, POLITE = so, sm end
 end
 
 local BOUNDS = {}
 for b in string.gmatch(ARGV[2], '[^,]+') do BOUNDS[#BOUNDS + 1] = tonumber(b) end
 local NTIERS = (ORDERING == 'priority') and 1 or (#BOUNDS + 1)
+-- A crawl with politeness ends its KEYS with the politeness keys (see polite.lua): the
+-- open zset of each tier, then six more.
+local POL_NKEYS = POLITE and (NTIERS + 6) or 0
 
 -- Every key must hold its own type (or not exist): a key overwritten with another type
 -- would make a command fail halfway through a script, after earlier writes (Redis does
@@ -72,8 +78,9 @@ do
   elseif string.sub(ORDERING, 1, 8) == 'streams/' then queue = 'stream' end
   local last_queue = #KEYS
   if POLITE then
-    -- the ready tiers, the open zset of each tier, two key bases (not keys), two hashes
-    last_queue = FIRST_TIER + NTIERS - 1
+    -- the queue layer's keys, the open zset of each tier, two key bases (not keys), two
+    -- hashes, a zset and a hash
+    last_queue = #KEYS - POL_NKEYS
     for i = last_queue + 1, last_queue + NTIERS do want[i] = 'zset' end
     -- (after the open zsets: the queue base and the state base, which are not keys)
     want[last_queue + NTIERS + 3] = 'hash'  -- overrides
@@ -81,7 +88,11 @@ do
     want[last_queue + NTIERS + 5] = 'zset'  -- blocked keys
     want[last_queue + NTIERS + 6] = 'hash'  -- deferral counts
   end
-  for i = 1, math.min(#KEYS, FIRST_TIER + 15) do
+  -- (and the politeness keys after many streams)
+  local checked = {}
+  for i = 1, math.min(#KEYS, FIRST_TIER + 15) do checked[#checked + 1] = i end
+  for i = math.max(last_queue + 1, FIRST_TIER + 16), #KEYS do checked[#checked + 1] = i end
+  for _, i in ipairs(checked) do
     local expect = want[i] or (i >= FIRST_TIER and i <= last_queue and queue)
     if expect then
       local t = redis.call('TYPE', KEYS[i])['ok']
@@ -237,7 +248,7 @@ local CORRUPT = "stored record has no state header"
 -- The politeness key stored in a record ("K<length>:<key>" in front of the envelope; see
 -- redcrawl.frontier.records), or nil if it has none; and whether the request's slot of
 -- that key is still held ("K"), or was given back when its response arrived ("k": see
--- slot_free in queue_lists.lua). A grant (stamp_leased) makes it "K" again.
+-- slot_free in polite.lua). A grant (stamp_leased) makes it "K" again.
 local function rec_slot(rec)
   -- (one match for the header and the mark: this runs for every request acked)
   local p, a, m, n, at = string.match(rec, '^(-?%d+)|(%d+)|[^|]*|([Kk])(%d+):()')

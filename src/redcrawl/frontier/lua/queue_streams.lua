@@ -1,6 +1,7 @@
--- queue_streams.lua: the streams backend's queue layer (after lib.lua and the dedupe
--- prelude, instead of queue_lists.lua; it defines the hooks lib.lua's QUEUE LAYER block
--- declares, and nothing outside this file uses anything else of it). Everything else —
+-- queue_streams.lua: the streams backend's queue layer (after lib.lua, the dedupe prelude
+-- and polite.lua, instead of queue_lists.lua; it defines the hooks lib.lua's QUEUE LAYER
+-- block declares, and polite.lua's lease_since; nothing outside this file uses anything
+-- else of it). Everything else —
 -- the request hash and its record header, dedupe, DELAYED, DEAD, stats, heartbeats, pause
 -- — is lib.lua's and ops.lua's, shared with the lists backend.
 --
@@ -42,10 +43,21 @@
 -- exactly when the caller's clock has moved ttl past its delivery, whatever the real
 -- time. With the server clock OFFSET = 0: plain idle times, min-idle = ttl.
 
+-- POLITENESS (layout "streams/<shards>/<key mode>", POLITE set; docs/politeness.md,
+-- "Streams backend"). READY requests wait in polite.lua's per-key queues, not in the
+-- streams; a lease grants ids by the open schedule (pol_grant), XADDs each to its
+-- stream (its shard: a hash of its politeness key, so a site's requests share a stream)
+-- and reads them into the worker's pending list (XREADGROUP) in the same script, so a
+-- stream holds only granted entries, pending at once: in flight = pending, ready = the
+-- per-key queues (stats "ready") + the entries not yet delivered (none, but for entries
+-- left by a crawl without politeness). An entry has a second field, t = its grant time
+-- (ms, the frontier's clock: lease_since). Expired entries go back to their key's queue
+-- (their slot back), never straight to the leasing worker.
+
 PUSH_STRIDE = 4  -- record, fingerprint, priority, shard
 local S_GROUP = 'g'
 local S_K = 1000000000000
-local NSTREAMS = #KEYS - FIRST_TIER + 1
+local NSTREAMS = #KEYS - FIRST_TIER + 1 - POL_NKEYS
 local SHARDS = NSTREAMS / 2
 local HIGH = BOUNDS[1] or -math.huge
 local OFFSET = 0
@@ -98,8 +110,10 @@ local function stream_of(shard, priority)
   return 2 * (shard % SHARDS) + ((priority >= HIGH) and 0 or 1)
 end
 
--- Streams are appended to: "front" (served next) has no meaning here.
+-- Streams are appended to: "front" (served next) has no meaning here (with politeness,
+-- the key queues of polite.lua, where it has).
 ready_push = function(items, front)
+  if POLITE then return pol_push(items, front) end
   for _, it in ipairs(items) do
     local shard = it[4]
     if shard == nil then shard = shard_of_record(it[5] or redis.call('HGET', K_REQ, it[1])) end
@@ -133,7 +147,8 @@ local function xdone(k, eids)
   end
 end
 
-unhold = function(tokens)
+unhold = function(tokens, recs)
+  if POLITE and recs then pol_release(recs) end
   local per = {}
   for _, t in ipairs(tokens) do
     local k, eid = parse_token(t)
@@ -143,6 +158,17 @@ unhold = function(tokens)
     end
   end
   for k, eids in pairs(per) do xdone(k, eids) end
+end
+
+-- When the lease token was granted (ms): its entry's field t (written with politeness),
+-- or nil.
+lease_since = function(token)
+  local k, eid = parse_token(token)
+  if not k or k >= NSTREAMS then return nil end
+  local r = redis.call('XRANGE', skey(k), eid, eid)
+  local f = r[1] and r[1][2]
+  if f and f[3] == 't' then return tonumber(f[4]) end
+  return nil
 end
 
 -- Expired pending entries (idle >= ttl), high streams first, at most limit. Those of a
@@ -225,6 +251,7 @@ local function reclaim(cands, max_attempts, ttl, worker, want)
       elseif a >= max_attempts then
         xdone(k, {eid})
         redis.call('HSET', K_REQ, rid, header(p, a, '', env))
+        if POLITE then pol_release({rec}) end
         kill({rid}, {expired_why(a, owner)})
         taken = taken + 1
       elseif claim then
@@ -235,6 +262,15 @@ local function reclaim(cands, max_attempts, ttl, worker, want)
         rec = header(p, a + 1, tk, env)
         redis.call('HSET', K_REQ, rid, rec)
         got[#got + 1] = rid; got[#got + 1] = a + 1; got[#got + 1] = rec; got[#got + 1] = tk
+        back = back + 1
+        taken = taken + 1
+      elseif POLITE then
+        -- its slot back, and to the front of its key's queue
+        xdone(k, {eid})
+        pol_release({rec})
+        local nrec = header(p, a, '', env)
+        redis.call('HSET', K_REQ, rid, nrec)
+        pol_push({{rid, p, 0, nil, nrec}}, true)
         back = back + 1
         taken = taken + 1
       else
@@ -288,17 +324,18 @@ reclaim_expired = function(limit, max_attempts, ttl)
 end
 
 -- A lease's reclaim step: expired entries of dead workers, up to n of them claimed by
--- worker (their delivery count + 1), the others back to READY or DEAD.
+-- worker (their delivery count + 1; none with politeness: they go through their keys'
+-- queues), the others back to READY or DEAD.
 lease_expired = function(worker, n, ttl, max_attempts, limit)
-  local got = reclaim(expired(ttl, limit), max_attempts, ttl, n > 0 and worker or nil, n)
+  local claimer = n > 0 and not POLITE and worker or nil
+  local got = reclaim(expired(ttl, limit), max_attempts, ttl, claimer, n)
   return got
 end
 
 -- Up to n new entries (XREADGROUP ">"), high-priority streams before low ones, spread over
--- the shards from a rotating start (schedule is unused: no tiers).
-lease_ready = function(worker, n, ttl, schedule, got)
-  -- New entries: a fair split over the shards, then whatever is left from any of them.
-  local fresh = {}
+-- the shards from a rotating start, appended to fresh as {stream, entry id, request id}.
+local function read_new(worker, n, fresh)
+  -- a fair split over the shards, then whatever is left from any of them
   local cursor = num(redis.call('HGET', K_CONTROL, 'cursor')) % SHARDS
   local drained = {}
   local need = n
@@ -326,16 +363,61 @@ lease_ready = function(worker, n, ttl, schedule, got)
     end
   end
   redis.call('HSET', K_CONTROL, 'cursor', (cursor + 1) % SHARDS)
+end
+
+-- With politeness: up to n ids granted by the open schedule (polite.lua's pol_grant),
+-- each XADDed to its stream (its shard a hash of its key; high stream for tier 0) and
+-- read at once into the worker's pending list; appended to fresh as {stream, entry id,
+-- request id, key}. False if nothing was granted.
+local function polite_deliver(worker, n, schedule, fresh)
+  local ids, keys, tiers = pol_grant(n, schedule)
+  if #ids == 0 then return false end
+  local shard, added, order, key_of = {}, {}, {}, {}
+  for i, id in ipairs(ids) do
+    local key = keys[i]
+    local s = shard[key]
+    if not s then
+      s = tonumber(string.sub(redis.sha1hex(key), 1, 8), 16) % SHARDS
+      shard[key] = s
+    end
+    local k = 2 * s + ((tiers[i] == 0) and 0 or 1)
+    local eid = redis.call('XADD', skey(k), '*', 'r', id, 't', NOW)
+    key_of[eid .. '@' .. k] = key
+    if not added[k] then added[k] = 0; order[#order + 1] = k end
+    added[k] = added[k] + 1
+  end
+  for _, k in ipairs(order) do
+    local key = skey(k)
+    local r = xg(key, 'XREADGROUP', 'GROUP', S_GROUP, worker, 'COUNT', added[k],
+                 'STREAMS', key, '>')
+    for _, e in ipairs((r and r[1] and r[1][2]) or {}) do
+      fresh[#fresh + 1] = {k, e[1], e[2][2], key_of[e[1] .. '@' .. k]}
+    end
+  end
+  return true
+end
+
+-- Up to n requests to the worker: new entries of the streams (read_new) or, with
+-- politeness, granted ones (polite_deliver); schedule: the tiers' weighted-fair schedule
+-- (politeness only).
+lease_ready = function(worker, n, ttl, schedule, got)
+  local fresh = {}
+  if POLITE then
+    if not polite_deliver(worker, n, schedule, fresh) then return end
+  else
+    read_new(worker, n, fresh)
+  end
 
   local ids = {}
   for i, f in ipairs(fresh) do ids[i] = f[3] end
   local leased = stamp_leased(ids, function(i) return lease_token(fresh[i][1], fresh[i][2]) end,
                               true, got)
-  local fix = {}
+  local fix, unused = {}, {}
   for i, f in ipairs(fresh) do
     local k, eid, a = f[1], f[2], leased[i]
     if not a then
       xdone(k, {eid})  -- dead-lettered (corrupt), or stale: its request is elsewhere (or gone)
+      if f[4] then unused[#unused + 1] = f[4] end  -- granted: its slot back
     elseif a ~= 1 or OFFSET > 0 then
       local key = k .. ':' .. a
       if not fix[key] then fix[key] = {k, a, {}} end
@@ -343,6 +425,7 @@ lease_ready = function(worker, n, ttl, schedule, got)
       list[#list + 1] = eid
     end
   end
+  if POLITE then pol_unpop(unused) end
   -- The delivery count is the request's attempts; with a test clock, backdate the idle.
   for _, f in pairs(fix) do
     local eids = f[3]

@@ -6,14 +6,18 @@
 -- KEYS[2]    leases    HASH lease token -> msgpack [since, worker, id, ...]
 -- KEYS[3]    req       HASH id -> record <priority>|<attempts>|<token>|K<len>:<key><env>
 -- KEYS[4..]  open:<t>, one per tier: ZSET politeness key -> when it may next be granted
+-- KEYS[4 + tiers..]  (streams crawls) the streams: their pending entries are the leased
+--            requests (KEYS 1-2 are unused then)
 -- ARGV[1] most keys read from the head of each tier's open zset (the keys that open
 --         first)
 -- ARGV[2] most leases read (soonest deadline first)
 -- ARGV[3] most leased request ids read
+-- ARGV[4] the number of tiers ("" or absent: every KEY after the third is an open zset)
 --
 -- Returns {complete (1: every key with ready work or in flight was found, 0: a bound
 -- cut the reading short), then the keys found, each once}.
 local ntiers = #KEYS - 3
+if ARGV[4] and ARGV[4] ~= '' then ntiers = tonumber(ARGV[4]) end
 local per_tier, max_leases, max_ids = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local complete = 1
 local seen, order = {}, {}
@@ -56,6 +60,28 @@ for _, token in ipairs(tokens) do
             if n then add(string.sub(rec, at, at + tonumber(n) - 1)) end
           end
         end
+      end
+    end
+  end
+end
+
+-- streams crawls: keys with requests in flight from the streams' pending entries (a
+-- request's token ends with its entry id)
+for i = 4 + ntiers, #KEYS do
+  if read >= max_ids then complete = 0; break end
+  local want = max_ids - read
+  local p = redis.pcall('XPENDING', KEYS[i], 'g', '-', '+', want + 1)
+  if type(p) == 'table' and not p.err then
+    if #p > want then complete = 0; p[#p] = nil end
+    for _, e in ipairs(p) do
+      read = read + 1
+      local r = redis.call('XRANGE', KEYS[i], e[1], e[1])
+      local id = r[1] and r[1][2] and r[1][2][2]
+      local rec = id and redis.call('HGET', KEYS[3], id)
+      if rec then
+        local n, at = string.match(rec, '^%-?%d+|%d+|[^|]*/' .. string.gsub(e[1], '%-', '%%-') ..
+          '|K(%d+):()')
+        if n then add(string.sub(rec, at, at + tonumber(n) - 1)) end
       end
     end
   end

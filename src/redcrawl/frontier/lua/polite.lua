@@ -1,0 +1,633 @@
+-- polite.lua: fleet-wide politeness, shared by both queue layers (after lib.lua and the
+-- dedupe prelude, before queue_lists.lua or queue_streams.lua; docs/politeness.md). It
+-- defines functions only (and, for a crawl with politeness, recounts a corrupt ready
+-- counter); each queue layer calls them where READY and IN-FLIGHT change:
+--   pol_push(items, front)  READY: into the requests' key queues (the layer's ready_push)
+--   pol_grant(n, schedule)  up to n ids whose keys are open now, their keys and tiers: each
+--                           takes a slot of its key and charges its delay (lease_ready)
+--   pol_unpop(keys)         slots back of granted ids that were not leased after all
+--   pol_release(recs)       slots back of requests leaving IN-FLIGHT (unhold, expiry)
+-- and the optional hooks slot_free (a slot back at response time) and defer_held
+-- (429/503) of lib.lua's QUEUE LAYER block. charge.lua uses limits, opens_at, jitter_factor
+-- and start_window. The queue layer defines lease_since(token) (declared here): when a
+-- lease token was granted (ms), or nil.
+--
+-- KEYS: a crawl with politeness (POLITE set: layout "<ordering>/<mode>" for lists,
+-- "streams/<shards>/<mode>" for streams) ends its KEYS with the open zset of each tier,
+-- the per-key queue base, the per-key state base (bases, not keys: names are built from
+-- them, in the crawl's hash tag), overrides (polo), DOWNLOAD_SLOTS (pols), blocked keys
+-- (polb) and deferral counts (defers): POL_NKEYS keys (redcrawl.keys.CrawlKeys).
+--
+-- The ready requests of a tier are kept per politeness key (the key is in each record,
+-- rec_key): the queue of key K in tier t is K_PQ .. t .. ':' .. K (FIFO on streams
+-- crawls), and the tier's open zset holds every key with ready requests in that tier,
+-- scored by the time (ms) it may next be granted: max(next, block_until) while it has a
+-- free slot, OPEN_FULL while its slots are all taken (an ack brings it back), now +
+-- PAUSE_RECHECK while an override pauses it. A lease takes the key of lowest score:
+-- O(log keys) per grant; a key without ready requests is in no zset and costs nothing.
+-- Per key, the hash K_POL .. K holds "in" (in flight) and "next" (ms); it expires once
+-- the key is idle. The key's limits: the crawl's defaults (control "politeness"), its
+-- DOWNLOAD_SLOTS entry (K_POLS), then the override hash K_POLO (crawl_delay: the larger
+-- of it and the configured delay; delay, concurrency: win outright; block_until; paused).
+local TWO32 = 4294967296
+local OPEN_FULL = 4503599627370496  -- 2^52: not open until one of its leases ends
+local PAUSE_RECHECK = 1000
+local IDLE_TTL = 3600000
+local K_OPEN, K_PQ, K_POL, K_POLO, K_POLS, K_POLB
+-- the order of the per-key queues: the lists crawl's ordering; FIFO on streams crawls
+local QORDER = ORDERING
+if string.sub(ORDERING, 1, 8) == 'streams/' then QORDER = 'fifo' end
+if POLITE then
+  K_OPEN = #KEYS - POL_NKEYS + 1
+  K_PQ = KEYS[K_OPEN + NTIERS]
+  K_POL = KEYS[K_OPEN + NTIERS + 1]
+  K_POLO = KEYS[K_OPEN + NTIERS + 2]
+  K_POLS = KEYS[K_OPEN + NTIERS + 3]
+  K_POLB = KEYS[K_OPEN + NTIERS + 4]
+  K_DEFERS = KEYS[K_OPEN + NTIERS + 5]
+end
+local function open_key(tier) return KEYS[K_OPEN + tier] end
+local function pq_key(tier, key) return K_PQ .. tier .. ':' .. key end
+
+-- A JSON object from the state (nil if absent or unreadable: a bad value is ignored,
+-- with a line in the server log, rather than stopping the crawl).
+local function json_obj(raw, what)
+  if not raw then return nil end
+  local ok, v = pcall(cjson.decode, raw)
+  if ok and type(v) == 'table' then return v end
+  redis.log(redis.LOG_WARNING, 'redcrawl: ignoring unreadable politeness ' .. what)
+  return nil
+end
+local function pos_num(v, low, high)
+  if type(v) == 'number' and v == v and v >= low and v <= high then return v end
+  return nil
+end
+
+local POL_DEFAULTS, ANY_SLOTS, ANY_OVERRIDES
+local LIMITS = {}
+-- key -> its state's "ad" (AutoThrottle's delay, ms; false: none), read with the state
+-- (pol_state), so that a grant reads no override for it
+local AUTO_DELAY = {}
+-- The key's limits: {conc, delay (ms), jitter (its range, or false), block (ms), paused}.
+local function limits(key)
+  local lim = LIMITS[key]
+  if lim then return lim end
+  if not POL_DEFAULTS then
+    -- missing (stored at a frontier's first push; gone after a purge until the next one
+    -- or a worker's start): Scrapy's defaults, 8 at a time and no delay; unreadable: the
+    -- most careful limit, one at a time, until a worker stores its settings again
+    local raws = redis.call('HMGET', K_CONTROL, 'politeness', 'autothrottle')
+    local raw = raws[1]
+    local d = json_obj(raw, 'defaults') or {}
+    local conc = pos_num(d.concurrency, 1, 1e9) or (raw and 1 or 8)
+    -- fleet-wide AutoThrottle (redcrawl.politeness.autothrottle): while a worker has it
+    -- on, a key's delay is at least its state's "ad", else the start delay
+    local at = json_obj(raws[2], 'autothrottle')
+    local auto = at and (pos_num(at.start_delay, 0, 1e9) or 0)
+    -- jitter: its range j (a gap is the delay times U(1 - j, 1 + j)), false for none
+    local j = d.randomize == true and (pos_num(d.jitter, 0, 100) or 0.5)
+    POL_DEFAULTS = {conc, pos_num(d.delay, 0, 1e9) or 0, j ~= 0 and j, auto}
+    -- (most crawls have no per-key settings or overrides: no lookup per key then)
+    ANY_SLOTS = redis.call('EXISTS', K_POLS) == 1
+    ANY_OVERRIDES = redis.call('EXISTS', K_POLO) == 1
+  end
+  local conc, delay, jitter = POL_DEFAULTS[1], POL_DEFAULTS[2], POL_DEFAULTS[3]
+  local block, paused = 0, false
+  local slot = ANY_SLOTS and json_obj(redis.call('HGET', K_POLS, key), 'slot ' .. key)
+  if slot then
+    conc = pos_num(slot.concurrency, 1, 1e9) or conc
+    delay = pos_num(slot.delay, 0, 1e9) or delay
+    if type(slot.randomize_delay) == 'boolean' then
+      jitter = slot.randomize_delay and (pos_num(slot.jitter, 0, 100) or 0.5)
+      if jitter == 0 then jitter = false end
+    end
+  end
+  local ov = ANY_OVERRIDES and json_obj(redis.call('HGET', K_POLO, key), 'override ' .. key)
+  -- delay: the override's delay wins outright, else the largest of the configured delay,
+  -- robots.txt's crawl_delay and (AutoThrottle on) the state's "ad" or the start delay
+  local auto = POL_DEFAULTS[4]
+  if auto then
+    local ad = AUTO_DELAY[key]
+    if ad == nil then ad = redis.call('HGET', K_POL .. key, 'ad') end  -- (state not read)
+    ad = pos_num(tonumber(ad or ''), 0, 1e12)
+    if ad then auto = ad / 1000 end
+  end
+  if auto and auto > delay then delay = auto end
+  if ov then
+    local cd = pos_num(ov.crawl_delay, 0, 1e9)
+    if cd and cd > delay then delay = cd end
+    delay = pos_num(ov.delay, 0, 1e9) or delay
+    conc = pos_num(ov.concurrency, 1, 1e9) or conc
+    block = pos_num(ov.block_until, 0, 1e15) or 0
+    paused = ov.paused == true
+  end
+  lim = {math.floor(conc), math.floor(delay * 1000 + 0.5), jitter, math.floor(block), paused}
+  LIMITS[key] = lim
+  return lim
+end
+
+-- The tiers where a key has ready requests (so is a member of their open zsets), kept in
+-- its state as "tm", a bit per tier, so that a slot back rescores only those: written
+-- exactly by pol_push when the key enters a tier (from every tier's zset), cleared by
+-- pol_pop when a tier's queue of the key runs dry. Absent (never written, or the state
+-- expired and was written again by a grant): nil, meaning every tier, as before.
+local function tier_mask(v)
+  if v and int_ok(v) and v ~= '' then
+    local m = tonumber(v)
+    if m >= 0 and m < 2 ^ NTIERS then return m end
+  end
+  return nil
+end
+local function in_tier(mask, t) return not mask or math.floor(mask / 2 ^ t) % 2 == 1 end
+
+-- A key's state hash, read in one HMGET: the fields of POL_FIELDS by name (raw strings,
+-- nil when absent). One more field is one more name here.
+local POL_FIELDS = {'in', 'next', 'block', 'rdy', 'tm', 'ad'}
+local function pol_read(key)
+  local v = redis.call('HMGET', K_POL .. key, unpack(POL_FIELDS))
+  local st = {}
+  for i, f in ipairs(POL_FIELDS) do st[f] = v[i] end
+  return st
+end
+
+-- In flight, next allowed grant (ms: the later of its delay's next start and its
+-- adaptive block, see pol_fail), since when it has had ready work without a grant, and
+-- the tiers whose open zset holds it (tier_mask). (Also notes the key's AutoThrottle
+-- delay, field "ad", for limits().)
+local function pol_state(key)
+  local st = pol_read(key)
+  AUTO_DELAY[key] = st.ad or false
+  return math.max(num(st['in']), 0), math.max(num(st.next), num(st.block)), num(st.rdy),
+    tier_mask(st.tm)
+end
+
+-- When the key may next be granted, given its limits and state.
+local function opens_at(key, inn, nxt)
+  local lim = limits(key)
+  if lim[5] then return NOW + PAUSE_RECHECK end
+  if inn >= lim[1] then return OPEN_FULL end
+  return math.max(nxt, lim[4])
+end
+
+-- The key's score in every tier's open zset where it is (it is there iff it has ready
+-- requests in that tier; mask: those tiers, nil if unknown).
+local function pol_rescore(key, score, mask)
+  for t = 0, NTIERS - 1 do
+    if in_tier(mask, t) then redis.call('ZADD', open_key(t), 'XX', score, key) end
+  end
+end
+
+-- An idle key (nothing in flight and, as far as its tier mask tells, no ready request):
+-- its state (only its next allowed time matters then) expires IDLE_TTL after that time; a
+-- grant makes it persist again. A key with ready requests keeps its state (as long as
+-- its queues exist), so a slot back between two grants does not set an expiry the next
+-- grant removes again.
+local function pol_idle_check(key, inn, nxt, mask)
+  if inn > 0 or (mask and mask > 0) then return end
+  redis.call('PEXPIRE', K_POL .. key, math.max(nxt - NOW, 0) + IDLE_TTL)
+end
+
+-- k slots of each key given back (per_key: key -> k). Only a key that was full (in
+-- flight reached its concurrency: scored OPEN_FULL, or stale) is rescored; a key with a
+-- free slot before keeps its score (when it opened: max(next, block), set at its grant or
+-- push), and its state is read only to rescore it or to let it expire once idle. (A key
+-- whose concurrency was raised, other than by an override, which rescores it itself, opens
+-- at its next slot back with nothing in flight.)
+local function pol_slots_back(per_key)
+  for key, k in pairs(per_key) do
+    local inn = redis.call('HINCRBY', K_POL .. key, 'in', -k)
+    if inn < 0 then redis.call('HSET', K_POL .. key, 'in', 0); inn = 0 end
+    local full = inn + k >= limits(key)[1]
+    if full or inn == 0 then
+      local _, nxt, _, mask = pol_state(key)
+      if full then
+        -- (a key whose slots were all taken opens now, not at its past next: its score is
+        -- when it opened, for the politeness wait, and it queues behind keys open before)
+        pol_rescore(key, math.max(opens_at(key, inn, nxt), NOW), mask)
+      else
+        -- only ever lowers a score (a stale OPEN_FULL); ZADD LT needs Redis 6.2
+        local score = opens_at(key, inn, nxt)
+        for t = 0, NTIERS - 1 do
+          if in_tier(mask, t) then redis.call('ZADD', open_key(t), 'XX', 'LT', score, key) end
+        end
+      end
+      pol_idle_check(key, inn, nxt, mask)
+    end
+  end
+end
+
+-- Slots given back: one per record still holding its slot (nil or keyless records, and
+-- records whose slot went back when their response arrived, are skipped).
+local function pol_release(recs)
+  local per_key = {}
+  for _, rec in pairs(recs) do
+    local key, held
+    if rec then key, held = rec_slot(rec) end
+    if key and held then per_key[key] = (per_key[key] or 0) + 1 end
+  end
+  pol_slots_back(per_key)
+end
+
+-- ADAPTIVE BLOCKS (429/503; docs/politeness.md). The key's state hash keeps its backoff
+-- state as redcrawl.politeness.backoff.BackoffPolicy does ("fail" consecutive failures,
+-- "ok" successes since the last step of forgiveness) and its block ("block" until, ms;
+-- "bset" when it was set), mirrored in the blocked zset K_POLB for readers. The policy:
+-- control "backoff" (JSON base, cap (s), jitter, forgive_after; written by
+-- FrontierCore.store_politeness), else BackoffPolicy's defaults.
+local BACKOFF
+local function backoff_policy()
+  if BACKOFF then return BACKOFF end
+  local b = json_obj(redis.call('HGET', K_CONTROL, 'backoff'), 'backoff') or {}
+  BACKOFF = {
+    base = pos_num(b.base, 0.001, 1e9) or 1.0,
+    cap = pos_num(b.cap, 0.001, 1e9) or 300.0,
+    jitter = pos_num(b.jitter, 0, 1) or 0.5,
+    forgive = math.floor(pos_num(b.forgive_after, 1, 1e9) or 10),
+  }
+  return BACKOFF
+end
+
+local jitter_factor  -- (defined below, with the lease step)
+
+-- A 429/503 of a request of key, leased at since (ms; nil if unknown): one more failure
+-- and the key blocked for retry_ms (its Retry-After) or, without one, for the backoff
+-- delay of its failure count (BackoffPolicy.delay: min(cap, base * 2^(fail-1)), jitter
+-- taking up to its fraction off). A request leased before the key's current block was
+-- set failed in the same episode: it may lengthen the block (its own Retry-After) but
+-- is not counted again (several requests in flight when a site starts refusing are one
+-- failure, not several).
+local function pol_fail(key, retry_ms, since)
+  local v = redis.call('HMGET', K_POL .. key, 'fail', 'block', 'bset')
+  local fail, block, bset = math.max(num(v[1]), 0), num(v[2]), num(v[3])
+  local episode = since and bset > 0 and since <= bset and block > NOW
+  if not episode then fail = fail + 1 end
+  local d = retry_ms
+  if not d then
+    local b = backoff_policy()
+    local full = math.min(b.cap, b.base * 2 ^ math.min(math.max(fail - 1, 0), 60))
+    d = math.floor(1000 * full * (1 - b.jitter + b.jitter * (jitter_factor() - 0.5)))
+  end
+  local fields = {'fail', fail, 'ok', 0}
+  if NOW + d > block then
+    block = NOW + d
+    fields[5] = 'block'; fields[6] = block; fields[7] = 'bset'; fields[8] = NOW
+  end
+  redis.call('HSET', K_POL .. key, unpack(fields))
+  redis.call('ZADD', K_POLB, block, key)
+  local inn, nxt, _, mask = pol_state(key)
+  pol_rescore(key, opens_at(key, inn, nxt), mask)
+  pol_idle_check(key, inn, nxt, mask)
+end
+
+-- k more successes (responses that were not 429/503) of key: every forgive_after
+-- consecutive successes take one failure off its count (BackoffPolicy.succeeded).
+local function pol_succeed(key, k)
+  local v = redis.call('HMGET', K_POL .. key, 'fail', 'ok')
+  local fail, ok = num(v[1]), num(v[2]) + k
+  if fail <= 0 then return end
+  local f = backoff_policy().forgive
+  while ok >= f and fail > 0 do fail = fail - 1; ok = ok - f end
+  if fail == 0 then ok = 0 end
+  redis.call('HSET', K_POL .. key, 'fail', fail, 'ok', ok)
+end
+
+-- Add n to a politeness counter of the stats hash (deferred_<reason>,
+-- politeness_wait_ms); a corrupt one starts again from n (these are event counters, not
+-- recoverable), rather than failing the script halfway.
+local function stat_add(field, n)
+  if not int_ok(redis.call('HGET', K_STATS, field)) then
+    redis.call('HSET', K_STATS, field, n)
+    repaired('counter ' .. field .. ' held a non-integer; restarted from ' .. n)
+  else
+    redis.call('HINCRBY', K_STATS, field, n)
+  end
+end
+
+-- Ready count of a crawl with politeness (the per-key queues cannot be summed cheaply).
+local function pol_count(n)
+  if n ~= 0 then redis.call('HINCRBY', K_STATS, 'ready', n) end
+end
+
+-- READY for crawls with politeness: into each request's key queue; a key new to a
+-- tier's open zset gets its score.
+local function pol_push(items, front)
+  local missing = {}
+  for i, it in ipairs(items) do
+    if not it[5] then missing[#missing + 1] = i end
+  end
+  if #missing > 0 then
+    local ids = {}
+    for j, i in ipairs(missing) do ids[j] = items[i][1] end
+    local recs = hmget(K_REQ, ids)
+    for j, i in ipairs(missing) do items[i][5] = recs[j] end
+  end
+  local groups, order = {}, {}
+  for _, it in ipairs(items) do
+    local key = (it[5] and rec_key(it[5])) or ''
+    local t = tier_of(it[2])
+    local g = t .. ':' .. key
+    local list = groups[g]
+    if not list then list = {t, key}; groups[g] = list; order[#order + 1] = g end
+    if QORDER == 'priority' then
+      list[#list + 1] = -it[2] * TWO32 + (front and 0 or (it[3] % TWO32))
+    end
+    list[#list + 1] = it[1]
+  end
+  local cmd = 'LPUSH'
+  if QORDER == 'priority' then cmd = 'ZADD'
+  elseif QORDER == 'fifo' and front then cmd = 'RPUSH' end
+  for _, g in ipairs(order) do
+    local list = groups[g]
+    local t, key = list[1], list[2]
+    bulk(cmd, pq_key(t, key), {unpack(list, 3)})
+    if not redis.call('ZSCORE', open_key(t), key) then
+      local inn, nxt = pol_state(key)
+      local waiting = false
+      local mask = 2 ^ t
+      for u = 0, NTIERS - 1 do
+        if u ~= t and redis.call('ZSCORE', open_key(u), key) then
+          waiting = true
+          mask = mask + 2 ^ u
+        end
+      end
+      -- its tiers, exactly; and it has ready work from now on (for the politeness wait,
+      -- see pol_pop)
+      if waiting then redis.call('HSET', K_POL .. key, 'tm', mask)
+      else redis.call('HSET', K_POL .. key, 'tm', mask, 'rdy', NOW) end
+      redis.call('ZADD', open_key(t), opens_at(key, inn, nxt), key)
+    end
+  end
+  pol_count(#items)
+end
+
+-- When the lease token was granted (ms), or nil if unknown: the queue layer's.
+local lease_since
+
+-- RESPONSE TIME (crawls with politeness; lib.lua's optional hooks). A request's slot of
+-- its key goes back when its response (or download error) reaches the worker, not at its
+-- ack: parsing and storing its children no longer count against the site. The request
+-- stays IN-FLIGHT under its lease; its record's slot mark turns from "K" to "k", so that
+-- its ack, nack, release or expiry does not give the slot back a second time.
+if POLITE then
+  slot_free = function(items)
+    local ids = {}
+    for i, it in ipairs(items) do ids[i] = it[1] end
+    local recs = hmget(K_REQ, ids)
+    local writes, per_key, ok, failed, seen = {}, {}, {}, {}, {}
+    local freed = 0
+    for i, it in ipairs(items) do
+      local rec = recs[i]
+      local p, _, t, pos
+      if rec then p, _, t, pos = parse_head(rec) end
+      if p ~= nil and t ~= '' and t == it[2] and not seen[it[1]] and
+          string.byte(rec, pos) == 75 then  -- 'K': its slot is still held
+        local key = rec_key(rec)
+        if key then
+          seen[it[1]] = true
+          writes[#writes + 1] = it[1]
+          writes[#writes + 1] = string.sub(rec, 1, pos - 1) .. 'k' .. string.sub(rec, pos + 1)
+          per_key[key] = (per_key[key] or 0) + 1
+          freed = freed + 1
+          local outcome = it[3]
+          if outcome == 's' then ok[key] = (ok[key] or 0) + 1
+          elseif string.sub(outcome, 1, 1) == 'f' then
+            failed[#failed + 1] = {key, tonumber(string.sub(outcome, 2)), lease_since(t)}
+          end
+        end
+      end
+    end
+    if #writes > 0 then bulk('HSET', K_REQ, writes) end
+    pol_slots_back(per_key)
+    for key, k in pairs(ok) do pol_succeed(key, k) end
+    for _, f in ipairs(failed) do pol_fail(f[1], f[2], f[3]) end
+    return freed
+  end
+
+  defer_held = function(max_deferrals, items)
+    local flags = {}
+    for i, it in ipairs(items) do
+      local id, token, reason, retry_ms = it[1], it[2], it[3], it[4]
+      local rec = redis.call('HGET', K_REQ, id)
+      local p, a, t, env
+      if rec then p, a, t, env = parse(rec) end
+      flags[i] = '0'
+      if p ~= nil and t ~= '' and t == token then
+        local key = rec_key(rec)
+        local since = lease_since(token)
+        if a > 0 then a = a - 1 end  -- no attempt spent
+        local nrec = header(p, a, '', slot_held_env(env))
+        redis.call('HSET', K_REQ, id, nrec)
+        unhold({token}, {rec})  -- (its slot back, unless it went back at response time)
+        if key then pol_fail(key, retry_ms, since) end
+        stat_add('deferred_' .. reason, 1)
+        -- (read, then written: a corrupt count is read as 0 rather than failing HINCRBY)
+        local count = num(redis.call('HGET', K_DEFERS, id)) + 1
+        redis.call('HSET', K_DEFERS, id, count)
+        if count > max_deferrals then
+          kill({id}, {'deferred ' .. count .. ' times (' .. reason .. '), more than ' ..
+            'REDCRAWL_MAX_DEFERRALS (' .. max_deferrals .. ')'})
+          flags[i] = 'd'
+        else
+          ready_push({{id, p, 0, nil, nrec}}, true)
+          flags[i] = 'q'
+        end
+      elseif rec and p == nil and token ~= '' and holds(token, id) then
+        kill({id}, {CORRUPT})
+        unhold({token})
+        flags[i] = 'd'
+      end
+    end
+    return table.concat(flags)
+  end
+end
+
+-- The start window (ms; control "start_window", written by Scrapy workers from
+-- REDCRAWL_POLITENESS_START_WINDOW; 0 if absent): a worker starts a granted request
+-- within it or gives it back, so consecutive grants of a key with a delay are spaced by
+-- the delay plus the window, and two starts at its site are at least the delay apart
+-- (docs/politeness.md, "Delay").
+local START_WINDOW
+local function start_window()
+  if not START_WINDOW then
+    local v = redis.call('HGET', K_CONTROL, 'start_window')
+    START_WINDOW = (int_ok(v) and v) and math.max(math.min(num(v), 60000), 0) or 0
+  end
+  return START_WINDOW
+end
+
+-- A small deterministic generator for the delay jitter (no math.random in scripts: Redis
+-- 6.2 seeds it the same in every call), seeded from the clock and the lease counter.
+-- jitter_factor(j): a factor in [1 - j, 1 + j), at least 0 (Scrapy 2.19's
+-- DOWNLOAD_DELAY_JITTER); jitter_factor(): one in [0.5, 1.5).
+local JSEED
+jitter_factor = function(j)
+  if not JSEED then
+    JSEED = (NOW + 7919 * num(redis.call('HGET', K_STATS, 'leases'))) % 2147483647
+    if JSEED <= 0 then JSEED = 12345 end
+  end
+  JSEED = (JSEED * 16807) % 2147483647
+  local u = JSEED / 2147483647
+  if j then return math.max(0, 1 + j * (2 * u - 1)) end
+  return 0.5 + u  -- [0.5, 1.5), as Scrapy's RANDOMIZE_DOWNLOAD_DELAY
+end
+
+-- For a batch of grants of one key in tier t: how many schedule positions from cursor
+-- the weighted-fair schedule takes to pick t again, skipping tiers with no open key (as
+-- pol_pop does); nil if it would pick another tier first (one whose head is unknown, nil
+-- in heads, counts as open).
+local function next_pick(t, heads, cursor, schedule)
+  local slots = #schedule
+  for j = 0, slots - 1 do
+    local at = (cursor + j) % slots + 1
+    local c = tonumber(string.sub(schedule, at, at), 16)
+    if c == t then return j + 1 end
+    if heads[c] ~= false then return nil end
+  end
+  return nil
+end
+
+-- Up to n ids whose keys are open now, for crawls with politeness: the tier by the
+-- weighted-fair schedule among tiers with an open key, then the key that opened first in
+-- it. Each grant takes a slot of its key (in + 1) and charges its delay (next). Returns
+-- the ids and their keys.
+local function pol_pop(n, schedule)
+  local ids, keys, tiers = {}, {}, {}
+  local slots = #schedule
+  local cursor = num(redis.call('HGET', K_CONTROL, 'cursor'))
+  local guard = 2 * n + 64  -- a key found closed is rescored once, then skipped
+  -- the open key of each tier (false: none open now), read again only when it may have
+  -- changed (the key just served or rescored)
+  local heads, opened = {}, {}
+  local waited = 0
+  while #ids < n and guard > 0 do
+    guard = guard - 1
+    local any = false
+    for t = 0, NTIERS - 1 do
+      if heads[t] == nil then
+        local h = redis.call('ZRANGE', open_key(t), 0, 0, 'WITHSCORES')
+        heads[t] = (h[1] and tonumber(h[2]) <= NOW) and h[1] or false
+        if heads[t] then opened[t] = tonumber(h[2]) end
+      end
+      if heads[t] then any = true end
+    end
+    if not any then break end
+    local t = 0
+    if QORDER ~= 'priority' then
+      for _ = 1, slots do
+        local c = tonumber(string.sub(schedule, cursor % slots + 1, cursor % slots + 1), 16)
+        cursor = cursor + 1
+        if heads[c] then t = c; break end
+      end
+    end
+    local key = heads[t]
+    for u = 0, NTIERS - 1 do
+      if heads[u] == key then heads[u] = nil end
+    end
+    heads[t] = nil
+    local inn, nxt, rdy, mask = pol_state(key)
+    local score = opens_at(key, inn, nxt)
+    if score > NOW then
+      -- its override or state changed since it was scored: put it where it belongs
+      redis.call('ZADD', open_key(t), score, key)
+    else
+      local q = pq_key(t, key)
+      local len
+      if QORDER == 'priority' then len = redis.call('ZCARD', q)
+      else len = redis.call('LLEN', q) end
+      if len == 0 then
+        redis.call('ZREM', open_key(t), key)
+        if mask and in_tier(mask, t) then
+          redis.call('HSET', K_POL .. key, 'tm', mask - 2 ^ t)
+        end
+      else
+        local lim = limits(key)
+        local gap = lim[2]
+        if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor(lim[3])) end
+        if gap > 0 then gap = gap + start_window() end
+        -- how many of the key to grant now: one; with no delay, as many as its free slots,
+        -- its queue and the lease allow, while the tier schedule keeps picking this tier
+        -- (one state read and write and one rescore per key, not per request)
+        local k = 1
+        if gap == 0 then
+          local room = math.min(lim[1] - inn, n - #ids, len)
+          if QORDER == 'priority' then k = math.max(room, 1)
+          else
+            while k < room do
+              local step = next_pick(t, heads, cursor, schedule)
+              if not step then break end
+              cursor = cursor + step
+              k = k + 1
+            end
+          end
+        end
+        local got
+        if QORDER == 'priority' then
+          local p = redis.call('ZPOPMIN', q, k)
+          got = {}
+          for i = 1, #p, 2 do got[#got + 1] = p[i] end
+        elseif QORDER == 'fifo' then got = redis.call('RPOP', q, k)
+        else got = redis.call('LPOP', q, k) end
+        for _, id in ipairs(got) do ids[#ids + 1] = id; keys[#ids] = key; tiers[#ids] = t end
+        -- the politeness wait of this grant: from when the key had work waiting (its
+        -- previous grant, or work arriving at a key without any) to when its limits let
+        -- it open (its score: the time it opened; later than that, it waited for a
+        -- worker, not for politeness)
+        if rdy > 0 and opened[t] > rdy then waited = waited + (opened[t] - rdy) end
+        local emptied = #got >= len
+        if emptied and mask and in_tier(mask, t) then
+          redis.call('HSET', K_POL .. key, 'in', inn + #got, 'next', NOW + gap, 'rdy', NOW,
+            'tm', mask - 2 ^ t)
+        else
+          redis.call('HSET', K_POL .. key, 'in', inn + #got, 'next', NOW + gap, 'rdy', NOW)
+        end
+        if inn == 0 then redis.call('PERSIST', K_POL .. key) end
+        inn, nxt = inn + #got, NOW + gap
+        if emptied then
+          redis.call('ZREM', open_key(t), key)
+        else
+          -- a grant only raises the key's score: in the other tiers a stale (lower) score
+          -- is corrected when it comes up (above), so only this tier is rescored now
+          redis.call('ZADD', open_key(t), 'XX', opens_at(key, inn, nxt), key)
+        end
+      end
+    end
+  end
+  if QORDER ~= 'priority' then
+    redis.call('HSET', K_CONTROL, 'cursor', cursor % (slots * 1000000))
+  end
+  pol_count(-#ids)
+  if waited > 0 then stat_add('politeness_wait_ms', waited) end
+  return ids, keys, tiers
+end
+
+-- Up to n ids whose keys are open now (pol_pop), after the blocks that have ended left
+-- the blocked zset (their "block" field stays, in the past). Returns ids, their keys and
+-- their tiers (aligned lists).
+local function pol_grant(n, schedule)
+  redis.call('ZREMRANGEBYSCORE', K_POLB, '-inf', NOW)
+  return pol_pop(n, schedule)
+end
+
+-- Granted but not leased after all (a missing or corrupt record): their slots back, one
+-- per key in the list.
+local function pol_unpop(keys)
+  if #keys == 0 then return end
+  local fake = {}
+  for i, k in ipairs(keys) do fake[i] = '0|0||K' .. #k .. ':' .. k end
+  pol_release(fake)
+end
+
+-- The ready count of a crawl with politeness is a counter (stats "ready"); a corrupt one
+-- is recounted from the key queues before anything is written (every key with ready
+-- requests is in its tier's open zset).
+if POLITE and not int_ok(redis.call('HGET', K_STATS, 'ready')) then
+  local n = 0
+  for t = 0, NTIERS - 1 do
+    for _, key in ipairs(redis.call('ZRANGE', open_key(t), 0, -1)) do
+      if QORDER == 'priority' then n = n + redis.call('ZCARD', pq_key(t, key))
+      else n = n + redis.call('LLEN', pq_key(t, key)) end
+    end
+  end
+  redis.call('HSET', K_STATS, 'ready', n)
+  repaired('counter ready held a non-integer; recounted: ' .. n)
+end
