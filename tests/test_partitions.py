@@ -508,3 +508,16 @@ def test_a_partition_that_vanished_under_a_worker_is_not_finished(client: redis.
     client.delete(*[k for k in client.keys("rc:{c/2}:*")])
     with pytest.raises(CrawlVanished, match="c"):
         f.counts()
+
+
+@pytest.mark.parametrize("backend", ["lists", "streams"])
+def test_ready_counts_every_partitions_queued_requests(client: redis.Redis, backend: str) -> None:
+    """With politeness, ready requests wait in per-site queues (a streams crawl's too, not
+    in its streams): the crawl's ready count and "finished" see them in every partition."""
+    f = open_p(client, backend=backend)
+    assert f.politeness is not None
+    hosts = [h for p in range(P) for h in hosts_in(p, P, 2)]
+    assert f.settle(push=envs(hosts, 3)).pushed.accepted == 6 * P
+    c = f.counts()
+    assert (c.ready, c.pending, c.finished) == (6 * P, 6 * P, False), c
+    assert c.conserved
