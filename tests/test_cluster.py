@@ -118,6 +118,20 @@ def test_connecting_to_a_cluster_and_the_errors_that_say_what_to_do(
     assert hint == f"redis-cli -c -u 'redis://u:***@127.0.0.1:{one.port}'"
 
 
+def test_closing_a_cluster_client_closes_its_sockets(redis_cluster: LocalCluster) -> None:
+    """A closed client leaves no socket open (redis-py 8 kept one per node it had used
+    when the client came from a URL, until garbage collection: a ResourceWarning)."""
+    c = connect(Settings(redis_url=redis_cluster.url))
+    assert isinstance(c, ClusterClient)
+    for i in range(20):  # keys on every master
+        c.set(f"close-{i}", 1)
+    pools = [n.redis_connection.connection_pool for n in c.nodes_manager.nodes_cache.values()]
+    conns = [x for pool in pools for x in pool._available_connections]
+    assert any(x._sock is not None for x in conns)  # (the test sees the sockets)
+    c.close()
+    assert [x for x in conns if x._sock is not None] == []
+
+
 # --- crawls over masters -----------------------------------------------------------------
 def test_a_crawl_lives_on_one_master_and_crawls_spread_over_all(
     redis_cluster: LocalCluster, client: redis.Redis

@@ -130,6 +130,17 @@ class ClusterClient(RedisCluster):
         run: Any = super().execute_command
         return _waiting(self, lambda: run(*args, **kwargs))
 
+    def close(self) -> None:
+        """Close every node's connections. (redis-py 8's ``close`` gives a node's open
+        connection back to its pool without closing the pool when the client was built
+        from a URL, as here: its sockets stayed open until garbage collection.)"""
+        manager = getattr(self, "nodes_manager", None)
+        nodes = list(manager.nodes_cache.values()) if manager is not None else []
+        super().close()
+        for node in nodes:
+            if node.redis_connection is not None:
+                node.redis_connection.connection_pool.disconnect()
+
     def keys(self, pattern: Any = "*", **kwargs: Any) -> Any:
         """KEYS on every master (redis-py asks one node only), results merged."""
         kwargs.setdefault("target_nodes", self.PRIMARIES)
