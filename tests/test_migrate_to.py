@@ -327,3 +327,40 @@ def test_a_stopped_crawl_copies_into_the_cluster(
             back.flushdb()
     finally:
         dst.close()
+
+
+@pytest.mark.parametrize("backend", ["lists", "streams"])
+def test_a_crawl_of_four_partitions_copies_with_every_partition(
+    source: redis.Redis, target: redis.Redis, backend: Backend
+) -> None:
+    """Every partition's keys (``{crawl/p}``) travel with the crawl's own; the copy has
+    the same counts, its in-flight requests back to ready, and crawls to its end."""
+    parted = settings(backend).replace(partitions=4)
+    f = open_frontier(source, parted, CRAWL)
+    urls = [env(f"http://h{i % 16}.test/p{i}") for i in range(URLS)]
+    assert f.push(urls).accepted == URLS
+    done = f.lease("w1", 6)
+    f.ack(done)
+    f.forget_worker("w1")
+    assert f.lease("w2", 5, ttl=0.6)  # in flight; w2 then "dies"
+    time.sleep(1.2)
+    before = f.counts()
+    assert before.in_flight and before.done == len(done) and before.conserved
+    spread = {k.split(b"}")[0] for k in source.keys(f"rc:{{{CRAWL}/*")}
+    assert len(spread) == 4  # the test's crawl has requests in every partition
+    result = copy_crawl(source, target, parted, CRAWL)
+    assert result.returned == before.in_flight
+    copy = open_frontier(target, parted, CRAWL, follow_layout=True)
+    c = copy.counts()
+    assert (c.accepted, c.done, c.in_flight, c.ready) == (
+        URLS,
+        before.done,
+        0,
+        before.ready + before.in_flight,
+    )
+    assert copy.push(urls).accepted == 0  # every partition's dedupe state came along
+    for _ in range(100):
+        copy.ack(copy.lease("w9", 10))
+        if copy.counts().finished:
+            break
+    assert copy.counts().done == URLS

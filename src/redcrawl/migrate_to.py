@@ -37,8 +37,10 @@ cluster) to a target (a single server or a Redis Cluster, ``redis+cluster://``) 
 6. The source is left as it was, unless ``delete_source``: its copied keys are then
    deleted after the verification (and only if it is still unchanged).
 
-The copy keeps the crawl's layout (one partition, ``{crawl}``): a crawl copied into a
-cluster lives on the master of its slot. Spreading it over partitions is not done here.
+The copy keeps the crawl's layout: a crawl of one partition (``{crawl}``) copied into a
+cluster lives on the master of its slot; a crawl of P partitions is copied with every
+partition (``{crawl/p}``), each landing on the master of its own slot. Spreading a
+one-partition crawl over partitions is not done here.
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ __all__ = [
     "copy_crawl",
     "crawl_patterns",
     "crawl_redis_keys",
+    "key_sets",
 ]
 
 BATCH = 200
@@ -160,14 +163,24 @@ def _scan_prefixes(keys: CrawlKeys, patterns: Sequence[str]) -> list[str]:
     return out
 
 
+def key_sets(frontier: FrontierCore) -> list[CrawlKeys]:
+    """The crawl's key names: its own, and each partition's when it has partitions."""
+    return [frontier.keys, *(sub.keys for sub in getattr(frontier, "parts", ()))]
+
+
 def crawl_redis_keys(
-    client: Any, keys: CrawlKeys, *, progress: Progress | None = None
+    client: Any,
+    keys: CrawlKeys | Sequence[CrawlKeys],
+    *,
+    progress: Progress | None = None,
 ) -> tuple[list[bytes], list[bytes]]:
     """(keys of the crawl to copy, keys of the crawl that are not copied) in ``client``:
     the fixed keys that exist, then the keys matching :func:`crawl_patterns`; any other
-    key under the crawl's hash tags is the second list."""
-    fixed = list(dict.fromkeys(keys.all_keys()))
-    patterns = crawl_patterns(keys)
+    key under the crawl's hash tags is the second list. ``keys``: the crawl's names, or
+    all of them for a crawl of several partitions (:func:`key_sets`)."""
+    sets = [keys] if isinstance(keys, CrawlKeys) else list(keys)
+    fixed = list(dict.fromkeys(k for one in sets for k in one.all_keys()))
+    patterns = [p for one in sets for p in crawl_patterns(one)]
     found: list[bytes] = []
     with redis_errors("listing the crawl's keys"):
         pipe = client.pipeline(transaction=False)
@@ -179,7 +192,8 @@ def crawl_redis_keys(
         known = set(found)
         fixed_set = {k.encode() for k in fixed}
         other: list[bytes] = []
-        for prefix in _scan_prefixes(keys, patterns):
+        prefixes = dict.fromkeys(x for one in sets for x in _scan_prefixes(one, patterns))
+        for prefix in prefixes:
             for key in client.scan_iter(match=prefix, count=1000):
                 key = bytes(key)
                 if key in fixed_set or key in known:
@@ -207,7 +221,14 @@ def _part(key: bytes) -> str:
 
 def _layout_refusal(frontier: FrontierCore) -> str | None:
     """Why this process's settings could not run the crawl's scripts (the check of
-    ``lua/lib.lua``, read in Python so that nothing is written), or None."""
+    ``lua/lib.lua``, read in Python so that nothing is written), or None. A crawl of
+    several partitions: its partitions' layouts (where its scripts run)."""
+    for part in getattr(frontier, "parts", ()):
+        refusal = _layout_refusal(part)
+        if refusal is not None:
+            return refusal
+    if hasattr(frontier, "parts"):
+        return None
     with redis_errors("reading the crawl layout"):
         raw = stored_layout(frontier.client.hgetall(frontier.keys.control))
     if raw is None:
@@ -257,7 +278,7 @@ def _version(client: Any) -> str:
 
 
 def _check_target(
-    source: Any, target: Any, keys: CrawlKeys, replace: bool
+    source: Any, target: Any, keys: Sequence[CrawlKeys], replace: bool
 ) -> tuple[list[bytes], list[str]]:
     """The target's keys of a crawl of this name (to delete with ``replace``); refuses
     the source itself and an existing crawl without ``replace``."""
@@ -273,13 +294,13 @@ def _check_target(
     existing, _other = crawl_redis_keys(target, keys)
     if existing and not replace:
         raise FrontierError(
-            f"the target already holds a crawl named {keys.crawl!r} ({len(existing)} "
+            f"the target already holds a crawl named {keys[0].crawl!r} ({len(existing)} "
             "keys); nothing was copied. Purge it there, or give --replace to delete it and "
             "copy this one in its place"
         )
     if existing:
         warnings.append(
-            f"the target's crawl {keys.crawl!r} ({len(existing)} keys) was deleted first "
+            f"the target's crawl {keys[0].crawl!r} ({len(existing)} keys) was deleted first "
             "(--replace)"
         )
     return existing, warnings
@@ -494,7 +515,7 @@ def copy_crawl(
     src = open_frontier(source, settings, crawl, follow_layout=True)
     keys = src.keys
     existing = _preflight(src, target, result, force_expire=force_expire, replace=replace)
-    todo, other = crawl_redis_keys(source, keys, progress=progress)
+    todo, other = crawl_redis_keys(source, key_sets(src), progress=progress)
     result.skipped = [k.decode(errors="replace") for k in other]
     result.replaced = len(existing)
     if dry_run:
@@ -547,7 +568,7 @@ def _preflight(
         refusal = _layout_refusal(src)
         if refusal is not None:
             raise LayoutMismatch(f"{refusal}; nothing was copied")
-    existing, result.warnings = _check_target(src.client, target, keys, replace)
+    existing, result.warnings = _check_target(src.client, target, key_sets(src), replace)
     return existing
 
 
