@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -132,10 +133,12 @@ def test_purge_asks_first(redis7: RedisServer, crawl: FrontierCore) -> None:
 
 
 @pytest.mark.slow
-def test_demo_command(tmp_path: Path) -> None:
+@pytest.mark.parametrize("user_env", [{}, {"REDCRAWL_PARTITIONS": "2"}], ids=["plain", "env"])
+def test_demo_command(tmp_path: Path, user_env: dict[str, str]) -> None:
     """README's main command, small: serves the shop, crawls it with 2 workers on the
     embedded Redis, serves the dashboard while it runs (its address printed), reports,
-    exits 0."""
+    exits 0. ``env``: a user's REDCRAWL_* variables apply to the demo as to its workers
+    (a partition count the demo ignored made it report 0 requests done)."""
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -154,7 +157,7 @@ def test_demo_command(tmp_path: Path) -> None:
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,
-        env={**os.environ, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, **user_env, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"},
     )
     try:
         assert proc.stdout is not None
@@ -175,6 +178,7 @@ def test_demo_command(tmp_path: Path) -> None:
     report = "".join(lines) + rest
     assert "321 of 321" in report  # pages fetched (distinct) of canonical pages
     assert "conservation │ holds" in report.replace("  ", "")
+    assert re.search(r"requests done\s*│\s*321\s", report), report
     rows = read_items(f"sqlite:///{tmp_path / 'demo' / 'items.db'}")
     assert len(rows) == 300 and all(k.startswith("SKU-") for k in rows)
     with pytest.raises(OSError):  # stopped with the demo

@@ -73,7 +73,13 @@ def run_demo(
             products=products,
             always_fail=tuple(p for p in config.always_fail if p < products),
         )
-    settings = Settings(embedded_dir=directory / "redis")
+    # the user's REDCRAWL_* variables reach the workers (they inherit the environment):
+    # they apply here too, so that this process reads the crawl the workers make; the
+    # demo's Redis stays its own embedded one
+    embedded = directory / "redis"
+    settings = Settings.from_env(base=Settings(embedded_dir=embedded)).replace(
+        redis_url=None, embedded_dir=embedded
+    )
     url = resolve_url(settings)
     frontier = open_frontier(connect(settings, url=url), settings, CRAWL)
     frontier.purge()
