@@ -22,7 +22,7 @@
 --   6 dead      ZSET  id -> time of death (ms)
 --   7 err       HASH  id -> last error
 --   8 stats     HASH  seq, leases, inflight, accepted, filtered, done, retried, reclaimed,
---                     died, requeued
+--                     died, requeued, orphaned (disown.lua)
 --   9 workers   HASH  worker -> heartbeat deadline (ms)
 --  10 control   HASH  paused ("1"), cursor (weighted-fair position), layout and layout.copy
 --                     (ordering, tier bounds and dedupe the crawl was created with)
@@ -321,9 +321,13 @@ end
 --                DEAD, without leasing
 --   expire_worker(worker) -> number of requests held
 --                make all of the worker's leases expire now (its heartbeat is gone)
+--   disown_leases(worker, held, max_attempts, ttl) -> number taken back
+--                the live worker's leases it does not hold (held: a set of the lease
+--                tokens it does) back to READY or DEAD now, slots freed (disown.lua)
 -- ops.lua builds op_lease from these (promote, lease_expired, heartbeat, lease_ready).
 local PUSH_STRIDE
 local ready_push, unhold, holds, lease_expired, lease_ready, reclaim_expired, expire_worker
+local disown_leases
 -- Optional hooks (lists crawls with fleet-wide politeness; nil otherwise):
 --   slot_free(items) -> number of slots given back
 --                items: {id, token, outcome} of IN-FLIGHT requests whose response (or

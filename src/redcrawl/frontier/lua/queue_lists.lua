@@ -148,11 +148,44 @@ holds = function(token, id)
   return false
 end
 
+-- A lease taken back: every request still held under token goes back to READY (or DEAD
+-- once max_attempts deliveries are used up, or when its record was corrupted while held),
+-- its politeness slot freed, and the lease's entries removed. worker: the lease's worker
+-- (nil if its record is corrupt); ids: its requests. Returns (requests taken back, of them
+-- back to READY).
+local function take_back(token, worker, ids, max_attempts)
+  local held, recs, lost = {}, {}, {}
+  if ids then held, recs, lost = still_held(ids, token) end
+  local left = lease_left(token)
+  local back, dead, whys, writes = {}, {}, {}, {}
+  for i, id in ipairs(held) do
+    local p, a, _, env = parse(recs[i])
+    writes[#writes + 1] = id; writes[#writes + 1] = header(p, a, '', env)
+    if a >= max_attempts then
+      dead[#dead + 1] = id
+      whys[#whys + 1] = expired_why(a, worker)
+    else
+      back[#back + 1] = id
+    end
+  end
+  for _, id in ipairs(lost) do dead[#dead + 1] = id; whys[#whys + 1] = CORRUPT end
+  if #writes > 0 then bulk('HSET', K_REQ, writes) end
+  if POLITE then pol_release(recs) end
+  kill(dead, whys)
+  requeue(back, false)
+  if #back > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', #back) end
+  redis.call('ZREM', K_INFLIGHT, token)
+  redis.call('HDEL', K_LEASES, token)
+  redis.call('HDEL', K_LEFT, token)
+  -- the lease's own count: a request corrupted in its hands and dead-lettered through
+  -- another lease's scan still counted here
+  if left > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -left) end
+  return #held + #lost, #back
+end
+
 -- Leases past their deadline: extended if the worker's heartbeat is still alive, else
--- every request still held goes back to READY (or DEAD once max_attempts deliveries
--- are used up, or when its record was corrupted while held). A lease whose own record
--- is corrupt has no known worker: it is taken back. Returns the number of requests taken
--- back.
+-- taken back (take_back). A lease whose own record is corrupt has no known worker: it is
+-- taken back. Returns the number of requests taken back.
 reclaim_expired = function(limit, max_attempts)
   local tokens = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
   local taken = 0
@@ -163,36 +196,33 @@ reclaim_expired = function(limit, max_attempts)
     if alive > NOW then
       redis.call('ZADD', K_INFLIGHT, alive, token)
     else
-      local held, recs, lost = {}, {}, {}
-      if ids then held, recs, lost = still_held(ids, token) end
-      local left = lease_left(token)
-      local back, dead, whys, writes = {}, {}, {}, {}
-      for i, id in ipairs(held) do
-        local p, a, _, env = parse(recs[i])
-        writes[#writes + 1] = id; writes[#writes + 1] = header(p, a, '', env)
-        if a >= max_attempts then
-          dead[#dead + 1] = id
-          whys[#whys + 1] = expired_why(a, worker)
-        else
-          back[#back + 1] = id
-        end
-      end
-      for _, id in ipairs(lost) do dead[#dead + 1] = id; whys[#whys + 1] = CORRUPT end
-      if #writes > 0 then bulk('HSET', K_REQ, writes) end
-      if POLITE then pol_release(recs) end
-      kill(dead, whys)
-      requeue(back, false)
-      if #back > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', #back) end
-      redis.call('ZREM', K_INFLIGHT, token)
-      redis.call('HDEL', K_LEASES, token)
-      redis.call('HDEL', K_LEFT, token)
+      taken = taken + take_back(token, worker, ids, max_attempts)
       if worker then calls_forget(worker) end
-      -- the lease's own count: a request corrupted in its hands and dead-lettered through
-      -- another lease's scan still counted here
-      if left > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -left) end
-      taken = taken + #held + #lost
     end
   end
+  return taken
+end
+
+-- A live worker's leases it does not hold (none of held[token]): taken back now, as an
+-- expired lease of a dead worker would be (its heartbeat would renew them forever). Finds
+-- them by scanning the leases hash (one field per lease() call of the whole fleet, so
+-- O(fleet's leases), every few heartbeats per worker). Returns the number of requests
+-- taken back.
+disown_leases = function(worker, held, max_attempts)
+  local mine, cursor = {}, '0'
+  repeat
+    local r = redis.call('HSCAN', K_LEASES, cursor, 'COUNT', 1000)
+    cursor = r[1]
+    local kv = r[2]
+    for i = 1, #kv, 2 do
+      if not held[kv[i]] then
+        local _, w, ids = lease_info(kv[i])
+        if w == worker then mine[#mine + 1] = {kv[i], ids} end
+      end
+    end
+  until cursor == '0'
+  local taken = 0
+  for _, m in ipairs(mine) do taken = taken + take_back(m[1], worker, m[2], max_attempts) end
   return taken
 end
 

@@ -211,9 +211,10 @@ end
 
 -- Expired entries of dead workers: claimed by `worker` (up to want of them; returned as a
 -- lease reply: id, attempts, record, token each), dead-lettered once max_attempts
--- deliveries are used up, or put back at the end of their stream. Consumers left without pending entries are
--- removed from the group. Returns (claimed, number of requests taken back).
-local function reclaim(cands, max_attempts, ttl, worker, want)
+-- deliveries are used up, or put back at the end of their stream. Consumers left without
+-- pending entries are removed from the group, but keep (a live worker: disown_leases).
+-- Returns (claimed, number of requests taken back).
+local function reclaim(cands, max_attempts, ttl, worker, want, keep)
   local got, taken, back = {}, 0, 0
   local owners = {}
   for _, c in ipairs(cands) do
@@ -287,7 +288,7 @@ local function reclaim(cands, max_attempts, ttl, worker, want)
   if back > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', back) end
   for k, set in pairs(owners) do
     for owner in pairs(set) do
-      if owner ~= worker then
+      if owner ~= worker and owner ~= keep then
         local left = redis.call('XPENDING', skey(k), S_GROUP, '-', '+', 1, owner)
         if #left == 0 then
           redis.call('XGROUP', 'DELCONSUMER', skey(k), S_GROUP, owner)
@@ -320,6 +321,29 @@ reclaim_expired = function(limit, max_attempts, ttl)
       end
     end
   end
+  return taken
+end
+
+-- A live worker's pending entries it does not hold (none of held[token] names the entry):
+-- taken back now, as expired entries of a dead worker would be (its heartbeat would
+-- extend them forever). O(its pending entries): XPENDING per stream for that consumer.
+-- Returns the number of requests taken back.
+disown_leases = function(worker, held, max_attempts, ttl)
+  local mine = {}
+  for t in pairs(held) do
+    local k, eid = parse_token(t)
+    if k then mine[k .. '/' .. eid] = true end
+  end
+  local cands = {}
+  for k = 0, NSTREAMS - 1 do
+    local p = redis.pcall('XPENDING', skey(k), S_GROUP, '-', '+', 1000000, worker)
+    if type(p) == 'table' and not p.err then
+      for _, e in ipairs(p) do
+        if not mine[k .. '/' .. e[1]] then cands[#cands + 1] = {k, e[1], worker, tonumber(e[4])} end
+      end
+    end
+  end
+  local _, taken = reclaim(cands, max_attempts, ttl, nil, 0, worker)
   return taken
 end
 
