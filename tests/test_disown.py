@@ -12,12 +12,14 @@ is promoted."""
 from __future__ import annotations
 
 import hashlib
+import time
 
 import pytest
 import redis
 
 from redcrawl.codec import Envelope
-from redcrawl.frontier import FrontierCore
+from redcrawl.feeder import Feeder
+from redcrawl.frontier import FrontierCore, Lease
 
 from .conftest import Clock, FrontierFactory
 
@@ -37,7 +39,7 @@ def snapshot(c: redis.Redis) -> Snapshot:
 def promote_lagging(c: redis.Redis, snap: Snapshot) -> None:
     """The server now holds what the snapshot held (a replica that missed what came after
     it, promoted)."""
-    for k in c.keys("*"):  # type: ignore[union-attr]
+    for k in c.keys("*"):
         if k not in snap:
             c.delete(k)
     for k, v in snap.items():
@@ -127,3 +129,72 @@ def test_orphan_gives_its_politeness_slot_back(
     got = f.lease("w2", 5)
     assert len(got) == 1 and f.ack(got) == 1
     assert f.counts().finished
+
+
+def test_partitioned_crawl_disowns_in_every_partition(make_frontier: FrontierFactory) -> None:
+    f = make_frontier(partitions=2, politeness=False)
+    f.push([env(f"http://h{i}/1") for i in range(8)])
+    leased: list[Lease] = []
+    for _ in range(20):  # (a lease call takes from one partition)
+        leased += f.lease("w1", 1)
+    assert len(leased) == 8
+    assert len({x.token.split(":")[0] for x in leased}) == 2  # both partitions
+    kept, acked = leased[:1], leased[1:]
+    snap = snapshot(f.client)
+    assert f.ack(acked) == len(acked)
+    promote_lagging(f.client, snap)
+    assert f.counts().in_flight == 8
+    assert f.disown("w1", [x.token for x in kept]) == len(acked)
+    assert f.ack(kept) == 1
+    c = f.counts()
+    assert c.in_flight == 0 and c.ready == len(acked) and c.conserved, c
+
+
+@pytest.mark.backends("lists")
+def test_lists_disown_a_lease_once_no_request_of_it_is_held(
+    make_frontier: FrontierFactory,
+) -> None:
+    """On the lists backend a token names one lease call's requests: an undone ack under a
+    token the worker still holds (another request of the same call) is taken back once
+    the worker lets that token go."""
+    f = make_frontier()
+    f.push([env(f"http://a/{i}") for i in range(2)])
+    both = f.lease("w1", 2)
+    assert len({x.token for x in both}) == 1
+    snap = snapshot(f.client)
+    assert f.ack(both[:1]) == 1
+    promote_lagging(f.client, snap)
+    assert f.disown("w1", [both[1].token]) == 0
+    assert f.ack(both[1:]) == 1
+    assert f.disown("w1", []) == 1
+    c = f.counts()
+    assert c.in_flight == 0 and c.ready == 1 and c.conserved, c
+
+
+def test_a_feeder_takes_its_orphans_back(make_frontier: FrontierFactory) -> None:
+    """A worker's I/O thread disowns what it does not hold at its heartbeats, never what it
+    holds: a lease taken and not acked yet survives every heartbeat."""
+    f = make_frontier(use_clock=False, politeness=False)
+    f.push([env(f"http://a/{i}") for i in range(3)])
+    orphan(f)
+    feed = Feeder(f, "w1", prefetch=1, lookahead=0, concurrency=1, heartbeat=0.1, tick=0.1)
+    feed.start()
+    try:
+        held: list[Lease] = []
+        deadline = time.monotonic() + 20
+        while len(held) < 3:
+            assert time.monotonic() < deadline, (held, f.counts())
+            lease = feed.take()
+            if lease is None:
+                time.sleep(0.02)
+                continue
+            time.sleep(0.5)  # several heartbeats while it is held
+            feed.ack(lease)
+            held.append(lease)
+        assert feed.flush(wait=10)
+        assert sorted(x.envelope.url for x in held) == [f"http://a/{i}" for i in range(3)]
+        assert f.counts().finished
+        assert feed.stats().get("orphaned") == 1
+        assert int(f.client.hget(f.keys.stats, "orphaned") or 0) == 1
+    finally:
+        feed.stop(timeout=10)
