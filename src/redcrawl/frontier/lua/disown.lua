@@ -16,6 +16,6 @@ for i = 8, #ARGV do held[ARGV[i]] = true end
 if not int_ok(redis.call('HGET', K_STATS, 'orphaned')) then
   redis.call('HSET', K_STATS, 'orphaned', 0)
 end
-local n = disown_leases(ARGV[5], held, tonumber(ARGV[6]), tonumber(ARGV[7]))
+local n = expire_worker(ARGV[5], held, tonumber(ARGV[6]), tonumber(ARGV[7]))
 if n > 0 then redis.call('HINCRBY', K_STATS, 'orphaned', n) end
 return n

@@ -319,15 +319,14 @@ end
 --   reclaim_expired(limit, max_attempts, ttl) -> number taken back
 --                maintain's reclaim step: expired leases of dead workers back to READY or
 --                DEAD, without leasing
---   expire_worker(worker) -> number of requests held
---                make all of the worker's leases expire now (its heartbeat is gone)
---   disown_leases(worker, held, max_attempts, ttl) -> number taken back
---                the live worker's leases it does not hold (held: a set of the lease
---                tokens it does) back to READY or DEAD now, slots freed (disown.lua)
+--   expire_worker(worker, held, max_attempts, ttl) -> number of requests
+--                held nil: make all of the worker's leases expire now (its heartbeat is
+--                gone), returns how many requests they hold. held a set of lease tokens:
+--                the live worker's leases not in it (it does not hold them: disown.lua)
+--                back to READY or DEAD now, slots freed; returns how many were taken back
 -- ops.lua builds op_lease from these (promote, lease_expired, heartbeat, lease_ready).
 local PUSH_STRIDE
 local ready_push, unhold, holds, lease_expired, lease_ready, reclaim_expired, expire_worker
-local disown_leases
 -- Optional hooks (lists crawls with fleet-wide politeness; nil otherwise):
 --   slot_free(items) -> number of slots given back
 --                items: {id, token, outcome} of IN-FLIGHT requests whose response (or

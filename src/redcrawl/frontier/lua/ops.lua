@@ -4,7 +4,7 @@
 
 -- The queue layer must define every hook lib.lua's QUEUE LAYER block declares.
 if not (PUSH_STRIDE and ready_push and unhold and holds and lease_expired and lease_ready
-        and reclaim_expired and expire_worker and disown_leases) then
+        and reclaim_expired and expire_worker) then
   return redis.error_reply('frontier scripts: the queue layer for "' .. ORDERING .. '" ' ..
     'does not define every hook of the QUEUE LAYER block in lib.lua; reinstall redcrawl')
 end

@@ -148,81 +148,53 @@ holds = function(token, id)
   return false
 end
 
--- A lease taken back: every request still held under token goes back to READY (or DEAD
--- once max_attempts deliveries are used up, or when its record was corrupted while held),
--- its politeness slot freed, and the lease's entries removed. worker: the lease's worker
--- (nil if its record is corrupt); ids: its requests. Returns (requests taken back, of them
--- back to READY).
-local function take_back(token, worker, ids, max_attempts)
-  local held, recs, lost = {}, {}, {}
-  if ids then held, recs, lost = still_held(ids, token) end
-  local left = lease_left(token)
-  local back, dead, whys, writes = {}, {}, {}, {}
-  for i, id in ipairs(held) do
-    local p, a, _, env = parse(recs[i])
-    writes[#writes + 1] = id; writes[#writes + 1] = header(p, a, '', env)
-    if a >= max_attempts then
-      dead[#dead + 1] = id
-      whys[#whys + 1] = expired_why(a, worker)
-    else
-      back[#back + 1] = id
-    end
-  end
-  for _, id in ipairs(lost) do dead[#dead + 1] = id; whys[#whys + 1] = CORRUPT end
-  if #writes > 0 then bulk('HSET', K_REQ, writes) end
-  if POLITE then pol_release(recs) end
-  kill(dead, whys)
-  requeue(back, false)
-  if #back > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', #back) end
-  redis.call('ZREM', K_INFLIGHT, token)
-  redis.call('HDEL', K_LEASES, token)
-  redis.call('HDEL', K_LEFT, token)
-  -- the lease's own count: a request corrupted in its hands and dead-lettered through
-  -- another lease's scan still counted here
-  if left > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -left) end
-  return #held + #lost, #back
-end
-
 -- Leases past their deadline: extended if the worker's heartbeat is still alive, else
--- taken back (take_back). A lease whose own record is corrupt has no known worker: it is
--- taken back. Returns the number of requests taken back.
-reclaim_expired = function(limit, max_attempts)
-  local tokens = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
+-- every request still held goes back to READY (or DEAD once max_attempts deliveries
+-- are used up, or when its record was corrupted while held), its politeness slot freed.
+-- A lease whose own record is corrupt has no known worker: it is taken back. orphans: a
+-- list of lease tokens to take back now instead, whoever's heartbeat is alive (a live
+-- worker's leases it does not hold: expire_worker). Returns the number of requests taken
+-- back.
+reclaim_expired = function(limit, max_attempts, _, orphans)
+  local tokens = orphans or redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
   local taken = 0
   for _, token in ipairs(tokens) do
     local worker, ids = lease_ids(token)
     local alive = 0
-    if worker then alive = num(redis.call('HGET', K_WORKERS, worker)) end
+    if worker and not orphans then alive = num(redis.call('HGET', K_WORKERS, worker)) end
     if alive > NOW then
       redis.call('ZADD', K_INFLIGHT, alive, token)
     else
-      taken = taken + take_back(token, worker, ids, max_attempts)
-      if worker then calls_forget(worker) end
+      local held, recs, lost = {}, {}, {}
+      if ids then held, recs, lost = still_held(ids, token) end
+      local left = lease_left(token)
+      local back, dead, whys, writes = {}, {}, {}, {}
+      for i, id in ipairs(held) do
+        local p, a, _, env = parse(recs[i])
+        writes[#writes + 1] = id; writes[#writes + 1] = header(p, a, '', env)
+        if a >= max_attempts then
+          dead[#dead + 1] = id
+          whys[#whys + 1] = expired_why(a, worker)
+        else
+          back[#back + 1] = id
+        end
+      end
+      for _, id in ipairs(lost) do dead[#dead + 1] = id; whys[#whys + 1] = CORRUPT end
+      if #writes > 0 then bulk('HSET', K_REQ, writes) end
+      if POLITE then pol_release(recs) end
+      kill(dead, whys)
+      requeue(back, false)
+      if #back > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', #back) end
+      redis.call('ZREM', K_INFLIGHT, token)
+      redis.call('HDEL', K_LEASES, token)
+      redis.call('HDEL', K_LEFT, token)
+      if worker and not orphans then calls_forget(worker) end
+      -- the lease's own count: a request corrupted in its hands and dead-lettered through
+      -- another lease's scan still counted here
+      if left > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -left) end
+      taken = taken + #held + #lost
     end
   end
-  return taken
-end
-
--- A live worker's leases it does not hold (none of held[token]): taken back now, as an
--- expired lease of a dead worker would be (its heartbeat would renew them forever). Finds
--- them by scanning the leases hash (one field per lease() call of the whole fleet, so
--- O(fleet's leases), every few heartbeats per worker). Returns the number of requests
--- taken back.
-disown_leases = function(worker, held, max_attempts)
-  local mine, cursor = {}, '0'
-  repeat
-    local r = redis.call('HSCAN', K_LEASES, cursor, 'COUNT', 1000)
-    cursor = r[1]
-    local kv = r[2]
-    for i = 1, #kv, 2 do
-      if not held[kv[i]] then
-        local _, w, ids = lease_info(kv[i])
-        if w == worker then mine[#mine + 1] = {kv[i], ids} end
-      end
-    end
-  until cursor == '0'
-  local taken = 0
-  for _, m in ipairs(mine) do taken = taken + take_back(m[1], worker, m[2], max_attempts) end
   return taken
 end
 
@@ -316,21 +288,27 @@ lease_ready = function(worker, n, ttl, schedule, got)
   redis.call('HINCRBY', K_STATS, 'inflight', held)
 end
 
--- All of a worker's leases expire now. Scans the leases hash: an operator action (or a
--- clean shutdown), not a hot path.
-expire_worker = function(worker)
-  local n, cursor = 0, '0'
+-- All of a worker's leases expire now (held nil), or, held a set of lease tokens, those of
+-- its leases not in it are taken back now (disown.lua: the worker is alive, so they would
+-- never expire). Scans the leases hash (one field per lease() call of the whole fleet):
+-- an operator action, a clean shutdown, or a worker's check every few heartbeats.
+-- Returns the number of requests its leases hold (held nil) or that were taken back.
+expire_worker = function(worker, held, max_attempts)
+  local n, cursor, orphans = 0, '0', {}
   repeat
     local r = redis.call('HSCAN', K_LEASES, cursor, 'COUNT', 1000)
     cursor = r[1]
     local kv = r[2]
     for i = 1, #kv, 2 do
       local _, w = lease_info(kv[i])
-      if w == worker then
+      if w == worker and not held then
         redis.call('ZADD', K_INFLIGHT, 0, kv[i])
         n = n + math.max(num(redis.call('HGET', K_LEFT, kv[i])), 0)
+      elseif w == worker and not held[kv[i]] then
+        orphans[#orphans + 1] = kv[i]
       end
     end
   until cursor == '0'
+  if held then n = reclaim_expired(0, max_attempts, nil, orphans) end
   return n
 end
