@@ -156,7 +156,10 @@ end
 -- worker's leases it does not hold: expire_worker). Returns the number of requests taken
 -- back.
 reclaim_expired = function(limit, max_attempts, _, orphans)
-  local tokens = orphans or redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
+  local tokens = orphans
+  if not tokens then
+    tokens = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
+  end
   local taken = 0
   for _, token in ipairs(tokens) do
     local worker, ids = lease_ids(token)

@@ -212,7 +212,8 @@ end
 -- Expired entries of dead workers: claimed by `worker` (up to want of them; returned as a
 -- lease reply: id, attempts, record, token each), dead-lettered once max_attempts
 -- deliveries are used up, or put back at the end of their stream. Consumers left without
--- pending entries are removed from the group, but keep (a live worker: expire_worker with held).
+-- pending entries are removed from the group, but keep (a live worker: expire_worker
+-- with held).
 -- Returns (claimed, number of requests taken back).
 local function reclaim(cands, max_attempts, ttl, worker, want, keep)
   local got, taken, back = {}, 0, 0
@@ -458,7 +459,9 @@ expire_worker = function(worker, held, max_attempts, ttl)
     local p = redis.pcall('XPENDING', key, S_GROUP, '-', '+', 1000000, worker)
     if held and type(p) == 'table' and not p.err then
       for _, e in ipairs(p) do
-        if not mine[k .. '/' .. e[1]] then cands[#cands + 1] = {k, e[1], worker, tonumber(e[4])} end
+        if not mine[k .. '/' .. e[1]] then
+          cands[#cands + 1] = {k, e[1], worker, tonumber(e[4])}
+        end
       end
     elseif type(p) == 'table' and not p.err and #p > 0 then
       local eids = {}
