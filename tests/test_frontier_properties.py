@@ -1,5 +1,5 @@
 """Property-based test: random interleavings of push / lease / ack / nack / expire /
-renew / requeue across simulated workers, on a real Redis.
+renew / requeue / disown across simulated workers, on a real Redis.
 
 After every step the conservation law holds, the counters match a model, a request is
 never handed to a second worker while an earlier lease of it may still be alive, and (lists,
@@ -250,6 +250,17 @@ class FrontierMachine(RuleBasedStateMachine):
     def crash(self, worker: str) -> None:
         """The worker forgets everything it held (its leases will expire)."""
         self.held[worker] = []
+
+    @rule(worker=st.sampled_from(WORKERS))
+    def disown(self, worker: str) -> None:
+        """The worker names what it holds: its other leases (forgotten in a crash, as an
+        ack undone by a failover leaves them) are taken back now, heartbeat or not."""
+        tokens = {h.lease.token for h in self.held[worker]}
+        self.f.disown(worker, tokens)
+        for rid, leases in self.history.items():
+            self.history[rid] = [
+                h for h in leases if h.lease.worker != worker or h.lease.token in tokens
+            ]
 
     @rule()
     def maintain(self) -> None:

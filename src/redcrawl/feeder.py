@@ -23,6 +23,15 @@ not answered: the caller decides when to give up (``REDCRAWL_REDIS_OUTAGE_LIMIT`
 
 With fleet-wide politeness (``polite``) a worker always leases only what it can start now.
 
+Orphan leases: the thread keeps the tokens of every lease it holds (from the settle reply
+that brought it until the call that gives it back: ack, nack, deferral, release), and
+every ``disown_every`` heartbeats, or at a heartbeat after asking for leases and getting
+none, it calls :meth:`~redcrawl.frontier.FrontierCore.disown` with them: leases Redis has
+under this worker's name that it does not hold (an ack undone by a failover to a lagging
+replica, a lease reply lost on the way) go back to READY, counted as ``orphaned``. The
+thread is the worker's only caller and waits for each reply, so no lease is on its way to
+it while that runs (docs/cluster.md, "Durability").
+
 How much is leased: ``prefetch`` at a time, keeping ``prefetch * lookahead`` ready ahead
 of the caller's demand, within ``prefetch * (1 + lookahead) + concurrency`` held in all.
 At the tail of a crawl (the crawl-wide ready count below ``prefetch * (1 + lookahead)``,
@@ -40,7 +49,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -73,6 +82,7 @@ class Feeder:
         on_ready: Callable[[], None] | None = None,
         on_tick: Callable[[], None] | None = None,
         polite: bool = False,
+        disown_every: int = 3,
     ) -> None:
         self.frontier = frontier
         self.worker = worker
@@ -98,6 +108,10 @@ class Feeder:
         (as at the tail of a crawl), never ahead: a request waiting in this buffer would
         hold a site's slot idle and start later than its turn."""
 
+        self.disown_every = disown_every
+        """Heartbeats between calls of ``FrontierCore.disown`` (0: never), sooner after a
+        lease call that got nothing."""
+
         self._cond = threading.Condition()
         self._ready: deque[Lease] = deque()
         self._push: list[Envelope] = []
@@ -119,6 +133,9 @@ class Feeder:
         self._next_lease = 0.0  # nothing was ready: don't ask before this
         self._call_since: float | None = None
         self._failing_since: float | None = None
+        self._owned: Counter[str] = Counter()  # tokens of the leases held (I/O thread)
+        self._beats = 0  # heartbeats since the last disown
+        self._starved = False  # a lease call got nothing since the last heartbeat
         self._stop = False
         self._closed = False
         self.error: BaseException | None = None
@@ -363,6 +380,8 @@ class Feeder:
                 if beat:
                     self._beat()
                     next_beat = time.monotonic() + self.heartbeat
+                    if not stopping:
+                        self._disown()
                 if tick:
                     counts = self.frontier.counts()
                     others = sum(1 for w in self.frontier.workers() if w != self.worker)
@@ -444,12 +463,17 @@ class Feeder:
             while defers:
                 lease, reason, retry_after = defers[0]
                 self._inc(f"defer_{f.defer(lease, reason, retry_after=retry_after)}")
+                self._let_go([lease])
                 defers.pop(0)
             if push or acks or n or frees:
                 out = f.settle(
                     push=push, ack=acks, lease=(self.worker, n) if n else None, free=frees
                 )
                 frees = []
+                self._let_go(acks)
+                self._hold(out.leases)
+                if n and not out.leases:
+                    self._starved = True
                 self._account(
                     out.pushed.accepted,
                     out.pushed.filtered,
@@ -480,9 +504,11 @@ class Feeder:
             while nacks:
                 lease, error, retry = nacks[0]
                 self._inc(f"nack_{f.nack(lease, error, retry=retry)}")
+                self._let_go([lease])
                 nacks.pop(0)
             if releases:
                 self._inc("released", f.release(releases))
+                self._let_go(releases)
                 releases = []
         finally:
             if push or acks or nacks or releases or frees or defers or starts:
@@ -515,6 +541,40 @@ class Feeder:
                 self._next_lease = now + self.poll_interval
             elif accepted or leased:
                 self._next_lease = 0.0
+
+    def _hold(self, leases: list[Lease]) -> None:
+        """Leases that reached this worker (I/O thread)."""
+        self._owned.update(lease.token for lease in leases)
+
+    def _let_go(self, leases: list[Lease]) -> None:
+        """Leases given back by a call that returned (I/O thread)."""
+        for lease in leases:
+            left = self._owned[lease.token] - 1
+            if left > 0:
+                self._owned[lease.token] = left
+            else:
+                self._owned.pop(lease.token, None)
+
+    def _disown(self) -> None:
+        """After a heartbeat: every ``disown_every`` of them, or sooner when a lease call
+        got nothing, take back the leases Redis has under this worker's name that it does
+        not hold (their acks undone by a failover; see the module docstring)."""
+        if not self.disown_every:
+            return
+        self._beats += 1
+        if self._beats < self.disown_every and not self._starved:
+            return
+        self._beats, self._starved = 0, False
+        n = self.frontier.disown(self.worker, list(self._owned))
+        if n:
+            log.warning(
+                "redcrawl: took back %d request(s) leased to worker %s that it does not "
+                "hold (acks undone by a failover to a lagging replica?)",
+                n,
+                self.worker,
+            )
+            with self._cond:
+                self._inc("orphaned", n)
 
     def _beat(self) -> None:
         """Heartbeat: this worker and its leases live on; crawl-wide counters added."""

@@ -42,7 +42,7 @@ import logging
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, cast
 
@@ -96,6 +96,7 @@ _SCRIPTS = (
     "maintain",
     "requeue_dead",
     "release_worker",
+    "disown",
     "renew",
     "repair",
     "free",
@@ -607,6 +608,23 @@ class FrontierCore(PolitenessOps, ABC):
         n = int(self._run("release_worker", [worker]))
         self.maintain()
         return n
+
+    def disown(self, worker: str, held: Iterable[str]) -> int:
+        """Take back now ``worker``'s leases whose tokens are not in ``held`` (to READY, or
+        DEAD once their attempts are used up; politeness slots freed), as if they had
+        expired with a dead worker's heartbeat. Such orphans come from acks undone by a
+        failover to a lagging replica, or lease replies lost on the way: the worker's
+        heartbeat would keep them in flight forever (docs/cluster.md, "Durability").
+        Call it only when no other call of ``worker`` is on its way (a lease granted by
+        a call whose reply has not arrived would be taken back: a repeat, not a loss).
+        Returns how many requests were taken back (stats ``orphaned``)."""
+        args: list[Any] = [
+            worker,
+            self.settings.max_attempts,
+            self._ms(None, self.settings.lease_ttl),
+            *sorted(set(held)),
+        ]
+        return int(self._run("disown", args))
 
     def maintain(self) -> tuple[int, int]:
         """Promote due delayed requests and reclaim expired leases.

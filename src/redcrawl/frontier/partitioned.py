@@ -45,7 +45,7 @@ import logging
 import math
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any, ClassVar, TypeVar, cast
 
@@ -625,6 +625,16 @@ class PartitionedFrontier(FrontierCore):
     def release_worker(self, worker: str) -> int:
         self._holding.pop(worker, None)
         return sum(sub.release_worker(worker) for sub in self.parts)
+
+    def disown(self, worker: str, held: Iterable[str]) -> int:
+        """Each partition takes back ``worker``'s leases there not in ``held`` (tokens
+        ``<p>:<token>``; one of no partition names nothing)."""
+        per: list[list[str]] = [[] for _ in self.parts]
+        for token in held:
+            head, sep, tok = token.partition(":")
+            if sep and head.isdigit() and int(head) < self.n:
+                per[int(head)].append(tok)
+        return sum(sub.disown(worker, per[p]) for p, sub in enumerate(self.parts))
 
     def maintain(self) -> tuple[int, int]:
         self._claim()

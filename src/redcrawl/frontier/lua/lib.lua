@@ -22,7 +22,7 @@
 --   6 dead      ZSET  id -> time of death (ms)
 --   7 err       HASH  id -> last error
 --   8 stats     HASH  seq, leases, inflight, accepted, filtered, done, retried, reclaimed,
---                     died, requeued
+--                     died, requeued, orphaned (disown.lua)
 --   9 workers   HASH  worker -> heartbeat deadline (ms)
 --  10 control   HASH  paused ("1"), cursor (weighted-fair position), layout and layout.copy
 --                     (ordering, tier bounds and dedupe the crawl was created with)
@@ -319,8 +319,11 @@ end
 --   reclaim_expired(limit, max_attempts, ttl) -> number taken back
 --                maintain's reclaim step: expired leases of dead workers back to READY or
 --                DEAD, without leasing
---   expire_worker(worker) -> number of requests held
---                make all of the worker's leases expire now (its heartbeat is gone)
+--   expire_worker(worker, held, max_attempts, ttl) -> number of requests
+--                held nil: make all of the worker's leases expire now (its heartbeat is
+--                gone), returns how many requests they hold. held a set of lease tokens:
+--                the live worker's leases not in it (it does not hold them: disown.lua)
+--                back to READY or DEAD now, slots freed; returns how many were taken back
 -- ops.lua builds op_lease from these (promote, lease_expired, heartbeat, lease_ready).
 local PUSH_STRIDE
 local ready_push, unhold, holds, lease_expired, lease_ready, reclaim_expired, expire_worker

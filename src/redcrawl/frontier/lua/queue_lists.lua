@@ -150,16 +150,21 @@ end
 
 -- Leases past their deadline: extended if the worker's heartbeat is still alive, else
 -- every request still held goes back to READY (or DEAD once max_attempts deliveries
--- are used up, or when its record was corrupted while held). A lease whose own record
--- is corrupt has no known worker: it is taken back. Returns the number of requests taken
+-- are used up, or when its record was corrupted while held), its politeness slot freed.
+-- A lease whose own record is corrupt has no known worker: it is taken back. orphans: a
+-- list of lease tokens to take back now instead, whoever's heartbeat is alive (a live
+-- worker's leases it does not hold: expire_worker). Returns the number of requests taken
 -- back.
-reclaim_expired = function(limit, max_attempts)
-  local tokens = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
+reclaim_expired = function(limit, max_attempts, _, orphans)
+  local tokens = orphans
+  if not tokens then
+    tokens = redis.call('ZRANGEBYSCORE', K_INFLIGHT, '-inf', NOW, 'LIMIT', 0, limit)
+  end
   local taken = 0
   for _, token in ipairs(tokens) do
     local worker, ids = lease_ids(token)
     local alive = 0
-    if worker then alive = num(redis.call('HGET', K_WORKERS, worker)) end
+    if worker and not orphans then alive = num(redis.call('HGET', K_WORKERS, worker)) end
     if alive > NOW then
       redis.call('ZADD', K_INFLIGHT, alive, token)
     else
@@ -186,7 +191,7 @@ reclaim_expired = function(limit, max_attempts)
       redis.call('ZREM', K_INFLIGHT, token)
       redis.call('HDEL', K_LEASES, token)
       redis.call('HDEL', K_LEFT, token)
-      if worker then calls_forget(worker) end
+      if worker and not orphans then calls_forget(worker) end
       -- the lease's own count: a request corrupted in its hands and dead-lettered through
       -- another lease's scan still counted here
       if left > 0 then redis.call('HINCRBY', K_STATS, 'inflight', -left) end
@@ -286,21 +291,27 @@ lease_ready = function(worker, n, ttl, schedule, got)
   redis.call('HINCRBY', K_STATS, 'inflight', held)
 end
 
--- All of a worker's leases expire now. Scans the leases hash: an operator action (or a
--- clean shutdown), not a hot path.
-expire_worker = function(worker)
-  local n, cursor = 0, '0'
+-- All of a worker's leases expire now (held nil), or, held a set of lease tokens, those of
+-- its leases not in it are taken back now (disown.lua: the worker is alive, so they would
+-- never expire). Scans the leases hash (one field per lease() call of the whole fleet):
+-- an operator action, a clean shutdown, or a worker's check every few heartbeats.
+-- Returns the number of requests its leases hold (held nil) or that were taken back.
+expire_worker = function(worker, held, max_attempts)
+  local n, cursor, orphans = 0, '0', {}
   repeat
     local r = redis.call('HSCAN', K_LEASES, cursor, 'COUNT', 1000)
     cursor = r[1]
     local kv = r[2]
     for i = 1, #kv, 2 do
       local _, w = lease_info(kv[i])
-      if w == worker then
+      if w == worker and not held then
         redis.call('ZADD', K_INFLIGHT, 0, kv[i])
         n = n + math.max(num(redis.call('HGET', K_LEFT, kv[i])), 0)
+      elseif w == worker and not held[kv[i]] then
+        orphans[#orphans + 1] = kv[i]
       end
     end
   until cursor == '0'
+  if held then n = reclaim_expired(0, max_attempts, nil, orphans) end
   return n
 end

@@ -211,9 +211,11 @@ end
 
 -- Expired entries of dead workers: claimed by `worker` (up to want of them; returned as a
 -- lease reply: id, attempts, record, token each), dead-lettered once max_attempts
--- deliveries are used up, or put back at the end of their stream. Consumers left without pending entries are
--- removed from the group. Returns (claimed, number of requests taken back).
-local function reclaim(cands, max_attempts, ttl, worker, want)
+-- deliveries are used up, or put back at the end of their stream. Consumers left without
+-- pending entries are removed from the group, but keep (a live worker: expire_worker
+-- with held).
+-- Returns (claimed, number of requests taken back).
+local function reclaim(cands, max_attempts, ttl, worker, want, keep)
   local got, taken, back = {}, 0, 0
   local owners = {}
   for _, c in ipairs(cands) do
@@ -287,7 +289,7 @@ local function reclaim(cands, max_attempts, ttl, worker, want)
   if back > 0 then redis.call('HINCRBY', K_STATS, 'reclaimed', back) end
   for k, set in pairs(owners) do
     for owner in pairs(set) do
-      if owner ~= worker then
+      if owner ~= worker and owner ~= keep then
         local left = redis.call('XPENDING', skey(k), S_GROUP, '-', '+', 1, owner)
         if #left == 0 then
           redis.call('XGROUP', 'DELCONSUMER', skey(k), S_GROUP, owner)
@@ -440,15 +442,28 @@ lease_ready = function(worker, n, ttl, schedule, got)
   end
 end
 
--- All of a worker's pending entries expire now (XCLAIM ... IDLE far in the past, JUSTID:
--- the delivery count is kept), so the next lease/maintain call reclaims them and then
--- removes the consumer from the group.
-expire_worker = function(worker)
-  local n = 0
+-- All of a worker's pending entries expire now (held nil: XCLAIM ... IDLE far in the
+-- past, JUSTID: the delivery count is kept), so the next lease/maintain call reclaims them
+-- and then removes the consumer from the group. held a set of lease tokens: those of its
+-- pending entries none of them names are taken back now instead, as expired entries of a
+-- dead worker would be (disown.lua: the worker is alive, so they would never expire).
+-- O(its pending entries). Returns the number of entries expired, or taken back.
+expire_worker = function(worker, held, max_attempts, ttl)
+  local n, mine, cands = 0, {}, {}
+  for t in pairs(held or {}) do
+    local k, eid = parse_token(t)
+    if k then mine[k .. '/' .. eid] = true end
+  end
   for k = 0, NSTREAMS - 1 do
     local key = skey(k)
     local p = redis.pcall('XPENDING', key, S_GROUP, '-', '+', 1000000, worker)
-    if type(p) == 'table' and not p.err and #p > 0 then
+    if held and type(p) == 'table' and not p.err then
+      for _, e in ipairs(p) do
+        if not mine[k .. '/' .. e[1]] then
+          cands[#cands + 1] = {k, e[1], worker, tonumber(e[4])}
+        end
+      end
+    elseif type(p) == 'table' and not p.err and #p > 0 then
       local eids = {}
       for i, e in ipairs(p) do eids[i] = e[1] end
       for i = 1, #eids, CHUNK do
@@ -460,6 +475,10 @@ expire_worker = function(worker)
       end
       n = n + #p
     end
+  end
+  if held then
+    local _
+    _, n = reclaim(cands, max_attempts, ttl, nil, 0, worker)
   end
   return n
 end
