@@ -346,7 +346,7 @@ def test_a_crawl_of_four_partitions_copies_with_every_partition(
     time.sleep(1.2)
     before = f.counts()
     assert before.in_flight and before.done == len(done) and before.conserved
-    spread = {bytes(k).split(b"}")[0] for k in source.keys(f"rc:{{{CRAWL}/*")}
+    spread = {str(k).split("}")[0] for k in source.keys(f"rc:{{{CRAWL}/*")}
     assert len(spread) == 4  # the test's crawl has requests in every partition
     result = copy_crawl(source, target, parted, CRAWL)
     assert result.returned == before.in_flight
