@@ -531,58 +531,49 @@ local function pol_pop(n, schedule)
       redis.call('ZADD', open_key(t), score, key)
     else
       local q = pq_key(t, key)
-      local lim = limits(key)
-      local gap = lim[2]
-      if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor(lim[3])) end
-      if gap > 0 then gap = gap + start_window() end
-      -- how many of the key to grant now: one; with no delay, as many as its free slots,
-      -- its queue and the lease allow, while the tier schedule keeps picking this tier
-      -- (one state read and write and one rescore per key, not per request). The queue
-      -- is popped first, without its length: a short pop tells it ran dry, and the
-      -- schedule is then followed for the requests popped only (those beyond another
-      -- tier's turn go back where they were)
-      local room = 1
-      if gap == 0 then room = math.max(math.min(lim[1] - inn, n - #ids), 1) end
-      local got
-      if QORDER == 'priority' then
-        local p = redis.call('ZPOPMIN', q, room)
-        got = {}
-        for i = 1, #p, 2 do got[#got + 1] = p[i] end
-      elseif QORDER == 'fifo' then got = redis.call('RPOP', q, room) or {}
-      else got = redis.call('LPOP', q, room) or {} end
-      local emptied = #got < room
-      if QORDER ~= 'priority' and #got > 1 then
-        local k = 1
-        while k < #got do
-          local step = next_pick(t, heads, cursor, schedule)
-          if not step then break end
-          cursor = cursor + step
-          k = k + 1
-        end
-        if k < #got then
-          local back = {}
-          for i = #got, k + 1, -1 do back[#back + 1] = got[i]; got[i] = nil end
-          redis.call(QORDER == 'fifo' and 'RPUSH' or 'LPUSH', q, unpack(back))
-          emptied = false
-        end
-      end
-      -- (a full pop that took the last: only then the queue's length is read)
-      if not emptied and #got == room then
-        if QORDER == 'priority' then emptied = redis.call('ZCARD', q) == 0
-        else emptied = redis.call('LLEN', q) == 0 end
-      end
-      if #got == 0 then
+      local len
+      if QORDER == 'priority' then len = redis.call('ZCARD', q)
+      else len = redis.call('LLEN', q) end
+      if len == 0 then
         redis.call('ZREM', open_key(t), key)
         if mask and in_tier(mask, t) then
           redis.call('HSET', K_POL .. key, 'tm', mask - 2 ^ t)
         end
       else
+        local lim = limits(key)
+        local gap = lim[2]
+        if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor(lim[3])) end
+        if gap > 0 then gap = gap + start_window() end
+        -- how many of the key to grant now: one; with no delay, as many as its free slots,
+        -- its queue and the lease allow, while the tier schedule keeps picking this tier
+        -- (one state read and write and one rescore per key, not per request)
+        local k = 1
+        if gap == 0 then
+          local room = math.min(lim[1] - inn, n - #ids, len)
+          if QORDER == 'priority' then k = math.max(room, 1)
+          else
+            while k < room do
+              local step = next_pick(t, heads, cursor, schedule)
+              if not step then break end
+              cursor = cursor + step
+              k = k + 1
+            end
+          end
+        end
+        local got
+        if QORDER == 'priority' then
+          local p = redis.call('ZPOPMIN', q, k)
+          got = {}
+          for i = 1, #p, 2 do got[#got + 1] = p[i] end
+        elseif QORDER == 'fifo' then got = redis.call('RPOP', q, k)
+        else got = redis.call('LPOP', q, k) end
         for _, id in ipairs(got) do ids[#ids + 1] = id; keys[#ids] = key; tiers[#ids] = t end
         -- the politeness wait of this grant: from when the key had work waiting (its
         -- previous grant, or work arriving at a key without any) to when its limits let
         -- it open (its score: the time it opened; later than that, it waited for a
         -- worker, not for politeness)
         if rdy > 0 and opened[t] > rdy then waited = waited + (opened[t] - rdy) end
+        local emptied = #got >= len
         if emptied and mask and in_tier(mask, t) then
           redis.call('HSET', K_POL .. key, 'in', inn + #got, 'next', NOW + gap, 'rdy', NOW,
             'tm', mask - 2 ^ t)
