@@ -377,17 +377,7 @@ class SnapshotReader:
         pipe = self.client.pipeline(transaction=False)
         now_ms = int(now * 1000)
         for f, c in zip(frontiers, crawls, strict=True):
-            for w in c.workers:
-                if w.alive:
-                    pipe.hgetall(f.keys.worker_counters(w.worker))
-            subs = _subs(f)
-            if f.politeness is not None:
-                for sub in subs:
-                    _ask_politeness(pipe, sub, now_ms)
-            if _expired_wanted(f, c):
-                sample = LEASE_SAMPLE if len(subs) == 1 else max(4, -(-LEASE_SAMPLE // len(subs)))
-                for sub in subs:
-                    pipe.zrange(sub.keys.inflight, 0, sample - 1)
+            _ask_second(pipe, f, c, now_ms)
         res = iter(pipe.execute(raise_on_error=False))
         sampled: list[tuple[int, list[str]]] = []  # (crawl index, sampled queue keys)
         expired: list[tuple[int, str, list[bytes]]] = []  # (crawl, leases key, tokens)
@@ -571,6 +561,22 @@ def _merge_pending(rows: list[StreamPending]) -> list[StreamPending]:
             )
         )
     return list(merged.values())
+
+
+def _ask_second(pipe: Any, f: FrontierCore, c: CrawlSnapshot, now_ms: int) -> None:
+    """Queue one crawl's reads of :meth:`SnapshotReader._second_round`: its live listed
+    workers' counters, its politeness reads and its oldest leases, in every partition."""
+    for w in c.workers:
+        if w.alive:
+            pipe.hgetall(f.keys.worker_counters(w.worker))
+    subs = _subs(f)
+    if f.politeness is not None:
+        for sub in subs:
+            _ask_politeness(pipe, sub, now_ms)
+    if _expired_wanted(f, c):
+        sample = LEASE_SAMPLE if len(subs) == 1 else max(4, -(-LEASE_SAMPLE // len(subs)))
+        for sub in subs:
+            pipe.zrange(sub.keys.inflight, 0, sample - 1)
 
 
 def _ask_politeness(pipe: Any, f: FrontierCore, now_ms: int) -> None:
