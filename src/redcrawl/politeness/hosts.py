@@ -24,7 +24,8 @@ are read and changed in the partition that owns it
 (:func:`~redcrawl.politeness.autothrottle.owner_keys`), where its lease step looks;
 :meth:`Hosts.top` runs the list step in every partition in one pipelined round (one per
 node on a cluster) and merges the keys (``complete`` when every partition's list was);
-the crawl-wide switches (paused, defaults, AutoThrottle) and robots.txt are the anchor's.
+the crawl-wide switches (paused, defaults, AutoThrottle) are read from that partition's
+copy (what its lease step reads), robots.txt from the anchor (the crawl's cache).
 """
 
 from __future__ import annotations
@@ -428,6 +429,8 @@ class Hosts:
             pipe.hmget(k.control, "politeness", "paused", "autothrottle")
             for key, its in zip(keys, origins, strict=True):
                 pk = self.key_keys(key)  # its state; robots.txt is the crawl's (k)
+                if self.partitions > 1:  # the switches as its partition's lease step reads them
+                    pipe.hmget(pk.control, "politeness", "paused", "autothrottle")
                 pipe.hget(pk.pol_slots, key)
                 pipe.hget(pk.pol_override, key)
                 pipe.hmget(pk.pol_state_base + key, "in", "next", "block", "fail", STATE_FIELD)
@@ -446,8 +449,11 @@ class Hosts:
         now = float(clock()) if clock is not None else int(sec) * 1000 + int(usec) / 1000
         out, at = [], 2
         for key, its in zip(keys, origins, strict=True):
+            own = control
+            if self.partitions > 1:
+                own, at = res[at], at + 1
             width = 3 + k.tiers + 2 * len(its)
-            out.append(self._detail(key, now, control, res[at : at + width], its))
+            out.append(self._detail(key, now, own, res[at : at + width], its))
             at += width
         return out
 
@@ -595,7 +601,7 @@ class Hosts:
         pk = self.key_keys(key)
         with redis_errors("reading a politeness key"):
             pipe = self.f.client.pipeline(transaction=False)
-            pipe.hmget(self.keys.control, "politeness", "autothrottle")
+            pipe.hmget(pk.control, "politeness", "autothrottle")
             pipe.hget(pk.pol_slots, key)
             pipe.hget(pk.pol_override, key)
             pipe.hget(pk.pol_state_base + key, STATE_FIELD)
