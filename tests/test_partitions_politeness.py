@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 import redis
+from typer.testing import CliRunner
 
+from redcrawl.cli import app
 from redcrawl.codec import Envelope
 from redcrawl.fingerprint import fingerprint
 from redcrawl.frontier import FrontierCore, Lease, PartitionedFrontier, open_frontier
@@ -27,6 +29,7 @@ from .conftest import Clock, RedisServer
 from .test_partitions import hosts_in
 
 P = 4
+runner = CliRunner()
 
 
 @pytest.fixture
@@ -211,3 +214,29 @@ def test_a_429_blocks_the_site_in_its_partition_and_hosts_says_so(
     assert hosts(lease_all(f)) == {fast: 1}
     clock.advance(5.0)
     assert hosts(lease_all(f)) == {slow: 2}
+
+
+def test_redcrawl_hosts_steers_a_site_of_a_partitioned_crawl(
+    redis7: RedisServer, client: redis.Redis
+) -> None:
+    s = Settings(partitions=P, politeness_concurrency=2, politeness_randomize=False)
+    f = open_frontier(client, s, "cli")
+    slow, fast = two_sites()
+    f.push(site(slow, 4) + site(fast, 4))
+
+    def cli(*args: str) -> dict[str, Any]:
+        result = runner.invoke(
+            app, ["hosts", *args, "--redis-url", redis7.url, "--crawl", "cli", "--json"]
+        )
+        assert result.exit_code == 0, result.output
+        out: dict[str, Any] = json.loads(result.output)
+        return out
+
+    assert cli("set", slow, "--concurrency", "1")["override"] == {"concurrency": 1}
+    assert hosts(lease_all(f)) == {slow: 1, fast: 2}
+    assert cli("block", fast, "--for", "10m")["why"].startswith("blocked by operator")
+    listed = cli()
+    assert {h["key"] for h in listed["hosts"]} == {slow, fast}
+    assert cli("reset", slow)["override"] == {}
+    owner = f.parts[partition_of(slow, P)].keys
+    assert client.hget(owner.pol_override, slow) is None
