@@ -221,6 +221,7 @@ def test_redcrawl_hosts_steers_a_site_of_a_partitioned_crawl(
 ) -> None:
     s = Settings(partitions=P, politeness_concurrency=2, politeness_randomize=False)
     f = open_frontier(client, s, "cli")
+    assert isinstance(f, PartitionedFrontier)
     slow, fast = two_sites()
     f.push(site(slow, 4) + site(fast, 4))
 
