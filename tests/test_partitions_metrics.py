@@ -205,3 +205,24 @@ def test_a_sigkilled_workers_heartbeat_age_and_leases_show(
     f = open_frontier(client, Settings(lease_ttl=2.0), "k", follow_layout=True)
     assert isinstance(f, PartitionedFrontier)
     assert f.workers().keys() == {"doomed"}
+
+
+def test_the_done_filter_checks_cover_every_partition(client: redis.Redis, clock: Clock) -> None:
+    f = crawl(client, clock, "d", P)
+    assert isinstance(f, PartitionedFrontier)
+    far = hosts_in(3, P, 1, "d")[0]
+    f.push(site(far, 3))
+    while got := f.lease("w", 10):
+        f.ack(got)
+    fps = [fingerprint(f"http://{far}/p{i}") for i in range(3)] + [fingerprint("http://x/")]
+    assert f.done.contains(fps) == [True, True, True, False]  # (in partition 3's filter)
+    assert not f.parts[0].done.contains(fps[:1])[0]
+    assert f.done.memory() >= f.parts[3].done.memory() > 0
+    assert f.done.health() == []  # every partition's buckets sampled: all intsets
+    before: Any = client.config_get("set-max-intset-entries")["set-max-intset-entries"]
+    client.config_set("set-max-intset-entries", 8)
+    try:
+        problems = f.done.health()
+        assert problems and sum("set-max-intset-entries is 8" in x for x in problems) == 1
+    finally:
+        client.config_set("set-max-intset-entries", before)

@@ -726,10 +726,6 @@ class PartitionedFrontier(FrontierCore):
                 out[worker] = max(until, out.get(worker, 0.0))
         return out
 
-    def owner(self, key: str) -> FrontierCore:
-        """The partition that owns politeness key ``key`` (its state, queues, override)."""
-        return self.parts[partition_of(key, self.n)]
-
     def forget_worker(self, worker: str) -> None:
         for sub in self.parts:
             sub.forget_worker(worker)
