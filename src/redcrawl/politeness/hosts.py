@@ -78,7 +78,9 @@ PAST_BLOCK = 86400.0
 block, remove it: ``unblock``, or ``block_until: null``)."""
 LIST_KEYS_PER_TIER = 1000
 """Most keys :meth:`Hosts.top` reads from each tier's ``open`` zset (those that open
-first); beyond that the list is a bounded sample (``complete`` false)."""
+first); beyond that the list is a bounded sample (``complete`` false). A partitioned
+crawl reads ``1/P`` of this (and of the two bounds below) in each partition, at least
+100 keys (100 leases, 1,000 leased ids)."""
 LIST_LEASES = 1000
 """Most leases :meth:`Hosts.top` reads (soonest deadline first)."""
 LIST_LEASED_IDS = 10_000
@@ -328,12 +330,18 @@ class Hosts:
                 raise BadHostInput("cursor", "give the next_cursor of the previous page")
             start = int(cursor)
         tiers = self.keys.tiers
+        n = self.partitions  # (a partition reads its share of the bounds, not less than:)
+        bounds = [
+            max(LIST_KEYS_PER_TIER // n, 100),
+            max(LIST_LEASES // n, 100),
+            max(LIST_LEASED_IDS // n, 1000),
+        ]
         with redis_errors("listing politeness keys"):
             pipe = self.f.client.pipeline(transaction=False)
             for pk in self._part_keys():  # (one round: one per node on a cluster)
                 self._scripts["list"](
                     keys=[pk.inflight, pk.leases, pk.req, *(pk.open(t) for t in range(tiers))],
-                    args=[LIST_KEYS_PER_TIER, LIST_LEASES, LIST_LEASED_IDS],
+                    args=bounds,
                     client=pipe,
                 )
             lists = pipe.execute()
