@@ -9,8 +9,9 @@ politeness (the scheduler installs it by itself at open, :func:`install`;
   request's politeness key and status, to Redis, where Scrapy's update rule is applied to
   the key's fleet-wide delay (:class:`redcrawl.politeness.autothrottle.FleetThrottle`:
   the field ``ad`` of the key's state hash, which expires with the key's other state
-  an hour after the site goes idle); the frontier spaces the key's grants by it, for all
-  workers. The worker's own downloader adds no delay (the scheduler zeroes it).
+  an hour after the site goes idle; on a partitioned crawl, in the key's partition);
+  the frontier spaces the key's grants by it, for all workers. The worker's own
+  downloader adds no delay (the scheduler zeroes it).
 * **Same rule, same settings:** ``AUTOTHROTTLE_TARGET_CONCURRENCY``, ``_START_DELAY``,
   ``_MAX_DELAY``, ``_DEBUG``, ``DOWNLOAD_DELAY`` as the smallest delay; a response other
   than 200 never lowers the delay; download errors (no response) change nothing; a request
