@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import redis
@@ -226,3 +226,35 @@ def test_the_done_filter_checks_cover_every_partition(client: redis.Redis, clock
         assert problems and sum("set-max-intset-entries is 8" in x for x in problems) == 1
     finally:
         client.config_set("set-max-intset-entries", before)
+
+
+def test_the_crawl_registry_finds_crawls_without_a_scan(client: redis.Redis, clock: Clock) -> None:
+    from redcrawl.keys import CrawlKeys, crawl_registry
+    from redcrawl.metrics.registry import COMPLETE, all_crawls
+
+    client.hset(CrawlKeys("old").stats, "accepted", 0)  # a crawl from before the registry
+    for name, partitions in (("one", 1), ("parts", P)):
+        crawl(client, clock, name, partitions).push(site("a.example", 1))
+    members = {m.decode() for m in cast(set[bytes], client.smembers(crawl_registry()))}
+    assert members == {"one", "parts"}  # registered at their first push
+    reader = SnapshotReader(client, Settings())
+    assert reader.find_crawls() == (["old", "one", "parts"], 0)  # a SCAN found "old"
+    assert COMPLETE.encode() in client.smembers(crawl_registry())
+    client.config_resetstat()
+    crawl(client, clock, "new", P).push(site("b.example", 1))
+    assert reader.find_crawls() == (["new", "old", "one", "parts"], 0)
+    assert all_crawls(client, "rc") == ["new", "old", "one", "parts"]
+    calls = client.info("commandstats")
+    assert "cmdstat_scan" not in calls and calls["cmdstat_smembers"]["calls"] == 2
+    client.delete(CrawlKeys("one").stats)  # purged: dropped from the registry
+    assert reader.find_crawls() == (["new", "old", "parts"], 0)
+    assert b"one" not in client.smembers(crawl_registry())
+    result = runner.invoke(app, ["crawls", "--redis-url", _url(client), "--json"])
+    assert result.exit_code == 0, result.output
+    listed = {row["crawl"]: row["accepted"] for row in json.loads(result.output)}
+    assert listed == {"new": 1, "old": 0, "parts": 1}  # (P=4's counts summed)
+
+
+def _url(client: redis.Redis) -> str:
+    kw = client.connection_pool.connection_kwargs
+    return f"redis://{kw['host']}:{kw['port']}"

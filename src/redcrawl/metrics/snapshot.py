@@ -5,11 +5,14 @@ The exporter (``/metrics``, ``redcrawl exporter``), the watchdog (``redcrawl wat
 does not depend on how big a crawl is:
 
 =======================  ===============================================================
-which crawls             the ones given, else one SCAN over the stats keys only
+which crawls             the ones given, else the crawl registry (one SMEMBERS and an
+                         EXISTS per crawl: metrics/registry.py) once it is complete,
+                         until then one SCAN over the stats keys only
                          (``rc:{*}:stats``), at most ``scan_budget`` SCAN calls and
                          ``max_crawls`` crawls (the rest are counted as left out); a
                          SCAN that runs out of budget goes on from there at the next
-                         read (see :meth:`SnapshotReader.find_crawls`)
+                         read (see :meth:`SnapshotReader.find_crawls`); a pass that
+                         ends completes the registry
 per crawl                ``FrontierCore.counts()`` (one MULTI of O(1) commands, or one
                          script on streams), the stats hash (fixed fields, plus what
                          ``add_stats`` adds), the workers' heartbeat hash (one field per
@@ -72,6 +75,7 @@ from redcrawl.frontier.partitioned import PartitionedFrontier
 from redcrawl.frontier.records import stored_int
 from redcrawl.frontier.streams import GROUP
 from redcrawl.keys import CrawlKeys, crawl_of_stats_key, stats_key_pattern
+from redcrawl.metrics.registry import adopt, registered
 from redcrawl.settings import Settings
 
 __all__ = [
@@ -238,7 +242,9 @@ class SnapshotReader:
         """Crawls found by the last complete pass."""
 
     def find_crawls(self) -> tuple[list[str], int]:
-        """(crawls to read, how many more were found); a SCAN over stats keys only.
+        """(crawls to read, how many more were found): the crawl registry once it is
+        complete (:mod:`redcrawl.metrics.registry`), else a SCAN over stats keys only,
+        whose first full pass completes the registry.
 
         At most :attr:`scan_budget` SCAN calls per read. A keyspace too big for one
         budget (a SCAN walks every key: a crawl's done filter alone holds about one key
@@ -249,6 +255,10 @@ class SnapshotReader:
         if self.crawls:
             return self.crawls[: self.max_crawls], max(0, len(self.crawls) - self.max_crawls)
         prefix = self.settings.key_prefix
+        listed, complete = registered(self.client, prefix)
+        if complete:  # the crawl registry has every crawl: no SCAN
+            names = sorted(listed)
+            return names[: self.max_crawls], max(0, len(names) - self.max_crawls)
         found: set[str] = set()
         with self._lock:
             cursor = self._cursor
@@ -267,6 +277,8 @@ class SnapshotReader:
             else:  # a pass ended here: it found every crawl there is
                 self._known, self._passing = self._passing | found, set()
                 found = set(self._known)
+        if not partial:
+            adopt(self.client, prefix, found)  # the registry is complete from now on
         if found and not (whole and not partial):
             # names from earlier reads: those purged since are dropped
             names = sorted(found)
@@ -274,7 +286,7 @@ class SnapshotReader:
             for name in names:
                 pipe.exists(CrawlKeys(name, prefix).stats)
             found = {n for n, there in zip(names, pipe.execute(), strict=True) if there}
-        names = sorted(found)
+        names = sorted(found | listed)
         return names[: self.max_crawls], max(0, len(names) - self.max_crawls)
 
     def frontier(self, crawl: str) -> FrontierCore:
