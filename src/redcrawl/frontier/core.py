@@ -329,9 +329,12 @@ class FrontierCore(PolitenessOps, ABC):
         if self.politeness is not None and not self._pol_stored and envelopes:
             self.store_politeness()  # (not at construction: readers must not write)
         if not self._registered and envelopes:
-            with redis_errors("registering the crawl"):
-                self.client.sadd(crawl_registry(self.keys.prefix), self.crawl)
             self._registered = True
+            try:
+                with redis_errors("registering the crawl"):
+                    self.client.sadd(crawl_registry(self.keys.prefix), self.crawl)
+            except FrontierError as exc:  # e.g. an ACL without this key: readers SCAN
+                log.warning("crawl %s not added to the crawl registry: %s", self.crawl, exc)
         args: list[Any] = []
         hint = self.dedupe.hint
         extra = self._push_extra(envelopes)
