@@ -144,7 +144,7 @@ def test_a_crawl_lives_on_one_master_and_crawls_spread_over_all(
     homes: dict[str, set[int]] = defaultdict(set)
     for master in redis_cluster.masters():
         with master.client() as mc:
-            for key in mc.keys("rc:*"):
+            for key in mc.keys("rc:{*"):  # (not rc:crawls, the crawl registry)
                 homes[key.decode().split("{")[1].split("}")[0]].add(master.port)
     assert set(homes) == set(names)
     assert all(len(ports) == 1 for ports in homes.values()), homes  # one master per crawl

@@ -26,6 +26,7 @@ __all__ = [
     "MAX_PARTITIONS",
     "CrawlKeys",
     "crawl_of_stats_key",
+    "crawl_registry",
     "partition_of",
     "stats_key_pattern",
     "validate_crawl_name",
@@ -402,6 +403,14 @@ class CrawlKeys:
     def pol_patterns(self) -> list[str]:
         """SCAN patterns of the per-key politeness keys (queues and state): purge."""
         return [self.pol_queue_base + "*", self.pol_state_base + "*"]
+
+
+def crawl_registry(prefix: str = "rc") -> str:
+    """SET of the names of the crawls under ``prefix``: a frontier adds its crawl at its
+    first push (readers find crawls there instead of a SCAN: metrics/registry.py), and
+    the member ``{complete}`` (no crawl name has braces) once a full SCAN added every
+    crawl created before the registry. No hash tag: one key for every crawl."""
+    return f"{prefix}:crawls"
 
 
 def stats_key_pattern(prefix: str = "rc") -> str:

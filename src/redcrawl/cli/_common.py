@@ -15,7 +15,7 @@ from rich.table import Table
 from redcrawl.connection import EmbeddedRedis, connect, redact, resolve_url
 from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
 from redcrawl.frontier import Counts
-from redcrawl.keys import CrawlKeys, crawl_of_stats_key, stats_key_pattern, validate_crawl_name
+from redcrawl.keys import CrawlKeys, validate_crawl_name
 from redcrawl.settings import Settings
 from redcrawl.workers import (
     ExitCode,
@@ -140,12 +140,11 @@ def _where(settings: Settings) -> str:
 
 def _crawls(client: redis.Redis, prefix: str) -> list[str]:
     """Every crawl in the Redis (each one that ever accepted a request has a stats hash):
-    one SCAN matching the stats keys only."""
-    names = {
-        crawl_of_stats_key(k, prefix)
-        for k in client.scan_iter(match=stats_key_pattern(prefix), count=1000)
-    }
-    return sorted(n for n in names if n is not None)
+    the crawl registry, or one SCAN matching the stats keys only until the registry is
+    complete (:func:`redcrawl.metrics.registry.all_crawls`)."""
+    from redcrawl.metrics.registry import all_crawls
+
+    return all_crawls(client, prefix)
 
 
 def _crawl(settings: Settings, given: str | None, client: redis.Redis | None) -> str:

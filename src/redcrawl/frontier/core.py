@@ -76,7 +76,7 @@ from redcrawl.frontier.records import (
     stored_layout,
 )
 from redcrawl.frontier.settle import PendingSettle, SettlePipe
-from redcrawl.keys import CALL_SLOTS, CrawlKeys
+from redcrawl.keys import CALL_SLOTS, CrawlKeys, crawl_registry
 from redcrawl.politeness import KeyMode, politeness_key
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
@@ -224,6 +224,7 @@ class FrontierCore(PolitenessOps, ABC):
         self._identity = CrawlIdentity(client, self.keys.control, crawl)
         self._call_seq = 0
         self._pol_stored = False  # the crawl's politeness defaults: stored at first push
+        self._registered = False  # the crawl's name in the crawl registry: at first push
 
     # --- the queue layer (see the module docstring) ----------------------------------
     @abstractmethod
@@ -339,6 +340,13 @@ class FrontierCore(PolitenessOps, ABC):
     def _push_args(self, envelopes: Sequence[Envelope]) -> list[Any]:
         if self.politeness is not None and not self._pol_stored and envelopes:
             self.store_politeness()  # (not at construction: readers must not write)
+        if not self._registered and envelopes:
+            self._registered = True
+            try:
+                with redis_errors("registering the crawl"):
+                    self.client.sadd(crawl_registry(self.keys.prefix), self.crawl)
+            except FrontierError as exc:  # e.g. an ACL without this key: readers SCAN
+                log.warning("crawl %s not added to the crawl registry: %s", self.crawl, exc)
         args: list[Any] = []
         hint = self.dedupe.hint
         extra = self._push_extra(envelopes)

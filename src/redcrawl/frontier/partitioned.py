@@ -194,8 +194,9 @@ class PartitionedFrontier(FrontierCore):
         first = self.parts[0]
         self.politeness = first.politeness
         self.dedupe = first.dedupe
-        self.done = first.done
-        """Partition 0's filter of DONE fingerprints (health and memory checks)."""
+        self.done: Filter = _PartsFilter([sub.done for sub in self.parts])
+        """The partitions' filters of DONE fingerprints as one (a fingerprint is looked
+        up in every partition: its partition is its site's; health checks sample each)."""
         self._pol_stored = False
         self._cluster = getattr(client, "get_node_from_key", None) is not None
         self._ready = [0] * self.n  # ready requests per partition, as last read
@@ -737,11 +738,30 @@ class PartitionedFrontier(FrontierCore):
         for sub in self.parts:  # each remembers its partition's identity when it works
             sub.check_vanished = on
 
+    def _hashes(self, key: Callable[[CrawlKeys], str], what: str) -> list[dict[bytes, bytes]]:
+        """HGETALL of ``key`` of every partition: one pipelined round (one per node)."""
+        with redis_errors(what):
+            pipe = self.client.pipeline(transaction=False)
+            for sub in self.parts:
+                pipe.hgetall(key(sub.keys))
+            return list(pipe.execute())
+
     def stats(self) -> dict[str, int]:
+        """The sums of the partitions' counters (the heartbeat counters are partition
+        0's), read in one pipelined round."""
         out: dict[str, int] = defaultdict(int)
-        for sub in self.parts:
-            for name, value in sub.stats().items():
-                out[name] += value
+        for raw in self._hashes(lambda k: k.stats, "stats"):
+            for name, value in raw.items():
+                number = stored_int(value)
+                if number is None:
+                    log.warning(
+                        "crawl %s: counter %r holds %r, not an integer: left out",
+                        self.crawl,
+                        name,
+                        value,
+                    )
+                    continue
+                out[name.decode(errors="replace")] += number
         return dict(out)
 
     def add_stats(self, **deltas: int) -> None:
@@ -749,10 +769,11 @@ class PartitionedFrontier(FrontierCore):
         self.parts[0].add_stats(**deltas)
 
     def workers(self) -> dict[str, float]:
-        """Each worker's latest heartbeat deadline over the partitions."""
+        """Each worker's latest heartbeat deadline over the partitions (one round)."""
         out: dict[str, float] = {}
-        for sub in self.parts:
-            for worker, until in sub.workers().items():
+        for raw in self._hashes(lambda k: k.workers, "workers"):
+            for name, value in raw.items():
+                worker, until = name.decode(errors="replace"), (stored_int(value) or 0) / 1000
                 out[worker] = max(until, out.get(worker, 0.0))
         return out
 
@@ -777,15 +798,6 @@ class PartitionedFrontier(FrontierCore):
         for sub in self.parts:
             sub.store_politeness(worker=worker)
         self._pol_stored = True
-        if worker:
-            log.warning(
-                "crawl %s has %d partitions: robots.txt Crawl-delay, operators' per-site "
-                "overrides (redcrawl hosts) and the fleet-wide AutoThrottle delay are not "
-                "applied to partitioned crawls yet (docs/cluster.md, Partitions); "
-                "DOWNLOAD_DELAY, CONCURRENT_REQUESTS_PER_DOMAIN and DOWNLOAD_SLOTS are",
-                self.crawl,
-                self.n,
-            )
         with redis_errors("storing the crawl's politeness settings"):
             stored = self.client.hget(self.parts[0].keys.control, "politeness")
             if stored is not None:
@@ -948,6 +960,57 @@ def _sum_counts(parts: Sequence[Counts]) -> Counts:
         reclaimed=sum(c.reclaimed for c in parts),
         requeued=sum(c.requeued for c in parts),
     )
+
+
+class _PartsFilter(Filter):
+    """The DONE filters of a crawl's partitions as one :class:`Filter` (partition 0's
+    spec and base stand for the rest where one is needed)."""
+
+    def __init__(self, parts: Sequence[Filter]) -> None:
+        first = parts[0]
+        super().__init__(first.client, first.spec, first.base, clock=first._clock)
+        self.parts = list(parts)
+
+    def contains(self, fps: Sequence[bytes]) -> list[bool]:
+        """Whether each fingerprint is in any partition's filter (a fingerprint's
+        partition is its site's, which a fingerprint alone does not tell)."""
+        found = [False] * len(fps)
+        for part in self.parts:
+            for i, there in enumerate(part.contains(fps)):
+                found[i] = found[i] or there
+        return found
+
+    def add(self, fps: Sequence[bytes]) -> list[bool]:
+        """Added to partition 0's filter (a caller that knows the sites adds to theirs)."""
+        return self.parts[0].add(fps)
+
+    def redis_keys(self, count: int | None = None) -> list[bytes]:
+        return [k for part in self.parts for k in part.redis_keys(count)]
+
+    def memory(self) -> int:
+        return sum(part.memory() for part in self.parts)
+
+    def clear(self) -> int:
+        return sum(part.clear() for part in self.parts)
+
+    def configure(self) -> str | None:
+        """Each partition's (on a cluster the partitions' servers differ)."""
+        warnings = [w for w in (part.configure() for part in self.parts) if w]
+        return warnings[0] if warnings else None
+
+    def health(self, sample: int = 64) -> list[str]:
+        """Every partition's problems, each partition sampled with ``sample / P`` buckets
+        (at least 4); a server limit's problem is said once per distinct text."""
+        each = max(4, sample // len(self.parts))
+        out: list[str] = []
+        for p, part in enumerate(self.parts):
+            for problem in part.health(each):
+                if problem.startswith("set-max-intset-entries"):
+                    if problem not in out:
+                        out.append(problem)
+                else:
+                    out.append(f"partition {p}: {problem}")
+        return out
 
 
 class PartitionedLists(PartitionedFrontier):

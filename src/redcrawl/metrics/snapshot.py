@@ -5,11 +5,14 @@ The exporter (``/metrics``, ``redcrawl exporter``), the watchdog (``redcrawl wat
 does not depend on how big a crawl is:
 
 =======================  ===============================================================
-which crawls             the ones given, else one SCAN over the stats keys only
+which crawls             the ones given, else the crawl registry (one SMEMBERS and an
+                         EXISTS per crawl: metrics/registry.py) once it is complete,
+                         until then one SCAN over the stats keys only
                          (``rc:{*}:stats``), at most ``scan_budget`` SCAN calls and
                          ``max_crawls`` crawls (the rest are counted as left out); a
                          SCAN that runs out of budget goes on from there at the next
-                         read (see :meth:`SnapshotReader.find_crawls`)
+                         read (see :meth:`SnapshotReader.find_crawls`); a pass that
+                         ends completes the registry
 per crawl                ``FrontierCore.counts()`` (one MULTI of O(1) commands, or one
                          script on streams), the stats hash (fixed fields, plus what
                          ``add_stats`` adds), the workers' heartbeat hash (one field per
@@ -38,6 +41,15 @@ delay, else the crawl's default concurrency; per-key overrides are not read), sc
 every open key by the sample's mean. Exact up to ``OPEN_SAMPLE`` open keys per tier
 (less the in-flight requests of keys with a concurrency over 1 and no delay).
 
+A partitioned crawl (``REDCRAWL_PARTITIONS`` = P > 1) is read as the sum of its
+partitions, with the same round trips: its counts are ``counts()`` (each partition's in one
+pipelined round), and the per-crawl reads above are made in every partition, in the same
+pipelines (one round per node on a cluster), then summed or merged (counters and the
+latency histogram summed, each worker's latest heartbeat, open and blocked keys summed,
+the sampled leases ``ceil(LEASE_SAMPLE / P)`` per partition, at least 4); the paused flag,
+the politeness defaults and the workers' counter hashes are the anchor's. Never a SCAN
+over a crawl: P times a few commands per crawl.
+
 The crawls' frontiers are opened once and kept (opening one reads its layout). A crawl
 whose state can't be read (corrupt counters) is left out and counted, so the other
 crawls are still exported.
@@ -59,9 +71,11 @@ import redis
 
 from redcrawl.errors import RedcrawlError
 from redcrawl.frontier import Counts, FrontierCore, open_frontier
+from redcrawl.frontier.partitioned import PartitionedFrontier
 from redcrawl.frontier.records import stored_int
 from redcrawl.frontier.streams import GROUP
 from redcrawl.keys import CrawlKeys, crawl_of_stats_key, stats_key_pattern
+from redcrawl.metrics.registry import adopt, registered
 from redcrawl.settings import Settings
 
 __all__ = [
@@ -228,7 +242,9 @@ class SnapshotReader:
         """Crawls found by the last complete pass."""
 
     def find_crawls(self) -> tuple[list[str], int]:
-        """(crawls to read, how many more were found); a SCAN over stats keys only.
+        """(crawls to read, how many more were found): the crawl registry once it is
+        complete (:mod:`redcrawl.metrics.registry`), else a SCAN over stats keys only,
+        whose first full pass completes the registry.
 
         At most :attr:`scan_budget` SCAN calls per read. A keyspace too big for one
         budget (a SCAN walks every key: a crawl's done filter alone holds about one key
@@ -239,6 +255,10 @@ class SnapshotReader:
         if self.crawls:
             return self.crawls[: self.max_crawls], max(0, len(self.crawls) - self.max_crawls)
         prefix = self.settings.key_prefix
+        listed, complete = registered(self.client, prefix)
+        if complete:  # the crawl registry has every crawl: no SCAN
+            names = sorted(listed)
+            return names[: self.max_crawls], max(0, len(names) - self.max_crawls)
         found: set[str] = set()
         with self._lock:
             cursor = self._cursor
@@ -257,6 +277,8 @@ class SnapshotReader:
             else:  # a pass ended here: it found every crawl there is
                 self._known, self._passing = self._passing | found, set()
                 found = set(self._known)
+        if not partial:
+            adopt(self.client, prefix, found)  # the registry is complete from now on
         if found and not (whole and not partial):
             # names from earlier reads: those purged since are dropped
             names = sorted(found)
@@ -264,7 +286,7 @@ class SnapshotReader:
             for name in names:
                 pipe.exists(CrawlKeys(name, prefix).stats)
             found = {n for n, there in zip(names, pipe.execute(), strict=True) if there}
-        names = sorted(found)
+        names = sorted(found | listed)
         return names[: self.max_crawls], max(0, len(names) - self.max_crawls)
 
     def frontier(self, crawl: str) -> FrontierCore:
@@ -298,11 +320,14 @@ class SnapshotReader:
         pipe.info()
         streams: list[list[tuple[int, str, str]]] = []
         for f in frontiers:
-            pipe.hgetall(f.keys.stats)
-            pipe.hgetall(f.keys.workers)
+            subs = _subs(f)
+            for sub in subs:
+                pipe.hgetall(sub.keys.stats)
+            for sub in subs:
+                pipe.hgetall(sub.keys.workers)
             pipe.hget(f.keys.control, "paused")
             pipe.hget(f.keys.control, "politeness")
-            rows = _stream_rows(f)
+            rows = [row for sub in subs for row in _stream_rows(sub)]
             streams.append(rows)
             for _s, _c, key in rows:
                 pipe.xpending(key, GROUP)
@@ -310,10 +335,11 @@ class SnapshotReader:
             # a crawl with fleet-wide politeness keeps its ready work in per-site queues:
             # no per-tier count without reading them all (its total is in counts())
             for tier in range(f.keys.tiers if not rows and f.politeness is None else 0):
-                if f.settings.ordering == "priority":
-                    pipe.zcard(f.keys.ready(tier))
-                else:
-                    pipe.llen(f.keys.ready(tier))
+                for sub in subs:
+                    if f.settings.ordering == "priority":
+                        pipe.zcard(sub.keys.ready(tier))
+                    else:
+                        pipe.llen(sub.keys.ready(tier))
         res = pipe.execute(raise_on_error=False)
         sec, usec = res[0]
         now = float(sec) + float(usec) / 1e6
@@ -322,8 +348,10 @@ class SnapshotReader:
         grants: list[int] = []
         at = 2
         for f, c, rows in zip(frontiers, counts, streams, strict=True):
-            stats_raw, workers_raw, paused, pol_raw = res[at : at + 4]
-            at += 4
+            n = len(_subs(f))
+            stats_raw, workers_raw = res[at : at + n], res[at + n : at + 2 * n]
+            paused, pol_raw = res[at + 2 * n : at + 2 * n + 2]
+            at += 2 * n + 2
             pend = res[at : at + 2 * len(rows)]
             at += 2 * len(rows)
             tiers = 0 if rows or f.politeness is not None else f.keys.tiers
@@ -336,10 +364,12 @@ class SnapshotReader:
                             0, length - held
                         )
             else:
+                lengths = res[at : at + tiers * n]
                 snap.ready_by_tier = {
-                    str(t): int(n) for t, n in enumerate(res[at : at + tiers]) if isinstance(n, int)
+                    str(t): sum(x for x in lengths[t * n : (t + 1) * n] if isinstance(x, int))
+                    for t in range(tiers)
                 }
-            at += tiers
+            at += tiers * n
             out.append(snap)
             grants.append(_grants(pol_raw))
         self._second_round(frontiers, out, grants, now)
@@ -359,29 +389,26 @@ class SnapshotReader:
         pipe = self.client.pipeline(transaction=False)
         now_ms = int(now * 1000)
         for f, c in zip(frontiers, crawls, strict=True):
-            for w in c.workers:
-                if w.alive:
-                    pipe.hgetall(f.keys.worker_counters(w.worker))
-            if f.politeness is not None:
-                _ask_politeness(pipe, f, now_ms)
-            if _expired_wanted(f, c):
-                pipe.zrange(f.keys.inflight, 0, LEASE_SAMPLE - 1)
+            _ask_second(pipe, f, c, now_ms)
         res = iter(pipe.execute(raise_on_error=False))
         sampled: list[tuple[int, list[str]]] = []  # (crawl index, sampled queue keys)
-        expired: list[tuple[int, list[bytes]]] = []  # (crawl index, oldest lease tokens)
+        expired: list[tuple[int, str, list[bytes]]] = []  # (crawl, leases key, tokens)
         for i, (f, c) in enumerate(zip(frontiers, crawls, strict=True)):
+            subs = _subs(f)
             for w in c.workers:
                 raw = next(res) if w.alive else None
                 if isinstance(raw, dict) and raw:
                     c.worker_counters[w.worker] = _floats(raw)
-            open_replies = [next(res) for _ in range(3 * f.keys.tiers + 1)] if f.politeness else []
+            width = 3 * f.keys.tiers + 1
+            open_replies = [next(res) for _ in range(width * len(subs))] if f.politeness else []
             if _expired_wanted(f, c):
-                tokens = next(res)
-                if isinstance(tokens, list) and tokens:
-                    expired.append((i, tokens))
+                for sub in subs:
+                    tokens = next(res)
+                    if isinstance(tokens, list) and tokens:
+                        expired.append((i, sub.keys.leases, tokens))
             c.leasable = 0 if c.paused else c.counts.ready
             if f.politeness is not None:
-                queues = self._open_queues(f, c, iter(open_replies))
+                queues = self._open_queues(subs, c, iter(open_replies))
                 if queues and not c.paused:
                     sampled.append((i, queues))
                 else:
@@ -390,21 +417,28 @@ class SnapshotReader:
             self._third_round(frontiers, crawls, grants, sampled, expired)
 
     @staticmethod
-    def _open_queues(f: FrontierCore, c: CrawlSnapshot, res: Iterator[Any]) -> list[str]:
-        """Count the crawl's open keys (into ``c.open_keys``) from its replies in ``res``;
-        returns the ready queues of the sampled ones."""
+    def _open_queues(
+        subs: Sequence[FrontierCore], c: CrawlSnapshot, res: Iterator[Any]
+    ) -> list[str]:
+        """Count the crawl's open keys (into ``c.open_keys``, summed over its partitions
+        ``subs``) from their replies in ``res``; returns the ready queues of the sampled
+        ones."""
         c.open_keys, c.keys_ready, queues = 0, 0, []
-        for t in range(f.keys.tiers):
-            n, members, ready = next(res), next(res), next(res)
-            if isinstance(ready, int):
-                c.keys_ready += ready
-            if isinstance(n, int) and isinstance(members, list):
-                c.open_keys += n
-                queues += [
-                    f"{f.keys.pol_queue_base}{t}:{m.decode(errors='replace')}" for m in members
-                ]
-        blocked = next(res)
-        c.keys_blocked = blocked if isinstance(blocked, int) else None
+        blocked_sum: int | None = None
+        for f in subs:
+            for t in range(f.keys.tiers):
+                n, members, ready = next(res), next(res), next(res)
+                if isinstance(ready, int):
+                    c.keys_ready += ready
+                if isinstance(n, int) and isinstance(members, list):
+                    c.open_keys += n
+                    queues += [
+                        f"{f.keys.pol_queue_base}{t}:{m.decode(errors='replace')}" for m in members
+                    ]
+            blocked = next(res)
+            if isinstance(blocked, int):
+                blocked_sum = (blocked_sum or 0) + blocked
+        c.keys_blocked = blocked_sum
         return queues
 
     def _third_round(
@@ -413,7 +447,7 @@ class SnapshotReader:
         crawls: list[CrawlSnapshot],
         grants: list[int],
         sampled: list[tuple[int, list[str]]],
-        expired: list[tuple[int, list[bytes]]],
+        expired: list[tuple[int, str, list[bytes]]],
     ) -> None:
         """The sampled open sites' queue lengths (the leasable estimate) and the holders
         of the sampled expired leases (lists), in one pipeline."""
@@ -424,11 +458,11 @@ class SnapshotReader:
                     pipe.zcard(q)
                 else:
                     pipe.llen(q)
-        for i, tokens in expired:
-            pipe.hmget(frontiers[i].keys.leases, tokens)
+        for _i, leases, tokens in expired:
+            pipe.hmget(leases, tokens)
         lengths = iter(pipe.execute(raise_on_error=False))
         self._estimate(crawls, grants, sampled, lengths)
-        for i, _tokens in expired:
+        for i, _leases, _tokens in expired:
             records = next(lengths)
             c = crawls[i]
             listed = {w.worker for w in c.workers}
@@ -456,31 +490,32 @@ class SnapshotReader:
         f: FrontierCore,
         c: Counts,
         now: float,
-        stats_raw: Any,
-        workers_raw: Any,
+        stats_raw: Sequence[Any],
+        workers_raw: Sequence[Any],
         paused: Any,
         rows: list[tuple[int, str, str]],
         pend: list[Any],
     ) -> CrawlSnapshot:
-        stats = {}
-        if isinstance(stats_raw, dict):
-            for k, v in stats_raw.items():
+        """One crawl's snapshot; ``stats_raw`` and ``workers_raw``: the hashes of each of
+        its partitions (one for a crawl of one partition), summed and merged here."""
+        stats: dict[str, int] = {}
+        deadlines: dict[str, float] = {}
+        for raw in stats_raw:
+            for k, v in raw.items() if isinstance(raw, dict) else ():
                 value = stored_int(v)
                 if value is not None:
-                    stats[k.decode(errors="replace")] = value
-        beats = []
-        if isinstance(workers_raw, dict):
-            ttl = self.settings.lease_ttl
-            for k, v in workers_raw.items():
+                    name = k.decode(errors="replace")
+                    stats[name] = stats.get(name, 0) + value
+        for raw in workers_raw:
+            for k, v in raw.items() if isinstance(raw, dict) else ():
+                name = k.decode(errors="replace")
                 deadline = (stored_int(v) or 0) / 1000
-                beats.append(
-                    WorkerBeat(
-                        k.decode(errors="replace"),
-                        deadline,
-                        max(0.0, now - (deadline - ttl)),
-                        deadline > now,
-                    )
-                )
+                deadlines[name] = max(deadline, deadlines.get(name, 0.0))
+        ttl = self.settings.lease_ttl
+        beats = [
+            WorkerBeat(name, deadline, max(0.0, now - (deadline - ttl)), deadline > now)
+            for name, deadline in deadlines.items()
+        ]
         beats.sort(key=lambda b: (-b.deadline, b.worker))
         alive = sum(1 for b in beats if b.alive)
         pending = []
@@ -494,6 +529,7 @@ class SnapshotReader:
             pending.append(
                 StreamPending(shard, cls, int(summary["pending"]), max(0.0, now - low_ms / 1000))
             )
+        pending = _merge_pending(pending)
         listed = {b.worker for b in beats[: self.top_workers]}
         holding: dict[str, int] = {}
         for summary in pend:  # streams: pending entries per consumer (= worker)
@@ -515,6 +551,44 @@ class SnapshotReader:
             paused=paused == b"1",
             streams=pending,
         )
+
+
+def _subs(f: FrontierCore) -> list[FrontierCore]:
+    """The frontiers whose keys hold ``f``'s state: a partitioned crawl's partitions, else
+    ``f`` itself."""
+    return list(f.parts) if isinstance(f, PartitionedFrontier) else [f]
+
+
+def _merge_pending(rows: list[StreamPending]) -> list[StreamPending]:
+    """One row per (shard, stream class): a partitioned crawl's partitions each have every
+    shard's streams (pending summed, the oldest age kept)."""
+    merged: dict[tuple[int, str], StreamPending] = {}
+    for r in rows:
+        had = merged.get((r.shard, r.stream))
+        merged[(r.shard, r.stream)] = (
+            r
+            if had is None
+            else StreamPending(
+                r.shard, r.stream, had.pending + r.pending, max(had.oldest_age, r.oldest_age)
+            )
+        )
+    return list(merged.values())
+
+
+def _ask_second(pipe: Any, f: FrontierCore, c: CrawlSnapshot, now_ms: int) -> None:
+    """Queue one crawl's reads of :meth:`SnapshotReader._second_round`: its live listed
+    workers' counters, its politeness reads and its oldest leases, in every partition."""
+    for w in c.workers:
+        if w.alive:
+            pipe.hgetall(f.keys.worker_counters(w.worker))
+    subs = _subs(f)
+    if f.politeness is not None:
+        for sub in subs:
+            _ask_politeness(pipe, sub, now_ms)
+    if _expired_wanted(f, c):
+        sample = LEASE_SAMPLE if len(subs) == 1 else max(4, -(-LEASE_SAMPLE // len(subs)))
+        for sub in subs:
+            pipe.zrange(sub.keys.inflight, 0, sample - 1)
 
 
 def _ask_politeness(pipe: Any, f: FrontierCore, now_ms: int) -> None:

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from redcrawl.frontier import FrontierCore
 from redcrawl.frontier.base import format_id
+from redcrawl.frontier.partitioned import PartitionedFrontier, _wrap_text
 from redcrawl.metrics.hosts_view import TOP_HOSTS, HostsPanel, read_hosts
 from redcrawl.metrics.snapshot import CrawlSnapshot, SnapshotReader
 from redcrawl.politeness.hosts import Sort
@@ -59,12 +60,29 @@ class Top:
         return None
 
     def _recent_dead(self, f: FrontierCore) -> list[tuple[str, str]]:
+        """The crawl's most recent dead requests and their errors (a partitioned crawl's
+        over every partition: two pipelined rounds)."""
         client: Any = f.client
-        ids = client.zrevrange(f.keys.dead, 0, self.dead_rows - 1)
-        errs = client.hmget(f.keys.err, ids) if ids else []
+        subs = list(f.parts) if isinstance(f, PartitionedFrontier) else [f]
+        pipe = client.pipeline(transaction=False)
+        for sub in subs:
+            pipe.zrevrange(sub.keys.dead, 0, self.dead_rows - 1, withscores=True)
+        latest = sorted(
+            ((score, p, i) for p, rows in enumerate(pipe.execute()) for i, score in rows),
+            key=lambda x: -x[0],
+        )[: self.dead_rows]
+        if not latest:
+            return []
+        pipe = client.pipeline(transaction=False)
+        for _score, p, i in latest:
+            pipe.hget(subs[p].keys.err, i)
+        errs = pipe.execute()
         return [
-            (format_id(i), (e or b"").decode(errors="replace"))
-            for i, e in zip(ids, errs, strict=True)
+            (
+                _wrap_text(p, format_id(i)) if len(subs) > 1 else format_id(i),
+                (e or b"").decode(errors="replace"),
+            )
+            for (_score, p, i), e in zip(latest, errs, strict=True)
         ]
 
     def frame(self) -> RenderableType:

@@ -16,6 +16,10 @@ honours ``ad`` only then, and a key without it is spaced by the start delay, as
 Scrapy's new slot is. A worker without AutoThrottle removes the field
 (:meth:`FleetThrottle.disable`): the latest worker wins, as for the crawl's other
 politeness defaults, and stale ``ad`` values are then ignored.
+
+A partitioned crawl (``REDCRAWL_PARTITIONS`` > 1) keeps a key's ``ad`` in the partition
+that owns the key (:func:`owner_keys`), where that partition's lease step reads it, and
+the switch in every partition's control hash and the anchor's (one round).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from redcrawl.keys import CrawlKeys
+from redcrawl.keys import CrawlKeys, partition_of
 from redcrawl.scripts import BASE, Scripts
 from redcrawl.transport import redis_errors
 
@@ -39,6 +43,8 @@ __all__ = [
     "ThrottleRule",
     "Update",
     "adjust_delay",
+    "crawl_partitions",
+    "owner_keys",
     "state_delay",
 ]
 
@@ -128,15 +134,34 @@ class Applied:
     new: float | None
 
 
+def owner_keys(keys: CrawlKeys, partitions: int, key: str) -> CrawlKeys:
+    """The keys of the partition that owns politeness key ``key`` in a crawl of
+    ``partitions`` partitions whose anchor is ``keys`` (``keys`` itself for one)."""
+    return keys.part(partition_of(key, partitions)) if partitions > 1 else keys
+
+
+def crawl_partitions(client: Any, keys: CrawlKeys) -> int | None:
+    """The partitions of the crawl of ``keys`` (its anchor's layout: 1 for a crawl of one
+    partition), None for a crawl not created yet."""
+    from redcrawl.frontier.partitioned import anchor_partitions  # (frontier imports us)
+
+    with redis_errors("reading the crawl layout"):
+        return anchor_partitions(client.hgetall(keys.control))
+
+
 def _float(raw: Any) -> float | None:
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
     return float(text) if text else None
 
 
 class FleetThrottle:
-    """The fleet-wide AutoThrottle state of one crawl, on ``client``."""
+    """The fleet-wide AutoThrottle state of one crawl, on ``client``; ``keys`` are the
+    crawl's (a partitioned crawl's anchor), ``partitions`` its partitions (None: read
+    from the anchor's layout when first needed)."""
 
-    def __init__(self, client: Any, keys: CrawlKeys, rule: ThrottleRule) -> None:
+    def __init__(
+        self, client: Any, keys: CrawlKeys, rule: ThrottleRule, *, partitions: int | None = None
+    ) -> None:
         for name in ("target_concurrency", "min_delay", "max_delay", "start_delay"):
             value = getattr(rule, name)
             if not math.isfinite(value) or value < 0:
@@ -146,18 +171,43 @@ class FleetThrottle:
         self.client = client
         self.keys = keys
         self.rule = rule
+        self._partitions = partitions
         self._scripts = Scripts(client, _SOURCES)
+
+    @property
+    def partitions(self) -> int:
+        """The crawl's partitions (read once from the anchor; 1 until the crawl exists)."""
+        if self._partitions is None:
+            found = crawl_partitions(self.client, self.keys)
+            if found is None:
+                return 1
+            self._partitions = found
+        return self._partitions
+
+    def _controls(self) -> list[str]:
+        """The control hashes the switch is in: the crawl's, and each partition's."""
+        n = self.partitions
+        return [self.keys.control] + [self.keys.part(p).control for p in range(n if n > 1 else 0)]
+
+    def _keys(self, key: str) -> CrawlKeys:
+        return owner_keys(self.keys, self.partitions, key)
 
     def enable(self) -> None:
         """Tell the lease step that the fleet runs AutoThrottle (with this start delay)."""
         value = json.dumps({"start_delay": self.rule.start_delay})
         with redis_errors("switching fleet-wide AutoThrottle on"):
-            self.client.hset(self.keys.control, CONTROL_FIELD, value)
+            pipe = self.client.pipeline(transaction=False)
+            for control in self._controls():
+                pipe.hset(control, CONTROL_FIELD, value)
+            pipe.execute()
 
     def disable(self) -> bool:
         """Tell the lease step to ignore the keys' ``ad``; whether it was on."""
         with redis_errors("switching fleet-wide AutoThrottle off"):
-            return bool(self.client.hdel(self.keys.control, CONTROL_FIELD))
+            pipe = self.client.pipeline(transaction=False)
+            for control in self._controls():
+                pipe.hdel(control, CONTROL_FIELD)
+            return any(pipe.execute())
 
     def update(self, updates: Sequence[Update]) -> list[Applied]:
         """Apply the rule for each response, in order: one script call per :data:`BATCH`
@@ -171,24 +221,34 @@ class FleetThrottle:
             repr(r.max_delay),
             repr(r.start_delay),
         ]
+        groups: dict[str, list[int]] = {}  # state key base -> indexes (in order)
+        for i, u in enumerate(updates):
+            groups.setdefault(self._keys(u.key).pol_state_base, []).append(i)
+        order: list[int] = []
         with redis_errors("AutoThrottle update"):
             pipe = self.client.pipeline(transaction=False)
-            for i in range(0, len(updates), BATCH):
-                args = list(head)
-                for u in updates[i : i + BATCH]:
-                    args += [u.key, repr(float(u.latency)), str(int(u.status))]
-                self._scripts["update"](keys=[self.keys.pol_state_base], args=args, client=pipe)
+            for base, idx in groups.items():
+                for at in range(0, len(idx), BATCH):
+                    args = list(head)
+                    for i in idx[at : at + BATCH]:
+                        u = updates[i]
+                        args += [u.key, repr(float(u.latency)), str(int(u.status))]
+                        order.append(i)
+                    self._scripts["update"](keys=[base], args=args, client=pipe)
             replies = pipe.execute()
         flat = [x for reply in replies for x in reply]
-        return [
-            Applied(u.key, int(flat[3 * i]), _float(flat[3 * i + 1]), _float(flat[3 * i + 2]))
-            for i, u in enumerate(updates)
-        ]
+        out: list[Applied | None] = [None] * len(updates)
+        for j, i in enumerate(order):
+            u = updates[i]
+            out[i] = Applied(
+                u.key, int(flat[3 * j]), _float(flat[3 * j + 1]), _float(flat[3 * j + 2])
+            )
+        return [x for x in out if x is not None]
 
     def delay(self, key: str) -> float | None:
         """The stored fleet-wide delay of ``key``, seconds (None: none, or unreadable)."""
         with redis_errors("reading a politeness key's state"):
-            raw = self.client.hget(self.keys.pol_state_base + key, STATE_FIELD)
+            raw = self.client.hget(self._keys(key).pol_state_base + key, STATE_FIELD)
         return state_delay(raw)
 
 

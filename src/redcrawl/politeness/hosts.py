@@ -18,6 +18,14 @@ operator's fields into the key's JSON override (robots.txt's ``crawl_delay`` is 
 AutoThrottle's ``auto_delay`` is in the key's state hash, field ``ad``) and lowers the
 key's score in the ``open`` zsets to now, so the next lease looks at it against its new
 limits (docs/politeness.md, "Seeing and steering politeness").
+
+A partitioned crawl (``REDCRAWL_PARTITIONS`` > 1): a key's state, queues and override
+are read and changed in the partition that owns it
+(:func:`~redcrawl.politeness.autothrottle.owner_keys`), where its lease step looks;
+:meth:`Hosts.top` runs the list step in every partition in one pipelined round (one per
+node on a cluster) and merges the keys (``complete`` when every partition's list was);
+the crawl-wide switches (paused, defaults, AutoThrottle) are read from that partition's
+copy (what its lease step reads), robots.txt from the anchor (the crawl's cache).
 """
 
 from __future__ import annotations
@@ -32,7 +40,8 @@ from typing import Any, Final, Literal
 
 from redcrawl.errors import FrontierError, RedcrawlError
 from redcrawl.frontier import FrontierCore
-from redcrawl.politeness.autothrottle import STATE_FIELD, state_delay
+from redcrawl.keys import CrawlKeys
+from redcrawl.politeness.autothrottle import STATE_FIELD, owner_keys, state_delay
 from redcrawl.politeness.key import MAX_KEY_BYTES
 from redcrawl.politeness.robots import RobotsEntry
 from redcrawl.scripts import BASE, Scripts
@@ -69,7 +78,9 @@ PAST_BLOCK = 86400.0
 block, remove it: ``unblock``, or ``block_until: null``)."""
 LIST_KEYS_PER_TIER = 1000
 """Most keys :meth:`Hosts.top` reads from each tier's ``open`` zset (those that open
-first); beyond that the list is a bounded sample (``complete`` false)."""
+first); beyond that the list is a bounded sample (``complete`` false). A partitioned
+crawl reads ``1/P`` of this (and of the two bounds below) in each partition, at least
+100 keys (100 leases, 1,000 leased ids)."""
 LIST_LEASES = 1000
 """Most leases :meth:`Hosts.top` reads (soonest deadline first)."""
 LIST_LEASED_IDS = 10_000
@@ -279,7 +290,20 @@ class Hosts:
             )
         self.f = frontier
         self.keys = frontier.keys
+        """The crawl's keys (a partitioned crawl's anchor: its switches, robots.txt)."""
+        parts = getattr(frontier, "parts", None)
+        self.partitions = len(parts) if isinstance(parts, list) and len(parts) > 1 else 1
         self._scripts = Scripts(frontier.client, _SOURCES)
+
+    def key_keys(self, key: str) -> CrawlKeys:
+        """The keys of the partition that owns politeness key ``key`` (the crawl's own
+        for a crawl of one partition)."""
+        return owner_keys(self.keys, self.partitions, key)
+
+    def _part_keys(self) -> list[CrawlKeys]:
+        if self.partitions == 1:
+            return [self.keys]
+        return [self.keys.part(p) for p in range(self.partitions)]
 
     # --- clock -----------------------------------------------------------------------
     def _now_ms(self) -> float:
@@ -292,11 +316,12 @@ class Hosts:
         clock = self.f._clock
         return "" if clock is None else str(int(clock()))
 
-    def _streams(self) -> list[str]:
-        """A streams crawl's streams (their pending entries are its leased requests)."""
+    def _streams(self, keys: CrawlKeys) -> list[str]:
+        """A streams crawl's streams (their pending entries are its leased requests), of
+        the partition whose names ``keys`` are."""
         if self.f.BACKEND != "streams":
             return []
-        return self.keys.streams(self.f.settings.shards)
+        return keys.streams(self.f.settings.shards)
 
     # --- reading -----------------------------------------------------------------------
     def top(self, *, limit: int = 100, sort: Sort = "ready", cursor: str | None = None) -> HostPage:
@@ -311,15 +336,26 @@ class Hosts:
             if not (cursor.isascii() and cursor.isdigit() and len(cursor) < 10):
                 raise BadHostInput("cursor", "give the next_cursor of the previous page")
             start = int(cursor)
-        k = self.keys
-        tiers = k.tiers
-        found = self._scripts.run(
-            "list",
-            [k.inflight, k.leases, k.req, *(k.open(t) for t in range(tiers)), *self._streams()],
-            [LIST_KEYS_PER_TIER, LIST_LEASES, LIST_LEASED_IDS, tiers],
-            what="listing politeness keys",
-        )
-        complete, names = bool(int(found[0])), [_text(x) for x in found[1:]]
+        tiers = self.keys.tiers
+        n = self.partitions  # (a partition reads its share of the bounds, not less than:)
+        bounds = [
+            max(LIST_KEYS_PER_TIER // n, 100),
+            max(LIST_LEASES // n, 100),
+            max(LIST_LEASED_IDS // n, 1000),
+            tiers,
+        ]
+        with redis_errors("listing politeness keys"):
+            pipe = self.f.client.pipeline(transaction=False)
+            for pk in self._part_keys():  # (one round: one per node on a cluster)
+                opens = (pk.open(t) for t in range(tiers))
+                self._scripts["list"](
+                    keys=[pk.inflight, pk.leases, pk.req, *opens, *self._streams(pk)],
+                    args=bounds,
+                    client=pipe,
+                )
+            lists = pipe.execute()
+        complete = all(bool(int(found[0])) for found in lists)
+        names = list(dict.fromkeys(_text(x) for found in lists for x in found[1:]))
         # their numbers: short commands, pipelined (never one long script)
         width = tiers + 2
         replies: list[Any] = []
@@ -327,6 +363,7 @@ class Hosts:
             for at in range(0, len(names), 500):
                 pipe = self.f.client.pipeline(transaction=False)
                 for key in names[at : at + 500]:
+                    k = self.key_keys(key)
                     for t in range(tiers):
                         q = f"{k.pol_queue_base}{t}:{key}"
                         if self.f.settings.ordering == "priority":
@@ -408,11 +445,14 @@ class Hosts:
             pipe.time()
             pipe.hmget(k.control, "politeness", "paused", "autothrottle")
             for key, its in zip(keys, origins, strict=True):
-                pipe.hget(k.pol_slots, key)
-                pipe.hget(k.pol_override, key)
-                pipe.hmget(k.pol_state_base + key, "in", "next", "block", "fail", STATE_FIELD)
+                pk = self.key_keys(key)  # its state; robots.txt is the crawl's (k)
+                if self.partitions > 1:  # the switches as its partition's lease step reads them
+                    pipe.hmget(pk.control, "politeness", "paused", "autothrottle")
+                pipe.hget(pk.pol_slots, key)
+                pipe.hget(pk.pol_override, key)
+                pipe.hmget(pk.pol_state_base + key, "in", "next", "block", "fail", STATE_FIELD)
                 for t in range(k.tiers):
-                    q = f"{k.pol_queue_base}{t}:{key}"
+                    q = f"{pk.pol_queue_base}{t}:{key}"
                     if priority:
                         pipe.zcard(q)
                     else:
@@ -426,8 +466,11 @@ class Hosts:
         now = float(clock()) if clock is not None else int(sec) * 1000 + int(usec) / 1000
         out, at = [], 2
         for key, its in zip(keys, origins, strict=True):
+            own = control
+            if self.partitions > 1:
+                own, at = res[at], at + 1
             width = 3 + k.tiers + 2 * len(its)
-            out.append(self._detail(key, now, control, res[at : at + width], its))
+            out.append(self._detail(key, now, own, res[at : at + width], its))
             at += width
         return out
 
@@ -572,13 +615,13 @@ class Hosts:
 
     def _delay_without_operator(self, key: str) -> float:
         """The key's delay once the operator's own delay is gone (seconds)."""
-        k = self.keys
+        pk = self.key_keys(key)
         with redis_errors("reading a politeness key"):
             pipe = self.f.client.pipeline(transaction=False)
-            pipe.hmget(k.control, "politeness", "autothrottle")
-            pipe.hget(k.pol_slots, key)
-            pipe.hget(k.pol_override, key)
-            pipe.hget(k.pol_state_base + key, STATE_FIELD)
+            pipe.hmget(pk.control, "politeness", "autothrottle")
+            pipe.hget(pk.pol_slots, key)
+            pipe.hget(pk.pol_override, key)
+            pipe.hget(pk.pol_state_base + key, STATE_FIELD)
             (d, at), slot, ov, ad = pipe.execute()
         override = {f: v for f, v in (_obj(ov) or {}).items() if f != "delay"}
         return _limits(_obj(d), d, _obj(slot), override, _obj(at), state_delay(ad))[1].value
@@ -593,7 +636,7 @@ class Hosts:
         delay: float | None,
         now: float,
     ) -> None:
-        k = self.keys
+        k = self.key_keys(key)
         self._scripts.run(
             "override",
             [k.pol_override, k.pol_state_base, *(k.open(t) for t in range(k.tiers))],

@@ -19,6 +19,14 @@ key                        type    holds
 ``polo``                   HASH    politeness key -> JSON override; ``crawl_delay`` set here
 =========================  ======  ====================================================
 
+A partitioned crawl (``REDCRAWL_PARTITIONS`` > 1) keeps the cache and the locks at its
+anchor (``{crawl}``): robots.txt is per origin and crawl-wide, read only by workers (no
+lease step looks at it), so one copy serves every partition and an origin is fetched once
+whatever the partition of its sites. The ``crawl_delay`` goes to the ``polo`` of the
+partition that owns the site's politeness key
+(:func:`~redcrawl.politeness.autothrottle.owner_keys`), where its lease step reads it: a
+second script (``robots_delay.lua``) in the same round as the store.
+
 An entry is msgpack ``[1, status, zlib(body)]``: the HTTP status of the robots.txt
 (0: the download failed) and its body (only for 2xx, at most ``REDCRAWL_ROBOTS_MAX_BODY``
 bytes). Past ``max_bytes`` the entries closest to expiry are dropped; a dropped origin is
@@ -36,6 +44,7 @@ from typing import Any, Literal
 import msgpack
 
 from redcrawl.keys import CrawlKeys
+from redcrawl.politeness.autothrottle import crawl_partitions, owner_keys
 from redcrawl.scripts import BASE, Scripts
 from redcrawl.transport import redis_errors
 
@@ -46,6 +55,7 @@ ENTRY_VERSION = 1
 _SOURCES = {
     "get": (BASE, "politeness/lua/robots_get.lua"),
     "put": (BASE, "politeness/lua/robots_put.lua"),
+    "delay": (BASE, "politeness/lua/robots_delay.lua"),
     "renew": (BASE, "politeness/lua/robots_renew.lua"),
 }
 
@@ -112,7 +122,8 @@ class RobotsCache:
 
     ``token`` identifies this worker's locks (default: random); ``lock_ttl`` is how long
     a lock lasts unless renewed (a worker killed while fetching delays the others that
-    long at most)."""
+    long at most); ``partitions``: the crawl's (None: read from its anchor when first
+    needed)."""
 
     def __init__(
         self,
@@ -122,13 +133,25 @@ class RobotsCache:
         max_bytes: int,
         lock_ttl: float = 30.0,
         token: str | None = None,
+        partitions: int | None = None,
     ) -> None:
         self.client = client
+        self._partitions = partitions
         self.keys = keys
         self.max_bytes = max_bytes
         self.lock_ttl_ms = max(1, int(lock_ttl * 1000))
         self.token = token or secrets.token_hex(8)
         self._scripts = Scripts(client, _SOURCES)
+
+    @property
+    def partitions(self) -> int:
+        """The crawl's partitions (read once from the anchor; 1 until the crawl exists)."""
+        if self._partitions is None:
+            found = crawl_partitions(self.client, self.keys)
+            if found is None:
+                return 1
+            self._partitions = found
+        return self._partitions
 
     def lookup(self, origins: Sequence[str]) -> list[Lookup]:
         """The cached entry of each origin, or its lock, or "wait": one round trip."""
@@ -168,22 +191,22 @@ class RobotsCache:
         and set ``crawl_delay`` (seconds, already capped; None removes it) in the override
         of ``politeness_key``, keeping its other fields."""
         k = self.keys
+        n = self.partitions
         delay = "" if crawl_delay is None else repr(float(crawl_delay))
-        reply = self._scripts.run(
-            "put",
-            [k.robots, k.robots_expiry, k.robots_bytes, k.robots_lock(origin), k.pol_override],
-            [
-                origin,
-                entry.encode(),
-                max(1, int(ttl * 1000)),
-                self.token,
-                self.max_bytes,
-                politeness_key,
-                delay,
-            ],
-            what="robots.txt store",
-        )
-        return Stored(bool(reply[0]), int(reply[1]), int(reply[2]))
+        with redis_errors("robots.txt store"):
+            pipe = self.client.pipeline(transaction=n == 1)  # (one slot: one MULTI)
+            self._scripts["put"](
+                keys=[k.robots, k.robots_expiry, k.robots_bytes, k.robots_lock(origin)],
+                args=[origin, entry.encode(), max(1, int(ttl * 1000)), self.token, self.max_bytes],
+                client=pipe,
+            )
+            self._scripts["delay"](
+                keys=[owner_keys(k, n, politeness_key).pol_override],
+                args=[politeness_key, delay],
+                client=pipe,
+            )
+            put, written = pipe.execute()
+        return Stored(bool(put[0]), int(put[1]), int(written))
 
     def renew(self, origins: Sequence[str]) -> int:
         """Extend this worker's locks on ``origins`` (still being fetched); how many were

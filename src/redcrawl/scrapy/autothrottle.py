@@ -9,8 +9,9 @@ politeness (the scheduler installs it by itself at open, :func:`install`;
   request's politeness key and status, to Redis, where Scrapy's update rule is applied to
   the key's fleet-wide delay (:class:`redcrawl.politeness.autothrottle.FleetThrottle`:
   the field ``ad`` of the key's state hash, which expires with the key's other state
-  an hour after the site goes idle); the frontier spaces the key's grants by it, for all
-  workers. The worker's own downloader adds no delay (the scheduler zeroes it).
+  an hour after the site goes idle; on a partitioned crawl, in the key's partition);
+  the frontier spaces the key's grants by it, for all workers. The worker's own
+  downloader adds no delay (the scheduler zeroes it).
 * **Same rule, same settings:** ``AUTOTHROTTLE_TARGET_CONCURRENCY``, ``_START_DELAY``,
   ``_MAX_DELAY``, ``_DEBUG``, ``DOWNLOAD_DELAY`` as the smallest delay; a response other
   than 200 never lowers the delay; download errors (no response) change nothing; a request
@@ -108,11 +109,14 @@ class AutoThrottle:
         return ext
 
     # --- wiring ----------------------------------------------------------------------
-    def attach(self, client: Any, keys: CrawlKeys, mode: str) -> FleetThrottle:
-        """Keep the fleet's state on ``client`` (the scheduler's) for the crawl of ``keys``,
-        whose politeness keys are in ``mode``; switch it on for the lease step."""
+    def attach(
+        self, client: Any, keys: CrawlKeys, mode: str, *, partitions: int | None = None
+    ) -> FleetThrottle:
+        """Keep the fleet's state on ``client`` (the scheduler's) for the crawl of ``keys``
+        (of ``partitions`` partitions; None: read from the crawl), whose politeness keys
+        are in ``mode``; switch it on for the lease step."""
         self._mode = cast(KeyMode, mode)
-        self.fleet = FleetThrottle(client, keys, self.rule)
+        self.fleet = FleetThrottle(client, keys, self.rule, partitions=partitions)
         self.fleet.enable()
         return self.fleet
 
@@ -251,7 +255,12 @@ def install(crawler: Crawler, frontier: Any) -> AutoThrottle | None:
     settings = Settings.from_scrapy(crawler.settings)
     ours = _install(crawler, frontier, settings)
     if ours is None:
-        fleet = FleetThrottle(frontier.client, frontier.keys, ThrottleRule(1.0, 0.0, 0.0, 0.0))
+        fleet = FleetThrottle(
+            frontier.client,
+            frontier.keys,
+            ThrottleRule(1.0, 0.0, 0.0, 0.0),
+            partitions=_partitions(frontier),
+        )
         if fleet.disable():
             log.info(
                 "redcrawl: fleet-wide AutoThrottle switched off for crawl %r (this worker "
@@ -259,6 +268,12 @@ def install(crawler: Crawler, frontier: Any) -> AutoThrottle | None:
                 frontier.crawl,
             )
     return ours
+
+
+def _partitions(frontier: Any) -> int:
+    """The partitions of ``frontier``'s crawl (a partitioned frontier's ``n``)."""
+    n = getattr(frontier, "n", 1)
+    return n if isinstance(n, int) and n > 1 else 1
 
 
 def _install(crawler: Crawler, frontier: Any, settings: Settings) -> AutoThrottle | None:
@@ -295,7 +310,9 @@ def _install(crawler: Crawler, frontier: Any, settings: Settings) -> AutoThrottl
             )
             return None
         ours = cast(AutoThrottle, lifecycle.build_component(AutoThrottle, crawler))
-    ours.attach(frontier.client, frontier.keys, frontier.politeness)
+    ours.attach(
+        frontier.client, frontier.keys, frontier.politeness, partitions=_partitions(frontier)
+    )
     take_over_from_scrapy(crawler, ours)
     r = ours.rule
     log.info(

@@ -23,7 +23,8 @@ so: both would fetch robots.txt).
 * **Crawl-delay** becomes the ``crawl_delay`` field of the host's politeness override
   (:attr:`redcrawl.keys.CrawlKeys.pol_override`), capped by
   ``REDCRAWL_ROBOTS_MAX_CRAWL_DELAY`` (logged once per host when the cap bites); the
-  frontier enforces it for the fleet.
+  frontier enforces it for the fleet. On a partitioned crawl the override is the
+  partition's that owns the host's key; the cache stays at the crawl's anchor.
 * **Errors:** a 4xx allows everything; a 5xx (after Scrapy's retries) or a failed download
   allows everything too, as Scrapy does, and is cached for ``REDCRAWL_ROBOTS_ERROR_TTL``
   only. ``ROBOTSTXT_PARSER`` and ``ROBOTSTXT_USER_AGENT`` are honoured, and the

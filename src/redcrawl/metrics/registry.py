@@ -1,0 +1,67 @@
+"""The crawl registry: which crawls a Redis holds, in O(crawls) instead of a SCAN.
+
+A frontier adds its crawl's name to :func:`redcrawl.keys.crawl_registry` (a SET) at its
+first push. Crawls created before the registry existed (or by an older redcrawl) are
+found by a SCAN over the stats keys (``rc:{*}:stats``) as before: the first full SCAN
+pass adds every crawl it found to the set with the member :data:`COMPLETE`; from then on
+readers read the set alone (one SMEMBERS, then one pipelined EXISTS of each crawl's stats
+key, which drops purged crawls from the set). A crawl created later by a writer that does
+not register (an older worker, keys written by hand) is not seen until the marker is
+removed (``SREM rc:crawls {complete}``: the next reader scans again).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from redcrawl.keys import CrawlKeys, crawl_of_stats_key, crawl_registry, stats_key_pattern
+
+__all__ = ["COMPLETE", "adopt", "all_crawls", "registered"]
+
+COMPLETE = "{complete}"
+"""The registry's member that says a full SCAN added every older crawl (a crawl name
+has no braces)."""
+
+
+def _text(raw: Any) -> str:
+    return raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+
+
+def registered(client: Any, prefix: str) -> tuple[set[str], bool]:
+    """(the registered crawls whose stats key exists, whether the set is complete): one
+    SMEMBERS, then one round of EXISTS checks; crawls whose stats key is gone (purged)
+    are removed from the set."""
+    members = {_text(m) for m in client.smembers(crawl_registry(prefix))}
+    complete = COMPLETE in members
+    names = sorted(members - {COMPLETE})
+    if not names:
+        return set(), complete
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.exists(CrawlKeys(name, prefix).stats)
+    there = pipe.execute()
+    gone = [n for n, e in zip(names, there, strict=True) if not e]
+    if gone:
+        client.srem(crawl_registry(prefix), *gone)
+    return {n for n, e in zip(names, there, strict=True) if e}, complete
+
+
+def adopt(client: Any, prefix: str, names: Iterable[str]) -> None:
+    """After a full SCAN pass: add the crawls it found to the set, mark it complete."""
+    client.sadd(crawl_registry(prefix), *names, COMPLETE)
+
+
+def all_crawls(client: Any, prefix: str) -> list[str]:
+    """Every crawl (sorted): the registry, or once a full SCAN of the stats keys (which
+    completes the registry)."""
+    names, complete = registered(client, prefix)
+    if complete:
+        return sorted(names)
+    scanned = {
+        crawl_of_stats_key(k, prefix)
+        for k in client.scan_iter(match=stats_key_pattern(prefix), count=1000)
+    }
+    found = {n for n in scanned if n is not None}
+    adopt(client, prefix, found)
+    return sorted(names | found)
