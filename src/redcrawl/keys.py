@@ -338,16 +338,7 @@ class CrawlKeys:
         if shards is not None:
             return [*self.script_keys()[: -self.tiers], *self.streams(shards)]
         if polite:
-            return [
-                *self.script_keys(),
-                *(self.open(t) for t in range(self.tiers)),
-                self.pol_queue_base,
-                self.pol_state_base,
-                self.pol_override,
-                self.pol_slots,
-                self.pol_blocked,
-                self.deferrals,
-            ]
+            return [*self.script_keys(), *self.politeness_script_keys()]
         return [
             self.req,
             self.inflight,

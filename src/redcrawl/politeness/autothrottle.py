@@ -39,6 +39,7 @@ __all__ = [
     "CONTROL_FIELD",
     "STATE_FIELD",
     "Applied",
+    "CrawlPartitionsOf",
     "FleetThrottle",
     "ThrottleRule",
     "Update",
@@ -149,12 +150,31 @@ def crawl_partitions(client: Any, keys: CrawlKeys) -> int | None:
         return anchor_partitions(client.hgetall(keys.control))
 
 
+class CrawlPartitionsOf:
+    """Base of the Scrapy-side writers of per-site state (AutoThrottle, robots.txt):
+    their crawl's partition count, read from the anchor when first needed."""
+
+    client: Any
+    keys: CrawlKeys
+    _partitions: int | None
+
+    @property
+    def partitions(self) -> int:
+        """The crawl's partitions (read once from the anchor; 1 until the crawl exists)."""
+        if self._partitions is None:
+            found = crawl_partitions(self.client, self.keys)
+            if found is None:
+                return 1
+            self._partitions = found
+        return self._partitions
+
+
 def _float(raw: Any) -> float | None:
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
     return float(text) if text else None
 
 
-class FleetThrottle:
+class FleetThrottle(CrawlPartitionsOf):
     """The fleet-wide AutoThrottle state of one crawl, on ``client``; ``keys`` are the
     crawl's (a partitioned crawl's anchor), ``partitions`` its partitions (None: read
     from the anchor's layout when first needed)."""
@@ -173,16 +193,6 @@ class FleetThrottle:
         self.rule = rule
         self._partitions = partitions
         self._scripts = Scripts(client, _SOURCES)
-
-    @property
-    def partitions(self) -> int:
-        """The crawl's partitions (read once from the anchor; 1 until the crawl exists)."""
-        if self._partitions is None:
-            found = crawl_partitions(self.client, self.keys)
-            if found is None:
-                return 1
-            self._partitions = found
-        return self._partitions
 
     def _controls(self) -> list[str]:
         """The control hashes the switch is in: the crawl's, and each partition's."""

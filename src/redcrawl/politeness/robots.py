@@ -44,7 +44,7 @@ from typing import Any, Literal
 import msgpack
 
 from redcrawl.keys import CrawlKeys
-from redcrawl.politeness.autothrottle import crawl_partitions, owner_keys
+from redcrawl.politeness.autothrottle import CrawlPartitionsOf, owner_keys
 from redcrawl.scripts import BASE, Scripts
 from redcrawl.transport import redis_errors
 
@@ -117,7 +117,7 @@ class Stored:
     override: int
 
 
-class RobotsCache:
+class RobotsCache(CrawlPartitionsOf):
     """One crawl's robots.txt cache on ``client`` (see the module docstring).
 
     ``token`` identifies this worker's locks (default: random); ``lock_ttl`` is how long
@@ -142,16 +142,6 @@ class RobotsCache:
         self.lock_ttl_ms = max(1, int(lock_ttl * 1000))
         self.token = token or secrets.token_hex(8)
         self._scripts = Scripts(client, _SOURCES)
-
-    @property
-    def partitions(self) -> int:
-        """The crawl's partitions (read once from the anchor; 1 until the crawl exists)."""
-        if self._partitions is None:
-            found = crawl_partitions(self.client, self.keys)
-            if found is None:
-                return 1
-            self._partitions = found
-        return self._partitions
 
     def lookup(self, origins: Sequence[str]) -> list[Lookup]:
         """The cached entry of each origin, or its lock, or "wait": one round trip."""
