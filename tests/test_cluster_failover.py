@@ -37,7 +37,7 @@ import pytest
 
 from redcrawl.codec import Envelope
 from redcrawl.connection import connect
-from redcrawl.frontier import Lease, open_frontier
+from redcrawl.frontier import FrontierCore, Lease, open_frontier
 from redcrawl.redis_server import LocalCluster
 from redcrawl.settings import Settings
 
@@ -56,6 +56,47 @@ def _env(i: int) -> Envelope:
 def _children(lease: Lease) -> list[Envelope]:
     i = int(lease.envelope.url.rsplit("/", 1)[1])
     return [_env(c) for c in (2 * i + 1, 2 * i + 2) if c < N]
+
+
+def tree_worker(
+    frontier: FrontierCore,
+    pipelined: bool,
+    processed: Counter[int],
+    errors: list[BaseException],
+    gaps: list[float] | None = None,
+    stop: threading.Event | None = None,
+    work: float = 0.002,
+) -> None:
+    """A worker's lease/settle loop on the tree crawl (run on a thread): each request
+    processed (counted in ``processed``) pushes its children in the settle that acks it,
+    through ``settle_begin`` when ``pipelined``; the seconds between settles that
+    returned go to ``gaps``; it ends once the crawl has been finished for 20 polls, or at
+    ``stop``. An exception is put in ``errors`` (the test reports it)."""
+    try:
+        last = time.monotonic()
+        held = frontier.lease("w", BATCH)
+        idle = 0
+        while stop is None or not stop.is_set():
+            for x in held:
+                processed[int(x.envelope.url.rsplit("/", 1)[1])] += 1
+            time.sleep(work)  # the "work"
+            children = [c for x in held for c in _children(x)]
+            if pipelined:
+                out = frontier.settle_begin(push=children, ack=held, lease=("w", BATCH)).result()
+            else:
+                out = frontier.settle(push=children, ack=held, lease=("w", BATCH))
+            now = time.monotonic()
+            if gaps is not None:
+                gaps.append(now - last)
+            last = now
+            held = out.leases
+            if not held:
+                idle = idle + 1 if frontier.counts().finished else 0
+                if idle > 20:
+                    return
+                time.sleep(0.05)
+    except BaseException as exc:  # reported by the test
+        errors.append(exc)
 
 
 @pytest.mark.parametrize(
@@ -90,35 +131,9 @@ def _run(
     errors: list[BaseException] = []
     stop = threading.Event()
 
-    def work() -> None:
-        try:
-            last = time.monotonic()
-            held = frontier.lease("w", BATCH)
-            idle = 0
-            while not stop.is_set():
-                for x in held:
-                    processed[int(x.envelope.url.rsplit("/", 1)[1])] += 1
-                time.sleep(0.002)  # the "work"
-                children = [c for x in held for c in _children(x)]
-                if pipelined:
-                    out = frontier.settle_begin(
-                        push=children, ack=held, lease=("w", BATCH)
-                    ).result()
-                else:
-                    out = frontier.settle(push=children, ack=held, lease=("w", BATCH))
-                now = time.monotonic()
-                gaps.append(now - last)
-                last = now
-                held = out.leases
-                if not held:
-                    idle = idle + 1 if frontier.counts().finished else 0
-                    if idle > 20:
-                        return
-                    time.sleep(0.05)
-        except BaseException as exc:  # reported by the test
-            errors.append(exc)
-
-    worker = threading.Thread(target=work)
+    worker = threading.Thread(
+        target=tree_worker, args=(frontier, pipelined, processed, errors, gaps, stop)
+    )
     worker.start()
     deadline = time.monotonic() + 60
     while sum(processed.values()) < N // 3:

@@ -27,7 +27,7 @@ from redcrawl.redis_server import LocalCluster, RedisServer
 from redcrawl.settings import Settings
 
 from . import cluster
-from .test_cluster_failover import BATCH, N, _children, _env
+from .test_cluster_failover import N, _env, tree_worker
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -108,37 +108,17 @@ def test_the_crawls_slot_moves_to_another_master_and_back(
         processed: Counter[int] = Counter()
         errors: list[BaseException] = []
 
-        def work() -> None:
-            try:
-                held = frontier.lease("w", BATCH)
-                idle = 0
-                while True:
-                    for x in held:
-                        processed[int(x.envelope.url.rsplit("/", 1)[1])] += 1
-                    time.sleep(0.004)  # the "work"
-                    children = [c for x in held for c in _children(x)]
-                    if pipelined:
-                        out = frontier.settle_begin(
-                            push=children, ack=held, lease=("w", BATCH)
-                        ).result()
-                    else:
-                        out = frontier.settle(push=children, ack=held, lease=("w", BATCH))
-                    held = out.leases
-                    if not held:
-                        idle = idle + 1 if frontier.counts().finished else 0
-                        if idle > 20:
-                            return
-                        time.sleep(0.05)
-            except BaseException as exc:  # reported by the test
-                errors.append(exc)
-
         def wait_for(done: int) -> None:
             deadline = time.monotonic() + 90
             while sum(processed.values()) < done:
                 assert worker.is_alive() and time.monotonic() < deadline, errors
                 time.sleep(0.005)
 
-        worker = threading.Thread(target=work)
+        worker = threading.Thread(
+            target=tree_worker,
+            args=(frontier, pipelined, processed, errors),
+            kwargs={"work": 0.004},
+        )
         worker.start()
         moving = (
             frontier.keys
