@@ -11,7 +11,7 @@ from redcrawl.api.context import Context, Crawl, Limit
 from redcrawl.api.errors import TRANSIENT, StateErrors, Unreadable, responses, server_condition
 from redcrawl.errors import FrontierError
 from redcrawl.frontier import FrontierCore, StreamsFrontier
-from redcrawl.keys import crawl_of_stats_key, stats_key_pattern
+from redcrawl.metrics.registry import all_crawls
 from redcrawl.politeness.describe import politeness_summary
 from redcrawl.transport import redis_errors
 
@@ -28,14 +28,8 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
         responses=responses(401, 422, 503),
     )
     def list_crawls(limit: Limit = 100) -> m.CrawlList:
-        names: set[str] = set()
-        pattern = stats_key_pattern(ctx.settings.key_prefix)
-        with redis_errors("listing crawls"):
-            for key in ctx.client().scan_iter(match=pattern, count=1000):
-                name = crawl_of_stats_key(key, ctx.settings.key_prefix)
-                if name is not None:
-                    names.add(name)
-        ordered = sorted(names)
+        with redis_errors("listing crawls"):  # the crawl registry (SCAN only until complete)
+            ordered = all_crawls(ctx.client(), ctx.settings.key_prefix)
         ordered = [n for n, ok in zip(ordered, ctx.alive(ordered), strict=True) if ok]
         out = []
         for name in ordered[:limit]:
