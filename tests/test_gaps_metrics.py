@@ -12,7 +12,7 @@ import pytest
 import redis
 from typer.testing import CliRunner
 
-from redcrawl.frontier import FrontierCore, open_frontier
+from redcrawl.frontier import FrontierCore, Lease, open_frontier
 from redcrawl.settings import Settings
 
 from .apikit import AUTH_READ, ApiServer, api_settings
@@ -32,7 +32,7 @@ def api_server(redis7: RedisServer, redis7_client: redis.Redis) -> Iterator[ApiS
 def orphans(f: FrontierCore, urls: list[str]) -> None:
     """``urls`` (pushed) leased by w1, acked, the acks undone by a failover (the lagging
     replica: a snapshot restored), then taken back by w1's disown."""
-    held = []
+    held: list[Lease] = []
     for _ in range(20):  # (a partitioned lease call asks one partition)
         held += f.lease("w1", len(urls) - len(held))
         if len(held) == len(urls):
