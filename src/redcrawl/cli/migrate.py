@@ -29,6 +29,7 @@ from redcrawl.cli._common import (
 from redcrawl.connection import connect, redact
 from redcrawl.errors import ConfigError, ConnectionError_
 from redcrawl.frontier import open_frontier
+from redcrawl.keys import MAX_PARTITIONS
 from redcrawl.migrate import (
     DEFAULT_DUPEFILTER_KEY,
     DEFAULT_QUEUE_KEY,
@@ -262,11 +263,24 @@ def migrate_command(
     batch: Annotated[
         int, typer.Option(min=1, max=10_000, help="Keys per pipelined DUMP/RESTORE round.")
     ] = BATCH,
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            "--partitions",
+            min=1,
+            max=MAX_PARTITIONS,
+            help="Partitions of the copy (default: the source's). Another count re-homes "
+            "the crawl: each request and site moves to the partition its site hashes to; "
+            "a multiple of the source's count (e.g. 1 -> 16).",
+        ),
+    ] = None,
 ) -> None:
     """Copy a stopped crawl to another Redis server or a Redis Cluster (DUMP/RESTORE in
     pipelined batches), verify its counts there, and leave the source as it was (unless
     --delete-source). A running crawl, or a target that already holds a crawl of that
-    name, is refused. Leases the stopped crawl still held go back to ready in the copy."""
+    name, is refused. Leases the stopped crawl still held go back to ready in the copy.
+    With --partitions P the copy is spread over P partitions (workers of the copy then
+    run with REDCRAWL_PARTITIONS=P)."""
     settings = _settings(redis_url)
     source = _connect(settings)
     try:
@@ -284,6 +298,7 @@ def migrate_command(
                 delete_source=delete_source,
                 dry_run=dry_run,
                 batch=batch,
+                partitions=partitions,
             )
         finally:
             target.close()
@@ -356,6 +371,21 @@ def _report_copy(r: CopyResult, source: str, target: str) -> None:
             + (f", {r.promoted:,} due delayed promoted" if r.promoted else "")
             + f": ready {a.ready:,}, delayed {a.delayed:,}, in flight 0, dead {a.dead:,}"
         )
+    if r.rehome is not None:
+        h = r.rehome
+        spread = ", ".join(f"{n:,}" for n in h.requests) if not r.dry_run else ""
+        verb = "would be" if r.dry_run else "were"
+        typer.echo(
+            f"re-homed from {h.source_partitions} into {h.partitions} partitions"
+            + (f": requests per partition {spread}" if spread else f" ({verb} re-homed)")
+        )
+        if not r.dry_run:
+            typer.echo(
+                f"{h.sites:,} site state(s) moved to their partitions; the DONE filter "
+                f"copied {h.partitions // h.source_partitions}x ({h.filter_copies:,} keys, "
+                f"{_mb(h.filter_bytes)}); run the copy's workers with "
+                f"REDCRAWL_PARTITIONS={h.partitions}"
+            )
     if r.skipped:
         typer.echo(
             f"not copied: {len(r.skipped):,} key(s) that expire by themselves, e.g. {r.skipped[0]}"
