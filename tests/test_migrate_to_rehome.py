@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -29,17 +30,40 @@ from redcrawl.errors import ConfigError, FrontierError
 from redcrawl.frontier import Counts, FrontierCore, open_frontier
 from redcrawl.frontier.records import parse_record, record_key
 from redcrawl.keys import CrawlKeys, partition_of
-from redcrawl.migrate_to import copy_crawl
+from redcrawl.migrate_to import copy_crawl, crawl_redis_keys
 from redcrawl.politeness import politeness_key
 from redcrawl.redis_server import LocalCluster
 from redcrawl.settings import Settings
 
 from . import cluster
-from .conftest import Backend, RedisServer
-from .test_migrate_to import CRAWL, env, redis62, snapshot, source, target  # noqa: F401 (fixtures)
+from .conftest import Backend, RedisServer, _server
+from .test_migrate_to import CRAWL, env, snapshot
 
 HOSTS = 24
 runner = CliRunner()
+
+
+@pytest.fixture
+def redis62(tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
+    return _server("6.2", tmp_path_factory)
+
+
+@pytest.fixture
+def source(redis62: RedisServer) -> Iterator[redis.Redis]:
+    """The source: Redis 6.2 (the embedded server's version)."""
+    c = redis.Redis.from_url(redis62.url)
+    c.flushall()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def target(redis7: RedisServer) -> Iterator[redis.Redis]:
+    """The target: Redis 7 (and the source of the cluster tests)."""
+    c = redis.Redis.from_url(redis7.url)
+    c.flushall()
+    yield c
+    c.close()
 
 
 def settings(backend: Backend, polite: bool, ordering: str = "fifo") -> Settings:
@@ -139,8 +163,8 @@ CASES = [
 
 @pytest.mark.parametrize(("backend", "polite", "ordering"), CASES)
 def test_one_partition_rehomes_into_four_with_nothing_lost(
-    source: redis.Redis,  # noqa: F811
-    target: redis.Redis,  # noqa: F811
+    source: redis.Redis,
+    target: redis.Redis,
     backend: Backend,
     polite: bool,
     ordering: str,
@@ -183,13 +207,18 @@ def test_one_partition_rehomes_into_four_with_nothing_lost(
     assert end.done == before.accepted - before.dead and end.dead == before.dead
 
 
+@pytest.mark.parametrize("dedupe", ["exact", "bloom"])
 def test_a_done_url_is_refused_in_its_new_partition(
-    source: redis.Redis,  # noqa: F811
-    target: redis.Redis,  # noqa: F811
+    source: redis.Redis,
+    target: redis.Redis,
+    dedupe: str,
 ) -> None:
     """The DONE filter's fingerprints carry no site: every partition has its copy, so a
-    URL done in the source is refused wherever its site now lives, and a new one is not."""
-    s = settings("lists", False)
+    URL done in the source is refused wherever its site now lives, and a new one is not
+    (exact filter and Bloom filter)."""
+    s = settings("lists", False).replace(
+        dedupe=dedupe, bloom_backend="lua", dedupe_capacity=100_000
+    )
     f = open_frontier(source, s, CRAWL)
     urls = [env(f"http://site{i}.test/") for i in range(64)]
     f.push(urls)
@@ -197,15 +226,18 @@ def test_a_done_url_is_refused_in_its_new_partition(
         f.ack(f.lease("w1", 16))
     f.forget_worker("w1")
     assert f.counts().done == 64
-    copy_crawl(source, target, s, CRAWL, partitions=8)
+    result = copy_crawl(source, target, s, CRAWL, partitions=8)
+    assert result.rehome is not None
+    src_filter = open_frontier(source, s, CRAWL).done.memory()
     copy = open_frontier(target, s.replace(partitions=8), CRAWL)
+    assert 6 * src_filter < copy.done.memory() < 10 * src_filter  # (docs/cluster.md)
     assert copy.push(urls).accepted == 0
     assert copy.push([env("http://site1.test/new")]).accepted == 1
 
 
 def test_two_partitions_rehome_into_four(
-    source: redis.Redis,  # noqa: F811
-    target: redis.Redis,  # noqa: F811
+    source: redis.Redis,
+    target: redis.Redis,
 ) -> None:
     s = settings("lists", True)
     before = build(source, s, partitions=2)
@@ -225,8 +257,8 @@ def snapshot2(client: Any) -> dict[bytes, bytes]:
 
 
 def test_bad_partition_counts_and_targets_are_refused_with_nothing_changed(
-    source: redis.Redis,  # noqa: F811
-    target: redis.Redis,  # noqa: F811
+    source: redis.Redis,
+    target: redis.Redis,
     redis7: RedisServer,
 ) -> None:
     s = settings("lists", True)
@@ -265,13 +297,16 @@ def test_bad_partition_counts_and_targets_are_refused_with_nothing_changed(
 
 
 @pytest.mark.cluster
+@pytest.mark.parametrize(("backend", "polite"), [("lists", True), ("streams", False)])
 def test_one_partition_rehomes_into_sixteen_on_the_cluster(
     redis_cluster: LocalCluster,
-    target: redis.Redis,  # noqa: F811
+    target: redis.Redis,
+    backend: Backend,
+    polite: bool,
 ) -> None:
     """From a single Redis 7 into the real cluster, P = 1 -> 16: the partitions spread
     over the masters, and a worker drains the copy there."""
-    s = settings("lists", True)
+    s = settings(backend, polite)
     one = target
     before = build(one, s)
     kept = snapshot(one)
@@ -295,8 +330,8 @@ def test_one_partition_rehomes_into_sixteen_on_the_cluster(
 
 @pytest.mark.parametrize(("backend", "polite", "ordering"), CASES)
 def test_each_site_is_served_in_the_source_order(
-    source: redis.Redis,  # noqa: F811
-    target: redis.Redis,  # noqa: F811
+    source: redis.Redis,
+    target: redis.Redis,
     backend: Backend,
     polite: bool,
     ordering: str,
@@ -322,3 +357,39 @@ def site_order(f: FrontierCore, s: Settings) -> dict[str, list[str]]:
         for info in by_tier:
             out.setdefault(politeness_key(info.url, None, s.politeness_key), []).append(info.url)
     return out
+
+
+def test_the_command_dry_runs_force_expires_and_deletes_the_source(
+    source: redis.Redis,
+    target: redis.Redis,
+    redis62: RedisServer,
+    redis7: RedisServer,
+) -> None:
+    s = settings("lists", True)
+    build(source, s)
+    f = open_frontier(source, s, CRAWL)
+    f.lease("w5", 3, ttl=60)  # a worker the operator knows is gone
+    before = f.counts()
+    kept = snapshot(source)
+    base = ["migrate", "--crawl", CRAWL, "--redis-url", redis62.url, "--to", redis7.url]
+    out = runner.invoke(app, [*base, "--partitions", "4", "--dry-run"])
+    assert out.exit_code == 1 and "is running" in out.output  # (not forced)
+    out = runner.invoke(app, [*base, "--partitions", "4", "--dry-run", "--force-expire"])
+    assert out.exit_code == 0, out.output
+    assert "dry run" in out.output and "into 4 partitions" in out.output
+    assert target.dbsize() == 0 and snapshot(source) == kept
+    args = [*base, "--partitions", "4", "--force-expire", "--delete-source"]
+    out = runner.invoke(app, args)
+    assert out.exit_code == 0, out.output
+    text = " ".join(out.output.split())
+    assert "re-homed from 1 into 4 partitions" in text and "REDCRAWL_PARTITIONS=4" in text
+    assert "3 in-flight request(s) went back to ready" in text
+    assert "verified in counts and counters" in text
+    assert "source crawl was deleted" in text
+    assert crawl_redis_keys(source, CrawlKeys(CRAWL))[0] == []
+    c = open_frontier(target, s.replace(partitions=4), CRAWL).counts()
+    assert (c.accepted, c.in_flight, c.ready) == (
+        before.accepted,
+        0,
+        before.ready + before.in_flight,
+    )

@@ -225,6 +225,8 @@ class Rehome:
         self.priority = settings.ordering == "priority" and settings.backend == "lists"
         self.returned = 0
         self.dead_lettered = 0
+        self.size = 0
+        """Bytes written: DUMP payloads restored and request records."""
         self.info = Rehomed(self.ps, partitions, self.placed)
         # a promotion pushes to the served end except on streams without politeness
         first = self.parts[0]
@@ -251,10 +253,10 @@ class Rehome:
         self.dst = dst
         return dst
 
-    def write_crawl_wide(self, plan: _Plan, copy: Any) -> None:
+    def write_crawl_wide(self, plan: _Plan) -> None:
         """Anchor keys, control switches, DOWNLOAD_SLOTS, overrides, blocks, the DONE
         filter's copies and the per-site states."""
-        copy(self.target, [(k, k) for k in plan.anchor])
+        self.copy_pairs(self.target, [(k, k) for k in plan.anchor])
         control: dict[bytes, bytes] = {}
         for key in sorted(
             plan.hashes["control"], key=lambda k: _split_name(k)[0] == self.src.crawl
@@ -286,12 +288,12 @@ class Rehome:
             for q in range(p, self.pt, self.ps):
                 pairs.append((key, _renamed(key, self.tkeys[q].tag)))
         self.info.filter_copies = len(pairs)
-        self.info.filter_bytes = copy(self.target, pairs)
+        self.info.filter_bytes = self.copy_pairs(self.target, pairs)
         moves = [
             (key, _renamed(key, self.tkeys[partition_of(site, self.pt)].tag))
             for site, key in plan.states
         ]
-        copy(self.target, moves)
+        self.copy_pairs(self.target, moves)
         self.info.sites = len(moves)
         with redis_errors("writing the copy's per-site states"):
             for start in range(0, len(moves), 1000):
@@ -376,6 +378,7 @@ class Rehome:
                         tail[0] += 1
                     delayed = self._due(rank)
                 out.hset(t.req, rid, rec)
+                self.size += len(rid) + len(rec)
                 if dead is not None:
                     out.zadd(t.dead, {rid: dead})
                 elif delayed is not None:
@@ -385,6 +388,12 @@ class Rehome:
                 if defers is not None:
                     out.hset(t.deferrals, rid, defers)
             out.execute()
+
+    def copy_pairs(self, target: Any, pairs: Sequence[tuple[bytes, bytes]]) -> int:
+        """:func:`copy_pairs` from the source, its bytes counted in :attr:`size`."""
+        size = copy_pairs(self.src.client, target, pairs, self.batch)
+        self.size += size
+        return size
 
     def _due(self, rank: int) -> float:
         """The due time that promotes a ready request so that it is served ``rank``-th
@@ -582,9 +591,7 @@ def rehome_crawl(
             _delete(target, existing, "deleting the target's crawl (--replace)")
         try:
             dst = r.open_target()
-            r.write_crawl_wide(
-                plan, lambda client, pairs: copy_pairs(src.client, client, pairs, batch)
-            )
+            r.write_crawl_wide(plan)
             lock.renew()
             r.write_requests()
             lock.renew()
@@ -609,6 +616,7 @@ def rehome_crawl(
         result.promoted = before.delayed - result.after.delayed
         written, _rest = crawl_redis_keys(target, sets)
         result.keys = len(written)
+        result.size = r.size
         result.copied = todo
         result.stats = _stats(src)
         if delete_source:

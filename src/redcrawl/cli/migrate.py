@@ -348,14 +348,26 @@ def _report_copy(r: CopyResult, source: str, target: str) -> None:
     c = r.before
     if r.dry_run:
         typer.echo(f"dry run: crawl {r.crawl} from {source} to {target}")
-        typer.echo(f"would copy {r.keys:,} keys ({parts})")
+        typer.echo(f"would {'read' if r.rehome else 'copy'} {r.keys:,} keys ({parts})")
+    elif r.rehome is not None:
+        typer.echo(
+            f"re-homed crawl {r.crawl} from {source} to {target}: read {len(r.copied):,} "
+            f"keys of the source ({parts}), wrote {r.keys:,} keys ({_mb(r.size)}) in "
+            f"{r.seconds:.1f} s"
+        )
     else:
         typer.echo(
             f"copied crawl {r.crawl} from {source} to {target}: {r.keys:,} keys "
             f"({_mb(r.size)}) in {r.seconds:.1f} s ({parts})"
         )
     if c is not None:
-        verified = "" if r.dry_run else ", equal in the copy (verified key by key)"
+        verified = (
+            ""
+            if r.dry_run
+            else ", equal in the copy (verified in counts and counters)"
+            if r.rehome is not None
+            else ", equal in the copy (verified key by key)"
+        )
         typer.echo(
             f"counts: accepted {c.accepted:,} = ready {c.ready:,} + delayed {c.delayed:,} "
             f"+ in flight {c.in_flight:,} + done {c.done:,} + dead {c.dead:,}; "
