@@ -88,6 +88,9 @@ real time, so all due."""
 _APPEND_BASE = 1_000_000_000.0
 """Due time (ms) of the first-served one where a promotion appends (streams without
 politeness)."""
+REQUEST_BATCH = 1000
+"""Records per HSCAN round (each written in one pipelined round, a command per
+partition and structure)."""
 _CONTROL_SKIP = frozenset({b"layout", b"layout.copy", b"cursor"})
 
 
@@ -159,6 +162,20 @@ def _source_partition(tag: str, crawl: str) -> int | None:
 
 
 @dataclass
+class _Side:
+    """A source partition's state beside its records, read once (the delayed and dead
+    sets, last errors, deferral counts, who holds what, the ready order)."""
+
+    delayed: dict[bytes, float]
+    dead: dict[bytes, float]
+    err: dict[bytes, bytes]
+    defers: dict[bytes, bytes]
+    holders: dict[str, str]
+    order: dict[bytes, int]
+    tail: int
+
+
+@dataclass
 class _Plan:
     """The source's keys by what happens to them."""
 
@@ -227,6 +244,8 @@ class Rehome:
         self.dead_lettered = 0
         self.size = 0
         """Bytes written: DUMP payloads restored and request records."""
+        self.restored = 0
+        """Keys copied whole (DUMP/RESTORE): anchor keys, filter copies, site states."""
         self.info = Rehomed(self.ps, partitions, self.placed)
         # a promotion pushes to the served end except on streams without politeness
         first = self.parts[0]
@@ -307,92 +326,100 @@ class Rehome:
         now = int(self.src.server_time() * 1000)
         for sp, part in enumerate(self.parts):
             c = part.counts()
+            k = part.keys
             order: dict[bytes, int] = {}
-            with redis_errors("reading the source's ready queues"):
+            with redis_errors("reading the source's requests"):
                 for _tier, ids in part._ready_ids(c.ready + 1):
                     for rid in ids:
                         order.setdefault(bytes(rid), len(order))
-            holders = {i.id: i.worker for i in part.inflight(limit=c.in_flight + 1)}
-            tail = [len(order)]
+                side = _Side(
+                    delayed=dict(self.src.client.zrange(k.delayed, 0, -1, withscores=True)),
+                    dead=dict(self.src.client.zrange(k.dead, 0, -1, withscores=True)),
+                    err=self.src.client.hgetall(k.err),
+                    defers=self.src.client.hgetall(k.deferrals),
+                    holders={i.id: i.worker for i in part.inflight(limit=c.in_flight + 1)},
+                    order=order,
+                    tail=len(order),
+                )
             cursor: int | bytes = 0
             done = 0
             while True:
                 with redis_errors("reading the source's requests"):
-                    cursor, found = self.src.client.hscan(part.keys.req, cursor, count=self.batch)
+                    cursor, found = self.src.client.hscan(k.req, cursor, count=REQUEST_BATCH)
                 if found:
-                    self._write_batch(part, sp, found, order, holders, tail, now)
+                    self._write_batch(sp, found, side, now)
                     done += len(found)
                     if self.progress is not None:
                         self.progress("re-homing requests", done, c.accepted - c.done)
                 if not cursor:
                     break
 
-    def _write_batch(
-        self,
-        part: FrontierCore,
-        sp: int,
-        found: dict[bytes, bytes],
-        order: dict[bytes, int],
-        holders: dict[str, str],
-        tail: list[int],
-        now: int,
-    ) -> None:
-        ids = list(found)
-        k = part.keys
-        with redis_errors("reading the source's requests"):
-            pipe = self.src.client.pipeline(transaction=False)
-            for rid in ids:
-                pipe.zscore(k.delayed, rid)
-                pipe.zscore(k.dead, rid)
-                pipe.hget(k.err, rid)
-                pipe.hget(k.deferrals, rid)
-            replies = pipe.execute()
+    def _write_batch(self, sp: int, found: dict[bytes, bytes], side: _Side, now: int) -> None:
+        """One HSCAN batch: each record to its partition, with its state; one command per
+        partition and structure."""
         max_attempts = self.settings.max_attempts
+        req: dict[int, dict[bytes, bytes]] = defaultdict(dict)
+        delayed: dict[int, dict[bytes, float]] = defaultdict(dict)
+        dead: dict[int, dict[bytes, float]] = defaultdict(dict)
+        err: dict[int, dict[bytes, bytes]] = defaultdict(dict)
+        defers: dict[int, dict[bytes, bytes]] = defaultdict(dict)
+        for rid, raw in found.items():
+            rec = bytes(raw)
+            q = self._q(rec, sp)
+            if self.priority and self.parts[0].politeness is None:
+                self.homes[rid] = q
+            self.placed[q] += 1
+            why = side.err.get(rid)
+            due, died = side.delayed.get(rid), side.dead.get(rid)
+            head = rec.split(b"|", 3)
+            if died is None and due is None and len(head) == 4 and head[2]:
+                rec = b"|".join([head[0], head[1], b"", _held_mark(head[3])])
+                attempts = int(head[1]) if head[1].isdigit() else max_attempts
+                if attempts >= max_attempts:  # (as the reclaim of an expired lease does)
+                    worker = side.holders.get(format_id(rid), "None")
+                    died = float(now)
+                    why = f"lease expired {attempts} times (last worker: {worker})".encode()
+                    self.dead_lettered += 1
+                else:
+                    self.returned += 1
+                    due = self._due(-1 - self.returned)
+            elif died is None and due is None:
+                rank = side.order.get(rid)
+                if rank is None:
+                    rank = side.tail
+                    side.tail += 1
+                due = self._due(rank)
+            req[q][rid] = rec
+            self.size += len(rid) + len(rec)
+            if died is not None:
+                dead[q][rid] = died
+            else:
+                assert due is not None
+                delayed[q][rid] = due
+                if rid in side.defers:
+                    defers[q][rid] = side.defers[rid]
+            if why is not None:
+                err[q][rid] = why
         with redis_errors("writing the copy's requests"):
             out = self.target.pipeline(transaction=False)
-            for i, rid in enumerate(ids):
-                rec = bytes(found[rid])
-                delayed, dead, err, defers = replies[4 * i : 4 * i + 4]
-                q = self._q(rec, sp)
+            for q, mapping in req.items():
                 t = self.tkeys[q]
-                if self.priority and self.parts[0].politeness is None:
-                    self.homes[rid] = q
-                self.placed[q] += 1
-                head = rec.split(b"|", 3)
-                if dead is None and delayed is None and len(head) == 4 and head[2]:
-                    rec = b"|".join([head[0], head[1], b"", _held_mark(head[3])])
-                    attempts = int(head[1]) if head[1].isdigit() else max_attempts
-                    if attempts >= max_attempts:
-                        worker = holders.get(format_id(rid), "None")
-                        dead = float(now)
-                        err = f"lease expired {attempts} times (last worker: {worker})".encode()
-                        defers = None
-                        self.dead_lettered += 1
-                    else:
-                        self.returned += 1
-                        delayed = self._due(-1 - self.returned)
-                elif dead is None and delayed is None:
-                    rank = order.get(rid)
-                    if rank is None:
-                        rank = tail[0]
-                        tail[0] += 1
-                    delayed = self._due(rank)
-                out.hset(t.req, rid, rec)
-                self.size += len(rid) + len(rec)
-                if dead is not None:
-                    out.zadd(t.dead, {rid: dead})
-                elif delayed is not None:
-                    out.zadd(t.delayed, {rid: delayed})
-                if err is not None:
-                    out.hset(t.err, rid, err)
-                if defers is not None:
-                    out.hset(t.deferrals, rid, defers)
+                out.hset(t.req, mapping=mapping)
+                if delayed.get(q):
+                    out.zadd(t.delayed, delayed[q])
+                if dead.get(q):
+                    out.zadd(t.dead, dead[q])
+                if err.get(q):
+                    out.hset(t.err, mapping=err[q])
+                if defers.get(q):
+                    out.hset(t.deferrals, mapping=defers[q])
             out.execute()
 
     def copy_pairs(self, target: Any, pairs: Sequence[tuple[bytes, bytes]]) -> int:
         """:func:`copy_pairs` from the source, its bytes counted in :attr:`size`."""
         size = copy_pairs(self.src.client, target, pairs, self.batch)
         self.size += size
+        self.restored += len(pairs)
         return size
 
     def _due(self, rank: int) -> float:
@@ -503,30 +530,35 @@ def verify_rehome(
 
 
 def copy_pairs(source: Any, target: Any, pairs: Sequence[tuple[bytes, bytes]], batch: int) -> int:
-    """DUMP each key of ``source`` and RESTORE it in ``target`` under its new name, its
-    time to live kept (a key that expired meanwhile is skipped); returns the payload
-    bytes."""
+    """DUMP each key of ``source`` (once) and RESTORE it in ``target`` under each of its
+    new names, its time to live kept (a key that expired meanwhile is skipped); returns
+    the payload bytes restored."""
     from redcrawl.migrate_to import _restore_error
 
+    names: dict[bytes, list[bytes]] = defaultdict(list)
+    for old, new in pairs:
+        names[old].append(new)
+    olds = list(names)
     size = 0
-    for start in range(0, len(pairs), batch):
-        chunk = pairs[start : start + batch]
+    for start in range(0, len(olds), batch):
+        chunk = olds[start : start + batch]
         with redis_errors("reading the source's keys (DUMP)"):
             pipe = source.pipeline(transaction=False)
-            for old, _new in chunk:
+            for old in chunk:
                 pipe.pttl(old)
                 pipe.dump(old)
             replies = pipe.execute()
         with redis_errors("writing the target's keys (RESTORE)"):
             out = target.pipeline(transaction=False)
             sent = []
-            for i, (_old, new) in enumerate(chunk):
+            for i, old in enumerate(chunk):
                 ttl, payload = replies[2 * i], replies[2 * i + 1]
                 if payload is None or ttl == -2:
                     continue
-                out.restore(new, max(int(ttl), 0), payload)
-                sent.append(new)
-                size += len(payload)
+                for new in names[old]:
+                    out.restore(new, max(int(ttl), 0), payload)
+                    sent.append(new)
+                    size += len(payload)
             for new, reply in zip(sent, out.execute(raise_on_error=False), strict=True):
                 if isinstance(reply, Exception):
                     raise _restore_error(target, new, reply)
@@ -614,8 +646,7 @@ def rehome_crawl(
             raise
         result.returned, result.dead_lettered = r.returned, r.dead_lettered
         result.promoted = before.delayed - result.after.delayed
-        written, _rest = crawl_redis_keys(target, sets)
-        result.keys = len(written)
+        result.keys = r.restored
         result.size = r.size
         result.copied = todo
         result.stats = _stats(src)

@@ -351,9 +351,10 @@ def _report_copy(r: CopyResult, source: str, target: str) -> None:
         typer.echo(f"would {'read' if r.rehome else 'copy'} {r.keys:,} keys ({parts})")
     elif r.rehome is not None:
         typer.echo(
-            f"re-homed crawl {r.crawl} from {source} to {target}: read {len(r.copied):,} "
-            f"keys of the source ({parts}), wrote {r.keys:,} keys ({_mb(r.size)}) in "
-            f"{r.seconds:.1f} s"
+            f"re-homed crawl {r.crawl} from {source} to {target} in {r.seconds:.1f} s: read "
+            f"{len(r.copied):,} keys of the source ({parts}); wrote "
+            f"{sum(r.rehome.requests):,} requests and {r.keys:,} keys copied whole "
+            f"({_mb(r.size)})"
         )
     else:
         typer.echo(
