@@ -7,6 +7,7 @@ the DONE filter's memory before and after.
 
     PYTHONPATH=src python bench/bench_rehome.py [--requests 100000] [--sites 1000]
         [--partitions 16] [--backend lists|streams] [--dedupe exact|bloom]
+        [--capacity N]
 """
 
 from __future__ import annotations
@@ -62,8 +63,11 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=16)
     ap.add_argument("--backend", default="lists")
     ap.add_argument("--dedupe", default="exact")
+    ap.add_argument("--capacity", type=int, default=None, help="REDCRAWL_DEDUPE_CAPACITY")
     a = ap.parse_args()
     s = Settings(backend=a.backend, politeness=True, dedupe=a.dedupe, bloom_backend="lua")
+    if a.capacity:
+        s = s.replace(dedupe_capacity=a.capacity)
     with RedisServer() as one, RedisServer() as two:
         src = one.client()
         build(src, s, a.requests, a.sites)
