@@ -386,18 +386,22 @@ def _report_copy(r: CopyResult, source: str, target: str) -> None:
         )
     if r.rehome is not None:
         h = r.rehome
-        spread = ", ".join(f"{n:,}" for n in h.requests) if not r.dry_run else ""
-        verb = "would be" if r.dry_run else "were"
-        typer.echo(
-            f"re-homed from {h.source_partitions} into {h.partitions} partitions"
-            + (f": requests per partition {spread}" if spread else f" ({verb} re-homed)")
-        )
-        if not r.dry_run:
+        copies = h.partitions // h.source_partitions
+        if r.dry_run:
+            typer.echo(
+                f"would re-home it from {h.source_partitions} into {h.partitions} "
+                f"partitions, the DONE filter copied {copies}x"
+            )
+        else:
+            spread = ", ".join(f"{n:,}" for n in h.requests)
+            typer.echo(
+                f"re-homed from {h.source_partitions} into {h.partitions} partitions: "
+                f"requests per partition {spread}"
+            )
             typer.echo(
                 f"{h.sites:,} site state(s) moved to their partitions; the DONE filter "
-                f"copied {h.partitions // h.source_partitions}x ({h.filter_copies:,} keys, "
-                f"{_mb(h.filter_bytes)}); run the copy's workers with "
-                f"REDCRAWL_PARTITIONS={h.partitions}"
+                f"copied {copies}x ({h.filter_copies:,} keys, {_mb(h.filter_bytes)}); run "
+                f"the copy's workers with REDCRAWL_PARTITIONS={h.partitions}"
             )
     if r.skipped:
         typer.echo(
