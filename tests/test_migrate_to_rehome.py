@@ -26,12 +26,15 @@ from typer.testing import CliRunner
 from redcrawl import codec
 from redcrawl.cli import app
 from redcrawl.codec import Envelope
-from redcrawl.errors import ConfigError, FrontierError
+from redcrawl.errors import ConfigError, FrontierError, LayoutMismatch
 from redcrawl.frontier import Counts, FrontierCore, open_frontier
 from redcrawl.frontier.records import parse_record, record_key
 from redcrawl.keys import CrawlKeys, partition_of
 from redcrawl.migrate_to import copy_crawl, crawl_redis_keys
 from redcrawl.politeness import politeness_key
+from redcrawl.politeness.autothrottle import FleetThrottle, ThrottleRule, Update
+from redcrawl.politeness.hosts import Hosts
+from redcrawl.politeness.robots import RobotsCache, RobotsEntry
 from redcrawl.redis_server import LocalCluster
 from redcrawl.settings import Settings
 
@@ -95,20 +98,61 @@ def build(client: Any, s: Settings, partitions: int = 1) -> Counts:
     f.nack(got[6], "timeout", delay=3600)
     f.dead_letter(got[7], "bad page")  # dead
     f.nack(got[8], "timeout")  # retried: ready again, with an error and an attempt
-    f.release(got[9:])
+    if s.politeness:  # a 429 with Retry-After: its site blocked for 10 minutes
+        f.defer(got[9], "429", retry_after=600)
+        f.release(got[10:])
+    else:
+        f.release(got[9:])
     f.forget_worker("w1")
     held = f.lease("w2", 6, ttl=0.6)  # in flight; w2 then "dies"
     assert len(held) == 6
     f.add_stats(items=11)
+    keys = CrawlKeys(CRAWL)
     if s.politeness:
-        from redcrawl.politeness.hosts import Hosts
-
         Hosts(f).set("h1.test", delay=2.5, concurrency=1)
+        throttle = FleetThrottle(client, keys, ThrottleRule(1.0, 0.0, 60.0, 5.0))
+        throttle.enable()
+        throttle.update([Update("h3.test", 2.0, 200)])
+    RobotsCache(client, keys, max_bytes=1 << 20).store(
+        "http://h0.test:80",
+        RobotsEntry(200, b"User-agent: *\nCrawl-delay: 3"),
+        ttl=3600,
+        politeness_key="h0.test",
+        crawl_delay=3.0,
+    )
     time.sleep(1.2)  # w2's heartbeat and lease expire: the crawl is stopped
     c = f.counts()
     assert (c.accepted, c.done, c.dead, c.in_flight) == (100, 5, 1, 6)
     assert c.delayed in (2, 3) and c.conserved  # (the retried one: due, not yet promoted)
     return c
+
+
+def assert_same_sites(src: FrontierCore, copy: FrontierCore) -> None:
+    """Every site's politeness as ``redcrawl hosts show`` reads it: limits and where they
+    come from, next time, blocks (a 429's and the operator's), backoff, overrides,
+    Crawl-delay, AutoThrottle's delay, robots.txt; its ready and in-flight requests all
+    ready in the copy."""
+    a, b = Hosts(src), Hosts(copy)
+    blocked = 0
+    for i in range(HOSTS):
+        x, y = a.show(f"h{i}.test"), b.show(f"h{i}.test")
+        same = (
+            "concurrency",
+            "delay",
+            "next_allowed",
+            "block_until",
+            "block",
+            "backoff_failures",
+            "paused",
+            "override",
+            "crawl_delay",
+            "auto_delay",
+            "robots",
+        )
+        assert [getattr(x, n) for n in same] == [getattr(y, n) for n in same], x.key
+        assert (y.ready, y.in_flight) == (x.ready + x.in_flight, 0)
+        blocked += x.block is not None
+    assert blocked == 1  # (the 429's block came along)
 
 
 def key_of(rec: bytes, s: Settings) -> str:
@@ -199,10 +243,16 @@ def test_one_partition_rehomes_into_four_with_nothing_lost(
     assert again.accepted == 0
     assert target.sismember("rc:crawls", CRAWL)
     keys = CrawlKeys(CRAWL)
+    found = RobotsCache(target, keys, max_bytes=1 << 20).lookup(["http://h0.test:80"])
+    assert found[0].state == "cached"  # at the anchor, where a partitioned crawl reads it
     if polite:
         home = keys.part(partition_of("h1.test", 4))
         assert b"h1.test" in target.hgetall(home.pol_override)
         assert target.exists(home.pol_state_base + "h1.test")
+        assert_same_sites(open_frontier(source, s, CRAWL), copy)
+        rule = ThrottleRule(1.0, 0.0, 60.0, 5.0)
+        delay = FleetThrottle(source, keys, rule).delay("h3.test")
+        assert delay is not None and FleetThrottle(target, keys, rule).delay("h3.test") == delay
     end = drain(target, s, 4)
     assert end.done == before.accepted - before.dead and end.dead == before.dead
 
@@ -225,7 +275,11 @@ def test_a_done_url_is_refused_in_its_new_partition(
     for _ in range(10):
         f.ack(f.lease("w1", 16))
     f.forget_worker("w1")
-    assert f.counts().done == 64
+    assert f.counts().done == 64 and f.counts().in_flight == 0
+    # settings that are not the crawl's: its DONE filter would be read with another plan
+    with pytest.raises(LayoutMismatch, match="DEDUPE_CAPACITY"):
+        copy_crawl(source, target, s.replace(dedupe_capacity=12345), CRAWL, partitions=8)
+    assert target.dbsize() == 0
     result = copy_crawl(source, target, s, CRAWL, partitions=8)
     assert result.rehome is not None
     src_filter = open_frontier(source, s, CRAWL).done.memory()

@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from redcrawl import codec
-from redcrawl.errors import ConfigError, DecodeError, FrontierError
+from redcrawl.errors import ConfigError, DecodeError, FrontierError, LayoutMismatch
 from redcrawl.frontier import Counts, FrontierCore, open_frontier
 from redcrawl.frontier.base import format_id
 from redcrawl.frontier.partitioned import PartitionedFrontier, anchor_partitions
@@ -585,6 +585,7 @@ def rehome_crawl(
         LOCK_TTL,
         _delete,
         _delete_source,
+        _layout_refusal,
         _part,
         _preflight,
         _stats,
@@ -599,6 +600,9 @@ def rehome_crawl(
     existing = _preflight(
         src, target, result, force_expire=force_expire, replace=replace, target_keys=sets
     )
+    refusal = _layout_refusal(src)  # (the copy's partitions get these settings' layout)
+    if refusal is not None:
+        raise LayoutMismatch(f"{refusal}; nothing was copied")
     todo, other = crawl_redis_keys(src.client, key_sets(src), progress=progress)
     result.skipped = [k.decode(errors="replace") for k in other]
     result.replaced = len(existing)
