@@ -198,6 +198,7 @@ def drain(client: Any, s: Settings, partitions: int) -> Counts:
 
 CASES = [
     ("lists", True, "fifo"),
+    ("lists", True, "priority"),
     ("lists", False, "lifo"),
     ("lists", False, "priority"),
     ("streams", False, "fifo"),

@@ -66,7 +66,16 @@ from redcrawl.frontier.records import parse_record, record_key, stored_int
 from redcrawl.keys import MAX_PARTITIONS, CrawlKeys, crawl_registry, partition_of
 from redcrawl.transport import redis_errors
 
-__all__ = ["SEQ_COUNTER", "check_partitions", "target_key_sets"]
+__all__ = [
+    "SEQ_COUNTER",
+    "Rehomed",
+    "check_partitions",
+    "copy_pairs",
+    "plan_keys",
+    "rehome_crawl",
+    "source_parts",
+    "target_key_sets",
+]
 
 SEQ_COUNTER = "seq"
 """The per-partition counter of ``#<seq>`` ids (not summed by a re-home)."""
