@@ -182,6 +182,8 @@ class _Side:
     holders: dict[str, str]
     order: dict[bytes, int]
     tail: int
+    seen: set[bytes] = field(default_factory=set)
+    """Ids written (HSCAN may return one twice if the hash is resized meanwhile)."""
 
 
 @dataclass
@@ -363,47 +365,56 @@ class Rehome:
                 if not cursor:
                     break
 
+    def _state(
+        self, rid: bytes, rec: bytes, side: _Side, now: int
+    ) -> tuple[bytes, float | None, float | None, bytes | None]:
+        """(record, due time, time of death, last error) of a request in the copy: its
+        own when DELAYED or DEAD; in flight, taken back as an expired lease is (to
+        READY, or DEAD once its attempts are used up); READY, a due time that ranks it."""
+        why = side.err.get(rid)
+        due, died = side.delayed.get(rid), side.dead.get(rid)
+        if due is not None or died is not None:
+            return rec, due, died, why
+        head = rec.split(b"|", 3)
+        if len(head) == 4 and head[2]:
+            rec = b"|".join([head[0], head[1], b"", _held_mark(head[3])])
+            max_attempts = self.settings.max_attempts
+            attempts = int(head[1]) if head[1].isdigit() else max_attempts
+            if attempts >= max_attempts:
+                worker = side.holders.get(format_id(rid), "None")
+                self.dead_lettered += 1
+                why = f"lease expired {attempts} times (last worker: {worker})".encode()
+                return rec, None, float(now), why
+            self.returned += 1
+            return rec, self._due(-1 - self.returned), None, why
+        rank = side.order.get(rid)
+        if rank is None:
+            rank = side.tail
+            side.tail += 1
+        return rec, self._due(rank), None, why
+
     def _write_batch(self, sp: int, found: dict[bytes, bytes], side: _Side, now: int) -> None:
         """One HSCAN batch: each record to its partition, with its state; one command per
         partition and structure."""
-        max_attempts = self.settings.max_attempts
         req: dict[int, dict[bytes, bytes]] = defaultdict(dict)
         delayed: dict[int, dict[bytes, float]] = defaultdict(dict)
         dead: dict[int, dict[bytes, float]] = defaultdict(dict)
         err: dict[int, dict[bytes, bytes]] = defaultdict(dict)
         defers: dict[int, dict[bytes, bytes]] = defaultdict(dict)
         for rid, raw in found.items():
-            rec = bytes(raw)
-            q = self._q(rec, sp)
+            if rid in side.seen:
+                continue
+            side.seen.add(rid)
+            q = self._q(bytes(raw), sp)
             if self.priority and self.parts[0].politeness is None:
                 self.homes[rid] = q
             self.placed[q] += 1
-            why = side.err.get(rid)
-            due, died = side.delayed.get(rid), side.dead.get(rid)
-            head = rec.split(b"|", 3)
-            if died is None and due is None and len(head) == 4 and head[2]:
-                rec = b"|".join([head[0], head[1], b"", _held_mark(head[3])])
-                attempts = int(head[1]) if head[1].isdigit() else max_attempts
-                if attempts >= max_attempts:  # (as the reclaim of an expired lease does)
-                    worker = side.holders.get(format_id(rid), "None")
-                    died = float(now)
-                    why = f"lease expired {attempts} times (last worker: {worker})".encode()
-                    self.dead_lettered += 1
-                else:
-                    self.returned += 1
-                    due = self._due(-1 - self.returned)
-            elif died is None and due is None:
-                rank = side.order.get(rid)
-                if rank is None:
-                    rank = side.tail
-                    side.tail += 1
-                due = self._due(rank)
+            rec, due, died, why = self._state(rid, bytes(raw), side, now)
             req[q][rid] = rec
             self.size += len(rid) + len(rec)
             if died is not None:
                 dead[q][rid] = died
-            else:
-                assert due is not None
+            elif due is not None:
                 delayed[q][rid] = due
                 if rid in side.defers:
                     defers[q][rid] = side.defers[rid]
@@ -414,14 +425,12 @@ class Rehome:
             for q, mapping in req.items():
                 t = self.tkeys[q]
                 out.hset(t.req, mapping=mapping)
-                if delayed.get(q):
-                    out.zadd(t.delayed, delayed[q])
-                if dead.get(q):
-                    out.zadd(t.dead, dead[q])
-                if err.get(q):
-                    out.hset(t.err, mapping=err[q])
-                if defers.get(q):
-                    out.hset(t.deferrals, mapping=defers[q])
+                for key, rows in ((t.delayed, delayed), (t.dead, dead)):
+                    if rows.get(q):
+                        out.zadd(key, rows[q])
+                for key, fields in ((t.err, err), (t.deferrals, defers)):
+                    if fields.get(q):
+                        out.hset(key, mapping=fields[q])
             out.execute()
 
     def copy_pairs(self, target: Any, pairs: Sequence[tuple[bytes, bytes]]) -> int:
