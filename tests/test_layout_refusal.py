@@ -120,3 +120,24 @@ def test_a_wrong_setting_or_an_absent_redis_is_one_critical_line(
         assert len(critical) == 1, text[-3000:]
         assert named in critical[0]
         assert kit.fetches(kit.hosts[0]) == []
+
+
+def test_a_worker_with_another_partition_count_is_refused_naming_the_crawl(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
+    client = redis.Redis.from_url(redis7.url)
+    client.flushall()
+    with serving([SiteSpec(pages=2, links=1)]) as kit:
+        root = kit.roots[0]
+        frontier = open_frontier(client, Settings(partitions=4), "parts")
+        assert frontier.push([Envelope(url=root, fingerprint=fingerprint(root))]).accepted == 1
+        env = {"REDCRAWL_REDIS_URL": redis7.url, "REDCRAWL_CRAWL": "parts"}
+        code, text = _worker_log(tmp_path, root, env)
+        assert code != 0, text[-3000:]
+        critical = [line for line in text.splitlines() if "] CRITICAL:" in line]
+        assert len(critical) == 1, text[-3000:]
+        said = critical[0].split("redcrawl: ", 1)[1]
+        assert said.startswith("crawl 'parts' was created"), said  # not "crawl '?'"
+        assert "REDCRAWL_PARTITIONS" in said
+        assert kit.fetches(kit.hosts[0]) == []
+    client.close()

@@ -328,7 +328,11 @@ class Scheduler(BaseScheduler):
     def _refuse_layout(self, exc: LayoutMismatch) -> None:
         """This worker's settings change the crawl's layout: say what to do in one
         CRITICAL line, make the process exit 1, and leave the crawl as it is."""
-        crawl = self.frontier.crawl if self.frontier is not None else "?"
+        crawl = (
+            self.frontier.crawl
+            if self.frontier is not None
+            else self.settings.crawl_name(self.spider.name if self.spider else "?")
+        )
         if self.frontier is not None:
             self.frontier.client.close()
         self.frontier = None  # nothing more goes to Redis: close() has nothing to do
