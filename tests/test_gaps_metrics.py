@@ -17,9 +17,9 @@ from redcrawl.settings import Settings
 
 from .apikit import AUTH_READ, ApiServer, api_settings
 from .conftest import Backend, RedisServer
+from .partition_helpers import hosts_in
 from .test_disown import promote_lagging, snapshot
 from .test_metrics import env, samples, value
-from .test_partitions import hosts_in
 
 
 @pytest.fixture

@@ -20,7 +20,8 @@ from redcrawl.scrapy.dupefilter import DupeFilter
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
-from .test_partitions import P, hosts_in
+from .partition_helpers import hosts_in
+from .test_partitions import P
 
 
 def fp(url: str) -> bytes:
