@@ -14,6 +14,7 @@ import pytest
 import redis
 
 from redcrawl.demo import ShopSite, SiteConfig
+from redcrawl.keys import start_claims
 from tests.conftest import RedisServer
 from tests.scrapy_projects.harness import frontier, start_spider
 
@@ -83,4 +84,7 @@ def test_start_entries_taken_by_a_killed_worker_are_all_fetched(
         f"{len(missing)} start entries were never fetched (taken {taken}, stored {stored} at "
         f"the kill): {missing[:10]}"
     )
+    # the victim's claim went back to the key and was read again
+    assert run.stats.get("redcrawl/start_entries/recovered", 0) >= taken - stored, run.tail()
     assert not redis7_client.exists(KEY)
+    assert not redis7_client.exists(start_claims(KEY)), "a claim was left behind"
