@@ -30,17 +30,29 @@ def site() -> Iterator[ShopSite]:
         yield s
 
 
+@pytest.mark.parametrize("kind", ["list", "set", "zset"])
 def test_start_entries_taken_by_a_killed_worker_are_all_fetched(
-    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis, site: ShopSite
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis, site: ShopSite, kind: str
 ) -> None:
     redis7_client.flushall()
     paths = [f"/product/{i}" for i in range(1, ENTRIES + 1)]
-    redis7_client.rpush(KEY, *(site.url + p for p in paths))
+    urls = [site.url + p for p in paths]
     settings = {
         "REDIS_START_URLS_BATCH_SIZE": "40",
         "REDCRAWL_MAX_IDLE_TIME": "8",
         "CONCURRENT_REQUESTS": "4",
     }
+    if kind == "zset":
+        redis7_client.zadd(KEY, {u: i for i, u in enumerate(urls)})
+        settings["REDIS_START_URLS_AS_ZSET"] = "True"
+        left = redis7_client.zcard
+    elif kind == "set":
+        redis7_client.sadd(KEY, *urls)
+        settings["REDIS_START_URLS_AS_SET"] = "True"
+        left = redis7_client.scard
+    else:
+        redis7_client.rpush(KEY, *urls)
+        left = redis7_client.llen
     f = frontier(redis7_client, CRAWL)
     victim = start_spider(
         "start_claim_spider.py",
@@ -58,7 +70,7 @@ def test_start_entries_taken_by_a_killed_worker_are_all_fetched(
             assert victim.proc.poll() is None, victim.output()[-3000:]
             victim.proc.send_signal(signal.SIGSTOP)
             time.sleep(0.05)
-            taken = ENTRIES - int(redis7_client.llen(KEY))
+            taken = ENTRIES - int(left(KEY))
             stored = f.counts().accepted
             if taken > stored:
                 victim.proc.send_signal(signal.SIGKILL)

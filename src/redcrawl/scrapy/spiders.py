@@ -305,8 +305,10 @@ class RedisMixin:
         start: the spider is closing, leave the entries where they are)."""
         if self._feeder is not None:
             return "claim"
-        crawler = getattr(self, "crawler", None)
-        scheduler = lifecycle.scheduler_of(crawler) if crawler is not None else None
+        try:
+            scheduler = lifecycle.scheduler_of(self.crawler)
+        except (AttributeError, RuntimeError):  # no crawl running (Scrapy 2.19: no engine)
+            scheduler = None
         if scheduler is None or not hasattr(scheduler, "feeder"):
             return "pop"
         if type(self).fetch_data is not RedisMixin.fetch_data:
