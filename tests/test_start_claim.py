@@ -18,12 +18,17 @@ import redis
 from redis.crc import key_slot
 from scrapy.utils.test import get_crawler
 
+from redcrawl.codec import Envelope
 from redcrawl.demo import ShopSite, SiteConfig
 from redcrawl.errors import ConfigError
+from redcrawl.feeder import Feeder
+from redcrawl.fingerprint import fingerprint
+from redcrawl.frontier import open_frontier
 from redcrawl.keys import start_claims, start_refused
 from redcrawl.redis_server import LocalCluster
 from redcrawl.scrapy import RedisSpider, spiders
 from redcrawl.scrapy.spiders import StartKey
+from redcrawl.settings import Settings
 from tests import cluster
 from tests.conftest import RedisServer
 from tests.scrapy_projects.harness import run_spider
@@ -186,6 +191,26 @@ def test_an_acl_user_limited_to_the_prefix_can_claim(
     finally:
         user.close()
         redis7_client.execute_command("ACL", "DELUSER", "rcclaim")
+
+
+def test_the_feeder_tells_without_waiting_when_a_generation_is_stored(
+    redis7_client: redis.Redis,
+) -> None:
+    """What a claim is cleared by: ``Feeder.stored_through(generation)`` is False while
+    the requests buffered up to then are not in Redis, True once they are."""
+    front = open_frontier(redis7_client, Settings(), "claim-gen")
+    feeder = Feeder(front, "w1", tick=60.0, heartbeat=60.0)
+    url = "http://a.example/1"
+    feeder.store(Envelope(url=url, fingerprint=fingerprint(url)))
+    generation = feeder.generation()
+    assert generation > 0 and not feeder.stored_through(generation)  # thread not started
+    feeder.start()
+    try:
+        assert feeder.flush(wait=10.0)
+        assert feeder.stored_through(generation)
+        assert front.counts().accepted == 1
+    finally:
+        feeder.stop(timeout=10.0)
 
 
 # --- refused entries --------------------------------------------------------------------

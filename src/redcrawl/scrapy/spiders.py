@@ -389,8 +389,7 @@ class RedisMixin:
 
     def _settle_claims(self) -> None:
         """Clear the claims of the batches whose requests are stored; look again in
-        :data:`SETTLE_EVERY` seconds while some are not."""
-        self._settle_call = None
+        :data:`SETTLE_EVERY` seconds while some are not (one such call at a time)."""
         try:
             while self._pending and self._feeder.stored_through(self._pending[0][1]):
                 field, _, refused = self._pending[0]
@@ -398,7 +397,8 @@ class RedisMixin:
                 self._pending.popleft()
         except RedcrawlError as exc:
             self.logger.warning("Could not clear a start entries claim yet: %s", exc)
-        if self._pending and not self._closing:
+        waiting = self._settle_call is not None and self._settle_call.active()
+        if self._pending and not self._closing and not waiting:
             from twisted.internet import reactor
 
             self._settle_call = cast(Any, reactor).callLater(SETTLE_EVERY, self._settle_claims)
