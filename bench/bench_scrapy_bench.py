@@ -164,7 +164,9 @@ def _candidate_ports() -> list[int]:
     return random.Random().sample(range(2000, 10000), 50)
 
 
-def contender_settings(name: str, redis_url: str, crawl: str) -> list[str]:
+def contender_settings(
+    name: str, redis_url: str, crawl: str, variants: dict[str, list[str]] | None = None
+) -> list[str]:
     if name == MEM:
         return []
     if name == SR:
@@ -178,6 +180,7 @@ def contender_settings(name: str, redis_url: str, crawl: str) -> list[str]:
         f"REDCRAWL_REDIS_URL={redis_url}",  # + the components (worker_command adds them)
         f"REDCRAWL_CRAWL={crawl}",
         "REDCRAWL_IDLE_BEFORE_CLOSE=0",
+        *(variants or {}).get(name, []),
     ]
 
 
@@ -211,6 +214,7 @@ def crawl_once(
     run_id: str,
     warmup: float,
     window: float,
+    variants: dict[str, list[str]] | None = None,
 ) -> Run:
     flushall(admin)
     crawl = f"bench-{run_id}"
@@ -232,10 +236,10 @@ def crawl_once(
                 settings=[
                     *COMMON_SETTINGS,
                     f"CLOSESPIDER_TIMEOUT={timeout:g}",
-                    *contender_settings(contender, redis_url, crawl),
+                    *contender_settings(contender, redis_url, crawl, variants),
                 ],
                 spider_args=args,
-                redcrawl=contender == RC,
+                redcrawl=contender.startswith(RC),
             )
             with open(log_file, "wb") as log:
                 procs.append(
@@ -340,14 +344,15 @@ def medians(runs: dict[str, list[Run]]) -> dict[str, dict[str, float | None]]:
         for attr, *_ in ROWS:
             values = [float(v) for r in rs if (v := getattr(r, attr)) is not None]
             out[c][attr] = statistics.median(values) if values else None
+        # the same round's ratios (contenders of one round ran back to back)
         ratios = [
             r.redis_cpu_us / s.redis_cpu_us
-            for r, s in zip(runs.get(RC, []), runs.get(SR, []), strict=False)
+            for r, s in zip(rs, runs.get(SR, []), strict=False)
             if r.redis_cpu_us and s.redis_cpu_us
         ]
         shares = [
             r.pps_per_worker / m.pps_per_worker
-            for r, m in zip(runs.get(RC, []), runs.get(MEM, []), strict=False)
+            for r, m in zip(rs, runs.get(MEM, []), strict=False)
             if m.pps_per_worker
         ]
         out[c]["round_redis_ratio"] = statistics.median(ratios) if ratios else None
@@ -356,7 +361,9 @@ def medians(runs: dict[str, list[Run]]) -> dict[str, dict[str, float | None]]:
 
 
 def render_table(med: dict[str, dict[str, float | None]]) -> str:
-    rows = [["", MEM, SR, RC, "redcrawl/in-memory", "redcrawl/scrapy-redis"]]
+    variants = [c for c in med if c not in CONTENDERS]
+    rows = [["", MEM, SR, RC, *variants, "redcrawl/in-memory", "redcrawl/scrapy-redis"]]
+    rows[0] += [f"{v} / redcrawl" for v in variants]
 
     def fmt(f: str, v: float | None) -> str:
         return "-" if v is None else f.format(v)
@@ -372,8 +379,10 @@ def render_table(med: dict[str, dict[str, float | None]]) -> str:
                 fmt(f, mem),
                 fmt(f, med[SR][attr]),
                 fmt(f, med[RC][attr]),
+                *(fmt(f, med[v][attr]) for v in variants),
                 ratio(med[RC][attr], mem),
                 ratio(med[RC][attr], med[SR][attr]),
+                *(ratio(med[v][attr], med[RC][attr]) for v in variants),
             ]
         )
     return markdown_table(rows)
@@ -407,8 +416,10 @@ def targets(med: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
 
 def command_breakdown(runs: dict[str, list[Run]]) -> str:
     lines = ["Redis commands per page by command (last round; calls/page (usec/page)):"]
-    for c in (SR, RC):
+    for c in runs:
         run = runs[c][-1]
+        if c == MEM or not run.pages:
+            continue
         top = sorted(run.commands.items(), key=lambda kv: -kv[1][0])
         parts = ", ".join(
             f"{name} {calls / run.pages:.2f} ({usec / run.pages:.1f})"
@@ -427,7 +438,7 @@ def round_line(run: Run) -> str:
         )
     per_worker = " ".join(f"{p:.1f}" for p in run.worker_pps)
     return (
-        f"{run.contender:<12} x{run.workers}  {run.pps_per_worker:6.1f} pages/s/worker "
+        f"{run.contender:<13} x{run.workers}  {run.pps_per_worker:6.1f} pages/s/worker "
         f"({per_worker})  {run.pages} pages in {run.window:.1f}s  worker CPU "
         f"{run.worker_cpu_us:6,.0f} us/page{redis_part}  load {run.load:.1f}"
     )
@@ -489,12 +500,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--window", type=float, default=None, help="seconds measured (default 15, 8 with --quick)"
     )
     p.add_argument(
-        "--warmup", type=float, default=6.0, help="seconds from launch to the window (default 6)"
+        "--warmup", type=float, default=8.0, help="seconds from launch to the window (default 8)"
     )
     p.add_argument("--quick", action="store_true", help="one round, an 8 s window")
     p.add_argument("--servers", type=int, default=2, help="bench server processes (default 2)")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--slowlog", action="store_true", help="Redis time by command and script")
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE[,NAME=VALUE]",
+        help="also run redcrawl with these settings, as a contender of its own in every "
+        "round (repeatable): an A/B of a setting in the same run",
+    )
     args = p.parse_args(argv)
     rounds: int = args.rounds if args.rounds is not None else 1 if args.quick else 3
     window: float = args.window if args.window is not None else 8.0 if args.quick else 15.0
@@ -519,10 +538,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"window after {args.warmup:g} s",
             flush=True,
         )
-        runs: dict[str, list[Run]] = {c: [] for c in CONTENDERS}
+        variants = {f"{RC} {v}": v.split(",") for v in args.variant}
+        contenders = (*CONTENDERS, *variants)
+        runs: dict[str, list[Run]] = {c: [] for c in contenders}
         failures: list[str] = []
         for rnd in range(rounds):
-            order = CONTENDERS if rnd % 2 == 0 else CONTENDERS[::-1]
+            order = contenders if rnd % 2 == 0 else contenders[::-1]
             for c in order:
                 run = crawl_once(
                     c,
@@ -531,9 +552,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     admin,
                     server.url,
                     tmp,
-                    f"r{rnd}-{c}",
+                    f"r{rnd}-c{contenders.index(c)}",
                     args.warmup,
                     window,
+                    variants,
                 )
                 runs[c].append(run)
                 print(f"  round {rnd + 1} {round_line(run)}", flush=True)
