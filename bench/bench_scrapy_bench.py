@@ -5,6 +5,7 @@ Usage::
 
     python bench/bench_scrapy_bench.py [--workers 4] [--rounds 3] [--window 15] [--quick]
                                        [--json PATH] [--slowlog]
+                                       [--variant REDCRAWL_BATCH_SIZE=100 ...]
 
 Scrapy's own link-following benchmark (``scrapy bench``: its bench server and its
 spider, ``bench/scrapy_bench_spider.py``): every page links to 20 random pages out of
@@ -33,7 +34,9 @@ between crawls. Medians over the rounds; the targets (issue 16: redcrawl ≥ 10x
 Redis CPU per page than scrapy-redis, per-worker pages/s ≥ 97% of in-memory) are
 printed, never turned into an exit status. ``--slowlog`` afterwards crawls once more per
 Redis contender with SLOWLOG recording every command: Redis time per page by command,
-``evalsha`` split by redcrawl script.
+``evalsha`` split by redcrawl script. ``--variant NAME=VALUE[,NAME=VALUE]`` (repeatable)
+adds redcrawl with those settings as a contender of its own in every round: an A/B of a
+setting in the same run.
 """
 
 from __future__ import annotations
