@@ -266,7 +266,7 @@ local function pol_release(recs)
     local _, e, m, n
     if rec then _, e, m, n = string.find(rec, '^%-?%d+|%d+|[^|]*|([Kk])(%d+):') end
     if m == 'K' then
-      local key = string.sub(rec, e + 1, e + (fnum(n) or tonumber(n)))
+      local key = string.sub(rec, e + 1, e + (PC.nums[n] or fnum(n) or tonumber(n)))
       per_key[key] = (per_key[key] or 0) + 1
     end
   end
@@ -631,7 +631,8 @@ local function pol_pop(n, schedule)
           for i = 1, #p, 2 do got[#got + 1] = p[i] end
         elseif QORDER == 'fifo' then got = redis.call('RPOP', q, num_text(k))
         else got = redis.call('LPOP', q, num_text(k)) end
-        for _, id in ipairs(got) do ids[#ids + 1] = id; keys[#ids] = key; tiers[#ids] = t end
+        local m = #ids
+        for i = 1, #got do m = m + 1; ids[m] = got[i]; keys[m] = key; tiers[m] = t end
         -- the politeness wait of this grant: from when the key had work waiting (its
         -- previous grant, or work arriving at a key without any) to when its limits let
         -- it open (its score: the time it opened; later than that, it waited for a
