@@ -260,14 +260,21 @@ end
 -- records whose slot went back when their response arrived, are skipped).
 local function pol_release(recs)
   local per_key = {}
+  -- (rec_slot's match, without its captures of the header's numbers, runs for every
+  -- request acked unless the record starts with the same header and key as the one
+  -- before it: the requests of one lease and key come together)
+  local head, hlen, hkey
   for _, rec in pairs(recs) do
-    -- (rec_slot's match, without its captures of the header's numbers: this runs for
-    -- every request acked)
-    local _, e, m, n
-    if rec then _, e, m, n = string.find(rec, '^%-?%d+|%d+|[^|]*|([Kk])(%d+):') end
-    if m == 'K' then
-      local key = string.sub(rec, e + 1, e + (PC.nums[n] or fnum(n) or tonumber(n)))
-      per_key[key] = (per_key[key] or 0) + 1
+    if rec and head and string.sub(rec, 1, hlen) == head then
+      per_key[hkey] = per_key[hkey] + 1
+    elseif rec then
+      local _, e, m, n = string.find(rec, '^%-?%d+|%d+|[^|]*|([Kk])(%d+):')
+      if m == 'K' then
+        hlen = e + (PC.nums[n] or fnum(n) or tonumber(n))
+        hkey = string.sub(rec, e + 1, hlen)
+        head = string.sub(rec, 1, hlen)
+        per_key[hkey] = (per_key[hkey] or 0) + 1
+      end
     end
   end
   pol_slots_back(per_key)
