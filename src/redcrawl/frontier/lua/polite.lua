@@ -37,6 +37,14 @@ local K_OPEN, K_PQ, K_POL, K_POLO, K_POLS, K_POLB
 -- the order of the per-key queues: the lists crawl's ordering; FIFO on streams crawls
 local QORDER = ORDERING
 if string.sub(ORDERING, 1, 8) == 'streams/' then QORDER = 'fifo' end
+-- What one call works out once (docs/politeness.md, "Cost": a number turned into text,
+-- by Lua or by redis.call, costs as much as a small command, so the texts a call writes
+-- again and again are made once): now_s, NOW as redis.call would write it; full_s,
+-- OPEN_FULL's; pq, each tier's key queue prefix; nums, the numbers read from the state
+-- (fnum); def, the crawl's default limits (pol_defaults); deflim, a key's limits when
+-- nothing is set per key; slots, ovr: whether any DOWNLOAD_SLOTS entry or override
+-- exists; backoff, window, seed (backoff_policy, start_window, jitter_factor).
+local PC = {nums = {}, pq = {}}
 if POLITE then
   K_OPEN = #KEYS - POL_NKEYS + 1
   K_PQ = KEYS[K_OPEN + NTIERS]
@@ -45,9 +53,33 @@ if POLITE then
   K_POLS = KEYS[K_OPEN + NTIERS + 3]
   K_POLB = KEYS[K_OPEN + NTIERS + 4]
   K_DEFERS = KEYS[K_OPEN + NTIERS + 5]
+  PC.now_s = string.format('%.17g', NOW)
+  PC.full_s = string.format('%.17g', OPEN_FULL)
+  for t = 0, NTIERS - 1 do PC.pq[t] = K_PQ .. t .. ':' end
 end
 local function open_key(tier) return KEYS[K_OPEN + tier] end
-local function pq_key(tier, key) return K_PQ .. tier .. ':' .. key end
+local function pq_key(tier, key) return PC.pq[tier] .. key end
+
+-- A stored integer (a count, a time in ms) as a number, nil when absent or not a whole
+-- number (as num() reads, at a tenth of its cost when the same text comes again: no
+-- pattern, and each distinct text converted once per call).
+local function fnum(v)
+  if not v then return nil end
+  local n = PC.nums[v]
+  if n == nil then
+    n = tonumber(v)
+    if not (n and n % 1 == 0 and n > -1e15 and n < 1e15) then n = false end
+    PC.nums[v] = n
+  end
+  return n or nil
+end
+
+-- A score (ms) as the text redis.call would send for it.
+local function score_s(s)
+  if s == NOW then return PC.now_s end
+  if s == OPEN_FULL then return PC.full_s end
+  return string.format('%.17g', s)
+end
 
 -- A JSON object from the state (nil if absent or unreadable: a bad value is ignored,
 -- with a line in the server log, rather than stopping the crawl).
@@ -63,37 +95,46 @@ local function pos_num(v, low, high)
   return nil
 end
 
-local POL_DEFAULTS, ANY_SLOTS, ANY_OVERRIDES
 local LIMITS = {}
 -- key -> its state's "ad" (AutoThrottle's delay, ms; false: none), read with the state
 -- (pol_state), so that a grant reads no override for it
 local AUTO_DELAY = {}
+-- The crawl's default limits {conc, delay (s), jitter, auto} (PC.def), read once per call.
+local function pol_defaults()
+  if PC.def then return PC.def end
+  -- missing (stored at a frontier's first push; gone after a purge until the next one
+  -- or a worker's start): Scrapy's defaults, 8 at a time and no delay; unreadable: the
+  -- most careful limit, one at a time, until a worker stores its settings again
+  local raws = redis.call('HMGET', K_CONTROL, 'politeness', 'autothrottle')
+  local raw = raws[1]
+  local d = json_obj(raw, 'defaults') or {}
+  local conc = pos_num(d.concurrency, 1, 1e9) or (raw and 1 or 8)
+  -- fleet-wide AutoThrottle (redcrawl.politeness.autothrottle): while a worker has it
+  -- on, a key's delay is at least its state's "ad", else the start delay
+  local at = json_obj(raws[2], 'autothrottle')
+  local auto = at and (pos_num(at.start_delay, 0, 1e9) or 0)
+  -- jitter: its range j (a gap is the delay times U(1 - j, 1 + j)), false for none
+  local j = d.randomize == true and (pos_num(d.jitter, 0, 100) or 0.5)
+  PC.def = {conc, pos_num(d.delay, 0, 1e9) or 0, j ~= 0 and j, auto}
+  -- (most crawls have no per-key settings or overrides: no lookup per key then)
+  PC.slots = redis.call('EXISTS', K_POLS) == 1
+  PC.ovr = redis.call('EXISTS', K_POLO) == 1
+  -- every key's limits then (AutoThrottle off): one table for all
+  if not (PC.slots or PC.ovr or auto) then
+    local delay = PC.def[2]
+    PC.deflim = {math.floor(conc), math.floor(delay * 1000 + 0.5), PC.def[3], 0, false}
+  end
+  return PC.def
+end
 -- The key's limits: {conc, delay (ms), jitter (its range, or false), block (ms), paused}.
 local function limits(key)
   local lim = LIMITS[key]
   if lim then return lim end
-  if not POL_DEFAULTS then
-    -- missing (stored at a frontier's first push; gone after a purge until the next one
-    -- or a worker's start): Scrapy's defaults, 8 at a time and no delay; unreadable: the
-    -- most careful limit, one at a time, until a worker stores its settings again
-    local raws = redis.call('HMGET', K_CONTROL, 'politeness', 'autothrottle')
-    local raw = raws[1]
-    local d = json_obj(raw, 'defaults') or {}
-    local conc = pos_num(d.concurrency, 1, 1e9) or (raw and 1 or 8)
-    -- fleet-wide AutoThrottle (redcrawl.politeness.autothrottle): while a worker has it
-    -- on, a key's delay is at least its state's "ad", else the start delay
-    local at = json_obj(raws[2], 'autothrottle')
-    local auto = at and (pos_num(at.start_delay, 0, 1e9) or 0)
-    -- jitter: its range j (a gap is the delay times U(1 - j, 1 + j)), false for none
-    local j = d.randomize == true and (pos_num(d.jitter, 0, 100) or 0.5)
-    POL_DEFAULTS = {conc, pos_num(d.delay, 0, 1e9) or 0, j ~= 0 and j, auto}
-    -- (most crawls have no per-key settings or overrides: no lookup per key then)
-    ANY_SLOTS = redis.call('EXISTS', K_POLS) == 1
-    ANY_OVERRIDES = redis.call('EXISTS', K_POLO) == 1
-  end
-  local conc, delay, jitter = POL_DEFAULTS[1], POL_DEFAULTS[2], POL_DEFAULTS[3]
+  local def = PC.def or pol_defaults()
+  if PC.deflim then return PC.deflim end
+  local conc, delay, jitter = def[1], def[2], def[3]
   local block, paused = 0, false
-  local slot = ANY_SLOTS and json_obj(redis.call('HGET', K_POLS, key), 'slot ' .. key)
+  local slot = PC.slots and json_obj(redis.call('HGET', K_POLS, key), 'slot ' .. key)
   if slot then
     conc = pos_num(slot.concurrency, 1, 1e9) or conc
     delay = pos_num(slot.delay, 0, 1e9) or delay
@@ -102,10 +143,10 @@ local function limits(key)
       if jitter == 0 then jitter = false end
     end
   end
-  local ov = ANY_OVERRIDES and json_obj(redis.call('HGET', K_POLO, key), 'override ' .. key)
+  local ov = PC.ovr and json_obj(redis.call('HGET', K_POLO, key), 'override ' .. key)
   -- delay: the override's delay wins outright, else the largest of the configured delay,
   -- robots.txt's crawl_delay and (AutoThrottle on) the state's "ad" or the start delay
-  local auto = POL_DEFAULTS[4]
+  local auto = def[4]
   if auto then
     local ad = AUTO_DELAY[key]
     if ad == nil then ad = redis.call('HGET', K_POL .. key, 'ad') end  -- (state not read)
@@ -132,33 +173,28 @@ end
 -- pol_pop when a tier's queue of the key runs dry. Absent (never written, or the state
 -- expired and was written again by a grant): nil, meaning every tier, as before.
 local function tier_mask(v)
-  if v and int_ok(v) and v ~= '' then
-    local m = tonumber(v)
-    if m >= 0 and m < 2 ^ NTIERS then return m end
-  end
+  local m = fnum(v)
+  if m and m >= 0 and m < 2 ^ NTIERS then return m end
   return nil
 end
 local function in_tier(mask, t) return not mask or math.floor(mask / 2 ^ t) % 2 == 1 end
 
--- A key's state hash, read in one HMGET: the fields of POL_FIELDS by name (raw strings,
--- nil when absent). One more field is one more name here.
-local POL_FIELDS = {'in', 'next', 'block', 'rdy', 'tm', 'ad'}
-local function pol_read(key)
-  local v = redis.call('HMGET', K_POL .. key, unpack(POL_FIELDS))
-  local st = {}
-  for i, f in ipairs(POL_FIELDS) do st[f] = v[i] end
-  return st
-end
-
 -- In flight, next allowed grant (ms: the later of its delay's next start and its
 -- adaptive block, see pol_fail), since when it has had ready work without a grant, and
--- the tiers whose open zset holds it (tier_mask). (Also notes the key's AutoThrottle
--- delay, field "ad", for limits().)
+-- the tiers whose open zset holds it (tier_mask): one HMGET of the fields needed. (With
+-- AutoThrottle on, also notes the key's delay, field "ad", for limits().)
 local function pol_state(key)
-  local st = pol_read(key)
-  AUTO_DELAY[key] = st.ad or false
-  return math.max(num(st['in']), 0), math.max(num(st.next), num(st.block)), num(st.rdy),
-    tier_mask(st.tm)
+  local v
+  if (PC.def or pol_defaults())[4] then
+    v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'block', 'rdy', 'tm', 'ad')
+    AUTO_DELAY[key] = v[6] or false
+  else
+    v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'block', 'rdy', 'tm')
+  end
+  local inn, nxt, block = fnum(v[1]) or 0, fnum(v[2]) or 0, fnum(v[3]) or 0
+  if inn < 0 then inn = 0 end
+  if block > nxt then nxt = block end
+  return inn, nxt, fnum(v[4]) or 0, tier_mask(v[5])
 end
 
 -- When the key may next be granted, given its limits and state.
@@ -172,8 +208,9 @@ end
 -- The key's score in every tier's open zset where it is (it is there iff it has ready
 -- requests in that tier; mask: those tiers, nil if unknown).
 local function pol_rescore(key, score, mask)
+  local s = score_s(score)
   for t = 0, NTIERS - 1 do
-    if in_tier(mask, t) then redis.call('ZADD', open_key(t), 'XX', score, key) end
+    if in_tier(mask, t) then redis.call('ZADD', open_key(t), 'XX', s, key) end
   end
 end
 
@@ -184,29 +221,32 @@ end
 -- grant removes again.
 local function pol_idle_check(key, inn, nxt, mask)
   if inn > 0 or (mask and mask > 0) then return end
-  redis.call('PEXPIRE', K_POL .. key, math.max(nxt - NOW, 0) + IDLE_TTL)
+  redis.call('PEXPIRE', K_POL .. key, string.format('%d', math.max(nxt - NOW, 0) + IDLE_TTL))
 end
 
 -- k slots of each key given back (per_key: key -> k). Only a key that was full (in
 -- flight reached its concurrency: scored OPEN_FULL, or stale) is rescored; a key with a
 -- free slot before keeps its score (when it opened: max(next, block), set at its grant or
--- push), and its state is read only to rescore it or to let it expire once idle. (A key
--- whose concurrency was raised, other than by an override, which rescores it itself, opens
--- at its next slot back with nothing in flight.)
+-- push), and its state is read only to rescore it or to let it expire once idle (the
+-- fields needed, in one HMGET). (A key whose concurrency was raised, other than by an
+-- override, which rescores it itself, opens at its next slot back with nothing in flight.)
 local function pol_slots_back(per_key)
   for key, k in pairs(per_key) do
-    local inn = redis.call('HINCRBY', K_POL .. key, 'in', -k)
-    if inn < 0 then redis.call('HSET', K_POL .. key, 'in', 0); inn = 0 end
+    local sk = K_POL .. key
+    local inn = redis.call('HINCRBY', sk, 'in', num_text(-k))
+    if inn < 0 then redis.call('HSET', sk, 'in', '0'); inn = 0 end
     local full = inn + k >= limits(key)[1]
     if full or inn == 0 then
-      local _, nxt, _, mask = pol_state(key)
+      local v = redis.call('HMGET', sk, 'next', 'block', 'tm')
+      local nxt, block, mask = fnum(v[1]) or 0, fnum(v[2]) or 0, tier_mask(v[3])
+      if block > nxt then nxt = block end
       if full then
         -- (a key whose slots were all taken opens now, not at its past next: its score is
         -- when it opened, for the politeness wait, and it queues behind keys open before)
         pol_rescore(key, math.max(opens_at(key, inn, nxt), NOW), mask)
       else
         -- only ever lowers a score (a stale OPEN_FULL); ZADD LT needs Redis 6.2
-        local score = opens_at(key, inn, nxt)
+        local score = score_s(opens_at(key, inn, nxt))
         for t = 0, NTIERS - 1 do
           if in_tier(mask, t) then redis.call('ZADD', open_key(t), 'XX', 'LT', score, key) end
         end
@@ -220,10 +260,22 @@ end
 -- records whose slot went back when their response arrived, are skipped).
 local function pol_release(recs)
   local per_key = {}
+  -- (rec_slot's match, without its captures of the header's numbers, runs for every
+  -- request acked unless the record starts with the same header and key as the one
+  -- before it: the requests of one lease and key come together)
+  local head, hlen, hkey
   for _, rec in pairs(recs) do
-    local key, held
-    if rec then key, held = rec_slot(rec) end
-    if key and held then per_key[key] = (per_key[key] or 0) + 1 end
+    if rec and head and string.sub(rec, 1, hlen) == head then
+      per_key[hkey] = per_key[hkey] + 1
+    elseif rec then
+      local _, e, m, n = string.find(rec, '^%-?%d+|%d+|[^|]*|([Kk])(%d+):')
+      if m == 'K' then
+        hlen = e + (PC.nums[n] or fnum(n) or tonumber(n))
+        hkey = string.sub(rec, e + 1, hlen)
+        head = string.sub(rec, 1, hlen)
+        per_key[hkey] = (per_key[hkey] or 0) + 1
+      end
+    end
   end
   pol_slots_back(per_key)
 end
@@ -234,17 +286,16 @@ end
 -- "bset" when it was set), mirrored in the blocked zset K_POLB for readers. The policy:
 -- control "backoff" (JSON base, cap (s), jitter, forgive_after; written by
 -- FrontierCore.store_politeness), else BackoffPolicy's defaults.
-local BACKOFF
 local function backoff_policy()
-  if BACKOFF then return BACKOFF end
+  if PC.backoff then return PC.backoff end
   local b = json_obj(redis.call('HGET', K_CONTROL, 'backoff'), 'backoff') or {}
-  BACKOFF = {
+  PC.backoff = {
     base = pos_num(b.base, 0.001, 1e9) or 1.0,
     cap = pos_num(b.cap, 0.001, 1e9) or 300.0,
     jitter = pos_num(b.jitter, 0, 1) or 0.5,
     forgive = math.floor(pos_num(b.forgive_after, 1, 1e9) or 10),
   }
-  return BACKOFF
+  return PC.backoff
 end
 
 local jitter_factor  -- (defined below, with the lease step)
@@ -305,7 +356,7 @@ end
 
 -- Ready count of a crawl with politeness (the per-key queues cannot be summed cheaply).
 local function pol_count(n)
-  if n ~= 0 then redis.call('HINCRBY', K_STATS, 'ready', n) end
+  if n ~= 0 then redis.call('HINCRBY', K_STATS, 'ready', num_text(n)) end
 end
 
 -- READY for crawls with politeness: into each request's key queue; a key new to a
@@ -352,9 +403,9 @@ local function pol_push(items, front)
       end
       -- its tiers, exactly; and it has ready work from now on (for the politeness wait,
       -- see pol_pop)
-      if waiting then redis.call('HSET', K_POL .. key, 'tm', mask)
-      else redis.call('HSET', K_POL .. key, 'tm', mask, 'rdy', NOW) end
-      redis.call('ZADD', open_key(t), opens_at(key, inn, nxt), key)
+      if waiting then redis.call('HSET', K_POL .. key, 'tm', num_text(mask))
+      else redis.call('HSET', K_POL .. key, 'tm', num_text(mask), 'rdy', PC.now_s) end
+      redis.call('ZADD', open_key(t), score_s(opens_at(key, inn, nxt)), key)
     end
   end
   pol_count(#items)
@@ -446,44 +497,62 @@ end
 -- within it or gives it back, so consecutive grants of a key with a delay are spaced by
 -- the delay plus the window, and two starts at its site are at least the delay apart
 -- (docs/politeness.md, "Delay").
-local START_WINDOW
 local function start_window()
-  if not START_WINDOW then
+  if not PC.window then
     local v = redis.call('HGET', K_CONTROL, 'start_window')
-    START_WINDOW = (int_ok(v) and v) and math.max(math.min(num(v), 60000), 0) or 0
+    PC.window = (int_ok(v) and v) and math.max(math.min(num(v), 60000), 0) or 0
   end
-  return START_WINDOW
+  return PC.window
 end
 
 -- A small deterministic generator for the delay jitter (no math.random in scripts: Redis
 -- 6.2 seeds it the same in every call), seeded from the clock and the lease counter.
 -- jitter_factor(j): a factor in [1 - j, 1 + j), at least 0 (Scrapy 2.19's
 -- DOWNLOAD_DELAY_JITTER); jitter_factor(): one in [0.5, 1.5).
-local JSEED
 jitter_factor = function(j)
-  if not JSEED then
-    JSEED = (NOW + 7919 * num(redis.call('HGET', K_STATS, 'leases'))) % 2147483647
-    if JSEED <= 0 then JSEED = 12345 end
+  if not PC.seed then
+    PC.seed = (NOW + 7919 * num(redis.call('HGET', K_STATS, 'leases'))) % 2147483647
+    if PC.seed <= 0 then PC.seed = 12345 end
   end
-  JSEED = (JSEED * 16807) % 2147483647
-  local u = JSEED / 2147483647
+  PC.seed = (PC.seed * 16807) % 2147483647
+  local u = PC.seed / 2147483647
   if j then return math.max(0, 1 + j * (2 * u - 1)) end
   return 0.5 + u  -- [0.5, 1.5), as Scrapy's RANDOMIZE_DOWNLOAD_DELAY
 end
 
 -- For a batch of grants of one key in tier t: how many schedule positions from cursor
--- the weighted-fair schedule takes to pick t again, skipping tiers with no open key (as
--- pol_pop does); nil if it would pick another tier first (one whose head is unknown, nil
--- in heads, counts as open).
-local function next_pick(t, heads, cursor, schedule)
-  local slots = #schedule
+-- the weighted-fair schedule (sched: its tier digits, as numbers) takes to pick t again,
+-- skipping tiers with no open key (as pol_pop does); nil if it would pick another tier
+-- first (one whose head is unknown, nil in heads, counts as open).
+local function next_pick(t, heads, cursor, sched)
+  local slots = #sched
   for j = 0, slots - 1 do
-    local at = (cursor + j) % slots + 1
-    local c = tonumber(string.sub(schedule, at, at), 16)
+    local c = sched[(cursor + j) % slots + 1]
     if c == t then return j + 1 end
     if heads[c] ~= false then return nil end
   end
   return nil
+end
+
+-- The next open key of tier t (scored at most now) and its score (text), or false: the
+-- tier's open zset is read a few keys at a time, in its order (bufs[t]: the keys read and
+-- the position reached; as many keys as want more grants take at the default
+-- concurrency, and one more), and read again from its start when they are used up (the
+-- keys served since are out of the open range, or back in it: then the caller drops
+-- bufs[t]).
+local function open_head(t, bufs, want)
+  local b = bufs[t]
+  if not b or (b.i > #b.r and b.more) then
+    local m = math.min(math.ceil(want / (PC.def or pol_defaults())[1]), 63) + 1
+    local r = redis.call('ZRANGE', open_key(t), '-inf', PC.now_s, 'BYSCORE', 'LIMIT', '0',
+      num_text(m), 'WITHSCORES')
+    b = {r = r, i = 1, more = #r >= 2 * m}
+    bufs[t] = b
+  end
+  local i = b.i
+  if i > #b.r then return false end
+  b.i = i + 2
+  return b.r[i], b.r[i + 1]
 end
 
 -- Up to n ids whose keys are open now, for crawls with politeness: the tier by the
@@ -495,40 +564,42 @@ local function pol_pop(n, schedule)
   local slots = #schedule
   local cursor = num(redis.call('HGET', K_CONTROL, 'cursor'))
   local guard = 2 * n + 64  -- a key found closed is rescored once, then skipped
-  -- the open key of each tier (false: none open now), read again only when it may have
-  -- changed (the key just served or rescored)
-  local heads, opened = {}, {}
+  -- the schedule's hex digits as numbers (read once, not a string.sub per pick)
+  local sched = {string.byte(schedule, 1, slots)}
+  for i = 1, slots do
+    local b = sched[i]
+    if b >= 97 then sched[i] = b - 87 elseif b >= 65 then sched[i] = b - 55
+    else sched[i] = b - 48 end
+  end
+  -- the open key of each tier (false: none open now) and its score (text), the next one
+  -- taken once it is served (only its own tier's zset changes; in the others it stays
+  -- the head)
+  local heads, opened, bufs = {}, {}, {}
   local waited = 0
   while #ids < n and guard > 0 do
     guard = guard - 1
     local any = false
     for t = 0, NTIERS - 1 do
-      if heads[t] == nil then
-        local h = redis.call('ZRANGE', open_key(t), 0, 0, 'WITHSCORES')
-        heads[t] = (h[1] and tonumber(h[2]) <= NOW) and h[1] or false
-        if heads[t] then opened[t] = tonumber(h[2]) end
-      end
+      if heads[t] == nil then heads[t], opened[t] = open_head(t, bufs, n - #ids) end
       if heads[t] then any = true end
     end
     if not any then break end
     local t = 0
     if QORDER ~= 'priority' then
       for _ = 1, slots do
-        local c = tonumber(string.sub(schedule, cursor % slots + 1, cursor % slots + 1), 16)
+        local c = sched[cursor % slots + 1]
         cursor = cursor + 1
         if heads[c] then t = c; break end
       end
     end
     local key = heads[t]
-    for u = 0, NTIERS - 1 do
-      if heads[u] == key then heads[u] = nil end
-    end
     heads[t] = nil
+    local sk = K_POL .. key
     local inn, nxt, rdy, mask = pol_state(key)
     local score = opens_at(key, inn, nxt)
     if score > NOW then
       -- its override or state changed since it was scored: put it where it belongs
-      redis.call('ZADD', open_key(t), score, key)
+      redis.call('ZADD', open_key(t), score_s(score), key)
     else
       local q = pq_key(t, key)
       local len
@@ -537,7 +608,7 @@ local function pol_pop(n, schedule)
       if len == 0 then
         redis.call('ZREM', open_key(t), key)
         if mask and in_tier(mask, t) then
-          redis.call('HSET', K_POL .. key, 'tm', mask - 2 ^ t)
+          redis.call('HSET', sk, 'tm', num_text(mask - 2 ^ t))
         end
       else
         local lim = limits(key)
@@ -553,7 +624,7 @@ local function pol_pop(n, schedule)
           if QORDER == 'priority' then k = math.max(room, 1)
           else
             while k < room do
-              local step = next_pick(t, heads, cursor, schedule)
+              local step = next_pick(t, heads, cursor, sched)
               if not step then break end
               cursor = cursor + step
               k = k + 1
@@ -562,38 +633,46 @@ local function pol_pop(n, schedule)
         end
         local got
         if QORDER == 'priority' then
-          local p = redis.call('ZPOPMIN', q, k)
+          local p = redis.call('ZPOPMIN', q, num_text(k))
           got = {}
           for i = 1, #p, 2 do got[#got + 1] = p[i] end
-        elseif QORDER == 'fifo' then got = redis.call('RPOP', q, k)
-        else got = redis.call('LPOP', q, k) end
-        for _, id in ipairs(got) do ids[#ids + 1] = id; keys[#ids] = key; tiers[#ids] = t end
+        elseif QORDER == 'fifo' then got = redis.call('RPOP', q, num_text(k))
+        else got = redis.call('LPOP', q, num_text(k)) end
+        local m = #ids
+        for i = 1, #got do m = m + 1; ids[m] = got[i]; keys[m] = key; tiers[m] = t end
         -- the politeness wait of this grant: from when the key had work waiting (its
         -- previous grant, or work arriving at a key without any) to when its limits let
         -- it open (its score: the time it opened; later than that, it waited for a
         -- worker, not for politeness)
-        if rdy > 0 and opened[t] > rdy then waited = waited + (opened[t] - rdy) end
+        local op = fnum(opened[t]) or 0
+        if rdy > 0 and op > rdy then waited = waited + (op - rdy) end
         local emptied = #got >= len
+        local nxt_s = PC.now_s
+        if gap ~= 0 then nxt_s = string.format('%.17g', NOW + gap) end
         if emptied and mask and in_tier(mask, t) then
-          redis.call('HSET', K_POL .. key, 'in', inn + #got, 'next', NOW + gap, 'rdy', NOW,
-            'tm', mask - 2 ^ t)
+          redis.call('HSET', sk, 'in', num_text(inn + #got), 'next', nxt_s, 'rdy', PC.now_s,
+            'tm', num_text(mask - 2 ^ t))
         else
-          redis.call('HSET', K_POL .. key, 'in', inn + #got, 'next', NOW + gap, 'rdy', NOW)
+          redis.call('HSET', sk, 'in', num_text(inn + #got), 'next', nxt_s, 'rdy', PC.now_s)
         end
-        if inn == 0 then redis.call('PERSIST', K_POL .. key) end
+        if inn == 0 then redis.call('PERSIST', sk) end
         inn, nxt = inn + #got, NOW + gap
         if emptied then
           redis.call('ZREM', open_key(t), key)
         else
           -- a grant only raises the key's score: in the other tiers a stale (lower) score
           -- is corrected when it comes up (above), so only this tier is rescored now
-          redis.call('ZADD', open_key(t), 'XX', opens_at(key, inn, nxt), key)
+          score = opens_at(key, inn, nxt)
+          redis.call('ZADD', open_key(t), 'XX', score_s(score), key)
+          -- (open again now: its place among the open keys read is unknown, so the tier
+          -- is read again)
+          if score <= NOW then bufs[t] = nil end
         end
       end
     end
   end
   if QORDER ~= 'priority' then
-    redis.call('HSET', K_CONTROL, 'cursor', cursor % (slots * 1000000))
+    redis.call('HSET', K_CONTROL, 'cursor', num_text(cursor % (slots * 1000000)))
   end
   pol_count(-#ids)
   if waited > 0 then stat_add('politeness_wait_ms', waited) end
