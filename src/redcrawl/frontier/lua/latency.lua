@@ -64,6 +64,15 @@ local function latency_observe(recs)
     end
   end
   if not any then return end
-  for field, n in pairs(per) do redis.call('HINCRBY', K_STATS, field, n) end
-  redis.call('HINCRBY', K_STATS, 'lat_sum', sum)
+  per['lat_sum'] = sum
+  -- Last writes of the ack: a garbage field (not an integer, or one that would overflow)
+  -- must not fail the script after its other writes (Redis does not roll a script back):
+  -- such a field starts again from this ack's figure.
+  for field, n in pairs(per) do
+    local got = redis.pcall('HINCRBY', K_STATS, field, n)
+    if type(got) == 'table' and got.err then
+      redis.call('HSET', K_STATS, field, n)
+      repaired('latency field ' .. field .. ' held a non-integer; restarted at ' .. n)
+    end
+  end
 end
