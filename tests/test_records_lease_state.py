@@ -164,3 +164,32 @@ def test_polite_and_streams_crawls_keep_the_lease_state_in_the_record(
     s.push(urls(1))
     layout = redis_client.hget(s.keys.control, "layout")
     assert isinstance(layout, bytes) and LEASE_STATE_OUT not in layout
+
+
+def test_a_fingerprint_the_done_filter_forgot_is_not_held_by_its_old_lease(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    window = 3600.0
+    f = make(make_frontier, recrawl_after=window, lease_ttl=3 * window, dedupe_capacity=10_000)
+    f.push(urls(2))
+    a, b = f.lease("w1", 2)
+    assert f.ack([a]) == 1
+    clock.advance(window * 1.3)  # past W * (1 + 1/4): a's fingerprint forgotten
+    assert f.push([env(a.envelope.url)]).accepted == 1
+    assert f.ack([a]) == 0  # its old lease lives on (b), but no longer holds it
+    assert f.counts().ready == 1
+    assert f.ack([b]) == 1
+    (a2,) = f.lease("w2", 1)
+    assert a2.attempts == 1 and f.ack([a2]) == 1
+    check(f)
+
+
+def test_without_recrawl_a_push_writes_no_fence(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
+    f = make(make_frontier)
+    f.push(urls(1))
+    f.ack(f.lease("w", 1))
+    f.push(urls(1, "http://b/"))
+    (rec,) = redis_client.hvals(f.keys.req)
+    assert parse_record(rec)[2] == ""  # (memory: no lease counter digits per record)

@@ -313,8 +313,9 @@ end
 --     Every way out of a lease but the ack (nack, release, expiry, disown, deferral)
 --     rewrites the record with the fence L (a stale ack under L is then refused); an ack
 --     deletes the record, and a push writes the crawl's last lease token as the fence of
---     a new fingerprint record (one acked under a lease still live may come back with
---     recrawl), so that no older lease holds it.
+--     a new fingerprint record where one acked under a lease still live may come back
+--     (recrawl, or a DONE filter that forgets: RECRAWL_AFTER), so that no older lease
+--     holds it; elsewhere a DONE fingerprint is never accepted again.
 -- FMT.cur(a)            the attempt number of the delivery in progress (record attempts a)
 -- FMT.holds(t, token)   whether a record whose token field is t may be held under token
 --                       (lout: besides being listed by its entry, see FMT.held)

@@ -59,8 +59,11 @@ local function op_push(first, n, delay_ms, recrawl)
     end
   end
   local seq = redis.call('HINCRBY', K_STATS, 'seq', n) - n
-  -- (FMT.lout: a fingerprint's record gets the last lease token as its fence, see FMT)
-  local fence = FMT.lout and redis.call('HGET', K_STATS, 'leases')
+  -- (FMT.lout: a fingerprint's record gets the last lease token as its fence, see FMT,
+  -- where one acked before can be accepted again: with recrawl, or once the DONE filter
+  -- forgets it, RECRAWL_AFTER; otherwise no lease that ever held it lists it live)
+  local fence = FMT.lout and (recrawl or DD_GEN_MS > 0) and
+    redis.call('HGET', K_STATS, 'leases')
   if fence == '0' or not int_ok(fence) then fence = nil end
   local flags, items, writes = {}, {}, {}
   for i = 1, n do
