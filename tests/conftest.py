@@ -165,6 +165,16 @@ def redis7_client(redis7: RedisServer) -> Iterator[redis.Redis]:
     client.close()
 
 
+@pytest.fixture
+def cluster_client(redis_cluster: LocalCluster) -> Iterator[redis.Redis]:
+    """A redcrawl client of the session's cluster (a ClusterClient), every master flushed."""
+    from . import cluster
+
+    client = cluster.client(redis_cluster)
+    yield client
+    client.close()
+
+
 class Clock:
     """A controllable clock in milliseconds, starting at the real time."""
 

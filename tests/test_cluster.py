@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Iterator
@@ -40,8 +38,6 @@ from hypothesis import settings as hsettings
 from redcrawl.cluster import ClusterClient, cluster_nodes, is_cluster_url, merge_infos
 from redcrawl.codec import Envelope
 from redcrawl.connection import connect, redis_cli_hint
-from redcrawl.demo.run import SPIDER, demo_worker_settings
-from redcrawl.demo.site import ShopSite, SiteConfig
 from redcrawl.errors import ConfigError, RedisUnavailable
 from redcrawl.frontier import open_frontier
 from redcrawl.keys import CrawlKeys
@@ -53,11 +49,10 @@ from . import cluster
 from .apikit import AUTH_READ, SRC, ApiServer, api_settings, serving
 from .conftest import RedisServer
 from .killkit import kill_while_holding, parse_log, start_workers
+from .shop_helpers import crawl_the_shop
 from .test_frontier_properties import FrontierMachine
 
 pytestmark = pytest.mark.cluster
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -297,55 +292,15 @@ def test_sigkill_one_of_three_workers_loses_nothing(
 def test_two_scrapy_workers_crawl_the_shop_through_a_cluster_url(
     redis_cluster: LocalCluster, client: redis.Redis, tmp_path: Path
 ) -> None:
-    config = SiteConfig(products=300, per_page=20, categories=5, slow_every=7, slow_delay=0.05)
-    sets: list[str] = []
-    for item in [*demo_worker_settings(tmp_path / "items.db"), "CONCURRENT_REQUESTS=8"]:
-        sets += ["--set", item]
-    env = {**os.environ, "REDCRAWL_REDIS_URL": redis_cluster.url, "PYTHONPATH": str(ROOT / "src")}
-    cli = [sys.executable, "-m", "redcrawl.cli"]
-    with ShopSite(config) as site:
-        run = subprocess.run(
-            [
-                *cli,
-                "crawl",
-                str(SPIDER),
-                "--workers",
-                "2",
-                "--crawl",
-                "shop",
-                "--no-progress",
-                "--arg",
-                f"url={site.url}",
-                *sets,
-            ],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            timeout=180,
-        )
-        assert run.returncode == 0, run.stderr.decode()[-3000:]
-        hits, expected = site.hits(), site.canonical_pages()
-    assert set(hits) == expected
-    assert max(hits.values()) == 1, "a page was fetched twice"
+    shop = crawl_the_shop(redis_cluster.url, tmp_path, products=300, timeout=180)
     c = open_frontier(client, Settings(), "shop").counts()
-    assert c.finished and c.conserved and c.done == len(expected) and c.dead == 0, c
-    logs = list((tmp_path / ".redcrawl" / "logs" / "shop").glob("w*.log"))
-    assert len(logs) == 2
-    for log in logs:
-        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
-    status = subprocess.run(
-        [*cli, "status", "--crawl", "shop"], env=env, cwd=tmp_path, capture_output=True
-    )
-    assert status.returncode == 0 and b"finished" in status.stdout, status.stderr.decode()
-    listing = subprocess.run([*cli, "crawls"], env=env, cwd=tmp_path, capture_output=True)
+    assert c.finished and c.conserved and c.done == len(shop.expected) and c.dead == 0, c
+    assert len(shop.logs) == 2
+    listing = shop.cli("crawls")
     assert listing.returncode == 0 and b"shop" in listing.stdout, listing.stderr.decode()
-    top = subprocess.run(
-        [*cli, "top", "--once", "--crawl", "shop"], env=env, cwd=tmp_path, capture_output=True
-    )
+    top = shop.cli("top", "--once", "--crawl", "shop")
     assert top.returncode == 0 and b"alive" in top.stdout, top.stderr.decode()
-    hosts = subprocess.run(
-        [*cli, "hosts", "--crawl", "shop", "--json"], env=env, cwd=tmp_path, capture_output=True
-    )
+    hosts = shop.cli("hosts", "--crawl", "shop", "--json")
     assert hosts.returncode == 0 and b'"complete": true' in hosts.stdout, hosts.stderr.decode()
 
 

@@ -10,6 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 import redis
 
 from redcrawl.codec import Envelope
@@ -79,3 +80,64 @@ def test_the_hint_names_the_politeness_setting_that_differs() -> None:
     assert layout_hint("something else", off) == ""
     assert layout_hint(msg("streams/2 1,0 x", "streams/4 1,0 x"), off) == ""
     assert layout_hint(msg("streams/2 1,0 x", "fifo/host 1,0 x"), Settings()) == ""
+
+
+def _worker_log(tmp_path: Path, root: str, env_extra: dict[str, str]) -> tuple[int, str]:
+    log = tmp_path / "worker.log"
+    cmd = worker_command(
+        SITEKIT,
+        settings=["TELNETCONSOLE_ENABLED=False", "LOG_LEVEL=INFO"],
+        spider_args={"urls": root},
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), **env_extra}
+    with log.open("wb") as out:
+        proc = subprocess.run(
+            cmd, env=env, stdout=subprocess.DEVNULL, stderr=out, cwd=tmp_path, timeout=120
+        )
+    return proc.returncode, log.read_text()
+
+
+@pytest.mark.parametrize(
+    ("env_extra", "named"),
+    [
+        ({"REDCRAWL_PARTITIONS": "0"}, "REDCRAWL_PARTITIONS"),  # refused in from_crawler
+        ({"REDCRAWL_BACKOFF_CAP": "nan"}, "REDCRAWL_BACKOFF_CAP"),
+        ({"REDCRAWL_REDIS_URL": "redis+clustr://127.0.0.1:1"}, "REDCRAWL_REDIS_URL"),  # at open
+        ({"REDCRAWL_REDIS_URL": "redis://127.0.0.1:1"}, "cannot reach Redis"),
+    ],
+)
+def test_a_wrong_setting_or_an_absent_redis_is_one_critical_line(
+    redis7: RedisServer, tmp_path: Path, env_extra: dict[str, str], named: str
+) -> None:
+    """A user's wrong setting (or a Redis that is not there) must read as one CRITICAL line
+    naming it, not as tracebacks of Scrapy's engine ("Engine slot not assigned")."""
+    with serving([SiteSpec(pages=2, links=1)]) as kit:
+        env = {"REDCRAWL_REDIS_URL": redis7.url, "REDCRAWL_CRAWL": "wrong", **env_extra}
+        code, text = _worker_log(tmp_path, kit.roots[0], env)
+        assert code != 0, text[-3000:]
+        assert "Traceback" not in text, text[-3000:]
+        critical = [line for line in text.splitlines() if "] CRITICAL:" in line]
+        assert len(critical) == 1, text[-3000:]
+        assert named in critical[0]
+        assert kit.fetches(kit.hosts[0]) == []
+
+
+def test_a_worker_with_another_partition_count_is_refused_naming_the_crawl(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
+    client = redis.Redis.from_url(redis7.url)
+    client.flushall()
+    with serving([SiteSpec(pages=2, links=1)]) as kit:
+        root = kit.roots[0]
+        frontier = open_frontier(client, Settings(partitions=4), "parts")
+        assert frontier.push([Envelope(url=root, fingerprint=fingerprint(root))]).accepted == 1
+        env = {"REDCRAWL_REDIS_URL": redis7.url, "REDCRAWL_CRAWL": "parts"}
+        code, text = _worker_log(tmp_path, root, env)
+        assert code != 0, text[-3000:]
+        critical = [line for line in text.splitlines() if "] CRITICAL:" in line]
+        assert len(critical) == 1, text[-3000:]
+        said = critical[0].split("redcrawl: ", 1)[1]
+        assert said.startswith("crawl 'parts' was created"), said  # not "crawl '?'"
+        assert "REDCRAWL_PARTITIONS" in said
+        assert kit.fetches(kit.hosts[0]) == []
+    client.close()

@@ -23,8 +23,6 @@ from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck
-from hypothesis import settings as hsettings
 
 from redcrawl.codec import Envelope
 from redcrawl.errors import CrawlVanished, LayoutMismatch
@@ -34,47 +32,20 @@ from redcrawl.settings import Settings
 
 from .conftest import Clock, RedisServer
 from .killkit import kill_while_holding, parse_log
-from .test_frontier_properties import FrontierMachine
+from .partition_helpers import envs, hosts_in, open_partitioned, run_machine
+from .shop_helpers import crawl_the_shop
 
 ROOT = Path(__file__).resolve().parent.parent
 P = 4
 
 
-def hosts_in(partition: int, partitions: int, count: int, prefix: str = "h") -> list[str]:
-    """``count`` host names whose partition is ``partition``."""
-    out: list[str] = []
-    i = 0
-    while len(out) < count:
-        name = f"{prefix}{i}.example"
-        if partition_of(name, partitions) == partition:
-            out.append(name)
-        i += 1
-    return out
-
-
-def envs(hosts: list[str], per_host: int, tag: str = "") -> list[Envelope]:
-    return [
-        Envelope(
-            url=f"http://{h}/{tag}{i}",
-            fingerprint=hashlib.sha1(f"{h}/{tag}{i}".encode()).digest(),
-        )
-        for h in hosts
-        for i in range(per_host)
-    ]
-
-
 def open_p(client: redis.Redis, crawl: str = "c", **settings: Any) -> PartitionedFrontier:
-    f = open_frontier(client, Settings(**{"partitions": P, **settings}), crawl)
-    assert isinstance(f, PartitionedFrontier)
-    return f
+    return open_partitioned(client, P, crawl, **settings)
 
 
 @pytest.fixture
-def client(redis7: RedisServer) -> Any:
-    c = redis.Redis.from_url(redis7.url)
-    c.flushall()
-    yield c
-    c.close()
+def client(redis7_client: redis.Redis) -> redis.Redis:
+    return redis7_client
 
 
 # --- layout ------------------------------------------------------------------------------
@@ -162,16 +133,16 @@ def test_random_interleavings_with_four_partitions(
     hosts fall in different partitions."""
     assert len({partition_of(f"s{h}", P) for h in range(3)}) >= 2
     client = redis.Redis.from_url(redis7.url)
-    attrs = {"client": client, "backend": backend, "ordering": ordering, "partitions": P}
-    cls: type[FrontierMachine] = type("PartitionedMachine", (FrontierMachine,), attrs)
-    cls.TestCase.settings = hsettings(
-        max_examples=40,
-        stateful_step_count=40,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
-    )
     try:
-        cls.TestCase().runTest()
+        run_machine(
+            "PartitionedMachine",
+            client,
+            examples=40,
+            steps=40,
+            backend=backend,
+            ordering=ordering,
+            partitions=P,
+        )
     finally:
         client.close()
 
@@ -382,54 +353,13 @@ def test_two_scrapy_workers_crawl_the_shop_with_four_partitions(
     """``redcrawl crawl`` with 2 Scrapy workers and REDCRAWL_PARTITIONS=4: every page
     fetched once, the crawl finished in every partition, ``redcrawl status`` reads it.
     (The shop is one site, so its requests are in one partition; the others stay empty.)"""
-    from redcrawl.demo.run import SPIDER, demo_worker_settings
-    from redcrawl.demo.site import ShopSite, SiteConfig
-
-    config = SiteConfig(products=200, per_page=20, categories=5, slow_every=7, slow_delay=0.05)
-    sets: list[str] = []
-    for item in [*demo_worker_settings(tmp_path / "items.db"), "CONCURRENT_REQUESTS=8"]:
-        sets += ["--set", item]
-    env = {
-        **os.environ,
-        "REDCRAWL_REDIS_URL": redis7.url,
-        "REDCRAWL_PARTITIONS": str(P),
-        "PYTHONPATH": str(ROOT / "src"),
-    }
-    cli = [sys.executable, "-m", "redcrawl.cli"]
-    with ShopSite(config) as site:
-        run = subprocess.run(
-            [
-                *cli,
-                "crawl",
-                str(SPIDER),
-                "--workers",
-                "2",
-                "--crawl",
-                "shop",
-                "--no-progress",
-                "--arg",
-                f"url={site.url}",
-                *sets,
-            ],
-            env=env,
-            cwd=tmp_path,
-            capture_output=True,
-            timeout=240,
-        )
-        assert run.returncode == 0, run.stderr.decode()[-3000:]
-        hits, expected = site.hits(), site.canonical_pages()
-    assert set(hits) == expected
-    assert max(hits.values()) == 1, "a page was fetched twice"
+    shop = crawl_the_shop(
+        redis7.url, tmp_path, products=200, timeout=240, REDCRAWL_PARTITIONS=str(P)
+    )
     f = open_p(client, "shop")
     c = f.counts()
-    assert c.finished and c.conserved and c.done == len(expected) and c.dead == 0, c
+    assert c.finished and c.conserved and c.done == len(shop.expected) and c.dead == 0, c
     assert sum(1 for sub in f.parts if sub.counts().accepted) == 1  # one site: one partition
-    for log in (tmp_path / ".redcrawl" / "logs" / "shop").glob("w*.log"):
-        assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
-    status = subprocess.run(
-        [*cli, "status", "--crawl", "shop"], env=env, cwd=tmp_path, capture_output=True
-    )
-    assert status.returncode == 0 and b"finished" in status.stdout, status.stderr.decode()
 
 
 def main(url: str, crawl: str, worker: str, logfile: str, backend: str, partitions: str) -> None:

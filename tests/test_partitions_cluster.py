@@ -6,23 +6,19 @@ worker processes of which one is SIGKILLed (tests/test_partitions.py's worker)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
-from hypothesis import HealthCheck
-from hypothesis import settings as hsettings
 
 from redcrawl.errors import LayoutMismatch
 from redcrawl.frontier import PartitionedFrontier, open_frontier
 from redcrawl.redis_server import LocalCluster
 from redcrawl.settings import Settings
 
-from . import cluster
-from .test_frontier_properties import FrontierMachine
-from .test_partitions import check_fair_leasing, envs, hosts_in, run_kill_test
+from .partition_helpers import envs, hosts_in, open_partitioned, run_machine
+from .test_partitions import check_fair_leasing, run_kill_test
 
 pytestmark = pytest.mark.cluster
 
@@ -30,16 +26,12 @@ P = 16
 
 
 @pytest.fixture
-def client(redis_cluster: LocalCluster) -> Iterator[redis.Redis]:
-    c = cluster.client(redis_cluster)
-    yield c
-    c.close()
+def client(cluster_client: redis.Redis) -> redis.Redis:
+    return cluster_client
 
 
 def open_p(client: redis.Redis, crawl: str = "c", **settings: Any) -> PartitionedFrontier:
-    f = open_frontier(client, Settings(**{"partitions": P, **settings}), crawl)
-    assert isinstance(f, PartitionedFrontier)
-    return f
+    return open_partitioned(client, P, crawl, **settings)
 
 
 def test_partitions_spread_over_the_masters_each_in_one_slot(
@@ -72,15 +64,9 @@ def test_the_partition_count_is_fixed_on_the_cluster(client: redis.Redis) -> Non
 def test_random_interleavings_with_sixteen_partitions_on_the_cluster(
     client: redis.Redis, backend: str
 ) -> None:
-    attrs = {"client": client, "backend": backend, "partitions": P}
-    cls: type[FrontierMachine] = type("ClusterPartitionedMachine", (FrontierMachine,), attrs)
-    cls.TestCase.settings = hsettings(
-        max_examples=10,
-        stateful_step_count=30,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow],
+    run_machine(
+        "ClusterPartitionedMachine", client, examples=10, steps=30, backend=backend, partitions=P
     )
-    cls.TestCase().runTest()
 
 
 def test_leases_follow_the_ready_work_on_the_cluster(client: redis.Redis) -> None:

@@ -19,7 +19,6 @@ import redis
 from typer.testing import CliRunner
 
 from redcrawl.cli import app
-from redcrawl.codec import Envelope
 from redcrawl.fingerprint import fingerprint
 from redcrawl.frontier import FrontierCore, Lease, PartitionedFrontier, open_frontier
 from redcrawl.metrics.collector import render
@@ -29,40 +28,21 @@ from redcrawl.scrapy.counters import WorkerCounters
 from redcrawl.settings import Settings
 
 from .conftest import Clock, RedisServer
-from .test_partitions import hosts_in
+from .partition_helpers import hosts_in, polite_crawl, site
 
 P = 4
 runner = CliRunner()
 
 
 @pytest.fixture
-def client(redis7: RedisServer) -> Any:
-    c = redis.Redis.from_url(redis7.url)
-    c.flushall()
-    yield c
-    c.close()
-
-
-def site(host: str, n: int) -> list[Envelope]:
-    return [
-        Envelope(url=f"http://{host}/p{i}", fingerprint=fingerprint(f"http://{host}/p{i}"))
-        for i in range(n)
-    ]
+def client(redis7_client: redis.Redis) -> redis.Redis:
+    return redis7_client
 
 
 def crawl(client: redis.Redis, clock: Clock, name: str, partitions: int) -> FrontierCore:
-    s = Settings(
-        partitions=partitions,
-        politeness_concurrency=2,
-        politeness_delay=0.0,
-        politeness_randomize=False,
-        retry_backoff=0.0,
-        lease_ttl=60.0,
-        max_attempts=2,
+    return polite_crawl(
+        client, clock, name, partitions, concurrency=2, max_attempts=2, as_worker=True
     )
-    f = open_frontier(client, s, name, clock=clock)
-    f.store_politeness(worker=True)
-    return f
 
 
 def run_the_same_crawl(f: FrontierCore, clock: Clock) -> None:

@@ -8,7 +8,6 @@ politeness key, where its lease step looks (the sites here are in partitions oth
 from __future__ import annotations
 
 import json
-from collections import Counter
 from typing import Any
 
 import pytest
@@ -16,9 +15,7 @@ import redis
 from typer.testing import CliRunner
 
 from redcrawl.cli import app
-from redcrawl.codec import Envelope
-from redcrawl.fingerprint import fingerprint
-from redcrawl.frontier import FrontierCore, Lease, PartitionedFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, PartitionedFrontier, open_frontier
 from redcrawl.keys import partition_of
 from redcrawl.politeness.autothrottle import FleetThrottle, ThrottleRule, Update
 from redcrawl.politeness.hosts import Hosts
@@ -26,50 +23,19 @@ from redcrawl.politeness.robots import RobotsCache, RobotsEntry
 from redcrawl.settings import Settings
 
 from .conftest import Clock, RedisServer
-from .test_partitions import hosts_in
+from .partition_helpers import hosts, hosts_in, lease_all, polite_crawl, site
 
 P = 4
 runner = CliRunner()
 
 
 @pytest.fixture
-def client(redis7: RedisServer) -> Any:
-    c = redis.Redis.from_url(redis7.url)
-    c.flushall()
-    yield c
-    c.close()
-
-
-def site(host: str, n: int) -> list[Envelope]:
-    return [
-        Envelope(url=f"http://{host}/p{i}", fingerprint=fingerprint(f"http://{host}/p{i}"))
-        for i in range(n)
-    ]
-
-
-def lease_all(f: FrontierCore, worker: str = "w") -> list[Lease]:
-    """Every request the crawl grants now (a lease call asks some of the partitions: one
-    per 64 requests asked, then the others when those had nothing)."""
-    out: list[Lease] = []
-    while got := f.lease(worker, 100):
-        out += got
-    return out
-
-
-def hosts(leases: list[Lease]) -> Counter[str]:
-    return Counter(lease.envelope.url.split("/")[2] for lease in leases)
+def client(redis7_client: redis.Redis) -> redis.Redis:
+    return redis7_client
 
 
 def polite(client: redis.Redis, clock: Clock, partitions: int = P, crawl: str = "c") -> Any:
-    s = Settings(
-        partitions=partitions,
-        politeness_concurrency=5,
-        politeness_delay=0.0,
-        politeness_randomize=False,
-        retry_backoff=0.0,
-        lease_ttl=60.0,
-    )
-    f = open_frontier(client, s, crawl, clock=clock)
+    f = polite_crawl(client, clock, crawl, partitions)
     assert f.politeness == "host"
     return f
 

@@ -8,26 +8,22 @@ tests/test_partitions_metrics.py."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 import redis
 
-from redcrawl.frontier import FrontierCore, PartitionedFrontier, open_frontier
+from redcrawl.frontier import FrontierCore, PartitionedFrontier
 from redcrawl.keys import partition_of
 from redcrawl.metrics.snapshot import SnapshotReader
 from redcrawl.politeness.autothrottle import FleetThrottle, ThrottleRule, Update
 from redcrawl.politeness.hosts import Hosts
 from redcrawl.politeness.robots import RobotsCache, RobotsEntry
-from redcrawl.redis_server import LocalCluster
 from redcrawl.settings import Settings
 
-from . import cluster
 from .conftest import Clock
-from .test_partitions import hosts_in
+from .partition_helpers import hosts, hosts_in, lease_all, polite_crawl, site
 from .test_partitions_metrics import run_the_same_crawl, same
-from .test_partitions_politeness import hosts, lease_all, site
 
 pytestmark = pytest.mark.cluster
 
@@ -35,25 +31,12 @@ P = 16
 
 
 @pytest.fixture
-def client(redis_cluster: LocalCluster) -> Iterator[redis.Redis]:
-    c = cluster.client(redis_cluster)
-    yield c
-    c.close()
+def client(cluster_client: redis.Redis) -> redis.Redis:
+    return cluster_client
 
 
 def polite(client: redis.Redis, clock: Clock, partitions: int, crawl: str) -> Any:
-    s = Settings(
-        partitions=partitions,
-        politeness_concurrency=5,
-        politeness_delay=0.0,
-        politeness_randomize=False,
-        retry_backoff=0.0,
-        lease_ttl=60.0,
-        max_attempts=2,
-    )
-    f = open_frontier(client, s, crawl, clock=clock)
-    f.store_politeness(worker=True)
-    return f
+    return polite_crawl(client, clock, crawl, partitions, max_attempts=2, as_worker=True)
 
 
 def test_crawl_delay_override_autothrottle_and_hosts_list_on_the_cluster(

@@ -242,6 +242,19 @@ class Feeder:
                 self._cond.wait(left)
             return True
 
+    def generation(self) -> int:
+        """How many local changes (store, ack, nack, ...) were buffered so far: with
+        :meth:`stored_through`, a caller learns without waiting when what it buffered
+        up to now is in Redis."""
+        with self._cond:
+            return self._gen
+
+    def stored_through(self, generation: int) -> bool:
+        """Whether every change up to ``generation`` (:meth:`generation`) was sent to
+        Redis (never waits: :meth:`flush` waits)."""
+        with self._cond:
+            return self._settled_gen >= generation
+
     def busy(self) -> bool:
         """Whether anything local is not settled yet (buffered, or a call on its way)."""
         with self._cond:

@@ -28,6 +28,8 @@ __all__ = [
     "crawl_of_stats_key",
     "crawl_registry",
     "partition_of",
+    "start_claims",
+    "start_refused",
     "stats_key_pattern",
     "validate_crawl_name",
 ]
@@ -418,3 +420,50 @@ def crawl_of_stats_key(key: bytes | str, prefix: str = "rc") -> str | None:
         return None
     name = text[len(head) : -len(tail)]
     return name if _CRAWL_NAME.match(name) else None
+
+
+# --- RedisSpider start keys --------------------------------------------------------------
+# A spider's start key is named by the project (scrapy-redis's ``%(name)s:start_urls``), not
+# by a crawl: the keys kept beside it take its Redis Cluster slot from its name.
+
+
+def _beside(start_key: str, part: str) -> str:
+    """``<start key>:<part>`` in the start key's cluster slot: the start key's own hash tag
+    when it has one (``rc:{shop}:start_urls`` -> ``rc:{shop}:start_urls:<part>``), else the
+    whole start key name as the tag (``shop:start_urls`` ->
+    ``shop:start_urls:{shop:start_urls}:<part>``: Redis hashes a key without a tag whole,
+    so a tag of the whole name is the same slot). Either way the name starts with the
+    start key's, so an ACL key pattern like ``~rc:*`` that covers the start key covers it
+    (except for a name with a ``{`` but no tag: ``{<start key>}:<part>``)."""
+    if not start_key:
+        raise ConfigError("REDIS_START_URLS_KEY", "the start key name is empty: name one")
+    opening = start_key.find("{")
+    closing = start_key.find("}", opening + 1) if opening != -1 else -1
+    if opening != -1 and closing > opening + 1:
+        return f"{start_key}:{part}"  # a hash tag: Redis hashes only it
+    if "}" in start_key:
+        raise ConfigError(
+            "REDIS_START_URLS_KEY",
+            f"start key {start_key!r} has a '}}' but no hash tag, so no key beside it can "
+            "share its Redis Cluster slot; rename it without braces, or with a tag such "
+            "as '{%(name)s}:start_urls'",
+        )
+    if opening != -1:  # a '{' without a tag: the name must start with the tag's '{'
+        return f"{{{start_key}}}:{part}"
+    return f"{start_key}:{{{start_key}}}:{part}"
+
+
+def start_claims(start_key: str) -> str:
+    """HASH ``<worker>#<seq>`` -> msgpack array of the entries one batch of a RedisSpider
+    took off ``start_key`` (a sorted set's as member, score, member, score, ...), until the
+    requests made from them are stored in the frontier; a stopped worker's claims go back
+    to the start key (``lua/start_recover.lua``). In the start key's slot (:func:`_beside`)."""
+    return _beside(start_key, "claimed")
+
+
+def start_refused(start_key: str) -> str:
+    """LIST of the entries of ``start_key`` a RedisSpider refused (bad JSON, URL, scheme or
+    callback), newest first, each a JSON object ``{"entry", "reason", "worker", "time"}``;
+    capped (``redcrawl.scrapy.spiders.REFUSED_MAX``). In the start key's slot
+    (:func:`_beside`)."""
+    return _beside(start_key, "refused")

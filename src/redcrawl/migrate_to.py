@@ -57,8 +57,9 @@ import redis.exceptions
 from redcrawl.errors import ConfigError, FrontierError, LayoutMismatch
 from redcrawl.frontier import Counts, FrontierCore, open_frontier
 from redcrawl.frontier.records import layout_without_stamps, stored_layout
-from redcrawl.keys import CrawlKeys
+from redcrawl.keys import CrawlKeys, crawl_registry
 from redcrawl.lock import CrawlLock
+from redcrawl.migrate_rehome import Rehomed, check_partitions, rehome_crawl, source_parts
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
@@ -131,6 +132,8 @@ class CopyResult:
     """The keys restored in the target."""
     stats: dict[bytes, bytes] = field(default_factory=dict, repr=False)
     """The crawl's stats hash as copied."""
+    rehome: Rehomed | None = None
+    """Into another number of partitions (``partitions``): what was placed where."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -500,6 +503,7 @@ def copy_crawl(
     dry_run: bool = False,
     batch: int = BATCH,
     progress: Progress | None = None,
+    partitions: int | None = None,
 ) -> CopyResult:
     """Copy the stopped crawl ``crawl`` from ``source`` to ``target`` (redis-py clients,
     single servers or :class:`~redcrawl.cluster.ClusterClient`), as the module docstring
@@ -508,12 +512,31 @@ def copy_crawl(
     the keys, writing nothing. Returns what was done; raises
     :class:`~redcrawl.errors.FrontierError` (running crawl, existing target crawl, a copy
     that does not verify: the target is then left without the crawl),
-    :class:`~redcrawl.errors.ConfigError` (the target is the source) or a
-    :class:`~redcrawl.errors.ConnectionError_`."""
+    :class:`~redcrawl.errors.ConfigError` (the target is the source, a partition count
+    out of range) or a :class:`~redcrawl.errors.ConnectionError_`. ``partitions``: the
+    copy's partition count (None: the source's); another count than the source's
+    re-homes the crawl (:mod:`redcrawl.migrate_rehome`)."""
     started = time.monotonic()
     result = CopyResult(crawl, dry_run=dry_run)
     src = open_frontier(source, settings, crawl, follow_layout=True)
     keys = src.keys
+    if partitions is not None:
+        check_partitions(len(source_parts(src)), partitions)
+        if partitions != len(source_parts(src)):
+            rehome_crawl(
+                src,
+                target,
+                partitions,
+                result,
+                replace=replace,
+                force_expire=force_expire,
+                delete_source=delete_source,
+                dry_run=dry_run,
+                batch=batch,
+                progress=progress,
+            )
+            result.seconds = time.monotonic() - started
+            return result
     existing = _preflight(src, target, result, force_expire=force_expire, replace=replace)
     todo, other = crawl_redis_keys(source, key_sets(src), progress=progress)
     result.skipped = [k.decode(errors="replace") for k in other]
@@ -541,7 +564,13 @@ def copy_crawl(
 
 
 def _preflight(
-    src: FrontierCore, target: Any, result: CopyResult, *, force_expire: bool, replace: bool
+    src: FrontierCore,
+    target: Any,
+    result: CopyResult,
+    *,
+    force_expire: bool,
+    replace: bool,
+    target_keys: Sequence[CrawlKeys] | None = None,
 ) -> list[bytes]:
     """The checks before anything is written (see the module docstring); returns the
     target's keys of a crawl of that name (to delete: ``replace``)."""
@@ -568,7 +597,9 @@ def _preflight(
         refusal = _layout_refusal(src)
         if refusal is not None:
             raise LayoutMismatch(f"{refusal}; nothing was copied")
-    existing, result.warnings = _check_target(src.client, target, key_sets(src), replace)
+    existing, result.warnings = _check_target(
+        src.client, target, target_keys or key_sets(src), replace
+    )
     return existing
 
 
@@ -607,6 +638,8 @@ def _copy(
         raise
     result.copied = [c.key for c in copied]
     result.stats = stats
+    with redis_errors("adding the crawl to the target's registry"):
+        target.sadd(crawl_registry(src.keys.prefix), src.crawl)
 
 
 def _delete_source(src: FrontierCore, result: CopyResult, progress: Progress | None) -> None:

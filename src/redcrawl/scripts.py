@@ -16,7 +16,10 @@ Who composes what:
   (see :mod:`redcrawl.frontier.core`);
 - the standalone dedupe filter: ``lua/base.lua``, ``dedupe/lua/header.lua``, the dedupe
   prelude, ``dedupe/lua/filter.lua`` (see :mod:`redcrawl.dedupe`);
-- single-file scripts (``frontier/lua/purge.lua``, ``frontier/lua/counts_streams.lua``).
+- single-file scripts (``frontier/lua/purge.lua``, ``frontier/lua/counts_streams.lua``);
+- RedisSpider's start entries: ``lua/base.lua`` then ``lua/start_claim.lua``,
+  ``lua/start_settle.lua`` or ``lua/start_recover.lua`` (see
+  :mod:`redcrawl.scrapy.spiders`).
 
 The crawl lock uses redis-py's own ``Lock`` scripts (:mod:`redcrawl.lock`).
 """

@@ -210,9 +210,12 @@ def _print_counts(c: Counts, crawl: str, stats: dict[str, int], state: str) -> N
         ("retries", f"{c.retried:,}"),
         ("reclaimed leases", f"{c.reclaimed:,}"),
         ("robots.txt disallowed", f"{stats.get('robots_disallowed', 0):,} (done, not fetched)"),
+        ("orphaned leases", f"{stats.get('orphaned', 0):,} (taken back after a failover)"),
         ("state", state),
     ):
         if label == "robots.txt disallowed" and not stats.get("robots_disallowed"):
+            continue
+        if label == "orphaned leases" and not stats.get("orphaned"):
             continue
         table.add_row(label, value)
     Console().print(table)

@@ -70,6 +70,7 @@ def status(
             "filtered_local": stats.get("filtered_local", 0),
             "items": stats.get("items", 0),
             "robots_disallowed": stats.get("robots_disallowed", 0),
+            "orphaned": stats.get("orphaned", 0),
             "state": state,
             "paused": frontier.is_paused(),
             "workers": {w: {"alive": left > 0} for w, left in workers.items()},

@@ -29,6 +29,7 @@ from redcrawl.cli._common import (
 from redcrawl.connection import connect, redact
 from redcrawl.errors import ConfigError, ConnectionError_
 from redcrawl.frontier import open_frontier
+from redcrawl.keys import MAX_PARTITIONS
 from redcrawl.migrate import (
     DEFAULT_DUPEFILTER_KEY,
     DEFAULT_QUEUE_KEY,
@@ -262,11 +263,24 @@ def migrate_command(
     batch: Annotated[
         int, typer.Option(min=1, max=10_000, help="Keys per pipelined DUMP/RESTORE round.")
     ] = BATCH,
+    partitions: Annotated[
+        int | None,
+        typer.Option(
+            "--partitions",
+            min=1,
+            max=MAX_PARTITIONS,
+            help="Partitions of the copy (default: the source's). Another count re-homes "
+            "the crawl: each request and site moves to the partition its site hashes to; "
+            "a multiple of the source's count (e.g. 1 -> 16).",
+        ),
+    ] = None,
 ) -> None:
     """Copy a stopped crawl to another Redis server or a Redis Cluster (DUMP/RESTORE in
     pipelined batches), verify its counts there, and leave the source as it was (unless
     --delete-source). A running crawl, or a target that already holds a crawl of that
-    name, is refused. Leases the stopped crawl still held go back to ready in the copy."""
+    name, is refused. Leases the stopped crawl still held go back to ready in the copy.
+    With --partitions P the copy is spread over P partitions (workers of the copy then
+    run with REDCRAWL_PARTITIONS=P)."""
     settings = _settings(redis_url)
     source = _connect(settings)
     try:
@@ -284,6 +298,7 @@ def migrate_command(
                 delete_source=delete_source,
                 dry_run=dry_run,
                 batch=batch,
+                partitions=partitions,
             )
         finally:
             target.close()
@@ -333,14 +348,27 @@ def _report_copy(r: CopyResult, source: str, target: str) -> None:
     c = r.before
     if r.dry_run:
         typer.echo(f"dry run: crawl {r.crawl} from {source} to {target}")
-        typer.echo(f"would copy {r.keys:,} keys ({parts})")
+        typer.echo(f"would {'read' if r.rehome else 'copy'} {r.keys:,} keys ({parts})")
+    elif r.rehome is not None:
+        typer.echo(
+            f"re-homed crawl {r.crawl} from {source} to {target} in {r.seconds:.1f} s: read "
+            f"{len(r.copied):,} keys of the source ({parts}); wrote "
+            f"{sum(r.rehome.requests):,} requests and {r.keys:,} keys copied whole "
+            f"({_mb(r.size)})"
+        )
     else:
         typer.echo(
             f"copied crawl {r.crawl} from {source} to {target}: {r.keys:,} keys "
             f"({_mb(r.size)}) in {r.seconds:.1f} s ({parts})"
         )
     if c is not None:
-        verified = "" if r.dry_run else ", equal in the copy (verified key by key)"
+        verified = (
+            ""
+            if r.dry_run
+            else ", equal in the copy (verified in counts and counters)"
+            if r.rehome is not None
+            else ", equal in the copy (verified key by key)"
+        )
         typer.echo(
             f"counts: accepted {c.accepted:,} = ready {c.ready:,} + delayed {c.delayed:,} "
             f"+ in flight {c.in_flight:,} + done {c.done:,} + dead {c.dead:,}; "
@@ -356,6 +384,25 @@ def _report_copy(r: CopyResult, source: str, target: str) -> None:
             + (f", {r.promoted:,} due delayed promoted" if r.promoted else "")
             + f": ready {a.ready:,}, delayed {a.delayed:,}, in flight 0, dead {a.dead:,}"
         )
+    if r.rehome is not None:
+        h = r.rehome
+        copies = h.partitions // h.source_partitions
+        if r.dry_run:
+            typer.echo(
+                f"would re-home it from {h.source_partitions} into {h.partitions} "
+                f"partitions, the DONE filter copied {copies}x"
+            )
+        else:
+            spread = ", ".join(f"{n:,}" for n in h.requests)
+            typer.echo(
+                f"re-homed from {h.source_partitions} into {h.partitions} partitions: "
+                f"requests per partition {spread}"
+            )
+            typer.echo(
+                f"{h.sites:,} site state(s) moved to their partitions; the DONE filter "
+                f"copied {copies}x ({h.filter_copies:,} keys, {_mb(h.filter_bytes)}); run "
+                f"the copy's workers with REDCRAWL_PARTITIONS={h.partitions}"
+            )
     if r.skipped:
         typer.echo(
             f"not copied: {len(r.skipped):,} key(s) that expire by themselves, e.g. {r.skipped[0]}"

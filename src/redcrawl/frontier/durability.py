@@ -43,7 +43,10 @@ log = logging.getLogger(__name__)
 WAITED = frozenset(("push", "lease", "settle", "nack", "release", "release_worker", "requeue_dead"))
 """Frontier scripts followed by a WAIT when ``REDCRAWL_WAIT_REPLICAS`` is on: the ones
 whose loss in a failover loses or repeats work. Not waited for: heartbeats, maintenance
-(reclaims and promotions a failover undoes are done again), politeness bookkeeping."""
+(reclaims and promotions a failover undoes are done again), ``disown`` (the same: the
+orphans it took back are in flight again under their live worker, whose next disown
+takes them back; and a WAIT after any later call covers it, replication being in order),
+politeness bookkeeping."""
 
 WORK = frozenset(("lease", "nack", "release"))
 """Frontier scripts only a worker runs (it holds leases): after the first that succeeds,

@@ -196,7 +196,8 @@ class PartitionedFrontier(FrontierCore):
         self.dedupe = first.dedupe
         self.done: Filter = _PartsFilter([sub.done for sub in self.parts])
         """The partitions' filters of DONE fingerprints as one (a fingerprint is looked
-        up in every partition: its partition is its site's; health checks sample each)."""
+        up in every partition, and added to every one: its partition is its site's, which
+        a fingerprint alone does not tell; health checks sample each)."""
         self._pol_stored = False
         self._cluster = getattr(client, "get_node_from_key", None) is not None
         self._ready = [0] * self.n  # ready requests per partition, as last read
@@ -981,8 +982,16 @@ class _PartsFilter(Filter):
         return found
 
     def add(self, fps: Sequence[bytes]) -> list[bool]:
-        """Added to partition 0's filter (a caller that knows the sites adds to theirs)."""
-        return self.parts[0].add(fps)
+        """Added to every partition's filter: a fingerprint alone does not tell its
+        request's partition (its site's), and a push checks only that partition's filter
+        (``redcrawl import-dupefilter`` and the import of a scrapy-redis dupefilter add
+        fingerprints alone; so an imported fingerprint costs P entries). For each: True
+        if it was new in every partition (in none before, nor earlier in this batch)."""
+        new = [True] * len(fps)
+        for part in self.parts:
+            for i, added in enumerate(part.add(fps)):
+                new[i] = new[i] and added
+        return new
 
     def redis_keys(self, count: int | None = None) -> list[bytes]:
         return [k for part in self.parts for k in part.redis_keys(count)]

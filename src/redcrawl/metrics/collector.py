@@ -61,6 +61,10 @@ COUNTERS = {
     "requests_done": ("done", "Requests done (acked)."),
     "requests_retried": ("retried", "Failed attempts sent back to be retried."),
     "requests_reclaimed": ("reclaimed", "Leases reclaimed after their worker's heartbeat stopped."),
+    "requests_orphaned": (
+        "orphaned",
+        "Leases a live worker did not hold, taken back (disown: acks undone by a failover).",
+    ),
     "requests_died": ("died", "Requests dead-lettered (attempts used up, or unprocessable)."),
     "requests_requeued": ("requeued", "Dead requests requeued by an operator."),
     "items": ("items", "Items the workers' pipelines reported (add_stats)."),

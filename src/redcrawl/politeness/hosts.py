@@ -7,7 +7,10 @@ served right now (:meth:`Hosts.show`; many keys in one round trip:
 :meth:`Hosts.show_many`), and changes the operator's override of a key
 (:meth:`Hosts.set`, :meth:`Hosts.reset`). Results are typed records (:class:`HostRow`,
 :class:`HostPage`, :class:`HostDetail`); bad values raise :class:`BadHostInput` naming
-the field, a crawl without politeness :class:`PolitenessOff`.
+the field, a crawl without politeness :class:`PolitenessOff` (all in
+:mod:`~redcrawl.politeness.hosts_records`, re-exported here). How a key's effective limits
+and the reason it waits are worked out from what is stored is
+:mod:`~redcrawl.politeness.hosts_explain`.
 
 Cost: every call is bounded whatever the crawl's size (no SCAN). :meth:`Hosts.top`
 reads at most :data:`LIST_KEYS_PER_TIER` keys from the head of each tier's ``open`` zset
@@ -33,17 +36,34 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from enum import Enum
-from typing import Any, Final, Literal
+from typing import Any
 
-from redcrawl.errors import FrontierError, RedcrawlError
 from redcrawl.frontier import FrontierCore
 from redcrawl.keys import CrawlKeys
 from redcrawl.politeness.autothrottle import STATE_FIELD, owner_keys, state_delay
-from redcrawl.politeness.key import MAX_KEY_BYTES
-from redcrawl.politeness.robots import RobotsEntry
+from redcrawl.politeness.hosts_explain import _detail, _limits, _ms, _obj, _pos, _text
+from redcrawl.politeness.hosts_records import (
+    LIST_KEYS_PER_TIER,
+    LIST_LEASED_IDS,
+    LIST_LEASES,
+    MAX_BLOCK,
+    MAX_CONCURRENCY,
+    MAX_DELAY,
+    PAST_BLOCK,
+    SHOW_MANY,
+    UNSET,
+    BadHostInput,
+    HostDetail,
+    HostPage,
+    HostRow,
+    Limit,
+    PolitenessOff,
+    RobotsState,
+    Sort,
+    _number,
+    _Unset,
+    check_key,
+)
 from redcrawl.scripts import BASE, Scripts
 from redcrawl.transport import redis_errors
 
@@ -53,6 +73,7 @@ __all__ = [
     "MAX_BLOCK",
     "MAX_CONCURRENCY",
     "MAX_DELAY",
+    "PAST_BLOCK",
     "SHOW_MANY",
     "UNSET",
     "BadHostInput",
@@ -67,213 +88,10 @@ __all__ = [
     "check_key",
 ]
 
-MAX_DELAY = 86400.0
-"""Longest delay an operator may set for a key: a day (seconds)."""
-MAX_CONCURRENCY = 10_000
-"""Most requests of one key in flight an operator may allow."""
-MAX_BLOCK = 30 * 86400.0
-"""Longest block: 30 days from now (seconds)."""
-PAST_BLOCK = 86400.0
-"""A ``block_until`` more than this long ago (seconds) is refused as a mistake (to lift a
-block, remove it: ``unblock``, or ``block_until: null``)."""
-LIST_KEYS_PER_TIER = 1000
-"""Most keys :meth:`Hosts.top` reads from each tier's ``open`` zset (those that open
-first); beyond that the list is a bounded sample (``complete`` false). A partitioned
-crawl reads ``1/P`` of this (and of the two bounds below) in each partition, at least
-100 keys (100 leases, 1,000 leased ids)."""
-LIST_LEASES = 1000
-"""Most leases :meth:`Hosts.top` reads (soonest deadline first)."""
-LIST_LEASED_IDS = 10_000
-"""Most leased requests :meth:`Hosts.top` reads the keys of."""
-SHOW_MANY = 1000
-"""Most keys :meth:`Hosts.show_many` reads in one call (one pipeline)."""
-OPERATOR_FIELDS: Final = ("delay", "concurrency", "block_until", "paused")
-"""The override's fields operators own; ``crawl_delay`` (robots.txt) is its producer's,
-and a reset keeps it (as anything else a producer wrote there)."""
-FULL = 2**52
-"""The ``open`` score of a key whose slots are all taken (``OPEN_FULL`` in Lua)."""
-
 _SOURCES = {
     "list": (BASE, "politeness/lua/hosts_list.lua"),
     "override": (BASE, "politeness/lua/hosts_override.lua"),
 }
-
-Source = Literal["default", "DOWNLOAD_SLOTS", "override", "crawl_delay", "auto_delay"]
-Sort = Literal["ready", "inflight"]
-
-
-class _Unset(Enum):
-    UNSET = "UNSET"
-
-
-UNSET: Final = _Unset.UNSET
-"""A field left as it is (``None`` removes it from the override)."""
-
-
-class BadHostInput(RedcrawlError, ValueError):
-    """A value an operator gave cannot be used; :attr:`field` names it (``key``,
-    ``delay``, ``concurrency``, ``block_until``, ``block_for``, ``cursor``...)."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        self.field, self.problem = field, problem
-        super().__init__(f"{field}: {problem}")
-
-
-class PolitenessOff(FrontierError):
-    """The crawl has no fleet-wide politeness (it was created without it): there are no
-    per-key limits to see or steer."""
-
-
-@dataclass(frozen=True, slots=True)
-class Limit:
-    """An effective limit of a key and where it comes from."""
-
-    value: float
-    source: Source
-
-
-@dataclass(frozen=True, slots=True)
-class RobotsState:
-    """The fleet's cached robots.txt of one origin of the key (``status`` 0: its
-    download failed; ``kind`` as :attr:`RobotsEntry.kind`)."""
-
-    origin: str
-    status: int | None
-    kind: str | None
-    expires_at: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class HostRow:
-    """One politeness key in :meth:`Hosts.top`. Times are seconds since the epoch on the
-    Redis clock; ``blocked_until`` is the later of the operator's and the adaptive block
-    (429/503), None when neither is in the future."""
-
-    key: str
-    ready: int
-    ready_per_tier: tuple[int, ...]
-    in_flight: int
-    next_allowed: float | None
-    blocked_until: float | None
-    paused: bool
-
-
-@dataclass(frozen=True, slots=True)
-class HostPage:
-    """A page of :meth:`Hosts.top`: ``hosts`` sorted by ``sort`` (descending, then by
-    key), ``next_cursor`` for the next page (None: last), ``scanned`` keys read and
-    whether that was every key with ready work or in flight (``complete``)."""
-
-    crawl: str
-    sort: Sort
-    hosts: list[HostRow]
-    next_cursor: str | None
-    scanned: int
-    complete: bool
-    server_time: float
-
-
-@dataclass(frozen=True, slots=True)
-class HostDetail:
-    """One politeness key: its numbers, effective limits with their sources, the
-    operator's override, blocks, robots.txt, and in words why it is not served now
-    (``why`` None: it is open, the next lease takes it)."""
-
-    crawl: str
-    key: str
-    ready: int
-    ready_per_tier: tuple[int, ...]
-    in_flight: int
-    concurrency: Limit
-    delay: Limit
-    randomize_delay: bool
-    next_allowed: float | None
-    block_until: float | None
-    block: float | None
-    backoff_failures: int | None
-    paused: bool
-    crawl_paused: bool
-    override: dict[str, Any]
-    crawl_delay: float | None
-    auto_delay: float | None
-    robots: list[RobotsState]
-    why: str | None
-    server_time: float
-    notes: list[str] = field(default_factory=list)
-
-
-def check_key(key: Any) -> str:
-    """``key`` if it can be a politeness key (a non-empty string of at most
-    :data:`MAX_KEY_BYTES` UTF-8 bytes without control characters), else
-    :class:`BadHostInput`."""
-    if not isinstance(key, str) or not key:
-        raise BadHostInput("key", "give a politeness key: a host name such as example.com")
-    try:
-        size = len(key.encode("utf-8"))
-    except UnicodeEncodeError:
-        raise BadHostInput("key", "it is not valid text (a lone surrogate)") from None
-    if size > MAX_KEY_BYTES:
-        raise BadHostInput(
-            "key",
-            f"{size} bytes; a politeness key has at most {MAX_KEY_BYTES} (longer keys are "
-            "stored shortened: copy the key as `redcrawl hosts` lists it)",
-        )
-    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
-        raise BadHostInput("key", "it has control characters; no politeness key has any")
-    return key
-
-
-def _number(name: str, value: Any, low: float, high: float, *, whole: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadHostInput(name, f"{value!r} is not a number")
-    if not math.isfinite(value):
-        raise BadHostInput(name, f"{value!r}: give a finite number")
-    if whole and value != int(value):
-        raise BadHostInput(name, f"{value!r}: give a whole number")
-    if not low <= value <= high:
-        raise BadHostInput(name, f"{value!r} is out of range: give {_num(low)} to {_num(high)}")
-    return float(value)
-
-
-def _num(x: float) -> str:
-    return f"{int(x):,}" if x == int(x) else f"{x:g}"
-
-
-def _obj(raw: Any) -> dict[str, Any] | None:
-    """A stored JSON object (None: absent or unreadable, as the lease step ignores it)."""
-    if not raw:
-        return None
-    try:
-        value = json.loads(raw)
-    except (ValueError, UnicodeDecodeError):
-        return None
-    return value if isinstance(value, dict) else None
-
-
-def _pos(value: Any, low: float, high: float) -> float | None:
-    """A stored limit as the lease step reads it (``pos_num`` in polite.lua)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value) if math.isfinite(value) and low <= value <= high else None
-
-
-def _ms(raw: Any) -> float | None:
-    try:
-        return float(raw) if raw not in (None, b"", "") else None
-    except (TypeError, ValueError):
-        return None
-
-
-def _text(raw: Any) -> str:
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
-
-
-def _ago(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    if seconds < 3600:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 class Hosts:
@@ -470,71 +288,9 @@ class Hosts:
             if self.partitions > 1:
                 own, at = res[at], at + 1
             width = 3 + k.tiers + 2 * len(its)
-            out.append(self._detail(key, now, own, res[at : at + width], its))
+            out.append(_detail(self.f.crawl, k.tiers, key, now, own, res[at : at + width], its))
             at += width
         return out
-
-    def _detail(
-        self, key: str, now: float, control: Any, res: Sequence[Any], origins: list[str]
-    ) -> HostDetail:
-        """One key's :class:`HostDetail` from its replies in :meth:`_read`'s pipeline."""
-        k = self.keys
-        defaults_raw, crawl_paused, at_raw = control
-        slot_raw, ov_raw, state = res[:3]
-        per_tier = tuple(int(x) for x in res[3 : 3 + k.tiers])
-        robots_raw = res[3 + k.tiers :]
-        override = _obj(ov_raw) or {}
-        notes = []
-        if ov_raw and not _obj(ov_raw):
-            notes.append("the stored override is not a JSON object: the lease step ignores it")
-        auto_delay = state_delay(state[4])
-        conc, delay, randomize = _limits(
-            _obj(defaults_raw), defaults_raw, _obj(slot_raw), override, _obj(at_raw), auto_delay
-        )
-        inn = max(int(_ms(state[0]) or 0), 0)
-        nxt = _ms(state[1])
-        block = _ms(state[2])
-        fails = _ms(state[3])
-        block_until = _pos(override.get("block_until"), 0, 1e15)
-        paused = override.get("paused") is True
-        robots = []
-        for i, origin in enumerate(origins):
-            entry_raw, expires = robots_raw[2 * i], robots_raw[2 * i + 1]
-            if entry_raw is None:
-                continue
-            entry = RobotsEntry.decode(entry_raw)
-            robots.append(
-                RobotsState(
-                    origin=origin,
-                    status=entry.status if entry else None,
-                    kind=entry.kind if entry else None,
-                    expires_at=float(expires) / 1000 if expires is not None else None,
-                )
-            )
-        detail = HostDetail(
-            crawl=self.f.crawl,
-            key=key,
-            ready=sum(per_tier),
-            ready_per_tier=per_tier,
-            in_flight=inn,
-            concurrency=conc,
-            delay=delay,
-            randomize_delay=randomize,
-            next_allowed=nxt / 1000 if nxt is not None else None,
-            block_until=block_until / 1000 if block_until is not None else None,
-            block=block / 1000 if block is not None else None,
-            backoff_failures=int(fails) if fails is not None else None,
-            paused=paused,
-            crawl_paused=crawl_paused == b"1",
-            override=_operator_fields(override),
-            crawl_delay=_pos(override.get("crawl_delay"), 0, 1e9),
-            auto_delay=auto_delay if _obj(at_raw) else None,
-            robots=robots,
-            why=None,
-            server_time=now / 1000,
-            notes=notes,
-        )
-        return _with_why(detail, now)
 
     def _origins(self, key: str) -> list[str]:
         """The robots.txt origins of a host key (http and https, default ports)."""
@@ -651,84 +407,3 @@ class Hosts:
             ],
             what="changing a politeness override",
         )
-
-
-def _limits(
-    defaults: dict[str, Any] | None,
-    defaults_raw: Any,
-    slot: dict[str, Any] | None,
-    override: Mapping[str, Any],
-    autothrottle: dict[str, Any] | None = None,
-    auto_delay: float | None = None,
-) -> tuple[Limit, Limit, bool]:
-    """(concurrency, delay, jitter) of a key as the lease step computes them
-    (``limits`` in frontier/lua/polite.lua), with the source of each. While
-    AutoThrottle is on (``autothrottle``: the control hash's JSON), the key's delay is at
-    least its ``auto_delay`` (its state's ``ad``), else AutoThrottle's start delay."""
-    d = defaults or {}
-    conc = Limit(_pos(d.get("concurrency"), 1, 1e9) or (1 if defaults_raw else 8), "default")
-    delay = Limit(_pos(d.get("delay"), 0, 1e9) or 0.0, "default")
-    jitter = d.get("randomize") is True
-    if slot:
-        c = _pos(slot.get("concurrency"), 1, 1e9)
-        if c is not None:
-            conc = Limit(c, "DOWNLOAD_SLOTS")
-        dl = _pos(slot.get("delay"), 0, 1e9)
-        if dl is not None:
-            delay = Limit(dl, "DOWNLOAD_SLOTS")
-        if isinstance(slot.get("randomize_delay"), bool):
-            jitter = slot["randomize_delay"]
-    if autothrottle is not None:
-        auto = _pos(auto_delay, 0, 1e9)
-        if auto is None:
-            auto = _pos(autothrottle.get("start_delay"), 0, 1e9) or 0.0
-        if auto > delay.value:
-            delay = Limit(auto, "auto_delay")
-    crawl_delay = _pos(override.get("crawl_delay"), 0, 1e9)
-    if crawl_delay is not None and crawl_delay > delay.value:
-        delay = Limit(crawl_delay, "crawl_delay")
-    v = _pos(override.get("delay"), 0, 1e9)
-    if v is not None:
-        delay = Limit(v, "override")
-    c = _pos(override.get("concurrency"), 1, 1e9)
-    if c is not None:
-        conc = Limit(c, "override")
-    return Limit(math.floor(conc.value), conc.source), delay, jitter
-
-
-def _operator_fields(override: Mapping[str, Any]) -> dict[str, Any]:
-    """The operator's fields of an override, ``block_until`` in seconds (stored in ms)."""
-    out = {f: override[f] for f in OPERATOR_FIELDS if f in override}
-    if isinstance(out.get("block_until"), int | float) and not isinstance(out["block_until"], bool):
-        out["block_until"] = out["block_until"] / 1000
-    return out
-
-
-def _with_why(d: HostDetail, now: float) -> HostDetail:
-    """``d`` with ``why``: the first reason, in the lease step's order, that keeps the key
-    from being granted now."""
-    from dataclasses import replace
-
-    def until(at: float) -> str:
-        clock = datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S")
-        return f"until {clock} UTC (in {_ago(at - now / 1000)})"
-
-    why: str | None = None
-    t = now / 1000
-    if d.crawl_paused:
-        why = "the whole crawl is paused (redcrawl resume, or POST .../resume)"
-    elif d.ready == 0:
-        why = "no ready requests" + (f" ({d.in_flight} in flight)" if d.in_flight else "")
-    elif d.paused:
-        why = "paused by operator (redcrawl hosts set KEY --resume)"
-    elif d.block_until is not None and d.block_until > t and (d.block or 0) <= d.block_until:
-        why = f"blocked by operator {until(d.block_until)}"
-    elif d.block is not None and d.block > t:
-        fails = f", {d.backoff_failures} failure(s) in a row" if d.backoff_failures else ""
-        why = f"blocked after 429/503 responses{fails} {until(d.block)}"
-    elif d.in_flight >= d.concurrency.value:
-        n = int(d.concurrency.value)
-        why = f"all {n} slots in flight" if n != 1 else "its only slot is in flight"
-    elif d.next_allowed is not None and d.next_allowed > t:
-        why = f"delay: next fetch allowed in {d.next_allowed - t:.1f} s"
-    return replace(d, why=why)

@@ -4,7 +4,10 @@ With redcrawl's scheduler the frontier itself filters duplicates (in the same at
 that enqueues), and this class only logs filtered requests the way Scrapy's own filter
 does. Used with another scheduler, ``request_seen`` is a shared filter in Redis: the
 crawl's DONE fingerprints plus a filter (of the crawl's dedupe mode) of fingerprints seen
-through this class.
+through this class. On a partitioned crawl (``REDCRAWL_PARTITIONS`` > 1) the DONE
+fingerprints asked are those of the request's partition (its politeness key's, as a push
+routes it; fingerprints imported alone are in every partition): two script calls per
+request whatever the number of partitions.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from redcrawl.connection import connect
 from redcrawl.dedupe import Filter
+from redcrawl.envelope import Envelope
 from redcrawl.fingerprint import canonicalizer_for, request_fingerprint
-from redcrawl.frontier import open_frontier
+from redcrawl.frontier import FrontierCore, PartitionedFrontier, open_frontier
 from redcrawl.settings import Settings
 
 if TYPE_CHECKING:
@@ -38,7 +42,7 @@ class DupeFilter:
         self.crawler = crawler
         self.logdupes = True
         self._client: Any = None
-        self._done: Filter | None = None
+        self._frontier: FrontierCore | None = None
         self._seen: Filter | None = None
         self._canonicalizer = canonicalizer_for(settings)
         # the project's REQUEST_FINGERPRINTER_CLASS, unless it is Scrapy's default
@@ -61,13 +65,12 @@ class DupeFilter:
 
     def request_seen(self, request: scrapy.Request) -> bool:
         """True if a request with this fingerprint was seen before, anywhere in the crawl."""
-        if self._done is None or self._seen is None:
+        if self._frontier is None or self._seen is None:
             spider = getattr(self.crawler, "spider", None)
             name = self.settings.crawl_name(getattr(spider, "name", None))
             self._client = connect(self.settings)
-            frontier = open_frontier(self._client, self.settings, name)
-            self._done = frontier.done
-            self._seen = Filter(self._client, frontier.dedupe, frontier.keys.fp_seen)
+            self._frontier = open_frontier(self._client, self.settings, name)
+            self._seen = Filter(self._client, self._frontier.dedupe, self._frontier.keys.fp_seen)
         fp = (
             self._fingerprinter(request)
             if self._fingerprinter is not None
@@ -77,9 +80,20 @@ class DupeFilter:
                 version_meta_key=self.settings.fingerprint_version_meta,
             )
         )
-        if self._done.contains([fp])[0]:
+        if self._done(request).contains([fp])[0]:
             return True
         return not self._seen.add([fp])[0]
+
+    def _done(self, request: scrapy.Request) -> Filter:
+        """The DONE fingerprints that may hold ``request``'s: on a partitioned crawl its
+        partition's (a push checks only those), else the crawl's."""
+        frontier = self._frontier
+        assert frontier is not None
+        if not isinstance(frontier, PartitionedFrontier):
+            return frontier.done
+        slot = request.meta.get("download_slot")
+        meta = {} if slot is None else {"download_slot": slot}
+        return frontier.parts[frontier.partition(Envelope(url=request.url, meta=meta))].done
 
     def log(self, request: scrapy.Request, spider: scrapy.Spider) -> None:
         if self.debug:

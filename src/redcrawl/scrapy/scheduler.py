@@ -52,6 +52,8 @@ from twisted.internet import task
 from redcrawl import codec
 from redcrawl.connection import connect
 from redcrawl.errors import (
+    ConfigError,
+    ConnectionError_,
     CrawlVanished,
     DecodeError,
     EncodeError,
@@ -188,6 +190,7 @@ class Scheduler(BaseScheduler):
         self._watchdog: task.LoopingCall | None = None
         self._unhook: Any = None
         self._poll_call: Any = None
+        self._startup_error: ConfigError | None = None  # a wrong setting, said at open
         self._failure: str | None = None
         self._closing = False
         self._polite = False  # the frontier enforces fleet-wide politeness (set at open)
@@ -196,13 +199,20 @@ class Scheduler(BaseScheduler):
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> Scheduler:
-        settings = Settings.from_scrapy(crawler.settings)
-        dupefilter = None
-        df_path = crawler.settings.get("DUPEFILTER_CLASS")
-        if df_path:
-            from scrapy.utils.misc import load_object
+        try:
+            settings = Settings.from_scrapy(crawler.settings)
+            dupefilter = None
+            df_path = crawler.settings.get("DUPEFILTER_CLASS")
+            if df_path:
+                from scrapy.utils.misc import load_object
 
-            dupefilter = lifecycle.build_component(load_object(df_path), crawler)
+                dupefilter = lifecycle.build_component(load_object(df_path), crawler)
+        except ConfigError as exc:
+            # Raised here, Scrapy 2.19 buries it under tracebacks of its own engine
+            # ("Engine slot not assigned"): said at open as one CRITICAL line instead.
+            scheduler = cls(crawler, Settings(), None)
+            scheduler._startup_error = exc
+            return scheduler
         scheduler = cls(crawler, settings, dupefilter)
         crawler.signals.connect(scheduler._on_spider_error, signals.spider_error)
         crawler.signals.connect(scheduler._on_response, signals.response_received)
@@ -217,9 +227,13 @@ class Scheduler(BaseScheduler):
         worker whose settings change the crawl's layout is refused with one CRITICAL line
         (no traceback) and the process exits 1 (:meth:`_refuse_layout`)."""
         try:
+            if self._startup_error is not None:
+                raise self._startup_error
             self._open(spider)
         except LayoutMismatch as exc:
             self._refuse_layout(exc)
+        except (ConfigError, ConnectionError_) as exc:  # a wrong setting, no Redis
+            self._refuse_start(exc)
 
     def _open(self, spider: scrapy.Spider) -> None:
         self.spider = spider
@@ -302,10 +316,23 @@ class Scheduler(BaseScheduler):
         if stored_layout(cast(dict[bytes, bytes], control)) is not None:
             self.frontier.maintain()  # its script checks the layout first
 
+    def _refuse_start(self, exc: ConfigError | ConnectionError_) -> None:
+        """A wrong setting or an unreachable Redis at start: one CRITICAL line that says
+        what to do (the error's own message), exit 1, nothing written to the crawl."""
+        if self.frontier is not None:
+            self.frontier.client.close()
+        self.frontier = None
+        reason = "config_error" if isinstance(exc, ConfigError) else "redis_unavailable"
+        self._fail(reason, str(exc), before_start=True)
+
     def _refuse_layout(self, exc: LayoutMismatch) -> None:
         """This worker's settings change the crawl's layout: say what to do in one
         CRITICAL line, make the process exit 1, and leave the crawl as it is."""
-        crawl = self.frontier.crawl if self.frontier is not None else "?"
+        crawl = (
+            self.frontier.crawl
+            if self.frontier is not None
+            else self.settings.crawl_name(self.spider.name if self.spider else "?")
+        )
         if self.frontier is not None:
             self.frontier.client.close()
         self.frontier = None  # nothing more goes to Redis: close() has nothing to do

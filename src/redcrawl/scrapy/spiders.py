@@ -16,23 +16,49 @@ idle, as scrapy-redis does: it is always fetched (``dont_filter`` is True unless
 entry says false: not deduplicated, not dropped as offsite). Only http(s) URLs are
 accepted unless the spider lists more schemes in ``redis_start_url_schemes`` (e.g.
 ``{"http", "https", "ftp"}``); a callback must be a public method of the spider's own
-class (:mod:`redcrawl.callbacks`). A refused or malformed entry is logged with the reason
-and counted (stat ``redcrawl/start_entries/refused``); it never stops the spider.
+class (:mod:`redcrawl.callbacks`). A refused or malformed entry is logged with the reason,
+counted (stat ``redcrawl/start_entries/refused``) and kept (below); it never stops the
+spider.
 
 A start key that cannot be read (a key of another type than the settings say, or one an
 ACL user may not touch) closes the spider with a message naming the key and what to do
 (reason ``redcrawl_start_key``).
 
-Entries are popped atomically (one worker gets each) and handed straight to the
-frontier. To seed a crawl durably, push URLs into the frontier itself instead:
+What happens to an entry between its key and the frontier (a SIGKILL loses none): on
+redcrawl's scheduler a batch is *claimed*, not popped: one atomic step
+(``lua/start_claim.lua``) takes it off the start key (from the head of a list as
+``LPOP``, as ``SPOP`` from a set, as ``ZPOPMAX`` from a sorted set, score kept) and keeps
+it in the claims hash beside the key (:func:`redcrawl.keys.start_claims`:
+``<key>:{<key>}:claimed``, or ``<key>:claimed`` for a key with a hash tag; one field
+``<worker>#<seq>`` per batch, in the start key's Redis Cluster slot). Once every request
+made from the batch went to the scheduler and the worker's I/O thread has stored them
+in the frontier, the claim is cleared (``lua/start_settle.lua``). The claims of a worker
+whose heartbeat has ended (``FrontierCore.workers``) go back to the start key
+(``lua/start_recover.lua``: at the head of a list, in order; a sorted set's with their
+scores), looked for when a spider starts and while it is idle; a live worker's claims are
+never touched. So an entry is fetched at least once, like scrapy-redis's ``dont_filter``
+start entries: a worker killed after its requests were stored but before its claim was
+cleared (a second or so) has its entries fetched again. A spider on another scheduler,
+or one that overrides :meth:`RedisMixin.fetch_data`, pops as scrapy-redis does.
+
+Refused entries are kept: each goes (as JSON ``{"entry", "reason", "worker", "time"}``)
+to the list beside the start key (:func:`redcrawl.keys.start_refused`:
+``<key>:{<key>}:refused``), newest first, the last :data:`REFUSED_MAX`; the first one a
+worker refuses logs where the list is. Inspect with ``redis-cli LRANGE <list> 0 -1``;
+re-push a fixed entry onto the start key.
+
+To seed a crawl deduplicated, push URLs into the frontier itself instead:
 ``redcrawl seed URL...`` or :func:`redcrawl.scrapy.seed`.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any, cast
 
 import redis
@@ -43,12 +69,30 @@ from scrapy.spiders import CrawlSpider, Spider
 
 from redcrawl.callbacks import callback_problem, resolve_callback
 from redcrawl.connection import connect
-from redcrawl.errors import ConfigError
+from redcrawl.errors import ConfigError, RedcrawlError
+from redcrawl.keys import start_claims, start_refused
 from redcrawl.scrapy import lifecycle
+from redcrawl.scripts import BASE, Scripts
 from redcrawl.settings import Settings
+from redcrawl.transport import redis_errors
 from redcrawl.urls import HTTP_SCHEMES, url_problem
 
-__all__ = ["RedisCrawlSpider", "RedisMixin", "RedisSpider"]
+__all__ = ["REFUSED_MAX", "RedisCrawlSpider", "RedisMixin", "RedisSpider", "StartKey"]
+
+REFUSED_MAX = 10_000
+"""Refused start entries kept in the list beside the start key (the newest)."""
+
+SETTLE_EVERY = 0.5
+"""Seconds between looks for claimed batches whose requests are stored (to clear them)."""
+
+RECOVER_EVERY = 1.0
+"""Seconds between looks for claims of stopped workers (at start and while idle)."""
+
+_SOURCES = {
+    "claim": (BASE, "lua/start_claim.lua"),
+    "settle": (BASE, "lua/start_settle.lua"),
+    "recover": (BASE, "lua/start_recover.lua"),
+}
 
 _REQUEST_KEYS = {
     "url",
@@ -64,6 +108,125 @@ _REQUEST_KEYS = {
     "cb_kwargs",
     "formdata",
 }
+
+
+class StartKey:
+    """The Redis side of one start key: claim a batch, clear a claim (and keep refused
+    entries), give stopped workers' claims back, or pop as scrapy-redis does (module
+    docs). Errors: :class:`~redcrawl.errors.ConfigError` for a key of the wrong type or
+    outside the ACL user's key pattern, else :mod:`redcrawl.transport`'s."""
+
+    def __init__(self, client: Any, key: str, kind: str) -> None:
+        self.client = client
+        self.key = key
+        self.kind = kind
+        """``list``, ``set`` or ``zset``."""
+        self.claims = start_claims(key)
+        self.refused = start_refused(key)
+        self._scripts = Scripts(client, _SOURCES)
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        with redis_errors(what):
+            try:
+                yield
+            except redis.exceptions.NoPermissionError as exc:
+                raise ConfigError(
+                    "REDIS_START_URLS_KEY",
+                    f"the Redis user may not read the start key {self.key!r} or the keys "
+                    f"beside it ({exc}). Allow them in the user's ACL (ACL SETUSER <user> "
+                    f"~{self.key}*), or move the key inside the user's key pattern with "
+                    "REDIS_START_URLS_KEY or the spider's redis_key (e.g. "
+                    "'rc:%(name)s:start_urls' for ~rc:*)",
+                ) from None
+            except redis.exceptions.ResponseError as exc:
+                if "WRONGTYPE" not in str(exc):
+                    raise
+                raise self._wrong_type() from None
+
+    def _wrong_type(self) -> ConfigError:
+        actual = self.client.type(self.key)
+        actual = actual.decode() if isinstance(actual, bytes) else str(actual)
+        setting = {"set": "REDIS_START_URLS_AS_SET", "zset": "REDIS_START_URLS_AS_ZSET"}
+        fix = (
+            f"set {setting[actual]} = True"
+            if actual in setting
+            else "turn REDIS_START_URLS_AS_SET and REDIS_START_URLS_AS_ZSET off"
+            if actual == "list"
+            else "delete it or point REDIS_START_URLS_KEY elsewhere"
+        )
+        return ConfigError(
+            setting.get(self.kind, "REDIS_START_URLS_KEY"),
+            f"start key {self.key!r} is a Redis {actual}, but the spider reads it "
+            f"as a {self.kind}; {fix}",
+        )
+
+    def pop(self, count: int) -> list[bytes]:
+        """Pop up to ``count`` entries (no claim: scrapy-redis's way)."""
+        with self._errors("reading the start key"):
+            if self.kind == "zset":
+                data = [member for member, _ in self.client.zpopmax(self.key, count)]
+            elif self.kind == "set":
+                data = self.client.spop(self.key, count)
+            else:
+                data = self.client.lpop(self.key, count)
+        return list(data or [])
+
+    def claim(self, field: str, count: int) -> list[bytes]:
+        """Take up to ``count`` entries off the key under the claim ``field``
+        (``<worker>#<seq>``), atomically (each entry goes to one worker)."""
+        with self._errors("claiming start entries"):
+            raw = self._scripts["claim"](
+                keys=[self.key, self.claims], args=[self.kind, count, field]
+            )
+        return list(raw[::2] if self.kind == "zset" else raw)
+
+    def settle(self, field: str, refused: list[str]) -> None:
+        """Clear the claim ``field`` ("" for none) and keep the ``refused`` records, in one
+        step."""
+        with self._errors("clearing a start entries claim"):
+            self._scripts["settle"](
+                keys=[self.claims, self.refused], args=[field, REFUSED_MAX, *refused]
+            )
+
+    def owners(self) -> dict[str, list[str]]:
+        """Worker -> the fields of its claims, newest first."""
+        with self._errors("reading start entries claims"):
+            fields = self.client.hkeys(self.claims)
+        out: dict[str, list[tuple[int, str]]] = {}
+        for raw in fields:
+            field = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+            worker, _, seq = field.rpartition("#")
+            out.setdefault(worker, []).append((int(seq) if seq.isdigit() else 0, field))
+        return {w: [f for _, f in sorted(claims, reverse=True)] for w, claims in out.items()}
+
+    def recover(self, fields: list[str]) -> int:
+        """Give the claims ``fields`` (newest first) back to the start key; returns how many
+        entries went back (a claim cleared or given back meanwhile is skipped)."""
+        if not fields:
+            return 0
+        with self._errors("giving start entries back"):
+            return int(
+                self._scripts["recover"](keys=[self.key, self.claims], args=[self.kind, *fields])
+            )
+
+    def recover_stopped(
+        self, me: str | None, workers: dict[str, float], now: float
+    ) -> tuple[int, list[str]]:
+        """Give back the claims of every worker but ``me`` whose heartbeat deadline in
+        ``workers`` (``FrontierCore.workers``: seconds, server clock) is not after ``now``
+        (or that has none). Returns (entries given back, the live workers that hold
+        claims)."""
+        stopped: list[str] = []
+        live: list[str] = []
+        for worker, fields in self.owners().items():
+            if worker == me:
+                continue
+            if workers.get(worker, 0.0) > now:
+                live.append(worker)
+            else:
+                stopped += fields
+        return self.recover(stopped), live
 
 
 class RedisMixin:
@@ -107,8 +270,21 @@ class RedisMixin:
         self._schemes = frozenset(s.lower() for s in self.redis_start_url_schemes)
         self._closing = False
         self._idle_since = time.monotonic()
+        self._start_key = StartKey(self.server, self.redis_key, self._key_type)
+        self._seq = itertools.count(1)
+        self._worker: str | None = None  # the scheduler's worker id, once claiming
+        self._feeder: Any = None  # the scheduler's Feeder, once claiming
+        self._frontier: Any = None  # the scheduler's frontier (workers' heartbeats)
+        # claimed batches whose requests all went to the scheduler: (claim field, the
+        # feeder's generation then, refused records), cleared once stored
+        self._pending: deque[tuple[str, int, list[str]]] = deque()
+        self._settle_call: Any = None
+        self._next_recover = 0.0
+        self._claims_elsewhere = False  # live workers held claims at the last look
+        self._told_refused = False
         crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self._active, signal=signals.response_received)
+        crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
         self.logger.info(
             "Reading start URLs from redis key %r (batch size %d)",
             self.redis_key,
@@ -117,54 +293,140 @@ class RedisMixin:
 
     # --- reading the key -----------------------------------------------------------
     def fetch_data(self, count: int) -> list[bytes]:
-        """Pop up to ``count`` entries, atomically (each entry goes to one worker).
+        """Pop up to ``count`` entries, atomically (each entry goes to one worker), without
+        a claim (scrapy-redis's way: used on another scheduler, or when overridden).
         :class:`~redcrawl.errors.ConfigError` when the key can't be read as configured."""
         assert self.redis_key is not None
-        server: Any = self.server
-        try:
-            if self._key_type == "zset":
-                data = [member for member, _ in server.zpopmax(self.redis_key, count)]
-            elif self._key_type == "set":
-                data = server.spop(self.redis_key, count)
-            else:
-                data = server.lpop(self.redis_key, count)
-        except redis.exceptions.NoPermissionError as exc:
-            raise ConfigError(
-                "REDIS_START_URLS_KEY",
-                f"the Redis user may not read the start key {self.redis_key!r} ({exc}). "
-                f"Allow it in the user's ACL (ACL SETUSER <user> ~{self.redis_key}), or move "
-                "the key inside the user's key pattern with REDIS_START_URLS_KEY or the "
-                "spider's redis_key (e.g. 'rc:%(name)s:start_urls' for ~rc:*)",
-            ) from None
-        except redis.exceptions.ResponseError as exc:
-            if "WRONGTYPE" not in str(exc):
-                raise
-            actual = server.type(self.redis_key)
-            actual = actual.decode() if isinstance(actual, bytes) else str(actual)
-            setting = {"set": "REDIS_START_URLS_AS_SET", "zset": "REDIS_START_URLS_AS_ZSET"}
-            fix = (
-                f"set {setting[actual]} = True"
-                if actual in setting
-                else "turn REDIS_START_URLS_AS_SET and REDIS_START_URLS_AS_ZSET off"
-                if actual == "list"
-                else "delete it or point REDIS_START_URLS_KEY elsewhere"
-            )
-            raise ConfigError(
-                setting.get(self._key_type, "REDIS_START_URLS_KEY"),
-                f"start key {self.redis_key!r} is a Redis {actual}, but the spider reads it "
-                f"as a {self._key_type}; {fix}",
-            ) from None
-        return list(data or [])
+        return StartKey(self.server, self.redis_key, self._key_type).pop(count)
 
-    def _refuse(self, data: bytes, reason: str) -> None:
+    def _claimer(self) -> str:
+        """How this worker reads the key: ``claim`` (redcrawl's scheduler), ``pop`` (another
+        scheduler, or an overridden ``fetch_data``) or ``none`` (the scheduler refused to
+        start: the spider is closing, leave the entries where they are)."""
+        if self._feeder is not None:
+            return "claim"
+        try:
+            scheduler = lifecycle.scheduler_of(self.crawler)
+        except (AttributeError, RuntimeError):  # no crawl running (Scrapy 2.19: no engine)
+            scheduler = None
+        if scheduler is None or not hasattr(scheduler, "feeder"):
+            return "pop"
+        if type(self).fetch_data is not RedisMixin.fetch_data:
+            return "pop"
+        if scheduler.feeder is None or scheduler.frontier is None:
+            return "none"
+        self._feeder, self._worker = scheduler.feeder, scheduler.worker
+        self._frontier = scheduler.frontier
+        return "claim"
+
+    def _take(self, how: str, count: int) -> tuple[list[bytes], str]:
+        """A batch and its claim field ("" when popped)."""
+        if how == "pop":
+            return self.fetch_data(count), ""
+        self.recover_claims()
+        field = f"{self._worker}#{next(self._seq)}"
+        return self._start_key.claim(field, count), field
+
+    def recover_claims(self, force: bool = False) -> int:
+        """Give the claims of stopped workers back to the start key (at most every
+        :data:`RECOVER_EVERY` seconds unless ``force``); returns how many entries went back.
+        Notes whether live workers hold claims (the spider is not idle while they do)."""
+        now = time.monotonic()
+        if self._feeder is None or (now < self._next_recover and not force):
+            return 0
+        self._next_recover = now + RECOVER_EVERY
+        owners = self._start_key.owners()
+        if not any(w != self._worker for w in owners):
+            self._claims_elsewhere = False
+            return 0
+        frontier = self._frontier
+        back, live = self._start_key.recover_stopped(
+            self._worker, frontier.workers(), frontier.server_time()
+        )
+        self._claims_elsewhere = bool(live)
+        if back:
+            self.logger.warning(
+                "Gave %d start entries back to %r: claimed by worker(s) that stopped "
+                "before their requests were stored",
+                back,
+                self.redis_key,
+            )
+            self.crawler.stats.inc_value("redcrawl/start_entries/recovered", back)
+        return back
+
+    def _refuse(self, data: bytes, reason: str) -> str:
+        """Log and count a refused entry; returns its record for the refused list."""
         self.logger.error("Skipping start entry %r from %r: %s", data[:200], self.redis_key, reason)
         self.crawler.stats.inc_value("redcrawl/start_entries/refused")
+        if not self._told_refused:
+            self._told_refused = True
+            self.logger.warning(
+                "Refused start entries are kept in the Redis list %r (newest first, the "
+                "last %d): see them with `redis-cli LRANGE %s 0 -1`, push fixed ones onto %r",
+                self._start_key.refused,
+                REFUSED_MAX,
+                self._start_key.refused,
+                self.redis_key,
+            )
+        record = {
+            "entry": data.decode("utf-8", "backslashreplace"),
+            "reason": reason,
+            "worker": self._worker,
+            "time": round(time.time(), 3),
+        }
+        return json.dumps(record, ensure_ascii=False)
+
+    def _batch_done(self, field: str, refused: list[str]) -> None:
+        """Every request made from a batch went to the scheduler: clear its claim once
+        they are stored (never waiting here), keeping the refused entries."""
+        if not field:
+            if refused:
+                self._start_key.settle("", refused)
+            return
+        self._pending.append((field, self._feeder.generation(), refused))
+        self._feeder.flush(0.0)  # store them now, not at the next tick (does not wait)
+        self._settle_claims()
+
+    def _settle_claims(self) -> None:
+        """Clear the claims of the batches whose requests are stored; look again in
+        :data:`SETTLE_EVERY` seconds while some are not (one such call at a time)."""
+        try:
+            while self._pending and self._feeder.stored_through(self._pending[0][1]):
+                field, _, refused = self._pending[0]
+                self._start_key.settle(field, refused)
+                self._pending.popleft()
+        except RedcrawlError as exc:
+            self.logger.warning("Could not clear a start entries claim yet: %s", exc)
+        waiting = self._settle_call is not None and self._settle_call.active()
+        if self._pending and not self._closing and not waiting:
+            from twisted.internet import reactor
+
+            self._settle_call = cast(Any, reactor).callLater(SETTLE_EVERY, self._settle_claims)
+
+    def _spider_closed(self, spider: Any, reason: str = "") -> None:
+        """The scheduler has stopped its I/O thread: clear the claims of what it stored;
+        the others go back to the key once this worker's heartbeat is gone."""
+        self._closing = True
+        if self._settle_call is not None and self._settle_call.active():
+            self._settle_call.cancel()
+        if self._pending:
+            self._settle_claims()
+        if self._pending:
+            self.logger.warning(
+                "%d claimed batch(es) of start entries were not stored; they go back to %r "
+                "for the next worker",
+                len(self._pending),
+                self.redis_key,
+            )
 
     def next_requests(self) -> Iterator[Any]:
         if self._closing:
             return
+        how = self._claimer()
+        if how == "none":
+            return
         try:
-            batch = self.fetch_data(self.redis_batch_size or 16)
+            batch, field = self._take(how, self.redis_batch_size or 16)
         except ConfigError as exc:
             self._closing = True
             self.logger.error("Closing the spider: %s", exc)
@@ -177,11 +439,15 @@ class RedisMixin:
                 0, lifecycle.stop_crawler, self.crawler, "redcrawl_start_key"
             )
             return
+        except RedcrawlError as exc:  # Redis away: the entries stay, read them when idle
+            self.logger.error("Could not read start entries from %r: %s", self.redis_key, exc)
+            return
+        refused: list[str] = []
         for data in batch:
             try:
                 made = self.make_request_from_data(data)
             except (ValueError, TypeError, KeyError, UnicodeError) as exc:
-                self._refuse(data, str(exc))
+                refused.append(self._refuse(data, str(exc)))
                 continue
             if made is None:
                 continue
@@ -196,13 +462,16 @@ class RedisMixin:
                         if problem.startswith("it is not an absolute")
                         else ""
                     )
-                    self._refuse(data, f"URL {request.url!r}: {problem}{hint}")
+                    refused.append(self._refuse(data, f"URL {request.url!r}: {problem}{hint}"))
                     continue
                 # the same whether read at start or when idle, as in scrapy-redis: not
                 # a Scrapy start request (those are deduplicated by the scheduler)
                 request.meta["is_start_request"] = False
                 self.crawler.stats.inc_value("redcrawl/start_entries/accepted")
                 yield request
+        # here the engine asked for the next request: it passed every one of this batch
+        # to the scheduler (Scrapy's crawl() enqueues at once)
+        self._batch_done(field, refused)
 
     def make_request_from_data(
         self, data: bytes
@@ -259,7 +528,7 @@ class RedisMixin:
         for request in self.next_requests():
             self.crawler.engine.crawl(request)
             n += 1
-        if n:
+        if n and self._feeder is None:  # popped, not claimed: store them now
             scheduler = lifecycle.scheduler_of(self.crawler)
             flush = getattr(scheduler, "flush", None)
             if flush is not None:
@@ -270,12 +539,17 @@ class RedisMixin:
         self._idle_since = time.monotonic()
 
     def spider_idle(self) -> None:
-        """Fetch more start URLs; close only after ``max_idle_time`` seconds with neither
-        new start URLs nor responses, i.e. since the crawl went quiet (0: never,
-        scrapy-redis's default)."""
+        """Fetch more start URLs (first giving stopped workers' claims back); close only
+        after ``max_idle_time`` seconds with neither new start URLs, nor responses, nor
+        claims of live workers, i.e. since the crawl went quiet (0: never, scrapy-redis's
+        default)."""
+        if self._pending:
+            self._settle_claims()
         if self.schedule_next_requests():
             self._idle_since = time.monotonic()
             raise DontCloseSpider
+        if self._claims_elsewhere:  # another worker's entries are on their way
+            self._idle_since = time.monotonic()
         idle = time.monotonic() - self._idle_since
         if self.max_idle_time and idle >= self.max_idle_time:
             return

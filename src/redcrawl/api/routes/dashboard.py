@@ -11,7 +11,8 @@ the API is open) under a key derived from the configured tokens, so every API pr
 behind a balancer accepts it. The Host/Origin guard (:mod:`redcrawl.api.hosts`) runs
 before all of this, as for the API. Every text that comes from Redis (crawl names,
 URLs, errors, worker ids) is escaped; the pages also send a Content-Security-Policy that
-allows no script at all.
+allows no script at all. Who may do what, and the response a page is sent in, is
+:mod:`redcrawl.api.dashboard_access`; the HTML pieces :mod:`redcrawl.api.dashboard_html`.
 
 Rates: "now" is the change over the last minute as this API process saw it
 (:class:`~redcrawl.api.rates.RateBook`); "last hour" is a series of one sample per minute
@@ -22,126 +23,62 @@ and written when a dashboard page is read or ``/metrics`` is scraped
 
 from __future__ import annotations
 
-import hashlib
 import hmac
-import itertools
 import re
-import secrets
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
 from html import escape
-from typing import Any, Literal
-from urllib.parse import parse_qs, quote, urlencode
+from typing import Any
+from urllib.parse import quote, urlencode
 
 from fastapi import APIRouter, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from redcrawl.api.auth import _matches, open_access
 from redcrawl.api.context import Context
+from redcrawl.api.dashboard_access import (
+    COOKIE,
+    MAX_FORM,
+    Access,
+    Viewer,
+    _form_fields,
+    _local,
+)
+from redcrawl.api.dashboard_html import _counts_table as _counts_table  # (tests import it here)
+from redcrawl.api.dashboard_html import (
+    _form,
+    _hosts_table,
+    _per_s,
+    _rates_note,
+    _spark,
+    _state,
+)
 from redcrawl.api.errors import StateErrors
 from redcrawl.api.inputs import REQUEST_ID_PATTERN
-from redcrawl.frontier import Counts
-from redcrawl.keys import CRAWL_NAME_PATTERN, HISTORY_MINUTES
+from redcrawl.keys import CRAWL_NAME_PATTERN
 from redcrawl.metrics.history import Series, record_history
-from redcrawl.metrics.hosts_view import HostsPanel, read_hosts
+from redcrawl.metrics.hosts_view import read_hosts
 from redcrawl.metrics.snapshot import CrawlSnapshot, SnapshotReader
 from redcrawl.politeness.hosts import Sort
 
 __all__ = ["COOKIE", "REFRESH", "router"]
 
-COOKIE = "redcrawl_token"
-"""The cookie holding the token given at ``/login``."""
-SESSION = "redcrawl_session"
-"""Without tokens: a random cookie the CSRF token is tied to."""
 REFRESH = 10
 """Seconds between reloads of a page (``?refresh=N`` changes it, 0 stops it)."""
 DEAD_ROWS = 50
 """Dead letters listed on a crawl's page (oldest first)."""
 HOSTS_ROWS = 20
 """Politeness keys listed on a crawl's page (``?hosts=ready|inflight``: the order)."""
-MAX_FORM = 4096
-"""Largest form body a dashboard POST reads."""
 _CRAWL_NAME = re.compile(CRAWL_NAME_PATTERN)
 _REQUEST_ID = re.compile(REQUEST_ID_PATTERN)
-CSP = (
-    "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'; "
-    "frame-ancestors 'none'; base-uri 'none'"
-)
-
-Level = Literal["read", "admin"]
-
-
-@dataclass(frozen=True, slots=True)
-class Viewer:
-    """Who asks: ``level`` None when not allowed in; ``session`` what the CSRF token is
-    tied to; ``new_session`` a random session cookie to set (open API, first visit)."""
-
-    level: Level | None
-    session: str
-    new_session: str = ""
 
 
 def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page and action)
     """The pages, bound to the app's :class:`Context`."""
     r = APIRouter(route_class=StateErrors, include_in_schema=False)
     settings = ctx.settings
-    is_open = open_access(settings)
-    if is_open:
-        csrf_key = secrets.token_bytes(32)  # loopback only, one process
-    else:
-        material = "\0".join(sorted(settings.api_admin_tokens + settings.api_tokens))
-        csrf_key = hashlib.sha256(b"redcrawl dashboard csrf\0" + material.encode()).digest()
+    access = Access(settings)
+    page, viewer, to_login = access.page, access.viewer, access.to_login
     readers: list[SnapshotReader] = []
-
-    def level_of(token: str) -> Level | None:
-        if _matches(token, settings.api_admin_tokens):
-            return "admin"
-        if _matches(token, settings.api_tokens):
-            return "read"
-        return None
-
-    def viewer(request: Request) -> Viewer:
-        if is_open:
-            session = request.cookies.get(SESSION, "")
-            if len(session) < 16:
-                session = secrets.token_urlsafe(24)
-                return Viewer("admin", session, new_session=session)
-            return Viewer("admin", session)
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if not (scheme.lower() == "bearer" and token.strip()):
-            token = request.cookies.get(COOKIE, "")
-        token = token.strip()
-        return Viewer(level_of(token) if token else None, token)
-
-    def csrf(v: Viewer) -> str:
-        return hmac.new(csrf_key, b"csrf\0" + v.session.encode(), hashlib.sha256).hexdigest()
-
-    def page(
-        v: Viewer, title: str, body: str, *, status: int = 200, refresh: int = 0
-    ) -> HTMLResponse:
-        resp = HTMLResponse(
-            _layout(
-                title,
-                body,
-                refresh=refresh,
-                logged_in=not is_open and v.level is not None and bool(v.session),
-            ),
-            status_code=status,
-        )
-        resp.headers["Content-Security-Policy"] = CSP
-        resp.headers["Cache-Control"] = "no-store"
-        resp.headers["X-Content-Type-Options"] = "nosniff"
-        resp.headers["Referrer-Policy"] = "same-origin"  # no-referrer makes Origin "null"
-        if v.new_session:
-            resp.set_cookie(SESSION, v.new_session, httponly=True, samesite="strict", path="/")
-        return resp
-
-    def to_login(request: Request) -> Response:
-        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        return RedirectResponse("/login?" + urlencode({"next": target}), status_code=303)
 
     def refresh_of(request: Request) -> int:
         raw = request.query_params.get("refresh", "")
@@ -230,7 +167,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
         f = ctx.frontier(crawl)
         dead = f.dead(DEAD_ROWS)
         admin = v.level == "admin"
-        token = csrf(v) if admin else ""
+        token = access.csrf(v) if admin else ""
         path = f"/crawls/{quote(crawl, safe='')}"
         keep = sticky(request)
         msg = request.query_params.get("done", "")
@@ -330,7 +267,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
         if len(raw) > MAX_FORM:
             return page(v, "too large", "<h1>Form too large</h1>", status=413)
         form = _form_fields(raw)
-        if not hmac.compare_digest(form.get("csrf", ""), csrf(v)):
+        if not hmac.compare_digest(form.get("csrf", ""), access.csrf(v)):
             return page(
                 v,
                 "expired form",
@@ -399,7 +336,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
 
     @r.get("/login", response_class=HTMLResponse)
     def login_form(request: Request) -> Response:
-        if is_open:
+        if access.is_open:
             return RedirectResponse("/", status_code=303)
         return login_page(Viewer(None, ""), _local(request.query_params.get("next", "/")))
 
@@ -408,10 +345,10 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
         raw = await request.body()
         form = _form_fields(raw[:MAX_FORM])
         target = _local(form.get("next", "/"))
-        if is_open:
+        if access.is_open:
             return RedirectResponse(target, status_code=303)
         token = form.get("token", "").strip()
-        if not token or level_of(token) is None:
+        if not token or access.level_of(token) is None:
             return login_page(Viewer(None, ""), target, "Unknown token.", status=401)
         resp = RedirectResponse(target, status_code=303)
         resp.set_cookie(
@@ -433,218 +370,9 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
     return r
 
 
-# --- pieces of pages -------------------------------------------------------------------
-def _layout(title: str, body: str, *, refresh: int, logged_in: bool) -> str:
-    meta = f'<meta http-equiv=refresh content="{refresh}">' if refresh else ""
-    logout = (
-        (
-            '<form method=post action="/logout" class=logout><button type=submit '
-            "id=logout>log out</button></form>"
-        )
-        if logged_in
-        else ""
-    )
-    return (
-        "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        '<meta name=viewport content="width=device-width, initial-scale=1">'
-        f'{meta}<link rel=icon href="data:,"><title>{escape(title)}</title>'
-        f'<style>{_CSS}</style></head><body><header><a href="/">redcrawl</a>'
-        f"{logout}</header><main>{body}</main></body></html>"
-    )
-
-
-_CSS = """
-body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#222;background:#fafafa}
-header{background:#223;padding:.5em 1em;display:flex;justify-content:space-between}
-header a{color:#fff;font-weight:bold;text-decoration:none}
-main{padding:1em 2em}
-table{border-collapse:collapse;margin:.5em 0 1em;background:#fff}
-th,td{border:1px solid #ddd;padding:.25em .6em;text-align:left;vertical-align:top}
-td.n{text-align:right;font-variant-numeric:tabular-nums}
-td.err,td.url,td.key{max-width:30em;overflow-wrap:anywhere;font-family:monospace;font-size:12px}
-small{font-weight:normal;color:#666;font-size:60%}
-.flash{background:#ffd;border:1px solid #dd8;padding:.3em .6em;display:inline-block}
-.note{color:#666;font-size:12px}
-form{display:inline;margin:0}
-button{cursor:pointer}
-svg{vertical-align:middle}
-"""
-
-
-def _form(
-    action: str, csrf: str, label: str, id_: str, fields: dict[str, str] | None = None
-) -> str:
-    hidden = "".join(
-        f'<input type=hidden name="{escape(k)}" value="{escape(val)}">'
-        for k, val in {"csrf": csrf, **(fields or {})}.items()
-    )
-    ident = f' id="{escape(id_)}"' if id_ else ""
-    return (
-        f'<form method=post action="{escape(action)}">{hidden}'
-        f"<button type=submit{ident}>{escape(label)}</button></form>"
-    )
-
-
-def _form_fields(raw: bytes) -> dict[str, str]:
-    """An urlencoded form, the first value of each field."""
-    parsed = parse_qs(raw.decode("utf-8", errors="replace"), max_num_fields=20)
-    return {k: vals[0] for k, vals in parsed.items() if vals}
-
-
-def _local(target: str) -> str:
-    """``target`` if it is a path of this site, else ``/`` (no open redirect)."""
-    if (
-        target.startswith("/")
-        and not target.startswith("//")
-        and "\\" not in target
-        and all(31 < ord(ch) < 127 for ch in target)
-    ):
-        return target
-    return "/"
-
-
-def _state(c: CrawlSnapshot) -> str:
-    n = c.counts
-    if c.paused:
-        return "paused"
-    if n.finished and n.accepted:
-        return "finished"
-    return "running" if c.workers_alive else "waiting for workers"
-
-
-def _counts_table(n: Counts, stats: Mapping[str, int] | None = None) -> str:
-    """The counts of a crawl; ``stats`` (its stats hash) adds the requests robots.txt
-    disallowed (done without a fetch) once there are any."""
-    cells = [
-        ("ready", n.ready),
-        ("delayed", n.delayed),
-        ("in flight", n.in_flight),
-        ("done", n.done),
-        ("dead", n.dead),
-        ("accepted", n.accepted),
-        ("duplicates", n.filtered),
-    ]
-    ids = ["ready", "delayed", "inflight", "done", "dead", "accepted", "filtered"]
-    disallowed = (stats or {}).get("robots_disallowed", 0)
-    if disallowed:
-        cells.append(("robots.txt disallowed", disallowed))
-        ids.append("robots-disallowed")
-    return (
-        "<table id=counts><tr>"
-        + "".join(f"<th>{name}</th>" for name, _ in cells)
-        + "</tr><tr>"
-        + "".join(
-            f'<td class=n id="count-{i}">{value}</td>'
-            for i, (_, value) in zip(ids, cells, strict=True)
-        )
-        + "</tr></table>"
-    )
-
-
-def _hosts_table(
-    panel: HostsPanel, open_keys: int | None, path: str, query: Mapping[str, str]
-) -> str:
-    """The hosts table of a crawl's page (keys and reasons are user data: escaped)."""
-
-    def order(sort: str, label: str) -> str:
-        if panel.sort == sort:
-            return f"<b>{label}</b>"
-        params = {k: v for k, v in query.items() if k in ("refresh",)}
-        params["hosts"] = sort
-        return (
-            f'<a href="{escape(path)}?{escape(urlencode(params))}" id="hosts-by-{sort}">{label}</a>'
-        )
-
-    seen = f"{len(panel.hosts):,} of {panel.scanned:,}" + ("" if panel.complete else "+")
-    head = (
-        f"<h2>Hosts (top {seen} by {'ready' if panel.sort == 'ready' else 'in flight'}"
-        + (f"; {open_keys:,} open now" if open_keys is not None else "")
-        + ")</h2>"
-        f"<p class=note>order by {order('ready', 'ready')} | {order('inflight', 'in flight')}"
-        " &middot; change a host's limits with <code>redcrawl hosts set</code> or "
-        "<code>PUT /v1/crawls/{crawl}/hosts/{key}</code></p>"
-    )
-    if not panel.hosts:
-        return head + "<p id=hosts-empty>No host with ready work or in flight.</p>"
-    rows = []
-    for h in panel.hosts:
-        blocked = (
-            time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(h.blocked_until))
-            if h.blocked_until is not None
-            else ""
-        )
-        delay = f"{h.delay:g} s" if h.delay is not None else "?"
-        source = f" <small>{escape(h.delay_source)}</small>" if h.delay_source else ""
-        rows.append(
-            f"<tr><td class=key>{escape(h.key)}</td><td class=n>{h.ready:,}</td>"
-            f"<td class=n>{h.in_flight:,}</td><td class=n>{delay}{source}</td>"
-            f"<td class=n>{'?' if h.concurrency is None else f'{h.concurrency:,}'}</td>"
-            f"<td>{blocked}</td>"
-            f"<td class=why>{escape(h.why) if h.why is not None else 'open'}</td></tr>"
-        )
-    note = (
-        ""
-        if panel.complete
-        else "<p class=note>A bounded sample: the keys that open first and those in "
-        "flight (docs/politeness.md).</p>"
-    )
-    return (
-        head + "<table id=hosts><thead><tr><th>key</th><th>ready</th><th>in flight</th>"
-        "<th>delay</th><th>concurrency</th><th>blocked until (UTC)</th>"
-        "<th>why not served now</th></tr></thead>"
-        f"<tbody>{''.join(rows)}</tbody></table>{note}"
-    )
-
-
-def _per_s(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.1f}"
-
-
-def _rates_note() -> str:
-    return (
-        "<p class=note>Rates now: this API process's view of the last minute. Last "
-        "hour: one sample per minute kept in Redis, taken while a dashboard page is "
-        "read (gaps while nobody looks).</p>"
-    )
-
-
 # --- the history of counters -------------------------------------------------------------
 def _history(
     client: Any, settings: Any, crawls: list[CrawlSnapshot], now: float
 ) -> dict[str, Series]:
     """Record this minute's sample of each crawl and return each crawl's series."""
     return record_history(client, settings, crawls, now)
-
-
-def _per_minute(series: Series, field: str) -> list[tuple[int, float]]:
-    """(minute, change per minute since the previous sample); a counter that went down
-    (the crawl was purged) starts over."""
-    at = 1 if field == "done" else 2
-    out = []
-    for prev, cur in itertools.pairwise(series):
-        gap = cur[0] - prev[0]
-        delta = cur[at] - prev[at]
-        if gap > 0 and delta >= 0:
-            out.append((cur[0], delta / gap))
-    return out
-
-
-def _spark(series: Series, field: str, now: float, width: int = 180, height: int = 28) -> str:
-    """An inline SVG line of the per-minute rate over the last hour."""
-    points = _per_minute(series, field)
-    if not points:
-        return "<span class=note>collecting (one sample a minute)</span>"
-    start = int(now // 60) - HISTORY_MINUTES
-    top = max(v for _, v in points) or 1.0
-    xy = " ".join(
-        f"{(t - start) * width / HISTORY_MINUTES:.1f},{height - 2 - v / top * (height - 4):.1f}"
-        for t, v in points
-    )
-    last = points[-1][1]
-    return (
-        f'<svg class=spark width={width} height={height} viewBox="0 0 {width} '
-        f'{height}" role=img aria-label="{field} per minute"><title>{field} per '
-        f"minute over the last hour: last {last:,.0f}, peak {top:,.0f}</title>"
-        f'<polyline fill=none stroke="#36c" stroke-width=1.5 points="{xy}"/>'
-        f"</svg> {last:,.0f}/min"
-    )

@@ -323,7 +323,16 @@ lease_ready = function(worker, n, ttl, schedule, got)
   if POLITE then ids, keys = pol_grant(n, schedule)
   else ids = pop_ready(n, schedule) end
   if #ids == 0 then return end
-  local token = tostring(redis.call('HINCRBY', K_STATS, 'leases', 1))
+  -- (never below the clock in microseconds, ms x 1000: a master promoted after a
+  -- failover, its counter behind the old master's, hands out no token again; the same
+  -- token for the same request would let the old holder's stale calls settle the new
+  -- lease: docs/cluster.md, "Durability". Lua prints 10^14 as "1e+14": %.0f)
+  local token = redis.call('HINCRBY', K_STATS, 'leases', 1)
+  if token < math.floor(NOW) * 1000 then
+    token = math.floor(NOW) * 1000
+    redis.call('HSET', K_STATS, 'leases', string.format('%.0f', token))
+  end
+  token = string.format('%.0f', token)
   local leased = stamp_leased(ids, token, false, got)
   local kept = {NOW, worker}
   local unused = {}

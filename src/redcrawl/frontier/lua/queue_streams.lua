@@ -205,7 +205,15 @@ end
 
 local LEASE = nil
 local function lease_token(k, eid)
-  if not LEASE then LEASE = tostring(redis.call('HINCRBY', K_STATS, 'leases', 1)) end
+  if not LEASE then
+    -- (never below the clock in microseconds: see lease_ready in queue_lists.lua)
+    local n = redis.call('HINCRBY', K_STATS, 'leases', 1)
+    if n < math.floor(NOW) * 1000 then
+      n = math.floor(NOW) * 1000
+      redis.call('HSET', K_STATS, 'leases', string.format('%.0f', n))
+    end
+    LEASE = string.format('%.0f', n)
+  end
   return LEASE .. '/' .. k .. '/' .. eid
 end
 
