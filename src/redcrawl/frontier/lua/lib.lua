@@ -487,8 +487,9 @@ local function expired_why(attempts, worker)
 end
 
 -- READY -> IN-FLIGHT for the records of ids (for lease_ready): attempts + 1 and the lease
--- token written into each header (FMT.lout: nothing written, the reply says them): token (a string) for all of them, or token(i) for the
--- i-th (a function, called only for a request leased). A corrupt record goes to DEAD; a
+-- token written into each header (FMT.lout: nothing written, the reply says them): token
+-- (a string) for all of them, or token(i) for the i-th (a function, called only for a
+-- request leased). A corrupt record goes to DEAD; a
 -- missing one (and, with fresh, one already carrying a token: its request is elsewhere) is
 -- skipped. Appends id, attempts, record, token to the lease reply got for each request
 -- leased; returns a list aligned with ids: its attempts, or false if it was not leased.
