@@ -241,3 +241,18 @@ def test_a_key_of_another_type_is_refused_before_anything_is_written(
     with pytest.raises(RedcrawlError, match="damaged"):
         f.push(urls(2, prefix="http://example.com/q"))
     assert {k: redis_client.dump(k) for k in other} == other  # nothing was written
+
+
+def test_a_repaired_lease_counter_hands_out_no_token_again(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
+    """Lease tokens are never below the clock in microseconds (ms x 1000): a repaired
+    counter set to the clock in milliseconds let the next lease in the same millisecond
+    take the token of the lease before (found by the corruption state machine)."""
+    f = make_frontier()
+    f.push(urls(2))
+    (a,) = f.lease("w1", 1)
+    redis_client.hset(f.keys.stats, "leases", "")
+    (b,) = f.lease("w1", 1)
+    assert a.token != b.token
+    assert f.ack([a]) == 1 and f.ack([b]) == 1
