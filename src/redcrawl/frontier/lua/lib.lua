@@ -214,6 +214,11 @@ local function repair_counters(vals)
         -- (milliseconds: Lua prints numbers past 10^14 as "1e+14")
         local t = redis.call('TIME')
         v = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+        if name == 'leases' then
+          -- lease tokens are never below the clock in microseconds (lease_ready): past
+          -- every token of this millisecond too, by the server's clock and the caller's
+          v = string.format('%.0f', (math.max(tonumber(v), math.floor(NOW)) + 1) * 1000)
+        end
       elseif name == 'inflight' then
         for _, n in ipairs(redis.call('HVALS', K_LEFT)) do v = v + math.max(num(n), 0) end
       elseif name == 'accepted' then
