@@ -104,10 +104,29 @@ def build(client: Any, backend: Backend) -> Counts:
     return c
 
 
-def snapshot(client: Any) -> dict[bytes, bytes]:
-    """Every key of the crawl with its DUMP (equal payloads: equal content)."""
+def content(client: Any, key: bytes) -> object:
+    """A key's value as data. Not its DUMP: a read that moves an incremental rehash on
+    changes a hash table's DUMP bytes (and so their equality) but not its content."""
+    kind = client.type(key)
+    kind = kind.decode() if isinstance(kind, bytes) else kind
+    if kind == "hash":
+        return client.hgetall(key)
+    if kind == "list":
+        return client.lrange(key, 0, -1)
+    if kind == "set":
+        return client.smembers(key)
+    if kind == "zset":
+        return client.zrange(key, 0, -1, withscores=True)
+    if kind == "stream":
+        groups = client.xinfo_groups(key)
+        return client.xrange(key), [(g["name"], g["pending"]) for g in groups]
+    return client.dump(key)  # strings (filters, counters) are byte-exact anyway
+
+
+def snapshot(client: Any) -> dict[bytes, object]:
+    """Every key of the crawl with its content."""
     found, other = crawl_redis_keys(client, CrawlKeys(CRAWL))
-    return {k: client.dump(k) for k in [*found, *other]}
+    return {k: content(client, k) for k in [*found, *other]}
 
 
 def crawl_to_the_end(client: Any, backend: Backend) -> Counts:

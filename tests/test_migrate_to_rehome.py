@@ -40,7 +40,7 @@ from redcrawl.settings import Settings
 
 from . import cluster
 from .conftest import Backend, RedisServer, _server
-from .test_migrate_to import CRAWL, env, snapshot
+from .test_migrate_to import CRAWL, content, env, snapshot
 
 HOSTS = 24
 runner = CliRunner()
@@ -307,8 +307,8 @@ def test_two_partitions_rehome_into_four(
     assert end.done == before.accepted - before.dead
 
 
-def snapshot2(client: Any) -> dict[bytes, bytes]:
-    return {k: client.dump(k) for k in client.keys("*")}
+def snapshot2(client: Any) -> dict[bytes, object]:
+    return {k: content(client, k) for k in client.keys("*")}
 
 
 def test_bad_partition_counts_and_targets_are_refused_with_nothing_changed(

@@ -27,7 +27,7 @@ def test_defaults() -> None:
     assert s.tier_weights == (5, 3, 2) and s.tier_bounds == (1, 0) and s.tiers == 3
     assert s.lease_ttl == 60.0 and s.heartbeat_interval is None and s.heartbeat == 20.0
     assert s.max_attempts == 3 and s.retry_backoff == 1.0 and s.retry_backoff_max == 300.0
-    assert s.batch_size == 100
+    assert s.batch_size == 500
     assert s.persist is True and s.flush_on_start is False and s.idle_before_close == 0.0
     assert s.dupefilter_key is None and s.canonicalize is False
     assert s.canonical_drop_params == ()

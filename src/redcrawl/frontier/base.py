@@ -46,9 +46,15 @@ def parse_id(text: str) -> bytes:
     return text.encode()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Lease:
-    """A request handed to a worker. Ack or nack it with this object."""
+    """A request handed to a worker. Ack or nack it with this object.
+
+    Immutable, compared (without ``received``), printed and copied with
+    :func:`dataclasses.replace` as a frozen dataclass; only its constructor is written
+    out: one is built per leased request, and the generated one of a frozen dataclass
+    sets each field through ``object.__setattr__`` (about 0.7 µs against 0.4 µs here).
+    """
 
     id: bytes
     """The request's id: its fingerprint, or ``#<seq>`` for a request without one."""
@@ -63,6 +69,29 @@ class Lease:
     worker with fleet-wide politeness does not start a request that waited here past its
     start window (``REDCRAWL_POLITENESS_START_WINDOW``), since its delay was charged when
     it was granted."""
+
+    def __init__(
+        self,
+        id: bytes,
+        token: str,
+        worker: str,
+        attempts: int,
+        envelope: Envelope,
+        received: float = 0.0,
+    ) -> None:
+        # the slots' own setters: what object.__setattr__ ends in, without its lookups
+        _set_id(self, id)
+        _set_token(self, token)
+        _set_worker(self, worker)
+        _set_attempts(self, attempts)
+        _set_envelope(self, envelope)
+        _set_received(self, received)
+
+
+_set_id, _set_token, _set_worker, _set_attempts, _set_envelope, _set_received = (
+    Lease.__dict__[name].__set__
+    for name in ("id", "token", "worker", "attempts", "envelope", "received")
+)
 
 
 @dataclass(frozen=True, slots=True)

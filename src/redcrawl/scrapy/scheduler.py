@@ -87,7 +87,9 @@ __all__ = ["Scheduler", "seed"]
 log = logging.getLogger(__name__)
 
 LOCAL_SEEN_MAX = 200_000
-"""Fingerprints a worker remembers to answer enqueue_request without Redis (~20 MB)."""
+"""Fingerprints a worker remembers to answer enqueue_request without Redis (~20 MB): the
+ones it stored, and the ones it leased (stored by any worker: a duplicate for Redis too,
+READY, IN-FLIGHT, DONE or DEAD alike)."""
 
 TICK = 1.0
 """Seconds between flushes of buffered requests and acks, and reads of the crawl-wide
@@ -561,9 +563,7 @@ class Scheduler(BaseScheduler):
             self._fail("unstorable_request", f"cannot store {request}: {exc}")
             return False
         if fp is not None:
-            if len(self._local_seen) >= LOCAL_SEEN_MAX:
-                self._local_seen.clear()  # a cache: Redis has the truth
-            self._local_seen.add(fp)
+            self._remember(fp)
         assert self.feeder is not None
         self.feeder.store(env)
         self.stats.inc_value("redcrawl/enqueued")
@@ -633,8 +633,16 @@ class Scheduler(BaseScheduler):
             except DecodeError as exc:
                 self.feeder.nack(lease, f"cannot rebuild the request: {exc}", retry=False)
                 continue
+            if len(lease.id) == 20:  # a fingerprint (not "#<seq>": dont_filter)
+                self._remember(lease.id)
             self._hand_out(request, lease)
             return request
+
+    def _remember(self, fp: bytes) -> None:
+        """A fingerprint stored in the crawl: enqueue_request filters it without Redis."""
+        if len(self._local_seen) >= LOCAL_SEEN_MAX:
+            self._local_seen.clear()  # a cache: Redis has the truth
+        self._local_seen.add(fp)
 
     def _late(self, lease: Lease) -> bool:
         """A granted request that waited in this worker past its start window

@@ -43,7 +43,7 @@ class Settings:
     max_attempts: int = 3
     retry_backoff: float = 1.0
     retry_backoff_max: float = 300.0
-    batch_size: int = 100
+    batch_size: int = 500
     prefetch: int = 16
     lookahead: int = 2
     poll_interval: float = 0.5
