@@ -4,6 +4,7 @@
 Usage::
 
     python bench/bench_redis_instructions.py [--n 2000] [--ordering fifo|priority]
+        [--annotate N] [--split]
 
 Runs ``/usr/bin/redis-server`` under ``valgrind --tool=callgrind`` on a free loopback port,
 pushes N distinct requests plus 10% duplicates (bench_frontier.py's workload) through a
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import redis
 import scrapy
@@ -43,6 +44,7 @@ from redcrawl.codec import Envelope
 from redcrawl.connection import connect
 from redcrawl.fingerprint import request_fingerprint
 from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier.base import Lease
 from redcrawl.settings import Ordering, Settings
 
 DUP_EVERY = 10
@@ -84,10 +86,93 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Callgrind:
+    """A redis-server under callgrind: its counters zeroed and dumped around a phase."""
+
+    def __init__(self, pid: int, out_dir: str, annotate: int) -> None:
+        self.pid, self.out_dir, self.annotate = pid, out_dir, annotate
+
+    def control(self, flag: str) -> None:
+        subprocess.run(
+            ["callgrind_control", flag, str(self.pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            check=False,
+        )
+
+    def instructions(self) -> int:
+        """Instructions counted by the last dump (and, with ``annotate``, the top
+        functions of it printed)."""
+        files = sorted(glob.glob(f"{self.out_dir}/cg.*"), key=os.path.getmtime)
+        with open(files[-1]) as fh:
+            m = re.search(r"^(?:summary|totals): (\d+)", fh.read(), re.M)
+        if self.annotate:
+            report = subprocess.run(
+                ["callgrind_annotate", "--inclusive=yes", files[-1]],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout
+            rows = [r for r in report.splitlines() if re.match(r"^\s*[0-9,]+ \(", r)]
+            print("\n".join(rows[: self.annotate]))
+        return int(m.group(1)) if m else 0
+
+    def measure(self, run: Callable[[], int]) -> float:
+        """Instructions per unit of ``run`` (it returns how many units it did)."""
+        self.control("-z")
+        n = run()
+        self.control("-d")
+        time.sleep(0.5)
+        return self.instructions() / max(1, n)
+
+
+def split(cg: Callgrind, frontier: ListsFrontier, batch: int, calls: int) -> None:
+    """A lease alone (``calls`` calls of ``batch``), the ack alone of half of what they
+    leased in calls of ``batch`` and of the other half in calls of 10, and a renew."""
+    got: list[list[Lease]] = []
+
+    def lease() -> int:
+        for _ in range(calls):
+            got.append(frontier.settle(lease=("w1", batch)).leases)
+        return sum(map(len, got))
+
+    def ack(part: list[list[Lease]], size: int) -> int:
+        for leases in part:
+            for i in range(0, len(leases), size):
+                frontier.settle(ack=leases[i : i + size])
+        return sum(map(len, part))
+
+    def renew() -> int:
+        for _ in range(100):
+            frontier.renew("w2")
+        return 100
+
+    half = calls // 2
+    print(f"lease only: {cg.measure(lease):,.0f} Ir/req")
+    print(f"ack only, calls of {batch}: {cg.measure(lambda: ack(got[:half], batch)):,.0f} Ir/req")
+    print(f"ack only, calls of 10: {cg.measure(lambda: ack(got[half:], 10)):,.0f} Ir/req")
+    print(f"renew (any script call's fixed cost): {cg.measure(renew):,.0f} Ir/call")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--n", type=int, default=2000, help="distinct requests (default 2000)")
     p.add_argument("--ordering", choices=("fifo", "priority"), default="fifo")
+    p.add_argument(
+        "--annotate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print the N functions with the most instructions (inclusive) of each "
+        "phase (callgrind_annotate)",
+    )
+    p.add_argument(
+        "--split",
+        action="store_true",
+        help="also measure, before the drain, a lease alone (up to 10 calls of 100), the "
+        "ack alone of what those leased (calls of 100, then of 10: the cost per call and "
+        "per request), and a renew (the fixed cost of any script call)",
+    )
     args = p.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind (callgrind) is not installed: apt-get install valgrind")
@@ -126,10 +211,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         frontier = ListsFrontier(connect(settings), settings, "bench")
         spider = BenchSpider()
         batch = settings.batch_size
+        cg = Callgrind(server.pid, out_dir, args.annotate)
 
-        def push(envs: list[Envelope]) -> None:
+        def push(envs: list[Envelope]) -> int:
             for i in range(0, len(envs), batch):
                 frontier.settle(push=envs[i : i + batch])
+            return len(envs)
 
         def drain() -> int:
             res = frontier.settle(lease=("w1", batch))
@@ -139,37 +226,23 @@ def main(argv: Sequence[str] | None = None) -> int:
                 res = frontier.settle(ack=res.leases, lease=("w1", batch))
             return done
 
-        def control(flag: str) -> None:
-            subprocess.run(
-                ["callgrind_control", flag, str(server.pid)],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                check=False,
-            )
-
-        def instructions() -> int:
-            files = sorted(glob.glob(f"{out_dir}/cg.*"), key=os.path.getmtime)
-            with open(files[-1]) as fh:
-                m = re.search(r"^(?:summary|totals): (\d+)", fh.read(), re.M)
-            return int(m.group(1)) if m else 0
-
         push(envelopes(spider, "warmup", 300))  # scripts loaded, code paths warm
         drain()
         admin.flushall()
         envs = envelopes(spider, "product", args.n)
-        control("-z")
-        push(envs)
-        control("-d")
-        time.sleep(0.5)
-        pushed = instructions()
-        control("-z")
-        leased = drain()
-        control("-d")
-        time.sleep(0.5)
-        acked = instructions()
+        pushed = cg.measure(lambda: push(envs))
+        if args.split:
+            split(cg, frontier, batch, min(10, args.n // 200))
+        leased: list[int] = []
+
+        def drained() -> int:
+            leased.append(drain())
+            return leased[0]
+
+        acked = cg.measure(drained)
         print(
-            f"{args.ordering}: push {pushed / len(envs):,.0f} Ir/req, lease+ack "
-            f"{acked / max(1, leased):,.0f} Ir/req (n={len(envs)} offered, {leased} leased)"
+            f"{args.ordering}: push {pushed:,.0f} Ir/req, lease+ack "
+            f"{acked:,.0f} Ir/req (n={len(envs)} offered, {leased[0]} leased)"
         )
     finally:
         server.terminate()

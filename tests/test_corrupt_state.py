@@ -260,3 +260,18 @@ def test_a_garbage_latency_field_neither_fails_an_ack_nor_stays(
     value = redis_client.hget(f.keys.stats, field)
     if field != "lat:inf":  # (written by these acks: fast ones; lat:inf is left as it is)
         assert value is not None and value.isdigit(), value
+
+
+def test_a_repaired_lease_counter_hands_out_no_token_again(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
+    """Lease tokens are never below the clock in microseconds (ms x 1000): a repaired
+    counter set to the clock in milliseconds let the next lease in the same millisecond
+    take the token of the lease before (found by the corruption state machine)."""
+    f = make_frontier()
+    f.push(urls(2))
+    (a,) = f.lease("w1", 1)
+    redis_client.hset(f.keys.stats, "leases", "")
+    (b,) = f.lease("w1", 1)
+    assert a.token != b.token
+    assert f.ack([a]) == 1 and f.ack([b]) == 1

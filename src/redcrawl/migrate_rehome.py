@@ -182,6 +182,10 @@ class _Side:
     holders: dict[str, str]
     order: dict[bytes, int]
     tail: int
+    lease_state_out: bool = False
+    """The records keep no lease state (records.LEASE_STATE_OUT): in flight is what the
+    leases hold (``holders``), and a record's token field is a fence, cleared in the
+    copy (the copy's leases are new)."""
     seen: set[bytes] = field(default_factory=set)
     """Ids written (HSCAN may return one twice if the hash is resized meanwhile)."""
 
@@ -351,6 +355,7 @@ class Rehome:
                     holders={i.id: i.worker for i in part.inflight(limit=c.in_flight + 1)},
                     order=order,
                     tail=len(order),
+                    lease_state_out=part._lease_state_out(),
                 )
             cursor: int | bytes = 0
             done = 0
@@ -373,9 +378,16 @@ class Rehome:
         READY, or DEAD once its attempts are used up); READY, a due time that ranks it."""
         why = side.err.get(rid)
         due, died = side.delayed.get(rid), side.dead.get(rid)
+        head = rec.split(b"|", 3)
+        if side.lease_state_out and len(head) == 4:
+            # (no lease state in the record: in flight is what the leases hold, the delivery
+            # in progress not yet in its attempts; the token field is a fence, cleared)
+            held = format_id(rid) in side.holders and due is None and died is None
+            spent = b"%d" % (int(head[1]) + 1) if held and head[1].isdigit() else head[1]
+            head = [head[0], spent, b"held" if held else b"", head[3]]
+            rec = b"|".join([head[0], head[1], b"", head[3]])
         if due is not None or died is not None:
             return rec, due, died, why
-        head = rec.split(b"|", 3)
         if len(head) == 4 and head[2]:
             rec = b"|".join([head[0], head[1], b"", _held_mark(head[3])])
             max_attempts = self.settings.max_attempts

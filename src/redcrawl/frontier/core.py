@@ -70,6 +70,7 @@ from redcrawl.frontier.polite import PolitenessOps, slot_outcome
 from redcrawl.frontier.records import (
     from_record,
     layout_without_stamps,
+    lease_state_out,
     parse_record,
     record,
     stored_int,
@@ -163,6 +164,10 @@ class Held:
     """Seconds since the epoch."""
     deadline: float
     holds: Callable[[str], bool]
+    """Whether a record whose header token field is this holds under the lease."""
+    ended: bool = False
+    """Whether the record's attempts count only the deliveries that ended (a crawl whose
+    records keep no lease state: :func:`~redcrawl.frontier.records.lease_state_out`)."""
 
 
 class FrontierCore(PolitenessOps, ABC):
@@ -816,6 +821,17 @@ class FrontierCore(PolitenessOps, ABC):
         return float(sec) + float(usec) / 1e6
 
     # --- inspection ----------------------------------------------------------------
+    def _in_flight_as(self, rid: bytes, field: str) -> tuple[bool, str | None, int]:
+        """(whether the request ``rid``, not DELAYED or DEAD, is IN-FLIGHT, the worker
+        holding it, and what to add to its record's attempts for the delivery in
+        progress), from its record's token field ``field``."""
+        return bool(field), self._holder(field) if field else None, 0
+
+    def _lease_state_out(self) -> bool:
+        """Whether the crawl's records keep no lease state (``FMT.lout`` in
+        ``lua/lib.lua``): read from its stored layout."""
+        return lease_state_out(stored_layout(self.client.hgetall(self.keys.control)))
+
     def _envelopes(self, ids: Sequence[bytes]) -> list[Envelope | None]:
         if not ids:
             return []
@@ -857,7 +873,7 @@ class FrontierCore(PolitenessOps, ABC):
                         InflightInfo(
                             format_id(held.id),
                             held.worker,
-                            found[0],
+                            found[0] + held.ended,
                             held.since,
                             held.deadline,
                             found[2].url,
@@ -902,12 +918,15 @@ class FrontierCore(PolitenessOps, ABC):
                 return None
             found = _decoded(rec)
             attempts, token, env = found if found and found[2] else (0, "", None)
-            worker = self._holder(token) if token else None
+            held, worker, ended = (
+                self._in_flight_as(rid, token) if died is None and due is None else (False, None, 0)
+            )
+            attempts += ended
         if env is not None and len(rid) == 20:
             env.fingerprint = rid
         state = (
             "in_flight"
-            if token
+            if held
             else "dead"
             if died is not None
             else "delayed"

@@ -6,7 +6,9 @@ is identified by its fingerprint (or ``#<seq>`` without one) and stored once, in
 as ``<priority>|<attempts>|<lease token>|<msgpack envelope>``; the ready queues and the
 delayed and dead sets hold ids. One ``lease()`` call is one lease: a token (a crawl-wide
 counter) with a deadline in ``inflight``, the worker and ids in ``leases``, and the
-requests it covers carrying that token in their record. Workers heartbeat into
+requests it covers carrying that token in their record (in a crawl created since records
+keep no lease state, lists crawls without politeness, the lease writes no record: its
+entry in ``leases`` says what it holds, see ``FMT`` in ``lua/lib.lua``). Workers heartbeat into
 ``workers``; a lease past its deadline is extended while its worker's heartbeat is alive,
 and its requests are reclaimed otherwise.
 
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import msgpack
@@ -25,6 +28,7 @@ from redcrawl.codec import Envelope
 from redcrawl.frontier.core import FrontierCore, Held
 from redcrawl.frontier.records import (
     from_record,
+    holds_under,
     parse_record,
     record,
     stored_int,
@@ -117,15 +121,37 @@ class ListsFrontier(FrontierCore):
 
     def _held(self, limit: int) -> Iterator[list[Held]]:
         """Lease by lease, soonest deadline first."""
+        out = self._lease_state_out()
         for token, deadline in self.client.zrange(self.keys.inflight, 0, -1, withscores=True):
             lease = _lease_record(self.client.hget(self.keys.leases, token))
             if lease is None:
                 continue  # gone, or corrupt (reclaimed when it expires)
             since, worker, ids = lease
-            yield [
-                Held(rid, worker, since / 1000, deadline / 1000, token.decode().__eq__)
-                for rid in ids
-            ]
+            holds = partial(holds_under, token=token.decode(), out=out)
+            yield [Held(rid, worker, since / 1000, deadline / 1000, holds, out) for rid in ids]
+
+    def _in_flight_as(self, rid: bytes, field: str) -> tuple[bool, str | None, int]:
+        if not self._lease_state_out():
+            return super()._in_flight_as(rid, field)
+        # (the record names no lease: the leases that list it say; one whose entry is
+        # unreadable lists nothing, but the request is then in no ready queue)
+        for batch in self._held(0):
+            for h in batch:
+                if h.id == rid and h.holds(field):
+                    return True, h.worker, 1
+        held = not self._in_ready(rid)
+        return held, None, int(held)
+
+    def _in_ready(self, rid: bytes) -> bool:
+        """Whether ``rid`` is in a ready queue (a crawl without politeness)."""
+        for t in range(self.keys.tiers):
+            key = self.keys.ready(t)
+            if self.settings.ordering == "priority":
+                if self.client.zscore(key, rid) is not None:
+                    return True
+            elif self.client.lpos(key, rid) is not None:
+                return True
+        return False
 
     def _holder(self, token: str) -> str | None:
         lease = _lease_record(self.client.hget(self.keys.leases, token))

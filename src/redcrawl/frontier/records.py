@@ -1,9 +1,11 @@
 """The stored record of a request and the stored numbers of a crawl, as Python reads them
 (the same rules as ``parse_head``, ``int_ok`` and ``layout_ok`` in ``lua/lib.lua``).
 
-A request is stored once, in the crawl's request hash, as
-``<priority>|<attempts>|<lease token>|<msgpack envelope>`` (the token is empty unless
-the request is IN-FLIGHT). In a crawl with politeness (lists layout ``<ordering>/<mode>``)
+A request is stored once, in the crawl's request hash, as ``<priority>|<attempts>|<lease
+token>|<msgpack envelope>`` (the token is empty unless the request is IN-FLIGHT). In a
+crawl whose layout carries :data:`LEASE_STATE_OUT` the lease state is not in the record:
+``<attempts>`` counts the deliveries that ended and ``<lease token>`` is a fence (see
+:func:`holds_under`). In a crawl with politeness (lists layout ``<ordering>/<mode>``)
 the envelope is preceded by the request's politeness key, ``K<length>:<key>``, computed
 once at push so that Lua never parses URLs (``rec_key`` in ``lua/lib.lua``); an envelope
 (a msgpack map) never starts with ``K``. A record stored by a push ends with its push
@@ -21,8 +23,11 @@ from redcrawl.codec import Envelope
 from redcrawl.errors import DecodeError, FrontierError
 
 __all__ = [
+    "LEASE_STATE_OUT",
     "from_record",
+    "holds_under",
     "layout_without_stamps",
+    "lease_state_out",
     "parse_record",
     "push_time",
     "record",
@@ -112,9 +117,35 @@ PUSH_STAMPED = b" +pushtime"
 in ``lua/lib.lua``): crawls created before keep their layout and get no stamps."""
 
 
+LEASE_STATE_OUT = b" +leasestate"
+"""In the stored layout of a crawl whose records keep no lease state (before
+:data:`PUSH_STAMPED`; ``FMT.lout`` in ``lua/lib.lua``): a lease writes no record, the
+header's attempts count the deliveries that ended (not the one in progress) and its token
+field is a fence, not the holder's token (see :func:`holds_under`). Lists crawls without
+politeness created since are so; crawls created before keep the format they have."""
+
+
 def layout_without_stamps(raw: bytes) -> bytes:
-    """A stored layout without its :data:`PUSH_STAMPED` mark (the settings part alone)."""
-    return raw.removesuffix(PUSH_STAMPED)
+    """A stored layout without its :data:`PUSH_STAMPED` and :data:`LEASE_STATE_OUT` marks
+    (the settings part alone)."""
+    return raw.removesuffix(PUSH_STAMPED).removesuffix(LEASE_STATE_OUT)
+
+
+def lease_state_out(raw: bytes | None) -> bool:
+    """Whether a crawl of this stored layout keeps the lease state out of its records."""
+    return raw is not None and raw.removesuffix(PUSH_STAMPED).endswith(LEASE_STATE_OUT)
+
+
+def holds_under(field: str, token: str, out: bool) -> bool:
+    """Whether a record whose header token field is ``field`` may be IN-FLIGHT under the
+    lease ``token`` (``FMT.holds`` in ``lua/lib.lua``): the holder's token itself, or with
+    the lease state ``out`` of the record, a fence below the token (the lease's entry
+    must list the request too)."""
+    if not out:
+        return field != "" and field == token
+    if not token.isdigit():
+        return False
+    return field == "" or (field.isdigit() and int(field) < int(token))
 
 
 def stored_layout(control: dict[bytes, bytes]) -> bytes | None:

@@ -11,7 +11,10 @@
 -- <token> is empty unless the request is IN-FLIGHT; then it names the lease (one lease
 -- per lease() call, a crawl-wide counter, never reused). Keeping this in the record makes
 -- every per-request step an O(1) access to one big hash; the per-lease structures
--- (inflight, leases, left) have one entry per lease() call, not per request.
+-- (inflight, leases, left) have one entry per lease() call, not per request. A lists
+-- crawl without politeness created since FMT (below) keeps the lease state out of the
+-- record instead: a lease writes no record, <attempts> counts the deliveries that ended
+-- and <token> is a fence (see THE LEASE STATE OF A RECORD).
 --
 -- KEYS (one fixed layout for every script, built by redcrawl.keys.CrawlKeys.script_keys):
 --   1 req       HASH  id -> record (above), for every request not DONE
@@ -155,20 +158,37 @@ end
 -- (STAMPED): a worker older than that would read a stamped record as an undecodable
 -- request, and is refused by this very check instead (its layout lacks the mark). A crawl
 -- created before keeps its layout and gets no stamps, so older workers can share it.
-local STAMPED = LAYOUT .. ' +pushtime'
-local PUSH_STAMPS = true
+-- Likewise a lists crawl without politeness created since a lease leaves the records
+-- alone (FMT.lout below) is marked " +leasestate" (before " +pushtime"): a worker older
+-- than that would read its records' headers wrongly (it takes the token field for the
+-- holder's token), and is refused by the same check; crawls created before keep the
+-- record format they were created with, and their workers (old and new) share it.
+-- FMT: the record format of this crawl (one table: the scripts have few spare locals).
+--   stamps  records carry their push time
+--   lout    attempts and lease token live outside the record (see FMT.lout below)
+local FMT = {stamps = true, lout = false}
 if not CREATED then
-  redis.call('HSET', K_CONTROL, 'layout', STAMPED, 'layout.copy', STAMPED)
-elseif CREATED == LAYOUT then
-  PUSH_STAMPS = false
-elseif CREATED ~= STAMPED then
-  return redis.error_reply('crawl layout mismatch: the crawl was created with backend/ordering, ' ..
-    'tier bounds and dedupe "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give ' ..
-    'every worker the same REDCRAWL_BACKEND, REDCRAWL_SHARDS, REDCRAWL_ORDERING ' ..
-    '(SCHEDULER_QUEUE_CLASS), REDCRAWL_TIER_BOUNDS, ' ..
-    'REDCRAWL_DEDUPE, REDCRAWL_DEDUPE_CAPACITY, REDCRAWL_DEDUPE_ERROR_RATE and ' ..
-    'REDCRAWL_RECRAWL_AFTER, REDCRAWL_POLITENESS and REDCRAWL_POLITENESS_KEY (lists: ' ..
-    '"<ordering>/<key mode>" is a crawl with fleet-wide politeness), or purge the crawl')
+  FMT.lout = not POLITE and string.sub(ORDERING, 1, 8) ~= 'streams/'
+  local mark = LAYOUT .. (FMT.lout and ' +leasestate' or '') .. ' +pushtime'
+  redis.call('HSET', K_CONTROL, 'layout', mark, 'layout.copy', mark)
+else
+  local rest = CREATED
+  if string.sub(rest, -10) == ' +pushtime' then rest = string.sub(rest, 1, -11)
+  else FMT.stamps = false end
+  if string.sub(rest, -12) == ' +leasestate' then
+    rest = string.sub(rest, 1, -13); FMT.lout = true
+  end
+  if rest ~= LAYOUT then
+    return redis.error_reply('crawl layout mismatch: the crawl was created with backend/ordering, ' ..
+      'tier bounds and dedupe "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give ' ..
+      'every worker the same REDCRAWL_BACKEND, REDCRAWL_SHARDS, REDCRAWL_ORDERING ' ..
+      '(SCHEDULER_QUEUE_CLASS), REDCRAWL_TIER_BOUNDS, ' ..
+      'REDCRAWL_DEDUPE, REDCRAWL_DEDUPE_CAPACITY, REDCRAWL_DEDUPE_ERROR_RATE and ' ..
+      'REDCRAWL_RECRAWL_AFTER, REDCRAWL_POLITENESS and REDCRAWL_POLITENESS_KEY (lists: ' ..
+      '"<ordering>/<key mode>" is a crawl with fleet-wide politeness), or purge the crawl ' ..
+      '(a layout ending in "+leasestate" or "+pushtime" that this worker does not accept ' ..
+      'needs a newer redcrawl: upgrade this worker)')
+  end
 end
 
 local NOW
@@ -194,6 +214,11 @@ local function repair_counters(vals)
         -- (milliseconds: Lua prints numbers past 10^14 as "1e+14")
         local t = redis.call('TIME')
         v = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+        if name == 'leases' then
+          -- lease tokens are never below the clock in microseconds (lease_ready): past
+          -- every token of this millisecond too, by the server's clock and the caller's
+          v = string.format('%.0f', (math.max(tonumber(v), math.floor(NOW)) + 1) * 1000)
+        end
       elseif name == 'inflight' then
         for _, n in ipairs(redis.call('HVALS', K_LEFT)) do v = v + math.max(num(n), 0) end
       elseif name == 'accepted' then
@@ -277,6 +302,56 @@ end
 
 local function header(p, a, t, env)
   return num_text(p) .. '|' .. num_text(a) .. '|' .. t .. '|' .. env
+end
+
+-- THE LEASE STATE OF A RECORD, in one of two formats (FMT.lout, chosen when the crawl is
+-- created, kept in its layout):
+--   in the record (FMT.lout false: crawls created before, and crawls with politeness or on
+--     streams): the header's attempts count the deliveries so far, the one in progress
+--     included, and its token names the lease holding the request ("" when it is not
+--     IN-FLIGHT); a lease rewrites every record it leases, an ack reads the token back.
+--   out of it (FMT.lout true: lists crawls without politeness): a lease writes no record.
+--     The header's attempts count the deliveries that ended (expired or nacked; a release
+--     gives its delivery back), not the one in progress; its token field is a fence: no
+--     lease whose token is <= it holds the request (lease tokens only grow). A request is
+--     IN-FLIGHT under lease L iff L's entry in leases lists it and its fence is below L.
+--     Every way out of a lease but the ack (nack, release, expiry, disown, deferral)
+--     rewrites the record with the fence L (a stale ack under L is then refused); an ack
+--     deletes the record, and a push writes the crawl's last lease token as the fence of
+--     a new fingerprint record where one acked under a lease still live may come back
+--     (recrawl, or a DONE filter that forgets: RECRAWL_AFTER), so that no older lease
+--     holds it; elsewhere a DONE fingerprint is never accepted again.
+-- FMT.cur(a)            the attempt number of the delivery in progress (record attempts a)
+-- FMT.holds(t, token)   whether a record whose token field is t may be held under token
+--                       (lout: besides being listed by its entry, see FMT.held)
+-- FMT.held(id, t, token)
+--                       whether the request id, its record's token field t, is IN-FLIGHT
+--                       under token (the lease entries read are kept for the call in
+--                       FMT.sets; the queue layer forgets one it deletes)
+-- FMT.left(p, a, token, env)
+--                       the record of a request leaving lease token, a attempts spent
+-- FMT.member(token)     (queue layer, lout) the set of ids the lease's entry lists, or nil
+function FMT.cur(a)
+  if FMT.lout then return a + 1 end
+  return a
+end
+function FMT.holds(t, token)
+  if not FMT.lout then return t ~= '' and t == token end
+  -- (tokens and fences are counters in decimal, compared as such without tonumber,
+  -- whose strtod costs more than the rest of an ack's check)
+  return t == '' or #t < #token or (#t == #token and t < token)
+end
+FMT.sets = {}  -- lease entries read in this call, by token (false: none)
+function FMT.held(id, t, token)
+  if not FMT.holds(t, token) then return false end
+  if not FMT.lout then return true end
+  local set = FMT.sets[token]
+  if set == nil then set = FMT.member(token) or false; FMT.sets[token] = set end
+  return set and set[id] == true
+end
+function FMT.left(p, a, token, env)
+  if FMT.lout then return header(p, a, token, env) end
+  return header(p, a, '', env)
 end
 
 local function tier_of(priority)
@@ -383,12 +458,14 @@ local function requeue(ids, reset)
   for i, id in ipairs(ids) do
     local rec = recs[i]
     if rec then
-      local p, a, _, env = parse(rec)
+      local p, a, t, pos = parse_head(rec)
       if p == nil then
         corrupt[#corrupt + 1] = id; whys[#whys + 1] = CORRUPT
+      elseif FMT.lout and not reset then
+        items[#items + 1] = {id, p, 0, nil, rec}  -- (its fence stays: FMT)
       else
         if reset then a = 0 end
-        local nrec = header(p, a, '', env)
+        local nrec = header(p, a, FMT.lout and t or '', string.sub(rec, pos))
         writes[#writes + 1] = id; writes[#writes + 1] = nrec
         items[#items + 1] = {id, p, 0, nil, nrec}
       end
@@ -415,8 +492,9 @@ local function expired_why(attempts, worker)
 end
 
 -- READY -> IN-FLIGHT for the records of ids (for lease_ready): attempts + 1 and the lease
--- token written into each header: token (a string) for all of them, or token(i) for the
--- i-th (a function, called only for a request leased). A corrupt record goes to DEAD; a
+-- token written into each header (FMT.lout: nothing written, the reply says them): token
+-- (a string) for all of them, or token(i) for the i-th (a function, called only for a
+-- request leased). A corrupt record goes to DEAD; a
 -- missing one (and, with fresh, one already carrying a token: its request is elsewhere) is
 -- skipped. Appends id, attempts, record, token to the lease reply got for each request
 -- leased; returns a list aligned with ids: its attempts, or false if it was not leased.
@@ -427,17 +505,20 @@ local function stamp_leased(ids, token, fresh, got)
   local g, w = #got, 0
   for i, id in ipairs(ids) do
     local rec = recs[i]
-    local p, a, t, env
-    if rec then p, a, t, env = parse(rec) end
+    local p, a, t, pos
+    if rec then p, a, t, pos = parse_head(rec) end
     out[i] = false
     if rec and p == nil then
       corrupt[#corrupt + 1] = id; whys[#whys + 1] = CORRUPT
     elseif rec and not (fresh and t ~= '') then
       local tk = one or token(i)
       a = a + 1
-      if POLITE then env = slot_held_env(env) end  -- a grant takes a slot
-      rec = header(p, a, tk, env)
-      writes[w + 1] = id; writes[w + 2] = rec; w = w + 2
+      if not FMT.lout then  -- (lout: the record stays as it is, see FMT)
+        local env = string.sub(rec, pos)
+        if POLITE then env = slot_held_env(env) end  -- a grant takes a slot
+        rec = header(p, a, tk, env)
+        writes[w + 1] = id; writes[w + 2] = rec; w = w + 2
+      end
       got[g + 1] = id; got[g + 2] = a; got[g + 3] = rec; got[g + 4] = tk; g = g + 4
       out[i] = a
     end

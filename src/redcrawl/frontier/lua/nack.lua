@@ -13,8 +13,9 @@ for i = 8, #ARGV, 4 do
   local rec = redis.call('HGET', K_REQ, id)
   local p, a, t, env
   if rec then p, a, t, env = parse(rec) end
-  if p ~= nil and t ~= '' and t == token then
-    redis.call('HSET', K_REQ, id, header(p, a, '', env))
+  if p ~= nil and FMT.held(id, t, token) then
+    a = FMT.cur(a)  -- (the delivery in progress spent: see FMT in lib.lua)
+    redis.call('HSET', K_REQ, id, FMT.left(p, a, token, env))
     unhold({token}, {rec})
     if delay < 0 or a >= max_attempts then
       kill({id}, {why})

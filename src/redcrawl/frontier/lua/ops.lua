@@ -59,14 +59,31 @@ local function op_push(first, n, delay_ms, recrawl)
     end
   end
   local seq = redis.call('HINCRBY', K_STATS, 'seq', n) - n
+  -- (FMT.lout: a fingerprint's record gets the last lease token as its fence, see FMT,
+  -- where one acked before can be accepted again: with recrawl, or once the DONE filter
+  -- forgets it, RECRAWL_AFTER; otherwise no lease that ever held it lists it live)
+  local fence = FMT.lout and (recrawl or DD_GEN_MS > 0) and
+    redis.call('HGET', K_STATS, 'leases')
+  if fence == '0' or not int_ok(fence) then fence = nil end
   local flags, items, writes = {}, {}, {}
   for i = 1, n do
     local at = first + PUSH_STRIDE * (i - 1)
     local rec, priority = ARGV[at], tonumber(ARGV[at + 2])
     local id
     if not ids[i] then id = '#' .. (seq + i) elseif new[i] then id = ids[i] end
+    if id and fence and ids[i] then
+      -- ("<priority>|0||<envelope>": the fence goes between the two bars)
+      local bars = string.find(rec, '||', 1, true)
+      if bars then
+        rec = string.sub(rec, 1, bars) .. fence .. string.sub(rec, bars + 1) ..
+          (FMT.stamps and PUSH_STAMP or '')
+      elseif FMT.stamps then
+        rec = rec .. PUSH_STAMP
+      end
+    elseif id and FMT.stamps then
+      rec = rec .. PUSH_STAMP -- push time: latency.lua, lib.lua
+    end
     if id then
-      if PUSH_STAMPS then rec = rec .. PUSH_STAMP end -- push time: latency.lua, lib.lua
       writes[#writes + 1] = id; writes[#writes + 1] = rec
       items[#items + 1] = {id, priority, seq + i, tonumber(ARGV[at + 3]), rec}
       flags[i] = '1'
@@ -137,7 +154,8 @@ local function op_ack(first, n, refuse)
       local p, _, t = parse_head(rec)
       if p == nil then
         seen[id] = kill_corrupt_held(id, tokens[i]) or nil
-      elseif t ~= '' and t == tokens[i] then
+      elseif FMT.held(id, t, tokens[i]) then
+        t = tokens[i]
         seen[id] = true
         flags[i] = '1'
         ok[#ok + 1] = id
@@ -225,8 +243,9 @@ local function call_replay(worker, nonce)
     local token = t[2 + 2 * i]
     if recs[i] then
       local p, a, tk = parse_head(recs[i])
-      if p ~= nil and tk == token then
-        got[#got + 1] = id; got[#got + 1] = a; got[#got + 1] = recs[i]; got[#got + 1] = token
+      if p ~= nil and FMT.held(id, tk, token) then
+        got[#got + 1] = id; got[#got + 1] = FMT.cur(a); got[#got + 1] = recs[i]
+        got[#got + 1] = token
       end
     end
   end

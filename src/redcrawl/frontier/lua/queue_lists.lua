@@ -50,6 +50,17 @@ local function lease_info(token)
   return t[1], t[2], ids
 end
 
+-- (FMT.lout) The set of ids a lease's entry lists; nil if it is gone or corrupt.
+FMT.member = function(token)
+  local raw = redis.call('HGET', K_LEASES, token)
+  if not raw then return nil end
+  local ok, t = pcall(cmsgpack.unpack, raw)
+  if not ok or type(t) ~= 'table' or type(t[2]) ~= 'string' then return nil end
+  local set = {}
+  for i = 3, #t do set[t[i]] = true end
+  return set
+end
+
 -- Whether id (its record corrupt) is in a ready queue, DELAYED or DEAD: if not, it was
 -- in flight when it was corrupted. O(ready) with a list scan: only for corrupt records.
 local function queued(id)
@@ -77,6 +88,41 @@ end
 -- requests), once per such lease).
 local function scan_held(token)
   local ids, cursor = {}, '0'
+  if FMT.lout then
+    -- (a record does not name its lease: held are the records in no queue, DELAYED,
+    -- DEAD or other lease, O(stored requests) once)
+    local elsewhere = {}
+    for _, k in ipairs({K_DELAYED, K_DEAD}) do
+      for _, x in ipairs(redis.call('ZRANGE', k, 0, -1)) do elsewhere[x] = true end
+    end
+    for tier = 0, NTIERS - 1 do
+      local q
+      if ORDERING == 'priority' then q = redis.call('ZRANGE', ready_key(tier), 0, -1)
+      else q = redis.call('LRANGE', ready_key(tier), 0, -1) end
+      for _, x in ipairs(q) do elsewhere[x] = true end
+    end
+    local lc = '0'
+    repeat
+      local r = redis.call('HSCAN', K_LEASES, lc, 'COUNT', 1000)
+      lc = r[1]
+      for i = 1, #r[2], 2 do
+        if r[2][i] ~= token then
+          for x in pairs(FMT.member(r[2][i]) or {}) do elsewhere[x] = true end
+        end
+      end
+    until lc == '0'
+    repeat
+      local r = redis.call('HSCAN', K_REQ, cursor, 'COUNT', 1000)
+      cursor = r[1]
+      for i = 1, #r[2], 2 do
+        local p, _, t = parse_head(r[2][i + 1])
+        if not elsewhere[r[2][i]] and (p == nil or FMT.holds(t, token)) then
+          ids[#ids + 1] = r[2][i]
+        end
+      end
+    until cursor == '0'
+    return ids
+  end
   repeat
     local r = redis.call('HSCAN', K_REQ, cursor, 'COUNT', 1000)
     cursor = r[1]
@@ -106,7 +152,7 @@ local function still_held(ids, token)
   for i, id in ipairs(ids) do
     if recs[i] then
       local p, _, t = parse_head(recs[i])
-      if p ~= nil and t == token then held[#held + 1] = id; hrecs[#hrecs + 1] = recs[i]
+      if p ~= nil and FMT.holds(t, token) then held[#held + 1] = id; hrecs[#hrecs + 1] = recs[i]
       elseif p == nil and not queued(id) then lost[#lost + 1] = id end
     end
   end
@@ -134,6 +180,7 @@ local function lease_release(token, n)
     redis.call('ZREM', K_INFLIGHT, token)
     redis.call('HDEL', K_LEASES, token)
     redis.call('HDEL', K_LEFT, token)
+    FMT.sets[token] = nil
   end
   redis.call('HINCRBY', K_STATS, 'inflight', -n)
 end
@@ -174,7 +221,8 @@ reclaim_expired = function(limit, max_attempts, _, orphans)
       local back, dead, whys, writes = {}, {}, {}, {}
       for i, id in ipairs(held) do
         local p, a, _, env = parse(recs[i])
-        writes[#writes + 1] = id; writes[#writes + 1] = header(p, a, '', env)
+        a = FMT.cur(a)  -- (the expired delivery spent: see FMT in lib.lua)
+        writes[#writes + 1] = id; writes[#writes + 1] = FMT.left(p, a, token, env)
         if a >= max_attempts then
           dead[#dead + 1] = id
           whys[#whys + 1] = expired_why(a, worker)
@@ -191,6 +239,7 @@ reclaim_expired = function(limit, max_attempts, _, orphans)
       redis.call('ZREM', K_INFLIGHT, token)
       redis.call('HDEL', K_LEASES, token)
       redis.call('HDEL', K_LEFT, token)
+      FMT.sets[token] = nil
       if worker and not orphans then calls_forget(worker) end
       -- the lease's own count: a request corrupted in its hands and dead-lettered through
       -- another lease's scan still counted here

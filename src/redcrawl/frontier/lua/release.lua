@@ -15,10 +15,12 @@ for i = 7, #ARGV, 2 do
   if rec then p, a, t, env = parse(rec) end
   if rec and p == nil and not seen[id] then
     seen[id] = kill_corrupt_held(id, token) or nil
-  elseif p ~= nil and t ~= '' and t == token and not seen[id] then
+  elseif p ~= nil and not seen[id] and FMT.held(id, t, token) then
     seen[id] = true
+    t = token
+    a = FMT.cur(a)  -- (see FMT in lib.lua)
     if a > 0 then a = a - 1 end
-    local nrec = header(p, a, '', env)
+    local nrec = FMT.left(p, a, token, env)
     writes[#writes + 1] = id; writes[#writes + 1] = nrec
     items[#items + 1] = {id, p, 0, nil, nrec}
     held[#held + 1] = t
