@@ -288,8 +288,9 @@ def run_kill_test(url: str, frontier: PartitionedFrontier, n: int, workers: int,
     assert len({frontier.partition(e) for e in batch}) == frontier.n
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     logs = [tmp / f"w{i}.log" for i in range(workers)]
-    procs = [
-        subprocess.Popen(
+
+    def start(i: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -304,10 +305,15 @@ def run_kill_test(url: str, frontier: PartitionedFrontier, n: int, workers: int,
             cwd=ROOT,
             env=env,
         )
-        for i in range(workers)
-    ]
-    victim = procs[1]
+
+    # The victim starts first and is seen leasing before the others start: under a
+    # loaded CI the others once finished the crawl before it held anything.
+    victim = start(1)
     deadline = time.monotonic() + 90
+    while not any(x.worker == "w1" for x in frontier.inflight(limit=10_000)):
+        assert time.monotonic() < deadline, "w1 never leased"
+        time.sleep(0.02)
+    procs = [victim if i == 1 else start(i) for i in range(workers)]
     while frontier.counts().done < n // 3:
         assert time.monotonic() < deadline, "workers made no progress"
         time.sleep(0.02)
