@@ -25,6 +25,7 @@ from redcrawl.redis_server.binary import (
     cli_binary,
     find_binary,
     free_port,
+    free_ports,
     server_args,
     server_version,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "cli_binary",
     "find_binary",
     "free_port",
+    "free_ports",
     "server_args",
     "server_version",
     "spawn",

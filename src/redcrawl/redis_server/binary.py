@@ -27,6 +27,7 @@ __all__ = [
     "cli_binary",
     "find_binary",
     "free_port",
+    "free_ports",
     "server_args",
     "server_version",
 ]
@@ -39,9 +40,23 @@ Persistence = Literal["none", "aof", "rdb"]
 
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that was free a moment ago."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct TCP ports on 127.0.0.1 that were free a moment ago (held open
+    together while chosen: two :func:`free_port` calls in a row can return the same
+    port, which made a cluster node's bus port its client port, and the node fail)."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            s = socket.socket()
+            socks.append(s)
+            s.bind(("127.0.0.1", 0))
+        return [int(s.getsockname()[1]) for s in socks]
+    finally:
+        for s in socks:
+            s.close()
 
 
 def bundled_binary() -> str | None:

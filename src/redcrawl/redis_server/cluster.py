@@ -16,7 +16,7 @@ from redis.backoff import NoBackoff
 from redis.crc import key_slot
 from redis.retry import Retry
 
-from redcrawl.redis_server.binary import cli_binary, find_binary, free_port
+from redcrawl.redis_server.binary import cli_binary, find_binary, free_ports
 from redcrawl.redis_server.process import RedisServer
 
 __all__ = ["LocalCluster"]
@@ -60,24 +60,7 @@ class LocalCluster:
         self.nodes: list[RedisServer] = []
         try:
             for i in range((1 + replicas) * masters):
-                extra = [
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                    "--cluster-node-timeout",
-                    str(node_timeout),
-                    # the bus port, given: the default (port + 10000) may not exist
-                    "--cluster-port",
-                    str(free_port()),
-                    # a replica's first sync at once (Redis 7 waits 5 s by default): a
-                    # replica that never synced refuses to take over
-                    "--repl-diskless-sync-delay",
-                    "0",
-                    "--logfile",
-                    str(self.directory / f"n{i}" / "redis.log"),
-                ]
-                self.nodes.append(RedisServer(found, self.directory / f"n{i}", extra=extra))
+                self.nodes.append(self._node(found, i, node_timeout))
             create = [cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes)]
             subprocess.run(
                 [*create, "--cluster-replicas", str(replicas), "--cluster-yes"],
@@ -140,6 +123,35 @@ class LocalCluster:
                     if start <= slot <= end and int(_[0][1]) == n.port:
                         return n
         raise RuntimeError(f"no live master serves {key!r}")
+
+    def _node(self, binary: str, i: int, node_timeout: int) -> RedisServer:
+        """Start node ``i`` on free ports, trying other ports twice more if it can't bind
+        (a port free a moment ago may have been taken since)."""
+        for attempt in range(3):
+            port, bus = free_ports(2)
+            extra = [
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                str(node_timeout),
+                # the bus port, given: the default (port + 10000) may not exist
+                "--cluster-port",
+                str(bus),
+                # a replica's first sync at once (Redis 7 waits 5 s by default): a
+                # replica that never synced refuses to take over
+                "--repl-diskless-sync-delay",
+                "0",
+                "--logfile",
+                str(self.directory / f"n{i}" / "redis.log"),
+            ]
+            try:
+                return RedisServer(binary, self.directory / f"n{i}", port=port, extra=extra)
+            except RuntimeError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     def stop(self) -> None:
         """Kill every node and remove the temporary folder. Harmless when called again."""
