@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from scrapy.exceptions import IgnoreRequest
 
@@ -144,6 +144,47 @@ def fail_process(crawler: Crawler) -> None:
         crawler.spider = None
 
     crawler.signals.connect(detach, signals.engine_stopped, weak=False)
+
+
+REFUSED = "_redcrawl_refused"
+"""Attribute of a crawler refused at start (:func:`refuse_start`): the reason."""
+
+
+def refused(crawler: Crawler) -> str | None:
+    """The reason this crawl was refused at start, or None."""
+    return cast(str | None, getattr(crawler, REFUSED, None))
+
+
+def refuse_start(crawler: Crawler, reason: str, message: str) -> None:
+    """Refuse a crawl that cannot start (a wrong setting, no Redis): one CRITICAL line
+    with ``message`` (which says what to do), stat ``redcrawl/failure``, exit code 1, and
+    the spider closed with ``reason`` once the engine runs (closed earlier, Scrapy 2.19
+    never sends ``engine_stopped`` and exits 0). Said once per crawler, whichever of the
+    spider (built first) or the scheduler finds the problem."""
+    if refused(crawler) is not None:
+        return
+    setattr(crawler, REFUSED, reason)
+    log.critical("redcrawl: %s; closing the spider (reason %r, exit code 1)", message, reason)
+    fail_process(crawler)
+    close_when_started(crawler, reason)
+
+
+def close_when_started(crawler: Crawler, reason: str) -> None:
+    """Close the spider with ``reason`` (stat ``redcrawl/failure``) once the engine runs
+    (Scrapy 2.19 has no stats before the crawl starts)."""
+    from scrapy import signals
+    from twisted.internet import reactor
+
+    def stop(wait: int = 0) -> None:
+        if wait == 0:
+            crawler.stats.set_value("redcrawl/failure", reason)
+        engine = crawler.engine
+        if not getattr(engine, "running", True) and wait < 200:
+            cast(Any, reactor).callLater(0.05, stop, wait + 1)  # up to 10 s
+        else:
+            cast(Any, reactor).callLater(0, stop_crawler, crawler, reason)
+
+    crawler.signals.connect(stop, signals.engine_started, weak=False)
 
 
 def wake_engine(crawler: Crawler) -> None:

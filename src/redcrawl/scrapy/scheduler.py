@@ -228,6 +228,10 @@ class Scheduler(BaseScheduler):
         """Start-up checks (on this thread, once), then the I/O thread takes over. A
         worker whose settings change the crawl's layout is refused with one CRITICAL line
         (no traceback) and the process exits 1 (:meth:`_refuse_layout`)."""
+        refused = lifecycle.refused(self.crawler)
+        if refused is not None:  # the spider could not start (said already)
+            self._failure = refused
+            return
         try:
             if self._startup_error is not None:
                 raise self._startup_error
@@ -475,27 +479,20 @@ class Scheduler(BaseScheduler):
     # --- failing loudly ----------------------------------------------------------------
     def _fail(self, reason: str, message: str, *, before_start: bool = False) -> None:
         """Close the spider with ``reason`` and make the process exit non-zero. From
-        :meth:`open` (``before_start``) the spider is closed once the engine runs: closed
-        earlier, Scrapy (2.19) never sends ``engine_stopped`` and exits 0."""
+        :meth:`open` (``before_start``) the spider is closed once the engine runs
+        (:func:`~redcrawl.scrapy.lifecycle.refuse_start`)."""
         if self._failure is not None:
             return
         self._failure = reason
+        if before_start:
+            lifecycle.refuse_start(self.crawler, reason, message)
+            return
         log.critical("redcrawl: %s; closing the spider (reason %r, exit code 1)", message, reason)
         self.stats.set_value("redcrawl/failure", reason)
         lifecycle.fail_process(self.crawler)
         from twisted.internet import reactor
 
-        def stop(wait: int = 0) -> None:
-            engine = self.crawler.engine
-            if before_start and not getattr(engine, "running", True) and wait < 200:
-                cast(Any, reactor).callLater(0.05, stop, wait + 1)  # up to 10 s
-            else:
-                cast(Any, reactor).callLater(0, lifecycle.stop_crawler, self.crawler, reason)
-
-        if before_start:
-            self.crawler.signals.connect(stop, signals.engine_started, weak=False)
-        else:
-            stop()
+        cast(Any, reactor).callLater(0, lifecycle.stop_crawler, self.crawler, reason)
 
     def _watch(self) -> None:
         """Every WATCH seconds, on the reactor: merge the I/O thread's counters, and give

@@ -69,7 +69,7 @@ from scrapy.spiders import CrawlSpider, Spider
 
 from redcrawl.callbacks import callback_problem, resolve_callback
 from redcrawl.connection import connect
-from redcrawl.errors import ConfigError, RedcrawlError
+from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
 from redcrawl.keys import start_claims, start_refused
 from redcrawl.scrapy import lifecycle
 from redcrawl.scripts import BASE, Scripts
@@ -242,13 +242,34 @@ class RedisMixin:
     name: str
     logger: Any
 
+    _refused = False  # setup_redis failed: the crawl is refused (lifecycle.refuse_start)
+
+    def _setup_or_refuse(self, crawler: Any) -> None:
+        """:meth:`setup_redis`, or, when a setting is wrong or Redis can't be reached, the
+        crawl refused with one CRITICAL line and exit code 1 (raised here, while Scrapy
+        builds the spider, it would end as an asyncio traceback): the spider then yields
+        nothing and the scheduler does not open."""
+        try:
+            self.setup_redis(crawler)
+        except (ConfigError, ConnectionError_) as exc:
+            self._refused = True
+            reason = "config_error" if isinstance(exc, ConfigError) else "redis_unavailable"
+            lifecycle.refuse_start(crawler, reason, str(exc))
+
     def setup_redis(self, crawler: Any) -> None:
         settings = Settings.from_scrapy(crawler.settings)
         self._rc_settings = settings
         key = self.redis_key or settings.start_urls_key
-        self.redis_key = key % {"name": self.name}
+        try:
+            self.redis_key = key % {"name": self.name}
+        except (KeyError, ValueError, TypeError) as exc:
+            raise ConfigError(
+                "REDIS_START_URLS_KEY",
+                f"start key {key!r} is not a valid %-format ({exc!r}); the only "
+                "placeholder is %(name)s, the spider's name",
+            ) from None
         if not self.redis_key.strip():
-            raise ValueError("redis_key must not be empty")
+            raise ConfigError("REDIS_START_URLS_KEY", "the start key name is empty: name one")
         if self.redis_batch_size is None:
             self.redis_batch_size = settings.start_urls_batch_size
         if self.max_idle_time is None:
@@ -420,7 +441,7 @@ class RedisMixin:
             )
 
     def next_requests(self) -> Iterator[Any]:
-        if self._closing:
+        if self._refused or self._closing:
             return
         how = self._claimer()
         if how == "none":
@@ -562,7 +583,7 @@ class RedisSpider(RedisMixin, Spider):
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> RedisSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        spider.setup_redis(crawler)
+        spider._setup_or_refuse(crawler)
         return spider
 
 
@@ -572,5 +593,5 @@ class RedisCrawlSpider(RedisMixin, CrawlSpider):
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> RedisCrawlSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
-        spider.setup_redis(crawler)
+        spider._setup_or_refuse(crawler)
         return spider
