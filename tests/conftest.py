@@ -143,6 +143,31 @@ def redis7(tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
     return _server("7", tmp_path_factory)
 
 
+@pytest.fixture
+def redis62(tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
+    """Redis 6.2 (the embedded server's version), for the migrate tests' source."""
+    return _server("6.2", tmp_path_factory)
+
+
+@pytest.fixture
+def source(redis62: RedisServer) -> Iterator[redis.Redis]:
+    """A migration's source (test_migrate_to*.py): Redis 6.2, emptied."""
+    c = redis.Redis.from_url(redis62.url)
+    c.flushall()
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def target(redis7: RedisServer) -> Iterator[redis.Redis]:
+    """A migration's target (test_migrate_to*.py): Redis 7 (and the source of the cluster
+    tests), emptied."""
+    c = redis.Redis.from_url(redis7.url)
+    c.flushall()
+    yield c
+    c.close()
+
+
 @pytest.fixture(scope="session")
 def redisbloom(tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
     """Debian's Redis 7 with the RedisBloom module loaded."""

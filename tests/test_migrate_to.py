@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from redcrawl.redis_server import LocalCluster, free_port
 from redcrawl.settings import Settings
 
 from . import cluster
-from .conftest import Backend, Clock, RedisServer, _server
+from .conftest import Backend, Clock, RedisServer
 
 CRAWL = "shop"
 URLS = 40
@@ -169,27 +168,6 @@ def check_copy(source: Any, target: Any, backend: Backend, before: Counts) -> No
     assert found[0].state == "cached" and found[0].entry is not None
     end = crawl_to_the_end(target, backend)
     assert end.done == URLS - before.dead and end.dead == before.dead
-
-
-@pytest.fixture
-def redis62(tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
-    return _server("6.2", tmp_path_factory)
-
-
-@pytest.fixture
-def source(redis62: RedisServer) -> Iterator[redis.Redis]:
-    c = redis.Redis.from_url(redis62.url)
-    c.flushall()
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def target(redis7: RedisServer) -> Iterator[redis.Redis]:
-    c = redis.Redis.from_url(redis7.url)
-    c.flushall()
-    yield c
-    c.close()
 
 
 def migrate(*args: str) -> tuple[int, str]:

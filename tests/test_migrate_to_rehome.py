@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -39,34 +38,11 @@ from redcrawl.redis_server import LocalCluster
 from redcrawl.settings import Settings
 
 from . import cluster
-from .conftest import Backend, RedisServer, _server
+from .conftest import Backend, RedisServer
 from .test_migrate_to import CRAWL, content, env, snapshot
 
 HOSTS = 24
 runner = CliRunner()
-
-
-@pytest.fixture
-def redis62(tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
-    return _server("6.2", tmp_path_factory)
-
-
-@pytest.fixture
-def source(redis62: RedisServer) -> Iterator[redis.Redis]:
-    """The source: Redis 6.2 (the embedded server's version)."""
-    c = redis.Redis.from_url(redis62.url)
-    c.flushall()
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def target(redis7: RedisServer) -> Iterator[redis.Redis]:
-    """The target: Redis 7 (and the source of the cluster tests)."""
-    c = redis.Redis.from_url(redis7.url)
-    c.flushall()
-    yield c
-    c.close()
 
 
 def settings(backend: Backend, polite: bool, ordering: str = "fifo") -> Settings:
