@@ -23,13 +23,10 @@
 -- (<base> is K_FPD:<generation>), which expire <generations> generations after it ends,
 -- and a lookup reads every live generation.
 
-local DD_BITS, DD_GEN_MS, DD_GENS, DD_FILL
-do
-  local f = {}
-  for w in string.gmatch(DD, '%S+') do f[#f + 1] = w end
-  DD_BITS, DD_GEN_MS, DD_GENS = tonumber(f[2]), tonumber(f[3]), tonumber(f[4])
-  DD_FILL = tonumber(f[5] or '0')
-end
+-- (one match, not a gmatch loop: this runs on every script call)
+local DD_BITS, DD_GEN_MS, DD_GENS, DD_FILL = string.match(DD, '^%S+ (%d+) (%d+) (%d+) ?(%d*)')
+DD_BITS, DD_GEN_MS, DD_GENS = tonumber(DD_BITS), tonumber(DD_GEN_MS), tonumber(DD_GENS)
+DD_FILL = tonumber(DD_FILL) or 0
 local DD_BUCKETS = 2 ^ DD_BITS
 local DD_GEN = (DD_GEN_MS > 0) and math.floor(NOW / DD_GEN_MS) or 0
 
@@ -159,6 +156,21 @@ end
 local function dd_done_flags(fps, hm, hb)
   local out = {}
   local first = (DD_GEN_MS > 0) and (DD_GEN - DD_GENS) or 0
+  if hb and DD_GEN_MS == 0 and dd_sparse(#fps) and dd_top(0) == 0 then
+    -- the usual case (one generation, one level, the client's hints): one SISMEMBER per
+    -- fingerprint, its key built inline (this runs for every request pushed)
+    local pre = K_FPD .. ':'
+    for i = 1, #fps do
+      local b = hb[i]
+      if b then
+        out[i] = redis.call('SISMEMBER', pre .. b, hm[i]) == 1
+      else
+        local h, member = dd_split(fps[i])
+        out[i] = redis.call('SISMEMBER', dd_key(K_FPD, 0, h % DD_BUCKETS), member) == 1
+      end
+    end
+    return out
+  end
   if dd_sparse(#fps) then
     for i = 1, #fps do
       local h, member = dd_hm(fps, i, hm)
@@ -233,10 +245,17 @@ local function dd_mark_done(fps, hm, hb)
   local level, room = dd_level_of(count)
   local added = 0
   if count + #fps <= room and DD_GEN_MS == 0 and dd_sparse(#fps) then
-    -- the usual case: a few fingerprints, all into the level being filled
+    -- the usual case: a few fingerprints, all into the level being filled (in level 0
+    -- with the client's hints, the key built inline: this runs for every request acked)
+    local pre = level == 0 and hb and base .. ':'
     for i = 1, #fps do
-      local h, member = dd_hm(fps, i, hm)
-      added = added + redis.call('SADD', dd_bkey(base, level, h, hb, i), member)
+      local b = pre and hb[i]
+      if b then
+        added = added + redis.call('SADD', pre .. b, hm[i])
+      else
+        local h, member = dd_hm(fps, i, hm)
+        added = added + redis.call('SADD', dd_bkey(base, level, h, hb, i), member)
+      end
     end
   elseif count + #fps <= room then
     local hs, members = {}, {}
