@@ -11,24 +11,45 @@ local function ready_key(tier) return KEYS[FIRST_TIER + tier] end
 
 -- Put ids into their ready queues. items: list of {id, priority, seq, ...}. front=true:
 -- served next within the tier (requests coming back from IN-FLIGHT, DELAYED or DEAD).
+-- (numeric loops and the tier bounds inline, no table per tier unless it gets ids: this
+-- runs for every request pushed)
 ready_push = function(items, front)
   if POLITE then return pol_push(items, front) end
-  local per_tier = {}
-  for _, it in ipairs(items) do
-    local t = tier_of(it[2])
-    local list = per_tier[t]
-    if not list then list = {}; per_tier[t] = list end
-    if ORDERING == 'priority' then
-      -- strict priority; FIFO among equal priorities by push sequence (front: seq 0)
-      list[#list + 1] = -it[2] * TWO32 + (front and 0 or (it[3] % TWO32))
+  local n = #items
+  if n == 0 then return end
+  if ORDERING == 'priority' then
+    -- strict priority; FIFO among equal priorities by push sequence (front: seq 0)
+    local z = {}
+    for i = 1, n do
+      local it = items[i]
+      z[2 * i - 1] = -it[2] * TWO32 + (front and 0 or (it[3] % TWO32))
+      z[2 * i] = it[1]
     end
-    list[#list + 1] = it[1]
+    bulk('ZADD', ready_key(0), z)
+    return
   end
-  for t, list in pairs(per_tier) do
-    local cmd = 'LPUSH'
-    if ORDERING == 'priority' then cmd = 'ZADD'
-    elseif ORDERING == 'fifo' and front then cmd = 'RPUSH' end
-    bulk(cmd, ready_key(t), list)
+  local cmd = (ORDERING == 'fifo' and front) and 'RPUSH' or 'LPUSH'
+  local nb = #BOUNDS
+  if nb == 0 then
+    local list = {}
+    for i = 1, n do list[i] = items[i][1] end
+    bulk(cmd, ready_key(0), list)
+    return
+  end
+  local per_tier, sizes = {}, {}
+  for t = 0, nb do sizes[t] = 0 end
+  for i = 1, n do
+    local it = items[i]
+    local p, t = it[2], nb
+    for k = 1, nb do
+      if p >= BOUNDS[k] then t = k - 1; break end
+    end
+    local list, m = per_tier[t], sizes[t] + 1
+    if m == 1 then list = {}; per_tier[t] = list end
+    list[m] = it[1]; sizes[t] = m
+  end
+  for t = 0, nb do
+    if sizes[t] > 0 then bulk(cmd, ready_key(t), per_tier[t]) end
   end
 end
 
@@ -291,9 +312,16 @@ local function pop_ready(n, schedule)
   if n > total then n = total end
   local cursor = num(redis.call('HGET', K_CONTROL, 'cursor'))
   local slots = #schedule
+  -- (the schedule's tier digits decoded once, not a string.sub and tonumber per pick)
+  local digit = {string.byte(schedule, 1, slots)}
+  for i = 1, slots do
+    local d = digit[i]
+    if d >= 97 then d = d - 87 elseif d >= 65 then d = d - 55 else d = d - 48 end
+    digit[i] = d
+  end
   local picked = 0
   while picked < n do
-    local t = tonumber(string.sub(schedule, cursor % slots + 1, cursor % slots + 1), 16)
+    local t = digit[cursor % slots + 1]
     cursor = cursor + 1
     if avail[t] > take[t] then
       take[t] = take[t] + 1
