@@ -297,8 +297,10 @@ end
 local function pop_ready(n, schedule)
   local ids = {}
   if ORDERING == 'priority' then
-    local popped = redis.call('ZPOPMIN', ready_key(0), n)
-    for i = 1, #popped, 2 do ids[#ids + 1] = popped[i] end
+    -- (the n lowest, then removed by rank: ZPOPMIN would reply with every score as text)
+    if n <= 0 then return ids end
+    ids = redis.call('ZRANGE', ready_key(0), 0, n - 1)
+    if #ids > 0 then redis.call('ZREMRANGEBYRANK', ready_key(0), 0, #ids - 1) end
     return ids
   end
   -- Plan the picks over the schedule, skipping empty tiers, then pop per tier.
@@ -329,15 +331,13 @@ local function pop_ready(n, schedule)
     end
   end
   if n > 0 then redis.call('HSET', K_CONTROL, 'cursor', cursor % (slots * 1000000)) end
+  local pop = (ORDERING == 'fifo') and 'RPOP' or 'LPOP'
   for t = 0, NTIERS - 1 do
-    if take[t] > 0 then
-      local got
-      if ORDERING == 'fifo' then
-        got = redis.call('RPOP', ready_key(t), take[t])
-      else
-        got = redis.call('LPOP', ready_key(t), take[t])
-      end
-      for _, id in ipairs(got) do ids[#ids + 1] = id end
+    local k = take[t]
+    if k > 0 and k == n then return redis.call(pop, ready_key(t), k) end  -- (one tier)
+    if k > 0 then
+      local got, m = redis.call(pop, ready_key(t), k), #ids
+      for i = 1, #got do ids[m + i] = got[i] end
     end
   end
   return ids
@@ -362,14 +362,12 @@ lease_ready = function(worker, n, ttl, schedule, got)
   end
   token = string.format('%.0f', token)
   local leased = stamp_leased(ids, token, false, got)
-  local kept = {NOW, worker}
-  local unused = {}
-  for i, id in ipairs(ids) do
-    if leased[i] then kept[#kept + 1] = id
+  local kept, unused, held = {NOW, worker}, {}, 0
+  for i = 1, #ids do
+    if leased[i] then held = held + 1; kept[held + 2] = ids[i]
     elseif keys then unused[#unused + 1] = keys[i] end
   end
   if keys then pol_unpop(unused) end  -- popped but not leased (a missing or corrupt record)
-  local held = #kept - 2
   if held == 0 then return end
   redis.call('ZADD', K_INFLIGHT, NOW + ttl, token)
   redis.call('HSET', K_LEASES, token, cmsgpack.pack(kept))
