@@ -7,13 +7,10 @@
 -- Expects K_FPD (key base), DD (spec), NOW (ms), CHUNK and bulk() from the script before it.
 -- DD = "rbloom <shards> <capacity per shard> <p> <generation ms> <generations>".
 
-local DD_SHARDS, DD_CAP, DD_P, DD_GEN_MS, DD_GENS
-do
-  local f = {}
-  for w in string.gmatch(DD, '%S+') do f[#f + 1] = w end
-  DD_SHARDS, DD_CAP, DD_P = tonumber(f[2]), f[3], f[4]
-  DD_GEN_MS, DD_GENS = tonumber(f[5]), tonumber(f[6])
-end
+-- (one match, not a gmatch loop: this runs on every script call)
+local DD_SHARDS, DD_CAP, DD_P, DD_GEN_MS, DD_GENS =
+  string.match(DD, '^%S+ (%S+) (%S+) (%S+) (%S+) (%S+)')
+DD_SHARDS, DD_GEN_MS, DD_GENS = tonumber(DD_SHARDS), tonumber(DD_GEN_MS), tonumber(DD_GENS)
 local DD_GEN = (DD_GEN_MS > 0) and math.floor(NOW / DD_GEN_MS) or 0
 
 local function dd_key(g, shard)
