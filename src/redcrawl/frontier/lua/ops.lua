@@ -66,6 +66,7 @@ local function op_push(first, n, delay_ms, recrawl)
     redis.call('HGET', K_STATS, 'leases')
   if fence == '0' or not int_ok(fence) then fence = nil end
   local flags, items, writes = {}, {}, {}
+  local stamp = FMT.stamps and push_stamp() or ''  -- push time: latency.lua, lib.lua
   for i = 1, n do
     local at = first + PUSH_STRIDE * (i - 1)
     local rec, priority = ARGV[at], tonumber(ARGV[at + 2])
@@ -75,13 +76,12 @@ local function op_push(first, n, delay_ms, recrawl)
       -- ("<priority>|0||<envelope>": the fence goes between the two bars)
       local bars = string.find(rec, '||', 1, true)
       if bars then
-        rec = string.sub(rec, 1, bars) .. fence .. string.sub(rec, bars + 1) ..
-          (FMT.stamps and PUSH_STAMP or '')
+        rec = string.sub(rec, 1, bars) .. fence .. string.sub(rec, bars + 1) .. stamp
       elseif FMT.stamps then
-        rec = rec .. PUSH_STAMP
+        rec = rec .. stamp
       end
     elseif id and FMT.stamps then
-      rec = rec .. PUSH_STAMP -- push time: latency.lua, lib.lua
+      rec = rec .. stamp
     end
     if id then
       writes[#writes + 1] = id; writes[#writes + 1] = rec
