@@ -10,12 +10,7 @@ if not (PUSH_STRIDE and ready_push and unhold and holds and lease_expired and le
 end
 
 -- The lease reply of both backends is one flat list: id, attempts, record, token of each
--- leased request. lease_pairs: its (id, token) pairs, flattened.
-local function lease_pairs(flat)
-  local out = {}
-  for i = 1, #flat, 4 do out[#out + 1] = flat[i]; out[#out + 1] = flat[i + 3] end
-  return out
-end
+-- leased request.
 
 -- Dedupe and enqueue the requests given as ARGV PUSH_STRIDE-tuples (record
 -- "<priority>|0||<envelope>", fingerprint or "" for no dedupe, priority, then the queue
@@ -235,12 +230,21 @@ end
 local function call_replay(worker, nonce)
   local t = call_get(worker, nonce)
   if not t then return nil end
-  local ids = {}
-  for i = 3, #t, 2 do ids[#ids + 1] = t[i] end
+  local ids, tokens = {}, {}
+  if #t == 3 then
+    -- (FMT.lout) the call leased one lease whole: its entry in leases lists the ids
+    local raw = redis.call('HGET', K_LEASES, t[3])
+    local ok, e = pcall(cmsgpack.unpack, raw or '')
+    if ok and type(e) == 'table' then
+      for i = 3, #e do ids[i - 2] = e[i]; tokens[i - 2] = t[3] end
+    end
+  else
+    for i = 3, #t, 2 do ids[#ids + 1] = t[i]; tokens[#tokens + 1] = t[i + 1] end
+  end
   local recs = hmget(K_REQ, ids)
   local got = {}
   for i, id in ipairs(ids) do
-    local token = t[2 + 2 * i]
+    local token = tokens[i]
     if recs[i] then
       local p, a, tk = parse_head(recs[i])
       if p ~= nil and FMT.held(id, tk, token) then
@@ -253,10 +257,25 @@ local function call_replay(worker, nonce)
 end
 
 -- Remember a worker's call (see call_replay): its nonce, flags and what it leased
--- (broken: its predecessor did not run, see call_ran).
+-- (broken: its predecessor did not run, see call_ran). What it leased is kept as
+-- (id, token) pairs, or, where the lease's entry in leases lists the same ids and a
+-- request is held only while that entry lists it (FMT.lout), as the lease's token
+-- alone: a lists lease of up to REDCRAWL_BATCH_SIZE requests is one entry made by this
+-- call (lease_ready), and packing its pairs again cost ~2k instructions per request.
 local function call_record(worker, nonce, pushed, acked, leased, broken)
   if nonce == '' then return end
   local t = {pushed, acked .. (broken and '!' or '')}
-  for _, v in ipairs(lease_pairs(leased)) do t[#t + 1] = v end
+  local n = #leased
+  local one = FMT.lout and n > 0 and leased[4]
+  if one then
+    for i = 8, n, 4 do
+      if leased[i] ~= one then one = false; break end
+    end
+  end
+  if one then
+    t[3] = one
+  else
+    for i = 1, n, 4 do t[#t + 1] = leased[i]; t[#t + 1] = leased[i + 3] end
+  end
   redis.call('HSET', K_CALLS, call_field(worker, nonce), nonce .. cmsgpack.pack(t))
 end
