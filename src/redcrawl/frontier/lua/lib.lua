@@ -254,11 +254,17 @@ local function is_fingerprint(id) return #id == 20 end
 -- priority, attempts, token of a record and the position its envelope starts at; nil for
 -- a record without a readable header (corrupt: it is dead-lettered wherever it is met;
 -- its numbers must have at most 15 digits, as redcrawl.frontier.lists.parse_record reads).
+-- (the numbers read through NUM_TEXT, below: a call meets few distinct priorities and
+-- attempt counts, and tonumber's strtod costs ~1.4k instructions, more than the match)
+local NUM_TEXT = {}
 local function parse_head(rec)
   local p, a, t, pos = string.match(rec, '^(-?%d+)|(%d+)|([^|]*)|()')
   -- numbers beyond 2^53 would come back as "1e+20", which no parser reads
   if not p or #p > 15 or #a > 15 then return nil end
-  return tonumber(p), tonumber(a), t, pos
+  local pn, an = NUM_TEXT[p], NUM_TEXT[a]
+  if not pn then pn = tonumber(p); NUM_TEXT[p] = pn end
+  if not an then an = tonumber(a); NUM_TEXT[a] = an end
+  return pn, an, t, pos
 end
 
 -- priority, attempts, token, envelope of a record (nil as for parse_head).
@@ -292,8 +298,8 @@ end
 
 -- A number as text, remembered for the rest of the call: Lua formats a number with
 -- sprintf("%.14g") (~0.7 us each), and a call writes the same few priorities and attempt
--- counts into many headers.
-local NUM_TEXT = {}
+-- counts into many headers. (NUM_TEXT also maps decimal texts to their numbers, for
+-- parse_head: a number and a string are different keys.)
 local function num_text(v)
   local s = NUM_TEXT[v]
   if not s then s = tostring(v); NUM_TEXT[v] = s end
