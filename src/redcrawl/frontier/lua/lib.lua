@@ -239,12 +239,16 @@ do
   end
 end
 
--- HMGET in chunks; returns a list aligned with ids.
+-- HMGET in chunks; returns a list aligned with ids (a new table).
 local function hmget(key, ids)
-  local out = {}
-  for i = 1, #ids, CHUNK do
-    local part = redis.call('HMGET', key, unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
-    for _, v in ipairs(part) do out[#out + 1] = v end
+  local n = #ids
+  if n == 0 then return {} end
+  if n <= CHUNK then return redis.call('HMGET', key, unpack(ids)) end
+  local out, k = {}, 0
+  for i = 1, n, CHUNK do
+    local part = redis.call('HMGET', key, unpack(ids, i, math.min(i + CHUNK - 1, n)))
+    for x = 1, #part do out[k + x] = part[x] end
+    k = k + #part
   end
   return out
 end
@@ -349,8 +353,9 @@ function FMT.holds(t, token)
 end
 FMT.sets = {}  -- lease entries read in this call, by token (false: none)
 function FMT.held(id, t, token)
-  if not FMT.holds(t, token) then return false end
-  if not FMT.lout then return true end
+  if not FMT.lout then return t ~= '' and t == token end
+  -- (FMT.holds, inline: this runs for every request acked)
+  if not (t == '' or #t < #token or (#t == #token and t < token)) then return false end
   local set = FMT.sets[token]
   if set == nil then set = FMT.member(token) or false; FMT.sets[token] = set end
   return set and set[id] == true
@@ -362,10 +367,11 @@ end
 
 local function tier_of(priority)
   if ORDERING == 'priority' then return 0 end
-  for i, b in ipairs(BOUNDS) do
-    if priority >= b then return i - 1 end
+  local n = #BOUNDS
+  for i = 1, n do
+    if priority >= BOUNDS[i] then return i - 1 end
   end
-  return #BOUNDS
+  return n
 end
 
 -- QUEUE LAYER. The backend's queue layer (queue_lists.lua, queue_streams.lua) keeps READY
@@ -508,9 +514,9 @@ local function stamp_leased(ids, token, fresh, got)
   local one = type(token) == 'string' and token
   local recs = hmget(K_REQ, ids)
   local writes, corrupt, whys, out = {}, {}, {}, {}
-  local g, w = #got, 0
-  for i, id in ipairs(ids) do
-    local rec = recs[i]
+  local g, w, lout = #got, 0, FMT.lout
+  for i = 1, #ids do
+    local id, rec = ids[i], recs[i]
     local p, a, t, pos
     if rec then p, a, t, pos = parse_head(rec) end
     out[i] = false
@@ -519,7 +525,7 @@ local function stamp_leased(ids, token, fresh, got)
     elseif rec and not (fresh and t ~= '') then
       local tk = one or token(i)
       a = a + 1
-      if not FMT.lout then  -- (lout: the record stays as it is, see FMT)
+      if not lout then  -- (lout: the record stays as it is, see FMT)
         local env = string.sub(rec, pos)
         if POLITE then env = slot_held_env(env) end  -- a grant takes a slot
         rec = header(p, a, tk, env)
