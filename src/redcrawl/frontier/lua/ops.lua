@@ -130,7 +130,7 @@ end
 -- to promote in this call. Returns the lease reply (empty when paused).
 local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
   promote_due(limit)
-  if n < 0 or redis.call('HGET', K_CONTROL, 'paused') == '1' then n = 0 end
+  if n < 0 or PAUSED then n = 0 end  -- (read by the prelude: lib.lua)
   local got = lease_expired(worker, n, ttl, max_attempts, limit)
   local deadline = NOW + ttl
   if deadline > num(redis.call('HGET', K_WORKERS, worker)) then
