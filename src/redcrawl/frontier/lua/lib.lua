@@ -303,6 +303,14 @@ local function parse_head(rec)
   return pn, an, t, pos
 end
 
+-- The token field of a record, or nil as for parse_head (positions captured, not texts:
+-- ~600 instructions less than parse_head, for the ack of every request).
+local function head_token(rec)
+  local p2, a1, a2, t = string.match(rec, '^%-?%d+()|()%d+()|([^|]*)|')
+  if not p2 or p2 > 16 or a2 - a1 > 15 then return nil end
+  return t
+end
+
 -- priority, attempts, token, envelope of a record (nil as for parse_head).
 local function parse(rec)
   local p, a, t, pos = parse_head(rec)

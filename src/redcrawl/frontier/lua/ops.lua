@@ -161,8 +161,8 @@ local function op_ack(first, n, refuse)
     flags[i] = '0'
     local id, rec = ids[i], recs[i]
     if rec and not seen[id] then
-      local p, _, t = parse_head(rec)
-      if p == nil then
+      local t = head_token(rec)
+      if t == nil then
         seen[id] = kill_corrupt_held(id, tokens[i]) or nil
       elseif FMT.held(id, t, tokens[i]) then
         seen[id] = true
