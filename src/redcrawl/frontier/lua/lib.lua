@@ -32,9 +32,10 @@
 --  11 fpd       dedupe: key base of the DONE fingerprints' filter (see redcrawl/dedupe/lua;
 --                the filter's own keys are named after it, in the same hash tag)
 --  12 calls     HASH  "<worker>#<slot>" -> nonce .. msgpack [push flags, ack flags, id,
---                token, ...]: a worker's last state-changing calls ("#~<n>": calls
---                without a worker), replayed if the same call comes again (a retry after
---                a lost reply; see call_replay in ops.lua)
+--                token, ...] (or [push flags, ack flags, token]: a lease whose entry in
+--                leases lists the ids, see call_record): a worker's last state-changing
+--                calls ("#~<n>": calls without a worker), replayed if the same call comes
+--                again (a retry after a lost reply; see call_replay in ops.lua)
 --  13..         the ready-queue layer's keys. lists: the ready queue of each tier, highest
 --                first (LIST for fifo/lifo, ZSET for priority). streams: the streams of each
 --                shard, high then low (see queue_streams.lua); KEYS 2-4 are unused there.
