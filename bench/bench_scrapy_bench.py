@@ -201,6 +201,10 @@ class Run:
     redis_calls: float | None = None
     script_calls: float | None = None
     script_us: float | None = None  # evalsha usec / call
+    redis_user_us: float | None = None  # INFO cpu used_cpu_user / page
+    redis_sys_us: float | None = None  # INFO cpu used_cpu_sys / page (syscalls: I/O)
+    net_in_bytes: float | None = None  # INFO stats total_net_input_bytes / page
+    net_out_bytes: float | None = None  # INFO stats total_net_output_bytes / page
     commands: dict[str, tuple[int, int]] = field(default_factory=dict)
     total_pages: int = 0  # responses over the whole run
     failures: list[str] = field(default_factory=list)
@@ -218,8 +222,13 @@ def crawl_once(
     warmup: float,
     window: float,
     variants: dict[str, list[str]] | None = None,
+    sources: dict[str, str] | None = None,
 ) -> Run:
     flushall(admin)
+    env = worker_env()
+    source = (sources or {}).get(contender)
+    if source:  # another checkout's redcrawl first on the path (--baseline-src)
+        env["PYTHONPATH"] = os.pathsep.join([source, env["PYTHONPATH"]])
     crawl = f"bench-{run_id}"
     # every worker must still be crawling at the window's end, whenever it started
     timeout = warmup + window + 3
@@ -249,7 +258,7 @@ def crawl_once(
                     subprocess.Popen(
                         cmd,
                         cwd=tmp,
-                        env=worker_env(),
+                        env=env,
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
@@ -259,8 +268,10 @@ def crawl_once(
         start = launched + warmup
         time.sleep(max(0.0, start - time.time()))
         t0, cpu0, calls0 = time.time(), redis_cpu(admin), command_calls(admin)
+        io0 = redis_io(admin)
         time.sleep(max(0.0, t0 + window - time.time()))
         t1, cpu1, calls1 = time.time(), redis_cpu(admin), command_calls(admin)
+        io1 = redis_io(admin)
         deadline = time.monotonic() + timeout + 60
         for p in procs:
             try:
@@ -324,7 +335,23 @@ def crawl_once(
         calls, usec = commands.get("evalsha", (0, 0))
         run.script_calls = calls / pages
         run.script_us = usec / calls if calls else None
+        run.redis_user_us = (io1[0] - io0[0]) * 1e6 / pages
+        run.redis_sys_us = (io1[1] - io0[1]) * 1e6 / pages
+        run.net_in_bytes = (io1[2] - io0[2]) / pages
+        run.net_out_bytes = (io1[3] - io0[3]) / pages
     return run
+
+
+def redis_io(r: redis.Redis) -> tuple[float, float, int, int]:
+    """CPU seconds user and sys (``INFO cpu``), bytes received and sent (``INFO stats``;
+    the bench's own INFO calls are a few hundred bytes per window)."""
+    cpu, stats = r.info("cpu"), r.info("stats")
+    return (
+        float(cpu["used_cpu_user"]),
+        float(cpu["used_cpu_sys"]),
+        int(stats["total_net_input_bytes"]),
+        int(stats["total_net_output_bytes"]),
+    )
 
 
 # --- report ------------------------------------------------------------------------
@@ -337,6 +364,10 @@ ROWS: tuple[tuple[str, str, str, bool], ...] = (
     ("redis_calls", "Redis commands per page", "{:,.1f}", True),
     ("script_calls", "of which script calls (evalsha) per page", "{:,.3f}", True),
     ("script_us", "us per script call (evalsha usec / calls)", "{:,.0f}", True),
+    ("redis_user_us", "Redis CPU user per page (us)", "{:,.1f}", True),
+    ("redis_sys_us", "Redis CPU sys per page (us)", "{:,.1f}", True),
+    ("net_in_bytes", "bytes to Redis per page", "{:,.0f}", True),
+    ("net_out_bytes", "bytes from Redis per page", "{:,.0f}", True),
 )
 
 
@@ -365,6 +396,8 @@ def medians(runs: dict[str, list[Run]]) -> dict[str, dict[str, float | None]]:
 
 def render_table(med: dict[str, dict[str, float | None]]) -> str:
     variants = [c for c in med if c not in CONTENDERS]
+    none: dict[str, float | None] = {attr: None for attr, *_ in ROWS}
+    med = {MEM: none, SR: none, **med}  # (--redcrawl-only: no references)
     rows = [["", MEM, SR, RC, *variants, "redcrawl/in-memory", "redcrawl/scrapy-redis"]]
     rows[0] += [f"{v} / redcrawl" for v in variants]
 
@@ -393,6 +426,8 @@ def render_table(med: dict[str, dict[str, float | None]]) -> str:
 
 def targets(med: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    if MEM not in med or SR not in med:
+        return out  # --redcrawl-only
     rc, sr = med[RC]["redis_cpu_us"], med[SR]["redis_cpu_us"]
     if rc is not None and sr:
         out.append(
@@ -419,6 +454,7 @@ def targets(med: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
 
 def command_breakdown(runs: dict[str, list[Run]]) -> str:
     lines = ["Redis commands per page by command (last round; calls/page (usec/page)):"]
+    lines[0] += " every command"
     for c in runs:
         run = runs[c][-1]
         if c == MEM or not run.pages:
@@ -426,7 +462,7 @@ def command_breakdown(runs: dict[str, list[Run]]) -> str:
         top = sorted(run.commands.items(), key=lambda kv: -kv[1][0])
         parts = ", ".join(
             f"{name} {calls / run.pages:.2f} ({usec / run.pages:.1f})"
-            for name, (calls, usec) in top[:12]
+            for name, (calls, usec) in top
         )
         lines.append(f"  {c}: {parts}")
     return "\n".join(lines)
@@ -437,7 +473,8 @@ def round_line(run: Run) -> str:
     if run.redis_cpu_us is not None:
         redis_part = (
             f"  Redis {run.redis_cpu_us:7.1f} us/page {run.redis_calls:5.1f} cmd/page "
-            f"{run.script_calls:.3f} scripts/page"
+            f"{run.script_calls:.3f} scripts/page (sys {run.redis_sys_us:.1f} us/page, "
+            f"{run.net_in_bytes:,.0f} B/page in)"
         )
     per_worker = " ".join(f"{p:.1f}" for p in run.worker_pps)
     return (
@@ -510,6 +547,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--slowlog", action="store_true", help="Redis time by command and script")
     p.add_argument(
+        "--baseline-src",
+        metavar="PATH",
+        help="also run redcrawl from another checkout's src folder (e.g. the main branch's) "
+        "as a contender of its own in every round: a same-run A/B of the code",
+    )
+    p.add_argument(
+        "--redcrawl-only",
+        action="store_true",
+        help="only redcrawl and its --variant runs (no references, no targets): a quicker A/B",
+    )
+    p.add_argument(
         "--variant",
         action="append",
         default=[],
@@ -542,7 +590,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         variants = {f"{RC} {v}": v.split(",") for v in args.variant}
-        contenders = (*CONTENDERS, *variants)
+        sources: dict[str, str] = {}
+        if args.baseline_src:
+            src = str(Path(args.baseline_src).resolve())
+            variants[f"{RC} baseline"] = []
+            sources[f"{RC} baseline"] = src
+            print(f"baseline: redcrawl from {src}", flush=True)
+        contenders = (*((RC,) if args.redcrawl_only else CONTENDERS), *variants)
         runs: dict[str, list[Run]] = {c: [] for c in contenders}
         failures: list[str] = []
         for rnd in range(rounds):
@@ -559,6 +613,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.warmup,
                     window,
                     variants,
+                    sources,
                 )
                 runs[c].append(run)
                 print(f"  round {rnd + 1} {round_line(run)}", flush=True)
@@ -584,7 +639,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  {f}")
         if args.slowlog:
             print("\nRedis time by command (SLOWLOG, one more crawl per Redis contender):")
-            for c in (SR, RC):
+            for c in (RC,) if args.redcrawl_only else (SR, RC):
                 print(
                     slowlog_report(
                         c, args.workers, site.url, admin, server.url, tmp, args.warmup, window

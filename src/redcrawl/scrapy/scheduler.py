@@ -51,6 +51,7 @@ from twisted.internet import task
 
 from redcrawl import codec
 from redcrawl.connection import connect
+from redcrawl.envelope import encode_for_store
 from redcrawl.errors import (
     ConfigError,
     ConnectionError_,
@@ -557,7 +558,9 @@ class Scheduler(BaseScheduler):
         try:
             env = codec.from_request(request, self.spider, fingerprint=fp)
             env.dont_filter = fp is None
-            codec.encode(env)  # fail here, naming the key, not later in a batch
+            # fail here, naming the key, not later in a batch (the bytes are kept for
+            # the frontier's record: encoded once)
+            encode_for_store(env)
         except EncodeError as exc:
             self.stats.inc_value("redcrawl/unstorable")
             self._fail("unstorable_request", f"cannot store {request}: {exc}")
