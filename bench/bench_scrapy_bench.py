@@ -6,6 +6,7 @@ Usage::
     python bench/bench_scrapy_bench.py [--workers 4] [--rounds 3] [--window 15] [--quick]
                                        [--json PATH] [--slowlog]
                                        [--variant REDCRAWL_BATCH_SIZE=100 ...]
+                                       [--baseline-src ../main/src] [--redcrawl-only]
 
 Scrapy's own link-following benchmark (``scrapy bench``: its bench server and its
 spider, ``bench/scrapy_bench_spider.py``): every page links to 20 random pages out of
@@ -27,7 +28,9 @@ seconds long), so start-up and shutdown never count:
   (``redis.call()``s inside redcrawl's scripts count as Redis counts them); **script
   calls per page** and **µs per script call** (``evalsha`` calls and usec: wall time
   inside scripts, so it reads high on a loaded machine);
-- **worker CPU per page**: the workers' CPU over their own windows / pages.
+- **worker CPU per page**: the workers' CPU over their own windows / pages;
+- **Redis CPU user / sys per page** (``INFO cpu``: sys is mostly socket I/O) and **bytes
+  to / from Redis per page** (``INFO stats`` ``total_net_input_bytes`` / ``_output_``).
 
 Contenders alternate within each round (reversed every other round), ``FLUSHALL``
 between crawls. Medians over the rounds; the targets (issue 16: redcrawl ≥ 10x less
@@ -36,7 +39,11 @@ printed, never turned into an exit status. ``--slowlog`` afterwards crawls once 
 Redis contender with SLOWLOG recording every command: Redis time per page by command,
 ``evalsha`` split by redcrawl script. ``--variant NAME=VALUE[,NAME=VALUE]`` (repeatable)
 adds redcrawl with those settings as a contender of its own in every round: an A/B of a
-setting in the same run.
+setting in the same run. ``--baseline-src PATH`` adds redcrawl imported from another
+checkout's ``src`` (its workers get it first on ``PYTHONPATH``; the bench itself and
+the spider stay this checkout's): an A/B of the code in the same run.
+``--redcrawl-only`` leaves out the in-memory and scrapy-redis references (and the
+targets), for a quicker A/B.
 """
 
 from __future__ import annotations
