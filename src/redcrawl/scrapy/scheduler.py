@@ -93,8 +93,9 @@ ones it stored, and the ones it leased (stored by any worker: a duplicate for Re
 READY, IN-FLIGHT, DONE or DEAD alike)."""
 
 TICK = 1.0
-"""Seconds between flushes of buffered requests and acks, and reads of the crawl-wide
-counts, by the I/O thread."""
+"""Seconds between reads of the crawl-wide counts by the I/O thread, and flushes of
+buffered requests and acks when no lease call carried them since the last tick (they
+wait two ticks at most; see :mod:`redcrawl.feeder`)."""
 
 WATCH = 0.25
 """Seconds between the reactor's looks at the I/O thread (counters, Redis outage)."""
