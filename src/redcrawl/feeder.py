@@ -375,9 +375,12 @@ class Feeder:
         """Whether this round leaves the buffered stores and acks for a later one (called
         under the lock): a round woken by the tick alone, when a settle call went out
         within the last tick (the next lease call carries them; else the next tick
-        does, so they wait two ticks at most) and nothing else is buffered."""
+        does, so they wait two ticks at most) and nothing else is buffered. Not with
+        fleet-wide politeness: there every response's slot goes back with a call of its
+        own, which carries them anyway, and a request acked later is one more whose lease
+        a SIGKILL leaves to expire (its refetch counts against its site)."""
         return bool(
-            not (stopping or self._refresh)
+            not (stopping or self._refresh or self.polite)
             and now - self._last_settle < self.tick
             and (self._push or self._acks)
             and len(self._push) < self.batch_size
