@@ -6,6 +6,7 @@ Usage::
     python bench/bench_scrapy_bench.py [--workers 4] [--rounds 3] [--window 15] [--quick]
                                        [--json PATH] [--slowlog]
                                        [--variant REDCRAWL_BATCH_SIZE=100 ...]
+                                       [--baseline-src ../main/src] [--redcrawl-only]
 
 Scrapy's own link-following benchmark (``scrapy bench``: its bench server and its
 spider, ``bench/scrapy_bench_spider.py``): every page links to 20 random pages out of
@@ -27,7 +28,9 @@ seconds long), so start-up and shutdown never count:
   (``redis.call()``s inside redcrawl's scripts count as Redis counts them); **script
   calls per page** and **µs per script call** (``evalsha`` calls and usec: wall time
   inside scripts, so it reads high on a loaded machine);
-- **worker CPU per page**: the workers' CPU over their own windows / pages.
+- **worker CPU per page**: the workers' CPU over their own windows / pages;
+- **Redis CPU user / sys per page** (``INFO cpu``: sys is mostly socket I/O) and **bytes
+  to / from Redis per page** (``INFO stats`` ``total_net_input_bytes`` / ``_output_``).
 
 Contenders alternate within each round (reversed every other round), ``FLUSHALL``
 between crawls. Medians over the rounds; the targets (issue 16: redcrawl ≥ 10x less
@@ -36,7 +39,11 @@ printed, never turned into an exit status. ``--slowlog`` afterwards crawls once 
 Redis contender with SLOWLOG recording every command: Redis time per page by command,
 ``evalsha`` split by redcrawl script. ``--variant NAME=VALUE[,NAME=VALUE]`` (repeatable)
 adds redcrawl with those settings as a contender of its own in every round: an A/B of a
-setting in the same run.
+setting in the same run. ``--baseline-src PATH`` adds redcrawl imported from another
+checkout's ``src`` (its workers get it first on ``PYTHONPATH``; the bench itself and
+the spider stay this checkout's): an A/B of the code in the same run.
+``--redcrawl-only`` leaves out the in-memory and scrapy-redis references (and the
+targets), for a quicker A/B.
 """
 
 from __future__ import annotations
@@ -201,6 +208,10 @@ class Run:
     redis_calls: float | None = None
     script_calls: float | None = None
     script_us: float | None = None  # evalsha usec / call
+    redis_user_us: float | None = None  # INFO cpu used_cpu_user / page
+    redis_sys_us: float | None = None  # INFO cpu used_cpu_sys / page (syscalls: I/O)
+    net_in_bytes: float | None = None  # INFO stats total_net_input_bytes / page
+    net_out_bytes: float | None = None  # INFO stats total_net_output_bytes / page
     commands: dict[str, tuple[int, int]] = field(default_factory=dict)
     total_pages: int = 0  # responses over the whole run
     failures: list[str] = field(default_factory=list)
@@ -218,8 +229,13 @@ def crawl_once(
     warmup: float,
     window: float,
     variants: dict[str, list[str]] | None = None,
+    sources: dict[str, str] | None = None,
 ) -> Run:
     flushall(admin)
+    env = worker_env()
+    source = (sources or {}).get(contender)
+    if source:  # another checkout's redcrawl first on the path (--baseline-src)
+        env["PYTHONPATH"] = os.pathsep.join([source, env["PYTHONPATH"]])
     crawl = f"bench-{run_id}"
     # every worker must still be crawling at the window's end, whenever it started
     timeout = warmup + window + 3
@@ -249,7 +265,7 @@ def crawl_once(
                     subprocess.Popen(
                         cmd,
                         cwd=tmp,
-                        env=worker_env(),
+                        env=env,
                         stdin=subprocess.DEVNULL,
                         stdout=log,
                         stderr=subprocess.STDOUT,
@@ -259,8 +275,10 @@ def crawl_once(
         start = launched + warmup
         time.sleep(max(0.0, start - time.time()))
         t0, cpu0, calls0 = time.time(), redis_cpu(admin), command_calls(admin)
+        io0 = redis_io(admin)
         time.sleep(max(0.0, t0 + window - time.time()))
         t1, cpu1, calls1 = time.time(), redis_cpu(admin), command_calls(admin)
+        io1 = redis_io(admin)
         deadline = time.monotonic() + timeout + 60
         for p in procs:
             try:
@@ -324,7 +342,23 @@ def crawl_once(
         calls, usec = commands.get("evalsha", (0, 0))
         run.script_calls = calls / pages
         run.script_us = usec / calls if calls else None
+        run.redis_user_us = (io1[0] - io0[0]) * 1e6 / pages
+        run.redis_sys_us = (io1[1] - io0[1]) * 1e6 / pages
+        run.net_in_bytes = (io1[2] - io0[2]) / pages
+        run.net_out_bytes = (io1[3] - io0[3]) / pages
     return run
+
+
+def redis_io(r: redis.Redis) -> tuple[float, float, int, int]:
+    """CPU seconds user and sys (``INFO cpu``), bytes received and sent (``INFO stats``;
+    the bench's own INFO calls are a few hundred bytes per window)."""
+    cpu, stats = r.info("cpu"), r.info("stats")
+    return (
+        float(cpu["used_cpu_user"]),
+        float(cpu["used_cpu_sys"]),
+        int(stats["total_net_input_bytes"]),
+        int(stats["total_net_output_bytes"]),
+    )
 
 
 # --- report ------------------------------------------------------------------------
@@ -337,6 +371,10 @@ ROWS: tuple[tuple[str, str, str, bool], ...] = (
     ("redis_calls", "Redis commands per page", "{:,.1f}", True),
     ("script_calls", "of which script calls (evalsha) per page", "{:,.3f}", True),
     ("script_us", "us per script call (evalsha usec / calls)", "{:,.0f}", True),
+    ("redis_user_us", "Redis CPU user per page (us)", "{:,.1f}", True),
+    ("redis_sys_us", "Redis CPU sys per page (us)", "{:,.1f}", True),
+    ("net_in_bytes", "bytes to Redis per page", "{:,.0f}", True),
+    ("net_out_bytes", "bytes from Redis per page", "{:,.0f}", True),
 )
 
 
@@ -365,6 +403,8 @@ def medians(runs: dict[str, list[Run]]) -> dict[str, dict[str, float | None]]:
 
 def render_table(med: dict[str, dict[str, float | None]]) -> str:
     variants = [c for c in med if c not in CONTENDERS]
+    none: dict[str, float | None] = {attr: None for attr, *_ in ROWS}
+    med = {MEM: none, SR: none, **med}  # (--redcrawl-only: no references)
     rows = [["", MEM, SR, RC, *variants, "redcrawl/in-memory", "redcrawl/scrapy-redis"]]
     rows[0] += [f"{v} / redcrawl" for v in variants]
 
@@ -393,6 +433,8 @@ def render_table(med: dict[str, dict[str, float | None]]) -> str:
 
 def targets(med: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
+    if MEM not in med or SR not in med:
+        return out  # --redcrawl-only
     rc, sr = med[RC]["redis_cpu_us"], med[SR]["redis_cpu_us"]
     if rc is not None and sr:
         out.append(
@@ -419,6 +461,7 @@ def targets(med: dict[str, dict[str, float | None]]) -> list[dict[str, Any]]:
 
 def command_breakdown(runs: dict[str, list[Run]]) -> str:
     lines = ["Redis commands per page by command (last round; calls/page (usec/page)):"]
+    lines[0] += " every command"
     for c in runs:
         run = runs[c][-1]
         if c == MEM or not run.pages:
@@ -426,7 +469,7 @@ def command_breakdown(runs: dict[str, list[Run]]) -> str:
         top = sorted(run.commands.items(), key=lambda kv: -kv[1][0])
         parts = ", ".join(
             f"{name} {calls / run.pages:.2f} ({usec / run.pages:.1f})"
-            for name, (calls, usec) in top[:12]
+            for name, (calls, usec) in top
         )
         lines.append(f"  {c}: {parts}")
     return "\n".join(lines)
@@ -437,7 +480,8 @@ def round_line(run: Run) -> str:
     if run.redis_cpu_us is not None:
         redis_part = (
             f"  Redis {run.redis_cpu_us:7.1f} us/page {run.redis_calls:5.1f} cmd/page "
-            f"{run.script_calls:.3f} scripts/page"
+            f"{run.script_calls:.3f} scripts/page (sys {run.redis_sys_us:.1f} us/page, "
+            f"{run.net_in_bytes:,.0f} B/page in)"
         )
     per_worker = " ".join(f"{p:.1f}" for p in run.worker_pps)
     return (
@@ -510,6 +554,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--slowlog", action="store_true", help="Redis time by command and script")
     p.add_argument(
+        "--baseline-src",
+        metavar="PATH",
+        help="also run redcrawl from another checkout's src folder (e.g. the main branch's) "
+        "as a contender of its own in every round: a same-run A/B of the code",
+    )
+    p.add_argument(
+        "--redcrawl-only",
+        action="store_true",
+        help="only redcrawl and its --variant runs (no references, no targets): a quicker A/B",
+    )
+    p.add_argument(
         "--variant",
         action="append",
         default=[],
@@ -542,7 +597,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         variants = {f"{RC} {v}": v.split(",") for v in args.variant}
-        contenders = (*CONTENDERS, *variants)
+        sources: dict[str, str] = {}
+        if args.baseline_src:
+            src = str(Path(args.baseline_src).resolve())
+            variants[f"{RC} baseline"] = []
+            sources[f"{RC} baseline"] = src
+            print(f"baseline: redcrawl from {src}", flush=True)
+        contenders = (*((RC,) if args.redcrawl_only else CONTENDERS), *variants)
         runs: dict[str, list[Run]] = {c: [] for c in contenders}
         failures: list[str] = []
         for rnd in range(rounds):
@@ -559,6 +620,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.warmup,
                     window,
                     variants,
+                    sources,
                 )
                 runs[c].append(run)
                 print(f"  round {rnd + 1} {round_line(run)}", flush=True)
@@ -584,7 +646,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  {f}")
         if args.slowlog:
             print("\nRedis time by command (SLOWLOG, one more crawl per Redis contender):")
-            for c in (SR, RC):
+            for c in (RC,) if args.redcrawl_only else (SR, RC):
                 print(
                     slowlog_report(
                         c, args.workers, site.url, admin, server.url, tmp, args.warmup, window

@@ -714,3 +714,25 @@ def test_request_url_normalises_or_names_the_url() -> None:
     assert codec.request_url("http://Example.com/a b") == "http://example.com/a%20b"
     with pytest.raises(EncodeError, match="'nope'"):
         codec.request_url("nope")
+
+
+def test_a_request_encoded_at_enqueue_is_not_encoded_again_for_its_record() -> None:
+    """The Scrapy scheduler encodes a request to fail early (encode_for_store); the
+    frontier's record reuses those bytes. A copy (dataclasses.replace) does not carry
+    them: its fields may differ."""
+    import dataclasses
+
+    from redcrawl.envelope import encode_for_store
+    from redcrawl.frontier.records import from_record, record
+
+    env = codec.Envelope(url="http://a.test/x", meta={"depth": 2}, fingerprint=b"f" * 20)
+    fresh = record(env)
+    data = encode_for_store(env)
+    assert data == codec.encode(env, fingerprint=False) and env.stored is data
+    assert record(env) == fresh  # the same record, from the kept bytes
+    env.stored = b"\x81\xa1v\x01"  # (the kept bytes are what the record holds)
+    assert record(env).endswith(b"\x81\xa1v\x01")
+    copy = dataclasses.replace(env, meta={"depth": 3})
+    assert copy.stored is None and from_record(record(copy)).meta == {"depth": 3}
+    assert dataclasses.replace(env) == env  # (not compared: the copy has none)
+    assert "stored" not in repr(env)

@@ -167,6 +167,60 @@ def test_leases_arrive_ahead_of_demand_within_bounds(front: FrontierCore) -> Non
         assert stats.get("lookahead_calls", 0) >= 1
 
 
+def test_leases_come_in_full_batches(front: FrontierCore) -> None:
+    """With more requests in progress than the concurrency (Scrapy's scraper holds some
+    after their download), a worker still leases PREFETCH at a time while it has more
+    than half its lookahead ready: one call per batch, not one per request taken (each
+    call has a fixed cost in Redis). The bound on what it holds stays as it was."""
+    front.push([env(i) for i in range(200)])
+    f = Feeder(front, "w1", prefetch=4, lookahead=2, concurrency=2, tick=30.0, heartbeat=30.0)
+    f.start()
+    try:
+        wait_for(lambda: front.counts().in_flight >= 12, what="leases ahead")
+        f.held = 5  # room for 4 * 3 + 2 - 5 = 9 ready ahead
+        f.stats()
+        for _ in range(24):
+            wait_for(lambda: f.take() is not None, what="a lease")
+            time.sleep(0.02)  # (the I/O thread's turn)
+        time.sleep(0.1)
+        stats = f.stats()
+        assert stats["leased"] >= 20
+        assert stats["leased"] / stats["lease_calls"] >= 3.5  # full batches of 4
+        assert front.counts().in_flight <= 24 + 12  # taken + at most 12 ahead
+    finally:
+        f.stop(timeout=10)
+
+
+def test_a_tick_sends_nothing_that_a_recent_call_would_carry(front: FrontierCore) -> None:
+    """The tick reads the crawl-wide counts; it sends what is buffered only if no settle
+    call went out since the tick before (a lease call carries the stores and acks
+    anyway): no settle call of its own while lease calls come often, and buffered
+    stores still reach Redis within two ticks without one."""
+    front.push([env(i) for i in range(500)])
+    f = Feeder(front, "w1", prefetch=4, lookahead=2, concurrency=2, tick=0.4, heartbeat=30.0)
+    f.start()
+    try:
+        wait_for(lambda: front.counts().in_flight >= 12, what="leases ahead")
+        f.stats()
+        end = time.monotonic() + 4.0  # 10 ticks, a lease call every ~0.2 s
+        i = 1000
+        while time.monotonic() < end:
+            lease = f.take()  # (a lease call at every 4th)
+            time.sleep(0.025)  # (so that something is always buffered)
+            if lease is not None:
+                f.store(env(i))  # a child, then its parent's ack
+                f.ack(lease)
+                i += 1
+            time.sleep(0.025)
+        stats = f.stats()
+        assert stats["lease_calls"] >= 8
+        assert stats["settle_calls"] - stats["lease_calls"] <= 2  # (5 to 10 before)
+        f.store(env(i))  # no lease call coming: a tick sends it
+        wait_for(lambda: front.counts().accepted == i - 499, timeout=2, what="a tick")
+    finally:
+        f.stop(timeout=10)
+
+
 def test_tail_leases_go_back_to_the_crawl(front: FrontierCore) -> None:
     """At the tail (nothing else ready in the crawl), a worker that holds more than it
     can start gives the rest back when there is another worker: that one leases them."""

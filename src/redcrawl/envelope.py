@@ -46,6 +46,11 @@ class Envelope:
     unresolved: bool = field(default=False, repr=False, compare=False)
     """True when meta/cb_kwargs hold a :class:`StoredItem` whose class this process has
     not imported (yet): :func:`to_request` looks it up again, or fails with DecodeError."""
+    stored: bytes | None = field(default=None, init=False, repr=False, compare=False)
+    """Its bytes without the fingerprint, once :func:`encode_for_store` made them (the
+    Scrapy scheduler, to fail at enqueue time), so that the frontier's record does not
+    encode it again. Whoever sets it changes the envelope no more; a copy made with
+    ``dataclasses.replace`` starts without it."""
 
 
 def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:  # noqa: C901 (one branch per optional envelope field: the hot path, flat)
@@ -124,6 +129,22 @@ def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:  # noqa: C901 (
             f"{MAX_ENVELOPE_BYTES}-byte limit; keep large payloads out of meta and body"
         )
     return data
+
+
+def encode_for_store(env: Envelope) -> bytes:
+    """:func:`encode` without the fingerprint (the form the frontier stores), kept on the
+    envelope (:attr:`Envelope.stored`) for the frontier's record: for a caller that
+    encodes to fail early and will not change the envelope before it is pushed."""
+    data = encode(env, fingerprint=False)
+    env.stored = data
+    return data
+
+
+def stored_bytes(env: Envelope) -> bytes:
+    """The bytes the frontier stores for ``env``: those :func:`encode_for_store` kept,
+    else :func:`encode` without the fingerprint."""
+    data = env.stored
+    return data if data is not None else encode(env, fingerprint=False)
 
 
 # short key -> (Envelope attribute, required type or None for "any")

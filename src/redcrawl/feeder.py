@@ -14,7 +14,11 @@ The I/O thread loops: it takes everything buffered at once and sends it in one
 parents, then lease more: children are always stored before their parent's ack, since a
 parent finishes after its children were buffered), then the nacks, then the heartbeat
 and, every ``tick``, the crawl-wide counts (the caller's view of "is the crawl
-finished?"). A call Redis refused puts what it carried back in front of the buffers.
+finished?"). Stores and acks wait for the next lease call, or a full batch, or the tick:
+a tick sends them only if no settle call went out since the tick before (so they wait
+two ticks at most), and :meth:`Feeder.flush` at once; every settle call costs Redis a
+fixed amount whatever it carries. A call Redis refused puts what it carried back in
+front of the buffers.
 
 During an outage the thread is blocked in redis-py's retries (which resend the same
 call, so a lease call's nonce still returns the first execution's outcome) while the
@@ -34,6 +38,10 @@ it while that runs (docs/cluster.md, "Durability").
 
 How much is leased: ``prefetch`` at a time, keeping ``prefetch * lookahead`` ready ahead
 of the caller's demand, within ``prefetch * (1 + lookahead) + concurrency`` held in all.
+A full batch of ``prefetch`` is waited for while more than half the lookahead is ready
+(when the caller holds more than ``concurrency``, e.g. responses waiting for their
+callbacks, a batch fits later; leasing the few that fit at once made a call every few
+requests).
 At the tail of a crawl (the crawl-wide ready count below ``prefetch * (1 + lookahead)``,
 the most one worker keeps ahead, so what it gives back never makes it lease a full batch
 again) a worker leases only what it can start now, and while the crawl has nothing else
@@ -98,6 +106,9 @@ class Feeder:
         self.on_tick = on_tick
         """Called on the I/O thread every ``tick`` (e.g. a memory check)."""
         self.ahead = prefetch * (1 + lookahead)
+        self.low = prefetch * lookahead // 2
+        """While more than this many are ready, lease only full batches of ``prefetch``
+        (not a few at a time as requests in progress finish): fewer, fuller calls."""
         """The most leases kept ahead of the caller; also the tail mark: while the crawl
         has fewer ready, lease only what can start now and give back the rest."""
         self.held = 0
@@ -131,6 +142,7 @@ class Feeder:
         self._demand = False  # take() found nothing
         self._refresh = False  # counts wanted now
         self._next_lease = 0.0  # nothing was ready: don't ask before this
+        self._last_settle = -1e9  # when the last settle call went out (I/O thread)
         self._call_since: float | None = None
         self._failing_since: float | None = None
         self._owned: Counter[str] = Counter()  # tokens of the leases held (I/O thread)
@@ -326,6 +338,10 @@ class Feeder:
             # the tail of the crawl: only what can start now (one if the caller asks)
             free = self.concurrency - self.held - ready
             n = min(n, free if free > 0 else int(self._demand and not ready))
+        elif n < self.prefetch and ready > self.low:
+            # a full batch does not fit yet and enough is ready: wait until one does
+            # (each call costs Redis a fixed amount, whatever it carries)
+            return 0
         return max(n, 0)
 
     def _excess(self) -> list[Lease]:
@@ -355,6 +371,25 @@ class Feeder:
             or self._lease_size(now) > 0
         )
 
+    def _hold_back(self, now: float, stopping: bool) -> bool:
+        """Whether this round leaves the buffered stores and acks for a later one (called
+        under the lock): a round woken by the tick alone, when a settle call went out
+        within the last tick (the next lease call carries them; else the next tick
+        does, so they wait two ticks at most) and nothing else is buffered. Not with
+        fleet-wide politeness: there every response's slot goes back with a call of its
+        own, which carries them anyway, and a request acked later is one more whose lease
+        a SIGKILL leaves to expire (its refetch counts against its site)."""
+        return bool(
+            not (stopping or self._refresh or self.polite)
+            and now - self._last_settle < self.tick
+            and (self._push or self._acks)
+            and len(self._push) < self.batch_size
+            and len(self._acks) < self.batch_size
+            and not (self._nacks or self._releases or self._frees or self._defers)
+            and not self._starts
+            and self._lease_size(now) == 0
+        )
+
     def _run(self) -> None:  # noqa: C901 (the I/O thread's loop: its error handling in one place)
         now = time.monotonic()
         next_beat, next_tick = now + self.heartbeat, now + self.tick
@@ -371,9 +406,14 @@ class Feeder:
                 stopping = self._stop
                 tick = now >= next_tick or self._refresh or stopping
                 beat = now >= next_beat or stopping
+                hold = self._hold_back(now, stopping)
                 self._refresh = False
                 push, acks, nacks = self._push, self._acks, self._nacks
-                self._push, self._acks, self._nacks = [], [], []
+                if hold:  # (a settle call went out since the last tick: they wait for the next)
+                    push, acks = [], []
+                else:
+                    self._push, self._acks = [], []
+                self._nacks = []
                 frees, defers, starts = self._frees, self._defers, self._starts
                 self._frees, self._defers, self._starts = [], [], []
                 releases = self._releases + self._excess()
@@ -386,7 +426,7 @@ class Feeder:
                 n = max(self._lease_size(now) - len(starts), 0)
                 if n and self._ready:
                     self._inc("lookahead_calls")
-                gen = self._gen
+                gen = self._settled_gen if hold else self._gen
                 self._call_since = now
             try:
                 self._step(push, acks, nacks, releases, n, now, frees, defers, starts)
@@ -483,6 +523,9 @@ class Feeder:
                     push=push, ack=acks, lease=(self.worker, n) if n else None, free=frees
                 )
                 frees = []
+                self._last_settle = time.monotonic()
+                self._inc("settle_calls")
+                self._inc("lease_calls", int(n > 0))
                 self._let_go(acks)
                 self._hold(out.leases)
                 if n and not out.leases:

@@ -20,6 +20,7 @@ import re
 
 from redcrawl import codec
 from redcrawl.codec import Envelope
+from redcrawl.envelope import stored_bytes
 from redcrawl.errors import DecodeError, FrontierError
 
 __all__ = [
@@ -42,7 +43,7 @@ def record(env: Envelope, key: str | None = None) -> bytes:
     """The stored form of a new request: the state header ``<priority>|<attempts>|<lease
     token>|``, its politeness ``key`` if given (``K<length>:<key>``), and the encoded
     envelope (without the fingerprint, which is the id)."""
-    body = codec.encode(env, fingerprint=False)
+    body = stored_bytes(env)  # (encoded once: by the Scrapy scheduler at enqueue time)
     if key is not None:
         k = key.encode()
         body = b"K%d:%s%s" % (len(k), k, body)

@@ -51,6 +51,7 @@ from twisted.internet import task
 
 from redcrawl import codec
 from redcrawl.connection import connect
+from redcrawl.envelope import encode_for_store
 from redcrawl.errors import (
     ConfigError,
     ConnectionError_,
@@ -92,8 +93,9 @@ ones it stored, and the ones it leased (stored by any worker: a duplicate for Re
 READY, IN-FLIGHT, DONE or DEAD alike)."""
 
 TICK = 1.0
-"""Seconds between flushes of buffered requests and acks, and reads of the crawl-wide
-counts, by the I/O thread."""
+"""Seconds between reads of the crawl-wide counts by the I/O thread, and flushes of
+buffered requests and acks when no lease call carried them since the last tick (they
+wait two ticks at most; see :mod:`redcrawl.feeder`)."""
 
 WATCH = 0.25
 """Seconds between the reactor's looks at the I/O thread (counters, Redis outage)."""
@@ -554,7 +556,9 @@ class Scheduler(BaseScheduler):
         try:
             env = codec.from_request(request, self.spider, fingerprint=fp)
             env.dont_filter = fp is None
-            codec.encode(env)  # fail here, naming the key, not later in a batch
+            # fail here, naming the key, not later in a batch (the bytes are kept for
+            # the frontier's record: encoded once)
+            encode_for_store(env)
         except EncodeError as exc:
             self.stats.inc_value("redcrawl/unstorable")
             self._fail("unstorable_request", f"cannot store {request}: {exc}")
