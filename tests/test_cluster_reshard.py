@@ -153,3 +153,54 @@ def test_the_crawls_slot_moves_to_another_master_and_back(
         assert repeated == 0, "fetched twice without a lease expiring"
         assert c.done == N, c
         client.close()
+
+
+def test_a_script_whose_keys_are_split_by_a_slow_migration_waits_for_it(
+    tmp_path: Path,
+) -> None:
+    """A migration that leaves a crawl's keys split between two masters for longer than
+    redis-py's own redirect budget (16 tries, ~0.4 s of TRYAGAIN): redis-py then raises
+    ``ClusterError('TTL exhausted.')``, not ``TryAgainError``. That is the cluster
+    reconfiguring, not a failed command: the frontier's call waits (its nonce makes a
+    retry safe) and runs once the slot has moved. Under CI load a real reshard was
+    seen to take that long and fail a worker."""
+    crawl, _ = crawl_near_slot_zero(1)
+    with cluster.start(tmp_path / "cluster") as local:
+        settings = Settings(redis_url=local.url, politeness=False, lease_ttl=30.0)
+        client = connect(settings)
+        frontier = open_frontier(client, settings, crawl)
+        assert frontier.push([_env(i) for i in range(5)]).accepted == 5
+        keys = frontier.keys
+        slot = key_slot(keys.req.encode())
+        source = local.master_of(keys.req)
+        target = next(m for m in local.masters() if m.port != source.port)
+        src_id, tgt_id = node_id(source), node_id(target)
+        with source.client() as s, target.client() as t:
+            t.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", src_id)
+            s.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", tgt_id)
+            # the stats hash moves first: a lease (which reads req and stats) is TRYAGAIN
+            s.execute_command("MIGRATE", "127.0.0.1", target.port, keys.stats, 0, 5000)
+
+            def finish() -> None:
+                time.sleep(2.0)
+                while names := s.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                    for name in names:
+                        s.execute_command("MIGRATE", "127.0.0.1", target.port, name, 0, 5000)
+                for node in local.masters():
+                    with node.client() as c:
+                        c.execute_command("CLUSTER", "SETSLOT", slot, "NODE", tgt_id)
+
+            mover = threading.Thread(target=finish)
+            mover.start()
+            try:
+                leases = frontier.lease("w1", 5)
+            finally:
+                mover.join(30)
+        assert sorted(lease.envelope.url for lease in leases) == sorted(
+            _env(i).url for i in range(5)
+        )
+        assert local.master_of(keys.req).port == target.port
+        frontier.ack(leases)
+        c = frontier.counts()
+        assert c.done == 5 and c.conserved
+        client.close()

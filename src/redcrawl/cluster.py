@@ -41,7 +41,11 @@ CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 CLUSTER_TRANSIENT: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError,
     redis.exceptions.TimeoutError,
-    redis.exceptions.ClusterDownError,  # CLUSTERDOWN, MASTERDOWN: during a failover
+    # CLUSTERDOWN, MASTERDOWN (during a failover), and redis-py's own "TTL exhausted.":
+    # its 16 tries of following redirections (MOVED, ASK, TRYAGAIN while a slot's keys are
+    # split by a migration: ~0.4 s) ran out. A frontier call that changes state carries a
+    # nonce (call_replay in ops.lua), so sending it again is safe
+    redis.exceptions.ClusterError,
     redis.exceptions.TryAgainError,  # a multi-key command during resharding
     redis.exceptions.SlotNotCoveredError,
 )
