@@ -154,19 +154,21 @@ def split(cg: Callgrind, frontier: ListsFrontier, batch: int, calls: int) -> Non
     print(f"renew (any script call's fixed cost): {cg.measure(renew):,.0f} Ir/call")
 
 
+def drain_all(frontier: ListsFrontier, size: int) -> int:
+    """Lease and ack everything: settle calls that ack the last lease and lease ``size``
+    more (as a Scrapy worker does with REDCRAWL_PREFETCH). Returns how many were leased."""
+    res = frontier.settle(lease=("w1", size))
+    done = 0
+    while res.leases:
+        done += len(res.leases)
+        res = frontier.settle(ack=res.leases, lease=("w1", size))
+    return done
+
+
 def small_calls(cg: Callgrind, frontier: ListsFrontier, size: int) -> None:
-    """A drain as a Scrapy worker does it: settle calls that ack the last lease and
-    lease ``size`` more (REDCRAWL_PREFETCH)."""
-
-    def drain() -> int:
-        res = frontier.settle(lease=("w1", size))
-        done = 0
-        while res.leases:
-            done += len(res.leases)
-            res = frontier.settle(ack=res.leases, lease=("w1", size))
-        return done
-
-    print(f"lease+ack in calls of {size}: {cg.measure(drain):,.0f} Ir/req")
+    """A drain as a Scrapy worker does it, in calls of ``size``."""
+    n = cg.measure(lambda: drain_all(frontier, size))
+    print(f"lease+ack in calls of {size}: {n:,.0f} Ir/req")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -245,12 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return push_to(frontier, envs)
 
         def drain() -> int:
-            res = frontier.settle(lease=("w1", batch))
-            done = 0
-            while res.leases:
-                done += len(res.leases)
-                res = frontier.settle(ack=res.leases, lease=("w1", batch))
-            return done
+            return drain_all(frontier, batch)
 
         push(envelopes(spider, "warmup", 300))  # scripts loaded, code paths warm
         drain()

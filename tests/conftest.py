@@ -149,23 +149,24 @@ def redis62(tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
     return _server("6.2", tmp_path_factory)
 
 
-@pytest.fixture
-def source(redis62: RedisServer) -> Iterator[redis.Redis]:
-    """A migration's source (test_migrate_to*.py): Redis 6.2, emptied."""
-    c = redis.Redis.from_url(redis62.url)
+def _emptied(server: RedisServer) -> Iterator[redis.Redis]:
+    c = redis.Redis.from_url(server.url)
     c.flushall()
     yield c
     c.close()
+
+
+@pytest.fixture
+def source(redis62: RedisServer) -> Iterator[redis.Redis]:
+    """A migration's source (test_migrate_to*.py): Redis 6.2, emptied."""
+    yield from _emptied(redis62)
 
 
 @pytest.fixture
 def target(redis7: RedisServer) -> Iterator[redis.Redis]:
     """A migration's target (test_migrate_to*.py): Redis 7 (and the source of the cluster
     tests), emptied."""
-    c = redis.Redis.from_url(redis7.url)
-    c.flushall()
-    yield c
-    c.close()
+    yield from _emptied(redis7)
 
 
 @pytest.fixture(scope="session")
