@@ -173,9 +173,12 @@ def close_when_started(crawler: Crawler, reason: str) -> None:
     """Close the spider with ``reason`` (stat ``redcrawl/failure``) once the engine runs
     (Scrapy 2.19 has no stats before the crawl starts)."""
     from scrapy import signals
-    from twisted.internet import reactor
 
     def stop(wait: int = 0) -> None:
+        # (imported here: Scrapy < 2.14 builds the spider, which may refuse, before it
+        # installs its reactor, and importing twisted's reactor installs the default one)
+        from twisted.internet import reactor
+
         if wait == 0:
             crawler.stats.set_value("redcrawl/failure", reason)
         engine = crawler.engine
