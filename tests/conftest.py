@@ -150,6 +150,7 @@ def redis62(tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
 
 
 def _emptied(server: RedisServer) -> Iterator[redis.Redis]:
+    """A client of ``server``, emptied first (FLUSHALL), closed after the test."""
     c = redis.Redis.from_url(server.url)
     c.flushall()
     yield c
@@ -177,18 +178,12 @@ def redisbloom(tmp_path_factory: pytest.TempPathFactory) -> RedisServer:
 
 @pytest.fixture
 def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis_server.url)
-    client.flushall()
-    yield client
-    client.close()
+    yield from _emptied(redis_server)
 
 
 @pytest.fixture
 def redis7_client(redis7: RedisServer) -> Iterator[redis.Redis]:
-    client = redis.Redis.from_url(redis7.url)
-    client.flushall()
-    yield client
-    client.close()
+    yield from _emptied(redis7)
 
 
 @pytest.fixture
