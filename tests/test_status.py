@@ -173,3 +173,20 @@ def test_redcrawl_crawl_says_the_same_limits(
     assert text.startswith("per-site limits for the whole fleet (these 4 workers together")
     assert fleet_limits(settings) in text
     assert "at most 3 requests at once per site" in text and "one every 1 s (±50%)" in text
+
+
+def test_redcrawl_crawl_says_the_limits_hold_on_the_streams_backend_too(
+    redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """The streams backend enforces the same fleet-wide limits (docs/politeness.md,
+    "Streams backend"): `redcrawl crawl` must not tell a streams user they are not
+    enforced (it did, from before streams had politeness)."""
+    from redcrawl.cli.run import _politeness
+
+    redis7_client.flushall()
+    settings = Settings(
+        redis_url=redis7.url, backend="streams", politeness_concurrency=2, politeness_delay=0.5
+    )
+    text = _politeness(settings, "new", 3)
+    assert text.startswith("per-site limits for the whole fleet (these 3 workers together"), text
+    assert "at most 2 requests at once per site" in text

@@ -90,11 +90,6 @@ def _politeness(settings: Settings, crawl: str, workers: int) -> str:
             "per-site limits: each worker limits itself (REDCRAWL_POLITENESS=off): "
             f"{workers} workers take up to {workers}x CONCURRENT_REQUESTS_PER_DOMAIN of a site"
         )
-    if settings.backend == "streams":
-        return (
-            "per-site limits: not enforced for the fleet on the streams backend yet, each "
-            "worker limits itself (REDCRAWL_POLITENESS=off)"
-        )
     frontier = open_frontier(connect(settings), settings, crawl)
     try:
         created_without = frontier.politeness is None

@@ -582,7 +582,7 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "politeness",
         _bool,
-        "Fleet-wide politeness (lists backend): the frontier grants a "
+        "Fleet-wide politeness (both backends): the frontier grants a "
         "lease only while the request's politeness key (its download slot: host, or "
         "meta download_slot) has fewer requests in flight than its concurrency and its "
         "delay has passed since its last grant, for every worker at once. Fixed per crawl "
