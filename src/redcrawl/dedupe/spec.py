@@ -62,6 +62,13 @@ class DedupeSpec:
         and level-0 bucket in exact mode (:func:`hinted`), as it is otherwise."""
         return hinted(fp, self.bucket_bits) if self.mode == "exact" else fp
 
+    def hints(self, fp: bytes) -> tuple[bytes, bytes]:
+        """A pushed fingerprint's last two fields in the frontier scripts' ARGV: its member
+        and level-0 bucket in exact mode (:func:`member_bucket`), ``b""`` twice otherwise."""
+        if self.mode != "exact" or len(fp) != 20:
+            return b"", b""
+        return member_bucket(fp, self.bucket_bits)
+
     def encode(self) -> str:
         """The spec string the Lua preludes read."""
         if self.mode == "exact":
@@ -221,6 +228,14 @@ def hinted(fp: bytes, bucket_bits: int) -> bytes:
     member = b"%d" % (int.from_bytes(fp[8:16], "big") & _MEMBER_MASK)
     bucket = int.from_bytes(fp[:3], "big") & ((1 << bucket_bits) - 1)
     return b"%s%c%s%d" % (fp, len(member), member, bucket)
+
+
+def member_bucket(fp: bytes, bucket_bits: int) -> tuple[bytes, bytes]:
+    """Exact mode: the member and level-0 bucket of :func:`split` as decimal text, as a
+    push sends them beside a 20-byte fingerprint (``op_push`` in
+    ``frontier/lua/ops.lua``), so that Lua neither computes, formats nor cuts them out."""
+    member = b"%d" % (int.from_bytes(fp[8:16], "big") & _MEMBER_MASK)
+    return member, b"%d" % (int.from_bytes(fp[:3], "big") & ((1 << bucket_bits) - 1))
 
 
 def bucket_key(base: str, level: int, bucket: int) -> str:

@@ -18,7 +18,8 @@ nothing else overridden:
                        the queue layer's keys)
 ``_layout()``          ARGV[1] of every script: the queue layout (stored with the crawl)
 ``_push_extra(envs)``  the queue layer's fields of each pushed request, after (record,
-                       fingerprint, priority): as many as its ``PUSH_STRIDE`` - 3
+                       fingerprint, priority): as many as its ``PUSH_STRIDE`` - 3 (the
+                       dedupe's member and bucket follow them: ``op_push``)
 ``_count_states()``    one consistent read of the counters and the queue sizes
 ``_count_call()``      the same read as one standalone script ``counts`` (KEYS, ARGV), for
                        pipelining the partitions of a partitioned crawl
@@ -353,13 +354,16 @@ class FrontierCore(PolitenessOps, ABC):
             except FrontierError as exc:  # e.g. an ACL without this key: readers SCAN
                 log.warning("crawl %s not added to the crawl registry: %s", self.crawl, exc)
         args: list[Any] = []
-        hint = self.dedupe.hint
+        hints = self.dedupe.hints
         extra = self._push_extra(envelopes)
         for i, env in enumerate(envelopes):
-            fp = b"" if env.dont_filter or env.fingerprint is None else hint(env.fingerprint)
+            fp = env.fingerprint
+            if env.dont_filter or fp is None:
+                fp = b""
             args += (self._record(env), fp, env.priority)
             if extra is not None:
                 args += extra[i]
+            args += hints(fp)  # (the dedupe member and bucket: last, see op_push)
         return args
 
     def _lease_args(self, worker: str, n: int, ttl: float | None) -> list[Any]:
