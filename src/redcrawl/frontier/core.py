@@ -212,6 +212,7 @@ class FrontierCore(PolitenessOps, ABC):
         )
         self.done = Filter(client, self.dedupe, self.keys.fp_done, clock=clock)
         """The filter of DONE fingerprints (health, memory; the scripts embed it)."""
+        self._fpd = self.keys.fp_done.encode()  # (DedupeSpec.hints)
         self._common = [
             self._layout(),
             ",".join(map(str, settings.tier_bounds)),
@@ -354,7 +355,7 @@ class FrontierCore(PolitenessOps, ABC):
             except FrontierError as exc:  # e.g. an ACL without this key: readers SCAN
                 log.warning("crawl %s not added to the crawl registry: %s", self.crawl, exc)
         args: list[Any] = []
-        hints = self.dedupe.hints
+        hints, base = self.dedupe.hints, self._fpd
         extra = self._push_extra(envelopes)
         for i, env in enumerate(envelopes):
             fp = env.fingerprint
@@ -363,7 +364,7 @@ class FrontierCore(PolitenessOps, ABC):
             args += (self._record(env), fp, env.priority)
             if extra is not None:
                 args += extra[i]
-            args += hints(fp)  # (the dedupe member and bucket: last, see op_push)
+            args += hints(fp, base)  # (the dedupe member and bucket: last, see op_push)
         return args
 
     def _lease_args(self, worker: str, n: int, ttl: float | None) -> list[Any]:
@@ -509,9 +510,9 @@ class FrontierCore(PolitenessOps, ABC):
                 "",
                 *self._push_args(chunk),
             ]
-            hint = self.dedupe.hint  # (the fingerprint's dedupe member and bucket)
+            hint, base = self.dedupe.hint, self._fpd  # (the dedupe member and bucket)
             for item in acks:
-                args += (hint(item.id), item.token)
+                args += (hint(item.id, base), item.token)
             for held, outcome in frees:
                 args += (held.id, held.token, outcome)
             calls.append(args)
