@@ -27,8 +27,9 @@ local function dd_mark_hits(out, cmd, key, items, at)
 end
 
 -- A fingerprint as a client acks it: 20 bytes, or (exact mode: DedupeSpec.hint) the
--- 20 bytes followed by one byte (the member's length), the member and the level-0 bucket,
--- both as decimal text, so that the script neither computes nor formats them (Lua
+-- 20 bytes followed by one byte (the member's length), the member as decimal text and the
+-- level-0 bucket (its key, or its number in a spec with generations: dd_done_flags in
+-- exact.lua), so that the script neither computes nor formats them (Lua
 -- formats a number with sprintf, ~0.7 us each). Returns the fingerprint, then the member
 -- and the bucket text if given (nil otherwise). Ids that are not fingerprints ("#<seq>")
 -- are never longer than 20 bytes. (A push sends them as ARGV of their own: op_push.)

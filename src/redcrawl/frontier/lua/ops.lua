@@ -9,7 +9,8 @@ if not (PUSH_STRIDE and ready_push and unhold and holds and lease_expired and le
     'does not define every hook of the QUEUE LAYER block in lib.lua; reinstall redcrawl')
 end
 -- Every pushed request ends with two fields of the dedupe's: the member and level-0
--- bucket of its fingerprint as decimal text (exact mode, DedupeSpec.hints), "" otherwise.
+-- bucket of its fingerprint (exact mode, DedupeSpec.hints: the member as decimal text,
+-- the bucket as its key without generations, as its number with them), "" otherwise.
 PUSH_STRIDE = PUSH_STRIDE + 2
 
 -- The lease reply of both backends is one flat list: id, attempts, record, token of each
