@@ -208,6 +208,26 @@ def test_hinted_and_plain_fingerprints_meet_in_the_same_buckets(
     assert f.counts().conserved
 
 
+def test_hinted_fingerprints_with_generations_meet_the_filter(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """With a recrawl window the client sends the bucket's number (the key depends on the
+    generation), without one the bucket's key: either way a push and an ack find the
+    buckets the Filter computes from the bare fingerprint."""
+    f = make_frontier(dedupe_capacity=1_000_000, recrawl_after=3600.0)
+    assert f.dedupe.gen_ms  # (a spec with generations; 2^12 buckets: one lookup each)
+    urls = [f"http://g/{i}" for i in range(200)]
+    assert f.push([env(u) for u in urls]).accepted == len(urls)
+    while leases := f.lease("w", 50):
+        f.ack(leases)
+    items = [hashlib.sha1(u.encode()).digest() for u in urls]
+    assert f.done.contains(items) == [True] * len(items)  # bare: split in Lua
+    others = [f"http://h/{i}" for i in range(50)]
+    f.done.add([hashlib.sha1(u.encode()).digest() for u in others])
+    assert f.push([env(u) for u in others + urls]).accepted == 0  # hinted: same buckets
+    assert f.counts().conserved
+
+
 def test_exact_levels_beyond_capacity_with_generations(
     redis_client: redis.Redis, clock: Clock
 ) -> None:
