@@ -164,10 +164,18 @@ def test_hinted_fingerprint_carries_the_member_and_bucket_lua_computes(value: in
     fp = b"\xfe\x02\x03" + b"\x00" * 5 + value.to_bytes(8, "big") + b"\xff" * 4
     bucket, member = split(fp, spec.bucket_bits)
     text = str(member).encode()
-    assert spec.hint(fp) == fp + bytes([len(text)]) + text + str(bucket).encode()
-    assert spec.hint(b"#12") == b"#12"  # not a fingerprint: as it is
+    key = b"rc:{c}:fpd:%d" % bucket  # no generations: the bucket as its key
+    assert spec.hint(fp, b"rc:{c}:fpd") == fp + bytes([len(text)]) + text + key
+    assert spec.hints(fp, b"rc:{c}:fpd") == (text, key)  # a push's last two fields
+    assert spec.hint(b"#12", b"rc:{c}:fpd") == b"#12"  # not a fingerprint: as it is
+    assert spec.hints(b"#12", b"rc:{c}:fpd") == (b"", b"")
+    gens = resolve_spec(Settings(dedupe_capacity=100_000, recrawl_after=60.0))
+    number = str(bucket).encode()  # generations: the bucket's number (the base varies)
+    assert gens.hint(fp, b"rc:{c}:fpd") == fp + bytes([len(text)]) + text + number
+    assert gens.hints(fp, b"rc:{c}:fpd") == (text, number)
     bloom = resolve_spec(Settings(dedupe="bloom", dedupe_capacity=1000, bloom_backend="lua"))
-    assert bloom.hint(fp) == fp
+    assert bloom.hint(fp, b"rc:{c}:fpd") == fp
+    assert bloom.hints(fp, b"rc:{c}:fpd") == (b"", b"")
 
 
 @pytest.mark.parametrize("capacity", [100_000, 1_000])  # one call per bucket; grouped
@@ -197,6 +205,26 @@ def test_hinted_and_plain_fingerprints_meet_in_the_same_buckets(
     )
     assert raw[1] == b"11"
     assert f.push([env("http://c/1"), env("http://c/2")]).accepted == 0
+    assert f.counts().conserved
+
+
+def test_hinted_fingerprints_with_generations_meet_the_filter(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """With a recrawl window the client sends the bucket's number (the key depends on the
+    generation), without one the bucket's key: either way a push and an ack find the
+    buckets the Filter computes from the bare fingerprint."""
+    f = make_frontier(dedupe_capacity=1_000_000, recrawl_after=3600.0)
+    assert f.dedupe.gen_ms  # (a spec with generations; 2^12 buckets: one lookup each)
+    urls = [f"http://g/{i}" for i in range(200)]
+    assert f.push([env(u) for u in urls]).accepted == len(urls)
+    while leases := f.lease("w", 50):
+        f.ack(leases)
+    items = [hashlib.sha1(u.encode()).digest() for u in urls]
+    assert f.done.contains(items) == [True] * len(items)  # bare: split in Lua
+    others = [f"http://h/{i}" for i in range(50)]
+    f.done.add([hashlib.sha1(u.encode()).digest() for u in others])
+    assert f.push([env(u) for u in others + urls]).accepted == 0  # hinted: same buckets
     assert f.counts().conserved
 
 

@@ -57,10 +57,23 @@ class DedupeSpec:
     """Exact mode: the most fingerprints per bucket of a level (0: a legacy plan, one
     level of unbounded buckets)."""
 
-    def hint(self, fp: bytes) -> bytes:
-        """A fingerprint (or request id) as the frontier scripts take it: with its member
-        and level-0 bucket in exact mode (:func:`hinted`), as it is otherwise."""
-        return hinted(fp, self.bucket_bits) if self.mode == "exact" else fp
+    def hint(self, fp: bytes, base: bytes) -> bytes:
+        """A fingerprint (or request id) as the frontier's ack takes it: with its member
+        and level-0 bucket in exact mode (:func:`hinted`), as it is otherwise. ``base``:
+        the filter's key base (``CrawlKeys.fp_done``), see :meth:`hints`."""
+        if self.mode != "exact":
+            return fp
+        return hinted(fp, self.bucket_bits, b"" if self.gen_ms else base)
+
+    def hints(self, fp: bytes, base: bytes) -> tuple[bytes, bytes]:
+        """A pushed fingerprint's last two fields in the frontier scripts' ARGV: in exact
+        mode its member and level-0 bucket (:func:`member_bucket`), the bucket as its key
+        (``<base>:<bucket>``, so that Lua builds no key name) if the spec has no
+        generations, as its number otherwise; ``b""`` twice in other modes."""
+        if self.mode != "exact" or len(fp) != 20:
+            return b"", b""
+        member, bucket = member_bucket(fp, self.bucket_bits)
+        return member, bucket if self.gen_ms else b"%s:%s" % (base, bucket)
 
     def encode(self) -> str:
         """The spec string the Lua preludes read."""
@@ -209,18 +222,30 @@ def split(fp: bytes, bucket_bits: int) -> tuple[int, int]:
 _MEMBER_MASK = (1 << 63) - 1
 
 
-def hinted(fp: bytes, bucket_bits: int) -> bytes:
-    """Exact mode: a fingerprint as the frontier scripts take it from a client that knows
+def hinted(fp: bytes, bucket_bits: int, base: bytes = b"") -> bytes:
+    """Exact mode: a fingerprint as the frontier's ack takes it from a client that knows
     the crawl's plan: the 20 bytes, one byte (the member's length), the member and the
     level-0 bucket of :func:`split` as decimal text (``dd_unhint`` in
     ``lua/common.lua``), so that Lua neither computes nor formats them (that cost
-    ~1.3 us of Redis CPU per fingerprint per push or ack). Anything not 20 bytes long
-    (ids of requests without a fingerprint) is returned as it is."""
+    ~1.3 us of Redis CPU per fingerprint per push or ack); with ``base`` (a spec without
+    generations: the filter's key base), the bucket as its key ``<base>:<bucket>``.
+    Anything not 20 bytes long (ids of requests without a fingerprint) is returned as it
+    is."""
     if len(fp) != 20:
         return fp
     member = b"%d" % (int.from_bytes(fp[8:16], "big") & _MEMBER_MASK)
     bucket = int.from_bytes(fp[:3], "big") & ((1 << bucket_bits) - 1)
+    if base:
+        return b"%s%c%s%s:%d" % (fp, len(member), member, base, bucket)
     return b"%s%c%s%d" % (fp, len(member), member, bucket)
+
+
+def member_bucket(fp: bytes, bucket_bits: int) -> tuple[bytes, bytes]:
+    """Exact mode: the member and level-0 bucket of :func:`split` as decimal text, as a
+    push sends them beside a 20-byte fingerprint (``op_push`` in
+    ``frontier/lua/ops.lua``), so that Lua neither computes, formats nor cuts them out."""
+    member = b"%d" % (int.from_bytes(fp[8:16], "big") & _MEMBER_MASK)
+    return member, b"%d" % (int.from_bytes(fp[:3], "big") & ((1 << bucket_bits) - 1))
 
 
 def bucket_key(base: str, level: int, bucket: int) -> str:

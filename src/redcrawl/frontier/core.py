@@ -18,7 +18,8 @@ nothing else overridden:
                        the queue layer's keys)
 ``_layout()``          ARGV[1] of every script: the queue layout (stored with the crawl)
 ``_push_extra(envs)``  the queue layer's fields of each pushed request, after (record,
-                       fingerprint, priority): as many as its ``PUSH_STRIDE`` - 3
+                       fingerprint, priority): as many as its ``PUSH_STRIDE`` - 3 (the
+                       dedupe's member and bucket follow them: ``op_push``)
 ``_count_states()``    one consistent read of the counters and the queue sizes
 ``_count_call()``      the same read as one standalone script ``counts`` (KEYS, ARGV), for
                        pipelining the partitions of a partitioned crawl
@@ -211,6 +212,7 @@ class FrontierCore(PolitenessOps, ABC):
         )
         self.done = Filter(client, self.dedupe, self.keys.fp_done, clock=clock)
         """The filter of DONE fingerprints (health, memory; the scripts embed it)."""
+        self._fpd = self.keys.fp_done.encode()  # (DedupeSpec.hints)
         self._common = [
             self._layout(),
             ",".join(map(str, settings.tier_bounds)),
@@ -353,13 +355,16 @@ class FrontierCore(PolitenessOps, ABC):
             except FrontierError as exc:  # e.g. an ACL without this key: readers SCAN
                 log.warning("crawl %s not added to the crawl registry: %s", self.crawl, exc)
         args: list[Any] = []
-        hint = self.dedupe.hint
+        hints, base = self.dedupe.hints, self._fpd
         extra = self._push_extra(envelopes)
         for i, env in enumerate(envelopes):
-            fp = b"" if env.dont_filter or env.fingerprint is None else hint(env.fingerprint)
+            fp = env.fingerprint
+            if env.dont_filter or fp is None:
+                fp = b""
             args += (self._record(env), fp, env.priority)
             if extra is not None:
                 args += extra[i]
+            args += hints(fp, base)  # (the dedupe member and bucket: last, see op_push)
         return args
 
     def _lease_args(self, worker: str, n: int, ttl: float | None) -> list[Any]:
@@ -505,9 +510,9 @@ class FrontierCore(PolitenessOps, ABC):
                 "",
                 *self._push_args(chunk),
             ]
-            hint = self.dedupe.hint  # (the fingerprint's dedupe member and bucket)
+            hint, base = self.dedupe.hint, self._fpd  # (the dedupe member and bucket)
             for item in acks:
-                args += (hint(item.id), item.token)
+                args += (hint(item.id, base), item.token)
             for held, outcome in frees:
                 args += (held.id, held.token, outcome)
             calls.append(args)

@@ -132,10 +132,14 @@ local function dd_exact()
   end
 
   -- Key of the bucket of level `level` holding hash h (of fps[i]) in the generation with
-  -- key base `base`: for level 0, the bucket text the client gave (hb[i]) if any.
+  -- key base `base`: for level 0, from what the client gave (hb[i]) if anything: the key
+  -- itself without generations, else the bucket's number.
   local function dd_bkey(base, level, h, hb, i)
     local b = level == 0 and hb and hb[i]
-    if b then return base .. ':' .. b end
+    if b then
+      if DD_GEN_MS == 0 then return b end
+      return base .. ':' .. b
+    end
     return dd_key(base, level, h % dd_nb(level))
   end
 
@@ -157,18 +161,20 @@ local function dd_exact()
   end
 
   -- For a list of fingerprints, a list of booleans: is it DONE? hm, hb: nil, or the
-  -- members and level-0 buckets the client computed, aligned with fps (nil where not).
+  -- members and level-0 buckets the client computed, aligned with fps (nil where not); a
+  -- bucket as its key (K_FPD:<bucket>) in a spec without generations (DD_GEN_MS 0: the
+  -- script then builds no key name, ~1k instructions per fingerprint), else as its number
+  -- (DedupeSpec.hints).
   dd_done_flags = function(fps, hm, hb)
     local out = {}
     local first = (DD_GEN_MS > 0) and (DD_GEN - DD_GENS) or 0
     if hb and DD_GEN_MS == 0 and dd_sparse(#fps) and dd_top(0) == 0 then
       -- the usual case (one generation, one level, the client's hints): one SISMEMBER per
-      -- fingerprint, its key built inline (this runs for every request pushed)
-      local pre = K_FPD .. ':'
+      -- fingerprint, on the key the client gave (this runs for every request pushed)
       for i = 1, #fps do
         local b = hb[i]
         if b then
-          out[i] = redis.call('SISMEMBER', pre .. b, hm[i]) == 1
+          out[i] = redis.call('SISMEMBER', b, hm[i]) == 1
         else
           local h, member = dd_split(fps[i])
           out[i] = redis.call('SISMEMBER', dd_key(K_FPD, 0, h % DD_BUCKETS), member) == 1
@@ -251,12 +257,12 @@ local function dd_exact()
     local added = 0
     if count + #fps <= room and DD_GEN_MS == 0 and dd_sparse(#fps) then
       -- the usual case: a few fingerprints, all into the level being filled (in level 0
-      -- with the client's hints, the key built inline: this runs for every request acked)
-      local pre = level == 0 and hb and base .. ':'
+      -- with the client's hints, on the key it gave: this runs for every request acked)
+      local direct = level == 0 and hb
       for i = 1, #fps do
-        local b = pre and hb[i]
+        local b = direct and hb[i]
         if b then
-          added = added + redis.call('SADD', pre .. b, hm[i])
+          added = added + redis.call('SADD', b, hm[i])
         else
           local h, member = dd_hm(fps, i, hm)
           added = added + redis.call('SADD', dd_bkey(base, level, h, hb, i), member)

@@ -422,7 +422,8 @@ end
 -- nothing else of a queue layer is used outside it.
 --
 --   PUSH_STRIDE  number of ARGV fields per pushed request: (record, fingerprint, priority)
---                and the layer's own after them (lists 3; streams 4: the shard)
+--                and the layer's own after them (lists 3; streams 4: the shard);
+--                ops.lua adds 2 (the dedupe's member and bucket, last)
 --   ready_push(items, front)
 --                put {id, priority, seq, shard, record} items into READY (shard: nil if
 --                unknown; record: nil unless the caller has it). front: requests coming

@@ -3,7 +3,7 @@
 -- ARGV[5] delay (ms; 0: READY now)   ARGV[6] "1": recrawl (DONE is no duplicate)
 -- ARGV[7] call nonce (see call_replay in ops.lua; the call has no worker)
 -- ARGV[8..]: PUSH_STRIDE-tuples (record "<priority>|0||<envelope>", fingerprint or "",
--- priority[, shard]).
+-- priority[, shard], dedupe member or "", dedupe bucket or "").
 -- Returns one character per request: "1" accepted, "0" duplicate.
 local nonce = ARGV[7]
 local replay = call_replay('', nonce)
