@@ -191,3 +191,26 @@ def test_the_bound_decays_with_time_by_at_most_the_drift() -> None:
     # 100 s later, a slow call (its send 1 s before the server ran it)
     clock.granted(109.0, 100_000.0, 110.001)
     assert clock.offset == pytest.approx(low - DRIFT * 100, abs=1e-6)
+
+
+# --- the grant time each lease carries -------------------------------------------------
+
+
+@pytest.mark.parametrize("partitions", [1, 3])
+def test_every_lease_reply_carries_its_grant_time(
+    make_frontier: FrontierFactory, partitions: int
+) -> None:
+    """lease(), settle(lease=...) and a pipelined settle: each lease's ``granted`` lies
+    between the call's send and its reply (the server's own clock here)."""
+    f = make_frontier(use_clock=False, partitions=partitions)
+    f.push(site("a.test", 3) + site("b.test", 3) + site("c.test", 3))
+    before = time.monotonic()
+    got = f.lease("w1", 3)
+    got += f.settle(lease=("w1", 3)).leases
+    got += f.settle_begin(lease=("w1", 3)).result().leases
+    after = time.monotonic()
+    assert len(got) == 9
+    for lease in got:
+        assert before <= lease.granted <= after, (before, lease.granted, after)
+        assert lease.granted <= lease.received
+    conserved(f)
