@@ -29,6 +29,7 @@ import os
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -152,12 +153,23 @@ def wait_all(procs: list[tuple[subprocess.Popen[bytes], Path]], timeout: float) 
 def kill_one_holding_leases(
     procs: list[tuple[subprocess.Popen[bytes], Path]], frontier: FrontierCore, deadline: float
 ) -> tuple[int, list[InflightInfo]]:
-    """SIGKILL the first worker seen holding leases (frozen first with SIGSTOP, so what
-    it is seen holding is what it holds); its index and its leases."""
-    for i in itertools.cycle(range(len(procs))):
+    """SIGKILL a worker seen holding leases (frozen first with SIGSTOP, so what it is seen
+    holding is what it holds); its index and its leases. The one holding the most in a
+    plain read is frozen, not each in turn: a worker frozen and let go again starts late
+    what it had taken before the freeze (after its key's next turn, granted to another
+    worker meanwhile), which no check in a worker can see (docs/politeness.md, "Start
+    window"); so a worker is let go again only if it holds nothing by the time it is
+    frozen."""
+    while True:
         assert time.monotonic() < deadline, "no worker was ever seen holding a lease"
+        for i, (proc, log) in enumerate(procs):
+            assert proc.poll() is None, f"w{i} ended before the kill: {log.read_text()[-2000:]}"
+        holding = Counter(x.worker.split(":", 1)[0] for x in frontier.inflight(10_000))
+        i = max(range(len(procs)), key=lambda k: holding[f"w{k}"])
+        if not holding[f"w{i}"]:
+            time.sleep(0.01)
+            continue
         proc, log = procs[i]
-        assert proc.poll() is None, f"w{i} ended before the kill: {log.read_text()[-2000:]}"
         proc.send_signal(signal.SIGSTOP)
         time.sleep(0.03)
         held = [x for x in frontier.inflight(10_000) if x.worker.startswith(f"w{i}:")]
@@ -167,7 +179,6 @@ def kill_one_holding_leases(
             return i, held
         proc.send_signal(signal.SIGCONT)
         time.sleep(0.01)
-    raise AssertionError("unreachable")
 
 
 def check_crawl_complete(

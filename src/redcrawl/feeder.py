@@ -218,9 +218,10 @@ class Feeder:
         """Leases that waited here past their start window, of keys whose delay the
         caller cannot see (an operator's override): the thread asks the frontier
         (``FrontierCore.start_late``); each that may start comes back to the front of
-        the ready buffer with no arrival time (so it is not checked twice) and
+        the ready buffer with no arrival or grant time (so it is not checked twice) and
         ``on_ready`` is called; the others are given back (release), counted as
-        ``late_released``."""
+        ``late_released``. Also leases whose reply reached this worker past their start
+        window (``Lease.granted``), whatever their key."""
         with self._cond:
             self._starts += leases
             self._gen += 1
@@ -499,7 +500,7 @@ class Feeder:
             if starts:
                 flags = f.start_late(starts)
                 go = [
-                    dataclasses.replace(lease, received=0.0)
+                    dataclasses.replace(lease, received=0.0, granted=0.0)
                     for lease, ok in zip(starts, flags, strict=True)
                     if ok
                 ]

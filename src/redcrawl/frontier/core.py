@@ -34,7 +34,9 @@ nothing else overridden:
 
 Every lease reply, from ``lease.lua`` and ``settle.lua`` of either backend, is a flat list
 of (id, attempts, record, token) per leased request (``op_lease`` in ``lua/ops.lua``),
-decoded by :meth:`FrontierCore._leases`.
+decoded by :meth:`FrontierCore._leases`, with the server time of the grant (lease.lua: the
+list's last item; settle.lua: the reply's fourth; absent from a replayed call), from which
+each lease gets ``granted`` (:mod:`redcrawl.frontier.grant_clock`).
 """
 
 from __future__ import annotations
@@ -67,6 +69,7 @@ from redcrawl.frontier.base import (
     parse_id,
 )
 from redcrawl.frontier.durability import WAITED, CrawlIdentity, ReplicaWait, works
+from redcrawl.frontier.grant_clock import GrantClock
 from redcrawl.frontier.polite import PolitenessOps, slot_outcome
 from redcrawl.frontier.records import (
     from_record,
@@ -230,6 +233,7 @@ class FrontierCore(PolitenessOps, ABC):
         """REDCRAWL_WAIT_REPLICAS: the WAIT after each state change (None: off)."""
         self._identity = CrawlIdentity(client, self.keys.control, crawl)
         self._call_seq = 0
+        self._grant_clock = GrantClock()  # this process's clock against this server's
         self._pol_stored = False  # the crawl's politeness defaults: stored at first push
         self._registered = False  # the crawl's name in the crawl registry: at first push
 
@@ -378,13 +382,27 @@ class FrontierCore(PolitenessOps, ABC):
             self._nonce(worker),
         ]
 
-    def _leases(self, worker: str, raw: Sequence[Any]) -> list[Lease]:
-        """Lease objects from a lease reply (id, attempts, record, token per request);
-        undecodable requests are dead-lettered."""
+    def _leases(
+        self, worker: str, raw: Sequence[Any], sent: float = 0.0, server_ms: Any = None
+    ) -> list[Lease]:
+        """Lease objects from a lease reply (id, attempts, record, token per request, and
+        from lease.lua the grant's server time last); undecodable requests are
+        dead-lettered. ``sent``: when the call was sent (``time.monotonic()``, 0 if
+        unknown), ``server_ms``: the server time of a settle call (its reply's fourth
+        item): with them each lease gets ``granted``, a lower bound of when it was
+        granted on this process's clock."""
         leases: list[Lease] = []
         bad: list[tuple[bytes, str, str]] = []
         received = time.monotonic()
-        for i in range(0, len(raw or ()), 4):  # (redis-py replies bulk strings as bytes)
+        raw = raw or ()
+        if len(raw) % 4 == 1:  # (lease.lua: the grant's time last)
+            raw, server_ms = raw[:-1], raw[-1]
+        granted = 0.0
+        if sent or server_ms is not None:
+            granted = self._grant_clock.granted(
+                sent, None if server_ms is None else int(server_ms), received
+            )
+        for i in range(0, len(raw), 4):  # (redis-py replies bulk strings as bytes)
             rid, attempts, data, token = raw[i], int(raw[i + 1]), raw[i + 2], raw[i + 3].decode()
             try:
                 env = from_record(data)
@@ -393,7 +411,7 @@ class FrontierCore(PolitenessOps, ABC):
                 continue
             if len(rid) == 20:
                 env.fingerprint = rid
-            leases.append(Lease(rid, token, worker, attempts, env, received))
+            leases.append(Lease(rid, token, worker, attempts, env, received, granted))
         if bad:
             log.error(
                 "dead-lettering %d undecodable request(s) in crawl %s: %s",
@@ -434,8 +452,9 @@ class FrontierCore(PolitenessOps, ABC):
         """Hand up to ``n`` ready requests to ``worker`` for ``ttl`` seconds."""
         if n <= 0:
             return []
+        sent = time.monotonic()
         raw = self._run("lease", self._lease_args(worker, n, ttl))
-        return self._leases(worker, raw)
+        return self._leases(worker, raw, sent)
 
     def ack(self, leases: Sequence[Lease]) -> int:
         """IN-FLIGHT -> DONE. Stale leases (expired and handed out again) are ignored.
@@ -457,7 +476,8 @@ class FrontierCore(PolitenessOps, ABC):
         before their parent is acknowledged. One script call per ``batch_size`` pushes;
         the acks, frees and the lease ride on the last one."""
         calls = self._settle_calls(push, ack, lease, ttl, free)
-        return self._settled(calls, [self._run("settle", args) for args in calls], ack)
+        sent = time.monotonic()  # (the lease rides on the last call: sent after this)
+        return self._settled(calls, [self._run("settle", args) for args in calls], ack, sent)
 
     def settle_begin(
         self,
@@ -519,22 +539,28 @@ class FrontierCore(PolitenessOps, ABC):
         return calls
 
     def _settled(
-        self, calls: Sequence[list[Any]], replies: Sequence[Any], ack: Sequence[Lease]
+        self,
+        calls: Sequence[list[Any]],
+        replies: Sequence[Any],
+        ack: Sequence[Lease],
+        sent: float = 0.0,
     ) -> Settled:
+        """The outcome of settle calls from their replies; ``sent``: when the first was
+        sent (``time.monotonic()``; 0 if unknown), for the leases' ``granted``."""
         if self.check_vanished and any(works("settle", args) for args in calls):
             self._identity.remember()  # (once) see durability.py
         pushed: list[bool] = []
         acked = 0
         leases: list[Lease] = []
         unacked: tuple[Lease, ...] = ()
-        for args, (out_push, out_ack, out_lease) in zip(calls, replies, strict=True):
+        for args, (out_push, out_ack, out_lease, *when) in zip(calls, replies, strict=True):
             pushed += [c == ord("1") for c in out_push]
             flags = bytes(out_ack)
             acked += flags.count(b"1")
             if b"2" in flags:  # the acks ride on the last call: flags align with ack
                 unacked = tuple(x for x, f in zip(ack, flags, strict=True) if f == ord("2"))
             if args[2]:
-                leases = self._leases(args[3], out_lease)
+                leases = self._leases(args[3], out_lease, sent, when[0] if when else None)
         accepted = sum(pushed)
         return Settled(
             PushResult(accepted, len(pushed) - accepted, tuple(pushed)), acked, leases, unacked

@@ -432,6 +432,7 @@ class PartitionedFrontier(FrontierCore):
         for p in [*plan, *(p for p, _ in beats)]:
             beat_at[p] = now
         done: dict[int, list[tuple[list[Any], Any]]] = defaultdict(list)
+        sent = time.monotonic()  # (the leases' granted: their calls went out after this)
         for batch, extra in ((first, []), (second, beats)):
             queued = [(p, self._call(p, "settle", a)) for p, a in batch]
             replies = self._round([*queued, *extra], "settle")
@@ -440,7 +441,7 @@ class PartitionedFrontier(FrontierCore):
             self._raise_first(done, replies[len(batch) :])
         for p, mine in acks.items():
             self._let_go(p, mine)
-        leases = self._outcome(done, push, pushes, ack, acks)
+        leases = self._outcome(done, push, pushes, ack, acks, sent)
         if n > 0 and not leases.leases:
             leases = self._lease_again(worker, n, ttl, set(plan), leases)
         return leases
@@ -472,6 +473,7 @@ class PartitionedFrontier(FrontierCore):
         pushes: dict[int, list[int]],
         ack: Sequence[Lease],
         acks: dict[int, list[Lease]],
+        sent: float = 0.0,
     ) -> Settled:
         flags = [False] * len(push)
         acked = 0
@@ -479,7 +481,7 @@ class PartitionedFrontier(FrontierCore):
         unacked: list[Lease] = []
         for p, calls in done.items():
             out = self.parts[p]._settled(
-                [a for a, _ in calls], [r for _, r in calls], acks.get(p, ())
+                [a for a, _ in calls], [r for _, r in calls], acks.get(p, ()), sent
             )
             for i, flag in zip(pushes.get(p, ()), out.pushed.flags, strict=True):
                 flags[i] = flag
@@ -514,12 +516,13 @@ class PartitionedFrontier(FrontierCore):
         calls = [
             (p, self.parts[p]._settle_calls((), (), (worker, k), ttl)[0]) for p, k in plan.items()
         ]
+        sent = time.monotonic()
         replies = self._round([(p, self._call(p, "settle", a)) for p, a in calls], "lease")
         done: dict[int, list[tuple[list[Any], Any]]] = defaultdict(list)
         for (p, args), reply in zip(calls, replies, strict=True):
             done[p].append((args, reply))
         self._raise_first(done)
-        again = self._outcome(done, (), {}, (), {})
+        again = self._outcome(done, (), {}, (), {}, sent)
         return Settled(first.pushed, first.acked, again.leases, first.unacked)
 
     def _plan(self, n: int, skip: set[int] | None = None) -> dict[int, int]:

@@ -5,6 +5,7 @@ that order too."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,8 @@ class PendingSettle:
         self._frontier = frontier
         self.calls = calls
         self.ack = ack
+        self.begun = time.monotonic()
+        """When it was begun: its calls were sent after this (the leases' ``granted``)."""
         pipe = frontier._pipe
         for args in calls:
             args[9], args[10] = pipe.last
@@ -135,7 +138,7 @@ class SettlePipe:
                 for args, r in zip(call.calls, call.replies, strict=False)
             ]
             replies += [f._run("settle", args) for args in call.calls[len(replies) :]]
-            call.outcome = f._settled(call.calls, replies, call.ack)
+            call.outcome = f._settled(call.calls, replies, call.ack, call.begun)
         except BaseException as exc:
             call.error = exc
             self.last = ("", b"")  # seen: settles begun from now on start a new chain

@@ -654,13 +654,27 @@ class Scheduler(BaseScheduler):
         attempt spent; its slot stays charged: a wasted slot costs throughput, never
         politeness). A key this worker cannot tell has a delay (an operator's delay
         override, the only source it does not see) is asked about instead
-        (``Feeder.check_start``: ``FrontierCore.start_late`` on the I/O thread)."""
+        (``Feeder.check_start``: ``FrontierCore.start_late`` on the I/O thread).
+
+        The window counts from the grant (``Lease.granted``, on this process's clock at
+        the earliest), not from the reply's arrival: a reply that sat in a socket or
+        behind the GIL, or reached a descheduled (frozen) process, may arrive past the
+        window. Such a request did not wait here, so it is asked about too, whatever its
+        key: it starts if no other grant or start of its key came since its own (its start
+        charged then), else it is given back. Not given back blindly: when every reply
+        takes longer than the window, that would give back every request and stall the
+        crawl (docs/politeness.md, "Start window")."""
         window = self.settings.politeness_start_window
         if not (self._polite and window > 0):
             return False
-        if not lease.received or time.monotonic() - lease.received <= window:
-            return False
+        now = time.monotonic()
         assert self.feeder is not None
+        if not lease.received or now - lease.received <= window:
+            if not lease.granted or now - lease.granted <= window:
+                return False
+            self.feeder.check_start([lease])  # its reply came late: the frontier decides
+            self.stats.inc_value("redcrawl/politeness/late_reply_checked")
+            return True
         if not self._delay_bound(lease):
             # its key may still have a delay this worker cannot see (an operator's
             # override): the frontier says whether it may start (then it comes back

@@ -14,7 +14,9 @@
 -- ARGV[16..]: n_push tuples as in push.lua, then n_ack pairs as in ack.lua, then
 -- (crawls with politeness) triples as in free.lua, to the end: slots given back at
 -- response time, after the acks and before the lease (which may grant them again).
--- Returns {push flags, ack flags, lease list (as lease.lua)}.
+-- Returns {push flags, ack flags, lease list (as lease.lua, without the time), the time of
+-- the call (the script's clock, ms: when its grants were made)}; a replayed call (its
+-- nonce seen before) returns the first three only (see lease.lua).
 local worker, nonce = ARGV[8], ARGV[13]
 local n_push, n_ack, n_lease = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local n_free = 0
@@ -35,4 +37,4 @@ if n_lease > 0 then
                     tonumber(ARGV[12]))
 end
 call_record(worker, nonce, pushed, acked, leased, refuse)
-return {pushed, acked, leased}
+return {pushed, acked, leased, NOW}
