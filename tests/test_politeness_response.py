@@ -262,6 +262,26 @@ def test_a_pushed_back_response_not_deferred_blocks_at_free(
     conserved(f)
 
 
+def test_a_block_at_free_holds_for_the_lease_of_the_same_settle(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    # (a key with no delay is granted and given slots back without reading its block while
+    # no key of the crawl is blocked: a block set earlier in the same call must count,
+    # also when the call's reclaim gives the key's last slot back after it)
+    f = polite(make_frontier, politeness_concurrency=2)
+    f.push(site("a.test", 4))
+    f.lease("gone", 1, ttl=0.5)
+    (mine,) = f.lease("w", 1, ttl=60)
+    clock.advance(0.6)  # the first lease expired, its worker gone
+    blocked = slot_outcome(429, pushed_back=True, retry_after=2)
+    out = f.settle(free=[(mine, blocked)], lease=("w", 10), ttl=60)
+    assert out.leases == []  # blocked, though both slots are free
+    assert f.lease("w", 10, ttl=60) == []
+    clock.advance(2)
+    assert f.lease("w", 10, ttl=60)  # (streams: the expired entry is reclaimed by Redis's clock)
+    conserved(f)
+
+
 def test_block_and_override_block_until_both_hold(
     make_frontier: FrontierFactory, clock: Clock
 ) -> None:
