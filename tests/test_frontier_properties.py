@@ -323,7 +323,7 @@ class FrontierMachine(RuleBasedStateMachine):
         assert c.accepted - c.done == sum(self.client.hlen(k.req) for k in self._keys())
         if not self.corrupted:  # (a record corrupted in flight is counted until reclaimed)
             records = [r for k in self._keys() for r in raw(self.client.hvals(k.req))]
-            if self.f.politeness is None and self.f.BACKEND == "lists":
+            if self.f.BACKEND == "lists":
                 # (the records keep no lease state: the leases' entries say what they hold)
                 assert c.in_flight == len(self.f.inflight(limit=10**6))
             else:
@@ -335,9 +335,23 @@ class FrontierMachine(RuleBasedStateMachine):
         if getattr(self, "f", None) is None or self.f.politeness is None:
             return
         # in flight per key = held records whose slot is not yet freed, <= concurrency
+        # (lists: the records keep no lease state, the leases' entries say what they hold)
+        lists = self.f.BACKEND == "lists"
         held: dict[str, int] = {}
-        for r in (r for k in self._keys() for r in raw(self.client.hvals(k.req))):
-            if r.split(b"|", 3)[2:3] != [b""] and record_holds_slot(r):
+        for part in getattr(self.f, "parts", [self.f]):
+            # (lists: the ids the leases' entries list, each with its lease's check of the
+            # record's fence)
+            listed = {x.id: x for batch in part._held(0) for x in batch} if lists else {}
+            for rid, r in self.client.hgetall(part.keys.req).items():
+                field = r.split(b"|", 3)[2:3]
+                if lists:
+                    lh = listed.get(rid)
+                    if lh is None or not field or not lh.holds(field[0].decode()):
+                        continue
+                elif field == [b""]:
+                    continue
+                if not record_holds_slot(r):
+                    continue
                 key = record_key(r)
                 if key is not None:
                     held[key] = held.get(key, 0) + 1

@@ -474,7 +474,7 @@ if POLITE then
         local rec = recs[i]
         local p, _, t, pos
         if rec then p, _, t, pos = parse_head(rec) end
-        if p ~= nil and t ~= '' and t == it[2] and not seen[it[1]] and
+        if p ~= nil and not seen[it[1]] and FMT.held(it[1], t, it[2]) and
             string.byte(rec, pos) == 75 then  -- 'K': its slot is still held
           local key = rec_key(rec)
           if key then
@@ -487,7 +487,7 @@ if POLITE then
             local outcome = it[3]
             if outcome == 's' then ok[key] = (ok[key] or 0) + 1
             elseif string.sub(outcome, 1, 1) == 'f' then
-              failed[#failed + 1] = {key, tonumber(string.sub(outcome, 2)), lease_since(t)}
+              failed[#failed + 1] = {key, tonumber(string.sub(outcome, 2)), lease_since(it[2])}
             end
           end
         end
@@ -507,11 +507,12 @@ if POLITE then
         local p, a, t, env
         if rec then p, a, t, env = parse(rec) end
         flags[i] = '0'
-        if p ~= nil and t ~= '' and t == token then
+        if p ~= nil and FMT.held(id, t, token) then
           local key = rec_key(rec)
           local since = lease_since(token)
+          a = FMT.cur(a)  -- (see FMT in lib.lua)
           if a > 0 then a = a - 1 end  -- no attempt spent
-          local nrec = header(p, a, '', slot_held_env(env))
+          local nrec = FMT.left(p, a, token, slot_held_env(env))
           redis.call('HSET', K_REQ, id, nrec)
           unhold({token}, {rec})  -- (its slot back, unless it went back at response time)
           if key then pol_fail(key, retry_ms, since) end
