@@ -60,7 +60,7 @@ CONCURRENCY = 2
 HOSTS = 3
 
 
-def _int(v: bytes | None) -> int:
+def _int(v: bytes | str | None) -> int:
     """A stored whole number, 0 when absent or not one (as the scripts read it)."""
     try:
         return int(v or b"0")
@@ -342,7 +342,8 @@ class FrontierMachine(RuleBasedStateMachine):
             # (lists: the ids the leases' entries list, each with its lease's check of the
             # record's fence)
             listed = {x.id: x for batch in part._held(0) for x in batch} if lists else {}
-            for rid, r in self.client.hgetall(part.keys.req).items():
+            stored = self.client.hgetall(part.keys.req)
+            for rid, r in zip(raw(stored.keys()), raw(stored.values()), strict=True):
                 field = r.split(b"|", 3)[2:3]
                 if lists:
                     lh = listed.get(rid)
