@@ -334,3 +334,21 @@ def test_a_start_window_is_stored_by_workers_only(make_frontier: FrontierFactory
     assert f.client.hget(f.keys.control, "start_window") is None
     f.store_politeness(worker=True)
     assert f.client.hget(f.keys.control, "start_window") == b"50"
+
+
+def test_a_record_marked_freed_at_rest_still_takes_and_gives_back_its_slot(
+    make_frontier: FrontierFactory,
+) -> None:
+    # (lists crawls' leases write no record: one at rest is "K", as every way out of a
+    # lease leaves it; a "k" one from elsewhere must not keep its key's slot for good)
+    f = polite(make_frontier, politeness_concurrency=1)
+    f.push(site("a.test", 2))
+    for rid, rec in f.client.hgetall(f.keys.req).items():
+        assert isinstance(rec, bytes)
+        head = rec.split(b"|", 3)
+        f.client.hset(f.keys.req, rid, b"|".join(head[:3]) + b"|k" + head[3][1:])
+    (a,) = f.lease("w", 5, ttl=60)
+    assert held_with_slot(f, a) and f.ack([a]) == 1
+    assert in_flight(f, "a.test") == 0
+    assert len(f.lease("w", 5, ttl=60)) == 1
+    conserved(f)

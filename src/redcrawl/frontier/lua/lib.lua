@@ -574,6 +574,11 @@ local function stamp_leased(ids, token, fresh, got)
         if POLITE then env = slot_held_env(env) end  -- a grant takes a slot
         rec = header(p, a, tk, env)
         writes[w + 1] = id; writes[w + 2] = rec; w = w + 2
+      elseif POLITE and string.byte(rec, pos) == 107 then
+        -- (lout: a record out of flight is "K", FMT.left; a "k" one, from elsewhere, is
+        -- made "K", or its ack would not give back the slot this grant took)
+        rec = string.sub(rec, 1, pos - 1) .. 'K' .. string.sub(rec, pos + 1)
+        writes[w + 1] = id; writes[w + 2] = rec; w = w + 2
       end
       got[g + 1] = id; got[g + 2] = a; got[g + 3] = rec; got[g + 4] = tk; g = g + 4
       out[i] = a
