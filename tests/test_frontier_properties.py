@@ -6,7 +6,10 @@ never handed to a second worker while an earlier lease of it may still be alive,
 with fleet-wide politeness) no politeness key has more requests in flight holding its
 slot than its concurrency (requests go to three hosts, concurrency 2, a delay of 1 s on
 the test clock; a leased request's slot may go back at response time, ``free``, before its
-ack, and a 429/503 may defer it, ``defer``).
+ack, and a 429/503 may defer it, ``defer``), and no key is granted before the time its
+state said it opens (its delay's next start and its 429/503 block, read before each lease:
+a lease grants at most once per delay per key; the machine without a delay exercises the
+grants that read neither while no key is blocked).
 
 The corrupting machine adds a step that writes random bytes over a value of the crawl's
 state (a field of one of its hashes: records, lease records, lease counts, counters,
@@ -57,6 +60,14 @@ CONCURRENCY = 2
 HOSTS = 3
 
 
+def _int(v: bytes | str | None) -> int:
+    """A stored whole number, 0 when absent or not one (as the scripts read it)."""
+    try:
+        return int(v or b"0")
+    except ValueError:
+        return 0
+
+
 @dataclass
 class Held:
     lease: Lease
@@ -70,6 +81,8 @@ class FrontierMachine(RuleBasedStateMachine):
     partitions: int = 1
     politeness: bool = True
     """False: a lists crawl whose records keep no lease state (records.LEASE_STATE_OUT)."""
+    delay: float = 1.0
+    """Every key's delay (s): 0 for the grants and slot backs of keys that open now."""
 
     @initialize()
     def setup(self) -> None:
@@ -85,7 +98,7 @@ class FrontierMachine(RuleBasedStateMachine):
                 ordering=self.ordering,  # type: ignore[arg-type]
                 backend=self.backend,  # type: ignore[arg-type]
                 politeness_concurrency=CONCURRENCY,
-                politeness_delay=1.0,
+                politeness_delay=self.delay,
                 politeness_randomize=False,
                 politeness=self.politeness,
                 partitions=self.partitions,
@@ -151,8 +164,16 @@ class FrontierMachine(RuleBasedStateMachine):
     def lease(self, worker: str, n: int) -> None:
         now = self.clock()
         self._expire()
+        opens = self._opens()
         got = self.f.lease(worker, n, TTL)
+        granted: dict[str, int] = {}
         for lease in got:
+            host = lease.envelope.url.split("/")[2]
+            granted[host] = granted.get(host, 0) + 1
+            # (a corrupted state hash loses its next and block: outside the model)
+            assert now >= opens.get(host, 0) or self.corrupted, (
+                f"{host} granted at {now}, before it opens at {opens[host]}"
+            )
             assert lease.id not in self.finished_ids, "a DONE request was handed out again"
             alive = self.history.get(lease.id, [])
             # (a corrupted heartbeat or lease record ends a live lease early: then a second
@@ -172,7 +193,22 @@ class FrontierMachine(RuleBasedStateMachine):
             per_part.setdefault(part, set()).add(token.split("/")[0])
         assert all(len(t) <= 1 for t in per_part.values()), "one lease() call is one lease"
         self.tokens |= {x.token for x in got}
+        if self.delay > 0 and self.f.politeness is not None:
+            # (a key with a delay: one grant per lease, its next start charged)
+            assert all(k == 1 for k in granted.values()), granted
         self.heartbeat[worker] = max(self.heartbeat[worker], now + int(TTL * 1000))
+
+    def _opens(self) -> dict[str, int]:
+        """Per host: when its state says it may next be granted (ms: the later of its
+        "next" and its "block"; 0 without politeness or state)."""
+        if self.f.politeness is None:
+            return {}
+        out: dict[str, int] = {}
+        for h in range(HOSTS):
+            key = f"s{h}"
+            v = self.client.hmget(self._keys_of(key).pol_state_base + key, "next", "block")
+            out[key] = max(_int(x) for x in v)
+        return out
 
     def _keys(self) -> list[CrawlKeys]:
         """The keys of each partition of the crawl (one: the crawl's own)."""
@@ -287,7 +323,7 @@ class FrontierMachine(RuleBasedStateMachine):
         assert c.accepted - c.done == sum(self.client.hlen(k.req) for k in self._keys())
         if not self.corrupted:  # (a record corrupted in flight is counted until reclaimed)
             records = [r for k in self._keys() for r in raw(self.client.hvals(k.req))]
-            if self.f.politeness is None and self.f.BACKEND == "lists":
+            if self.f.BACKEND == "lists":
                 # (the records keep no lease state: the leases' entries say what they hold)
                 assert c.in_flight == len(self.f.inflight(limit=10**6))
             else:
@@ -299,9 +335,24 @@ class FrontierMachine(RuleBasedStateMachine):
         if getattr(self, "f", None) is None or self.f.politeness is None:
             return
         # in flight per key = held records whose slot is not yet freed, <= concurrency
+        # (lists: the records keep no lease state, the leases' entries say what they hold)
+        lists = self.f.BACKEND == "lists"
         held: dict[str, int] = {}
-        for r in (r for k in self._keys() for r in raw(self.client.hvals(k.req))):
-            if r.split(b"|", 3)[2:3] != [b""] and record_holds_slot(r):
+        for part in getattr(self.f, "parts", [self.f]):
+            # (lists: the ids the leases' entries list, each with its lease's check of the
+            # record's fence)
+            listed = {x.id: x for batch in part._held(0) for x in batch} if lists else {}
+            stored = self.client.hgetall(part.keys.req)
+            for rid, r in zip(raw(stored.keys()), raw(stored.values()), strict=True):
+                field = r.split(b"|", 3)[2:3]
+                if lists:
+                    lh = listed.get(rid)
+                    if lh is None or not field or not lh.holds(field[0].decode()):
+                        continue
+                elif field == [b""]:
+                    continue
+                if not record_holds_slot(r):
+                    continue
                 key = record_key(r)
                 if key is not None:
                     held[key] = held.get(key, 0) + 1
@@ -401,7 +452,7 @@ class CorruptingMachine(FrontierMachine):
         assert c.finished and c.conserved and c.done == 5, c
 
 
-def _run(machine: type[FrontierMachine], url: str, **attrs: str | bool) -> None:
+def _run(machine: type[FrontierMachine], url: str, **attrs: str | bool | float) -> None:
     """Run a subclass of ``machine`` with ``attrs`` on the server at ``url``."""
     client = redis.Redis.from_url(url)
     cls: type[FrontierMachine] = type("Machine", (machine,), {"client": client, **attrs})
@@ -423,6 +474,13 @@ def _run(machine: type[FrontierMachine], url: str, **attrs: str | bool) -> None:
 )
 def test_random_interleavings(redis7: RedisServer, backend: str, ordering: str) -> None:
     _run(FrontierMachine, redis7.url, ordering=ordering, backend=backend)
+
+
+@pytest.mark.parametrize("backend", ["lists", "streams"])
+def test_random_interleavings_without_delay(redis7: RedisServer, backend: str) -> None:
+    """Keys without a delay: grants and slot backs that skip reading a key's next and
+    block while no key of the crawl is blocked (429s via free and defer block keys)."""
+    _run(FrontierMachine, redis7.url, backend=backend, delay=0.0)
 
 
 @pytest.mark.parametrize("ordering", ["fifo", "priority"])

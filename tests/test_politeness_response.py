@@ -262,6 +262,26 @@ def test_a_pushed_back_response_not_deferred_blocks_at_free(
     conserved(f)
 
 
+def test_a_block_at_free_holds_for_the_lease_of_the_same_settle(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    # (a key with no delay is granted and given slots back without reading its block while
+    # no key of the crawl is blocked: a block set earlier in the same call must count,
+    # also when the call's reclaim gives the key's last slot back after it)
+    f = polite(make_frontier, politeness_concurrency=2)
+    f.push(site("a.test", 4))
+    f.lease("gone", 1, ttl=0.5)
+    (mine,) = f.lease("w", 1, ttl=60)
+    clock.advance(0.6)  # the first lease expired, its worker gone
+    blocked = slot_outcome(429, pushed_back=True, retry_after=2)
+    out = f.settle(free=[(mine, blocked)], lease=("w", 10), ttl=60)
+    assert out.leases == []  # blocked, though both slots are free
+    assert f.lease("w", 10, ttl=60) == []
+    clock.advance(2)
+    assert f.lease("w", 10, ttl=60)  # (streams: the expired entry is reclaimed by Redis's clock)
+    conserved(f)
+
+
 def test_block_and_override_block_until_both_hold(
     make_frontier: FrontierFactory, clock: Clock
 ) -> None:
@@ -314,3 +334,21 @@ def test_a_start_window_is_stored_by_workers_only(make_frontier: FrontierFactory
     assert f.client.hget(f.keys.control, "start_window") is None
     f.store_politeness(worker=True)
     assert f.client.hget(f.keys.control, "start_window") == b"50"
+
+
+def test_a_record_marked_freed_at_rest_still_takes_and_gives_back_its_slot(
+    make_frontier: FrontierFactory,
+) -> None:
+    # (lists crawls' leases write no record: one at rest is "K", as every way out of a
+    # lease leaves it; a "k" one from elsewhere must not keep its key's slot for good)
+    f = polite(make_frontier, politeness_concurrency=1)
+    f.push(site("a.test", 2))
+    for rid, rec in f.client.hgetall(f.keys.req).items():
+        assert isinstance(rec, bytes)
+        head = rec.split(b"|", 3)
+        f.client.hset(f.keys.req, rid, b"|".join(head[:3]) + b"|k" + head[3][1:])
+    (a,) = f.lease("w", 5, ttl=60)
+    assert held_with_slot(f, a) and f.ack([a]) == 1
+    assert in_flight(f, "a.test") == 0
+    assert len(f.lease("w", 5, ttl=60)) == 1
+    conserved(f)

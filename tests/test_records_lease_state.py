@@ -153,13 +153,16 @@ def test_crawl_created_before_keeps_its_record_format(
     check(g)
 
 
-def test_polite_and_streams_crawls_keep_the_lease_state_in_the_record(
+def test_polite_lists_crawls_leave_the_records_alone_streams_crawls_do_not(
     make_frontier: FrontierFactory, redis_client: redis.Redis
 ) -> None:
     f = make_frontier(politeness=True)
     f.push(urls(1))
     layout = redis_client.hget(f.keys.control, "layout")
-    assert isinstance(layout, bytes) and LEASE_STATE_OUT not in layout
+    assert isinstance(layout, bytes) and layout.endswith(LEASE_STATE_OUT + PUSH_STAMPED)
+    (a,) = f.lease("w", 1)
+    rec = redis_client.hget(f.keys.req, a.id)
+    assert isinstance(rec, bytes) and rec.split(b"|", 3)[1:3] == [b"0", b""]
     s = make_frontier("s", backend="streams", politeness=False)
     s.push(urls(1))
     layout = redis_client.hget(s.keys.control, "layout")

@@ -31,6 +31,7 @@ from redcrawl.frontier.records import (
     holds_under,
     parse_record,
     record,
+    record_key,
     stored_int,
     stored_layout,
 )
@@ -143,9 +144,14 @@ class ListsFrontier(FrontierCore):
         return held, None, int(held)
 
     def _in_ready(self, rid: bytes) -> bool:
-        """Whether ``rid`` is in a ready queue (a crawl without politeness)."""
+        """Whether ``rid`` is in a ready queue (with politeness: its key's queue of a tier)."""
+        pkey = None
+        if self.politeness is not None:
+            pkey = record_key(self.client.hget(self.keys.req, rid) or b"")
         for t in range(self.keys.tiers):
             key = self.keys.ready(t)
+            if pkey is not None:
+                key = f"{self.keys.pol_queue_base}{t}:{pkey}"
             if self.settings.ordering == "priority":
                 if self.client.zscore(key, rid) is not None:
                     return True

@@ -30,7 +30,7 @@ for i = 1, n do
     local rec = redis.call('HGET', K_REQ, a)
     local p, _, t
     if rec then p, _, t = parse_head(rec) end
-    if p ~= nil and t ~= '' and t == b then
+    if p ~= nil and FMT.held(a, t, b) then
       key = rec_key(rec)
       since = lease_since(b)
     end

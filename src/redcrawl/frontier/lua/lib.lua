@@ -192,14 +192,14 @@ do
   -- layout (STAMPED): a worker older than that would read a stamped record as an
   -- undecodable request, and is refused by this very check instead (its layout lacks the
   -- mark). A crawl created before keeps its layout and gets no stamps, so older workers
-  -- can share it. Likewise a lists crawl without politeness created since a lease leaves
-  -- the records alone (FMT.lout below) is marked " +leasestate" (before " +pushtime"): a
-  -- worker older than that would read its records' headers wrongly (it takes the token
-  -- field for the holder's token), and is refused by the same check; crawls created
-  -- before keep the record format they were created with, and their workers (old and
-  -- new) share it.
+  -- can share it. Likewise a lists crawl created since a lease leaves the records alone
+  -- (FMT.lout below; with politeness too since session 24) is marked " +leasestate"
+  -- (before " +pushtime"): a worker older than that would read its records' headers
+  -- wrongly (it takes the token field for the holder's token), and is refused by the same
+  -- check; crawls created before keep the record format they were created with, and their
+  -- workers (old and new) share it.
   if not created then
-    FMT.lout = not POLITE and string.sub(ORDERING, 1, 8) ~= 'streams/'
+    FMT.lout = string.sub(ORDERING, 1, 8) ~= 'streams/'
     local mark = layout .. (FMT.lout and ' +leasestate' or '') .. ' +pushtime'
     redis.call('HSET', K_CONTROL, 'layout', mark, 'layout.copy', mark)
   elseif created == layout .. ' +leasestate +pushtime' then
@@ -357,11 +357,12 @@ end
 
 -- THE LEASE STATE OF A RECORD, in one of two formats (FMT.lout, chosen when the crawl is
 -- created, kept in its layout):
---   in the record (FMT.lout false: crawls created before, and crawls with politeness or on
---     streams): the header's attempts count the deliveries so far, the one in progress
---     included, and its token names the lease holding the request ("" when it is not
---     IN-FLIGHT); a lease rewrites every record it leases, an ack reads the token back.
---   out of it (FMT.lout true: lists crawls without politeness): a lease writes no record.
+--   in the record (FMT.lout false: crawls created before, and crawls on streams): the
+--     header's attempts count the deliveries so far, the one in progress included, and its
+--     token names the lease holding the request ("" when it is not IN-FLIGHT); a lease
+--     rewrites every record it leases, an ack reads the token back.
+--   out of it (FMT.lout true: lists crawls): a lease writes no record (with politeness the
+--     slot mark at rest is "K", the response's slot_free writes "k", FMT.left "K" again).
 --     The header's attempts count the deliveries that ended (expired or nacked; a release
 --     gives its delivery back), not the one in progress; its token field is a fence: no
 --     lease whose token is <= it holds the request (lease tokens only grow). A request is
@@ -402,7 +403,9 @@ function FMT.held(id, t, token)
   return set and set[id] == true
 end
 function FMT.left(p, a, token, env)
-  if FMT.lout then return header(p, a, token, env) end
+  -- (lout with politeness: a record out of flight holds its slot mark "K" again, so that
+  -- its next lease, which writes no record, takes a slot)
+  if FMT.lout then return header(p, a, token, POLITE and slot_held_env(env) or env) end
   return header(p, a, '', env)
 end
 
@@ -571,6 +574,11 @@ local function stamp_leased(ids, token, fresh, got)
         local env = string.sub(rec, pos)
         if POLITE then env = slot_held_env(env) end  -- a grant takes a slot
         rec = header(p, a, tk, env)
+        writes[w + 1] = id; writes[w + 2] = rec; w = w + 2
+      elseif POLITE and string.byte(rec, pos) == 107 then
+        -- (lout: a record out of flight is "K", FMT.left; a "k" one, from elsewhere, is
+        -- made "K", or its ack would not give back the slot this grant took)
+        rec = string.sub(rec, 1, pos - 1) .. 'K' .. string.sub(rec, pos + 1)
         writes[w + 1] = id; writes[w + 2] = rec; w = w + 2
       end
       got[g + 1] = id; got[g + 2] = a; got[g + 3] = rec; got[g + 4] = tk; g = g + 4

@@ -193,9 +193,32 @@ if POLITE then
   -- In flight, next allowed grant (ms: the later of its delay's next start and its
   -- adaptive block, see pol_fail), since when it has had ready work without a grant, and
   -- the tiers whose open zset holds it (tier_mask): one HMGET of the fields needed. (With
-  -- AutoThrottle on, also notes the key's delay, field "ad", for limits().)
-  local function pol_state(key)
+  -- AutoThrottle on, also notes the key's delay, field "ad", for limits().) With now_ok, a
+  -- key that opens_now gets 0 as its next allowed grant (neither read).
+  -- Whether the key's next allowed grant cannot be later than now, whatever its state's
+  -- "next" and "block" say, so that they need not be read: it has no delay (nor jitter or
+  -- start window then: a grant sets its next to now), no override block or pause, and no
+  -- key of the crawl is blocked past now (an adaptive block is always in the blocked zset
+  -- too, pol_fail; one ZCOUNT per call); AutoThrottle off (its delay is in the state).
+  local function opens_now(key)
+    if (PC.def or pol_defaults())[4] then return false end
+    local lim = limits(key)
+    if lim[2] ~= 0 or lim[4] > NOW or lim[5] then return false end
+    if PC.noblock == nil then
+      PC.noblock = redis.call('ZCOUNT', K_POLB, '(' .. PC.now_s, '+inf') == 0
+    end
+    return PC.noblock
+  end
+
+  local function pol_state(key, now_ok)
     local v
+    if now_ok and opens_now(key) then
+      -- (next and block are at most now: not read)
+      v = redis.call('HMGET', K_POL .. key, 'in', 'rdy', 'tm')
+      local inn = fnum(v[1]) or 0
+      if inn < 0 then inn = 0 end
+      return inn, 0, fnum(v[2]) or 0, tier_mask(v[3])
+    end
     if (PC.def or pol_defaults())[4] then
       v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'block', 'rdy', 'tm', 'ad')
       AUTO_DELAY[key] = v[6] or false
@@ -232,7 +255,9 @@ if POLITE then
   -- grant removes again.
   local function pol_idle_check(key, inn, nxt, mask)
     if inn > 0 or (mask and mask > 0) then return end
-    redis.call('PEXPIRE', K_POL .. key, string.format('%d', math.max(nxt - NOW, 0) + IDLE_TTL))
+    local ttl = num_text(IDLE_TTL)
+    if nxt > NOW then ttl = string.format('%d', nxt - NOW + IDLE_TTL) end
+    redis.call('PEXPIRE', K_POL .. key, ttl)
   end
 
   -- k slots of each key given back (per_key: key -> k). Only a key that was full (in
@@ -248,9 +273,16 @@ if POLITE then
       if inn < 0 then redis.call('HSET', sk, 'in', '0'); inn = 0 end
       local full = inn + k >= limits(key)[1]
       if full or inn == 0 then
-        local v = redis.call('HMGET', sk, 'next', 'block', 'tm')
-        local nxt, block, mask = fnum(v[1]) or 0, fnum(v[2]) or 0, tier_mask(v[3])
-        if block > nxt then nxt = block end
+        local nxt, mask
+        if opens_now(key) then
+          -- (its next allowed grant is at most now: only its tiers are read)
+          nxt, mask = NOW, tier_mask(redis.call('HGET', sk, 'tm'))
+        else
+          local v = redis.call('HMGET', sk, 'next', 'block', 'tm')
+          local block
+          nxt, block, mask = fnum(v[1]) or 0, fnum(v[2]) or 0, tier_mask(v[3])
+          if block > nxt then nxt = block end
+        end
         if full then
           -- (a key whose slots were all taken opens now, not at its past next: its score is
           -- when it opened, for the politeness wait, and it queues behind keys open before)
@@ -338,6 +370,7 @@ if POLITE then
     end
     redis.call('HSET', K_POL .. key, unpack(fields))
     redis.call('ZADD', K_POLB, block, key)
+    PC.noblock = false  -- (a key is blocked now: opens_now reads states again)
     local inn, nxt, _, mask = pol_state(key)
     pol_rescore(key, opens_at(key, inn, nxt), mask)
     pol_idle_check(key, inn, nxt, mask)
@@ -441,7 +474,7 @@ if POLITE then
         local rec = recs[i]
         local p, _, t, pos
         if rec then p, _, t, pos = parse_head(rec) end
-        if p ~= nil and t ~= '' and t == it[2] and not seen[it[1]] and
+        if p ~= nil and not seen[it[1]] and FMT.held(it[1], t, it[2]) and
             string.byte(rec, pos) == 75 then  -- 'K': its slot is still held
           local key = rec_key(rec)
           if key then
@@ -454,7 +487,7 @@ if POLITE then
             local outcome = it[3]
             if outcome == 's' then ok[key] = (ok[key] or 0) + 1
             elseif string.sub(outcome, 1, 1) == 'f' then
-              failed[#failed + 1] = {key, tonumber(string.sub(outcome, 2)), lease_since(t)}
+              failed[#failed + 1] = {key, tonumber(string.sub(outcome, 2)), lease_since(it[2])}
             end
           end
         end
@@ -474,11 +507,12 @@ if POLITE then
         local p, a, t, env
         if rec then p, a, t, env = parse(rec) end
         flags[i] = '0'
-        if p ~= nil and t ~= '' and t == token then
+        if p ~= nil and FMT.held(id, t, token) then
           local key = rec_key(rec)
           local since = lease_since(token)
+          a = FMT.cur(a)  -- (see FMT in lib.lua)
           if a > 0 then a = a - 1 end  -- no attempt spent
-          local nrec = header(p, a, '', slot_held_env(env))
+          local nrec = FMT.left(p, a, token, slot_held_env(env))
           redis.call('HSET', K_REQ, id, nrec)
           unhold({token}, {rec})  -- (its slot back, unless it went back at response time)
           if key then pol_fail(key, retry_ms, since) end
@@ -607,7 +641,7 @@ if POLITE then
       local key = heads[t]
       heads[t] = nil
       local sk = K_POL .. key
-      local inn, nxt, rdy, mask = pol_state(key)
+      local inn, nxt, rdy, mask = pol_state(key, true)
       local score = opens_at(key, inn, nxt)
       if score > NOW then
         -- its override or state changed since it was scored: put it where it belongs

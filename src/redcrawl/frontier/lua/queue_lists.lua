@@ -122,10 +122,20 @@ local function queue_layer()
         for _, x in ipairs(redis.call('ZRANGE', k, 0, -1)) do elsewhere[x] = true end
       end
       for tier = 0, NTIERS - 1 do
-        local q
-        if ORDERING == 'priority' then q = redis.call('ZRANGE', ready_key(tier), 0, -1)
-        else q = redis.call('LRANGE', ready_key(tier), 0, -1) end
-        for _, x in ipairs(q) do elsewhere[x] = true end
+        -- (with politeness, the queue of each key in the tier's open zset)
+        local qs = {ready_key(tier)}
+        if POLITE then
+          qs = {}
+          for _, k in ipairs(redis.call('ZRANGE', open_key(tier), 0, -1)) do
+            qs[#qs + 1] = pq_key(tier, k)
+          end
+        end
+        for _, qk in ipairs(qs) do
+          local q
+          if ORDERING == 'priority' then q = redis.call('ZRANGE', qk, 0, -1)
+          else q = redis.call('LRANGE', qk, 0, -1) end
+          for _, x in ipairs(q) do elsewhere[x] = true end
+        end
       end
       local lc = '0'
       repeat

@@ -55,7 +55,12 @@ for _, token in ipairs(tokens) do
           local a = string.find(rec, '|', 1, true)
           local b = a and string.find(rec, '|', a + 1, true)
           local c = b and string.find(rec, '|', b + 1, true)
-          if c and string.sub(rec, b + 1, c - 1) == token then
+          -- (held under the lease: its token, or, where the records keep no lease state,
+          -- records.LEASE_STATE_OUT, a fence below it; in a crawl whose records keep it, a
+          -- listed record with an empty or lower token field left the lease: its key is a
+          -- candidate too, dropped by the caller when its state has nothing in flight)
+          local t = c and string.sub(rec, b + 1, c - 1)
+          if t and (t == token or t == '' or #t < #token or (#t == #token and t < token)) then
             local n, at = string.match(rec, '^K(%d+):()', c + 1)
             if n then add(string.sub(rec, at, at + tonumber(n) - 1)) end
           end
