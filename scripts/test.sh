@@ -60,7 +60,9 @@ side=$!
 
 rc=0
 echo "== pytest, parallel phase: $workers workers (Scrapy $(python3 -c 'import scrapy; print(scrapy.__version__)')); scripts/check and the Scrapy matrix alongside"
-python3 -m pytest -q -p no:cacheprovider -n "$workers" -m "not serial" \
+# -p no:benchmark: a pytest-benchmark installed by hand (bench/ does not need it) warns that
+# xdist disables it, and filterwarnings=error makes that warning an internal error
+python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n "$workers" -m "not serial" \
   --cov=redcrawl --cov-report= || rc=$?
 
 side_rc=0
