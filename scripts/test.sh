@@ -62,8 +62,10 @@ rc=0
 echo "== pytest, parallel phase: $workers workers (Scrapy $(python3 -c 'import scrapy; print(scrapy.__version__)')); scripts/check and the Scrapy matrix alongside"
 # -p no:benchmark: a pytest-benchmark installed by hand (bench/ does not need it) warns that
 # xdist disables it, and filterwarnings=error makes that warning an internal error
-python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n "$workers" -m "not serial" \
-  --cov=redcrawl --cov-report= || rc=$?
+# --maxschedchunk=1: a worker is sent its next test only when it has finished the last (no
+# queue of slow tests left behind on one worker at the end); --durations: what to move next
+python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n "$workers" --maxschedchunk=1 \
+  -m "not serial" --durations=40 --cov=redcrawl --cov-report= || rc=$?
 
 side_rc=0
 wait "$side" || side_rc=$?
@@ -79,7 +81,7 @@ if [ -z "${SKIP_SCRAPY_MATRIX:-}" ]; then
   [ "$rc" -ne 0 ] || rc=$serial_rc
 fi
 echo "== pytest, serial phase (timing-sensitive tests, alone) and the coverage floor"
-python3 -m pytest -q -p no:cacheprovider -m serial \
+python3 -m pytest -q -p no:cacheprovider -m serial --durations=20 \
   --cov=redcrawl --cov-append --cov-report=term --cov-fail-under="$COVERAGE_FLOOR" || serial_rc=$?
 [ "$rc" -ne 0 ] || rc=$serial_rc
 exit "$rc"

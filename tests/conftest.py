@@ -154,11 +154,25 @@ FIRST: tuple[str, ...] = (
     "tests/test_cluster.py",
     "tests/test_cluster_frontier.py",
     "tests/test_start_claim_kill.py",
-    "tests/test_cluster_failover_scrapy.py",
     "tests/test_codec.py",
+    "tests/test_cluster_failover_scrapy.py",
+    "tests/test_deploy.py",
+    "tests/test_dashboard.py",
+    "tests/test_scheduler.py",
+    "tests/test_dedupe.py",
+    "tests/test_cli.py",
+    "tests/test_workers.py",
+    "tests/test_connection.py",
+    "tests/test_import_scrapy_redis.py",
+    "tests/test_migration.py",
+    "tests/test_start_claim.py",
+    "tests/test_fingerprint.py",
+    "tests/test_demo_site.py",
+    "tests/test_trials_groups.py",
 )
-"""The slowest files (minutes of a test each), moved to the front of the collection so the
-parallel phase starts them first instead of ending on one of them alone."""
+"""The files of the slowest tests (10 s to 2 minutes each, slowest first, from a run's
+``--durations``), moved to the front of the collection so the parallel phase starts them
+first instead of ending on a queue of them on one worker while the others are idle."""
 
 
 def _serial(nodeid: str) -> bool:
