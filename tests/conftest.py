@@ -137,6 +137,19 @@ SERIAL: tuple[str, ...] = (
     "tests/test_outage.py::test_redis_gone_for_good_exits_1_in_bounded_time",
     # a 1 s lease kept by a heartbeat every 1/3 s: a stalled worker loses it
     "tests/test_scheduler.py::test_slow_download_keeps_its_lease",
+    # failed in the parallel phase of a CI run at load 13-17 (2026-12-02): short subprocess
+    # timeouts, windows between two workers' steps, ordering and time-stamp tolerances
+    "tests/test_cluster_frontier.py::test_inspection",
+    "tests/test_cluster_frontier.py::test_own_bloom_scales_with_layers_and_bounded_keys",
+    "tests/test_demo_site.py::test_command_line_serves_until_interrupted",
+    "tests/test_dedupe.py::test_exact_million_urls_no_false_positive_no_false_negative",
+    "tests/test_scheduler.py::test_idle_worker_waits_for_children_of_another_workers_slow_request",
+    "tests/test_scheduler.py::test_at_the_tail_a_worker_gives_back_what_it_cannot_start",
+    "tests/test_migration.py::test_project_runs_on_scrapy_redis",
+    "tests/test_trials_groups.py::test_a_second_crawl_command_keeps_the_first_ones_worker_logs",
+    "tests/test_trials_groups.py::test_a_crashed_worker_of_one_group_leaves_the_other_groups_leases_alone",
+    "tests/test_top.py::test_ctrl_c_ends_top_cleanly",
+    "tests/test_trials_cli.py::test_crawl_says_when_the_crawl_is_paused",
 )
 """Tests (files or node ids, parameters included by prefix) that scripts/test.sh runs in
 its serial phase, alone on the machine: they assert gaps, rates or short wall-clock bounds
