@@ -15,6 +15,8 @@ import redis
 from typer.testing import CliRunner
 
 from redcrawl.cli import app
+from redcrawl.connection import stop_embedded
+from redcrawl.embedded import _embedded as embedded_users
 from redcrawl.frontier import FrontierCore, ListsFrontier
 from redcrawl.scrapy.pipelines import read_items
 from redcrawl.settings import Settings
@@ -234,8 +236,14 @@ def test_status_of_the_embedded_redis_names_its_socket(elsewhere: Path) -> None:
         assert "stopped (no live workers)" in out
     finally:
         server.stop()
+        # the commands above ran in this process and joined the server as its user too
+        # (it is stopped at this process's exit, which xdist's workers skip: it leaked)
+        user = embedded_users.pop((elsewhere / ".redcrawl").resolve(), None)
+        if user is not None:
+            user.stop()
     # stopped, its data on disk: status reads it (starting a server for itself, in a
     # process of its own so that the server goes away with it)
+    assert not stop_embedded(Settings(embedded_dir=elsewhere / ".redcrawl"))  # not running
     env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
     result = subprocess.run(
         [sys.executable, "-m", "redcrawl", "status", "--crawl", "emb", "--json"],
