@@ -8,7 +8,8 @@ politeness key, and nothing listens beyond loopback. One
 ``Content-Length``), all recording into one :class:`Recorder` with one clock
 (``time.monotonic()`` of this process), per host:
 
-* every fetch (:class:`Fetch`): its start (when the request's headers were read), the
+* every fetch (:class:`Fetch`): its start (when the request's first bytes reached the
+  site's socket, by the kernel's clock: see :class:`_Handler`), the
   moment its response was written, its path and status;
 * the number of requests in progress (started, response not yet written) and the most
   ever seen at once;
@@ -39,6 +40,8 @@ from __future__ import annotations
 import contextlib
 import html
 import itertools
+import socket
+import struct
 import threading
 import time
 from collections import Counter
@@ -109,7 +112,7 @@ class HostSummary:
 
 @dataclass(slots=True)
 class Fetch:
-    """One request as a site saw it: when it started (headers read), when its response
+    """One request as a site saw it: when it started (its first bytes received), when its response
     was written (None while in progress), its path and status."""
 
     start: float
@@ -129,12 +132,12 @@ class Recorder:
         self.robots: Counter[str] = Counter()
         self.path_fetches: Counter[tuple[str, str]] = Counter()
 
-    def begin(self, host: str, path: str) -> tuple[Fetch, int]:
-        """A fetch of ``path`` starts: its record, and how many fetches of the path came
-        before it."""
+    def begin(self, host: str, path: str, arrived: float | None = None) -> tuple[Fetch, int]:
+        """A fetch of ``path`` starts (``arrived``: when its first bytes reached the site's
+        socket, else now): its record, and how many fetches of the path came before it."""
         now = time.monotonic()
         with self.lock:
-            fetch = Fetch(now, path)
+            fetch = Fetch(now if arrived is None else min(arrived, now), path)
             self.log.setdefault(host, []).append(fetch)
             self.in_progress[host] += 1
             self.max_in_progress[host] = max(self.max_in_progress[host], self.in_progress[host])
@@ -159,17 +162,52 @@ class Recorder:
             self.path_fetches.clear()
 
 
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # (Linux; not in every Python)
+_TIMESPEC = struct.Struct("@qq")
+
+
 class _Handler(BaseHTTPRequestHandler):
+    """A fetch starts when its request's first bytes reached the site's socket: the
+    kernel's receive time of them (``SO_TIMESTAMPNS``, read with a ``MSG_PEEK`` before the
+    request is parsed), not when this thread got round to reading them. On a loaded
+    machine the site's threads, in the test process, wait for a CPU like the workers do;
+    a site on another machine would not, and the gaps it records are the network's."""
+
     protocol_version = "HTTP/1.1"
+    rbufsize = 0  # unbuffered: the next request's bytes stay in the socket, to be peeked
     server: _SiteServer
+    arrived: float | None = None
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet
         pass
 
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+
+    def handle_one_request(self) -> None:
+        self.arrived = self._arrival()
+        super().handle_one_request()
+
+    def _arrival(self) -> float | None:
+        """The kernel's receive time of the next bytes waiting (blocks until some come),
+        on this process's monotonic clock; None when the peer closed or none was given."""
+        try:
+            data, ancillary, _, _ = self.connection.recvmsg(
+                1, socket.CMSG_SPACE(_TIMESPEC.size), socket.MSG_PEEK
+            )
+        except OSError:
+            return None
+        for level, kind, value in ancillary:
+            if data and level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                sec, nsec = _TIMESPEC.unpack(value[: _TIMESPEC.size])
+                return sec + nsec / 1e9 - (time.time() - time.monotonic())
+        return None
+
     def do_GET(self) -> None:
         site = self.server
         path = self.path.split("?", 1)[0]
-        fetch, before = site.recorder.begin(site.host, path)
+        fetch, before = site.recorder.begin(site.host, path, self.arrived)
         status: int | None = None
         try:
             if site.spec.delay:
