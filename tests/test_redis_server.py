@@ -113,3 +113,19 @@ def test_a_missing_part_skips_locally_and_fails_in_ci(monkeypatch: pytest.Monkey
         conftest.redis_binary("99")
     with pytest.raises(pytest.fail.Exception, match="no_such_module is missing"):
         conftest.need_module("no_such_module", "pip install it")
+
+
+def test_a_port_another_server_holds_is_an_error_not_a_shared_server(
+    binary: str, tmp_path: Path
+) -> None:
+    """Under pytest-xdist a port picked free can be bound by another worker's server first:
+    ours then fails to bind, and the other one answers PING on the port. Seen as ready,
+    two workers' tests shared a server (one's FLUSHALL emptied the other's filter: 95,063
+    of 100,000 Bloom entries left). It must be an error (the fixtures then try a new port)."""
+    with RedisServer(binary) as first:
+        with pytest.raises(RuntimeError, match="did not start"):
+            RedisServer(binary, tmp_path / "child", port=first.port, timeout=5)
+        with pytest.raises(RuntimeError, match="did not start"):
+            RedisServer(binary, tmp_path / "daemon", port=first.port, daemonize=True, timeout=5)
+        with first.client() as client:
+            assert client.ping()  # the first one untouched

@@ -29,7 +29,7 @@ from redis.retry import Retry
 
 from redcrawl.redis_server.binary import Persistence, find_binary, free_port, server_args
 
-__all__ = ["RedisServer", "spawn", "wait_ready"]
+__all__ = ["RedisServer", "server_pid", "spawn", "wait_ready"]
 
 
 def spawn(
@@ -52,7 +52,9 @@ def wait_ready(
 ) -> bool:
     """Wait until the server at ``connection`` (redis-py arguments: ``port=`` or
     ``unix_socket_path=``) answers PING and has loaded its data. False when ``proc`` (if
-    given; None for a daemonized server) exited first or ``timeout`` seconds passed."""
+    given; None for a daemonized server) exited first or ``timeout`` seconds passed. With
+    ``proc``, only that process counts as ready: another server answering at the address
+    (ours could not bind a port taken meanwhile) is not it."""
     probe = redis.Redis(
         retry=Retry(NoBackoff(), 0), socket_connect_timeout=1, socket_timeout=5, **connection
     )
@@ -60,7 +62,11 @@ def wait_ready(
     try:
         while True:
             try:
-                if probe.ping() and not int(probe.info("persistence").get("loading", 0)):
+                if (
+                    probe.ping()
+                    and not int(probe.info("persistence").get("loading", 0))
+                    and (proc is None or server_pid(probe) == proc.pid)
+                ):
                     return True
             except (
                 redis.exceptions.ConnectionError,
@@ -74,6 +80,11 @@ def wait_ready(
             time.sleep(0.02)
     finally:
         probe.close()
+
+
+def server_pid(client: redis.Redis) -> int:
+    """The process id of the server ``client`` reaches."""
+    return int(client.info("server")["process_id"])
 
 
 class RedisServer:
@@ -162,10 +173,13 @@ class RedisServer:
                 raise RuntimeError(f"{self.binary} did not start ({self.url})")
         else:
             self.proc = proc
-        if not wait_ready(None if self.daemonize else proc, self.timeout, **self.connection):
-            self._kill()
-            raise RuntimeError(f"{self.binary} did not start ({self.url})")
+        ready = wait_ready(None if self.daemonize else proc, self.timeout, **self.connection)
         with self.client() as c:
+            if ready and self.daemonize and server_pid(c) != _read_pid(self.pidfile):
+                ready = False  # another server answers at the address (ours did not bind)
+            if not ready:
+                self._kill()
+                raise RuntimeError(f"{self.binary} did not start ({self.url})")
             self.version = str(c.info("server")["redis_version"])
 
     def shutdown(self, *, save: bool | None = None) -> None:
