@@ -13,7 +13,13 @@ import redis
 
 from redcrawl.codec import Envelope
 from redcrawl.frontier import FrontierCore
-from redcrawl.frontier.records import LEASE_STATE_OUT, PUSH_STAMPED, parse_record
+from redcrawl.frontier.records import (
+    LEASE_STATE_OUT,
+    PUSH_STAMPED,
+    layout_without_stamps,
+    lease_state_out,
+    parse_record,
+)
 
 from .conftest import Clock, FrontierFactory
 
@@ -167,6 +173,39 @@ def test_polite_lists_crawls_leave_the_records_alone_streams_crawls_do_not(
     s.push(urls(1))
     layout = redis_client.hget(s.keys.control, "layout")
     assert isinstance(layout, bytes) and LEASE_STATE_OUT not in layout
+
+
+def accepted_before_session_24(created: str, layout: str) -> bool:
+    """Whether a worker of redcrawl before session 24 (245a70d) accepts a crawl whose stored
+    layout is ``created`` (its own settings' layout: ``layout``): lib.lua's check then,
+    with the lease state out of the records whenever " +leasestate" is there. Such a
+    worker keeps polite crawls' lease state in their records, so it must refuse a polite
+    lists crawl created since (a review found it accepted one and leaked its site's slot
+    for good)."""
+    if created in (layout + " +leasestate +pushtime", layout + " +pushtime"):
+        return True
+    rest = created.removesuffix(" +pushtime").removesuffix(" +leasestate")
+    return rest == layout
+
+
+def test_a_polite_lists_crawl_is_refused_by_workers_before_its_record_format(
+    make_frontier: FrontierFactory, redis_client: redis.Redis
+) -> None:
+    f = make_frontier(politeness=True)
+    f.push(urls(1))
+    polite = redis_client.hget(f.keys.control, "layout")
+    assert isinstance(polite, bytes) and lease_state_out(polite)
+    plain = make(make_frontier, crawl="plain")
+    plain.push(urls(1))
+    without = redis_client.hget(plain.keys.control, "layout")
+    assert isinstance(without, bytes)
+    base = layout_without_stamps(polite).decode()
+    assert not accepted_before_session_24(polite.decode(), base)
+    # a crawl without politeness is the same format as before: older workers share it
+    assert accepted_before_session_24(without.decode(), layout_without_stamps(without).decode())
+    # and this worker opens both (its lease state out of the records)
+    again = make_frontier(politeness=True)
+    assert again._lease_state_out() and len(again.lease("w", 1)) == 1
 
 
 def test_a_fingerprint_the_done_filter_forgot_is_not_held_by_its_old_lease(

@@ -25,6 +25,7 @@ from redcrawl.errors import DecodeError, FrontierError
 
 __all__ = [
     "LEASE_STATE_OUT",
+    "SLOT_MARK",
     "from_record",
     "holds_under",
     "layout_without_stamps",
@@ -122,14 +123,22 @@ LEASE_STATE_OUT = b" +leasestate"
 """In the stored layout of a crawl whose records keep no lease state (before
 :data:`PUSH_STAMPED`; ``FMT.lout`` in ``lua/lib.lua``): a lease writes no record, the
 header's attempts count the deliveries that ended (not the one in progress) and its token
-field is a fence, not the holder's token (see :func:`holds_under`). Lists crawls without
-politeness created since are so; crawls created before keep the format they have."""
+field is a fence, not the holder's token (see :func:`holds_under`). Lists crawls created
+since are so (with politeness since session 24, marked :data:`SLOT_MARK` too); crawls
+created before keep the format they have."""
+
+
+SLOT_MARK = b" +slotmark"
+"""Before :data:`LEASE_STATE_OUT` in the stored layout of a lists crawl with politeness whose
+records keep no lease state (a record's slot mark at rest is ``K``; the grant writes
+nothing): workers before that format accepted ``+leasestate`` on any lists crawl but kept a
+polite crawl's lease state in its records, and must refuse such a crawl."""
 
 
 def layout_without_stamps(raw: bytes) -> bytes:
-    """A stored layout without its :data:`PUSH_STAMPED` and :data:`LEASE_STATE_OUT` marks
-    (the settings part alone)."""
-    return raw.removesuffix(PUSH_STAMPED).removesuffix(LEASE_STATE_OUT)
+    """A stored layout without its :data:`PUSH_STAMPED`, :data:`LEASE_STATE_OUT` and
+    :data:`SLOT_MARK` marks (the settings part alone)."""
+    return raw.removesuffix(PUSH_STAMPED).removesuffix(LEASE_STATE_OUT).removesuffix(SLOT_MARK)
 
 
 def lease_state_out(raw: bytes | None) -> bool:

@@ -197,19 +197,23 @@ do
   -- (before " +pushtime"): a worker older than that would read its records' headers
   -- wrongly (it takes the token field for the holder's token), and is refused by the same
   -- check; crawls created before keep the record format they were created with, and their
-  -- workers (old and new) share it.
+  -- workers (old and new) share it. A polite lists crawl in that format is marked
+  -- " +slotmark" too (before " +leasestate"): workers before it accepted " +leasestate"
+  -- on any lists crawl but kept a polite crawl's lease state in its records (they would
+  -- never give a site's slot back); the extra mark makes them refuse it.
+  local lout_mark = POLITE and ' +slotmark +leasestate' or ' +leasestate'
   if not created then
     FMT.lout = string.sub(ORDERING, 1, 8) ~= 'streams/'
-    local mark = layout .. (FMT.lout and ' +leasestate' or '') .. ' +pushtime'
+    local mark = layout .. (FMT.lout and lout_mark or '') .. ' +pushtime'
     redis.call('HSET', K_CONTROL, 'layout', mark, 'layout.copy', mark)
-  elseif created == layout .. ' +leasestate +pushtime' then
+  elseif created == layout .. lout_mark .. ' +pushtime' then
     FMT.lout = true  -- (the usual cases first, compared whole)
   elseif created ~= layout .. ' +pushtime' then
     local rest = created
     if string.sub(rest, -10) == ' +pushtime' then rest = string.sub(rest, 1, -11)
     else FMT.stamps = false end
-    if string.sub(rest, -12) == ' +leasestate' then
-      rest = string.sub(rest, 1, -13); FMT.lout = true
+    if string.sub(rest, -#lout_mark) == lout_mark then
+      rest = string.sub(rest, 1, -#lout_mark - 1); FMT.lout = true
     end
     if rest ~= layout then
       return redis.error_reply('crawl layout mismatch: the crawl was created with ' ..
@@ -219,8 +223,8 @@ do
         'REDCRAWL_DEDUPE, REDCRAWL_DEDUPE_CAPACITY, REDCRAWL_DEDUPE_ERROR_RATE and ' ..
         'REDCRAWL_RECRAWL_AFTER, REDCRAWL_POLITENESS and REDCRAWL_POLITENESS_KEY (lists: ' ..
         '"<ordering>/<key mode>" is a crawl with fleet-wide politeness), or purge the crawl ' ..
-        '(a layout ending in "+leasestate" or "+pushtime" that this worker does not accept ' ..
-        'needs a newer redcrawl: upgrade this worker)')
+        '(a layout ending in "+slotmark", "+leasestate" or "+pushtime" that this worker does ' ..
+        'not accept needs a newer redcrawl: upgrade this worker)')
     end
   end
 
