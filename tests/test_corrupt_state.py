@@ -127,6 +127,31 @@ def test_a_garbage_lease_record_breaks_neither_leasing_nor_inspection(
 
 
 @pytest.mark.backends("lists")
+@pytest.mark.parametrize("politeness", [False, True])
+def test_a_garbage_lease_record_finds_a_request_an_older_lease_still_lists(
+    make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock, politeness: bool
+) -> None:
+    """A lease's entry keeps listing a request released from it while the lease holds
+    another: that request, leased again under a lease whose entry is then corrupted, must
+    still come back when that lease expires (the scan took it for the older lease's and it
+    was lost: found by review). Records without lease state (new lists crawls)."""
+    f = make_frontier(politeness=politeness)
+    f.push(urls(2))
+    x, y = f.lease("w1", 2)
+    f.release([x])
+    (again,) = f.lease("w2", 1, ttl=5)
+    assert again.id == x.id
+    redis_client.hset(f.keys.leases, again.token, b"\xc1\xff not msgpack")
+    clock.advance(6)  # w2's lease expires; w1's (ttl 10 s from its start) does not yet
+    f.maintain()
+    assert f.ack([y]) == 1
+    (back,) = f.lease("w3", 1)
+    assert back.id == x.id and f.ack([back]) == 1
+    c = f.counts()
+    assert c.conserved and c.finished and (c.done, c.dead) == (2, 0), c
+
+
+@pytest.mark.backends("lists")
 def test_a_garbage_left_count_or_heartbeat_is_repaired(
     make_frontier: FrontierFactory, redis_client: redis.Redis, clock: Clock
 ) -> None:

@@ -137,13 +137,22 @@ local function queue_layer()
           for _, x in ipairs(q) do elsewhere[x] = true end
         end
       end
-      local lc = '0'
+      -- (another lease's entry may still list a request released or expired from it while
+      -- it holds others: the request is that lease's only if the record's fence lets the
+      -- newest lease listing it hold it; else it may be this one's)
+      local listed, lc = {}, '0'
       repeat
         local r = redis.call('HSCAN', K_LEASES, lc, 'COUNT', 1000)
         lc = r[1]
         for i = 1, #r[2], 2 do
-          if r[2][i] ~= token then
-            for x in pairs(FMT.member(r[2][i]) or {}) do elsewhere[x] = true end
+          local other = r[2][i]
+          if other ~= token then
+            for x in pairs(FMT.member(other) or {}) do
+              local seen = listed[x]  -- (tokens are decimal counters: longer is newer)
+              if not seen or #other > #seen or (#other == #seen and other > seen) then
+                listed[x] = other
+              end
+            end
           end
         end
       until lc == '0'
@@ -151,9 +160,12 @@ local function queue_layer()
         local r = redis.call('HSCAN', K_REQ, cursor, 'COUNT', 1000)
         cursor = r[1]
         for i = 1, #r[2], 2 do
+          local id = r[2][i]
           local p, _, t = parse_head(r[2][i + 1])
-          if not elsewhere[r[2][i]] and (p == nil or FMT.holds(t, token)) then
-            ids[#ids + 1] = r[2][i]
+          local other = listed[id]
+          if not elsewhere[id] and not (other and (p == nil or FMT.holds(t, other)))
+              and (p == nil or FMT.holds(t, token)) then
+            ids[#ids + 1] = id
           end
         end
       until cursor == '0'
