@@ -689,11 +689,13 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "politeness_start_window",
         _number(float, 0.0, 60.0),
-        "Seconds a leased request may wait in a "
-        "worker before Scrapy takes it, when the crawl has a DOWNLOAD_DELAY (its delay was "
-        "charged when it was granted): one that waited longer (a busy or descheduled "
-        "worker) is given back, served next, no attempt spent, rather than started closer "
-        "than the delay to the next start at its site. 0: off.",
+        "Seconds from a leased request's grant to Scrapy taking it, in a "
+        "crawl with fleet-wide politeness (its site's delay was charged when it was "
+        "granted): one that took longer (a busy or descheduled worker) is given back, "
+        "served next, no attempt spent, rather than started closer than the delay to the "
+        "next start at its site; when the worker cannot tell whether its site has a delay, "
+        "or its lease reply itself came late, the frontier is asked whether it may start "
+        "(docs/politeness.md, \"Start window\"). 0: off.",
     ),
     Spec(
         "defer_http_codes",
