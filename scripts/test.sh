@@ -62,9 +62,10 @@ rc=0
 echo "== pytest, parallel phase: $workers workers (Scrapy $(python3 -c 'import scrapy; print(scrapy.__version__)')); scripts/check and the Scrapy matrix alongside"
 # -p no:benchmark: a pytest-benchmark installed by hand (bench/ does not need it) warns that
 # xdist disables it, and filterwarnings=error makes that warning an internal error
-# --maxschedchunk=1: a worker is sent its next test only when it has finished the last (no
-# queue of slow tests left behind on one worker at the end); --durations: what to move next
-python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n "$workers" --maxschedchunk=1 \
+# --dist loadgroup: a worker is sent more tests (or a group: a module marked xdist_group
+# runs on one worker, in order) as it finishes those it has (two at most), so no queue of slow tests
+# is left behind on one worker at the end; --durations: what to move next
+python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n "$workers" --dist loadgroup \
   -m "not serial" --durations=40 --cov=redcrawl --cov-report= || rc=$?
 
 side_rc=0

@@ -364,22 +364,28 @@ def test_redcrawl_serve_command(
 # --- inspect -----------------------------------------------------------------------------
 
 
-def test_list_and_detail(api: httpx.Client, frontier: FrontierCore) -> None:
+def test_list_and_detail(
+    api: httpx.Client, api_server: ApiServer, redis_client: redis.Redis
+) -> None:
+    # crawls no other test of this module's API server pushed to: the server registers a
+    # crawl at its first push to it and remembers that, and the fixture empties Redis
+    # under it between tests (under pytest-xdist any of them may have come before)
     assert api.get("/v1/crawls").json() == {"crawls": []}
-    submit(api, {"url": "https://example.com/a"}, {"url": "https://example.com/b"})
-    submit(api, {"url": "https://example.com/z", "delay": 30}, crawl="other.crawl")
+    submit(api, {"url": "https://example.com/a"}, {"url": "https://example.com/b"}, crawl="listed")
+    submit(api, {"url": "https://example.com/z", "delay": 30}, crawl="other.listed")
     crawls = {c["crawl"]: c for c in api.get("/v1/crawls").json()["crawls"]}
-    assert set(crawls) == {"c", "other.crawl"}
-    assert (crawls["c"]["ready"], crawls["c"]["accepted"]) == (2, 2)
-    assert (crawls["other.crawl"]["delayed"], crawls["other.crawl"]["finished"]) == (1, False)
+    assert set(crawls) == {"listed", "other.listed"}
+    assert (crawls["listed"]["ready"], crawls["listed"]["accepted"]) == (2, 2)
+    assert (crawls["other.listed"]["delayed"], crawls["other.listed"]["finished"]) == (1, False)
     assert len(api.get("/v1/crawls", params={"limit": 1}).json()["crawls"]) == 1
 
+    frontier = open_frontier(redis_client, api_server.settings, "listed")
     frontier.renew("w-alive", ttl=60)
     frontier.renew("w-gone", ttl=0.001)
     time.sleep(0.01)
-    d = api.get("/v1/crawls/c").json()
+    d = api.get("/v1/crawls/listed").json()
     assert (d["ready"], d["paused"], d["workers_alive"], d["finished"]) == (2, False, 1, False)
-    w = api.get("/v1/crawls/c/workers").json()
+    w = api.get("/v1/crawls/listed/workers").json()
     assert [(x["worker"], x["alive"]) for x in w["workers"]] == [
         ("w-alive", True),
         ("w-gone", False),

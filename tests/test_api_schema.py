@@ -38,6 +38,11 @@ STATUSES: dict[str, Counter[int]] = {kind: Counter() for kind in KINDS}
 load_all_checks()
 ALL_CHECKS = [c for c in CHECKS.get_all() if callable(c) and not isinstance(c, type)]
 
+pytestmark = pytest.mark.xdist_group("api_schema")
+"""One pytest-xdist worker runs this whole module, in file order: the last test counts the
+calls the black box made in this process (scripts/test.sh runs xdist with
+``--dist loadgroup``)."""
+
 
 @pytest.fixture(scope="module", params=list(KINDS))
 def schema_server(
