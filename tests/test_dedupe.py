@@ -14,7 +14,7 @@ from redcrawl.codec import Envelope
 from redcrawl.dedupe import BUCKET_FILL, DedupeSpec, Filter, exact_spec, resolve_spec, split
 from redcrawl.errors import ConfigError, FrontierError
 from redcrawl.fingerprint import fingerprint
-from redcrawl.frontier import ListsFrontier
+from redcrawl.frontier import FrontierCore, ListsFrontier
 from redcrawl.scrapy.dupefilter import DupeFilter
 from redcrawl.settings import Settings
 
@@ -178,6 +178,16 @@ def test_hinted_fingerprint_carries_the_member_and_bucket_lua_computes(value: in
     assert bloom.hints(fp, b"rc:{c}:fpd") == (b"", b"")
 
 
+def done_by_the_crawl(f: FrontierCore, urls: list[str]) -> None:
+    """Push ``urls`` as a worker does (hinted), lease and ack them all; the filter then
+    knows them by their bare fingerprints (split in Lua)."""
+    assert f.push([env(u) for u in urls]).accepted == len(urls)
+    while leases := f.lease("w", 100):
+        f.ack(leases)
+    items = [hashlib.sha1(u.encode()).digest() for u in urls]
+    assert f.done.contains(items) == [True] * len(items)
+
+
 @pytest.mark.parametrize("capacity", [100_000, 1_000])  # one call per bucket; grouped
 def test_hinted_and_plain_fingerprints_meet_in_the_same_buckets(
     make_frontier: FrontierFactory, redis_client: redis.Redis, capacity: int
@@ -187,11 +197,7 @@ def test_hinted_and_plain_fingerprints_meet_in_the_same_buckets(
     find the same: DONE through one is DONE through the other."""
     f = make_frontier(dedupe_capacity=capacity)
     urls = [f"http://a/{i}" for i in range(1_500)]
-    assert f.push([env(u) for u in urls]).accepted == len(urls)
-    while leases := f.lease("w", 100):
-        f.ack(leases)
-    items = [hashlib.sha1(u.encode()).digest() for u in urls]
-    assert f.done.contains(items) == [True] * len(items)  # bare: split in Lua
+    done_by_the_crawl(f, urls)
     assert f.push([env(u) for u in urls]).accepted == 0  # hinted: same buckets
     others = [f"http://b/{i}" for i in range(300)]
     f.done.add([hashlib.sha1(u.encode()).digest() for u in others])
@@ -217,11 +223,7 @@ def test_hinted_fingerprints_with_generations_meet_the_filter(
     f = make_frontier(dedupe_capacity=1_000_000, recrawl_after=3600.0)
     assert f.dedupe.gen_ms  # (a spec with generations; 2^12 buckets: one lookup each)
     urls = [f"http://g/{i}" for i in range(200)]
-    assert f.push([env(u) for u in urls]).accepted == len(urls)
-    while leases := f.lease("w", 50):
-        f.ack(leases)
-    items = [hashlib.sha1(u.encode()).digest() for u in urls]
-    assert f.done.contains(items) == [True] * len(items)  # bare: split in Lua
+    done_by_the_crawl(f, urls)
     others = [f"http://h/{i}" for i in range(50)]
     f.done.add([hashlib.sha1(u.encode()).digest() for u in others])
     assert f.push([env(u) for u in others + urls]).accepted == 0  # hinted: same buckets

@@ -159,20 +159,24 @@ def test_crawl_created_before_keeps_its_record_format(
     check(g)
 
 
+def created(f: FrontierCore, redis_client: redis.Redis) -> bytes:
+    """The stored layout of ``f``'s crawl, created by a push."""
+    f.push(urls(1))
+    layout = redis_client.hget(f.keys.control, "layout")
+    assert isinstance(layout, bytes)
+    return layout
+
+
 def test_polite_lists_crawls_leave_the_records_alone_streams_crawls_do_not(
     make_frontier: FrontierFactory, redis_client: redis.Redis
 ) -> None:
     f = make_frontier(politeness=True)
-    f.push(urls(1))
-    layout = redis_client.hget(f.keys.control, "layout")
-    assert isinstance(layout, bytes) and layout.endswith(LEASE_STATE_OUT + PUSH_STAMPED)
+    assert created(f, redis_client).endswith(LEASE_STATE_OUT + PUSH_STAMPED)
     (a,) = f.lease("w", 1)
     rec = redis_client.hget(f.keys.req, a.id)
     assert isinstance(rec, bytes) and rec.split(b"|", 3)[1:3] == [b"0", b""]
     s = make_frontier("s", backend="streams", politeness=False)
-    s.push(urls(1))
-    layout = redis_client.hget(s.keys.control, "layout")
-    assert isinstance(layout, bytes) and LEASE_STATE_OUT not in layout
+    assert LEASE_STATE_OUT not in created(s, redis_client)
 
 
 def accepted_before_session_24(created: str, layout: str) -> bool:
@@ -191,14 +195,9 @@ def accepted_before_session_24(created: str, layout: str) -> bool:
 def test_a_polite_lists_crawl_is_refused_by_workers_before_its_record_format(
     make_frontier: FrontierFactory, redis_client: redis.Redis
 ) -> None:
-    f = make_frontier(politeness=True)
-    f.push(urls(1))
-    polite = redis_client.hget(f.keys.control, "layout")
-    assert isinstance(polite, bytes) and lease_state_out(polite)
-    plain = make(make_frontier, crawl="plain")
-    plain.push(urls(1))
-    without = redis_client.hget(plain.keys.control, "layout")
-    assert isinstance(without, bytes)
+    polite = created(make_frontier(politeness=True), redis_client)
+    assert lease_state_out(polite)
+    without = created(make(make_frontier, crawl="plain"), redis_client)
     base = layout_without_stamps(polite).decode()
     assert not accepted_before_session_24(polite.decode(), base)
     # a crawl without politeness is the same format as before: older workers share it
