@@ -200,7 +200,7 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         for level, kind, value in ancillary:
             if data and level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
-                sec, nsec = _TIMESPEC.unpack(value[: _TIMESPEC.size])
+                sec, nsec = cast(tuple[int, int], _TIMESPEC.unpack(value[: _TIMESPEC.size]))
                 return sec + nsec / 1e9 - (time.time() - time.monotonic())
         return None
 

@@ -695,7 +695,7 @@ SPECS: tuple[Spec, ...] = (
         "served next, no attempt spent, rather than started closer than the delay to the "
         "next start at its site; when the worker cannot tell whether its site has a delay, "
         "or its lease reply itself came late, the frontier is asked whether it may start "
-        "(docs/politeness.md, \"Start window\"). 0: off.",
+        '(docs/politeness.md, "Start window"). 0: off.',
     ),
     Spec(
         "defer_http_codes",
