@@ -50,11 +50,13 @@ workers="${PYTEST_WORKERS:-4}"
 logs="$(mktemp -d "${TMPDIR:-/tmp}/redcrawl-ci.XXXXXX")"
 
 (
-  bash scripts/check  # format check, lint, mypy on the package and the tests
+  side=0
+  bash scripts/check || side=$?  # format check, lint, mypy on the package and the tests
   if [ -z "${SKIP_SCRAPY_MATRIX:-}" ]; then
     echo "== older Scrapy versions"
-    SCRAPY_MATRIX_MARK="not serial" bash scripts/scrapy_matrix.sh
+    SCRAPY_MATRIX_MARK="not serial" bash scripts/scrapy_matrix.sh || { m=$?; [ "$side" -ne 0 ] || side=$m; }
   fi
+  exit "$side"
 ) >"$logs/side.log" 2>&1 &
 side=$!
 
