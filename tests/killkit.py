@@ -8,11 +8,13 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from redcrawl.frontier import FrontierCore, InflightInfo
 
-__all__ = ["kill_while_holding", "parse_log", "start_workers"]
+__all__ = ["kill_while_holding", "parse_log", "running_workers", "start_workers"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,6 +34,22 @@ def start_workers(
         )
         for i, log in enumerate(logs)
     ]
+
+
+@contextmanager
+def running_workers(
+    redis_url: str, crawl: str, logs: list[Path], backend: str, *extra: str
+) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """``start_workers``, and any still running at the end are SIGKILLed: a failed test
+    leaves no worker behind to fail a later test on the same pytest-xdist worker."""
+    procs = start_workers(redis_url, crawl, logs, backend, *extra)
+    try:
+        yield procs
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def parse_log(log: Path) -> tuple[list[list[tuple[str, str]]], list[int]]:
@@ -56,18 +74,29 @@ def parse_log(log: Path) -> tuple[list[list[tuple[str, str]]], list[int]]:
 def kill_while_holding(
     proc: subprocess.Popen[bytes], worker: str, frontier: FrontierCore, deadline: float
 ) -> list[InflightInfo]:
-    """SIGKILL ``proc`` at a moment it holds leases, and return them. It is frozen first
-    (SIGSTOP) and a command it had already sent is given time to finish, so what is seen
-    held is what it holds when killed; if it holds nothing, it runs on a little and the
-    next moment is tried."""
+    """SIGKILL ``proc`` at a moment it holds leases, and return them. It runs freely until
+    it is seen holding some, then is frozen (SIGSTOP) and a command it had already sent is
+    given time to finish, so what is seen held is what it holds when killed; if it holds
+    nothing by then, it runs on and the next moment is tried. (Freezing it on a timer
+    instead starved it under a loaded CI: the others finished the crawl while it was
+    frozen, and it exited without ever being seen holding a lease.)"""
+
+    def holding() -> list[InflightInfo]:
+        return [x for x in frontier.inflight(limit=10_000) if x.worker == worker]
+
     while True:
         assert time.monotonic() < deadline, f"{worker} never held a lease"
+        assert proc.poll() is None, (
+            f"{worker} exited ({proc.returncode}) before it was seen holding a lease"
+        )
+        if not holding():
+            time.sleep(0.002)
+            continue
         proc.send_signal(signal.SIGSTOP)
         time.sleep(0.05)
-        held = [x for x in frontier.inflight(limit=10_000) if x.worker == worker]
+        held = holding()
         if held:
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             return held
         proc.send_signal(signal.SIGCONT)
-        time.sleep(0.003)

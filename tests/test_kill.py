@@ -17,7 +17,7 @@ from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
-from .killkit import kill_while_holding, parse_log, start_workers
+from .killkit import kill_while_holding, parse_log, running_workers
 
 N = 20_000
 
@@ -38,17 +38,17 @@ def test_sigkill_one_of_four_workers_loses_nothing(
     assert frontier.push(envs).accepted == N
 
     logs = [tmp_path / f"w{i}.log" for i in range(4)]
-    procs = start_workers(redis7.url, crawl, logs, backend)
-    victim = procs[1]
-    deadline = time.monotonic() + 60
-    while frontier.counts().done < N // 3:
-        assert time.monotonic() < deadline, "workers made no progress"
-        time.sleep(0.01)
-    # Kill while the victim holds leases (the moment that matters).
-    held_at_kill = kill_while_holding(victim, "w1", frontier, deadline)
-    for p in procs:
-        if p is not victim:
-            assert p.wait(timeout=120) == 0
+    with running_workers(redis7.url, crawl, logs, backend) as procs:
+        victim = procs[1]
+        deadline = time.monotonic() + 60
+        while frontier.counts().done < N // 3:
+            assert time.monotonic() < deadline, "workers made no progress"
+            time.sleep(0.01)
+        # Kill while the victim holds leases (the moment that matters).
+        held_at_kill = kill_while_holding(victim, "w1", frontier, deadline)
+        for p in procs:
+            if p is not victim:
+                assert p.wait(timeout=120) == 0
 
     c = frontier.counts()
     assert (c.accepted, c.done, c.dead, c.pending) == (N, N, 0, 0), c
