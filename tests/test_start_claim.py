@@ -31,6 +31,7 @@ from redcrawl.scrapy.spiders import StartKey
 from redcrawl.settings import Settings
 from tests import cluster
 from tests.conftest import RedisServer
+from tests.proxykit import ReplyDropper
 from tests.scrapy_projects.harness import run_spider
 
 KEY = "shop:start_urls"
@@ -268,3 +269,42 @@ def test_a_crawl_keeps_refused_entries_and_clears_its_claims(
     assert run.stats["redcrawl/start_entries/refused"] == 3
     assert start_refused(key) in run.stderr  # the log says where they are
     assert not redis7_client.exists(start_claims(key))  # every claim cleared
+
+
+# --- a lost reply --------------------------------------------------------------------------
+def _entries_on_the_key(client: redis.Redis, kind: str) -> list[str]:
+    raw: Any = {
+        "list": lambda: client.lrange(KEY, 0, -1),
+        "set": lambda: list(client.smembers(KEY)),
+        "zset": lambda: client.zrange(KEY, 0, -1),
+    }[kind]()
+    return sorted(e.decode() for e in raw)
+
+
+@pytest.mark.parametrize("kind", ["list", "set", "zset"])
+def test_a_claim_whose_reply_is_lost_is_answered_with_the_same_batch(
+    redis_client: redis.Redis, dropper: ReplyDropper, kind: str
+) -> None:
+    """The claim ran, its reply was lost, and redis-py sent it again with the same field
+    (a worker's client retries): the retry must get the batch the first run took. Before,
+    it took a second batch and its HSET overwrote the first one's claim: the first batch
+    was off the key and in no claim, lost."""
+    entries = [f"http://a.example/{i}" for i in range(6)]
+    if kind == "list":
+        redis_client.rpush(KEY, *entries)
+    elif kind == "set":
+        redis_client.sadd(KEY, *entries)
+    else:
+        redis_client.zadd(KEY, {e: i for i, e in enumerate(entries)})
+    direct = StartKey(redis_client, KEY, kind)
+    proxied = StartKey(dropper.client(Settings()), KEY, kind)
+    redis_client.script_load(direct._scripts["claim"].script)  # the dropped reply is its own
+
+    dropper.arm()
+    got = proxied.claim("w1#1", 2)
+
+    assert dropper.dropped == 1  # the first run's reply really was lost
+    assert len(got) == 2
+    assert len(_entries_on_the_key(redis_client, kind)) == 4, "the retry took a second batch"
+    assert direct.recover(["w1#1"]) == 2
+    assert _entries_on_the_key(redis_client, kind) == sorted(entries)  # nothing lost

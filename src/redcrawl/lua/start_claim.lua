@@ -12,6 +12,13 @@
 --
 -- Returns the entries taken, in the order read (a ZSET's as member, score, ...); {} when the
 -- key is empty (then nothing is claimed). A key of another type fails with WRONGTYPE.
+-- A call whose field is claimed already is a retry (its reply was lost and the client sent
+-- it again): it returns that claim's entries and takes nothing, or the first batch would be
+-- overwritten, off the key and in no claim.
+local prior = redis.call('HGET', KEYS[2], ARGV[3])
+if prior then
+  return cmsgpack.unpack(prior)
+end
 local n = tonumber(ARGV[2])
 local taken
 if ARGV[1] == 'zset' then
