@@ -109,6 +109,20 @@ def test_redis_host_alone_uses_default_port_and_url_wins_over_host() -> None:
     assert s.redis_url == "redis://u:2"
 
 
+def test_an_empty_redis_url_is_unset_and_host_and_port_still_count() -> None:
+    """scrapy-redis reads an empty REDIS_URL as none (``REDIS_URL = os.environ.get(
+    "REDIS_URL", "")`` in a settings.py, ``-s REDIS_URL=``); it used to select the embedded
+    Redis and ignore REDIS_HOST / REDIS_PORT: every machine of a fleet on its own Redis."""
+    values = {"REDIS_URL": "", "REDIS_HOST": "127.0.0.1", "REDIS_PORT": 6396}
+    assert Settings.from_mapping(values).redis_url == "redis://127.0.0.1:6396"
+    project = {"REDIS_HOST": "cache.local", "REDIS_PORT": 6380}
+    scrapy_settings = ScrapySettings(project, priority="project")
+    scrapy_settings.setdict({"REDIS_URL": ""}, priority="cmdline")
+    s = Settings.from_scrapy(scrapy_settings, environ={})
+    assert s.redis_url == "redis://cache.local:6380"
+    assert Settings.from_mapping({"REDIS_URL": ""}).redis_url is None  # still the embedded one
+
+
 @pytest.mark.parametrize(
     "params", [{"socket_timeout": 5, "db": 2}, '{"socket_timeout": 5, "db": 2}']
 )

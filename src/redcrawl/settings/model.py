@@ -178,6 +178,8 @@ class Settings:
                         name, f"unknown setting; {hint}every setting is listed in docs/settings.md"
                     )
                 continue
+            if spec.field == "redis_url" and value == "":
+                value = None  # as scrapy-redis: an empty URL is none (host and port count)
             if value is None and spec.field not in changes:
                 continue
             # The canonical name wins over an alias when both are given.
