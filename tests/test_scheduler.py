@@ -644,3 +644,29 @@ def test_at_the_tail_a_worker_gives_back_what_it_cannot_start(
     assert c.finished and c.conserved and c.done == 52
     # (whether A gave leases back or never took more than it could start depends on
     # timing: both are the tail rule; the split of the work above is what counts)
+
+
+def test_the_redis_password_is_not_written_in_the_worker_log(
+    small_site: ShopSite, tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """The scheduler's "worker ... on crawl ..." line named the URL with its password
+    (every worker's log, and `redcrawl crawl`'s log files)."""
+    user = "rc_log_user"
+    redis7_client.execute_command(
+        "ACL", "SETUSER", user, "reset", "on", ">s3cret-in-url", "~*", "&*", "+@all"
+    )
+    try:
+        url = redis7.url.replace("redis://", f"redis://{user}:s3cret-in-url@")
+        run = run_spider(
+            "shop_spider.py",
+            tmp_path,
+            redis_url=url,
+            crawl="pw",
+            settings={"LOG_LEVEL": "INFO"},
+            args={"url": small_site.url + "/"},
+        ).ok()
+    finally:
+        redis7_client.execute_command("ACL", "DELUSER", user)
+    assert "redcrawl: worker " in run.stderr
+    assert "s3cret-in-url" not in run.stderr
+    assert f"{user}:***@" in run.stderr

@@ -50,7 +50,7 @@ from scrapy.exceptions import DontCloseSpider
 from twisted.internet import task
 
 from redcrawl import codec
-from redcrawl.connection import connect
+from redcrawl.connection import connect, redact
 from redcrawl.envelope import encode_for_store
 from redcrawl.errors import (
     ConfigError,
@@ -311,7 +311,9 @@ class Scheduler(BaseScheduler):
             "redcrawl: worker %s on crawl %r (%s)",
             self.worker,
             crawl,
-            self.settings.redis_url or f"embedded Redis in {self.settings.embedded_dir}",
+            redact(self.settings.redis_url)
+            if self.settings.redis_url
+            else f"embedded Redis in {self.settings.embedded_dir}",
         )
 
     def _check_layout(self) -> None:
