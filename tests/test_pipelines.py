@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
 import os
 import signal
@@ -27,11 +28,12 @@ import attrs
 import pytest
 import scrapy
 from scrapy import Spider
-from scrapy.exceptions import DropItem
+from scrapy.exceptions import DropItem, NotConfigured
 from scrapy.pipelines import ItemPipelineManager
 from scrapy.utils.test import get_crawler
 
 from redcrawl.errors import ConfigError
+from redcrawl.scrapy import lifecycle
 from redcrawl.scrapy.pipelines import (
     PostgresSink,
     SQLiteSink,
@@ -351,6 +353,25 @@ def test_runs_inside_scrapys_pipeline_manager_without_deprecation_warnings(
 # --- configuration ----------------------------------------------------------------------------
 
 
+def refusal(crawler: Any) -> str:
+    """The CRITICAL line of a wrong setting: the pipeline is left out (NotConfigured) and
+    the crawl refused (lifecycle.refuse_start), not failed by a ConfigError out of the
+    engine's construction (a traceback, and the spider closed as 'finished')."""
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign,assignment]
+    logger = logging.getLogger(lifecycle.__name__)
+    logger.addHandler(handler)
+    try:
+        with pytest.raises(NotConfigured):
+            UpsertPipeline.from_crawler(crawler)
+    finally:
+        logger.removeHandler(handler)
+    assert lifecycle.refused(crawler) == "config_error"
+    (critical,) = [r.getMessage() for r in records if r.levelno == logging.CRITICAL]
+    return critical
+
+
 @pytest.mark.parametrize(
     "table",
     ["1items", "items; DROP TABLE x", "my-items", "my items", "", "ítems", 'it"ems', "x" * 64, 42],
@@ -360,10 +381,7 @@ def test_bad_table_name_is_a_config_error(table: Any, tmp_path: Path) -> None:
         ItemsSpider,
         {"REDCRAWL_ITEMS_URI": f"sqlite:///{tmp_path}/i.db", "REDCRAWL_ITEMS_TABLE": table},
     )
-    with pytest.raises(ConfigError) as info:
-        UpsertPipeline.from_crawler(crawler)
-    assert info.value.setting == "REDCRAWL_ITEMS_TABLE"
-    assert "REDCRAWL_ITEMS_TABLE" in str(info.value)
+    assert "setting REDCRAWL_ITEMS_TABLE:" in refusal(crawler)
     with pytest.raises(ConfigError, match="REDCRAWL_ITEMS_TABLE"):
         SQLiteSink(tmp_path / "i.db", table)
     assert not (tmp_path / "i.db").exists()
@@ -385,10 +403,7 @@ def test_bad_table_name_is_a_config_error(table: Any, tmp_path: Path) -> None:
 )
 def test_bad_uri_is_a_config_error(uri: Any) -> None:
     crawler = get_crawler(ItemsSpider, {"REDCRAWL_ITEMS_URI": uri})
-    with pytest.raises(ConfigError) as info:
-        UpsertPipeline.from_crawler(crawler)
-    assert info.value.setting == "REDCRAWL_ITEMS_URI"
-    assert "REDCRAWL_ITEMS_URI" in str(info.value)
+    assert "setting REDCRAWL_ITEMS_URI:" in refusal(crawler)
 
 
 def test_password_is_not_echoed_in_uri_errors() -> None:
@@ -402,9 +417,7 @@ def test_empty_item_key_is_a_config_error(tmp_path: Path) -> None:
     crawler = get_crawler(
         ItemsSpider, {"REDCRAWL_ITEMS_URI": f"sqlite:///{tmp_path}/i.db", "REDCRAWL_ITEM_KEY": ""}
     )
-    with pytest.raises(ConfigError) as info:
-        UpsertPipeline.from_crawler(crawler)
-    assert info.value.setting == "REDCRAWL_ITEM_KEY"
+    assert "setting REDCRAWL_ITEM_KEY:" in refusal(crawler)
 
 
 def test_default_and_relative_sqlite_uris(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

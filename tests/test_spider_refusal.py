@@ -75,6 +75,8 @@ def test_a_redis_spider_that_cannot_start_is_one_critical_line(
     critical = [line for line in text.splitlines() if "] CRITICAL:" in line]
     assert len(critical) == 1, text[-3000:]
     assert named in critical[0], critical[0]
+    reason = "redis_unavailable" if named == "cannot reach Redis" else "config_error"
+    assert f"'finish_reason': '{reason}'" in text, text[-3000:]  # not 'finished'
 
 
 def test_a_redis_spider_with_good_settings_still_starts(
@@ -91,3 +93,34 @@ def test_a_redis_spider_with_good_settings_still_starts(
     code, text = _run(tmp_path, "%(name)s:start_urls", settings)
     assert code == 0, text[-3000:]
     assert "] CRITICAL:" not in text, text[-3000:]
+
+
+PIPELINE = {"ITEM_PIPELINES": '{"redcrawl.scrapy.pipelines.UpsertPipeline": 300}'}
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({**SCHEDULER, **PIPELINE, "REDCRAWL_LEASE_TTTL": "5"}, "REDCRAWL_LEASE_TTTL"),
+        ({**SCHEDULER, **PIPELINE, "DOWNLOAD_DELAY": "-1"}, "DOWNLOAD_DELAY"),
+        ({**SCHEDULER, **PIPELINE, "REDCRAWL_ITEMS_URI": "mysql://x/y"}, "REDCRAWL_ITEMS_URI"),
+        # the pipeline alone, on Scrapy's own scheduler: its refusal closes the crawl
+        ({**PIPELINE, "REDCRAWL_ITEMS_URI": "mysql://x/y"}, "REDCRAWL_ITEMS_URI"),
+    ],
+)
+def test_a_wrong_setting_with_the_upsert_pipeline_is_one_critical_line(
+    redis7: RedisServer, tmp_path: Path, settings: dict[str, str], named: str
+) -> None:
+    """The pipeline read the same settings when the engine was built and its ConfigError
+    ended as asyncio's "Task exception was never retrieved" with a traceback, after the
+    spider's CRITICAL line; the engine never started, so the spider closed as
+    'finished' (a monitor reading finish_reason was told all was well)."""
+    settings = {"REDIS_URL": redis7.url, "LOG_LEVEL": "INFO", **settings}
+    code, text = _run(tmp_path, "%(name)s:start_urls", settings)
+    assert code == 1, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert "never retrieved" not in text, text[-3000:]
+    critical = [line for line in text.splitlines() if "] CRITICAL:" in line]
+    assert len(critical) == 1, text[-3000:]
+    assert named in critical[0], critical[0]
+    assert "'finish_reason': 'config_error'" in text, text[-3000:]

@@ -102,7 +102,8 @@ class AutoThrottle:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> AutoThrottle:
-        ext = cls(crawler, Settings.from_scrapy(crawler.settings))
+        with lifecycle.refusing_config_errors(crawler):
+            ext = cls(crawler, Settings.from_scrapy(crawler.settings))
         crawler.signals.connect(ext._spider_opened, signals.spider_opened)
         crawler.signals.connect(ext._response_downloaded, signals.response_downloaded)
         crawler.signals.connect(ext._spider_closed, signals.spider_closed)

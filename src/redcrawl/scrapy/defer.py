@@ -73,7 +73,8 @@ class DeferMiddleware:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> DeferMiddleware:
-        codes = Settings.from_scrapy(crawler.settings).defer_http_codes
+        with lifecycle.refusing_config_errors(crawler):
+            codes = Settings.from_scrapy(crawler.settings).defer_http_codes
         if not codes:
             raise NotConfigured("REDCRAWL_DEFER_HTTP_CODES is empty")
         return cls(crawler, codes)

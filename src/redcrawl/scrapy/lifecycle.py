@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
 
-from scrapy.exceptions import IgnoreRequest
+from scrapy.exceptions import IgnoreRequest, NotConfigured
 
-from redcrawl.errors import RedcrawlError
+from redcrawl.errors import ConfigError, RedcrawlError
 
 if TYPE_CHECKING:
     import scrapy
@@ -169,10 +170,35 @@ def refuse_start(crawler: Crawler, reason: str, message: str) -> None:
     close_when_started(crawler, reason)
 
 
+@contextmanager
+def refusing_config_errors(crawler: Crawler) -> Iterator[None]:
+    """Build a component Scrapy makes with its engine (an item pipeline, a middleware, an
+    extension): a :class:`~redcrawl.errors.ConfigError` refuses the crawl
+    (:func:`refuse_start`: one CRITICAL line, exit 1, the spider closed with
+    ``config_error``) and leaves the component out (``NotConfigured``). Raised as it is,
+    Scrapy ends in asyncio's "Task exception was never retrieved" with a traceback, and
+    the spider, whose engine never started, closes as ``finished``."""
+    try:
+        yield
+    except ConfigError as exc:
+        refuse_start(crawler, "config_error", str(exc))
+        raise NotConfigured from None
+
+
 def close_when_started(crawler: Crawler, reason: str) -> None:
     """Close the spider with ``reason`` (stat ``redcrawl/failure``) once the engine runs
     (Scrapy 2.19 has no stats before the crawl starts)."""
     from scrapy import signals
+    from scrapy.exceptions import DontCloseSpider
+
+    def keep_open(*args: Any, **kwargs: Any) -> None:
+        # until the close below: an idle engine (nothing to crawl, as a refused crawl
+        # has) would close the spider first, as 'finished'
+        raise DontCloseSpider
+
+    def close() -> None:
+        crawler.signals.disconnect(keep_open, signals.spider_idle)
+        stop_crawler(crawler, reason)
 
     def stop(wait: int = 0) -> None:
         # (imported here: Scrapy < 2.14 builds the spider, which may refuse, before it
@@ -185,8 +211,9 @@ def close_when_started(crawler: Crawler, reason: str) -> None:
         if not getattr(engine, "running", True) and wait < 200:
             cast(Any, reactor).callLater(0.05, stop, wait + 1)  # up to 10 s
         else:
-            cast(Any, reactor).callLater(0, stop_crawler, crawler, reason)
+            cast(Any, reactor).callLater(0, close)
 
+    crawler.signals.connect(keep_open, signals.spider_idle, weak=False)
     crawler.signals.connect(stop, signals.engine_started, weak=False)
 
 

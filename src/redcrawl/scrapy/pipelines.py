@@ -48,6 +48,7 @@ from scrapy.exceptions import DropItem
 
 from redcrawl.errors import ConfigError
 from redcrawl.scrapy.counters import counters_of
+from redcrawl.scrapy.lifecycle import refusing_config_errors
 from redcrawl.scrapy.sinks import PostgresSink as PostgresSink
 from redcrawl.scrapy.sinks import RejectedItem, Sink, read_items, sink_from_uri
 from redcrawl.scrapy.sinks import SQLiteSink as SQLiteSink
@@ -130,13 +131,14 @@ class UpsertPipeline:
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> UpsertPipeline:
-        settings = Settings.from_scrapy(crawler.settings)
-        return cls(
-            sink_from_uri(settings.items_uri, settings.items_table),
-            key_field=settings.item_key,
-            stats=crawler.stats,
-            crawler=crawler,
-        )
+        with refusing_config_errors(crawler):
+            settings = Settings.from_scrapy(crawler.settings)
+            return cls(
+                sink_from_uri(settings.items_uri, settings.items_table),
+                key_field=settings.item_key,
+                stats=crawler.stats,
+                crawler=crawler,
+            )
 
     # Recent Scrapy (2.19 here) calls these without the spider (a required spider argument is
     # deprecated there); older versions pass it.

@@ -85,7 +85,8 @@ class RobotsTxtMiddleware(RobotsFetcher):
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> RobotsTxtMiddleware:
-        mw = cls(crawler, Settings.from_scrapy(crawler.settings))
+        with lifecycle.refusing_config_errors(crawler):
+            mw = cls(crawler, Settings.from_scrapy(crawler.settings))
         crawler.signals.connect(mw._spider_opened, signals.spider_opened)
         crawler.signals.connect(mw._spider_closed, signals.spider_closed)
         return mw
