@@ -110,6 +110,32 @@ _REQUEST_KEYS = {
 }
 
 
+def _check_entry_types(params: dict[str, Any]) -> None:
+    """A ValueError naming the first field of a JSON start entry whose type Scrapy's
+    Request would reject, or take to mean something else ('"dont_filter": "no"' is true;
+    '"cookies": 7' fails only at download, then is retried and dead-lettered). A null
+    field counts as not given."""
+    for name, value in params.items():
+        if name in ("url", "method", "body", "callback", "errback"):
+            ok, want = isinstance(value, str), "a string"
+        elif name in ("meta", "cb_kwargs", "headers", "formdata"):
+            ok, want = isinstance(value, dict), "a JSON object"
+        elif name == "cookies":
+            ok = isinstance(value, dict) or (
+                isinstance(value, list) and all(isinstance(c, dict) for c in value)
+            )
+            want = "a JSON object or a list of objects"
+        elif name == "dont_filter":
+            ok, want = isinstance(value, bool), "true or false"
+        elif name == "priority":
+            ok = isinstance(value, int) and not isinstance(value, bool)
+            want = "an integer"
+        else:
+            continue
+        if not ok:
+            raise ValueError(f"{name!r} must be {want}, not {json.dumps(value)[:80]}")
+
+
 class StartKey:
     """The Redis side of one start key: claim a batch, clear a claim (and keep refused
     entries), give stopped workers' claims back, or pop as scrapy-redis does (module
@@ -506,6 +532,8 @@ class RedisMixin:
         params = json.loads(text)
         if not isinstance(params, dict) or not params.get("url"):
             raise ValueError("a JSON start entry needs a non-empty 'url'")
+        params = {k: v for k, v in params.items() if v is not None}  # null: not given
+        _check_entry_types(params)
         kwargs: dict[str, Any] = {"dont_filter": params.get("dont_filter", True)}
         for name in ("meta", "priority", "method", "body", "headers", "cookies", "cb_kwargs"):
             if name in params:
