@@ -56,8 +56,11 @@ def _on_event(event: WorkerEvent, logs: Path | None) -> None:
         "released": "yellow",
     }.get(event.kind, "bold")
     console.print(f"[{style}]{event.message}[/]", highlight=False)
-    if event.log_tail and event.kind == "failed":
-        where = f" ({_show(logs / f'{event.worker}.log')})" if logs else ""
+    where = f" ({_show(logs / f'{event.worker}.log')})" if logs else ""
+    if event.problems:  # why it failed: said before its closing stats dump, shown here
+        console.print(f"[dim]--- {event.worker}'s CRITICAL/ERROR lines{where}:[/]")
+        console.print(event.problems, markup=False, highlight=False)
+    elif event.log_tail and event.kind == "failed":
         console.print(f"[dim]--- end of {event.worker}'s log{where}:[/]")
         console.print(event.log_tail, markup=False, highlight=False)
 

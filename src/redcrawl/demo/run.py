@@ -96,7 +96,9 @@ def run_demo(
 
         def report(event: WorkerEvent) -> None:
             (display.print if display else console.print)(event.message)
-            if event.log_tail and event.kind == "failed":
+            if event.problems:
+                console.print(event.problems, markup=False, highlight=False)
+            elif event.log_tail and event.kind == "failed":
                 console.print(event.log_tail, markup=False, highlight=False)
 
         with display if display is not None else contextlib.nullcontext():
