@@ -287,12 +287,15 @@ def demo(
     progress: Annotated[bool, typer.Option(help="Show the live progress line.")] = True,
 ) -> None:
     """Crawl a bundled shop site (served on loopback) with N workers on the embedded
-    Redis, then report pages, items, duplicates, retries and dead letters."""
-    from redcrawl.demo.run import run_demo
+    Redis, then report pages, items, duplicates, retries and dead letters. Each demo
+    starts over; one at a time per --dir (a second one is refused, exit 2)."""
+    from redcrawl.demo.run import DemoRunning, run_demo
 
-    raise typer.Exit(
-        run_demo(workers=workers, products=products, directory=directory, progress=progress)
-    )
+    try:
+        code = run_demo(workers=workers, products=products, directory=directory, progress=progress)
+    except DemoRunning as exc:
+        raise _fail(str(exc), EXIT_USAGE) from None
+    raise typer.Exit(code)
 
 
 @app.command()
