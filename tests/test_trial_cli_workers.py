@@ -47,7 +47,8 @@ def worker_writing(reason: str, *, rc: int = 1) -> list[str]:
     return python(
         f"print({CRITICAL.format(reason=reason)!r})\n"
         "print('2026-12-02 06:18:27 [scrapy.core.engine] ERROR: redcrawl: the store failed')\n"
-        "print('2026-12-02 06:18:27 [scrapy.core.engine] ERROR: Spider error processing x')\n"
+        "print('2026-12-02 06:18:27 [scrapy.core.engine] ERROR: Spider error processing "
+        "<GET http://redcrawl.example/>')\n"
         f"{stats}print(\" 'redcrawl/failure': {reason!r},\")\n"
         f"print('2026-12-02 06:18:27 [scrapy.core.engine] INFO: Spider closed ({reason})')\n"
         f"raise SystemExit({rc})\n"

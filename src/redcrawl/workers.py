@@ -97,7 +97,9 @@ layout, a request the spider makes that cannot be stored, a crawl whose state is
 _FAILURE = re.compile(r"closing the spider \(reason '([a-z_]+)'|'redcrawl/failure': '([a-z_]+)'")
 _CLOSED = re.compile(r"Spider closed \(([^)]*)\)")
 _RECEIVED = re.compile(r"Received (SIG[A-Z0-9]+)")
-_PROBLEM = re.compile(r"\] CRITICAL: |\] ERROR: .*redcrawl")
+_PROBLEM = re.compile(r"\] CRITICAL: |\[redcrawl[\w.]*\] ERROR: |\] ERROR: redcrawl")
+"""A CRITICAL line, or an ERROR line of redcrawl's loggers or saying ``redcrawl: ...``
+(not the spider's own errors, shown by Scrapy as ``Spider error processing``)."""
 
 
 class ExitCode(IntEnum):
