@@ -215,3 +215,17 @@ def test_a_worker_sigtermed_from_outside_is_said(
     said = "worker w0 exited with status 0 before the crawl finished; it is not restarted"
     assert said in text and "the other one goes on" in text, text[-3000:]
     assert frontier.counts().finished
+
+
+def test_a_scrapy_usage_error_is_not_restarted(tmp_path: Path) -> None:
+    """``scrapy`` exits 2 on a usage error (e.g. "No spider found in file"): the same
+    command fails the same way again."""
+    events: list[WorkerEvent] = []
+    usage = python(
+        "print('__main__.py: error: No spider found in file: spider.py')\nraise SystemExit(2)"
+    )
+    result = Fleet(usage, workers=1, log_dir=tmp_path, backoff=0.01, on_event=events.append).run()
+    assert result.restarts == 0 and result.returncodes == [2] and result.code == 1
+    assert [e.kind for e in events] == ["failed"]
+    assert "status 2 (Scrapy's usage error), not restarted" in events[0].message
+    assert "No spider found" in events[0].log_tail

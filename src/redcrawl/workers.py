@@ -23,7 +23,8 @@ What the supervisor guarantees:
   worker's leases are given back (``on_crash``), so its requests need not wait for their
   leases to expire. A worker that closed with a redcrawl failure reason that is not
   transient (:data:`NOT_TRANSIENT`: its CRITICAL line ``closing the spider (reason
-  '...')`` in its log) is not restarted: it would fail the same way.
+  '...')`` in its log), or that exited with Scrapy's usage error (2), is not restarted: it
+  would fail the same way.
 * **Said, not only logged.** The CRITICAL lines (and the ERROR lines naming redcrawl) of
   a worker's last run travel with the event of its exit (:attr:`WorkerEvent.problems`),
   and a worker that exits 0 while the crawl is unfinished (stopped by a signal of its
@@ -93,6 +94,10 @@ NOT_TRANSIENT = frozenset(
 line) that a restart cannot cure: a wrong setting, settings that change the crawl's
 layout, a request the spider makes that cannot be stored, a crawl whose state is gone.
 ``redis_unavailable`` and ``redis_error`` are transient: the worker is restarted."""
+
+SCRAPY_USAGE_ERROR = 2
+"""The exit status of a ``scrapy`` command given wrong arguments (``UsageError``, e.g. "No
+spider found in file"): not restarted either."""
 
 _FAILURE = re.compile(r"closing the spider \(reason '([a-z_]+)'|'redcrawl/failure': '([a-z_]+)'")
 _CLOSED = re.compile(r"Spider closed \(([^)]*)\)")
@@ -545,15 +550,19 @@ class Fleet:
                 )
             return
         tail = log_tail(worker.log)
-        if run.failure in NOT_TRANSIENT:
+        if run.failure in NOT_TRANSIENT or rc == SCRAPY_USAGE_ERROR:
             worker.returncode = rc
+            what = (
+                f": redcrawl failure {run.failure!r}"
+                if run.failure in NOT_TRANSIENT
+                else " (Scrapy's usage error)"
+            )
             self.on_event(
                 WorkerEvent(
                     "failed",
                     worker.name,
-                    f"worker {worker.name} {describe_exit(rc)}: redcrawl failure "
-                    f"{run.failure!r}, not restarted (it would fail the same way); "
-                    f"{self._others(worker)}",
+                    f"worker {worker.name} {describe_exit(rc)}{what}, not restarted (it would "
+                    f"fail the same way); {self._others(worker)}",
                     rc,
                     tail,
                     problems,
