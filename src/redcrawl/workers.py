@@ -21,7 +21,14 @@ What the supervisor guarantees:
   after ``backoff * 2**k`` seconds (k = restarts so far), at most ``max_restarts`` times;
   each exit and restart is reported as a :class:`WorkerEvent`. Before a restart the dead
   worker's leases are given back (``on_crash``), so its requests need not wait for their
-  leases to expire.
+  leases to expire. A worker that closed with a redcrawl failure reason that is not
+  transient (:data:`NOT_TRANSIENT`: its CRITICAL line ``closing the spider (reason
+  '...')`` in its log), or that exited with Scrapy's usage error (2), is not restarted: it
+  would fail the same way.
+* **Said, not only logged.** The CRITICAL lines (and the ERROR lines naming redcrawl) of
+  a worker's last run travel with the event of its exit (:attr:`WorkerEvent.problems`),
+  and a worker that exits 0 while the crawl is unfinished (stopped by a signal of its
+  own, a CLOSESPIDER_* limit) is reported: it is not restarted, the others go on.
 
 The live display fed by :func:`run_workers`'s ``progress`` callback is
 :class:`redcrawl.progress.ProgressDisplay`.
@@ -33,6 +40,7 @@ import contextlib
 import ctypes
 import fcntl
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -78,6 +86,25 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 PROGRESS_TIMEOUT = 2.0
 """Seconds a progress read of :func:`run_workers` may wait for Redis (no retries)."""
+
+NOT_TRANSIENT = frozenset(
+    {"config_error", "layout_mismatch", "unstorable_request", "crawl_vanished"}
+)
+"""redcrawl failure reasons (stat ``redcrawl/failure``, the reason of the worker's CRITICAL
+line) that a restart cannot cure: a wrong setting, settings that change the crawl's
+layout, a request the spider makes that cannot be stored, a crawl whose state is gone.
+``redis_unavailable`` and ``redis_error`` are transient: the worker is restarted."""
+
+SCRAPY_USAGE_ERROR = 2
+"""The exit status of a ``scrapy`` command given wrong arguments (``UsageError``, e.g. "No
+spider found in file"): not restarted either."""
+
+_FAILURE = re.compile(r"closing the spider \(reason '([a-z_]+)'|'redcrawl/failure': '([a-z_]+)'")
+_CLOSED = re.compile(r"Spider closed \(([^)]*)\)")
+_RECEIVED = re.compile(r"Received (SIG[A-Z0-9]+)")
+_PROBLEM = re.compile(r"\] CRITICAL: |\[redcrawl[\w.]*\] ERROR: |\] ERROR: redcrawl")
+"""A CRITICAL line, or an ERROR line of redcrawl's loggers or saying ``redcrawl: ...``
+(not the spider's own errors, shown by Scrapy as ``Spider error processing``)."""
 
 
 class ExitCode(IntEnum):
@@ -226,6 +253,11 @@ class WorkerEvent:
     returncode: int | None = None
     log_tail: str = ""
     """The end of the worker's log (``failed`` and ``restarting``)."""
+    problems: str = ""
+    """The CRITICAL lines, and the ERROR lines naming redcrawl, of the worker's last run
+    (a worker's log says why it failed there, before its closing stats dump)."""
+    failure: str | None = None
+    """The redcrawl failure reason of the worker's last run (``redcrawl/failure``)."""
 
 
 @dataclass(slots=True)
@@ -235,6 +267,8 @@ class _Worker:
     proc: subprocess.Popen[bytes] | None = None
     restarts: int = 0
     restart_at: float | None = None
+    log_start: int = 0
+    """Where its current run's output starts in its log."""
     returncode: int | None = None
     """Its final exit status, once it will not run again."""
 
@@ -289,6 +323,57 @@ def log_tail(path: Path | None, lines: int = 20) -> str:
     except OSError:
         return ""
     return "\n".join(text.splitlines()[-lines:])
+
+
+@dataclass(frozen=True, slots=True)
+class RunLog:
+    """What a worker's log says about its last run."""
+
+    problems: list[str]
+    """Its CRITICAL lines and the ERROR lines naming redcrawl (at most 10)."""
+    failure: str | None
+    """The redcrawl failure reason it closed with."""
+    finish: str | None
+    """Scrapy's finish reason (``Spider closed (...)``)."""
+    signal: str | None
+    """The signal Scrapy said it received (``Received SIGTERM``)."""
+
+
+HEAD, TAIL = 65536, 262144
+"""Bytes of a long run's log read from its start (refusals at start) and from its end
+(a failure during the crawl, the closing stats)."""
+
+
+def read_run(path: Path | None, start: int = 0) -> RunLog:
+    """What the run of a worker whose output starts at ``start`` in ``path`` said: read
+    whole up to HEAD + TAIL bytes, else its first HEAD and its last TAIL bytes."""
+    text = ""
+    if path is not None:
+        try:
+            with path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                f.seek(start)
+                if size - start <= HEAD + TAIL:
+                    data = f.read()
+                else:
+                    data = f.read(HEAD) + b"\n"
+                    f.seek(size - TAIL)
+                    data += f.read()
+            text = data.decode(errors="replace")
+        except OSError:
+            pass
+    problems: list[str] = []
+    failure = finish = received = None
+    for line in text.splitlines():
+        if _PROBLEM.search(line) and len(problems) < 10:
+            problems.append(line)
+        if (m := _FAILURE.search(line)) is not None:
+            failure = failure or m.group(1) or m.group(2)
+        if (m := _CLOSED.search(line)) is not None:
+            finish = m.group(1)
+        if (m := _RECEIVED.search(line)) is not None:
+            received = received or m.group(1)
+    return RunLog(problems, failure, finish, received)
 
 
 def _prctl() -> Any:
@@ -387,6 +472,7 @@ class Fleet:
                     f"{' '.join(self.command)}\n".encode()
                 )
                 log.flush()
+                worker.log_start = log.tell()
             # the child keeps its own copy of the log's descriptor; ours is closed
             worker.proc = subprocess.Popen(
                 self.command,
@@ -408,8 +494,17 @@ class Fleet:
                     else:
                         w.proc.send_signal(sig)
 
+    def _others(self, worker: _Worker) -> str:
+        """What goes on without ``worker``: 'the other N go on' or 'no worker is left'."""
+        n = sum(1 for w in self.workers if w is not worker and (w.running() or w.restart_at))
+        if not n:
+            return "no worker is left"
+        return "the other one goes on" if n == 1 else f"the other {n} go on"
+
     def _exited(self, worker: _Worker, rc: int, stopping: bool) -> None:
         worker.proc = None
+        run = read_run(worker.log, worker.log_start)
+        problems = "\n".join(run.problems)
         if rc != 0 and self.on_crash is not None:
             try:
                 self.on_crash(self.worker_id(worker))
@@ -422,16 +517,59 @@ class Fleet:
                         f"back ({exc}); they return when they expire",
                     )
                 )
+        if rc == 0 and not stopping:
+            worker.returncode = rc
+            # a worker closes by itself only once the crawl is finished: anything else
+            # (a signal of its own, a CLOSESPIDER_* limit) is said, it is not restarted
+            if run.signal is not None or (run.finish != "finished" and self.unfinished()):
+                how = f"was stopped by {run.signal}" if run.signal else "exited with status 0"
+                why = f", finish reason {run.finish!r}" if run.finish else ""
+                self.on_event(
+                    WorkerEvent(
+                        "exited",
+                        worker.name,
+                        f"worker {worker.name} {how} before the crawl finished{why}; it is "
+                        f"not restarted, {self._others(worker)}",
+                        rc,
+                        problems=problems,
+                    )
+                )
+            return
         if rc == 0 or stopping:
             worker.returncode = rc
             if rc != 0:
                 self.on_event(
                     WorkerEvent(
-                        "exited", worker.name, f"worker {worker.name} {describe_exit(rc)}", rc
+                        "exited",
+                        worker.name,
+                        f"worker {worker.name} {describe_exit(rc)}",
+                        rc,
+                        problems=problems,
+                        failure=run.failure,
                     )
                 )
             return
         tail = log_tail(worker.log)
+        if run.failure in NOT_TRANSIENT or rc == SCRAPY_USAGE_ERROR:
+            worker.returncode = rc
+            what = (
+                f": redcrawl failure {run.failure!r}"
+                if run.failure in NOT_TRANSIENT
+                else " (Scrapy's usage error)"
+            )
+            self.on_event(
+                WorkerEvent(
+                    "failed",
+                    worker.name,
+                    f"worker {worker.name} {describe_exit(rc)}{what}, not restarted (it would "
+                    f"fail the same way); {self._others(worker)}",
+                    rc,
+                    tail,
+                    problems,
+                    run.failure,
+                )
+            )
+            return
         if worker.restarts < self.max_restarts and self.unfinished():
             delay = min(self.backoff_max, self.backoff * 2.0**worker.restarts)
             worker.restarts += 1
@@ -444,6 +582,8 @@ class Fleet:
                     f"(restart {worker.restarts} of at most {self.max_restarts})",
                     rc,
                     tail,
+                    problems,
+                    run.failure,
                 )
             )
             return
@@ -460,6 +600,8 @@ class Fleet:
                 f"worker {worker.name} {describe_exit(rc)} {why}".strip(),
                 rc,
                 tail,
+                problems,
+                run.failure,
             )
         )
 

@@ -17,6 +17,7 @@ from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
 from redcrawl.frontier import Counts
 from redcrawl.keys import CrawlKeys, validate_crawl_name
 from redcrawl.settings import Settings
+from redcrawl.transport import redis_errors
 from redcrawl.workers import (
     ExitCode,
     UnknownSpider,
@@ -144,7 +145,21 @@ def _crawls(client: redis.Redis, prefix: str) -> list[str]:
     complete (:func:`redcrawl.metrics.registry.all_crawls`)."""
     from redcrawl.metrics.registry import all_crawls
 
-    return all_crawls(client, prefix)
+    names = all_crawls(client, prefix)
+    return [n for n, ok in zip(names, _alive(client, prefix, names), strict=True) if ok]
+
+
+def _alive(client: redis.Redis, prefix: str, names: list[str]) -> list[bool]:
+    """Whether each crawl exists, as the API decides it (``APIContext.alive``): its stats
+    hold counts. A purge keeps only the id and lease-token counters (``seq``,
+    ``leases``: old leases must stay stale), so a purged crawl is listed by neither
+    until a request is pushed to it again. A stats key that is not a hash counts."""
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hmget(CrawlKeys(name, prefix=prefix).stats, "accepted", "filtered")
+    with redis_errors("listing crawls"):
+        replies = pipe.execute(raise_on_error=False)
+    return [not isinstance(r, list) or any(x is not None for x in r) for r in replies]
 
 
 def _crawl(settings: Settings, given: str | None, client: redis.Redis | None) -> str:

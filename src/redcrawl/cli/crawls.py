@@ -145,6 +145,30 @@ def list_crawls(
     Console().print(table)
 
 
+def _seed_lines(file: Path) -> list[str]:
+    """The URLs of a seed file (``-``: stdin): one per line, UTF-8, blank lines and
+    ``#`` comment lines skipped. A file that can't be read is a usage error (exit 2)."""
+    where = "stdin" if str(file) == "-" else str(file)
+    try:
+        text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise _fail(
+            f"--file {where}: not UTF-8 text (byte {exc.start}: {exc.reason}); give a "
+            "text file with one URL a line",
+            EXIT_USAGE,
+        ) from None
+    except IsADirectoryError:
+        raise _fail(
+            f"--file {where} is a folder; give a file with one URL a line", EXIT_USAGE
+        ) from None
+    except FileNotFoundError:
+        raise _fail(f"--file {where}: no such file", EXIT_USAGE) from None
+    except OSError as exc:
+        raise _fail(f"--file {where}: {exc.strerror or exc}", EXIT_USAGE) from None
+    lines = (line.strip() for line in text.splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
 @app.command()
 @_guard
 def seed(
@@ -153,7 +177,12 @@ def seed(
     crawl_name: CrawlName = None,
     file: Annotated[
         Path | None,
-        typer.Option("--file", "-f", help="Read URLs from a file, one per line ('-': stdin)."),
+        typer.Option(
+            "--file",
+            "-f",
+            help="Read URLs from a UTF-8 file, one per line ('-': stdin); blank lines and "
+            "lines starting with # are skipped.",
+        ),
     ] = None,
     callback: Annotated[
         str | None, typer.Option(help="Spider method to parse them with (default: parse).")
@@ -172,8 +201,7 @@ def seed(
 
     items = list(urls or [])
     if file is not None:
-        text = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
-        items += [line.strip() for line in text.splitlines() if line.strip()]
+        items += _seed_lines(file)
     for url in items:
         if problem := url_problem(url):
             raise _fail(f"{url!r}: {problem}; nothing was seeded", EXIT_USAGE)

@@ -37,7 +37,8 @@ from redcrawl.migrate import (
     import_scrapy_redis,
 )
 from redcrawl.migrate_to import BATCH, CopyResult, copy_crawl
-from redcrawl.settings import Settings
+from redcrawl.settings import QUEUE_CLASSES, Settings
+from redcrawl.transport import redis_errors
 
 
 @app.command("import-dupefilter")
@@ -139,8 +140,9 @@ def import_scrapy_redis_command(
         typer.Option(
             "--queue-class",
             help="scrapy-redis's SCHEDULER_QUEUE_CLASS, for a queue that is a "
-            "list: FifoQueue or LifoQueue (default: the project's; a sorted set is always a "
-            "PriorityQueue).",
+            "list: FifoQueue or LifoQueue, or scrapy_redis.queue.FifoQueue ... (default: "
+            "the project's, else FifoQueue; a sorted set is always a PriorityQueue, "
+            "scrapy-redis's default).",
         ),
     ] = None,
     batch: Annotated[
@@ -169,11 +171,19 @@ def import_scrapy_redis_command(
     if queue_key is None:  # SCHEDULER_QUEUE_KEY is read as the crawl name's template
         template = settings.crawl if settings.crawl and "%(" in settings.crawl else None
         queue_key = template or DEFAULT_QUEUE_KEY
+    if queue_class is not None and f"scrapy_redis.queue.{queue_class.strip()}" in QUEUE_CLASSES:
+        queue_class = f"scrapy_redis.queue.{queue_class.strip()}"  # a bare class name
     frontier = open_frontier(_connect(settings, create=True), settings, name, follow_layout=True)
-    if queue_class is None and settings.ordering != "priority":
-        queue_class = settings.ordering  # the project's SCHEDULER_QUEUE_CLASS for lists
     source = frontier.client if source_url is None else connect(settings, url=source_url)
     try:
+        if queue_class is None and settings.ordering != "priority":
+            # the key's type says which class wrote it: a sorted set is a PriorityQueue
+            # (scrapy-redis's default: redcrawl's default ordering says nothing of it);
+            # only a list needs the project's SCHEDULER_QUEUE_CLASS, fifo or lifo
+            with redis_errors("reading the scrapy-redis queue"):
+                kind = source.type(queue_key % {"spider": spider})
+            if kind in (b"list", "list"):
+                queue_class = settings.ordering
         result = import_scrapy_redis(
             source,
             frontier,

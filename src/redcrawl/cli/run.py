@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 from pathlib import Path
 from typing import Annotated
 
@@ -12,6 +13,7 @@ import typer
 
 from redcrawl.cli._common import (
     EXIT_DEAD_LETTERS,
+    EXIT_FAILED,
     EXIT_USAGE,
     RedisUrl,
     _fail,
@@ -56,8 +58,11 @@ def _on_event(event: WorkerEvent, logs: Path | None) -> None:
         "released": "yellow",
     }.get(event.kind, "bold")
     console.print(f"[{style}]{event.message}[/]", highlight=False)
-    if event.log_tail and event.kind == "failed":
-        where = f" ({_show(logs / f'{event.worker}.log')})" if logs else ""
+    where = f" ({_show(logs / f'{event.worker}.log')})" if logs else ""
+    if event.problems:  # why it failed: said before its closing stats dump, shown here
+        console.print(f"[dim]--- {event.worker}'s CRITICAL/ERROR lines{where}:[/]")
+        console.print(event.problems, markup=False, highlight=False)
+    elif event.log_tail and event.kind == "failed":
         console.print(f"[dim]--- end of {event.worker}'s log{where}:[/]")
         console.print(event.log_tail, markup=False, highlight=False)
 
@@ -86,9 +91,10 @@ def _politeness(settings: Settings, crawl: str, workers: int) -> str:
     it too, but they go to files, and a migrated scrapy-redis project's sites are
     crawled more slowly when its limits hold for the whole fleet."""
     if not settings.politeness:
-        return (
-            "per-site limits: each worker limits itself (REDCRAWL_POLITENESS=off): "
+        return "per-site limits: each worker limits itself (REDCRAWL_POLITENESS=off): " + (
             f"{workers} workers take up to {workers}x CONCURRENT_REQUESTS_PER_DOMAIN of a site"
+            if workers != 1
+            else "1 worker takes up to CONCURRENT_REQUESTS_PER_DOMAIN of a site"
         )
     frontier = open_frontier(connect(settings), settings, crawl)
     try:
@@ -102,9 +108,9 @@ def _politeness(settings: Settings, crawl: str, workers: int) -> str:
             "worker limits itself (as with REDCRAWL_POLITENESS=off); purge it or use a new "
             "--crawl to have the limits hold for the fleet"
         )
-    many = f"{workers} worker{'s' * (workers != 1)} together"
+    many = "this worker" if workers == 1 else f"these {workers} workers together"
     return (
-        f"per-site limits for the whole fleet (these {many}, and any other worker of the "
+        f"per-site limits for the whole fleet ({many}, and any other worker of the "
         f"crawl): {fleet_limits(settings)}. With "
         "scrapy-redis each worker took these: raise them for sites that can take more, or "
         f"set REDCRAWL_POLITENESS=off for that{change}"
@@ -284,12 +290,15 @@ def demo(
     progress: Annotated[bool, typer.Option(help="Show the live progress line.")] = True,
 ) -> None:
     """Crawl a bundled shop site (served on loopback) with N workers on the embedded
-    Redis, then report pages, items, duplicates, retries and dead letters."""
-    from redcrawl.demo.run import run_demo
+    Redis, then report pages, items, duplicates, retries and dead letters. Each demo
+    starts over; one at a time per --dir (a second one is refused, exit 2)."""
+    from redcrawl.demo.run import DemoRunning, run_demo
 
-    raise typer.Exit(
-        run_demo(workers=workers, products=products, directory=directory, progress=progress)
-    )
+    try:
+        code = run_demo(workers=workers, products=products, directory=directory, progress=progress)
+    except DemoRunning as exc:
+        raise _fail(str(exc), EXIT_USAGE) from None
+    raise typer.Exit(code)
 
 
 @app.command()
@@ -311,8 +320,39 @@ def serve(
     schema at /openapi.json). Tokens: REDCRAWL_API_TOKENS (read) and
     REDCRAWL_API_ADMIN_TOKENS (admin)."""
     from redcrawl.api import serve as run_server
+    from redcrawl.api.hosts import bind_address
 
-    run_server(_settings(redis_url, api_host=host, api_port=port))
+    settings = _settings(redis_url, api_host=host, api_port=port)
+    address = bind_address(settings.api_host)
+    if problem := _unbindable(address, settings.api_port):
+        raise _fail(
+            f"cannot listen on {settings.api_host}:{settings.api_port}: {problem} (another "
+            "`redcrawl serve`?); give another --port (REDCRAWL_API_PORT) or stop that one",
+            EXIT_USAGE,
+        )
+    try:
+        run_server(settings)
+    except SystemExit as exc:  # uvicorn's startup failure (3), said in its log above
+        if exc.code not in (None, 0):
+            raise _fail("the API server could not start (see above)", EXIT_FAILED) from None
+        raise
+
+
+def _unbindable(host: str, port: int) -> str | None:
+    """Why ``host:port`` can't be listened on (e.g. the port is in use), or None; bound
+    as uvicorn binds it (SO_REUSEADDR) and closed at once."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror:
+        return None  # the server says it
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            return exc.strerror or str(exc)
+    return None
 
 
 @app.command("stop-embedded")

@@ -3,12 +3,21 @@
 Everything is local: the site listens on 127.0.0.1, Redis is the embedded server (data in
 ``<dir>/redis``), items go to ``<dir>/items.db`` (SQLite, one row per product, written
 idempotently by :class:`redcrawl.scrapy.pipelines.UpsertPipeline`).
+
+A demo starts over (its crawl purged, ``items.db`` deleted), so it holds ``<dir>/demo.lock``
+(``flock``) while it runs: a second demo in the same folder is refused
+(:class:`DemoRunning`) instead of wiping the first one's crawl under its workers. The
+kernel drops the lock when the process ends, however it ends: a finished or killed demo
+never blocks the next one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -17,15 +26,42 @@ from rich.table import Table
 from redcrawl.connection import connect, resolve_url
 from redcrawl.demo.dashboard import serving_dashboard
 from redcrawl.demo.site import ShopSite, SiteConfig
+from redcrawl.errors import RedcrawlError
 from redcrawl.frontier import open_frontier
 from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
 from redcrawl.workers import WorkerEvent, run_workers
 
-__all__ = ["run_demo"]
+__all__ = ["DemoRunning", "demo_lock", "run_demo"]
 
 CRAWL = "demo"
 SPIDER = Path(__file__).with_name("spider.py")
+
+
+class DemoRunning(RedcrawlError):
+    """Another demo runs in the folder (``redcrawl demo`` exits 2)."""
+
+
+@contextlib.contextmanager
+def demo_lock(directory: Path) -> Iterator[None]:
+    """Hold ``directory/demo.lock`` (with this process's pid in it) while the demo runs;
+    :class:`DemoRunning` if another process holds it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / "demo.lock").open("a+") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            pid = f.read().strip() or "?"
+            raise DemoRunning(
+                f"another redcrawl demo (pid {pid}) is running in {directory.resolve()}: "
+                "starting one here would wipe its crawl; wait for it to finish, stop it "
+                "(Ctrl-C), or give this one another --dir"
+            ) from None
+        f.truncate(0)
+        f.write(f"{os.getpid()}\n")
+        f.flush()
+        yield
 
 
 def demo_worker_settings(items_db: Path) -> list[str]:
@@ -60,8 +96,12 @@ def run_demo(
     directory: Path = Path(".redcrawl-demo"),
     progress: bool = True,
 ) -> int:
+    with demo_lock(directory):
+        return _run_demo(workers, products, directory, progress)
+
+
+def _run_demo(workers: int, products: int, directory: Path, progress: bool) -> int:
     console = Console()
-    directory.mkdir(parents=True, exist_ok=True)
     items_db = directory / "items.db"
     items_db.unlink(missing_ok=True)
     config = SiteConfig.demo()
@@ -96,7 +136,9 @@ def run_demo(
 
         def report(event: WorkerEvent) -> None:
             (display.print if display else console.print)(event.message)
-            if event.log_tail and event.kind == "failed":
+            if event.problems:
+                console.print(event.problems, markup=False, highlight=False)
+            elif event.log_tail and event.kind == "failed":
                 console.print(event.log_tail, markup=False, highlight=False)
 
         with display if display is not None else contextlib.nullcontext():
