@@ -250,6 +250,25 @@ def test_item_without_key_is_dropped(backend: Backend, item: Any, state: str) ->
     assert crawler.stats.get_value("redcrawl/items_written") == 1
 
 
+def test_a_key_field_items_do_not_have_is_said_once_with_their_fields(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An outside tester's REDCRAWL_ITEM_KEY named a field the items did not have: every
+    item was dropped with a WARNING of its own (Scrapy's DropItem) and nothing said what
+    to change. One ERROR names the setting and the fields the items do have."""
+    pipeline, crawler = make_pipeline(backend, REDCRAWL_ITEM_KEY="sku")
+    with caplog.at_level(logging.ERROR, logger="redcrawl.scrapy.pipelines"):
+        for i in range(3):
+            with pytest.raises(DropItem):
+                pipeline.process_item({"url": f"https://a/{i}", "title": "t"})
+    pipeline.close_spider()
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1, errors
+    assert "REDCRAWL_ITEM_KEY" in errors[0] and "'sku'" in errors[0]
+    assert "['title', 'url']" in errors[0]
+    assert crawler.stats.get_value("redcrawl/items_dropped") == 3
+
+
 def test_custom_key_field_and_integer_keys(backend: Backend) -> None:
     pipeline, _ = make_pipeline(backend, REDCRAWL_ITEM_KEY="sku")
     pipeline.process_item({"sku": 1234, "url": "https://a/"})

@@ -128,6 +128,7 @@ class UpsertPipeline:
         self.stats = stats
         self.crawler = crawler
         self._spider_name: str | None = None
+        self._told_missing = False  # the ERROR for items without the key field said
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> UpsertPipeline:
@@ -195,6 +196,15 @@ class UpsertPipeline:
             state = (
                 "is missing" if field not in adapter else "is None" if value is None else "is empty"
             )
+            if state == "is missing" and not self._told_missing:
+                self._told_missing = True
+                logger.error(
+                    "UpsertPipeline: an item has no field %r (REDCRAWL_ITEM_KEY), so it is "
+                    "dropped, as is every item without it; its fields are %s: set "
+                    "REDCRAWL_ITEM_KEY to the one that identifies an item",
+                    field,
+                    sorted(adapter.field_names()),
+                )
             self._dropped(
                 f"key field {field!r} (REDCRAWL_ITEM_KEY) {state}; cannot store the item without it"
             )
