@@ -309,9 +309,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     redis_server = CallgrindRedis(args.server, args.annotate)
     try:
         ordering: Ordering = args.ordering
-        settings = Settings(
-            redis_url=redis_server.url, ordering=ordering, politeness=False
-        )
+        settings = Settings(redis_url=redis_server.url, ordering=ordering, politeness=False)
         frontier = ListsFrontier(connect(settings), settings, "bench")
         spider = BenchSpider()
         batch = settings.batch_size

@@ -76,11 +76,9 @@ from bench_frontier import (
     worker_env,
     write_json,
 )
+from bench_redis_instructions import Callgrind, CallgrindRedis
 
 from redcrawl.workers import worker_command
-
-if True:  # (after redcrawl: bench_redis_instructions imports it too)
-    from bench_redis_instructions import Callgrind, CallgrindRedis
 
 HERE = Path(__file__).resolve().parent
 SPIDER = HERE / "scrapy_bench_spider.py"
@@ -282,20 +280,13 @@ def crawl_once(
                 )
         start = launched + warmup
         time.sleep(max(0.0, start - time.time()))
-        if cg:
-            cg.control("-z")
+        callgrind_zero(cg)
         t0, cpu0, calls0 = time.time(), redis_cpu(admin), command_calls(admin)
         io0 = redis_io(admin)
         time.sleep(max(0.0, t0 + window - time.time()))
         t1, cpu1, calls1 = time.time(), redis_cpu(admin), command_calls(admin)
         io1 = redis_io(admin)
-        if cg:
-            cg.control("-d")
-            time.sleep(0.5)
-            keep = None
-            if CALLGRIND_OUT:
-                keep = str(Path(CALLGRIND_OUT) / f"callgrind.{run_id}.{contender.replace(' ', '_')}")
-            instructions = cg.instructions(keep)
+        instructions = callgrind_dump(cg, f"{run_id}.{contender.replace(' ', '_')}")
         deadline = time.monotonic() + timeout + 60
         for p in procs:
             try:
@@ -363,9 +354,25 @@ def crawl_once(
         run.redis_sys_us = (io1[1] - io0[1]) * 1e6 / pages
         run.net_in_bytes = (io1[2] - io0[2]) / pages
         run.net_out_bytes = (io1[3] - io0[3]) / pages
-        if cg:
-            run.redis_ir = instructions / pages
+        run.redis_ir = None if instructions is None else instructions / pages
     return run
+
+
+def callgrind_zero(cg: Callgrind | None) -> None:
+    """--callgrind: the server's counters zeroed (the window starts)."""
+    if cg is not None:
+        cg.control("-z")
+
+
+def callgrind_dump(cg: Callgrind | None, name: str) -> int | None:
+    """--callgrind: the instructions the server executed since :func:`callgrind_zero`
+    (the dump kept as ``callgrind.<name>`` in --callgrind-out, if given); None without."""
+    if cg is None:
+        return None
+    cg.control("-d")
+    time.sleep(0.5)
+    keep = str(Path(CALLGRIND_OUT) / f"callgrind.{name}") if CALLGRIND_OUT else None
+    return cg.instructions(keep)
 
 
 def redis_io(r: redis.Redis) -> tuple[float, float, int, int]:
