@@ -24,8 +24,11 @@ PUSH_STRIDE = PUSH_STRIDE + 2
 -- IN-FLIGHT or DEAD), earlier in this batch included.
 -- delay_ms > 0: accepted requests wait in DELAYED that long instead of going READY.
 -- recrawl: DONE fingerprints do not count as duplicates (stored ones still do).
+-- stamped: each record ends with its push stamp already (settle.lua's ARGV[16]); kept as
+-- it is (a crawl without push stamps, FMT.stamps false: cut off), where otherwise this
+-- appends push_stamp() to each (a new record-sized Lua string: ~2.9k instructions).
 -- Returns one character per request: "1" accepted, "0" duplicate.
-local function op_push(first, n, delay_ms, recrawl)
+local function op_push(first, n, delay_ms, recrawl, stamped)
   if n == 0 then return '' end
   -- One HMGET for every fingerprint and one HSET for every new record (not an HSETNX per
   -- request): a fingerprint stored already, or earlier in this batch, is a duplicate, and
@@ -71,7 +74,9 @@ local function op_push(first, n, delay_ms, recrawl)
   local cols = ready_push_new ~= nil and delay_ms <= 0
   local want_seq = ORDERING == 'priority'
   local flags, writes, ids, prios, seqs, items = {}, {}, {}, {}, {}, {}
-  local stamp = FMT.stamps and push_stamp() or ''  -- push time: latency.lua, lib.lua
+  -- push time: latency.lua, lib.lua
+  local stamp, unstamp = (FMT.stamps and not stamped) and push_stamp() or '', false
+  if stamped and not FMT.stamps then unstamp = true end
   local nums, w, m, x, nextat = NUM_TEXT, 0, 0, 1, fp_at[1]
   local i = 0
   for at = first, last, stride do
@@ -90,7 +95,7 @@ local function op_push(first, n, delay_ms, recrawl)
         local bars = string.find(rec, '||', 1, true)
         if bars then rec = string.sub(rec, 1, bars) .. fence .. string.sub(rec, bars + 1) end
       end
-      rec = rec .. stamp
+      if stamp ~= '' then rec = rec .. stamp elseif unstamp then rec = string.sub(rec, 1, -9) end
       -- (priorities and shards through the per-call table of decimal texts: few values)
       local ptext = argv[at + 2]
       local priority = nums[ptext]
