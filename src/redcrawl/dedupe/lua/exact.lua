@@ -170,11 +170,13 @@ local function dd_exact()
     local first = (DD_GEN_MS > 0) and (DD_GEN - DD_GENS) or 0
     if hb and DD_GEN_MS == 0 and dd_sparse(#fps) and dd_top(0) == 0 then
       -- the usual case (one generation, one level, the client's hints): one SISMEMBER per
-      -- fingerprint, on the key the client gave (this runs for every request pushed)
+      -- fingerprint, on the key the client gave (this runs for every request pushed;
+      -- redis.call through a local)
+      local call = redis.call
       for i = 1, #fps do
         local b = hb[i]
         if b then
-          out[i] = redis.call('SISMEMBER', b, hm[i]) == 1
+          out[i] = call('SISMEMBER', b, hm[i]) == 1
         else
           local h, member = dd_split(fps[i])
           out[i] = redis.call('SISMEMBER', dd_key(K_FPD, 0, h % DD_BUCKETS), member) == 1
