@@ -89,3 +89,28 @@ def test_one_priority_per_batch_keeps_the_order(
         mine = [u for u in got if u.startswith(f"http://a/p{p}/")]
         want = [f"http://a/p{p}/{i}" for i in range(4)]
         assert mine == (want if ordering == "fifo" else want[::-1])
+
+
+@pytest.mark.backends("lists")
+@pytest.mark.parametrize("ordering", ["fifo", "priority"])
+def test_a_batch_that_stops_being_plain_halfway(
+    make_frontier: FrontierFactory, ordering: str
+) -> None:
+    """Fresh fingerprints of one priority first, then a DONE one, another priority and a
+    dont_filter request: the accepted ones keep their order and tiers."""
+    f = make_frontier(ordering=ordering, politeness=False)
+    f.push([env("http://a/done")])
+    assert f.ack(f.lease("w1", 1)) == 1
+    batch = [
+        env("http://a/1"),
+        env("http://a/2"),
+        env("http://a/done"),
+        env("http://a/3", priority=1),
+        env("http://a/4"),
+        env("http://a/5", dont_filter=True),
+    ]
+    assert f.push(batch).flags == (True, True, False, True, True, True)
+    got = drain(f)
+    assert got[0] == "http://a/3"  # (the higher tier first, at either ordering)
+    assert got[1:] == ["http://a/1", "http://a/2", "http://a/4", "http://a/5"]
+    assert f.counts().finished

@@ -435,10 +435,11 @@ end
 --                put {id, priority, seq, shard, record} items into READY (shard: nil if
 --                unknown; record: nil unless the caller has it). front: requests coming
 --                back (from IN-FLIGHT, DELAYED or DEAD), served next where the layer can
---   ready_push_new(m, ids, prios, seqs)
+--   ready_push_new(m, ids, prios, seqs, p)
 --                optional (nil where the layer has none, e.g. with politeness): op_push's
 --                m accepted requests into READY, as aligned lists of ids and priorities
---                (seqs: their push sequence numbers, for strict priority only); the same
+--                (prios nil: all of priority p; seqs: their push sequence numbers, for
+--                strict priority only); the same
 --                as ready_push(items, false) without a table per request (~1.6k
 --                instructions each)
 --   unhold(tokens, recs)

@@ -70,10 +70,13 @@ local function op_push(first, n, delay_ms, recrawl, stamped)
     redis.call('HGET', K_STATS, 'leases')
   if fence == '0' or not int_ok(fence) then fence = nil end
   -- The accepted requests, as the queue layer's ready_push_new takes them (aligned
-  -- lists; seqs only for strict priority), or as ready_push's items.
+  -- lists; seqs only for strict priority), or as ready_push's items. (The usual batch,
+  -- every request a fresh fingerprint, none DONE, one priority, keeps neither list: its
+  -- ids are fps, and p1 its priority; each is filled in from where that stops holding.)
   local cols = ready_push_new ~= nil and delay_ms <= 0
   local want_seq = ORDERING == 'priority'
-  local flags, writes, ids, prios, seqs, items = {}, {}, {}, {}, {}, {}
+  local flags, writes, ids, prios, seqs, items = {}, {}, {}, nil, {}, {}
+  local plain, p1 = true, nil
   -- push time: latency.lua, lib.lua
   local stamp, unstamp = (FMT.stamps and not stamped) and push_stamp() or '', false
   if stamped and not FMT.stamps then unstamp = true end
@@ -103,7 +106,18 @@ local function op_push(first, n, delay_ms, recrawl, stamped)
       writes[w + 1] = id; writes[w + 2] = rec; w = w + 2
       m = m + 1
       if cols then
-        ids[m] = id; prios[m] = priority
+        if plain and id ~= fps[m] then
+          plain = false
+          for y = 1, m - 1 do ids[y] = fps[y] end
+        end
+        if not plain then ids[m] = id end
+        if m == 1 then p1 = priority
+        elseif prios then prios[m] = priority
+        elseif priority ~= p1 then
+          prios = {}
+          for y = 1, m - 1 do prios[y] = p1 end
+          prios[m] = priority
+        end
         if want_seq then seqs[m] = seq + i end
       else
         local shard
@@ -124,7 +138,7 @@ local function op_push(first, n, delay_ms, recrawl, stamped)
     for y = 1, m do z[2 * y - 1] = NOW + delay_ms; z[2 * y] = items[y][1] end
     if m > 0 then bulk('ZADD', K_DELAYED, z) end
   elseif cols then
-    ready_push_new(m, ids, prios, seqs)
+    ready_push_new(m, plain and fps or ids, prios, seqs, p1)
   else
     ready_push(items, false)
   end

@@ -14,19 +14,20 @@ local function queue_layer()
 
   local function ready_key(tier) return KEYS[FIRST_TIER + tier] end
 
-  -- Put n ids into their ready queues: ids, prios aligned lists (seqs: their push
-  -- sequence numbers, read for strict priority only, where front takes seq 0). front=true:
+  -- Put n ids into their ready queues: ids, prios aligned lists (prios nil: all of
+  -- priority p; seqs: their push sequence numbers, read for strict priority only, where
+  -- front takes seq 0). front=true:
   -- served next within the tier (requests coming back from IN-FLIGHT, DELAYED or DEAD).
   -- (numeric loops and the tier bounds inline, no table per tier unless it gets ids, and
   -- the ids pushed as they are when they share one priority: this runs for every request
   -- pushed)
-  local function push_ids(n, ids, prios, seqs, front)
+  local function push_ids(n, ids, prios, seqs, front, p)
     if n == 0 then return end
     if ORDERING == 'priority' then
       -- strict priority; FIFO among equal priorities by push sequence (front: seq 0)
       local z = {}
       for i = 1, n do
-        z[2 * i - 1] = -prios[i] * TWO32 + (front and 0 or (seqs[i] % TWO32))
+        z[2 * i - 1] = -(prios and prios[i] or p) * TWO32 + (front and 0 or (seqs[i] % TWO32))
         z[2 * i] = ids[i]
       end
       bulk('ZADD', ready_key(0), z)
@@ -34,9 +35,12 @@ local function queue_layer()
     end
     local cmd = (ORDERING == 'fifo' and front) and 'RPUSH' or 'LPUSH'
     local nb = #BOUNDS
-    local p1, one = prios[1], true
-    for i = 2, n do
-      if prios[i] ~= p1 then one = false; break end
+    local p1, one = p, true
+    if prios then
+      p1 = prios[1]
+      for i = 2, n do
+        if prios[i] ~= p1 then one = false; break end
+      end
     end
     if one then
       local t = nb
@@ -76,7 +80,7 @@ local function queue_layer()
 
   -- op_push's accepted requests as aligned lists (politeness: its own queues, by items)
   if not POLITE then
-    ready_push_new = function(n, ids, prios, seqs) push_ids(n, ids, prios, seqs, false) end
+    ready_push_new = function(n, ids, prios, seqs, p) push_ids(n, ids, prios, seqs, false, p) end
   end
 
   -- The lease's record: since, worker, ids; nil if the lease is gone, and nil, nil, nil,
