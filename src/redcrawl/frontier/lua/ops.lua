@@ -48,20 +48,19 @@ local function op_push(first, n, delay_ms, recrawl, stamped)
     if fp ~= '' then j = j + 1; fps[j] = fp; fp_at[j] = at end
   end
   local stored = hmget(K_REQ, fps)
-  local hm, hb, seen, k = {}, {}, {}, 0
+  local seen, k = {}, 0
   for x = 1, j do
     local fp = fps[x]
     if not stored[x] and not seen[fp] then
       seen[fp] = true
       k = k + 1
-      local at = fp_at[x]
-      fps[k] = fp; fp_at[k] = at
-      local m = argv[at + stride - 2]
-      if m ~= '' then hm[k] = m; hb[k] = argv[at + stride - 1] end
+      if k < x then fps[k] = fp; fp_at[k] = fp_at[x] end
     end
   end
   for x = k + 1, j do fps[x] = nil; fp_at[x] = nil end
-  local done = recrawl and {} or dd_done_flags(fps, hm, hb)
+  -- (the dedupe reads each fresh fingerprint's member and bucket at its ARGV: the last
+  -- two fields of its request)
+  local done = recrawl and {} or dd_done_flags(fps, nil, nil, fp_at, stride - 2)
   local seq = redis.call('HINCRBY', K_STATS, 'seq', n) - n
   -- (FMT.lout: a fingerprint's record gets the last lease token as its fence, see FMT,
   -- where one acked before can be accepted again: with recrawl, or once the DONE filter
