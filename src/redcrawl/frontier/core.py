@@ -86,7 +86,14 @@ from redcrawl.politeness import KeyMode, politeness_key
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
-__all__ = ["MAINTAIN_LIMIT", "FrontierCore", "HeartbeatCounters", "Held", "slot_outcome"]
+__all__ = [
+    "MAINTAIN_LIMIT",
+    "FrontierCore",
+    "HeartbeatCounters",
+    "Held",
+    "push_stamp",
+    "slot_outcome",
+]
 
 
 log = logging.getLogger(__name__)
@@ -142,6 +149,17 @@ def _decoded(rec: bytes | None) -> tuple[int, str, Envelope | None] | None:
         return attempts, token, codec.decode(body)
     except DecodeError:
         return attempts, token, None
+
+
+def push_stamp(ms: int) -> bytes:
+    """A record's push stamp (``lua/latency.lua``): the byte 127, then the time in
+    milliseconds as 7 base-64 digits, each the byte 48 + its value (read back by
+    :func:`redcrawl.frontier.records.push_time`)."""
+    digits = bytearray(7)
+    for i in range(6, -1, -1):
+        digits[i] = 48 + ms % 64
+        ms //= 64
+    return b"\x7f" + bytes(digits)
 
 
 class HeartbeatCounters(Protocol):
@@ -348,7 +366,24 @@ class FrontierCore(PolitenessOps, ABC):
         self._call_seq = (self._call_seq + 1) % CALL_SLOTS
         return bytes([self._call_seq]) + os.urandom(7)
 
-    def _push_args(self, envelopes: Sequence[Envelope]) -> list[Any]:
+    def _push_stamp(self) -> bytes:
+        """The push stamp of a settle call sent now (lua/latency.lua's format): the time
+        the script will read (the caller's clock if the frontier has one, else the
+        server's as this process knows it: the lower bound of the clocks' offset that
+        every settle reply tightens, :mod:`redcrawl.frontier.grant_clock`, within a few
+        milliseconds), so that the script does not append it to every record it stores
+        (a new record-sized Lua string each: ~2.9k instructions per pushed request);
+        b"" when that time is unknown (no reply seen yet): the script stamps them."""
+        if self._clock is not None:
+            ms = int(self._clock())
+        else:
+            offset = self._grant_clock.offset
+            if offset is None:
+                return b""
+            ms = int((time.monotonic() - offset) * 1000)
+        return push_stamp(ms)
+
+    def _push_args(self, envelopes: Sequence[Envelope], stamp: bytes = b"") -> list[Any]:
         if self.politeness is not None and not self._pol_stored and envelopes:
             self.store_politeness()  # (not at construction: readers must not write)
         if not self._registered and envelopes:
@@ -365,7 +400,7 @@ class FrontierCore(PolitenessOps, ABC):
             fp = env.fingerprint
             if env.dont_filter or fp is None:
                 fp = b""
-            args += (self._record(env), fp, env.priority)
+            args += (self._record(env) + stamp, fp, env.priority)
             if extra is not None:
                 args += extra[i]
             args += hints(fp, base)  # (the dedupe member and bucket: last, see op_push)
@@ -519,6 +554,7 @@ class FrontierCore(PolitenessOps, ABC):
             if not chunk and not acks and not want[1] and not frees:
                 continue
             worker, n, *rest = self._lease_args(want[0], want[1], ttl)
+            stamp = self._push_stamp() if chunk else b""
             # (the worker and nonce of the call before it in a pipeline: see PendingSettle)
             args: list[Any] = [
                 len(chunk),
@@ -528,7 +564,8 @@ class FrontierCore(PolitenessOps, ABC):
                 *rest,
                 "",
                 "",
-                *self._push_args(chunk),
+                "1" if stamp else "",
+                *self._push_args(chunk, stamp),
             ]
             hint, base = self.dedupe.hint, self._fpd  # (the dedupe member and bucket)
             for item in acks:
@@ -561,6 +598,8 @@ class FrontierCore(PolitenessOps, ABC):
                 unacked = tuple(x for x, f in zip(ack, flags, strict=True) if f == ord("2"))
             if args[2]:
                 leases = self._leases(args[3], out_lease, sent, when[0] if when else None)
+            elif sent and when:  # (the clocks' offset for push stamps: _push_stamp)
+                self._grant_clock.granted(sent, int(when[0]), time.monotonic())
         accepted = sum(pushed)
         return Settled(
             PushResult(accepted, len(pushed) - accepted, tuple(pushed)), acked, leases, unacked

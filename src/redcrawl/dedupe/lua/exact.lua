@@ -165,16 +165,44 @@ local function dd_exact()
   -- bucket as its key (K_FPD:<bucket>) in a spec without generations (DD_GEN_MS 0: the
   -- script then builds no key name, ~1k instructions per fingerprint), else as its number
   -- (DedupeSpec.hints).
-  dd_done_flags = function(fps, hm, hb)
+  -- at, off (op_push): no hm, hb lists; the hints of fps[i] are ARGV[at[i] + off] (the
+  -- member) and the ARGV after it (the bucket), "" for none (two table writes less per
+  -- pushed request).
+  dd_done_flags = function(fps, hm, hb, at, off)
     local out = {}
     local first = (DD_GEN_MS > 0) and (DD_GEN - DD_GENS) or 0
+    if at and DD_GEN_MS == 0 and dd_sparse(#fps) and dd_top(0) == 0 then
+      -- the usual case, as below, reading the hints where the client put them
+      local call, argv = redis.call, ARGV
+      for i = 1, #fps do
+        local a = at[i] + off
+        local m = argv[a]
+        if m ~= '' then
+          out[i] = call('SISMEMBER', argv[a + 1], m) == 1
+        else
+          local h, member = dd_split(fps[i])
+          out[i] = call('SISMEMBER', dd_key(K_FPD, 0, h % DD_BUCKETS), member) == 1
+        end
+      end
+      return out
+    end
+    if at then
+      hm, hb = {}, {}
+      for i = 1, #fps do
+        local a = at[i] + off
+        local m = ARGV[a]
+        if m ~= '' then hm[i] = m; hb[i] = ARGV[a + 1] end
+      end
+    end
     if hb and DD_GEN_MS == 0 and dd_sparse(#fps) and dd_top(0) == 0 then
       -- the usual case (one generation, one level, the client's hints): one SISMEMBER per
-      -- fingerprint, on the key the client gave (this runs for every request pushed)
+      -- fingerprint, on the key the client gave (this runs for every request pushed;
+      -- redis.call through a local)
+      local call = redis.call
       for i = 1, #fps do
         local b = hb[i]
         if b then
-          out[i] = redis.call('SISMEMBER', b, hm[i]) == 1
+          out[i] = call('SISMEMBER', b, hm[i]) == 1
         else
           local h, member = dd_split(fps[i])
           out[i] = redis.call('SISMEMBER', dd_key(K_FPD, 0, h % DD_BUCKETS), member) == 1

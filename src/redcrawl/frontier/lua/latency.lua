@@ -1,10 +1,15 @@
 -- latency.lua: the enqueue -> DONE latency histogram, kept by the ack step for the whole
 -- fleet (after lib.lua, before ops.lua; see redcrawl.frontier.core.script_files).
 --
--- Push time: op_push appends push_stamp() to every record it stores: the byte 127 (DEL, a
+-- Push time: every record stored ends with a push stamp: the byte 127 (DEL, a
 -- character text never ends with before 7 such digits) and the push time
 -- in milliseconds (server clock) as 7 base-64 digits, each the byte 48 + its value
--- ("0".."o"; 42 bits: good until 2109), 8 bytes in all. A fixed-width ASCII suffix after
+-- ("0".."o"; 42 bits: good until 2109), 8 bytes in all. op_push appends push_stamp() to
+-- each record, unless the settle call's records carry their stamp already: a worker
+-- that has seen the server's clock (its replies bound the offset of its own clock, see
+-- redcrawl.frontier.grant_clock: within a few milliseconds) stamps them itself
+-- (redcrawl.frontier.core.push_stamp), which spares the script a new record-sized
+-- string per pushed request. A fixed-width ASCII suffix after
 -- the envelope: readers that unpack the envelope with cmsgpack are not disturbed (each
 -- ASCII byte reads as a small integer after the envelope's map), and
 -- redcrawl.frontier.records strips it. The record keeps it through retries, requeues

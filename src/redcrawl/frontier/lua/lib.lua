@@ -435,6 +435,13 @@ end
 --                put {id, priority, seq, shard, record} items into READY (shard: nil if
 --                unknown; record: nil unless the caller has it). front: requests coming
 --                back (from IN-FLIGHT, DELAYED or DEAD), served next where the layer can
+--   ready_push_new(m, ids, prios, seqs, p)
+--                optional (nil where the layer has none, e.g. with politeness): op_push's
+--                m accepted requests into READY, as aligned lists of ids and priorities
+--                (prios nil: all of priority p; seqs: their push sequence numbers, for
+--                strict priority only); the same
+--                as ready_push(items, false) without a table per request (~1.6k
+--                instructions each)
 --   unhold(tokens, recs)
 --                the requests of these tokens (one per request) left IN-FLIGHT: end their
 --                holds (the caller has rewritten their records already); recs: their
@@ -462,7 +469,7 @@ end
 --                back to READY or DEAD now, slots freed; returns how many were taken back
 -- ops.lua builds op_lease from these (promote, lease_expired, heartbeat, lease_ready).
 local PUSH_STRIDE
-local ready_push, unhold, holds, lease_expired, lease_ready, reclaim_expired, expire_worker
+local ready_push, ready_push_new, unhold, holds, lease_expired, lease_ready, reclaim_expired, expire_worker
 -- Optional hooks (lists crawls with fleet-wide politeness; nil otherwise):
 --   slot_free(items) -> number of slots given back
 --                items: {id, token, outcome} of IN-FLIGHT requests whose response (or

@@ -24,8 +24,11 @@ PUSH_STRIDE = PUSH_STRIDE + 2
 -- IN-FLIGHT or DEAD), earlier in this batch included.
 -- delay_ms > 0: accepted requests wait in DELAYED that long instead of going READY.
 -- recrawl: DONE fingerprints do not count as duplicates (stored ones still do).
+-- stamped: each record ends with its push stamp already (settle.lua's ARGV[16]); kept as
+-- it is (a crawl without push stamps, FMT.stamps false: cut off), where otherwise this
+-- appends push_stamp() to each (a new record-sized Lua string: ~2.9k instructions).
 -- Returns one character per request: "1" accepted, "0" duplicate.
-local function op_push(first, n, delay_ms, recrawl)
+local function op_push(first, n, delay_ms, recrawl, stamped)
   if n == 0 then return '' end
   -- One HMGET for every fingerprint and one HSET for every new record (not an HSETNX per
   -- request): a fingerprint stored already, or earlier in this batch, is a duplicate, and
@@ -33,40 +36,31 @@ local function op_push(first, n, delay_ms, recrawl)
   -- (the member and bucket come as ARGV of their own, "" if the client sent none: a
   -- hinted fingerprint split in Lua cost ~3.7k instructions, three string.sub)
   -- (per request, this runs for every request pushed: counters instead of #t + 1, which
-  -- is a binary search, and ARGV read through a local)
+  -- is a binary search, ARGV read through a local, and few tables: each write that grows
+  -- one costs ~200 instructions, a table per request ~1.6k. fps and fp_at list the
+  -- fingerprints and the ARGV positions of their requests, then, compacted in place, the
+  -- fresh ones: not stored, first of the batch)
   local argv, stride = ARGV, PUSH_STRIDE
-  local fps, fp_at, hm, hb, ids = {}, {}, {}, {}, {}
-  local j = 0
-  for i = 1, n do
-    local at = first + stride * (i - 1)
+  local fps, fp_at, j = {}, {}, 0
+  local last = first + stride * (n - 1)
+  for at = first, last, stride do
     local fp = argv[at + 1]
-    if fp ~= '' then
-      j = j + 1
-      local m = argv[at + stride - 2]
-      if m ~= '' then hm[j] = m; hb[j] = argv[at + stride - 1] end
-      fps[j] = fp; fp_at[j] = i; ids[i] = fp
-    end
+    if fp ~= '' then j = j + 1; fps[j] = fp; fp_at[j] = at end
   end
   local stored = hmget(K_REQ, fps)
-  local fresh, fresh_at, fresh_m, fresh_b, seen = {}, {}, {}, {}, {}
-  local k = 0
+  local seen, k = {}, 0
   for x = 1, j do
     local fp = fps[x]
     if not stored[x] and not seen[fp] then
       seen[fp] = true
       k = k + 1
-      fresh[k] = fp; fresh_at[k] = fp_at[x]; fresh_m[k] = hm[x]; fresh_b[k] = hb[x]
+      if k < x then fps[k] = fp; fp_at[k] = fp_at[x] end
     end
   end
-  local new = {}
-  if recrawl then
-    for x = 1, k do new[fresh_at[x]] = true end
-  else
-    local done = dd_done_flags(fresh, fresh_m, fresh_b)
-    for x = 1, k do
-      if not done[x] then new[fresh_at[x]] = true end
-    end
-  end
+  for x = k + 1, j do fps[x] = nil; fp_at[x] = nil end
+  -- (the dedupe reads each fresh fingerprint's member and bucket at its ARGV: the last
+  -- two fields of its request)
+  local done = recrawl and {} or dd_done_flags(fps, nil, nil, fp_at, stride - 2)
   local seq = redis.call('HINCRBY', K_STATS, 'seq', n) - n
   -- (FMT.lout: a fingerprint's record gets the last lease token as its fence, see FMT,
   -- where one acked before can be accepted again: with recrawl, or once the DONE filter
@@ -74,49 +68,85 @@ local function op_push(first, n, delay_ms, recrawl)
   local fence = FMT.lout and (recrawl or DD_GEN_MS > 0) and
     redis.call('HGET', K_STATS, 'leases')
   if fence == '0' or not int_ok(fence) then fence = nil end
-  local flags, items, writes = {}, {}, {}
-  local stamp = FMT.stamps and push_stamp() or ''  -- push time: latency.lua, lib.lua
-  local nums, w, m = NUM_TEXT, 0, 0
-  for i = 1, n do
-    local at = first + stride * (i - 1)
-    local id = ids[i]
-    if not id then id = '#' .. (seq + i) elseif not new[i] then id = nil end
+  -- The accepted requests, as the queue layer's ready_push_new takes them (aligned
+  -- lists; seqs only for strict priority), or as ready_push's items. (The usual batch,
+  -- every request a fresh fingerprint, none DONE, one priority, keeps neither list: its
+  -- ids are fps, and p1 its priority; each is filled in from where that stops holding.)
+  local cols = ready_push_new ~= nil and delay_ms <= 0
+  local want_seq = ORDERING == 'priority'
+  local flags, writes, ids, prios, seqs, items = {}, {}, {}, nil, {}, {}
+  local plain, p1 = true, nil
+  -- push time: latency.lua, lib.lua
+  local stamp, unstamp = (FMT.stamps and not stamped) and push_stamp() or '', false
+  if stamped and not FMT.stamps then unstamp = true end
+  local nums, w, m, x, nextat = NUM_TEXT, 0, 0, 1, fp_at[1]
+  local i = 0
+  for at = first, last, stride do
+    i = i + 1
+    local id
+    if at == nextat then  -- a fresh fingerprint (fp_at is in ARGV order)
+      if not done[x] then id = fps[x] end
+      x = x + 1; nextat = fp_at[x]
+    elseif argv[at + 1] == '' then
+      id = '#' .. (seq + i)
+    end
     if id then
       local rec = argv[at]
-      if fence and ids[i] then
+      if fence and #id == 20 then  -- (a fingerprint: is_fingerprint)
         -- ("<priority>|0||<envelope>": the fence goes between the two bars)
         local bars = string.find(rec, '||', 1, true)
         if bars then rec = string.sub(rec, 1, bars) .. fence .. string.sub(rec, bars + 1) end
       end
-      rec = rec .. stamp
+      if stamp ~= '' then rec = rec .. stamp elseif unstamp then rec = string.sub(rec, 1, -9) end
       -- (priorities and shards through the per-call table of decimal texts: few values)
       local ptext = argv[at + 2]
       local priority = nums[ptext]
       if not priority then priority = tonumber(ptext); nums[ptext] = priority end
-      local shard
-      if stride > 5 then
-        local stext = argv[at + 3]
-        shard = nums[stext]
-        if not shard then shard = tonumber(stext); nums[stext] = shard end
-      end
       writes[w + 1] = id; writes[w + 2] = rec; w = w + 2
       m = m + 1
-      items[m] = {id, priority, seq + i, shard, rec}
-      flags[i] = '1'
+      if cols then
+        if plain and id ~= fps[m] then
+          plain = false
+          for y = 1, m - 1 do ids[y] = fps[y] end
+        end
+        if not plain then ids[m] = id end
+        if m == 1 then p1 = priority
+        elseif prios then prios[m] = priority
+        elseif priority ~= p1 then
+          prios = {}
+          for y = 1, m - 1 do prios[y] = p1 end
+          prios[m] = priority
+        end
+        if want_seq then seqs[m] = seq + i end
+      else
+        local shard
+        if stride > 5 then
+          local stext = argv[at + 3]
+          shard = nums[stext]
+          if not shard then shard = tonumber(stext); nums[stext] = shard end
+        end
+        items[m] = {id, priority, seq + i, shard, rec}
+      end
     else
-      flags[i] = '0'
+      flags[i] = '0'  -- (accepted ones are filled in at the end, if any was not)
     end
   end
   if w > 0 then bulk('HSET', K_REQ, writes) end
   if delay_ms > 0 then
     local z = {}
-    for x = 1, m do z[2 * x - 1] = NOW + delay_ms; z[2 * x] = items[x][1] end
+    for y = 1, m do z[2 * y - 1] = NOW + delay_ms; z[2 * y] = items[y][1] end
     if m > 0 then bulk('ZADD', K_DELAYED, z) end
+  elseif cols then
+    ready_push_new(m, plain and fps or ids, prios, seqs, p1)
   else
     ready_push(items, false)
   end
   if m > 0 then redis.call('HINCRBY', K_STATS, 'accepted', m) end
-  if m < n then redis.call('HINCRBY', K_STATS, 'filtered', n - m) end
+  if m == n then return string.rep('1', n) end
+  redis.call('HINCRBY', K_STATS, 'filtered', n - m)
+  for y = 1, n do
+    if not flags[y] then flags[y] = '1' end
+  end
   return table.concat(flags)
 end
 

@@ -14,48 +14,73 @@ local function queue_layer()
 
   local function ready_key(tier) return KEYS[FIRST_TIER + tier] end
 
-  -- Put ids into their ready queues. items: list of {id, priority, seq, ...}. front=true:
+  -- Put n ids into their ready queues: ids, prios aligned lists (prios nil: all of
+  -- priority p; seqs: their push sequence numbers, read for strict priority only, where
+  -- front takes seq 0). front=true:
   -- served next within the tier (requests coming back from IN-FLIGHT, DELAYED or DEAD).
-  -- (numeric loops and the tier bounds inline, no table per tier unless it gets ids: this
-  -- runs for every request pushed)
-  ready_push = function(items, front)
-    if POLITE then return pol_push(items, front) end
-    local n = #items
+  -- (numeric loops and the tier bounds inline, no table per tier unless it gets ids, and
+  -- the ids pushed as they are when they share one priority: this runs for every request
+  -- pushed)
+  local function push_ids(n, ids, prios, seqs, front, p)
     if n == 0 then return end
     if ORDERING == 'priority' then
       -- strict priority; FIFO among equal priorities by push sequence (front: seq 0)
       local z = {}
       for i = 1, n do
-        local it = items[i]
-        z[2 * i - 1] = -it[2] * TWO32 + (front and 0 or (it[3] % TWO32))
-        z[2 * i] = it[1]
+        z[2 * i - 1] = -(prios and prios[i] or p) * TWO32 + (front and 0 or (seqs[i] % TWO32))
+        z[2 * i] = ids[i]
       end
       bulk('ZADD', ready_key(0), z)
       return
     end
     local cmd = (ORDERING == 'fifo' and front) and 'RPUSH' or 'LPUSH'
     local nb = #BOUNDS
-    if nb == 0 then
-      local list = {}
-      for i = 1, n do list[i] = items[i][1] end
-      bulk(cmd, ready_key(0), list)
+    local p1, one = p, true
+    if prios then
+      p1 = prios[1]
+      for i = 2, n do
+        if prios[i] ~= p1 then one = false; break end
+      end
+    end
+    if one then
+      local t = nb
+      for k = 1, nb do
+        if p1 >= BOUNDS[k] then t = k - 1; break end
+      end
+      bulk(cmd, ready_key(t), ids)
       return
     end
     local per_tier, sizes = {}, {}
     for t = 0, nb do sizes[t] = 0 end
     for i = 1, n do
-      local it = items[i]
-      local p, t = it[2], nb
+      local p, t = prios[i], nb
       for k = 1, nb do
         if p >= BOUNDS[k] then t = k - 1; break end
       end
       local list, m = per_tier[t], sizes[t] + 1
       if m == 1 then list = {}; per_tier[t] = list end
-      list[m] = it[1]; sizes[t] = m
+      list[m] = ids[i]; sizes[t] = m
     end
     for t = 0, nb do
       if sizes[t] > 0 then bulk(cmd, ready_key(t), per_tier[t]) end
     end
+  end
+
+  -- items: list of {id, priority, seq, ...} (see lib.lua's QUEUE LAYER block).
+  ready_push = function(items, front)
+    if POLITE then return pol_push(items, front) end
+    local n = #items
+    local ids, prios, seqs = {}, {}, {}
+    for i = 1, n do
+      local it = items[i]
+      ids[i] = it[1]; prios[i] = it[2]; seqs[i] = it[3]
+    end
+    push_ids(n, ids, prios, seqs, front)
+  end
+
+  -- op_push's accepted requests as aligned lists (politeness: its own queues, by items)
+  if not POLITE then
+    ready_push_new = function(n, ids, prios, seqs, p) push_ids(n, ids, prios, seqs, false, p) end
   end
 
   -- The lease's record: since, worker, ids; nil if the lease is gone, and nil, nil, nil,

@@ -11,7 +11,9 @@
 -- parents whose children were in the refused call. If the call before it did not run,
 -- this call stores and leases but acknowledges nothing (ack flags "2": the caller acks
 -- them again once it has stored what the refused call held).
--- ARGV[16..]: n_push tuples as in push.lua, then n_ack pairs as in ack.lua, then
+-- ARGV[16] "1": each pushed record ends with its push stamp already (the caller's reading
+-- of the time this call runs, see latency.lua), "" : the script appends it.
+-- ARGV[17..]: n_push tuples as in push.lua, then n_ack pairs as in ack.lua, then
 -- (crawls with politeness) triples as in free.lua, to the end: slots given back at
 -- response time, after the acks and before the lease (which may grant them again).
 -- Returns {push flags, ack flags, lease list (as lease.lua, without the time), the time of
@@ -20,7 +22,7 @@
 local worker, nonce = ARGV[8], ARGV[13]
 local n_push, n_ack, n_lease = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
 local n_free = 0
-if n_push and n_ack then n_free = (#ARGV - 15 - PUSH_STRIDE * n_push - 2 * n_ack) / 3 end
+if n_push and n_ack then n_free = (#ARGV - 16 - PUSH_STRIDE * n_push - 2 * n_ack) / 3 end
 if not (n_push and n_ack and n_lease) or n_free < 0 or n_free ~= math.floor(n_free) then
   return redis.error_reply('settle: malformed call (' .. #ARGV .. ' arguments for ' ..
     tostring(ARGV[5]) .. ' pushes and ' .. tostring(ARGV[6]) .. ' acks); nothing was done')
@@ -28,9 +30,9 @@ end
 local replay = call_replay(worker, nonce)
 if replay then return replay end
 local refuse = ARGV[15] ~= '' and not call_ran(ARGV[14], ARGV[15])
-local pushed = op_push(16, n_push, 0, false)
-local acked = op_ack(16 + PUSH_STRIDE * n_push, n_ack, refuse)
-op_free(16 + PUSH_STRIDE * n_push + 2 * n_ack, n_free)
+local pushed = op_push(17, n_push, 0, false, ARGV[16] == '1')
+local acked = op_ack(17 + PUSH_STRIDE * n_push, n_ack, refuse)
+op_free(17 + PUSH_STRIDE * n_push + 2 * n_ack, n_free)
 local leased = {}
 if n_lease > 0 then
   leased = op_lease(worker, n_lease, tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11],
