@@ -580,6 +580,38 @@ if POLITE then
     return nil
   end
 
+  -- Whether t is the only tier with an open key (every other tier's head is known to be
+  -- none: false in heads).
+  local function alone(t, heads)
+    for u = 0, NTIERS - 1 do
+      if u ~= t and heads[u] ~= false then return false end
+    end
+    return true
+  end
+
+  -- The cursor after r more picks of tier t from cursor, when no other tier has an open key
+  -- (as r steps of next_pick, each to just past the next place of t in the schedule): the
+  -- places of t in the schedule (0-based) are listed once per call (sched.at[t]).
+  local function after_picks(t, cursor, r, sched)
+    local at = sched.at[t]
+    if not at then
+      at = {}
+      for i = 1, #sched do
+        if sched[i] == t then at[#at + 1] = i - 1 end
+      end
+      sched.at[t] = at
+    end
+    local slots, cnt = #sched, #at
+    local o = cursor % slots
+    local i = cnt + 1  -- (the first place of t at or after o; cnt + 1: the next cycle's first)
+    for j = 1, cnt do
+      if at[j] >= o then i = j; break end
+    end
+    local idx = i + r - 1
+    local cycle = math.floor((idx - 1) / cnt)
+    return cursor - o + cycle * slots + at[(idx - 1) % cnt + 1] + 1
+  end
+
   -- The next open key of tier t (scored at most now) and its score (text), or false: the
   -- tier's open zset is read a few keys at a time, in its order (bufs[t]: the keys read and
   -- the position reached; as many keys as want more grants take at the default
@@ -617,6 +649,7 @@ if POLITE then
       if b >= 97 then sched[i] = b - 87 elseif b >= 65 then sched[i] = b - 55
       else sched[i] = b - 48 end
     end
+    sched.at = {}
     -- the open key of each tier (false: none open now) and its score (text), the next one
     -- taken once it is served (only its own tier's zset changes; in the others it stays
     -- the head)
@@ -668,6 +701,11 @@ if POLITE then
           if gap == 0 then
             local room = math.min(lim[1] - inn, n - #ids, len)
             if QORDER == 'priority' then k = math.max(room, 1)
+            elseif room > 1 and alone(t, heads) then
+              -- (no other tier has an open key: the schedule picks t at each of its next
+              -- room - 1 places, and the cursor moves past the last of them)
+              k = room
+              cursor = after_picks(t, cursor, room - 1, sched)
             else
               while k < room do
                 local step = next_pick(t, heads, cursor, sched)
