@@ -451,6 +451,9 @@ if POLITE then
         -- see pol_pop)
         if waiting then redis.call('HSET', K_POL .. key, 'tm', num_text(mask))
         else redis.call('HSET', K_POL .. key, 'tm', num_text(mask), 'rdy', PC.now_s) end
+        -- (a key with ready requests keeps its state: an idle one's expiry ends here, not
+        -- at its grants, see pol_pop)
+        redis.call('PERSIST', K_POL .. key)
         redis.call('ZADD', open_key(t), score_s(opens_at(key, inn, nxt)), key)
       end
     end
@@ -641,6 +644,7 @@ if POLITE then
     local ids, keys, tiers = {}, {}, {}
     local slots = #schedule
     local cursor = num(redis.call('HGET', K_CONTROL, 'cursor'))
+    local cursor0 = cursor
     local guard = 2 * n + 64  -- a key found closed is rescored once, then skipped
     -- the schedule's hex digits as numbers (read once, not a string.sub per pick)
     local sched = {string.byte(schedule, 1, slots)}
@@ -739,7 +743,13 @@ if POLITE then
           else
             redis.call('HSET', sk, 'in', num_text(inn + #got), 'next', nxt_s, 'rdy', PC.now_s)
           end
-          if inn == 0 then redis.call('PERSIST', sk) end
+          -- (its state has no expiry while its tier mask says it has ready requests: none
+          -- is set then, pol_idle_check, and pol_push ends one when it gets some; unknown
+          -- without a mask, or with AutoThrottle, whose step may set one on a key with
+          -- nothing in flight)
+          if inn == 0 and not (mask and mask > 0 and not PC.def[4]) then
+            redis.call('PERSIST', sk)
+          end
           inn, nxt = inn + #got, NOW + gap
           if emptied then
             redis.call('ZREM', open_key(t), key)
@@ -755,7 +765,7 @@ if POLITE then
         end
       end
     end
-    if QORDER ~= 'priority' then
+    if QORDER ~= 'priority' and cursor ~= cursor0 then
       redis.call('HSET', K_CONTROL, 'cursor', num_text(cursor % (slots * 1000000)))
     end
     pol_count(-#ids)
