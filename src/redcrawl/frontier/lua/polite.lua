@@ -205,7 +205,10 @@ if POLITE then
     local lim = limits(key)
     if lim[2] ~= 0 or lim[4] > NOW or lim[5] then return false end
     if PC.noblock == nil then
-      PC.noblock = redis.call('ZCOUNT', K_POLB, '(' .. PC.now_s, '+inf') == 0
+      -- (most crawls have no key blocked at all: the zset does not exist)
+      if PC.polb_none == nil then PC.polb_none = redis.call('EXISTS', K_POLB) == 0 end
+      PC.noblock = PC.polb_none or
+        redis.call('ZCOUNT', K_POLB, '(' .. PC.now_s, '+inf') == 0
     end
     return PC.noblock
   end
@@ -370,7 +373,8 @@ if POLITE then
     end
     redis.call('HSET', K_POL .. key, unpack(fields))
     redis.call('ZADD', K_POLB, block, key)
-    PC.noblock = false  -- (a key is blocked now: opens_now reads states again)
+    -- (a key is blocked now: opens_now reads states again)
+    PC.noblock, PC.polb_none = false, false
     local inn, nxt, _, mask = pol_state(key)
     pol_rescore(key, opens_at(key, inn, nxt), mask)
     pol_idle_check(key, inn, nxt, mask)
@@ -392,11 +396,11 @@ if POLITE then
   -- politeness_wait_ms); a corrupt one starts again from n (these are event counters, not
   -- recoverable), rather than failing the script halfway.
   local function stat_add(field, n)
-    if not int_ok(redis.call('HGET', K_STATS, field)) then
+    -- (one HINCRBY, which refuses a corrupt value without writing: then it is replaced)
+    local r = redis.pcall('HINCRBY', K_STATS, field, num_text(n))
+    if type(r) == 'table' and r.err then
       redis.call('HSET', K_STATS, field, n)
       repaired('counter ' .. field .. ' held a non-integer; restarted from ' .. n)
-    else
-      redis.call('HINCRBY', K_STATS, field, n)
     end
   end
 
@@ -777,7 +781,10 @@ if POLITE then
   -- the blocked zset (their "block" field stays, in the past). Returns ids, their keys and
   -- their tiers (aligned lists).
   local function pol_grant(n, schedule)
-    redis.call('ZREMRANGEBYSCORE', K_POLB, '-inf', NOW)
+    -- (an empty blocked zset does not exist: nothing to remove, no key blocked)
+    if PC.polb_none == nil then PC.polb_none = redis.call('EXISTS', K_POLB) == 0 end
+    if PC.polb_none then PC.noblock = true
+    else redis.call('ZREMRANGEBYSCORE', K_POLB, '-inf', PC.now_s) end
     return pol_pop(n, schedule)
   end
 
