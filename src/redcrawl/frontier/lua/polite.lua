@@ -269,13 +269,48 @@ if POLITE then
   -- push), and its state is read only to rescore it or to let it expire once idle (the
   -- fields needed, in one HMGET). (A key whose concurrency was raised, other than by an
   -- override, which rescores it itself, opens at its next slot back with nothing in flight.)
+  -- The one tier whose open zset has keys, false if none has, -1 if several (read once
+  -- per call, and again after pol_push adds a key to a tier: nothing else does).
+  local function live_tier()
+    if PC.live == nil then
+      local live = false
+      for t = 0, NTIERS - 1 do
+        if redis.call('EXISTS', open_key(t)) == 1 then
+          if live then live = -1; break end
+          live = t
+        end
+      end
+      PC.live = live
+    end
+    return PC.live
+  end
+
+  -- A slot back of a key that opens now (opens_now: its next allowed grant is at most
+  -- now) that was full or has nothing in flight, done without reading its tier mask when
+  -- at most one tier has keys with ready requests; true if done. (A key with ready
+  -- requests is in its tiers' open zsets: with none, it has none; with one, it is in that
+  -- one or in none, and a full key's score there, OPEN_FULL, changes iff it is a member.)
+  local function back_now(key, inn, full)
+    local lt = live_tier()
+    if lt == false then
+      pol_idle_check(key, inn, NOW, 0)
+      return true
+    end
+    if lt < 0 or not full then return false end
+    local score = opens_at(key, inn, NOW)
+    if score >= OPEN_FULL then return false end
+    if score < NOW then score = NOW end
+    -- (a member has ready requests: its state keeps no expiry)
+    return redis.call('ZADD', open_key(lt), 'XX', 'CH', score_s(score), key) == 1
+  end
+
   local function pol_slots_back(per_key)
     for key, k in pairs(per_key) do
       local sk = K_POL .. key
       local inn = redis.call('HINCRBY', sk, 'in', num_text(-k))
       if inn < 0 then redis.call('HSET', sk, 'in', '0'); inn = 0 end
       local full = inn + k >= limits(key)[1]
-      if full or inn == 0 then
+      if (full or inn == 0) and not (opens_now(key) and back_now(key, inn, full)) then
         local nxt, mask
         if opens_now(key) then
           -- (its next allowed grant is at most now: only its tiers are read)
@@ -459,6 +494,7 @@ if POLITE then
         -- at its grants, see pol_pop)
         redis.call('PERSIST', K_POL .. key)
         redis.call('ZADD', open_key(t), score_s(opens_at(key, inn, nxt)), key)
+        PC.live = nil  -- (a tier may have keys now: live_tier reads again)
       end
     end
     pol_count(#items)
