@@ -66,10 +66,13 @@ if POLITE then
   K_POLB = KEYS[K_OPEN + NTIERS + 4]
   K_DEFERS = KEYS[K_OPEN + NTIERS + 5]
   PC.now_s = string.format('%.17g', NOW)
-  PC.full_s = string.format('%.17g', OPEN_FULL)
-  for t = 0, NTIERS - 1 do PC.pq[t] = K_PQ .. t .. ':' end
+  PC.full_s = '4503599627370496'  -- (OPEN_FULL as %.17g writes it)
   local function open_key(tier) return KEYS[K_OPEN + tier] end
-  local function pq_key(tier, key) return PC.pq[tier] .. key end
+  local function pq_key(tier, key)
+    local p = PC.pq[tier]
+    if not p then p = K_PQ .. tier .. ':'; PC.pq[tier] = p end
+    return p .. key
+  end
 
   -- A stored integer (a count, a time in ms) as a number, nil when absent or not a whole
   -- number (as num() reads, at a tenth of its cost when the same text comes again: no
@@ -347,7 +350,8 @@ if POLITE then
     -- request acked unless the record starts with the same header and key as the one
     -- before it: the requests of one lease and key come together)
     local head, hlen, hkey
-    for _, rec in pairs(recs) do
+    for i = 1, table.maxn(recs) do
+      local rec = recs[i]
       if rec and head and string.sub(rec, 1, hlen) == head then
         per_key[hkey] = per_key[hkey] + 1
       elseif rec then
@@ -698,6 +702,13 @@ if POLITE then
     -- taken once it is served (only its own tier's zset changes; in the others it stays
     -- the head)
     local heads, opened, bufs = {}, {}, {}
+    local lt = PC.live
+    if lt ~= nil and lt ~= -1 then
+      -- (the tiers without keys are known already, live_tier: not read)
+      for t = 0, NTIERS - 1 do
+        if t ~= lt then heads[t] = false end
+      end
+    end
     local waited = 0
     while #ids < n and guard > 0 do
       guard = guard - 1
