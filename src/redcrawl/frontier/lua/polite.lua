@@ -142,7 +142,8 @@ if POLITE then
   end
   -- The key's limits: {conc, delay (ms), jitter (its range, or false), block (ms), paused}.
   local function limits(key)
-    local lim = LIMITS[key]
+    -- (PC.deflim: every key's limits, when nothing is set per key)
+    local lim = PC.deflim or LIMITS[key]
     if lim then return lim end
     local def = PC.def or pol_defaults()
     if PC.deflim then return PC.deflim end
@@ -204,8 +205,11 @@ if POLITE then
   -- key of the crawl is blocked past now (an adaptive block is always in the blocked zset
   -- too, pol_fail; one ZCOUNT per call); AutoThrottle off (its delay is in the state).
   local function opens_now(key)
-    if (PC.def or pol_defaults())[4] then return false end
-    local lim = limits(key)
+    local lim = PC.deflim  -- (set only while AutoThrottle is off)
+    if not lim then
+      if (PC.def or pol_defaults())[4] then return false end
+      lim = limits(key)
+    end
     if lim[2] ~= 0 or lim[4] > NOW or lim[5] then return false end
     if PC.noblock == nil then
       -- (most crawls have no key blocked at all: the zset does not exist)
@@ -225,7 +229,7 @@ if POLITE then
       if inn < 0 then inn = 0 end
       return inn, 0, fnum(v[2]) or 0, tier_mask(v[3])
     end
-    if (PC.def or pol_defaults())[4] then
+    if not PC.deflim and (PC.def or pol_defaults())[4] then
       v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'block', 'rdy', 'tm', 'ad')
       AUTO_DELAY[key] = v[6] or false
     else
