@@ -77,13 +77,14 @@ if POLITE then
   -- A stored integer (a count, a time in ms) as a number, nil when absent or not a whole
   -- number (as num() reads, at a tenth of its cost when the same text comes again: no
   -- pattern, and each distinct text converted once per call).
+  local NUMS = PC.nums
   local function fnum(v)
     if not v then return nil end
-    local n = PC.nums[v]
+    local n = NUMS[v]
     if n == nil then
       n = tonumber(v)
       if not (n and n % 1 == 0 and n > -1e15 and n < 1e15) then n = false end
-      PC.nums[v] = n
+      NUMS[v] = n
     end
     return n or nil
   end
@@ -246,7 +247,8 @@ if POLITE then
     local lim = limits(key)
     if lim[5] then return NOW + PAUSE_RECHECK end
     if inn >= lim[1] then return OPEN_FULL end
-    return math.max(nxt, lim[4])
+    if nxt > lim[4] then return nxt end  -- (no math.max: a C call costs a few hundred Ir)
+    return lim[4]
   end
 
   -- The key's score in every tier's open zset where it is (it is there iff it has ready
@@ -758,7 +760,9 @@ if POLITE then
           -- (one state read and write and one rescore per key, not per request)
           local k = 1
           if gap == 0 then
-            local room = math.min(lim[1] - inn, n - #ids, len)
+            local room = lim[1] - inn
+            if n - #ids < room then room = n - #ids end
+            if len < room then room = len end
             if QORDER == 'priority' then k = math.max(room, 1)
             elseif room > 1 and alone(t, heads) then
               -- (no other tier has an open key: the schedule picks t at each of its next
