@@ -39,7 +39,9 @@ hosts then) with one client against ``/usr/bin/redis-server`` under valgrind's c
 Redis instructions per lease+ack and the commands per lease+ack (``INFO commandstats``,
 the commands inside the scripts included), politeness on and off. Instruction counts do
 not move with the machine's load (two runs agree within ~2%): use them for an A/B of a
-Lua change (``PYTHONPATH`` pointing at the two checkouts).
+Lua change (``PYTHONPATH`` pointing at the two checkouts). ``--only on`` (or ``off``)
+measures one side (the other runs none of ``polite.lua``); ``--keep PREFIX`` keeps each
+callgrind dump as ``PREFIX.on`` / ``PREFIX.off`` for ``callgrind_annotate``.
 
 A benchmark, not a test: no asserts, exit status 0 when it ran to the end.
 """
@@ -511,7 +513,8 @@ def frontier_instructions(args: argparse.Namespace) -> int:
             f"calls of {args.batch}, one client, redis-server under callgrind",
             flush=True,
         )
-        for polite in (True, False):
+        sides = {"on": (True,), "off": (False,)}.get(args.only, (True, False))
+        for polite in sides:
             frontier_push(url, admin, min(args.n, 2000), args.keys, polite)  # warm up
             frontier_client(url, polite, "w0", args.batch, None, None)
             frontier_push(url, admin, args.n, args.keys, polite)
@@ -522,6 +525,11 @@ def frontier_instructions(args: argparse.Namespace) -> int:
             s1 = command_stats(admin)
             time.sleep(0.5)
             ir = instructions()
+            if args.keep:
+                files = sorted(glob.glob(f"{out_dir}/cg.*"), key=os.path.getmtime)
+                dest = f"{args.keep}.{'on' if polite else 'off'}"
+                shutil.copy(files[-1], dest)
+                print(f"  (callgrind dump kept: {dest})", flush=True)
             delta = stats_delta(s0, s1)
             calls = sorted(delta.items(), key=lambda kv: -kv[1][0])
             per = ", ".join(f"{c} {v[0] / args.n:.2f}" for c, v in calls[:12])
@@ -634,6 +642,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--instructions",
         action="store_true",
         help="--frontier: Redis instructions and commands per lease+ack under callgrind",
+    )
+    p.add_argument(
+        "--only",
+        choices=("on", "off"),
+        help="--instructions: measure politeness on or off only (default both)",
+    )
+    p.add_argument(
+        "--keep",
+        metavar="PREFIX",
+        help="--instructions: keep each callgrind dump as PREFIX.on / PREFIX.off",
     )
     args = p.parse_args(argv)
     if args.frontier:

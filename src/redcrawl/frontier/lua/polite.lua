@@ -66,21 +66,25 @@ if POLITE then
   K_POLB = KEYS[K_OPEN + NTIERS + 4]
   K_DEFERS = KEYS[K_OPEN + NTIERS + 5]
   PC.now_s = string.format('%.17g', NOW)
-  PC.full_s = string.format('%.17g', OPEN_FULL)
-  for t = 0, NTIERS - 1 do PC.pq[t] = K_PQ .. t .. ':' end
+  PC.full_s = '4503599627370496'  -- (OPEN_FULL as %.17g writes it)
   local function open_key(tier) return KEYS[K_OPEN + tier] end
-  local function pq_key(tier, key) return PC.pq[tier] .. key end
+  local function pq_key(tier, key)
+    local p = PC.pq[tier]
+    if not p then p = K_PQ .. tier .. ':'; PC.pq[tier] = p end
+    return p .. key
+  end
 
   -- A stored integer (a count, a time in ms) as a number, nil when absent or not a whole
   -- number (as num() reads, at a tenth of its cost when the same text comes again: no
   -- pattern, and each distinct text converted once per call).
+  local NUMS = PC.nums
   local function fnum(v)
     if not v then return nil end
-    local n = PC.nums[v]
+    local n = NUMS[v]
     if n == nil then
       n = tonumber(v)
       if not (n and n % 1 == 0 and n > -1e15 and n < 1e15) then n = false end
-      PC.nums[v] = n
+      NUMS[v] = n
     end
     return n or nil
   end
@@ -139,7 +143,8 @@ if POLITE then
   end
   -- The key's limits: {conc, delay (ms), jitter (its range, or false), block (ms), paused}.
   local function limits(key)
-    local lim = LIMITS[key]
+    -- (PC.deflim: every key's limits, when nothing is set per key)
+    local lim = PC.deflim or LIMITS[key]
     if lim then return lim end
     local def = PC.def or pol_defaults()
     if PC.deflim then return PC.deflim end
@@ -201,11 +206,17 @@ if POLITE then
   -- key of the crawl is blocked past now (an adaptive block is always in the blocked zset
   -- too, pol_fail; one ZCOUNT per call); AutoThrottle off (its delay is in the state).
   local function opens_now(key)
-    if (PC.def or pol_defaults())[4] then return false end
-    local lim = limits(key)
+    local lim = PC.deflim  -- (set only while AutoThrottle is off)
+    if not lim then
+      if (PC.def or pol_defaults())[4] then return false end
+      lim = limits(key)
+    end
     if lim[2] ~= 0 or lim[4] > NOW or lim[5] then return false end
     if PC.noblock == nil then
-      PC.noblock = redis.call('ZCOUNT', K_POLB, '(' .. PC.now_s, '+inf') == 0
+      -- (most crawls have no key blocked at all: the zset does not exist)
+      if PC.polb_none == nil then PC.polb_none = redis.call('EXISTS', K_POLB) == 0 end
+      PC.noblock = PC.polb_none or
+        redis.call('ZCOUNT', K_POLB, '(' .. PC.now_s, '+inf') == 0
     end
     return PC.noblock
   end
@@ -219,7 +230,7 @@ if POLITE then
       if inn < 0 then inn = 0 end
       return inn, 0, fnum(v[2]) or 0, tier_mask(v[3])
     end
-    if (PC.def or pol_defaults())[4] then
+    if not PC.deflim and (PC.def or pol_defaults())[4] then
       v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'block', 'rdy', 'tm', 'ad')
       AUTO_DELAY[key] = v[6] or false
     else
@@ -236,7 +247,8 @@ if POLITE then
     local lim = limits(key)
     if lim[5] then return NOW + PAUSE_RECHECK end
     if inn >= lim[1] then return OPEN_FULL end
-    return math.max(nxt, lim[4])
+    if nxt > lim[4] then return nxt end  -- (no math.max: a C call costs a few hundred Ir)
+    return lim[4]
   end
 
   -- The key's score in every tier's open zset where it is (it is there iff it has ready
@@ -266,13 +278,48 @@ if POLITE then
   -- push), and its state is read only to rescore it or to let it expire once idle (the
   -- fields needed, in one HMGET). (A key whose concurrency was raised, other than by an
   -- override, which rescores it itself, opens at its next slot back with nothing in flight.)
+  -- The one tier whose open zset has keys, false if none has, -1 if several (read once
+  -- per call, and again after pol_push adds a key to a tier: nothing else does).
+  local function live_tier()
+    if PC.live == nil then
+      local live = false
+      for t = 0, NTIERS - 1 do
+        if redis.call('EXISTS', open_key(t)) == 1 then
+          if live then live = -1; break end
+          live = t
+        end
+      end
+      PC.live = live
+    end
+    return PC.live
+  end
+
+  -- A slot back of a key that opens now (opens_now: its next allowed grant is at most
+  -- now) that was full or has nothing in flight, done without reading its tier mask when
+  -- at most one tier has keys with ready requests; true if done. (A key with ready
+  -- requests is in its tiers' open zsets: with none, it has none; with one, it is in that
+  -- one or in none, and a full key's score there, OPEN_FULL, changes iff it is a member.)
+  local function back_now(key, inn, full)
+    local lt = live_tier()
+    if lt == false then
+      pol_idle_check(key, inn, NOW, 0)
+      return true
+    end
+    if lt < 0 or not full then return false end
+    local score = opens_at(key, inn, NOW)
+    if score >= OPEN_FULL then return false end
+    if score < NOW then score = NOW end
+    -- (a member has ready requests: its state keeps no expiry)
+    return redis.call('ZADD', open_key(lt), 'XX', 'CH', score_s(score), key) == 1
+  end
+
   local function pol_slots_back(per_key)
     for key, k in pairs(per_key) do
       local sk = K_POL .. key
       local inn = redis.call('HINCRBY', sk, 'in', num_text(-k))
       if inn < 0 then redis.call('HSET', sk, 'in', '0'); inn = 0 end
       local full = inn + k >= limits(key)[1]
-      if full or inn == 0 then
+      if (full or inn == 0) and not (opens_now(key) and back_now(key, inn, full)) then
         local nxt, mask
         if opens_now(key) then
           -- (its next allowed grant is at most now: only its tiers are read)
@@ -309,7 +356,8 @@ if POLITE then
     -- request acked unless the record starts with the same header and key as the one
     -- before it: the requests of one lease and key come together)
     local head, hlen, hkey
-    for _, rec in pairs(recs) do
+    for i = 1, table.maxn(recs) do
+      local rec = recs[i]
       if rec and head and string.sub(rec, 1, hlen) == head then
         per_key[hkey] = per_key[hkey] + 1
       elseif rec then
@@ -370,7 +418,8 @@ if POLITE then
     end
     redis.call('HSET', K_POL .. key, unpack(fields))
     redis.call('ZADD', K_POLB, block, key)
-    PC.noblock = false  -- (a key is blocked now: opens_now reads states again)
+    -- (a key is blocked now: opens_now reads states again)
+    PC.noblock, PC.polb_none = false, false
     local inn, nxt, _, mask = pol_state(key)
     pol_rescore(key, opens_at(key, inn, nxt), mask)
     pol_idle_check(key, inn, nxt, mask)
@@ -392,11 +441,11 @@ if POLITE then
   -- politeness_wait_ms); a corrupt one starts again from n (these are event counters, not
   -- recoverable), rather than failing the script halfway.
   local function stat_add(field, n)
-    if not int_ok(redis.call('HGET', K_STATS, field)) then
+    -- (one HINCRBY, which refuses a corrupt value without writing: then it is replaced)
+    local r = redis.pcall('HINCRBY', K_STATS, field, num_text(n))
+    if type(r) == 'table' and r.err then
       redis.call('HSET', K_STATS, field, n)
       repaired('counter ' .. field .. ' held a non-integer; restarted from ' .. n)
-    else
-      redis.call('HINCRBY', K_STATS, field, n)
     end
   end
 
@@ -451,7 +500,11 @@ if POLITE then
         -- see pol_pop)
         if waiting then redis.call('HSET', K_POL .. key, 'tm', num_text(mask))
         else redis.call('HSET', K_POL .. key, 'tm', num_text(mask), 'rdy', PC.now_s) end
+        -- (a key with ready requests keeps its state: an idle one's expiry ends here, not
+        -- at its grants, see pol_pop)
+        redis.call('PERSIST', K_POL .. key)
         redis.call('ZADD', open_key(t), score_s(opens_at(key, inn, nxt)), key)
+        PC.live = nil  -- (a tier may have keys now: live_tier reads again)
       end
     end
     pol_count(#items)
@@ -580,6 +633,38 @@ if POLITE then
     return nil
   end
 
+  -- Whether t is the only tier with an open key (every other tier's head is known to be
+  -- none: false in heads).
+  local function alone(t, heads)
+    for u = 0, NTIERS - 1 do
+      if u ~= t and heads[u] ~= false then return false end
+    end
+    return true
+  end
+
+  -- The cursor after r more picks of tier t from cursor, when no other tier has an open key
+  -- (as r steps of next_pick, each to just past the next place of t in the schedule): the
+  -- places of t in the schedule (0-based) are listed once per call (sched.at[t]).
+  local function after_picks(t, cursor, r, sched)
+    local at = sched.at[t]
+    if not at then
+      at = {}
+      for i = 1, #sched do
+        if sched[i] == t then at[#at + 1] = i - 1 end
+      end
+      sched.at[t] = at
+    end
+    local slots, cnt = #sched, #at
+    local o = cursor % slots
+    local i = cnt + 1  -- (the first place of t at or after o; cnt + 1: the next cycle's first)
+    for j = 1, cnt do
+      if at[j] >= o then i = j; break end
+    end
+    local idx = i + r - 1
+    local cycle = math.floor((idx - 1) / cnt)
+    return cursor - o + cycle * slots + at[(idx - 1) % cnt + 1] + 1
+  end
+
   -- The next open key of tier t (scored at most now) and its score (text), or false: the
   -- tier's open zset is read a few keys at a time, in its order (bufs[t]: the keys read and
   -- the position reached; as many keys as want more grants take at the default
@@ -609,6 +694,7 @@ if POLITE then
     local ids, keys, tiers = {}, {}, {}
     local slots = #schedule
     local cursor = num(redis.call('HGET', K_CONTROL, 'cursor'))
+    local cursor0 = cursor
     local guard = 2 * n + 64  -- a key found closed is rescored once, then skipped
     -- the schedule's hex digits as numbers (read once, not a string.sub per pick)
     local sched = {string.byte(schedule, 1, slots)}
@@ -617,10 +703,18 @@ if POLITE then
       if b >= 97 then sched[i] = b - 87 elseif b >= 65 then sched[i] = b - 55
       else sched[i] = b - 48 end
     end
+    sched.at = {}
     -- the open key of each tier (false: none open now) and its score (text), the next one
     -- taken once it is served (only its own tier's zset changes; in the others it stays
     -- the head)
     local heads, opened, bufs = {}, {}, {}
+    local lt = PC.live
+    if lt ~= nil and lt ~= -1 then
+      -- (the tiers without keys are known already, live_tier: not read)
+      for t = 0, NTIERS - 1 do
+        if t ~= lt then heads[t] = false end
+      end
+    end
     local waited = 0
     while #ids < n and guard > 0 do
       guard = guard - 1
@@ -666,8 +760,15 @@ if POLITE then
           -- (one state read and write and one rescore per key, not per request)
           local k = 1
           if gap == 0 then
-            local room = math.min(lim[1] - inn, n - #ids, len)
+            local room = lim[1] - inn
+            if n - #ids < room then room = n - #ids end
+            if len < room then room = len end
             if QORDER == 'priority' then k = math.max(room, 1)
+            elseif room > 1 and alone(t, heads) then
+              -- (no other tier has an open key: the schedule picks t at each of its next
+              -- room - 1 places, and the cursor moves past the last of them)
+              k = room
+              cursor = after_picks(t, cursor, room - 1, sched)
             else
               while k < room do
                 local step = next_pick(t, heads, cursor, sched)
@@ -701,7 +802,13 @@ if POLITE then
           else
             redis.call('HSET', sk, 'in', num_text(inn + #got), 'next', nxt_s, 'rdy', PC.now_s)
           end
-          if inn == 0 then redis.call('PERSIST', sk) end
+          -- (its state has no expiry while its tier mask says it has ready requests: none
+          -- is set then, pol_idle_check, and pol_push ends one when it gets some; unknown
+          -- without a mask, or with AutoThrottle, whose step may set one on a key with
+          -- nothing in flight)
+          if inn == 0 and not (mask and mask > 0 and not PC.def[4]) then
+            redis.call('PERSIST', sk)
+          end
           inn, nxt = inn + #got, NOW + gap
           if emptied then
             redis.call('ZREM', open_key(t), key)
@@ -717,7 +824,7 @@ if POLITE then
         end
       end
     end
-    if QORDER ~= 'priority' then
+    if QORDER ~= 'priority' and cursor ~= cursor0 then
       redis.call('HSET', K_CONTROL, 'cursor', num_text(cursor % (slots * 1000000)))
     end
     pol_count(-#ids)
@@ -729,7 +836,10 @@ if POLITE then
   -- the blocked zset (their "block" field stays, in the past). Returns ids, their keys and
   -- their tiers (aligned lists).
   local function pol_grant(n, schedule)
-    redis.call('ZREMRANGEBYSCORE', K_POLB, '-inf', NOW)
+    -- (an empty blocked zset does not exist: nothing to remove, no key blocked)
+    if PC.polb_none == nil then PC.polb_none = redis.call('EXISTS', K_POLB) == 0 end
+    if PC.polb_none then PC.noblock = true
+    else redis.call('ZREMRANGEBYSCORE', K_POLB, '-inf', PC.now_s) end
     return pol_pop(n, schedule)
   end
 

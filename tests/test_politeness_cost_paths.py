@@ -1,0 +1,122 @@
+"""The shortcuts of the cheaper polite lease+ack (docs/politeness.md, "Cost", fifth pass),
+against a real Redis on both backends: a key's state loses its expiry when work arrives,
+not at its grant; a full key's slot back reopens it without reading its tier mask when one
+tier has keys, and an idle key's state expires when none has; the tier schedule's cursor
+after a batch of one key is where one pick at a time would have left it."""
+
+from __future__ import annotations
+
+import pytest
+
+from redcrawl.codec import Envelope
+from redcrawl.fingerprint import fingerprint
+from redcrawl.frontier import FrontierCore
+from redcrawl.frontier.base import fair_schedule
+
+from .conftest import FrontierFactory
+
+pytestmark = pytest.mark.backends("lists", "streams")
+
+OPEN_FULL = 2**52
+
+
+def site(host: str, n: int, start: int = 0, priority: int = 0) -> list[Envelope]:
+    urls = [f"http://{host}/p{priority}/{i}" for i in range(start, start + n)]
+    return [Envelope(url=u, fingerprint=fingerprint(u), priority=priority) for u in urls]
+
+
+def polite(make_frontier: FrontierFactory, **settings: object) -> FrontierCore:
+    params: dict[str, object] = {
+        "politeness_concurrency": 2,
+        "politeness_delay": 0.0,
+        "politeness_randomize": False,
+    }
+    f = make_frontier(**{**params, **settings})
+    assert f.politeness == "host"
+    return f
+
+
+def scores(f: FrontierCore, key: str) -> dict[int, float]:
+    """The key's score in each tier's open zset where it is a member."""
+    out = {}
+    for t in range(f.keys.tiers):
+        score = f.client.zscore(f.keys.open(t), key)
+        if score is not None:
+            out[t] = score
+    return out
+
+
+def test_an_idle_keys_state_loses_its_expiry_when_work_arrives(
+    make_frontier: FrontierFactory,
+) -> None:
+    f = polite(make_frontier)
+    state = f.keys.pol_state_base + "a.test"
+    f.push(site("a.test", 1))
+    f.ack(f.lease("w", 10))
+    assert 0 < f.client.pttl(state) <= 3_600_000  # idle: expires
+    f.push(site("a.test", 3, start=1))
+    assert f.client.pttl(state) == -1  # ready work: kept, before any grant
+    got = f.lease("w", 10)
+    assert len(got) == 2 and f.client.pttl(state) == -1
+    f.ack(got)  # nothing in flight, one ready: kept
+    assert f.client.pttl(state) == -1
+    f.ack(f.lease("w", 10))
+    assert 0 < f.client.pttl(state) <= 3_600_000
+    assert f.counts().conserved
+
+
+def test_a_full_keys_slot_back_reopens_it_in_its_only_tier(make_frontier: FrontierFactory) -> None:
+    f = polite(make_frontier)
+    f.push(site("a.test", 5) + site("b.test", 1))
+    got = [x for x in f.lease("w", 10) if "a.test" in x.envelope.url]
+    assert len(got) == 2
+    (tier,) = scores(f, "a.test")
+    assert scores(f, "a.test")[tier] == OPEN_FULL
+    f.ack(got[:1])  # no tier mask read: the one tier with keys
+    assert scores(f, "a.test")[tier] < OPEN_FULL
+    assert len(f.lease("w", 10)) == 1
+    assert f.client.pttl(f.keys.pol_state_base + "a.test") == -1
+    assert f.counts().conserved
+
+
+def test_slot_backs_after_every_queue_ran_dry_let_the_states_expire(
+    make_frontier: FrontierFactory,
+) -> None:
+    f = polite(make_frontier)
+    f.push(site("a.test", 2) + site("b.test", 2))
+    got = f.lease("w", 10)
+    assert len(got) == 4 and not any(scores(f, k) for k in ("a.test", "b.test"))
+    f.ack(got)  # full keys, no tier has keys: no mask read, idle
+    for key in ("a.test", "b.test"):
+        assert 0 < f.client.pttl(f.keys.pol_state_base + key) <= 3_600_000
+        assert int(f.client.hget(f.keys.pol_state_base + key, "in") or 0) == 0
+    assert f.counts().conserved
+
+
+@pytest.mark.parametrize("cursor", [0, 3, 7, 1_000_003])
+def test_the_cursor_after_a_batch_is_where_one_pick_at_a_time_leaves_it(
+    make_frontier: FrontierFactory, cursor: int
+) -> None:
+    f = polite(make_frontier, politeness_concurrency=6)
+    f.push(site("a.test", 10, priority=0))
+    (tier,) = scores(f, "a.test")
+    f.client.hset(f.keys.control, "cursor", cursor)
+    assert len(f.lease("w", 5)) == 5
+    # one pick at a time: past the next place of the tier in the schedule, 5 times (the
+    # other tiers have no key)
+    sched = [int(c, 16) for c in fair_schedule(f.settings.tier_weights)]
+    at = cursor
+    for _ in range(5):
+        while sched[at % len(sched)] != tier:
+            at += 1
+        at += 1
+    assert int(f.client.hget(f.keys.control, "cursor")) == at % (len(sched) * 1_000_000)
+
+
+def test_a_lease_that_grants_nothing_leaves_the_cursor(make_frontier: FrontierFactory) -> None:
+    f = polite(make_frontier, politeness_concurrency=1)
+    f.push(site("a.test", 2))
+    assert len(f.lease("w", 10)) == 1
+    at = f.client.hget(f.keys.control, "cursor")
+    assert f.lease("w", 10) == []
+    assert f.client.hget(f.keys.control, "cursor") == at
