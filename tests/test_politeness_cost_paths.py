@@ -120,3 +120,22 @@ def test_a_lease_that_grants_nothing_leaves_the_cursor(make_frontier: FrontierFa
     at = f.client.hget(f.keys.control, "cursor")
     assert f.lease("w", 10) == []
     assert f.client.hget(f.keys.control, "cursor") == at
+
+
+def test_a_grant_ends_an_expiry_another_script_set_on_a_key_with_ready_work(
+    make_frontier: FrontierFactory,
+) -> None:
+    """A review of the fifth pass: the grant skipped its PERSIST whenever the tier mask
+    said the key had ready work, trusting that no expiry is set then; the robots.txt
+    charge (charge.lua, nothing in flight) and a fleet AutoThrottle update set one on such
+    a key, and so did pol_push before the fifth pass (a crawl upgraded in place). Nothing
+    ended it any more: mid-crawl the key's state (in flight, next, block) expired, and the
+    key was granted beyond its concurrency and before its delay."""
+    f = polite(make_frontier, politeness_concurrency=1)
+    state = f.keys.pol_state_base + "a.test"
+    f.push(site("a.test", 3))
+    f.charge_fetch(["a.test"])  # a robots.txt fetch charged to the key: nothing in flight
+    assert f.client.pttl(state) > 0  # (as before the fifth pass: an idle-looking key)
+    got = f.lease("w", 10)
+    assert len(got) == 1
+    assert f.client.pttl(state) == -1, "its state would expire with a request in flight"

@@ -802,13 +802,10 @@ if POLITE then
           else
             redis.call('HSET', sk, 'in', num_text(inn + #got), 'next', nxt_s, 'rdy', PC.now_s)
           end
-          -- (its state has no expiry while its tier mask says it has ready requests: none
-          -- is set then, pol_idle_check, and pol_push ends one when it gets some; unknown
-          -- without a mask, or with AutoThrottle, whose step may set one on a key with
-          -- nothing in flight)
-          if inn == 0 and not (mask and mask > 0 and not PC.def[4]) then
-            redis.call('PERSIST', sk)
-          end
+          -- (a key granted with nothing in flight may carry an expiry even with ready
+          -- work: the robots.txt charge, a fleet AutoThrottle update, a worker before the
+          -- fifth pass set one; its state must live while a request is in flight)
+          if inn == 0 then redis.call('PERSIST', sk) end
           inn, nxt = inn + #got, NOW + gap
           if emptied then
             redis.call('ZREM', open_key(t), key)
