@@ -14,7 +14,7 @@ from pathlib import Path
 
 from redcrawl.frontier import FrontierCore, InflightInfo
 
-__all__ = ["kill_while_holding", "parse_log", "running_workers", "start_workers"]
+__all__ = ["kill_one_midway", "kill_while_holding", "parse_log", "running_workers", "start_workers"]
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -100,3 +100,22 @@ def kill_while_holding(
             proc.wait()
             return held
         proc.send_signal(signal.SIGCONT)
+
+
+def kill_one_midway(
+    redis_url: str, crawl: str, logs: list[Path], backend: str, frontier: FrontierCore, n: int
+) -> list[InflightInfo]:
+    """Run one worker per log; once a third of the crawl's ``n`` requests are done,
+    SIGKILL w1 while it holds leases (:func:`kill_while_holding`) and let the others
+    finish (each exits 0). Returns what w1 held."""
+    with running_workers(redis_url, crawl, logs, backend) as procs:
+        victim = procs[1]
+        deadline = time.monotonic() + 60
+        while frontier.counts().done < n // 3:
+            assert time.monotonic() < deadline, "workers made no progress"
+            time.sleep(0.01)
+        held = kill_while_holding(victim, "w1", frontier, deadline)
+        for p in procs:
+            if p is not victim:
+                assert p.wait(timeout=120) == 0
+    return held

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,7 +47,7 @@ from redcrawl.settings import Settings
 from . import cluster
 from .apikit import AUTH_READ, SRC, ApiServer, api_settings, serving
 from .conftest import RedisServer
-from .killkit import kill_while_holding, parse_log, running_workers
+from .killkit import kill_one_midway, parse_log
 from .shop_helpers import crawl_the_shop
 from .test_frontier_properties import FrontierMachine
 
@@ -259,16 +258,7 @@ def test_sigkill_one_of_three_workers_loses_nothing(
     envs = _fps(N)
     assert frontier.push(envs).accepted == N
     logs = [tmp_path / f"w{i}.log" for i in range(3)]
-    with running_workers(redis_cluster.url, crawl, logs, backend) as procs:
-        victim = procs[1]
-        deadline = time.monotonic() + 60
-        while frontier.counts().done < N // 3:
-            assert time.monotonic() < deadline, "workers made no progress"
-            time.sleep(0.01)
-        held = kill_while_holding(victim, "w1", frontier, deadline)
-        for p in procs:
-            if p is not victim:
-                assert p.wait(timeout=120) == 0
+    held = kill_one_midway(redis_cluster.url, crawl, logs, backend, frontier, N)
     c = frontier.counts()
     assert (c.accepted, c.done, c.dead, c.pending) == (N, N, 0, 0), c
     assert c.conserved

@@ -5,7 +5,6 @@ and whatever the killed worker held was handed out again after its leases expire
 from __future__ import annotations
 
 import hashlib
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,7 +16,7 @@ from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
 
 from .conftest import RedisServer
-from .killkit import kill_while_holding, parse_log, running_workers
+from .killkit import kill_one_midway, parse_log
 
 N = 20_000
 
@@ -38,17 +37,7 @@ def test_sigkill_one_of_four_workers_loses_nothing(
     assert frontier.push(envs).accepted == N
 
     logs = [tmp_path / f"w{i}.log" for i in range(4)]
-    with running_workers(redis7.url, crawl, logs, backend) as procs:
-        victim = procs[1]
-        deadline = time.monotonic() + 60
-        while frontier.counts().done < N // 3:
-            assert time.monotonic() < deadline, "workers made no progress"
-            time.sleep(0.01)
-        # Kill while the victim holds leases (the moment that matters).
-        held_at_kill = kill_while_holding(victim, "w1", frontier, deadline)
-        for p in procs:
-            if p is not victim:
-                assert p.wait(timeout=120) == 0
+    held_at_kill = kill_one_midway(redis7.url, crawl, logs, backend, frontier, N)
 
     c = frontier.counts()
     assert (c.accepted, c.done, c.dead, c.pending) == (N, N, 0, 0), c
