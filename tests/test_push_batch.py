@@ -114,3 +114,26 @@ def test_a_batch_that_stops_being_plain_halfway(
     assert got[0] == "http://a/3"  # (the higher tier first, at either ordering)
     assert got[1:] == ["http://a/1", "http://a/2", "http://a/4", "http://a/5"]
     assert f.counts().finished
+
+
+@pytest.mark.backends("lists")
+@pytest.mark.parametrize("ordering", ["fifo", "lifo", "priority"])
+def test_done_fingerprints_after_the_last_accepted_one_stay_out_of_the_queue(
+    make_frontier: FrontierFactory, ordering: str
+) -> None:
+    """A review found it: a batch of one priority whose DONE fingerprints all come after
+    its last accepted request stayed "plain", and its whole fingerprint list, the DONE
+    ones included, went into the ready queue (no record behind them; ready overcounted,
+    the conservation law broken; after a recrawl push a request leased twice at once)."""
+    f = make_frontier(ordering=ordering, politeness=False)
+    f.push([env("http://a/done")])
+    assert f.ack(f.lease("w1", 1)) == 1
+    assert f.push([env("http://a/1"), env("http://a/done")]).flags == (True, False)
+    c = f.counts()
+    assert (c.ready, c.done) == (1, 1) and c.conserved, c
+    assert f.push([env("http://a/done")], recrawl=True).accepted == 1
+    leased = f.lease("w1", 10)
+    assert sorted(le.envelope.url for le in leased) == ["http://a/1", "http://a/done"]
+    assert f.ack(leased) == 2
+    c = f.counts()
+    assert c.finished and c.conserved and c.in_flight == 0, c

@@ -137,7 +137,11 @@ local function op_push(first, n, delay_ms, recrawl, stamped)
     for y = 1, m do z[2 * y - 1] = NOW + delay_ms; z[2 * y] = items[y][1] end
     if m > 0 then bulk('ZADD', K_DELAYED, z) end
   elseif cols then
-    ready_push_new(m, plain and fps or ids, prios, seqs, p1)
+    if plain then  -- (fps lists the k fresh fingerprints: DONE ones after the m-th too)
+      for y = m + 1, k do fps[y] = nil end
+      ids = fps
+    end
+    ready_push_new(m, ids, prios, seqs, p1)
   else
     ready_push(items, false)
   end

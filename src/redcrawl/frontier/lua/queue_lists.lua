@@ -21,6 +21,7 @@ local function queue_layer()
   -- (numeric loops and the tier bounds inline, no table per tier unless it gets ids, and
   -- the ids pushed as they are when they share one priority: this runs for every request
   -- pushed)
+  -- (ids holds exactly the n ids: the usual case pushes it whole)
   local function push_ids(n, ids, prios, seqs, front, p)
     if n == 0 then return end
     if ORDERING == 'priority' then
