@@ -19,12 +19,14 @@ import time
 from redcrawl.connection import connect
 from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
+from tests.killkit import work_seconds
 
 
 def main(
     url: str, crawl: str, worker: str, logfile: str, backend: str = "lists", until_key: str = ""
 ) -> None:
     settings = Settings(redis_url=url, lease_ttl=1.5, batch_size=50, backend=backend)  # type: ignore[arg-type]
+    work = work_seconds(worker)  # (a SIGKILL test's victim is slow: tests/killkit.py)
     client = connect(settings)
     frontier = open_frontier(client, settings, crawl)
     with open(logfile, "a", buffering=1) as log:
@@ -45,7 +47,7 @@ def main(
                 time.sleep(0.05)
                 continue
             idle_since = None
-            time.sleep(0.02)  # the "work": most of the time a worker holds leases
+            time.sleep(work)  # the "work": most of the time a worker holds leases
             write("\n".join(f"P {x.id.hex()} {x.token}" for x in leases))
             write(f"A {frontier.ack(leases)} {len(leases)}")
 

@@ -14,17 +14,47 @@ from pathlib import Path
 
 from redcrawl.frontier import FrontierCore, InflightInfo
 
-__all__ = ["kill_one_midway", "kill_while_holding", "parse_log", "running_workers", "start_workers"]
+__all__ = [
+    "SLOW_ENV",
+    "kill_one_midway",
+    "kill_while_holding",
+    "parse_log",
+    "running_workers",
+    "start_workers",
+    "work_seconds",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
+SLOW_ENV = "KILLKIT_SLOW"
+"""Workers named in this environment variable (comma-separated) take 0.25 s per batch
+instead of 0.02: a victim that holds leases nearly all the time and cannot run through its
+share before it is caught. (A fast victim, under a loaded CI, was once not seen holding
+anything before the others had finished the crawl, and exited.)"""
+
+
+def work_seconds(worker: str) -> float:
+    """How long ``worker`` "processes" a batch while holding its leases."""
+    return 0.25 if worker in os.environ.get(SLOW_ENV, "").split(",") else 0.02
+
+
 def start_workers(
-    redis_url: str, crawl: str, logs: list[Path], backend: str, *extra: str
+    redis_url: str,
+    crawl: str,
+    logs: list[Path],
+    backend: str,
+    *extra: str,
+    slow: tuple[str, ...] = ("w1",),
 ) -> list[subprocess.Popen[bytes]]:
     """One ``tests/frontier_worker.py`` process per log file (named w0, w1, ...), on this
-    checkout's redcrawl; ``extra`` is passed on (a key that says the producer is done)."""
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    checkout's redcrawl; ``extra`` is passed on (a key that says the producer is done).
+    The workers named in ``slow`` (the victims) are slow (:data:`SLOW_ENV`)."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}",
+        SLOW_ENV: ",".join(slow),
+    }
     cmd = [sys.executable, "-m", "tests.frontier_worker", redis_url, crawl]
     return [
         subprocess.Popen(

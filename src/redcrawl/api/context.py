@@ -20,6 +20,7 @@ from redcrawl.api.rates import RateBook
 from redcrawl.fingerprint import canonicalizer_for
 from redcrawl.frontier import Counts, FrontierCore, open_frontier
 from redcrawl.keys import CRAWL_NAME_PATTERN, CrawlKeys
+from redcrawl.metrics.registry import alive
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
@@ -90,15 +91,10 @@ class Context:
         return CrawlKeys(crawl, prefix=self.settings.key_prefix, tiers=self.settings.tiers).stats
 
     def alive(self, crawls: list[str]) -> list[bool]:
-        """Whether each crawl exists: its stats hold counts (a purge leaves only the id
-        counters behind, so a purged crawl is gone until a request is submitted again).
-        A stats key that is not a hash counts as existing (it is reported as corrupt)."""
-        pipe = self.client().pipeline(transaction=False)
-        for crawl in crawls:
-            pipe.hmget(self.stats_key(crawl), "accepted", "filtered")
+        """Whether each crawl exists (:func:`redcrawl.metrics.registry.alive`: a purged
+        crawl is gone until a request is submitted again)."""
         with redis_errors("reading the crawls' counts"):
-            replies = pipe.execute(raise_on_error=False)
-        return [not isinstance(r, list) or any(x is not None for x in r) for r in replies]
+            return alive(self.client(), self.settings.key_prefix, crawls)
 
     def existing(self, crawl: str) -> FrontierCore:
         """The frontier of ``crawl``; 404 if the crawl does not exist."""

@@ -150,16 +150,12 @@ def _crawls(client: redis.Redis, prefix: str) -> list[str]:
 
 
 def _alive(client: redis.Redis, prefix: str, names: list[str]) -> list[bool]:
-    """Whether each crawl exists, as the API decides it (``APIContext.alive``): its stats
-    hold counts. A purge keeps only the id and lease-token counters (``seq``,
-    ``leases``: old leases must stay stale), so a purged crawl is listed by neither
-    until a request is pushed to it again. A stats key that is not a hash counts."""
-    pipe = client.pipeline(transaction=False)
-    for name in names:
-        pipe.hmget(CrawlKeys(name, prefix=prefix).stats, "accepted", "filtered")
+    """Whether each crawl exists, as the API decides it
+    (:func:`redcrawl.metrics.registry.alive`)."""
+    from redcrawl.metrics.registry import alive
+
     with redis_errors("listing crawls"):
-        replies = pipe.execute(raise_on_error=False)
-    return [not isinstance(r, list) or any(x is not None for x in r) for r in replies]
+        return alive(client, prefix, names)
 
 
 def _crawl(settings: Settings, given: str | None, client: redis.Redis | None) -> str:

@@ -17,7 +17,7 @@ from typing import Any
 
 from redcrawl.keys import CrawlKeys, crawl_of_stats_key, crawl_registry, stats_key_pattern
 
-__all__ = ["COMPLETE", "adopt", "all_crawls", "registered"]
+__all__ = ["COMPLETE", "adopt", "alive", "all_crawls", "registered"]
 
 COMPLETE = "{complete}"
 """The registry's member that says a full SCAN added every older crawl (a crawl name
@@ -65,3 +65,17 @@ def all_crawls(client: Any, prefix: str) -> list[str]:
     found = {n for n in scanned if n is not None}
     adopt(client, prefix, found)
     return sorted(names | found)
+
+
+def alive(client: Any, prefix: str, names: list[str]) -> list[bool]:
+    """Whether each crawl exists, for every lister (the API, ``redcrawl crawls``): its
+    stats hold counts, or say how many partitions it has (a partitioned crawl's counts
+    are its partitions'). A purge keeps only the id and lease-token counters (``seq``,
+    ``leases``: old leases must stay stale), so a purged crawl is listed by none until a
+    request is pushed to it again. A stats key that is not a hash counts (it is reported
+    as corrupt). Errors are redis-py's."""
+    pipe = client.pipeline(transaction=False)
+    for name in names:
+        pipe.hmget(CrawlKeys(name, prefix=prefix).stats, "accepted", "filtered", "partitions")
+    replies = pipe.execute(raise_on_error=False)
+    return [not isinstance(r, list) or any(x is not None for x in r) for r in replies]
