@@ -150,6 +150,8 @@ SERIAL: tuple[str, ...] = (
     "tests/test_trials_groups.py::test_a_crashed_worker_of_one_group_leaves_the_other_groups_leases_alone",
     "tests/test_top.py::test_ctrl_c_ends_top_cleanly",
     "tests/test_trials_cli.py::test_crawl_says_when_the_crawl_is_paused",
+    # (load 9, 2026-12-02: the second worker started after the first had crawled it all)
+    "tests/test_robots.py::test_the_lock_is_renewed_through_a_slow_robots_txt",
 )
 """Tests (files or node ids, parameters included by prefix) that scripts/test.sh runs in
 its serial phase, alone on the machine: they assert gaps, rates or short wall-clock bounds
