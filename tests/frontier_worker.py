@@ -26,7 +26,6 @@ def main(
     url: str, crawl: str, worker: str, logfile: str, backend: str = "lists", until_key: str = ""
 ) -> None:
     settings = Settings(redis_url=url, lease_ttl=1.5, batch_size=50, backend=backend)  # type: ignore[arg-type]
-    work = work_seconds(worker)  # (a SIGKILL test's victim is slow: tests/killkit.py)
     client = connect(settings)
     frontier = open_frontier(client, settings, crawl)
     with open(logfile, "a", buffering=1) as log:
@@ -47,7 +46,8 @@ def main(
                 time.sleep(0.05)
                 continue
             idle_since = None
-            time.sleep(work)  # the "work": most of the time a worker holds leases
+            # the "work": most of the time a worker holds leases (tests/killkit.py)
+            time.sleep(work_seconds(logfile))
             write("\n".join(f"P {x.id.hex()} {x.token}" for x in leases))
             write(f"A {frontier.ack(leases)} {len(leases)}")
 

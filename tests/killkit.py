@@ -15,7 +15,6 @@ from pathlib import Path
 from redcrawl.frontier import FrontierCore, InflightInfo
 
 __all__ = [
-    "SLOW_ENV",
     "kill_one_midway",
     "kill_while_holding",
     "parse_log",
@@ -27,34 +26,22 @@ __all__ = [
 ROOT = Path(__file__).resolve().parent.parent
 
 
-SLOW_ENV = "KILLKIT_SLOW"
-"""Workers named in this environment variable (comma-separated) take 0.25 s per batch
-instead of 0.02: a victim that holds leases nearly all the time and cannot run through its
-share before it is caught. (A fast victim, under a loaded CI, was once not seen holding
-anything before the others had finished the crawl, and exited.)"""
-
-
-def work_seconds(worker: str) -> float:
-    """How long ``worker`` "processes" a batch while holding its leases."""
-    return 0.25 if worker in os.environ.get(SLOW_ENV, "").split(",") else 0.02
+def work_seconds(logfile: str) -> float:
+    """How long the worker logging to ``logfile`` "processes" a batch while it holds its
+    leases: 0.02 s, or 0.25 s once :func:`kill_while_holding` hunts it (a file beside its
+    log says so), so that it holds leases nearly all the time and cannot run through its
+    share before it is caught. (A fast victim, under a loaded CI, was once not seen
+    holding anything before the others had finished the crawl, and exited; a victim slow
+    from the start slows the whole crawl: it holds a site's fleet-wide slots.)"""
+    return 0.25 if os.path.exists(logfile + ".hunted") else 0.02
 
 
 def start_workers(
-    redis_url: str,
-    crawl: str,
-    logs: list[Path],
-    backend: str,
-    *extra: str,
-    slow: tuple[str, ...] = ("w1",),
+    redis_url: str, crawl: str, logs: list[Path], backend: str, *extra: str
 ) -> list[subprocess.Popen[bytes]]:
     """One ``tests/frontier_worker.py`` process per log file (named w0, w1, ...), on this
-    checkout's redcrawl; ``extra`` is passed on (a key that says the producer is done).
-    The workers named in ``slow`` (the victims) are slow (:data:`SLOW_ENV`)."""
-    env = {
-        **os.environ,
-        "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}",
-        SLOW_ENV: ",".join(slow),
-    }
+    checkout's redcrawl; ``extra`` is passed on (a key that says the producer is done)."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     cmd = [sys.executable, "-m", "tests.frontier_worker", redis_url, crawl]
     return [
         subprocess.Popen(
@@ -102,7 +89,11 @@ def parse_log(log: Path) -> tuple[list[list[tuple[str, str]]], list[int]]:
 
 
 def kill_while_holding(
-    proc: subprocess.Popen[bytes], worker: str, frontier: FrontierCore, deadline: float
+    proc: subprocess.Popen[bytes],
+    worker: str,
+    frontier: FrontierCore,
+    deadline: float,
+    log: Path | None = None,
 ) -> list[InflightInfo]:
     """SIGKILL ``proc`` at a moment it holds leases, and return them. It runs freely until
     it is seen holding some, then is frozen (SIGSTOP) and a command it had already sent is
@@ -113,6 +104,9 @@ def kill_while_holding(
 
     def holding() -> list[InflightInfo]:
         return [x for x in frontier.inflight(limit=10_000) if x.worker == worker]
+
+    if log is not None:  # from now on it is slow (work_seconds)
+        Path(f"{log}.hunted").touch()
 
     while True:
         assert time.monotonic() < deadline, f"{worker} never held a lease"
@@ -144,7 +138,7 @@ def kill_one_midway(
         while frontier.counts().done < n // 3:
             assert time.monotonic() < deadline, "workers made no progress"
             time.sleep(0.01)
-        held = kill_while_holding(victim, "w1", frontier, deadline)
+        held = kill_while_holding(victim, "w1", frontier, deadline, logs[1])
         for p in procs:
             if p is not victim:
                 assert p.wait(timeout=120) == 0

@@ -31,7 +31,7 @@ from redcrawl.keys import CrawlKeys, partition_of
 from redcrawl.settings import Settings
 
 from .conftest import Clock, RedisServer
-from .killkit import SLOW_ENV, kill_while_holding, parse_log, work_seconds
+from .killkit import kill_while_holding, parse_log, work_seconds
 from .partition_helpers import envs, hosts_in, open_partitioned, run_machine
 from .shop_helpers import crawl_the_shop
 
@@ -286,7 +286,7 @@ def run_kill_test(url: str, frontier: PartitionedFrontier, n: int, workers: int,
     ]
     assert frontier.push(batch).accepted == n
     assert len({frontier.partition(e) for e in batch}) == frontier.n
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", SLOW_ENV: "w1"}
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     logs = [tmp / f"w{i}.log" for i in range(workers)]
 
     def start(i: int) -> subprocess.Popen[bytes]:
@@ -317,7 +317,7 @@ def run_kill_test(url: str, frontier: PartitionedFrontier, n: int, workers: int,
     while frontier.counts().done < n // 3:
         assert time.monotonic() < deadline, "workers made no progress"
         time.sleep(0.02)
-    held = kill_while_holding(victim, "w1", frontier, deadline)
+    held = kill_while_holding(victim, "w1", frontier, deadline, logs[1])
     for p in procs:
         if p is not victim:
             assert p.wait(timeout=180) == 0
@@ -394,7 +394,7 @@ def main(url: str, crawl: str, worker: str, logfile: str, backend: str, partitio
                 time.sleep(0.05)
                 continue
             idle_since = None
-            time.sleep(work_seconds(worker))  # (the victim is slow: tests/killkit.py)
+            time.sleep(work_seconds(logfile))  # (a hunted victim is slow: tests/killkit.py)
             log.write("\n".join(f"P {x.id.hex()} {x.token}" for x in leases) + "\n")
             log.flush()
             log.write(f"A {frontier.ack(leases)} {len(leases)}\n")

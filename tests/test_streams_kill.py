@@ -83,10 +83,7 @@ def test_http_producer_four_consumers_two_sigkilled(  # noqa: C901 (a scenario: 
     frontier = open_frontier(client, Settings(backend="streams"), CRAWL)
     assert isinstance(frontier, StreamsFrontier)
     logs = [tmp_path / f"w{i}.log" for i in range(4)]
-    victims = rng.sample(range(4), 2)  # (slow workers: tests/killkit.py)
-    procs = start_workers(
-        redis7.url, CRAWL, logs, "streams", PRODUCED, slow=tuple(f"w{v}" for v in victims)
-    )
+    procs = start_workers(redis7.url, CRAWL, logs, "streams", PRODUCED)
     submitted: list[str] = []
     errors: list[BaseException] = []
 
@@ -111,6 +108,7 @@ def test_http_producer_four_consumers_two_sigkilled(  # noqa: C901 (a scenario: 
     producer = threading.Thread(target=produce)
     try:
         producer.start()
+        victims = rng.sample(range(4), 2)
         # the moments: after a random share of the work is done, while the victim holds
         # leases (the first one most likely while the producer is still submitting)
         moments = sorted(rng.sample(range(N // 10, N * 7 // 10, 100), 2))
@@ -122,7 +120,9 @@ def test_http_producer_four_consumers_two_sigkilled(  # noqa: C901 (a scenario: 
                 assert time.monotonic() < deadline, "no progress"
                 assert not errors, errors
                 time.sleep(0.005)
-            held[name] = {x.id for x in kill_while_holding(procs[v], name, frontier, deadline)}
+            held[name] = {
+                x.id for x in kill_while_holding(procs[v], name, frontier, deadline, logs[v])
+            }
         producer.join(60)
         assert not producer.is_alive() and not errors, errors
         for i, p in enumerate(procs):
