@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, cast
@@ -170,6 +171,11 @@ def refuse_start(crawler: Crawler, reason: str, message: str) -> None:
     close_when_started(crawler, reason)
 
 
+KEEP_OPEN_FOR = 30.0
+"""Seconds a refused crawl's spider is kept from closing as idle (``finished``) while its
+close with the refusal's reason is on its way (:func:`close_when_started`)."""
+
+
 @contextmanager
 def refusing_config_errors(crawler: Crawler) -> Iterator[None]:
     """Build a component Scrapy makes with its engine (an item pipeline, a middleware, an
@@ -191,10 +197,14 @@ def close_when_started(crawler: Crawler, reason: str) -> None:
     from scrapy import signals
     from scrapy.exceptions import DontCloseSpider
 
+    kept_until = time.monotonic() + KEEP_OPEN_FOR
+
     def keep_open(*args: Any, **kwargs: Any) -> None:
         # until the close below: an idle engine (nothing to crawl, as a refused crawl
-        # has) would close the spider first, as 'finished'
-        raise DontCloseSpider
+        # has) would close the spider first, as 'finished'; bounded, so that a close that
+        # never comes cannot keep the process alive
+        if time.monotonic() < kept_until:
+            raise DontCloseSpider
 
     def close() -> None:
         crawler.signals.disconnect(keep_open, signals.spider_idle)
@@ -214,7 +224,14 @@ def close_when_started(crawler: Crawler, reason: str) -> None:
             cast(Any, reactor).callLater(0, close)
 
     crawler.signals.connect(keep_open, signals.spider_idle, weak=False)
-    crawler.signals.connect(stop, signals.engine_started, weak=False)
+    try:
+        engine = crawler.engine
+    except (AttributeError, RuntimeError):  # not built yet (Scrapy 2.19 raises)
+        engine = None
+    if engine is not None and getattr(engine, "running", False):
+        stop()  # started already: engine_started will not be sent again
+    else:
+        crawler.signals.connect(stop, signals.engine_started, weak=False)
 
 
 def wake_engine(crawler: Crawler) -> None:
