@@ -474,10 +474,11 @@ def test_flush_on_start_happens_once_for_workers_starting_together(
     assert hits == expected
     c = frontier(redis7_client, "together").counts()
     assert c.accepted == c.done == config.pages and c.conserved
-    # both ran on the crawl (which of them fetched what depends on lease timing: a worker
-    # leases a batch of its own children before the other's next poll)
+    # both opened on the crawl (the two log lines above); which of them fetched what
+    # depends on lease timing: a worker leases a batch of its own children before the
+    # other's next poll, and on a loaded machine (Scrapy 2.11's matrix run, load ~7) one
+    # started after the other had leased everything, so neither must have leased
     assert sum(r.stats.get("redcrawl/acked", 0) for r in runs) == c.done
-    assert all("redcrawl/leased" in r.stats or "redcrawl/filtered" in r.stats for r in runs)
 
 
 # --- 7. SCHEDULER_PERSIST = False ----------------------------------------------------------
