@@ -41,6 +41,19 @@ def _run(tmp_path: Path, key: str, settings: dict[str, str]) -> tuple[int, str]:
     return proc.returncode, proc.stderr.decode(errors="replace")
 
 
+def _refused(tmp_path: Path, key: str, settings: dict[str, str], named: str, reason: str) -> None:
+    """The crawl exits 1 with one CRITICAL line naming ``named``, no traceback, and the
+    spider closed with ``reason`` (not 'finished')."""
+    code, text = _run(tmp_path, key, {"LOG_LEVEL": "INFO", **settings})
+    assert code == 1, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    assert "never retrieved" not in text, text[-3000:]
+    critical = [line for line in text.splitlines() if "] CRITICAL:" in line]
+    assert len(critical) == 1, text[-3000:]
+    assert named in critical[0], critical[0]
+    assert f"'finish_reason': '{reason}'" in text, text[-3000:]
+
+
 SCHEDULER = {"SCHEDULER": "redcrawl.scrapy.Scheduler"}
 
 
@@ -67,16 +80,8 @@ SCHEDULER = {"SCHEDULER": "redcrawl.scrapy.Scheduler"}
 def test_a_redis_spider_that_cannot_start_is_one_critical_line(
     redis7: RedisServer, tmp_path: Path, key: str, settings: dict[str, str], named: str
 ) -> None:
-    settings = {"REDIS_URL": redis7.url, "LOG_LEVEL": "INFO", **settings}
-    code, text = _run(tmp_path, key, settings)
-    assert code == 1, text[-3000:]
-    assert "Traceback" not in text, text[-3000:]
-    assert "never retrieved" not in text, text[-3000:]
-    critical = [line for line in text.splitlines() if "] CRITICAL:" in line]
-    assert len(critical) == 1, text[-3000:]
-    assert named in critical[0], critical[0]
     reason = "redis_unavailable" if named == "cannot reach Redis" else "config_error"
-    assert f"'finish_reason': '{reason}'" in text, text[-3000:]  # not 'finished'
+    _refused(tmp_path, key, {"REDIS_URL": redis7.url, **settings}, named, reason)
 
 
 def test_a_redis_spider_with_good_settings_still_starts(
@@ -115,12 +120,5 @@ def test_a_wrong_setting_with_the_upsert_pipeline_is_one_critical_line(
     ended as asyncio's "Task exception was never retrieved" with a traceback, after the
     spider's CRITICAL line; the engine never started, so the spider closed as
     'finished' (a monitor reading finish_reason was told all was well)."""
-    settings = {"REDIS_URL": redis7.url, "LOG_LEVEL": "INFO", **settings}
-    code, text = _run(tmp_path, "%(name)s:start_urls", settings)
-    assert code == 1, text[-3000:]
-    assert "Traceback" not in text, text[-3000:]
-    assert "never retrieved" not in text, text[-3000:]
-    critical = [line for line in text.splitlines() if "] CRITICAL:" in line]
-    assert len(critical) == 1, text[-3000:]
-    assert named in critical[0], critical[0]
-    assert "'finish_reason': 'config_error'" in text, text[-3000:]
+    settings = {"REDIS_URL": redis7.url, **settings}
+    _refused(tmp_path, "%(name)s:start_urls", settings, named, "config_error")
