@@ -14,6 +14,7 @@ from redcrawl.frontier import FrontierCore
 from redcrawl.frontier.base import fair_schedule
 
 from .conftest import FrontierFactory
+from .test_politeness_frontier import polite
 
 pytestmark = pytest.mark.backends("lists", "streams")
 
@@ -23,17 +24,6 @@ OPEN_FULL = 2**52
 def site(host: str, n: int, start: int = 0, priority: int = 0) -> list[Envelope]:
     urls = [f"http://{host}/p{priority}/{i}" for i in range(start, start + n)]
     return [Envelope(url=u, fingerprint=fingerprint(u), priority=priority) for u in urls]
-
-
-def polite(make_frontier: FrontierFactory, **settings: object) -> FrontierCore:
-    params: dict[str, object] = {
-        "politeness_concurrency": 2,
-        "politeness_delay": 0.0,
-        "politeness_randomize": False,
-    }
-    f = make_frontier(**{**params, **settings})
-    assert f.politeness == "host"
-    return f
 
 
 def scores(f: FrontierCore, key: str) -> dict[int, float]:

@@ -6,23 +6,12 @@ batch is mixed."""
 
 from __future__ import annotations
 
-import hashlib
-
 import pytest
 
-from redcrawl.codec import Envelope
 from redcrawl.frontier import FrontierCore
 
 from .conftest import FrontierFactory
-
-
-def env(url: str, priority: int = 0, dont_filter: bool = False) -> Envelope:
-    return Envelope(
-        url=url,
-        priority=priority,
-        dont_filter=dont_filter,
-        fingerprint=hashlib.sha1(url.encode()).digest(),
-    )
+from .test_frontier import env
 
 
 def drain(f: FrontierCore) -> list[str]:
