@@ -192,6 +192,22 @@ class Held:
     records keep no lease state: :func:`~redcrawl.frontier.records.lease_state_out`)."""
 
 
+def consistent_read(
+    client: Any, queue: Callable[[Any], None], *, raise_on_error: bool = True
+) -> list[Any]:
+    """The reads ``queue`` adds to a pipeline, in one MULTI (a consistent view). A Redis
+    out of memory refuses every command queued in a MULTI, reads too: then they are read
+    in a plain pipeline, since an inspection wanted right then beats a consistent one."""
+    try:
+        pipe = client.pipeline(transaction=True)
+        queue(pipe)
+        return list(pipe.execute(raise_on_error=raise_on_error))
+    except redis.exceptions.OutOfMemoryError:
+        pipe = client.pipeline(transaction=False)
+        queue(pipe)
+        return list(pipe.execute(raise_on_error=raise_on_error))
+
+
 class FrontierCore(PolitenessOps, ABC):
     """A crawl frontier on Redis: the operations of every backend (see the module
     docstring for what a backend adds). This class is the frontier interface; callers
@@ -978,12 +994,14 @@ class FrontierCore(PolitenessOps, ABC):
         rid = parse_id(id)
         k = self.keys
         with redis_errors("describe"):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.hget(k.req, rid)
-            pipe.zscore(k.delayed, rid)
-            pipe.zscore(k.dead, rid)
-            pipe.hget(k.err, rid)
-            rec, due, died, err = pipe.execute()
+
+            def queue(pipe: Any) -> None:
+                pipe.hget(k.req, rid)
+                pipe.zscore(k.delayed, rid)
+                pipe.zscore(k.dead, rid)
+                pipe.hget(k.err, rid)
+
+            rec, due, died, err = consistent_read(self.client, queue)
             if rec is None:
                 return None
             found = _decoded(rec)

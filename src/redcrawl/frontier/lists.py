@@ -75,28 +75,18 @@ class ListsFrontier(FrontierCore):
         return None  # PUSH_STRIDE 3: nothing after (record, fingerprint, priority)
 
     def _count_states(self) -> tuple[Sequence[Any], int, int, int]:
+        """The ``counts`` script, not a MULTI: a Redis out of memory refuses every
+        command queued in a MULTI, reads too, and the counts are wanted then."""
         k = self.keys
-        pipe = self.client.pipeline(transaction=True)
-        pipe.hmget(k.stats, *_COUNTED)
-        if self.politeness is not None:
-            pipe.hget(k.stats, "ready")
-            pipe.zcard(k.delayed)
-            pipe.zcard(k.dead)
-            stored, ready, delayed, dead = pipe.execute()
-            if stored_int(ready) is None:  # corrupt: recounted by any script, e.g. repair
-                self.repair()
-                ready = self.client.hget(k.stats, "ready")
-            return stored, max(stored_int(ready) or 0, 0), delayed, dead
-        for t in range(k.tiers):
-            if self.settings.ordering == "priority":
-                pipe.zcard(k.ready(t))
-            else:
-                pipe.llen(k.ready(t))
-        pipe.zcard(k.delayed)
-        pipe.zcard(k.dead)
-        res = pipe.execute()
-        delayed, dead = res[1 + k.tiers :]
-        return res[0], sum(res[1 : 1 + k.tiers]), delayed, dead
+        res = self._scripts.run("counts", *self._count_call())
+        ready, delayed, dead = res[7], int(res[8]), int(res[9])
+        if self.politeness is None:
+            return res[:7], int(ready), delayed, dead
+        queued = stored_int(ready)
+        if queued is None:  # corrupt: recounted by any script, e.g. repair
+            self.repair()
+            queued = stored_int(self.client.hget(k.stats, "ready"))
+        return res[:7], max(queued or 0, 0), delayed, dead
 
     def _count_call(self) -> tuple[list[str], list[Any]]:
         k = self.keys

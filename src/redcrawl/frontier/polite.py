@@ -336,7 +336,7 @@ class PolitenessOps:
         if self.politeness is None:
             return {}
         with redis_errors("politeness_stats"):
-            pipe = self.client.pipeline(transaction=True)
+            pipe = self.client.pipeline(transaction=False)  # (a MULTI fails out of memory)
             pipe.time()
             pipe.hgetall(self.keys.stats)
             (sec, usec), raw = pipe.execute()

@@ -31,7 +31,7 @@ import redis.exceptions
 
 from redcrawl.codec import Envelope
 from redcrawl.frontier.base import format_id, parse_id
-from redcrawl.frontier.core import FrontierCore, Held
+from redcrawl.frontier.core import FrontierCore, Held, consistent_read
 from redcrawl.frontier.records import stored_int
 from redcrawl.transport import redis_errors
 
@@ -246,14 +246,16 @@ class StreamsFrontier(FrontierCore):
         Streams that were never written are left out."""
         rows = self._stream_rows()
         with redis_errors("shards"):
-            pipe = self.client.pipeline(transaction=True)
-            pipe.time()
-            for _s, _c, key in rows:
-                pipe.xlen(key)
-                pipe.xpending(key, GROUP)
-                pipe.xpending_range(key, GROUP, "-", "+", limit)
-                pipe.xinfo_consumers(key, GROUP)
-            res = pipe.execute(raise_on_error=False)
+
+            def queue(pipe: Any) -> None:
+                pipe.time()
+                for _s, _c, key in rows:
+                    pipe.xlen(key)
+                    pipe.xpending(key, GROUP)
+                    pipe.xpending_range(key, GROUP, "-", "+", limit)
+                    pipe.xinfo_consumers(key, GROUP)
+
+            res = consistent_read(self.client, queue, raise_on_error=False)
             sec, usec = res[0]
             server_ms = int(sec) * 1000 + int(usec) // 1000
             now_ms = self._now_ms(server_ms)

@@ -12,8 +12,11 @@ removed (``SREM rc:crawls {complete}``: the next reader scans again).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from typing import Any
+
+import redis
 
 from redcrawl.keys import CrawlKeys, crawl_of_stats_key, crawl_registry, stats_key_pattern
 
@@ -48,8 +51,10 @@ def registered(client: Any, prefix: str) -> tuple[set[str], bool]:
 
 
 def adopt(client: Any, prefix: str, names: Iterable[str]) -> None:
-    """After a full SCAN pass: add the crawls it found to the set, mark it complete."""
-    client.sadd(crawl_registry(prefix), *names, COMPLETE)
+    """After a full SCAN pass: add the crawls it found to the set, mark it complete. A
+    Redis out of memory refuses it: the next listing scans again."""
+    with contextlib.suppress(redis.exceptions.OutOfMemoryError):
+        client.sadd(crawl_registry(prefix), *names, COMPLETE)
 
 
 def all_crawls(client: Any, prefix: str) -> list[str]:

@@ -1,6 +1,7 @@
 -- counts_lists.lua: the conservation terms of a lists crawl in one atomic step, for the
--- partitions of a partitioned crawl, read in one pipelined round (frontier/partitioned.py;
--- a crawl of one partition reads them in a MULTI: ListsFrontier._count_states).
+-- partitions of a partitioned crawl, read in one pipelined round (frontier/partitioned.py),
+-- and for a crawl of one partition (ListsFrontier._count_states: not a MULTI, which a Redis
+-- out of memory refuses, reads included).
 -- Standalone (no prelude). KEYS[1] stats, KEYS[2] delayed, KEYS[3] dead, KEYS[4..] the
 -- ready tiers (none with politeness). ARGV[1] "polite" (ready is the stats counter
 -- "ready"), "list" (the tiers are LISTs: fifo, lifo) or "zset" (priority).
