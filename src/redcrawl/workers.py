@@ -22,13 +22,18 @@ What the supervisor guarantees:
   each exit and restart is reported as a :class:`WorkerEvent`. Before a restart the dead
   worker's leases are given back (``on_crash``), so its requests need not wait for their
   leases to expire. A worker that closed with a redcrawl failure reason that is not
-  transient (:data:`NOT_TRANSIENT`: its CRITICAL line ``closing the spider (reason
-  '...')`` in its log), or that exited with Scrapy's usage error (2), is not restarted: it
-  would fail the same way.
+  transient (:data:`NOT_TRANSIENT`: the reason it wrote to its failure file,
+  :data:`FAILURE_FILE_ENV`, whatever the log mode), that exited with Scrapy's usage error
+  (2), or that exited 1 on a traceback of code that does not load (:data:`FATAL_AT_START`:
+  a syntax error in the spider, a missing module) is not restarted: it would fail the
+  same way. Without a log folder a worker's stderr is copied to this process's stderr by
+  a thread that keeps its start and end, so that its run is read in both modes.
 * **Said, not only logged.** The CRITICAL lines (and the ERROR lines naming redcrawl) of
   a worker's last run travel with the event of its exit (:attr:`WorkerEvent.problems`),
   and a worker that exits 0 while the crawl is unfinished (stopped by a signal of its
-  own, a CLOSESPIDER_* limit) is reported: it is not restarted, the others go on.
+  own, a CLOSESPIDER_* limit) is reported: it is not restarted, the others go on. When
+  every worker ends so while the crawl is unfinished, :func:`run_workers`'s result says
+  so (:attr:`ExitCode.UNFINISHED`), not success.
 
 The live display fed by :func:`run_workers`'s ``progress`` callback is
 :class:`redcrawl.progress.ProgressDisplay`.
@@ -38,13 +43,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import fcntl
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -95,13 +103,26 @@ line) that a restart cannot cure: a wrong setting, settings that change the craw
 layout, a request the spider makes that cannot be stored, a crawl whose state is gone.
 ``redis_unavailable`` and ``redis_error`` are transient: the worker is restarted."""
 
+FAILURE_FILE_ENV = "_REDCRAWL_FAILURE_FILE"
+"""The environment variable that gives each worker run the path of its failure file:
+a worker that closes with a redcrawl failure writes the reason there
+(:func:`redcrawl.scrapy.lifecycle.fail_process`), and the supervisor reads it whatever
+the log mode. Not a ``REDCRAWL_*`` name: those are settings, and unknown ones refused."""
+
 SCRAPY_USAGE_ERROR = 2
 """The exit status of a ``scrapy`` command given wrong arguments (``UsageError``, e.g. "No
 spider found in file"): not restarted either."""
 
-_FAILURE = re.compile(r"closing the spider \(reason '([a-z_]+)'|'redcrawl/failure': '([a-z_]+)'")
 _CLOSED = re.compile(r"Spider closed \(([^)]*)\)")
 _RECEIVED = re.compile(r"Received (SIG[A-Z0-9]+)")
+_TRACEBACK = "Traceback (most recent call last):"
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
+FATAL_AT_START = frozenset(
+    {"SyntaxError", "IndentationError", "TabError", "ImportError", "ModuleNotFoundError"}
+)
+"""Exceptions of a worker's last traceback that make its exit deterministic: its code (the
+spider, the project's modules, a component named in a setting) does not load, and will not
+load on a restart either."""
 _PROBLEM = re.compile(r"\] CRITICAL: |\[redcrawl[\w.]*\] ERROR: |\] ERROR: redcrawl")
 """A CRITICAL line, or an ERROR line of redcrawl's loggers or saying ``redcrawl: ...``
 (not the spider's own errors, shown by Scrapy as ``Spider error processing``)."""
@@ -121,6 +142,10 @@ class ExitCode(IntEnum):
     """Redis unreachable, or no crawl state where an inspection command looked."""
     DEAD_LETTERS = 4
     """``crawl --fail-on-dead``: the crawl finished with dead letters."""
+    UNFINISHED = 5
+    """Every worker stopped (exit 0) before the crawl finished: each was stopped by a
+    signal sent to it alone (``pkill -f "scrapy crawl"``) or a ``CLOSESPIDER_*`` limit.
+    Nothing failed; the same command resumes the crawl."""
 
 
 # --- commands ------------------------------------------------------------------------
@@ -181,7 +206,24 @@ def project_spiders() -> list[str]:
     from scrapy.spiderloader import get_spider_loader
     from scrapy.utils.project import get_project_settings
 
-    return sorted(get_spider_loader(get_project_settings()).list())
+    try:
+        return sorted(get_spider_loader(get_project_settings()).list())
+    except Exception as exc:  # the user's code: `scrapy crawl` fails the same way
+        raise UnknownSpider(f"the project's spiders cannot be loaded: {_where(exc)}") from None
+
+
+def _where(exc: BaseException) -> str:
+    """``Type: message (file, line N)``: an error in the user's code, in one line."""
+    import traceback
+
+    said = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
+    line = said[-1] if said else type(exc).__name__
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{line} ({exc.filename}, line {exc.lineno})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    if frames:
+        return f"{line} ({frames[-1].filename}, line {frames[-1].lineno})"
+    return line
 
 
 def check_spider(spider: str) -> str:
@@ -260,11 +302,49 @@ class WorkerEvent:
     """The redcrawl failure reason of the worker's last run (``redcrawl/failure``)."""
 
 
+class _Capture:
+    """A worker's stderr when it has no log file (``--logs -``): copied to this process's
+    stderr as it comes, its first HEAD and last TAIL bytes kept to read its run from."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.cut = False
+        self.thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, stream: IO[bytes]) -> None:
+        with stream:
+            while chunk := os.read(stream.fileno(), 65536):
+                view = memoryview(chunk)
+                while view:
+                    try:
+                        view = view[os.write(2, view) :]
+                    except OSError:
+                        break  # our stderr is gone: keep draining the worker
+                room = HEAD - len(self.head)
+                self.head += chunk[:room]
+                self.tail += chunk[room:] if room > 0 else chunk
+                if len(self.tail) > TAIL:
+                    del self.tail[: len(self.tail) - TAIL]
+                    self.cut = True
+
+    def text(self) -> str:
+        """What it captured (once the worker's stderr is closed)."""
+        self.thread.join(5.0)  # a grandchild may hold the pipe: do not wait for it
+        return (bytes(self.head) + (b"\n" if self.cut else b"") + bytes(self.tail)).decode(
+            errors="replace"
+        )
+
+
 @dataclass(slots=True)
 class _Worker:
     index: int
     log: Path | None
     proc: subprocess.Popen[bytes] | None = None
+    failure_file: Path | None = None
+    """Where its current run writes its redcrawl failure reason (:data:`FAILURE_FILE_ENV`)."""
+    capture: _Capture | None = None
     restarts: int = 0
     restart_at: float | None = None
     log_start: int = 0
@@ -290,6 +370,9 @@ class FleetResult:
     signal: int | None
     """The first stop signal received, if any."""
     logs: list[Path]
+    unfinished: bool = False
+    """No signal, no failure, but the crawl is not finished: every worker was stopped
+    from outside (:attr:`ExitCode.UNFINISHED`). Set by :func:`run_workers`."""
 
     @property
     def failed(self) -> list[int]:
@@ -299,7 +382,9 @@ class FleetResult:
     def code(self) -> int:
         if self.signal is not None:
             return 128 + self.signal
-        return ExitCode.FAILED if self.failed else ExitCode.OK
+        if self.failed:
+            return ExitCode.FAILED
+        return ExitCode.UNFINISHED if self.unfinished else ExitCode.OK
 
 
 def describe_exit(returncode: int) -> str:
@@ -331,12 +416,22 @@ class RunLog:
 
     problems: list[str]
     """Its CRITICAL lines and the ERROR lines naming redcrawl (at most 10)."""
-    failure: str | None
-    """The redcrawl failure reason it closed with."""
     finish: str | None
     """Scrapy's finish reason (``Spider closed (...)``)."""
     signal: str | None
     """The signal Scrapy said it received (``Received SIGTERM``)."""
+    exception: str | None = None
+    """The last line of its last Python traceback (``SyntaxError: expected ':'``)."""
+    traceback: list[str] = dataclasses.field(default_factory=list)
+    """The end of its last traceback (where the error is, and the error)."""
+
+    @property
+    def fatal(self) -> str | None:
+        """The exception of its last traceback when it is one of :data:`FATAL_AT_START`."""
+        if self.exception is None:
+            return None
+        kind = self.exception.split(":", 1)[0].rsplit(".", 1)[-1]
+        return self.exception if kind in FATAL_AT_START else None
 
 
 HEAD, TAIL = 65536, 262144
@@ -362,18 +457,33 @@ def read_run(path: Path | None, start: int = 0) -> RunLog:
             text = data.decode(errors="replace")
         except OSError:
             pass
+    return parse_run(text)
+
+
+def parse_run(text: str) -> RunLog:
+    """What a worker run's output (its log, or its captured stderr) says."""
     problems: list[str] = []
-    failure = finish = received = None
+    finish = received = exception = None
+    block: list[str] | None = None  # the last traceback, up to its exception line
+    tb: list[str] = []
     for line in text.splitlines():
         if _PROBLEM.search(line) and len(problems) < 10:
             problems.append(line)
-        if (m := _FAILURE.search(line)) is not None:
-            failure = failure or m.group(1) or m.group(2)
         if (m := _CLOSED.search(line)) is not None:
             finish = m.group(1)
         if (m := _RECEIVED.search(line)) is not None:
             received = received or m.group(1)
-    return RunLog(problems, failure, finish, received)
+        if line.startswith(_TRACEBACK):
+            block = []
+        elif block is not None:
+            if line[:1] in (" ", "\t"):
+                if not line.lstrip().startswith('File "<frozen'):  # importlib's own frames
+                    block.append(line)
+            elif (m := _EXCEPTION.match(line)) is not None:
+                exception, tb, block = line.strip(), [*block[-6:], line], None
+            else:
+                block = None
+    return RunLog(problems, finish, received, exception, tb)
 
 
 def _prctl() -> Any:
@@ -449,6 +559,8 @@ class Fleet:
         ]
         self._signals: list[int] = []
         self._handled = 0
+        self._failures: str | None = None
+        """The folder of the workers' failure files while :meth:`run` runs."""
 
     @property
     def logs(self) -> list[Path]:
@@ -461,6 +573,10 @@ class Fleet:
     def _start(self, worker: _Worker) -> None:
         worker.restart_at = None
         env = {**self.env, "REDCRAWL_WORKER_ID": self.worker_id(worker)}
+        if self._failures is not None:
+            worker.failure_file = Path(self._failures, f"{worker.name}.failure")
+            worker.failure_file.unlink(missing_ok=True)
+            env[FAILURE_FILE_ENV] = str(worker.failure_file)
         with contextlib.ExitStack() as stack:
             log = None
             if worker.log is not None:
@@ -480,10 +596,13 @@ class Fleet:
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
-                stderr=subprocess.STDOUT if log is not None else None,
+                stderr=subprocess.STDOUT if log is not None else subprocess.PIPE,
                 start_new_session=True,
                 preexec_fn=_die_with_parent if _PRCTL is not None else None,
             )
+            worker.capture = None
+            if log is None and worker.proc.stderr is not None:
+                worker.capture = _Capture(worker.proc.stderr)
 
     def _send(self, sig: int, *, group: bool = False) -> None:
         for w in self.workers:
@@ -501,9 +620,24 @@ class Fleet:
             return "no worker is left"
         return "the other one goes on" if n == 1 else f"the other {n} go on"
 
+    def _failure(self, worker: _Worker) -> str | None:
+        """The redcrawl failure reason its last run wrote to its failure file, if any."""
+        if worker.failure_file is None:
+            return None
+        try:
+            reason = worker.failure_file.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            return None
+        return reason[:100] or None
+
     def _exited(self, worker: _Worker, rc: int, stopping: bool) -> None:
         worker.proc = None
-        run = read_run(worker.log, worker.log_start)
+        if worker.capture is not None:
+            run = parse_run(worker.capture.text())
+            worker.capture = None
+        else:
+            run = read_run(worker.log, worker.log_start)
+        failure = self._failure(worker)
         problems = "\n".join(run.problems)
         if rc != 0 and self.on_crash is not None:
             try:
@@ -545,18 +679,22 @@ class Fleet:
                         f"worker {worker.name} {describe_exit(rc)}",
                         rc,
                         problems=problems,
-                        failure=run.failure,
+                        failure=failure,
                     )
                 )
             return
         tail = log_tail(worker.log)
-        if run.failure in NOT_TRANSIENT or rc == SCRAPY_USAGE_ERROR:
+        fatal = run.fatal if rc == 1 and failure is None else None
+        if failure in NOT_TRANSIENT or rc == SCRAPY_USAGE_ERROR or fatal:
             worker.returncode = rc
-            what = (
-                f": redcrawl failure {run.failure!r}"
-                if run.failure in NOT_TRANSIENT
-                else " (Scrapy's usage error)"
-            )
+            if failure in NOT_TRANSIENT:
+                what = f": redcrawl failure {failure!r}"
+            elif fatal:
+                what = f": failed at start ({fatal})"
+                # where it is: the end of the traceback (a log's own lines come after it)
+                problems = "\n".join([*run.traceback, *run.problems])
+            else:
+                what = " (Scrapy's usage error)"
             self.on_event(
                 WorkerEvent(
                     "failed",
@@ -566,7 +704,7 @@ class Fleet:
                     rc,
                     tail,
                     problems,
-                    run.failure,
+                    failure,
                 )
             )
             return
@@ -583,7 +721,7 @@ class Fleet:
                     rc,
                     tail,
                     problems,
-                    run.failure,
+                    failure,
                 )
             )
             return
@@ -601,7 +739,7 @@ class Fleet:
                 rc,
                 tail,
                 problems,
-                run.failure,
+                failure,
             )
         )
 
@@ -660,6 +798,7 @@ class Fleet:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         done = False
+        self._failures = tempfile.mkdtemp(prefix="redcrawl-fleet-")
         with self._signal_handlers():
             try:
                 for w in self.workers:
@@ -685,6 +824,11 @@ class Fleet:
             finally:
                 if not done:
                     self._shutdown()
+                for w in self.workers:
+                    if w.capture is not None:
+                        w.capture.text()  # (its thread ends with the worker's stderr)
+                shutil.rmtree(self._failures, ignore_errors=True)
+                self._failures = None
         return FleetResult(
             returncodes=[w.returncode for w in self.workers],
             restarts=sum(w.restarts for w in self.workers),
@@ -874,6 +1018,12 @@ def run_workers(
     try:
         result = fleet.run()
         tick()
+        if result.signal is None and not result.failed:
+            # every worker exited 0: each closed by itself once the crawl was finished, or
+            # was stopped from outside (said for each); the latter is not a success
+            read = watch.read()
+            if read is not None and not read[0].finished:
+                result = dataclasses.replace(result, unfinished=True)
         return result
     finally:
         frontier.client.close()

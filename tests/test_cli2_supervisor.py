@@ -1,0 +1,216 @@
+"""Day one of ``redcrawl crawl`` for a user coming from scrapy-redis: a worker that fails
+the same way every time is recognised in both log modes (``--logs -`` too) and at import
+time, and a crawl whose workers were all stopped from outside does not exit 0.
+
+Real ``redcrawl crawl`` runs, real Scrapy workers, a real Redis; no mocks."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from redcrawl.demo.site import ShopSite, SiteConfig
+from redcrawl.frontier import open_frontier
+from redcrawl.settings import Settings
+from redcrawl.workers import FAILURE_FILE_ENV, Fleet, WorkerEvent
+
+from .conftest import RedisServer
+from .test_trial_cli_workers import PRIVATE
+from .test_workers import (
+    SLOW_SHOP,
+    cli_env,
+    crawl_cmd,
+    kill_all,
+    processes_with,
+    python,
+    wait_until,
+)
+
+
+@pytest.fixture
+def shop_site(request: pytest.FixtureRequest) -> Iterator[ShopSite]:
+    config: SiteConfig = getattr(request, "param", SiteConfig(products=300))
+    with ShopSite(config) as site:
+        yield site
+        kill_all(site.url)  # whatever a failed test left running
+
+
+def run_crawl(
+    redis_url: str, cwd: Path, spider: Path, *extra: str, timeout: float = 150
+) -> tuple[int, str]:
+    cmd = [
+        sys.executable, "-m", "redcrawl.cli", "crawl", str(spider), "-w", "1",
+        "--no-progress", "--max-restarts", "2", *extra,
+    ]  # fmt: skip
+    env = {**cli_env(redis_url), "COLUMNS": "400"}
+    done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, timeout=timeout)
+    return done.returncode, done.stdout.decode() + done.stderr.decode()
+
+
+# --- 1. the failure file: a deterministic failure is recognised with --logs - too -------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_deterministic_failure_is_not_restarted_with_logs_to_the_terminal(
+    redis7: RedisServer, tmp_path: Path, shop_site: ShopSite
+) -> None:
+    """`--logs -`: no log file to read; the refusing worker writes its reason to the
+    file the supervisor gave it, and the supervisor reads that."""
+    redis.Redis.from_url(redis7.url).flushall()
+    spider = tmp_path / "private.py"
+    spider.write_text(PRIVATE)
+    code, out = run_crawl(
+        redis7.url, tmp_path, spider, "--logs", "-", "--crawl", "private",
+        "--arg", f"url={shop_site.url}",
+    )  # fmt: skip
+    assert code == 1, out[-3000:]
+    assert "restarting" not in out, out[-3000:]
+    assert "redcrawl failure 'unstorable_request', not restarted" in out, out[-3000:]
+
+
+def test_the_failure_file_is_read_without_a_log(tmp_path: Path) -> None:
+    """The supervisor's side of the protocol: each run gets a fresh path in its
+    environment; what a worker writes there is its failure reason."""
+    events: list[WorkerEvent] = []
+    writes = python(
+        f"import os\nopen(os.environ[{FAILURE_FILE_ENV!r}], 'w').write('layout_mismatch')\n"
+        "raise SystemExit(1)\n"
+    )
+    result = Fleet(writes, workers=1, backoff=0.01, on_event=events.append).run()
+    assert result.restarts == 0 and result.code == 1
+    assert [e.kind for e in events] == ["failed"] and events[0].failure == "layout_mismatch"
+
+
+# --- 2. every worker stopped from outside: not a success --------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("shop_site", [SLOW_SHOP], indirect=True)
+def test_all_workers_sigtermed_from_outside_is_not_a_success(
+    redis7: RedisServer, tmp_path: Path, shop_site: ShopSite
+) -> None:
+    """`pkill -TERM -f "scrapy crawl"` while the crawl is unfinished: each worker closes
+    cleanly and exits 0; the command says the crawl is not finished and how to resume it,
+    and exits non-zero."""
+    client = redis.Redis.from_url(redis7.url)
+    client.flushall()
+    frontier = open_frontier(client, Settings(), "allterm")
+    cmd = crawl_cmd(
+        shop_site, "allterm", tmp_path / "items.db", "--set", "CONCURRENT_REQUESTS=4",
+        "--no-progress", workers=2,
+    )  # fmt: skip
+    out = tmp_path / "out.txt"
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(
+            cmd, cwd=tmp_path, env=cli_env(redis7.url), stdout=sink, stderr=subprocess.STDOUT
+        )
+        wait_until(lambda: frontier.counts().done >= 50, proc, out)
+        victims = processes_with("-m scrapy ", shop_site.url)
+        assert len(victims) == 2
+        for pid in victims:
+            os.kill(pid, signal.SIGTERM)
+        code = proc.wait(timeout=120)
+    text = out.read_text(errors="replace")
+    c = frontier.counts()
+    assert not c.finished and c.in_flight == 0 and c.conserved, c
+    assert code == 5, text[-3000:]
+    assert "crawl allterm is not finished" in text, text[-3000:]
+    assert "run the same command again to resume" in text, text[-3000:]
+
+
+# --- 3. a worker that fails at import -----------------------------------------------------
+
+SYNTAX_ERROR = """
+import scrapy
+
+
+class Broken(scrapy.Spider):
+    name = "broken"
+
+    def parse(self, response)
+        pass
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+@pytest.mark.parametrize("logs", ["file", "-"])
+def test_a_syntax_error_in_the_spider_is_not_restarted(
+    redis7: RedisServer, tmp_path: Path, logs: str
+) -> None:
+    redis.Redis.from_url(redis7.url).flushall()
+    spider = tmp_path / "broken.py"
+    spider.write_text(SYNTAX_ERROR)
+    extra = ["--logs", "-"] if logs == "-" else []
+    code, out = run_crawl(redis7.url, tmp_path, spider, *extra)
+    assert code == 1, out[-3000:]
+    assert "restarting" not in out, out[-3000:]
+    assert "failed at start (SyntaxError: expected ':'), not restarted" in out, out[-3000:]
+    assert "broken.py" in out and "def parse(self, response)" in out, out[-3000:]
+
+
+SPIDER = """
+import scrapy
+
+
+class Fine(scrapy.Spider):
+    name = "fine"
+    start_urls = ["http://127.0.0.1:9/"]
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_missing_module_in_the_project_is_not_restarted(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
+    """A pipeline whose module does not exist: Scrapy fails building its engine (an
+    asyncio 'Task exception was never retrieved' traceback), exit 1, every time."""
+    redis.Redis.from_url(redis7.url).flushall()
+    spider = tmp_path / "fine.py"
+    spider.write_text(SPIDER)
+    code, out = run_crawl(
+        redis7.url, tmp_path, spider, "--set", 'ITEM_PIPELINES={"nosuch_pipes.Store": 300}'
+    )
+    assert code == 1, out[-3000:]
+    assert "restarting" not in out, out[-3000:]
+    assert (
+        "failed at start (ModuleNotFoundError: No module named 'nosuch_pipes'), not restarted"
+        in out
+    ), out[-3000:]
+
+
+def test_a_broken_spider_module_in_a_project_is_said_before_any_worker(
+    tmp_path: Path,
+) -> None:
+    """`scrapy crawl NAME` loads every spider module of the project: the command does the
+    same before it starts a worker, and says what is broken (no traceback of its own)."""
+    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = proj.settings\n")
+    package = tmp_path / "proj"
+    (package / "spiders").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "spiders" / "__init__.py").write_text("")
+    (package / "settings.py").write_text('SPIDER_MODULES = ["proj.spiders"]\n')
+    (package / "spiders" / "fine.py").write_text(SPIDER)
+    (package / "spiders" / "bad.py").write_text("import nosuch_module_q\n")
+    env = {k: v for k, v in cli_env("redis://127.0.0.1:1/0").items()}
+    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
+    done = subprocess.run(
+        [sys.executable, "-m", "redcrawl.cli", "crawl", "fine", "--no-progress"],
+        cwd=tmp_path, env=env, capture_output=True, timeout=60,
+    )  # fmt: skip
+    err = done.stderr.decode()
+    assert done.returncode == 2, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert "error: the project's spiders cannot be loaded" in err, err[-3000:]
+    assert "ModuleNotFoundError: No module named 'nosuch_module_q'" in err, err[-3000:]
+    assert "bad.py" in err, err[-3000:]
