@@ -15,7 +15,7 @@ from rich.table import Table
 from redcrawl.connection import EmbeddedRedis, connect, redact, resolve_url
 from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
 from redcrawl.frontier import Counts
-from redcrawl.keys import CrawlKeys, validate_crawl_name
+from redcrawl.keys import validate_crawl_name
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 from redcrawl.workers import (
@@ -183,7 +183,9 @@ def _crawl(settings: Settings, given: str | None, client: redis.Redis | None) ->
 
 
 def _existing(settings: Settings, client: redis.Redis, name: str) -> None:
-    if not client.exists(CrawlKeys(name, prefix=settings.key_prefix).stats):
+    """Refuse a crawl that does not exist, as the API decides it (404): never made, or
+    purged (a purge keeps its id counters, :func:`_alive`): exit 1."""
+    if not _alive(client, settings.key_prefix, [name])[0]:
         crawls = _crawls(client, settings.key_prefix)
         listed = f"crawls there: {', '.join(crawls)}" if crawls else "it holds no crawl"
         raise _fail(f"no crawl named {name!r} in {_where(settings)}; {listed}", EXIT_FAILED)
