@@ -214,3 +214,51 @@ def test_a_broken_spider_module_in_a_project_is_said_before_any_worker(
     assert "error: the project's spiders cannot be loaded" in err, err[-3000:]
     assert "ModuleNotFoundError: No module named 'nosuch_module_q'" in err, err[-3000:]
     assert "bad.py" in err, err[-3000:]
+
+
+# --- a worker gone without giving its leases back -----------------------------------------
+
+QUITTER = """
+import os
+
+import scrapy
+
+
+class Quitter(scrapy.Spider):
+    name = "quitter"
+
+    def __init__(self, url="", **kwargs):
+        super().__init__(**kwargs)
+        self.start_urls = [url]
+
+    def parse(self, response):
+        for href in response.css("a::attr(href)").getall()[:20]:
+            yield response.follow(href, callback=self.quit)
+
+    def quit(self, response):
+        os._exit(0)  # as a worker SIGINTed while its spider opens: no close, exit 0
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_leases_of_a_worker_gone_with_status_0_are_given_back(
+    redis7: RedisServer, tmp_path: Path, shop_site: ShopSite
+) -> None:
+    """Seen in a stop by SIGTERM: a worker SIGINTed just as its spider opened exited 0
+    without closing it, its leases held until they expired (the rerun waited for them).
+    Whatever the exit status, the command gives back what a gone worker of its own
+    still holds."""
+    client = redis.Redis.from_url(redis7.url)
+    client.flushall()
+    frontier = open_frontier(client, Settings(), "quitter")
+    spider = tmp_path / "quitter.py"
+    spider.write_text(QUITTER)
+    code, out = run_crawl(
+        redis7.url, tmp_path, spider, "--crawl", "quitter", "--arg", f"url={shop_site.url}"
+    )
+    c = frontier.counts()
+    assert c.done >= 1 and not c.finished, (c, out[-3000:])
+    assert c.in_flight == 0 and c.conserved, (c, out[-3000:])
+    assert frontier.workers() == {}, out[-3000:]
+    assert code == 5, out[-3000:]

@@ -19,15 +19,17 @@ What the supervisor guarantees:
   supervisor itself dies (``PR_SET_PDEATHSIG``), so none is left orphaned.
 * **Restarts.** A worker that exits non-zero while the crawl is unfinished is restarted
   after ``backoff * 2**k`` seconds (k = restarts so far), at most ``max_restarts`` times;
-  each exit and restart is reported as a :class:`WorkerEvent`. Before a restart the dead
-  worker's leases are given back (``on_crash``), so its requests need not wait for their
-  leases to expire. A worker that closed with a redcrawl failure reason that is not
-  transient (:data:`NOT_TRANSIENT`: the reason it wrote to its failure file,
-  :data:`FAILURE_FILE_ENV`, whatever the log mode), that exited with Scrapy's usage error
-  (2), or that exited 1 on a traceback of code that does not load (:data:`FATAL_AT_START`:
-  a syntax error in the spider, a missing module) is not restarted: it would fail the
-  same way. Without a log folder a worker's stderr is copied to this process's stderr by
-  a thread that keeps its start and end, so that its run is read in both modes.
+  each exit and restart is reported as a :class:`WorkerEvent`. After every exit, whatever
+  its status, what the gone worker still holds is given back (``on_crash``), so its
+  requests need not wait for their leases to expire (a worker SIGINTed just as its
+  spider opens exits 0 without closing it). A worker that closed with a redcrawl
+  failure reason that is not transient (:data:`NOT_TRANSIENT`: the reason it wrote to
+  its failure file, :data:`FAILURE_FILE_ENV`, whatever the log mode), that exited with
+  Scrapy's usage error (2), or that exited 1 on a traceback of code that does not load
+  (:data:`FATAL_AT_START`: a syntax error in the spider, a missing module) is not
+  restarted: it would fail the same way. Without a log folder a worker's stderr is
+  copied to this process's stderr by a thread that keeps its start and end, so that its
+  run is read in both modes.
 * **Said, not only logged.** The CRITICAL lines (and the ERROR lines naming redcrawl) of
   a worker's last run travel with the event of its exit (:attr:`WorkerEvent.problems`),
   and a worker that exits 0 while the crawl is unfinished (stopped by a signal of its
@@ -513,10 +515,10 @@ class Fleet:
     ``REDCRAWL_WORKER_ID=<worker_id_prefix>w<i>``. With ``log_dir`` worker *i*'s output
     goes to ``log_dir/w<i>.log`` (made anew by :meth:`run`), else to this process's
     stdout/stderr. ``unfinished()`` says whether the crawl still has work (a crashed
-    worker is restarted only then); ``on_crash(worker_id)`` is called once a worker has
-    exited non-zero (give its leases back); ``tick()`` is called about every
-    ``tick_interval`` seconds while workers run; ``on_event`` gets every
-    :class:`WorkerEvent`.
+    worker is restarted only then); ``on_crash(worker_id)`` is called each time a worker
+    has exited, whatever its status (give back what it still holds); ``tick()`` is
+    called about every ``tick_interval`` seconds while workers run; ``on_event`` gets
+    every :class:`WorkerEvent`.
     """
 
     def __init__(
@@ -639,7 +641,9 @@ class Fleet:
             run = read_run(worker.log, worker.log_start)
         failure = self._failure(worker)
         problems = "\n".join(run.problems)
-        if rc != 0 and self.on_crash is not None:
+        # whatever its status: a worker SIGINTed as its spider opened exits 0 without
+        # closing it (Scrapy 2.19), its leases and heartbeat left behind
+        if self.on_crash is not None:
             try:
                 self.on_crash(self.worker_id(worker))
             except RedcrawlError as exc:
