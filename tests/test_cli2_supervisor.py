@@ -189,31 +189,57 @@ def test_a_missing_module_in_the_project_is_not_restarted(
     ), out[-3000:]
 
 
-def test_a_broken_spider_module_in_a_project_is_said_before_any_worker(
-    tmp_path: Path,
-) -> None:
-    """`scrapy crawl NAME` loads every spider module of the project: the command does the
-    same before it starts a worker, and says what is broken (no traceback of its own)."""
-    (tmp_path / "scrapy.cfg").write_text("[settings]\ndefault = proj.settings\n")
-    package = tmp_path / "proj"
+def make_project(root: Path) -> dict[str, str]:
+    """A Scrapy project in ``root`` with one spider, ``fine``; the environment to run
+    the command in it."""
+    (root / "scrapy.cfg").write_text("[settings]\ndefault = proj.settings\n")
+    package = root / "proj"
     (package / "spiders").mkdir(parents=True)
     (package / "__init__.py").write_text("")
     (package / "spiders" / "__init__.py").write_text("")
     (package / "settings.py").write_text('SPIDER_MODULES = ["proj.spiders"]\n')
     (package / "spiders" / "fine.py").write_text(SPIDER)
-    (package / "spiders" / "bad.py").write_text("import nosuch_module_q\n")
-    env = {k: v for k, v in cli_env("redis://127.0.0.1:1/0").items()}
-    env["PYTHONPATH"] = f"{tmp_path}{os.pathsep}{env['PYTHONPATH']}"
+    env = cli_env("redis://127.0.0.1:1/0")
+    env["PYTHONPATH"] = f"{root}{os.pathsep}{env['PYTHONPATH']}"
+    return env
+
+
+def redcrawl(cwd: Path, env: dict[str, str], *args: str) -> tuple[int, str]:
     done = subprocess.run(
-        [sys.executable, "-m", "redcrawl.cli", "crawl", "fine", "--no-progress"],
-        cwd=tmp_path, env=env, capture_output=True, timeout=60,
+        [sys.executable, "-m", "redcrawl.cli", *args], cwd=cwd, env=env, capture_output=True,
+        timeout=60,
     )  # fmt: skip
-    err = done.stderr.decode()
-    assert done.returncode == 2, err[-3000:]
+    return done.returncode, done.stderr.decode()
+
+
+def test_a_broken_spider_module_in_a_project_is_said_before_any_worker(
+    tmp_path: Path,
+) -> None:
+    """`scrapy crawl NAME` loads every spider module of the project: the command does the
+    same before it starts a worker, and says what is broken (no traceback of its own)."""
+    env = make_project(tmp_path)
+    (tmp_path / "proj" / "spiders" / "bad.py").write_text("import nosuch_module_q\n")
+    code, err = redcrawl(tmp_path, env, "crawl", "fine", "--no-progress")
+    assert code == 2, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
-    assert "error: the project's spiders cannot be loaded" in err, err[-3000:]
+    assert "error: this Scrapy project cannot be loaded" in err, err[-3000:]
     assert "ModuleNotFoundError: No module named 'nosuch_module_q'" in err, err[-3000:]
     assert "bad.py" in err, err[-3000:]
+
+
+@pytest.mark.parametrize("command", [["crawl", "fine", "--no-progress"], ["status"]])
+def test_a_broken_project_settings_module_is_said_not_a_traceback(
+    tmp_path: Path, command: list[str]
+) -> None:
+    env = make_project(tmp_path)
+    with (tmp_path / "proj" / "settings.py").open("a") as f:
+        f.write("import nosuch_settings_q\n")
+    code, err = redcrawl(tmp_path, env, *command)
+    assert code == 2, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert "error: this Scrapy project cannot be loaded" in err, err[-3000:]
+    assert "ModuleNotFoundError: No module named 'nosuch_settings_q'" in err, err[-3000:]
+    assert "settings.py, line 2" in err, err[-3000:]
 
 
 # --- a worker gone without giving its leases back -----------------------------------------

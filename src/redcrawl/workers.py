@@ -206,15 +206,33 @@ def project_spiders() -> list[str]:
     if not in_scrapy_project():
         return []
     from scrapy.spiderloader import get_spider_loader
+
+    settings = project_settings()
+    try:
+        return sorted(get_spider_loader(settings).list())
+    except Exception as exc:  # the user's code: `scrapy crawl` fails the same way
+        raise UnknownSpider(f"{UNLOADABLE}: {describe_error(exc)}") from None
+
+
+UNLOADABLE = (
+    "this Scrapy project cannot be loaded (its settings and every spider module, as "
+    "`scrapy crawl` loads them)"
+)
+
+
+def project_settings() -> Any:
+    """The Scrapy project's settings (``get_project_settings``), or :class:`UnknownSpider`
+    saying what is broken when its settings module does not import: every worker
+    would fail the same way."""
     from scrapy.utils.project import get_project_settings
 
     try:
-        return sorted(get_spider_loader(get_project_settings()).list())
-    except Exception as exc:  # the user's code: `scrapy crawl` fails the same way
-        raise UnknownSpider(f"the project's spiders cannot be loaded: {_where(exc)}") from None
+        return get_project_settings()
+    except Exception as exc:  # the user's code
+        raise UnknownSpider(f"{UNLOADABLE}: {describe_error(exc)}") from None
 
 
-def _where(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     """``Type: message (file, line N)``: an error in the user's code, in one line."""
     import traceback
 

@@ -22,6 +22,7 @@ from redcrawl.workers import (
     ExitCode,
     UnknownSpider,
     in_scrapy_project,
+    project_settings,
     project_spiders,
 )
 
@@ -65,9 +66,7 @@ def _settings(
     them, then REDCRAWL_* env, then flags."""
     base: Settings
     if in_scrapy_project():
-        from scrapy.utils.project import get_project_settings
-
-        project = get_project_settings()
+        project = project_settings()  # a broken settings.py: an error line, exit 2
         if spider:
             project.setdict(spider, priority="spider")
         base = Settings.from_scrapy(project)
