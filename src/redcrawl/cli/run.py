@@ -15,6 +15,7 @@ import typer
 from redcrawl.cli._common import (
     EXIT_DEAD_LETTERS,
     EXIT_FAILED,
+    EXIT_UNFINISHED,
     EXIT_USAGE,
     RedisUrl,
     _fail,
@@ -269,6 +270,8 @@ def crawl(
     if log_dir is not None:
         console.print(f"worker logs: {_show(log_dir)}/", highlight=False)
     code = result.code
+    if code == 0 and not c.finished:  # (the fleet's own last read may have failed)
+        code = EXIT_UNFINISHED
     if not c.finished:
         left = c.ready + c.delayed + c.in_flight
         why = (
