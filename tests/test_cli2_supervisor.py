@@ -212,19 +212,27 @@ def redcrawl(cwd: Path, env: dict[str, str], *args: str) -> tuple[int, str]:
     return done.returncode, done.stderr.decode()
 
 
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("import nosuch_module_q\n", "ModuleNotFoundError: No module named 'nosuch_module_q'"),
+        # the line is the spider's, not the one in os.py where KeyError was raised
+        ("import os\n\nURL = os.environ['NOSUCH_VAR_Q']\n", "KeyError: 'NOSUCH_VAR_Q'"),
+    ],
+)
 def test_a_broken_spider_module_in_a_project_is_said_before_any_worker(
-    tmp_path: Path,
+    tmp_path: Path, source: str, said: str
 ) -> None:
     """`scrapy crawl NAME` loads every spider module of the project: the command does the
     same before it starts a worker, and says what is broken (no traceback of its own)."""
     env = make_project(tmp_path)
-    (tmp_path / "proj" / "spiders" / "bad.py").write_text("import nosuch_module_q\n")
+    (tmp_path / "proj" / "spiders" / "bad.py").write_text(source)
     code, err = redcrawl(tmp_path, env, "crawl", "fine", "--no-progress")
     assert code == 2, err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     assert "error: this Scrapy project cannot be loaded" in err, err[-3000:]
-    assert "ModuleNotFoundError: No module named 'nosuch_module_q'" in err, err[-3000:]
-    assert "bad.py" in err, err[-3000:]
+    line = source.count("\n")
+    assert f"{said} (" in err and f"bad.py, line {line})" in err, err[-3000:]
 
 
 @pytest.mark.parametrize("command", [["crawl", "fine", "--no-progress"], ["status"]])

@@ -241,8 +241,15 @@ def describe_error(exc: BaseException) -> str:
     if isinstance(exc, SyntaxError) and exc.filename:
         return f"{line} ({exc.filename}, line {exc.lineno})"
     frames = traceback.extract_tb(exc.__traceback__)
-    if frames:
-        return f"{line} ({frames[-1].filename}, line {frames[-1].lineno})"
+    # the innermost frame of the user's code: not Python's nor an installed package's
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    libraries = tuple({paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"]})
+    own = [f for f in frames if not f.filename.startswith(("<", *libraries))]
+    if own or frames:
+        where = (own or frames)[-1]
+        return f"{line} ({where.filename}, line {where.lineno})"
     return line
 
 
