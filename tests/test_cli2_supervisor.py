@@ -76,6 +76,35 @@ def test_a_deterministic_failure_is_not_restarted_with_logs_to_the_terminal(
     assert "redcrawl failure 'unstorable_request', not restarted" in out, out[-3000:]
 
 
+BAD_KEY = """
+from redcrawl.scrapy import RedisSpider
+
+
+class BadKey(RedisSpider):
+    name = "badkey"
+    redis_key = "start}urls"
+
+    def parse(self, response):
+        yield {"url": response.url}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_a_spider_refused_before_the_crawl_starts_is_not_restarted_with_logs_to_the_terminal(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
+    """A RedisSpider refused as it is built (its start key cannot be used): the crawler
+    has no stats yet (Scrapy 2.19 raises on reading them), the reason is the refusal's."""
+    redis.Redis.from_url(redis7.url).flushall()
+    spider = tmp_path / "badkey.py"
+    spider.write_text(BAD_KEY)
+    code, out = run_crawl(redis7.url, tmp_path, spider, "--logs", "-")
+    assert code == 1, out[-3000:]
+    assert "restarting" not in out and "Traceback" not in out, out[-3000:]
+    assert "redcrawl failure 'config_error', not restarted" in out, out[-3000:]
+
+
 def test_the_failure_file_is_read_without_a_log(tmp_path: Path) -> None:
     """The supervisor's side of the protocol: each run gets a fresh path in its
     environment; what a worker writes there is its failure reason."""

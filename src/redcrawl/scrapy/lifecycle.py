@@ -145,10 +145,12 @@ def fail_process(crawler: Crawler) -> None:
     (stats are dumped and ``spider_closed`` sent before)."""
     from scrapy import signals
 
-    stats = getattr(crawler, "stats", None)
-    reason = refused(crawler) or (
-        stats.get_value("redcrawl/failure") if stats is not None else None
-    )
+    reason = refused(crawler)
+    if reason is None:
+        try:
+            reason = crawler.stats.get_value("redcrawl/failure")
+        except (AttributeError, RuntimeError):  # Scrapy 2.19 raises before the crawl starts
+            reason = None
     if reason is not None:
         write_failure(str(reason))
 
