@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from typer.testing import CliRunner
 
+from redcrawl.cli import app
 from redcrawl.demo.site import ShopSite, SiteConfig
 from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
@@ -45,9 +47,17 @@ def shop_site(request: pytest.FixtureRequest) -> Iterator[ShopSite]:
 def run_crawl(
     redis_url: str, cwd: Path, spider: Path, *extra: str, timeout: float = 150
 ) -> tuple[int, str]:
+    """``redcrawl crawl SPIDER -w 1`` (at most 2 restarts), on crawl ``c`` unless
+    ``--crawl`` is given; crawl ``c`` has a request waiting, so that a failed worker
+    would be restarted (a finished crawl restarts none)."""
+    seeded = CliRunner().invoke(
+        app, ["seed", "http://127.0.0.1:9/waiting", "--redis-url", redis_url, "--crawl", "c"]
+    )
+    assert seeded.exit_code == 0, seeded.output
+    crawl = [] if "--crawl" in extra else ["--crawl", "c"]
     cmd = [
         sys.executable, "-m", "redcrawl.cli", "crawl", str(spider), "-w", "1",
-        "--no-progress", "--max-restarts", "2", *extra,
+        "--no-progress", "--max-restarts", "2", *crawl, *extra,
     ]  # fmt: skip
     env = {**cli_env(redis_url), "COLUMNS": "400"}
     done = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, timeout=timeout)
@@ -185,6 +195,36 @@ def test_a_syntax_error_in_the_spider_is_not_restarted(
     assert "restarting" not in out, out[-3000:]
     assert "failed at start (SyntaxError: expected ':'), not restarted" in out, out[-3000:]
     assert "broken.py" in out and "def parse(self, response)" in out, out[-3000:]
+
+
+ENV_AT_IMPORT = """
+import os
+
+import scrapy
+
+URL = os.environ["NOSUCH_SPIDER_URL_Q"]
+
+
+class Env(scrapy.Spider):
+    name = "env"
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(150)
+def test_an_error_raised_while_the_spider_module_imports_is_not_restarted(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
+    """Any exception raised by a module's own code as it is imported (here a KeyError:
+    an environment variable the spider reads at import is not set) fails every run."""
+    redis.Redis.from_url(redis7.url).flushall()
+    spider = tmp_path / "env.py"
+    spider.write_text(ENV_AT_IMPORT)
+    code, out = run_crawl(redis7.url, tmp_path, spider)
+    assert code == 1, out[-3000:]
+    assert "restarting" not in out, out[-3000:]
+    assert "failed at start (KeyError: 'NOSUCH_SPIDER_URL_Q'), not restarted" in out, out[-3000:]
+    assert "env.py" in out and 'URL = os.environ["NOSUCH_SPIDER_URL_Q"]' in out, out[-3000:]
 
 
 SPIDER = """

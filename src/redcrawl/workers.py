@@ -124,7 +124,8 @@ FATAL_AT_START = frozenset(
 )
 """Exceptions of a worker's last traceback that make its exit deterministic: its code (the
 spider, the project's modules, a component named in a setting) does not load, and will not
-load on a restart either."""
+load on a restart either. So does any exception raised by a module's code as it is
+imported (:attr:`RunLog.importing`)."""
 _PROBLEM = re.compile(r"\] CRITICAL: |\[redcrawl[\w.]*\] ERROR: |\] ERROR: redcrawl")
 """A CRITICAL line, or an ERROR line of redcrawl's loggers or saying ``redcrawl: ...``
 (not the spider's own errors, shown by Scrapy as ``Spider error processing``)."""
@@ -451,14 +452,19 @@ class RunLog:
     """The last line of its last Python traceback (``SyntaxError: expected ':'``)."""
     traceback: list[str] = dataclasses.field(default_factory=list)
     """The end of its last traceback (where the error is, and the error)."""
+    importing: bool = False
+    """Its last traceback went through Python's import machinery: the exception was
+    raised by a module's own code as it was imported (a spider reading a variable that
+    is not set, ...)."""
 
     @property
     def fatal(self) -> str | None:
-        """The exception of its last traceback when it is one of :data:`FATAL_AT_START`."""
+        """The exception of its last traceback when it is one of :data:`FATAL_AT_START`,
+        or any exception raised while a module was imported."""
         if self.exception is None:
             return None
         kind = self.exception.split(":", 1)[0].rsplit(".", 1)[-1]
-        return self.exception if kind in FATAL_AT_START else None
+        return self.exception if kind in FATAL_AT_START or self.importing else None
 
 
 HEAD, TAIL = 65536, 262144
@@ -493,6 +499,7 @@ def parse_run(text: str) -> RunLog:
     finish = received = exception = None
     block: list[str] | None = None  # the last traceback, up to its exception line
     tb: list[str] = []
+    importing = through_import = False
     for line in text.splitlines():
         if _PROBLEM.search(line) and len(problems) < 10:
             problems.append(line)
@@ -501,16 +508,19 @@ def parse_run(text: str) -> RunLog:
         if (m := _RECEIVED.search(line)) is not None:
             received = received or m.group(1)
         if line.startswith(_TRACEBACK):
-            block = []
+            block, through_import = [], False
         elif block is not None:
             if line[:1] in (" ", "\t"):
-                if not line.lstrip().startswith('File "<frozen'):  # importlib's own frames
+                if line.lstrip().startswith('File "<frozen importlib._bootstrap'):
+                    through_import = True
+                if not line.lstrip().startswith('File "<frozen'):  # Python's own frames
                     block.append(line)
-            elif (m := _EXCEPTION.match(line)) is not None:
+            elif _EXCEPTION.match(line) is not None:
                 exception, tb, block = line.strip(), [*block[-6:], line], None
+                importing = through_import
             else:
                 block = None
-    return RunLog(problems, finish, received, exception, tb)
+    return RunLog(problems, finish, received, exception, tb, importing)
 
 
 def _prctl() -> Any:
