@@ -21,7 +21,7 @@ from redcrawl.cli import app
 from redcrawl.demo.site import ShopSite, SiteConfig
 from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
-from redcrawl.workers import FAILURE_FILE_ENV, Fleet, WorkerEvent
+from redcrawl.workers import FAILURE_FILE_ENV, Fleet, WorkerEvent, parse_run
 
 from .conftest import RedisServer
 from .test_trial_cli_workers import PRIVATE
@@ -365,3 +365,39 @@ def test_leases_of_a_worker_gone_with_status_0_are_given_back(
     assert c.in_flight == 0 and c.conserved, (c, out[-3000:])
     assert frontier.workers() == {}, out[-3000:]
     assert code == 5, out[-3000:]
+
+
+def test_only_the_last_traceback_and_only_import_failures_count() -> None:
+    """A callback's error (Scrapy logs it and goes on) is not a failure at start; a
+    chained traceback counts by its last exception."""
+    callback = (
+        "2026-12-02 [scrapy.core.scraper] ERROR: Spider error processing <GET http://x/>\n"
+        "Traceback (most recent call last):\n"
+        '  File "/p/spider.py", line 9, in parse\n'
+        "    raise KeyError('price')\n"
+        "KeyError: 'price'\n"
+    )
+    assert parse_run(callback).exception == "KeyError: 'price'"
+    assert parse_run(callback).fatal is None
+    chained = (
+        "Traceback (most recent call last):\n"
+        '  File "<frozen importlib._bootstrap>", line 241, in _call_with_frames_removed\n'
+        '  File "/p/settings_helper.py", line 1, in <module>\n'
+        "ModuleNotFoundError: No module named 'x'\n"
+        "\n"
+        "During handling of the above exception, another exception occurred:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "/p/run.py", line 3, in main\n'
+        "RuntimeError: gave up\n"
+        "2026-12-02 [scrapy.core.engine] INFO: Spider closed (shutdown)\n"
+    )
+    run = parse_run(chained)
+    assert run.exception == "RuntimeError: gave up" and run.fatal is None
+    assert run.finish == "shutdown"
+    imported = parse_run(chained.split("\n\nDuring")[0] + "\n")
+    assert imported.fatal == "ModuleNotFoundError: No module named 'x'"
+    assert imported.traceback == [
+        '  File "/p/settings_helper.py", line 1, in <module>',
+        "ModuleNotFoundError: No module named 'x'",
+    ]
