@@ -365,6 +365,7 @@ def test_leases_of_a_worker_gone_with_status_0_are_given_back(
     assert c.in_flight == 0 and c.conserved, (c, out[-3000:])
     assert frontier.workers() == {}, out[-3000:]
     assert code == 5, out[-3000:]
+    assert "worker w0 exited holding" in out and "given back now" in out, out[-3000:]
 
 
 def test_only_the_last_traceback_and_only_import_failures_count() -> None:

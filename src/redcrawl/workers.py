@@ -680,7 +680,16 @@ class Fleet:
         # closing it (Scrapy 2.19), its leases and heartbeat left behind
         if self.on_crash is not None:
             try:
-                self.on_crash(self.worker_id(worker))
+                released = self.on_crash(self.worker_id(worker))
+                if isinstance(released, int) and released > 0:
+                    self.on_event(
+                        WorkerEvent(
+                            "released",
+                            worker.name,
+                            f"worker {worker.name} exited holding {released:,} request(s) "
+                            "it had not given back; given back now",
+                        )
+                    )
             except RedcrawlError as exc:
                 self.on_event(
                     WorkerEvent(
@@ -1003,13 +1012,15 @@ def run_workers(
     # names its workers w0, w1, ... as well, and release() must never match its workers
     prefix = f"{socket.gethostname()}:{crawl}:{os.getpid()}:"
 
-    def release(worker_id: str) -> None:
-        """Give back the leases of a worker process that died (its scheduler adds a
-        random suffix to the id it was given)."""
+    def release(worker_id: str) -> int:
+        """Give back the leases of a worker process that exited (its scheduler adds a
+        random suffix to the id it was given): how many."""
+        released = 0
         for name in frontier.workers():
             if name == worker_id or name.startswith(worker_id + ":"):
-                frontier.release_worker(name)
+                released += frontier.release_worker(name)
                 frontier.forget_worker(name)
+        return released
 
     started = time.monotonic()
     watch = _Watch(
