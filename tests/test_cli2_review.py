@@ -80,16 +80,23 @@ def test_an_import_error_after_the_spider_opened_is_restarted() -> None:
         "parse()\n"
     )
     events: list[WorkerEvent] = []
-    result = Fleet(python(code), workers=1, max_restarts=1, backoff=0.01, on_event=events.append).run()
+    result = Fleet(
+        python(code), workers=1, max_restarts=1, backoff=0.01, on_event=events.append
+    ).run()
     assert result.restarts == 1, [e.message for e in events]
     assert [e.kind for e in events] == ["restarting", "failed"], [e.message for e in events]
-    run = parse_run(
+    tb = (
         "Traceback (most recent call last):\n"
         '  File "<frozen importlib._bootstrap>", line 1, in _find_and_load\n'
         '  File "/p/spider.py", line 1, in <module>\n'
         "ImportError: cannot import name 'x'\n"
     )
+    run = parse_run(tb)
     assert run.fatal == "ImportError: cannot import name 'x'"
+    opened = parse_run("2026-12-02 [scrapy.core.engine] INFO: Spider opened\n" + tb)
+    assert opened.fatal is None and opened.import_failure is None
+    keyerror = parse_run(tb.replace("ImportError: cannot import name 'x'", "KeyError: 'K'"))
+    assert keyerror.fatal is None and keyerror.import_failure == "KeyError: 'K'"
 
 
 def test_an_exit_is_reported_while_a_child_of_the_worker_holds_its_stderr(

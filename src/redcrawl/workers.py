@@ -118,14 +118,17 @@ spider found in file"): not restarted either."""
 _CLOSED = re.compile(r"Spider closed \(([^)]*)\)")
 _RECEIVED = re.compile(r"Received (SIG[A-Z0-9]+)")
 _TRACEBACK = "Traceback (most recent call last):"
+_OPENED = "Spider opened"
 _EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
 FATAL_AT_START = frozenset(
     {"SyntaxError", "IndentationError", "TabError", "ImportError", "ModuleNotFoundError"}
 )
 """Exceptions of a worker's last traceback that make its exit deterministic: its code (the
 spider, the project's modules, a component named in a setting) does not load, and will not
-load on a restart either. So does any exception raised by a module's code as it is
-imported (:attr:`RunLog.importing`)."""
+load on a restart either; only when raised before the spider opened (an ImportError in a
+callback is restarted). Any other exception raised by a module's code as it is imported
+(:attr:`RunLog.import_failure`) may be transient: it is restarted, and a run failing again
+the same way is not."""
 _PROBLEM = re.compile(r"\] CRITICAL: |\[redcrawl[\w.]*\] ERROR: |\] ERROR: redcrawl")
 """A CRITICAL line, or an ERROR line of redcrawl's loggers or saying ``redcrawl: ...``
 (not the spider's own errors, shown by Scrapy as ``Spider error processing``)."""
@@ -373,6 +376,8 @@ class _Worker:
     failure_file: Path | None = None
     """Where its current run writes its redcrawl failure reason (:data:`FAILURE_FILE_ENV`)."""
     capture: _Capture | None = None
+    import_failure: str | None = None
+    """The exception its last run failed with as a module was imported, if it did."""
     restarts: int = 0
     restart_at: float | None = None
     log_start: int = 0
@@ -455,16 +460,28 @@ class RunLog:
     importing: bool = False
     """Its last traceback went through Python's import machinery: the exception was
     raised by a module's own code as it was imported (a spider reading a variable that
-    is not set, ...)."""
+    is not set, connecting to a service that is not up, ...)."""
+    at_start: bool = True
+    """Its last traceback came before Scrapy's first ``Spider opened`` line."""
 
     @property
     def fatal(self) -> str | None:
-        """The exception of its last traceback when it is one of :data:`FATAL_AT_START`,
-        or any exception raised while a module was imported."""
-        if self.exception is None:
+        """The exception of its last traceback when it is one of :data:`FATAL_AT_START`
+        and came before the spider opened: its code does not load."""
+        if self.exception is None or not self.at_start:
             return None
         kind = self.exception.split(":", 1)[0].rsplit(".", 1)[-1]
-        return self.exception if kind in FATAL_AT_START or self.importing else None
+        return self.exception if kind in FATAL_AT_START else None
+
+    @property
+    def import_failure(self) -> str | None:
+        """The exception of its last traceback when any other exception was raised by a
+        module as it was imported, before the spider opened: it may be transient (a
+        service not up yet), so it is restarted, and only a run failing again the same
+        way is not."""
+        if self.exception is None or not self.at_start or not self.importing:
+            return None
+        return None if self.fatal else self.exception
 
 
 HEAD, TAIL = 65536, 262144
@@ -499,8 +516,11 @@ def parse_run(text: str) -> RunLog:
     finish = received = exception = None
     block: list[str] | None = None  # the last traceback, up to its exception line
     tb: list[str] = []
-    importing = through_import = False
+    importing = through_import = opened = False
+    at_start = True
     for line in text.splitlines():
+        if not opened and _OPENED in line:
+            opened = True
         if _PROBLEM.search(line) and len(problems) < 10:
             problems.append(line)
         if (m := _CLOSED.search(line)) is not None:
@@ -517,10 +537,10 @@ def parse_run(text: str) -> RunLog:
                     block.append(line)
             elif _EXCEPTION.match(line) is not None:
                 exception, tb, block = line.strip(), [*block[-6:], line], None
-                importing = through_import
+                importing, at_start = through_import, not opened
             else:
                 block = None
-    return RunLog(problems, finish, received, exception, tb, importing)
+    return RunLog(problems, finish, received, exception, tb, importing, at_start)
 
 
 def _prctl() -> Any:
@@ -733,12 +753,21 @@ class Fleet:
             return
         tail = log_tail(worker.log)
         fatal = run.fatal if rc == 1 and failure is None else None
-        if failure in NOT_TRANSIENT or rc == SCRAPY_USAGE_ERROR or fatal:
+        # an exception at import that may be transient (a service not up yet): restarted
+        # once, not when the next run fails again the same way
+        at_import = run.import_failure if rc == 1 and failure is None else None
+        again = at_import if at_import is not None and at_import == worker.import_failure else None
+        worker.import_failure = at_import
+        if failure in NOT_TRANSIENT or rc == SCRAPY_USAGE_ERROR or fatal or again:
             worker.returncode = rc
             if failure in NOT_TRANSIENT:
                 what = f": redcrawl failure {failure!r}"
-            elif fatal:
-                what = f": failed at start ({fatal})"
+            elif fatal or again:
+                what = (
+                    f": failed at start again ({again})"
+                    if again
+                    else f": failed at start ({fatal})"
+                )
                 # where it is: the end of the traceback (a log's own lines come after it)
                 problems = "\n".join([*run.traceback, *run.problems])
             else:
@@ -760,11 +789,15 @@ class Fleet:
             delay = min(self.backoff_max, self.backoff * 2.0**worker.restarts)
             worker.restarts += 1
             worker.restart_at = time.monotonic() + delay
+            at = ""
+            if at_import is not None:  # said with where it is, as a failure at start
+                at = f" at start ({at_import})"
+                problems = "\n".join([*run.traceback, *run.problems])
             self.on_event(
                 WorkerEvent(
                     "restarting",
                     worker.name,
-                    f"worker {worker.name} {describe_exit(rc)}; restarting it in {delay:g} s "
+                    f"worker {worker.name} {describe_exit(rc)}{at}; restarting it in {delay:g} s "
                     f"(restart {worker.restarts} of at most {self.max_restarts})",
                     rc,
                     tail,
