@@ -43,6 +43,7 @@ The live display fed by :func:`run_workers`'s ``progress`` callback is
 
 from __future__ import annotations
 
+import array
 import contextlib
 import ctypes
 import dataclasses
@@ -55,6 +56,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -341,6 +343,7 @@ class _Capture:
         self.head = bytearray()
         self.tail = bytearray()
         self.cut = False
+        self.fd = stream.fileno()
         self.thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
         self.thread.start()
 
@@ -361,11 +364,27 @@ class _Capture:
                     self.cut = True
 
     def text(self) -> str:
-        """What it captured (once the worker's stderr is closed)."""
-        self.thread.join(5.0)  # a grandchild may hold the pipe: do not wait for it
+        """What it captured, once the worker has exited. Its output is in the pipe
+        already: waited for up to 0.3 s, longer (at most 2 s) only while the pipe still
+        has unread bytes. A child of the worker (a browser) may hold the pipe open for
+        long: the supervisor does not wait for it, the thread (a daemon) goes on
+        copying what it writes."""
+        self.thread.join(0.3)
+        deadline = time.monotonic() + 2.0
+        while self.thread.is_alive() and self._unread() and time.monotonic() < deadline:
+            self.thread.join(0.02)
         return (bytes(self.head) + (b"\n" if self.cut else b"") + bytes(self.tail)).decode(
             errors="replace"
         )
+
+    def _unread(self) -> bool:
+        """Bytes in the pipe that the thread has not read yet."""
+        count = array.array("i", [0])
+        try:
+            fcntl.ioctl(self.fd, termios.FIONREAD, count)
+        except OSError:  # closed: the thread has read it all
+            return False
+        return count[0] > 0
 
 
 @dataclass(slots=True)
@@ -907,7 +926,7 @@ class Fleet:
                     self._shutdown()
                 for w in self.workers:
                     if w.capture is not None:
-                        w.capture.text()  # (its thread ends with the worker's stderr)
+                        w.capture.text()  # (its thread, a daemon, ends with the pipe)
                 shutil.rmtree(self._failures, ignore_errors=True)
                 self._failures = None
         return FleetResult(
