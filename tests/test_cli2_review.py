@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from redcrawl.workers import FAILURE_FILE_ENV, Fleet, WorkerEvent, parse_run
+from redcrawl.workers import FAILURE_FILE_ENV, Fleet, WorkerEvent, parse_run, worker_id_prefix
 
 from .conftest import RedisServer
 from .test_cli2_supervisor import run_crawl
@@ -133,8 +133,6 @@ def test_worker_ids_are_unique_per_supervisor() -> None:
     """Two supervisors of one crawl with the same hostname and pid (containers with
     --network host, each supervisor pid 1) must not share worker ids: a supervisor gives
     back what its gone workers hold, by id."""
-    from redcrawl.workers import worker_id_prefix  # type: ignore[attr-defined]
-
     a, b = worker_id_prefix("c"), worker_id_prefix("c")
     assert a != b
     assert a.startswith(f"{os.uname().nodename}:c:{os.getpid()}:") and a.endswith(":")

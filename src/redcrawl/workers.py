@@ -50,6 +50,7 @@ import dataclasses
 import fcntl
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
@@ -1023,6 +1024,15 @@ class _Watch:
         return read is None or not read[0].finished  # unknown: restart (it waits for Redis)
 
 
+def worker_id_prefix(crawl: str) -> str:
+    """``host:crawl:pid:random:``, the prefix of the ids of one supervisor's workers.
+    Another ``redcrawl crawl`` of the same crawl names its workers w0, w1, ... as well,
+    and a supervisor gives back what its gone workers hold by id: it must never match
+    another's. The pid tells apart two on one machine, the random part two in
+    containers that share a hostname and both run as pid 1 (``--network host``)."""
+    return f"{socket.gethostname()}:{crawl}:{os.getpid()}:{secrets.token_hex(4)}:"
+
+
 def run_workers(
     spider: str,
     *,
@@ -1060,9 +1070,7 @@ def run_workers(
     for warning in warnings:
         if on_event is not None:
             on_event(WorkerEvent("warning", "all", f"warning: {warning}"))
-    # this command's pid too: another `redcrawl crawl` of the same crawl on this machine
-    # names its workers w0, w1, ... as well, and release() must never match its workers
-    prefix = f"{socket.gethostname()}:{crawl}:{os.getpid()}:"
+    prefix = worker_id_prefix(crawl)
 
     def release(worker_id: str) -> int:
         """Give back the leases of a worker process that exited (its scheduler adds a
