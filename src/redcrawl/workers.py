@@ -651,6 +651,8 @@ class Fleet:
         worker.restart_at = None
         env = {**self.env, "REDCRAWL_WORKER_ID": self.worker_id(worker)}
         if self._failures is not None:
+            # made again if a tmp cleaner removed it while the fleet ran
+            os.makedirs(self._failures, mode=0o700, exist_ok=True)
             worker.failure_file = Path(self._failures, f"{worker.name}.failure")
             worker.failure_file.unlink(missing_ok=True)
             env[FAILURE_FILE_ENV] = str(worker.failure_file)
