@@ -269,8 +269,10 @@ def crawl(
     _print_counts(c, crawl_id, frontier.stats(), _state(frontier, c))
     if log_dir is not None:
         console.print(f"worker logs: {_show(log_dir)}/", highlight=False)
-    code = result.code
-    if code == 0 and not c.finished:  # (the fleet's own last read may have failed)
+    # exit 5 is decided by the counts read here, the ones the message below is about
+    # (not by the fleet's own last read: the two reads may disagree)
+    code = 0 if result.code == EXIT_UNFINISHED else result.code
+    if code == 0 and not c.finished:
         code = EXIT_UNFINISHED
     if not c.finished:
         left = c.ready + c.delayed + c.in_flight
