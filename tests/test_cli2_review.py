@@ -5,14 +5,13 @@ failure folder. Real subprocesses, a real Redis; no mocks."""
 from __future__ import annotations
 
 import os
-import shutil
-import sys
 from pathlib import Path
 
 import pytest
 import redis
 
-from redcrawl.workers import FAILURE_FILE_ENV, Fleet, WorkerEvent, parse_run, worker_id_prefix
+from redcrawl.failure_file import FAILURE_FILE_ENV
+from redcrawl.workers import Fleet, WorkerEvent, parse_run, worker_id_prefix
 
 from .conftest import RedisServer
 from .test_cli2_supervisor import run_crawl

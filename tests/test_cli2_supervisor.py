@@ -19,9 +19,10 @@ from typer.testing import CliRunner
 
 from redcrawl.cli import app
 from redcrawl.demo.site import ShopSite, SiteConfig
+from redcrawl.failure_file import FAILURE_FILE_ENV
 from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
-from redcrawl.workers import FAILURE_FILE_ENV, Fleet, WorkerEvent, parse_run
+from redcrawl.workers import Fleet, WorkerEvent, parse_run
 
 from .conftest import RedisServer
 from .test_trial_cli_workers import PRIVATE

@@ -19,9 +19,10 @@ import pytest
 import redis
 
 from redcrawl.demo.site import ShopSite, SiteConfig
+from redcrawl.failure_file import FAILURE_FILE_ENV
 from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
-from redcrawl.workers import FAILURE_FILE_ENV, NOT_TRANSIENT, Fleet, WorkerEvent, read_run
+from redcrawl.workers import NOT_TRANSIENT, Fleet, WorkerEvent, read_run
 
 from .conftest import RedisServer
 from .test_workers import (
@@ -44,7 +45,7 @@ CRITICAL = (
 def worker_writing(reason: str, *, rc: int = 1) -> list[str]:
     """A "worker" that logs a redcrawl failure, then a long stats dump, and exits rc;
     as a real one, it writes the reason to its failure file
-    (:func:`redcrawl.scrapy.lifecycle.write_failure`)."""
+    (:func:`redcrawl.failure_file.write_failure`)."""
     stats = "".join(f"print(\" 'stat/{i}': {i},\")\n" for i in range(40))
     return python(
         f"import os\nopen(os.environ[{FAILURE_FILE_ENV!r}], 'w').write({reason!r})\n"

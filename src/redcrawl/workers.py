@@ -69,6 +69,7 @@ from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from redcrawl.errors import ConfigError, RedcrawlError, UnknownSpider
+from redcrawl.failure_file import FAILURE_FILE_ENV
 
 if TYPE_CHECKING:
     from redcrawl.frontier import Counts
@@ -107,12 +108,6 @@ NOT_TRANSIENT = frozenset(
 line) that a restart cannot cure: a wrong setting, settings that change the crawl's
 layout, a request the spider makes that cannot be stored, a crawl whose state is gone.
 ``redis_unavailable`` and ``redis_error`` are transient: the worker is restarted."""
-
-FAILURE_FILE_ENV = "_REDCRAWL_FAILURE_FILE"
-"""The environment variable that gives each worker run the path of its failure file:
-a worker that closes with a redcrawl failure writes the reason there
-(:func:`redcrawl.scrapy.lifecycle.fail_process`), and the supervisor reads it whatever
-the log mode. Not a ``REDCRAWL_*`` name: those are settings, and unknown ones refused."""
 
 SCRAPY_USAGE_ERROR = 2
 """The exit status of a ``scrapy`` command given wrong arguments (``UsageError``, e.g. "No

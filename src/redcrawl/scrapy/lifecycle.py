@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 
 from redcrawl.errors import ConfigError, RedcrawlError
+from redcrawl.failure_file import write_failure
 
 if TYPE_CHECKING:
     import scrapy
@@ -136,8 +136,8 @@ def custom_fingerprinter(crawler: Crawler) -> Callable[[scrapy.Request], bytes] 
 
 def fail_process(crawler: Crawler) -> None:
     """Make ``scrapy crawl`` / ``runspider`` exit with code 1 once the engine stops, and
-    tell a supervisor why (:func:`write_failure`: the refusal's reason, else the stat
-    ``redcrawl/failure``, set before this is called).
+    tell a supervisor why (:func:`redcrawl.failure_file.write_failure`: the refusal's
+    reason, else the stat ``redcrawl/failure``, set before this is called).
 
     Scrapy's commands return 1 only when a crawl failed to start: CrawlerProcess sets
     ``bootstrap_failed`` when the crawler has no spider after its crawl ends (2.11 to
@@ -158,23 +158,6 @@ def fail_process(crawler: Crawler) -> None:
         crawler.spider = None
 
     crawler.signals.connect(detach, signals.engine_stopped, weak=False)
-
-
-def write_failure(reason: str) -> None:
-    """Write ``reason`` to the file a supervisor gave this worker (``redcrawl crawl``:
-    :data:`redcrawl.workers.FAILURE_FILE_ENV`), so that it knows whether a restart can
-    cure the failure whatever the log level or where the log goes. Best effort: the
-    CRITICAL line and the exit code say it anyway."""
-    from redcrawl.workers import FAILURE_FILE_ENV
-
-    path = os.environ.get(FAILURE_FILE_ENV)
-    if not path:
-        return
-    try:
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(reason + "\n")
-    except OSError as exc:
-        log.warning("redcrawl: could not write the failure reason to %s: %s", path, exc)
 
 
 REFUSED = "_redcrawl_refused"
