@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from redcrawl.demo.site import ShopSite, SiteConfig
+from redcrawl.failure_file import FAILURE_FILE_ENV
 from redcrawl.frontier import open_frontier
 from redcrawl.settings import Settings
 from redcrawl.workers import NOT_TRANSIENT, Fleet, WorkerEvent, read_run
@@ -42,9 +43,12 @@ CRITICAL = (
 
 
 def worker_writing(reason: str, *, rc: int = 1) -> list[str]:
-    """A "worker" that logs a redcrawl failure, then a long stats dump, and exits rc."""
+    """A "worker" that logs a redcrawl failure, then a long stats dump, and exits rc;
+    as a real one, it writes the reason to its failure file
+    (:func:`redcrawl.failure_file.write_failure`)."""
     stats = "".join(f"print(\" 'stat/{i}': {i},\")\n" for i in range(40))
     return python(
+        f"import os\nopen(os.environ[{FAILURE_FILE_ENV!r}], 'w').write({reason!r})\n"
         f"print({CRITICAL.format(reason=reason)!r})\n"
         "print('2026-12-02 06:18:27 [scrapy.core.engine] ERROR: redcrawl: the store failed')\n"
         "print('2026-12-02 06:18:27 [scrapy.core.engine] ERROR: Spider error processing "
@@ -87,6 +91,19 @@ def test_a_transient_failure_is_restarted_and_says_why(tmp_path: Path) -> None:
         assert event.problems.count("CRITICAL") == 1 and event.failure == "redis_unavailable"
 
 
+def test_a_failure_only_logged_is_restarted(tmp_path: Path) -> None:
+    """The reason comes from the failure file, not from the log's text: a worker that
+    logs a CRITICAL line with a deterministic reason but wrote no file (a spider printing
+    such a line) is restarted as any crash."""
+    events: list[WorkerEvent] = []
+    logged = python(f"print({CRITICAL.format(reason='config_error')!r})\nraise SystemExit(1)\n")
+    result = Fleet(
+        logged, workers=1, log_dir=tmp_path, max_restarts=1, backoff=0.01, on_event=events.append
+    ).run()
+    assert result.restarts == 1 and [e.kind for e in events] == ["restarting", "failed"]
+    assert events[0].failure is None
+
+
 def test_read_run_reads_only_the_last_run(tmp_path: Path) -> None:
     log = tmp_path / "w0.log"
     log.write_text(CRITICAL.format(reason="config_error") + "\n--- redcrawl: worker w0\n")
@@ -94,8 +111,8 @@ def test_read_run_reads_only_the_last_run(tmp_path: Path) -> None:
     with log.open("a") as f:
         f.write("x" * 400_000 + "\n" + CRITICAL.format(reason="redis_error") + "\n")
     run = read_run(log, start)
-    assert run.failure == "redis_error" and len(run.problems) == 1
-    assert read_run(log).failure == "config_error"
+    assert len(run.problems) == 1 and "'redis_error'" in run.problems[0]
+    assert "'config_error'" in read_run(log).problems[0]
 
 
 def test_a_worker_stopped_by_its_own_signal_is_reported(tmp_path: Path) -> None:

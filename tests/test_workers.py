@@ -359,7 +359,9 @@ def test_one_command_builder() -> None:
 def test_without_a_log_folder_workers_write_to_our_terminal(
     capfd: pytest.CaptureFixture[str],
 ) -> None:
-    """``redcrawl crawl --logs -``: the workers inherit this process's stdout/stderr."""
+    """``redcrawl crawl --logs -``: the workers inherit this process's stdout; their
+    stderr is a pipe whose every byte a thread copies to this process's stderr (keeping
+    its start and end to read the run from)."""
     code = "import sys; print('to stdout'); print('to stderr', file=sys.stderr)"
     result = Fleet(python(code), workers=1).run()
     assert result.code == 0 and result.logs == []

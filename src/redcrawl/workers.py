@@ -19,16 +19,23 @@ What the supervisor guarantees:
   supervisor itself dies (``PR_SET_PDEATHSIG``), so none is left orphaned.
 * **Restarts.** A worker that exits non-zero while the crawl is unfinished is restarted
   after ``backoff * 2**k`` seconds (k = restarts so far), at most ``max_restarts`` times;
-  each exit and restart is reported as a :class:`WorkerEvent`. Before a restart the dead
-  worker's leases are given back (``on_crash``), so its requests need not wait for their
-  leases to expire. A worker that closed with a redcrawl failure reason that is not
-  transient (:data:`NOT_TRANSIENT`: its CRITICAL line ``closing the spider (reason
-  '...')`` in its log), or that exited with Scrapy's usage error (2), is not restarted: it
-  would fail the same way.
+  each exit and restart is reported as a :class:`WorkerEvent`. After every exit, whatever
+  its status, what the gone worker still holds is given back (``on_crash``), so its
+  requests need not wait for their leases to expire (a worker SIGINTed just as its
+  spider opens exits 0 without closing it). A worker that closed with a redcrawl
+  failure reason that is not transient (:data:`NOT_TRANSIENT`: the reason it wrote to
+  its failure file, :data:`FAILURE_FILE_ENV`, whatever the log mode), that exited with
+  Scrapy's usage error (2), or that exited 1 on a traceback of code that does not load
+  (:data:`FATAL_AT_START`: a syntax error in the spider, a missing module) is not
+  restarted: it would fail the same way. Without a log folder a worker's stderr is
+  copied to this process's stderr by a thread that keeps its start and end, so that its
+  run is read in both modes.
 * **Said, not only logged.** The CRITICAL lines (and the ERROR lines naming redcrawl) of
   a worker's last run travel with the event of its exit (:attr:`WorkerEvent.problems`),
   and a worker that exits 0 while the crawl is unfinished (stopped by a signal of its
-  own, a CLOSESPIDER_* limit) is reported: it is not restarted, the others go on.
+  own, a CLOSESPIDER_* limit) is reported: it is not restarted, the others go on. When
+  every worker ends so while the crawl is unfinished, :func:`run_workers`'s result says
+  so (:attr:`ExitCode.UNFINISHED`), not success.
 
 The live display fed by :func:`run_workers`'s ``progress`` callback is
 :class:`redcrawl.progress.ProgressDisplay`.
@@ -36,15 +43,21 @@ The live display fed by :func:`run_workers`'s ``progress`` callback is
 
 from __future__ import annotations
 
+import array
 import contextlib
 import ctypes
+import dataclasses
 import fcntl
 import os
 import re
+import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -56,6 +69,7 @@ from types import FrameType
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 from redcrawl.errors import ConfigError, RedcrawlError, UnknownSpider
+from redcrawl.failure_file import FAILURE_FILE_ENV
 
 if TYPE_CHECKING:
     from redcrawl.frontier import Counts
@@ -99,9 +113,20 @@ SCRAPY_USAGE_ERROR = 2
 """The exit status of a ``scrapy`` command given wrong arguments (``UsageError``, e.g. "No
 spider found in file"): not restarted either."""
 
-_FAILURE = re.compile(r"closing the spider \(reason '([a-z_]+)'|'redcrawl/failure': '([a-z_]+)'")
 _CLOSED = re.compile(r"Spider closed \(([^)]*)\)")
 _RECEIVED = re.compile(r"Received (SIG[A-Z0-9]+)")
+_TRACEBACK = "Traceback (most recent call last):"
+_OPENED = "Spider opened"
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*)(?::\s?(.*))?$")
+FATAL_AT_START = frozenset(
+    {"SyntaxError", "IndentationError", "TabError", "ImportError", "ModuleNotFoundError"}
+)
+"""Exceptions of a worker's last traceback that make its exit deterministic: its code (the
+spider, the project's modules, a component named in a setting) does not load, and will not
+load on a restart either; only when raised before the spider opened (an ImportError in a
+callback is restarted). Any other exception raised by a module's code as it is imported
+(:attr:`RunLog.import_failure`) may be transient: it is restarted, and a run failing again
+the same way is not."""
 _PROBLEM = re.compile(r"\] CRITICAL: |\[redcrawl[\w.]*\] ERROR: |\] ERROR: redcrawl")
 """A CRITICAL line, or an ERROR line of redcrawl's loggers or saying ``redcrawl: ...``
 (not the spider's own errors, shown by Scrapy as ``Spider error processing``)."""
@@ -121,6 +146,10 @@ class ExitCode(IntEnum):
     """Redis unreachable, or no crawl state where an inspection command looked."""
     DEAD_LETTERS = 4
     """``crawl --fail-on-dead``: the crawl finished with dead letters."""
+    UNFINISHED = 5
+    """Every worker stopped (exit 0) before the crawl finished: each was stopped by a
+    signal sent to it alone (``pkill -f "scrapy crawl"``) or a ``CLOSESPIDER_*`` limit.
+    Nothing failed; the same command resumes the crawl."""
 
 
 # --- commands ------------------------------------------------------------------------
@@ -179,9 +208,51 @@ def project_spiders() -> list[str]:
     if not in_scrapy_project():
         return []
     from scrapy.spiderloader import get_spider_loader
+
+    settings = project_settings()
+    try:
+        return sorted(get_spider_loader(settings).list())
+    except Exception as exc:  # the user's code: `scrapy crawl` fails the same way
+        raise UnknownSpider(f"{UNLOADABLE}: {describe_error(exc)}") from None
+
+
+UNLOADABLE = (
+    "this Scrapy project cannot be loaded (its settings and every spider module, as "
+    "`scrapy crawl` loads them)"
+)
+
+
+def project_settings() -> Any:
+    """The Scrapy project's settings (``get_project_settings``), or :class:`UnknownSpider`
+    saying what is broken when its settings module does not import: every worker
+    would fail the same way."""
     from scrapy.utils.project import get_project_settings
 
-    return sorted(get_spider_loader(get_project_settings()).list())
+    try:
+        return get_project_settings()
+    except Exception as exc:  # the user's code
+        raise UnknownSpider(f"{UNLOADABLE}: {describe_error(exc)}") from None
+
+
+def describe_error(exc: BaseException) -> str:
+    """``Type: message (file, line N)``: an error in the user's code, in one line."""
+    import traceback
+
+    said = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
+    line = said[-1] if said else type(exc).__name__
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"{line} ({exc.filename}, line {exc.lineno})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    # the innermost frame of the user's code: not Python's nor an installed package's
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    libraries = tuple({paths["stdlib"], paths["platstdlib"], paths["purelib"], paths["platlib"]})
+    own = [f for f in frames if not f.filename.startswith(("<", *libraries))]
+    if own or frames:
+        where = (own or frames)[-1]
+        return f"{line} ({where.filename}, line {where.lineno})"
+    return line
 
 
 def check_spider(spider: str) -> str:
@@ -260,11 +331,68 @@ class WorkerEvent:
     """The redcrawl failure reason of the worker's last run (``redcrawl/failure``)."""
 
 
+class _Capture:
+    """A worker's stderr when it has no log file (``--logs -``): copied to this process's
+    stderr as it comes, its first HEAD and last TAIL bytes kept to read its run from."""
+
+    def __init__(self, stream: IO[bytes]) -> None:
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.cut = False
+        self.fd = stream.fileno()
+        self.thread = threading.Thread(target=self._pump, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _pump(self, stream: IO[bytes]) -> None:
+        with stream:
+            while chunk := os.read(stream.fileno(), 65536):
+                view = memoryview(chunk)
+                while view:
+                    try:
+                        view = view[os.write(2, view) :]
+                    except OSError:
+                        break  # our stderr is gone: keep draining the worker
+                room = HEAD - len(self.head)
+                self.head += chunk[:room]
+                self.tail += chunk[room:] if room > 0 else chunk
+                if len(self.tail) > TAIL:
+                    del self.tail[: len(self.tail) - TAIL]
+                    self.cut = True
+
+    def text(self) -> str:
+        """What it captured, once the worker has exited. Its output is in the pipe
+        already: waited for up to 0.3 s, longer (at most 2 s) only while the pipe still
+        has unread bytes. A child of the worker (a browser) may hold the pipe open for
+        long: the supervisor does not wait for it, the thread (a daemon) goes on
+        copying what it writes."""
+        self.thread.join(0.3)
+        deadline = time.monotonic() + 2.0
+        while self.thread.is_alive() and self._unread() and time.monotonic() < deadline:
+            self.thread.join(0.02)
+        return (bytes(self.head) + (b"\n" if self.cut else b"") + bytes(self.tail)).decode(
+            errors="replace"
+        )
+
+    def _unread(self) -> bool:
+        """Bytes in the pipe that the thread has not read yet."""
+        count = array.array("i", [0])
+        try:
+            fcntl.ioctl(self.fd, termios.FIONREAD, count)
+        except OSError:  # closed: the thread has read it all
+            return False
+        return count[0] > 0
+
+
 @dataclass(slots=True)
 class _Worker:
     index: int
     log: Path | None
     proc: subprocess.Popen[bytes] | None = None
+    failure_file: Path | None = None
+    """Where its current run writes its redcrawl failure reason (:data:`FAILURE_FILE_ENV`)."""
+    capture: _Capture | None = None
+    import_failure: str | None = None
+    """The exception its last run failed with as a module was imported, if it did."""
     restarts: int = 0
     restart_at: float | None = None
     log_start: int = 0
@@ -290,6 +418,9 @@ class FleetResult:
     signal: int | None
     """The first stop signal received, if any."""
     logs: list[Path]
+    unfinished: bool = False
+    """No signal, no failure, but the crawl is not finished: every worker was stopped
+    from outside (:attr:`ExitCode.UNFINISHED`). Set by :func:`run_workers`."""
 
     @property
     def failed(self) -> list[int]:
@@ -299,7 +430,9 @@ class FleetResult:
     def code(self) -> int:
         if self.signal is not None:
             return 128 + self.signal
-        return ExitCode.FAILED if self.failed else ExitCode.OK
+        if self.failed:
+            return ExitCode.FAILED
+        return ExitCode.UNFINISHED if self.unfinished else ExitCode.OK
 
 
 def describe_exit(returncode: int) -> str:
@@ -331,12 +464,39 @@ class RunLog:
 
     problems: list[str]
     """Its CRITICAL lines and the ERROR lines naming redcrawl (at most 10)."""
-    failure: str | None
-    """The redcrawl failure reason it closed with."""
     finish: str | None
     """Scrapy's finish reason (``Spider closed (...)``)."""
     signal: str | None
     """The signal Scrapy said it received (``Received SIGTERM``)."""
+    exception: str | None = None
+    """The last line of its last Python traceback (``SyntaxError: expected ':'``)."""
+    traceback: list[str] = dataclasses.field(default_factory=list)
+    """The end of its last traceback (where the error is, and the error)."""
+    importing: bool = False
+    """Its last traceback went through Python's import machinery: the exception was
+    raised by a module's own code as it was imported (a spider reading a variable that
+    is not set, connecting to a service that is not up, ...)."""
+    at_start: bool = True
+    """Its last traceback came before Scrapy's first ``Spider opened`` line."""
+
+    @property
+    def fatal(self) -> str | None:
+        """The exception of its last traceback when it is one of :data:`FATAL_AT_START`
+        and came before the spider opened: its code does not load."""
+        if self.exception is None or not self.at_start:
+            return None
+        kind = self.exception.split(":", 1)[0].rsplit(".", 1)[-1]
+        return self.exception if kind in FATAL_AT_START else None
+
+    @property
+    def import_failure(self) -> str | None:
+        """The exception of its last traceback when any other exception was raised by a
+        module as it was imported, before the spider opened: it may be transient (a
+        service not up yet), so it is restarted, and only a run failing again the same
+        way is not."""
+        if self.exception is None or not self.at_start or not self.importing:
+            return None
+        return None if self.fatal else self.exception
 
 
 HEAD, TAIL = 65536, 262144
@@ -362,18 +522,40 @@ def read_run(path: Path | None, start: int = 0) -> RunLog:
             text = data.decode(errors="replace")
         except OSError:
             pass
+    return parse_run(text)
+
+
+def parse_run(text: str) -> RunLog:
+    """What a worker run's output (its log, or its captured stderr) says."""
     problems: list[str] = []
-    failure = finish = received = None
+    finish = received = exception = None
+    block: list[str] | None = None  # the last traceback, up to its exception line
+    tb: list[str] = []
+    importing = through_import = opened = False
+    at_start = True
     for line in text.splitlines():
+        if not opened and _OPENED in line:
+            opened = True
         if _PROBLEM.search(line) and len(problems) < 10:
             problems.append(line)
-        if (m := _FAILURE.search(line)) is not None:
-            failure = failure or m.group(1) or m.group(2)
         if (m := _CLOSED.search(line)) is not None:
             finish = m.group(1)
         if (m := _RECEIVED.search(line)) is not None:
             received = received or m.group(1)
-    return RunLog(problems, failure, finish, received)
+        if line.startswith(_TRACEBACK):
+            block, through_import = [], False
+        elif block is not None:
+            if line[:1] in (" ", "\t"):
+                if line.lstrip().startswith('File "<frozen importlib._bootstrap'):
+                    through_import = True
+                if not line.lstrip().startswith('File "<frozen'):  # Python's own frames
+                    block.append(line)
+            elif _EXCEPTION.match(line) is not None:
+                exception, tb, block = line.strip(), [*block[-6:], line], None
+                importing, at_start = through_import, not opened
+            else:
+                block = None
+    return RunLog(problems, finish, received, exception, tb, importing, at_start)
 
 
 def _prctl() -> Any:
@@ -403,10 +585,10 @@ class Fleet:
     ``REDCRAWL_WORKER_ID=<worker_id_prefix>w<i>``. With ``log_dir`` worker *i*'s output
     goes to ``log_dir/w<i>.log`` (made anew by :meth:`run`), else to this process's
     stdout/stderr. ``unfinished()`` says whether the crawl still has work (a crashed
-    worker is restarted only then); ``on_crash(worker_id)`` is called once a worker has
-    exited non-zero (give its leases back); ``tick()`` is called about every
-    ``tick_interval`` seconds while workers run; ``on_event`` gets every
-    :class:`WorkerEvent`.
+    worker is restarted only then); ``on_crash(worker_id)`` is called each time a worker
+    has exited, whatever its status (give back what it still holds); ``tick()`` is
+    called about every ``tick_interval`` seconds while workers run; ``on_event`` gets
+    every :class:`WorkerEvent`.
     """
 
     def __init__(
@@ -449,6 +631,8 @@ class Fleet:
         ]
         self._signals: list[int] = []
         self._handled = 0
+        self._failures: str | None = None
+        """The folder of the workers' failure files while :meth:`run` runs."""
 
     @property
     def logs(self) -> list[Path]:
@@ -461,6 +645,12 @@ class Fleet:
     def _start(self, worker: _Worker) -> None:
         worker.restart_at = None
         env = {**self.env, "REDCRAWL_WORKER_ID": self.worker_id(worker)}
+        if self._failures is not None:
+            # made again if a tmp cleaner removed it while the fleet ran
+            os.makedirs(self._failures, mode=0o700, exist_ok=True)
+            worker.failure_file = Path(self._failures, f"{worker.name}.failure")
+            worker.failure_file.unlink(missing_ok=True)
+            env[FAILURE_FILE_ENV] = str(worker.failure_file)
         with contextlib.ExitStack() as stack:
             log = None
             if worker.log is not None:
@@ -480,10 +670,13 @@ class Fleet:
                 env=env,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
-                stderr=subprocess.STDOUT if log is not None else None,
+                stderr=subprocess.STDOUT if log is not None else subprocess.PIPE,
                 start_new_session=True,
                 preexec_fn=_die_with_parent if _PRCTL is not None else None,
             )
+            worker.capture = None
+            if log is None and worker.proc.stderr is not None:
+                worker.capture = _Capture(worker.proc.stderr)
 
     def _send(self, sig: int, *, group: bool = False) -> None:
         for w in self.workers:
@@ -501,13 +694,39 @@ class Fleet:
             return "no worker is left"
         return "the other one goes on" if n == 1 else f"the other {n} go on"
 
+    def _failure(self, worker: _Worker) -> str | None:
+        """The redcrawl failure reason its last run wrote to its failure file, if any."""
+        if worker.failure_file is None:
+            return None
+        try:
+            reason = worker.failure_file.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            return None
+        return reason[:100] or None
+
     def _exited(self, worker: _Worker, rc: int, stopping: bool) -> None:
         worker.proc = None
-        run = read_run(worker.log, worker.log_start)
+        if worker.capture is not None:
+            run = parse_run(worker.capture.text())
+            worker.capture = None
+        else:
+            run = read_run(worker.log, worker.log_start)
+        failure = self._failure(worker)
         problems = "\n".join(run.problems)
-        if rc != 0 and self.on_crash is not None:
+        # whatever its status: a worker SIGINTed as its spider opened exits 0 without
+        # closing it (Scrapy 2.19), its leases and heartbeat left behind
+        if self.on_crash is not None:
             try:
-                self.on_crash(self.worker_id(worker))
+                released = self.on_crash(self.worker_id(worker))
+                if isinstance(released, int) and released > 0:
+                    self.on_event(
+                        WorkerEvent(
+                            "released",
+                            worker.name,
+                            f"worker {worker.name} exited holding {released:,} request(s) "
+                            "it had not given back; given back now",
+                        )
+                    )
             except RedcrawlError as exc:
                 self.on_event(
                     WorkerEvent(
@@ -545,18 +764,31 @@ class Fleet:
                         f"worker {worker.name} {describe_exit(rc)}",
                         rc,
                         problems=problems,
-                        failure=run.failure,
+                        failure=failure,
                     )
                 )
             return
         tail = log_tail(worker.log)
-        if run.failure in NOT_TRANSIENT or rc == SCRAPY_USAGE_ERROR:
+        fatal = run.fatal if rc == 1 and failure is None else None
+        # an exception at import that may be transient (a service not up yet): restarted
+        # once, not when the next run fails again the same way
+        at_import = run.import_failure if rc == 1 and failure is None else None
+        again = at_import if at_import is not None and at_import == worker.import_failure else None
+        worker.import_failure = at_import
+        if failure in NOT_TRANSIENT or rc == SCRAPY_USAGE_ERROR or fatal or again:
             worker.returncode = rc
-            what = (
-                f": redcrawl failure {run.failure!r}"
-                if run.failure in NOT_TRANSIENT
-                else " (Scrapy's usage error)"
-            )
+            if failure in NOT_TRANSIENT:
+                what = f": redcrawl failure {failure!r}"
+            elif fatal or again:
+                what = (
+                    f": failed at start again ({again})"
+                    if again
+                    else f": failed at start ({fatal})"
+                )
+                # where it is: the end of the traceback (a log's own lines come after it)
+                problems = "\n".join([*run.traceback, *run.problems])
+            else:
+                what = " (Scrapy's usage error)"
             self.on_event(
                 WorkerEvent(
                     "failed",
@@ -566,7 +798,7 @@ class Fleet:
                     rc,
                     tail,
                     problems,
-                    run.failure,
+                    failure,
                 )
             )
             return
@@ -574,16 +806,20 @@ class Fleet:
             delay = min(self.backoff_max, self.backoff * 2.0**worker.restarts)
             worker.restarts += 1
             worker.restart_at = time.monotonic() + delay
+            at = ""
+            if at_import is not None:  # said with where it is, as a failure at start
+                at = f" at start ({at_import})"
+                problems = "\n".join([*run.traceback, *run.problems])
             self.on_event(
                 WorkerEvent(
                     "restarting",
                     worker.name,
-                    f"worker {worker.name} {describe_exit(rc)}; restarting it in {delay:g} s "
+                    f"worker {worker.name} {describe_exit(rc)}{at}; restarting it in {delay:g} s "
                     f"(restart {worker.restarts} of at most {self.max_restarts})",
                     rc,
                     tail,
                     problems,
-                    run.failure,
+                    failure,
                 )
             )
             return
@@ -601,7 +837,7 @@ class Fleet:
                 rc,
                 tail,
                 problems,
-                run.failure,
+                failure,
             )
         )
 
@@ -660,6 +896,7 @@ class Fleet:
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
         done = False
+        self._failures = tempfile.mkdtemp(prefix="redcrawl-fleet-")
         with self._signal_handlers():
             try:
                 for w in self.workers:
@@ -685,6 +922,11 @@ class Fleet:
             finally:
                 if not done:
                     self._shutdown()
+                for w in self.workers:
+                    if w.capture is not None:
+                        w.capture.text()  # (its thread, a daemon, ends with the pipe)
+                shutil.rmtree(self._failures, ignore_errors=True)
+                self._failures = None
         return FleetResult(
             returncodes=[w.returncode for w in self.workers],
             restarts=sum(w.restarts for w in self.workers),
@@ -779,6 +1021,15 @@ class _Watch:
         return read is None or not read[0].finished  # unknown: restart (it waits for Redis)
 
 
+def worker_id_prefix(crawl: str) -> str:
+    """``host:crawl:pid:random:``, the prefix of the ids of one supervisor's workers.
+    Another ``redcrawl crawl`` of the same crawl names its workers w0, w1, ... as well,
+    and a supervisor gives back what its gone workers hold by id: it must never match
+    another's. The pid tells apart two on one machine, the random part two in
+    containers that share a hostname and both run as pid 1 (``--network host``)."""
+    return f"{socket.gethostname()}:{crawl}:{os.getpid()}:{secrets.token_hex(4)}:"
+
+
 def run_workers(
     spider: str,
     *,
@@ -816,17 +1067,17 @@ def run_workers(
     for warning in warnings:
         if on_event is not None:
             on_event(WorkerEvent("warning", "all", f"warning: {warning}"))
-    # this command's pid too: another `redcrawl crawl` of the same crawl on this machine
-    # names its workers w0, w1, ... as well, and release() must never match its workers
-    prefix = f"{socket.gethostname()}:{crawl}:{os.getpid()}:"
+    prefix = worker_id_prefix(crawl)
 
-    def release(worker_id: str) -> None:
-        """Give back the leases of a worker process that died (its scheduler adds a
-        random suffix to the id it was given)."""
+    def release(worker_id: str) -> int:
+        """Give back the leases of a worker process that exited (its scheduler adds a
+        random suffix to the id it was given): how many."""
+        released = 0
         for name in frontier.workers():
             if name == worker_id or name.startswith(worker_id + ":"):
-                frontier.release_worker(name)
+                released += frontier.release_worker(name)
                 frontier.forget_worker(name)
+        return released
 
     started = time.monotonic()
     watch = _Watch(
@@ -874,6 +1125,12 @@ def run_workers(
     try:
         result = fleet.run()
         tick()
+        if result.signal is None and not result.failed:
+            # every worker exited 0: each closed by itself once the crawl was finished, or
+            # was stopped from outside (said for each); the latter is not a success
+            read = watch.read()
+            if read is not None and not read[0].finished:
+                result = dataclasses.replace(result, unfinished=True)
         return result
     finally:
         frontier.client.close()

@@ -15,13 +15,14 @@ from rich.table import Table
 from redcrawl.connection import EmbeddedRedis, connect, redact, resolve_url
 from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
 from redcrawl.frontier import Counts
-from redcrawl.keys import CrawlKeys, validate_crawl_name
+from redcrawl.keys import validate_crawl_name
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 from redcrawl.workers import (
     ExitCode,
     UnknownSpider,
     in_scrapy_project,
+    project_settings,
     project_spiders,
 )
 
@@ -55,7 +56,7 @@ CrawlName = Annotated[
 ]
 
 EXIT_FAILED, EXIT_USAGE, EXIT_REDIS = ExitCode.FAILED, ExitCode.USAGE, ExitCode.REDIS
-EXIT_DEAD_LETTERS = ExitCode.DEAD_LETTERS
+EXIT_DEAD_LETTERS, EXIT_UNFINISHED = ExitCode.DEAD_LETTERS, ExitCode.UNFINISHED
 
 
 def _settings(
@@ -65,9 +66,7 @@ def _settings(
     them, then REDCRAWL_* env, then flags."""
     base: Settings
     if in_scrapy_project():
-        from scrapy.utils.project import get_project_settings
-
-        project = get_project_settings()
+        project = project_settings()  # a broken settings.py: an error line, exit 2
         if spider:
             project.setdict(spider, priority="spider")
         base = Settings.from_scrapy(project)
@@ -183,7 +182,9 @@ def _crawl(settings: Settings, given: str | None, client: redis.Redis | None) ->
 
 
 def _existing(settings: Settings, client: redis.Redis, name: str) -> None:
-    if not client.exists(CrawlKeys(name, prefix=settings.key_prefix).stats):
+    """Refuse a crawl that does not exist, as the API decides it (404): never made, or
+    purged (a purge keeps its id counters, :func:`_alive`): exit 1."""
+    if not _alive(client, settings.key_prefix, [name])[0]:
         crawls = _crawls(client, settings.key_prefix)
         listed = f"crawls there: {', '.join(crawls)}" if crawls else "it holds no crawl"
         raise _fail(f"no crawl named {name!r} in {_where(settings)}; {listed}", EXIT_FAILED)

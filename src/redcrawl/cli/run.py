@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import socket
 from pathlib import Path
 from typing import Annotated
@@ -14,6 +15,7 @@ import typer
 from redcrawl.cli._common import (
     EXIT_DEAD_LETTERS,
     EXIT_FAILED,
+    EXIT_UNFINISHED,
     EXIT_USAGE,
     RedisUrl,
     _fail,
@@ -60,7 +62,7 @@ def _on_event(event: WorkerEvent, logs: Path | None) -> None:
     console.print(f"[{style}]{event.message}[/]", highlight=False)
     where = f" ({_show(logs / f'{event.worker}.log')})" if logs else ""
     if event.problems:  # why it failed: said before its closing stats dump, shown here
-        console.print(f"[dim]--- {event.worker}'s CRITICAL/ERROR lines{where}:[/]")
+        console.print(f"[dim]--- {event.worker}'s errors{where}:[/]")
         console.print(event.problems, markup=False, highlight=False)
     elif event.log_tail and event.kind == "failed":
         console.print(f"[dim]--- end of {event.worker}'s log{where}:[/]")
@@ -267,8 +269,27 @@ def crawl(
     _print_counts(c, crawl_id, frontier.stats(), _state(frontier, c))
     if log_dir is not None:
         console.print(f"worker logs: {_show(log_dir)}/", highlight=False)
-    code = result.code
-    if result.signal is not None:
+    # exit 5 is decided by the counts read here, the ones the message below is about
+    # (not by the fleet's own last read: the two reads may disagree)
+    code = 0 if result.code == EXIT_UNFINISHED else result.code
+    if code == 0 and not c.finished:
+        code = EXIT_UNFINISHED
+    if not c.finished:
+        left = c.ready + c.delayed + c.in_flight
+        why = (
+            f"stopped by {signal.Signals(result.signal).name}"
+            if result.signal is not None
+            else "a worker failed (see above)"
+            if result.failed
+            else "every worker stopped before it finished (see above)"
+        )
+        console.print(
+            f"[yellow]crawl {crawl_id} is not finished[/] ({left:,} request(s) left): {why}; "
+            "run the same command again to resume it",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif result.signal is not None:
         console.print("stopped: run the same command again to resume the crawl")
     elif code == 0 and fail_on_dead and c.dead:
         console.print(f"[red]{c.dead:,} dead letter(s)[/]: see `redcrawl dead --crawl {crawl_id}`")

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, cast
 from scrapy.exceptions import IgnoreRequest, NotConfigured
 
 from redcrawl.errors import ConfigError, RedcrawlError
+from redcrawl.failure_file import write_failure
 
 if TYPE_CHECKING:
     import scrapy
@@ -134,13 +135,24 @@ def custom_fingerprinter(crawler: Crawler) -> Callable[[scrapy.Request], bytes] 
 
 
 def fail_process(crawler: Crawler) -> None:
-    """Make ``scrapy crawl`` / ``runspider`` exit with code 1 once the engine stops.
+    """Make ``scrapy crawl`` / ``runspider`` exit with code 1 once the engine stops, and
+    tell a supervisor why (:func:`redcrawl.failure_file.write_failure`: the refusal's
+    reason, else the stat ``redcrawl/failure``, set before this is called).
 
     Scrapy's commands return 1 only when a crawl failed to start: CrawlerProcess sets
     ``bootstrap_failed`` when the crawler has no spider after its crawl ends (2.11 to
     2.19), so the spider is detached at ``engine_stopped``, after every other use of it
     (stats are dumped and ``spider_closed`` sent before)."""
     from scrapy import signals
+
+    reason = refused(crawler)
+    if reason is None:
+        try:
+            reason = crawler.stats.get_value("redcrawl/failure")
+        except (AttributeError, RuntimeError):  # Scrapy 2.19 raises before the crawl starts
+            reason = None
+    if reason is not None:
+        write_failure(str(reason))
 
     def detach() -> None:
         crawler.spider = None
