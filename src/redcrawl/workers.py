@@ -125,8 +125,8 @@ FATAL_AT_START = frozenset(
 spider, the project's modules, a component named in a setting) does not load, and will not
 load on a restart either; only when raised before the spider opened (an ImportError in a
 callback is restarted). Any other exception raised by a module's code as it is imported
-(:attr:`RunLog.import_failure`) may be transient: it is restarted, and a run failing again
-the same way is not."""
+(:attr:`RunLog.import_failure`) may be transient (a service not up yet): it is restarted
+as any crash is, its restarts saying the exception and where it was raised."""
 _PROBLEM = re.compile(r"\] CRITICAL: |\[redcrawl[\w.]*\] ERROR: |\] ERROR: redcrawl")
 """A CRITICAL line, or an ERROR line of redcrawl's loggers or saying ``redcrawl: ...``
 (not the spider's own errors, shown by Scrapy as ``Spider error processing``)."""
@@ -391,8 +391,6 @@ class _Worker:
     failure_file: Path | None = None
     """Where its current run writes its redcrawl failure reason (:data:`FAILURE_FILE_ENV`)."""
     capture: _Capture | None = None
-    import_failure: str | None = None
-    """The exception its last run failed with as a module was imported, if it did."""
     restarts: int = 0
     restart_at: float | None = None
     log_start: int = 0
@@ -492,8 +490,8 @@ class RunLog:
     def import_failure(self) -> str | None:
         """The exception of its last traceback when any other exception was raised by a
         module as it was imported, before the spider opened: it may be transient (a
-        service not up yet), so it is restarted, and only a run failing again the same
-        way is not."""
+        service not up yet), so it is restarted as any crash is (up to ``max_restarts``),
+        each restart saying it with the end of its traceback."""
         if self.exception is None or not self.at_start or not self.importing:
             return None
         return None if self.fatal else self.exception
@@ -771,20 +769,14 @@ class Fleet:
         tail = log_tail(worker.log)
         fatal = run.fatal if rc == 1 and failure is None else None
         # an exception at import that may be transient (a service not up yet): restarted
-        # once, not when the next run fails again the same way
+        # as any crash is (a slow service must not stop the fleet), said with its traceback
         at_import = run.import_failure if rc == 1 and failure is None else None
-        again = at_import if at_import is not None and at_import == worker.import_failure else None
-        worker.import_failure = at_import
-        if failure in NOT_TRANSIENT or rc == SCRAPY_USAGE_ERROR or fatal or again:
+        if failure in NOT_TRANSIENT or rc == SCRAPY_USAGE_ERROR or fatal:
             worker.returncode = rc
             if failure in NOT_TRANSIENT:
                 what = f": redcrawl failure {failure!r}"
-            elif fatal or again:
-                what = (
-                    f": failed at start again ({again})"
-                    if again
-                    else f": failed at start ({fatal})"
-                )
+            elif fatal:
+                what = f": failed at start ({fatal})"
                 # where it is: the end of the traceback (a log's own lines come after it)
                 problems = "\n".join([*run.traceback, *run.problems])
             else:
@@ -802,14 +794,14 @@ class Fleet:
                 )
             )
             return
+        at = ""
+        if at_import is not None:  # said with where it is, as a failure at start
+            at = f" at start ({at_import})"
+            problems = "\n".join([*run.traceback, *run.problems])
         if worker.restarts < self.max_restarts and self.unfinished():
             delay = min(self.backoff_max, self.backoff * 2.0**worker.restarts)
             worker.restarts += 1
             worker.restart_at = time.monotonic() + delay
-            at = ""
-            if at_import is not None:  # said with where it is, as a failure at start
-                at = f" at start ({at_import})"
-                problems = "\n".join([*run.traceback, *run.problems])
             self.on_event(
                 WorkerEvent(
                     "restarting",
@@ -833,7 +825,7 @@ class Fleet:
             WorkerEvent(
                 "failed",
                 worker.name,
-                f"worker {worker.name} {describe_exit(rc)} {why}".strip(),
+                f"worker {worker.name} {describe_exit(rc)}{at} {why}".strip(),
                 rc,
                 tail,
                 problems,
