@@ -51,6 +51,7 @@ def _refused(tmp_path: Path, key: str, settings: dict[str, str], named: str, rea
     critical = [line for line in text.splitlines() if "] CRITICAL:" in line]
     assert len(critical) == 1, text[-3000:]
     assert named in critical[0], critical[0]
+    assert ".; closing" not in critical[0], critical[0]  # (a message's own full stop kept)
     assert f"'finish_reason': '{reason}'" in text, text[-3000:]
 
 

@@ -178,7 +178,8 @@ def refuse_start(crawler: Crawler, reason: str, message: str) -> None:
     if refused(crawler) is not None:
         return
     setattr(crawler, REFUSED, reason)
-    log.critical("redcrawl: %s; closing the spider (reason %r, exit code 1)", message, reason)
+    said = message.rstrip().rstrip(".")  # ("... embedded Redis.; closing": one stop too many)
+    log.critical("redcrawl: %s; closing the spider (reason %r, exit code 1)", said, reason)
     fail_process(crawler)
     close_when_started(crawler, reason)
 
