@@ -124,7 +124,7 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(
 
 
 def test_unreachable_redis_exit_code(redis7: RedisServer) -> None:
-    code, out = invoke("status", "--redis-url", "redis://127.0.0.1:1/0", "--crawl", "x")
+    code, out = invoke("status", "--redis-url", "redis://127.0.0.1:1/0", "--crawl", "elsewhere")
     assert code == 3 and "redis://127.0.0.1:1/0" in out
 
 
@@ -321,6 +321,8 @@ def project(elsewhere: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (pkg / "settings.py").write_text('SPIDER_MODULES = ["rcproj.spiders"]\n')
     monkeypatch.syspath_prepend(str(elsewhere))
     monkeypatch.setenv("SCRAPY_SETTINGS_MODULE", "rcproj.settings")
+    for name in [m for m in sys.modules if m.split(".")[0] == "rcproj"]:  # an earlier test's
+        monkeypatch.delitem(sys.modules, name)
     return elsewhere
 
 
@@ -412,3 +414,27 @@ def test_seed_without_a_crawl_name_makes_nothing(elsewhere: Path) -> None:
     code, out = invoke("seed", "https://a.example/")
     assert code == 2 and "--crawl NAME" in out
     assert not (elsewhere / ".redcrawl").exists()
+
+
+def test_status_in_a_project_of_several_spiders_picks_the_one_crawl_there(
+    project: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """Seen in a user trial: a project with two spiders, one of them crawled: ``status``
+    asked "which crawl?" while the only crawl of the project's spiders was listed."""
+    redis7_client.flushall()
+    (project / "rcproj" / "spiders" / "two.py").write_text(
+        PROJECT_SPIDER.replace("One", "Two").replace('"only"', '"other"')
+    )
+    code, out = invoke("seed", "https://a.example/", "--redis-url", redis7.url, "--crawl", "only")
+    assert code == 0, out
+    code, out = invoke("status", "--redis-url", redis7.url)
+    assert code == 0 and "crawl only" in out, out
+    # a crawl of no spider of this project is not picked
+    code, out = invoke("purge", "--redis-url", redis7.url, "--crawl", "only", "--yes")
+    assert code == 0, out
+    code, out = invoke(
+        "seed", "https://a.example/", "--redis-url", redis7.url, "--crawl", "elsewhere"
+    )
+    assert code == 0, out
+    code, out = invoke("status", "--redis-url", redis7.url)
+    assert code == 2 and "which crawl?" in out, out

@@ -159,7 +159,8 @@ def _alive(client: redis.Redis, prefix: str, names: list[str]) -> list[bool]:
 
 def _crawl(settings: Settings, given: str | None, client: redis.Redis | None) -> str:
     """The crawl a command works on: ``--crawl``/``REDCRAWL_CRAWL``, else the project's
-    setting, else the project's only spider, else the only crawl in the Redis."""
+    setting, else the project's only spider, else the only crawl in the Redis (of this
+    project's spiders, in a project)."""
     if given:
         return validate_crawl_name(given)
     spiders = project_spiders()
@@ -170,6 +171,9 @@ def _crawl(settings: Settings, given: str | None, client: redis.Redis | None) ->
     crawls = _crawls(client, settings.key_prefix) if client is not None else []
     if len(crawls) == 1 and not spiders:
         return crawls[0]
+    ours = [c for c in crawls if c in {settings.crawl_name(s) for s in spiders}]
+    if len(ours) == 1:  # the only crawl of this project's spiders
+        return ours[0]
     known = f"this project's spiders: {', '.join(spiders)}; " if spiders else ""
     here = (
         f"crawls in {_where(settings)}: {', '.join(crawls)}"
