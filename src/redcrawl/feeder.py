@@ -450,7 +450,8 @@ class Feeder:
                 with self._cond:
                     if self._failing_since is None:
                         self._failing_since = self._call_since
-                        log.error(
+                        # (the caller says it to its user: see stalled_for())
+                        log.debug(
                             "redcrawl: Redis is not answering (%s); this worker goes "
                             "on with what it holds and keeps trying",
                             exc,
@@ -459,7 +460,8 @@ class Feeder:
                     self._cond.wait(1.0)
                 continue
             except RedcrawlError as exc:
-                log.error("redcrawl: Redis refused a call of worker %s: %s", self.worker, exc)
+                # (the caller says it to its user: see error)
+                log.debug("redcrawl: Redis refused a call of worker %s: %s", self.worker, exc)
                 with self._cond:
                     self.error = exc
                     self._call_since = None
@@ -470,7 +472,7 @@ class Feeder:
                 self._settled_gen = gen
                 self._cond.notify_all()
                 if self._failing_since is not None:
-                    log.warning(
+                    log.debug(
                         "redcrawl: Redis answers again after %.1f s",
                         time.monotonic() - self._failing_since,
                     )

@@ -60,6 +60,7 @@ from redcrawl.errors import (
     EncodeError,
     LayoutMismatch,
     RedcrawlError,
+    RedisOutOfMemory,
 )
 from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter_for
@@ -99,6 +100,10 @@ wait two ticks at most; see :mod:`redcrawl.feeder`)."""
 
 WATCH = 0.25
 """Seconds between the reactor's looks at the I/O thread (counters, Redis outage)."""
+
+OUTAGE_NOTICE = 5.0
+"""Seconds without an answer from Redis before the worker logs (once) that it waits for
+it; it logs (once) when Redis answers again."""
 
 FLUSH_WAIT = 5.0
 """Seconds flush() waits for the buffered requests to be stored."""
@@ -196,6 +201,7 @@ class Scheduler(BaseScheduler):
         self._poll_call: Any = None
         self._startup_error: ConfigError | None = None  # a wrong setting, said at open
         self._failure: str | None = None
+        self._outage_since: float | None = None  # an outage was logged: since when
         self._closing = False
         self._polite = False  # the frontier enforces fleet-wide politeness (set at open)
         self._robots: robots.RobotsTxtMiddleware | None = None  # (set at open)
@@ -307,14 +313,7 @@ class Scheduler(BaseScheduler):
         self.feeder.start()
         self._watchdog = task.LoopingCall(self._watch)
         self._watchdog.start(WATCH, now=False)
-        log.info(
-            "redcrawl: worker %s on crawl %r (%s)",
-            self.worker,
-            crawl,
-            redact(self.settings.redis_url)
-            if self.settings.redis_url
-            else f"embedded Redis in {self.settings.embedded_dir}",
-        )
+        log.info("redcrawl: worker %s on crawl %r (%s)", self.worker, crawl, self._redis_name())
 
     def _check_layout(self) -> None:
         """Raise the frontier's layout mismatch error now if this worker's settings
@@ -436,6 +435,8 @@ class Scheduler(BaseScheduler):
         self._merge_stats()
         if stopped and self._polite:
             self._politeness_stats()
+        if not stopped and feeder.error is not None:
+            return  # Redis refused a call: said (CRITICAL), nothing more was sent
         if not stopped:
             log.error(
                 "redcrawl: could not reach Redis at close: this worker's unsettled "
@@ -505,9 +506,17 @@ class Scheduler(BaseScheduler):
         self._merge_stats()
         if isinstance(self.feeder.error, CrawlVanished):  # (docs/cluster.md, Durability)
             self._fail("crawl_vanished", str(self.feeder.error))
+        elif isinstance(self.feeder.error, RedisOutOfMemory):  # (it says what to do)
+            self._fail("redis_error", str(self.feeder.error))
         elif self.feeder.error is not None:
-            self._fail("redis_error", f"Redis refused a call: {self.feeder.error}")
+            self._fail(
+                "redis_error",
+                f"Redis refused a call: {self.feeder.error}; this worker sends nothing more "
+                "to Redis, and the requests it holds come back when their leases expire "
+                f"(REDCRAWL_LEASE_TTL = {self.settings.lease_ttl} s)",
+            )
         stalled = self.feeder.stalled_for()
+        self._tell_outage(stalled)
         if stalled > self.settings.redis_outage_limit:
             self._fail(
                 "redis_unavailable",
@@ -515,6 +524,33 @@ class Scheduler(BaseScheduler):
                 f"(REDCRAWL_REDIS_OUTAGE_LIMIT = {self.settings.redis_outage_limit} s); "
                 "this worker's leases come back to the crawl when they expire",
             )
+
+    def _tell_outage(self, stalled: float) -> None:
+        """Say once that Redis has stopped answering (after OUTAGE_NOTICE seconds: redis-py
+        resends the call meanwhile, so nothing else would say it), and once that it
+        answers again."""
+        if stalled >= OUTAGE_NOTICE and self._outage_since is None:
+            self._outage_since = time.monotonic() - stalled
+            log.warning(
+                "redcrawl: Redis (%s) has not answered for %.0f s; this worker goes on with "
+                "what it holds and waits for it, and gives up after "
+                "REDCRAWL_REDIS_OUTAGE_LIMIT = %s s (exit code 1)",
+                self._redis_name(),
+                stalled,
+                self.settings.redis_outage_limit,
+            )
+        elif not stalled and self._outage_since is not None:
+            log.info(
+                "redcrawl: Redis answers again, after %.1f s",
+                time.monotonic() - self._outage_since,
+            )
+            self._outage_since = None
+
+    def _redis_name(self) -> str:
+        """The crawl's Redis as logs name it (password hidden)."""
+        if self.settings.redis_url:
+            return redact(self.settings.redis_url)
+        return f"embedded Redis in {self.settings.embedded_dir}"
 
     def _merge_stats(self) -> None:
         assert self.feeder is not None
