@@ -97,7 +97,7 @@ def test_an_idle_redis_spider_stops_on_sigterm_while_redis_is_frozen(
             time.sleep(1.5)  # idle: it reads the start key now and then
             os.kill(own_redis.server.pid, signal.SIGSTOP)
             try:
-                time.sleep(3)  # an idle read is on its way to the frozen server
+                time.sleep(6)  # an idle read (every 5 s) is on its way to the frozen server
                 worker.proc.send_signal(signal.SIGTERM)
                 try:
                     worker.proc.wait(timeout=30)
@@ -238,7 +238,7 @@ def test_deferred_requests_are_not_logged_one_by_one_at_info(tmp_path: Path) -> 
             ).wait(timeout=120)
             run.ok()
             assert set(site.hits()) == site.canonical_pages()
-        deferred = [line for line in redcrawl_lines(run.stderr, "INFO") if "429" in line]
+        deferred = [line for line in redcrawl_lines(run.stderr, "INFO") if "answered 429" in line]
         assert run.stats.get("redcrawl/deferred/429", 0) >= 10, run.stats
         assert len(deferred) == 1, "\n".join(deferred)
     finally:

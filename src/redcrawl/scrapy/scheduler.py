@@ -41,6 +41,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
 
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
@@ -202,6 +203,7 @@ class Scheduler(BaseScheduler):
         self._startup_error: ConfigError | None = None  # a wrong setting, said at open
         self._failure: str | None = None
         self._outage_since: float | None = None  # an outage was logged: since when
+        self._told_deferred: set[tuple[str, int]] = set()  # (site, status) logged at INFO
         self._closing = False
         self._polite = False  # the frontier enforces fleet-wide politeness (set at open)
         self._robots: robots.RobotsTxtMiddleware | None = None  # (set at open)
@@ -871,11 +873,23 @@ class Scheduler(BaseScheduler):
         self.feeder.held = len(self._handed_out)
         self.feeder.defer(lease, str(response.status), self._retry_after(response))
         self.stats.inc_value(f"redcrawl/deferred/{response.status}")
-        log.info(
-            "redcrawl: %s answered %d: deferred, its site blocked for the fleet",
-            request.url,
-            response.status,
-        )
+        site = urlsplit(request.url).netloc
+        if (site, response.status) in self._told_deferred:
+            log.debug(
+                "redcrawl: %s answered %d: deferred, its site blocked for the fleet",
+                request.url,
+                response.status,
+            )
+        else:  # once per site and status at INFO: a throttling site defers thousands
+            self._told_deferred.add((site, response.status))
+            log.info(
+                "redcrawl: %s answered %d: deferred (no attempt spent), its site blocked for "
+                "the fleet; this worker logs its site's next ones at DEBUG (counted in the "
+                "stats, redcrawl/deferred/%d)",
+                request.url,
+                response.status,
+                response.status,
+            )
         return True
 
     def _free_slot(self, request: scrapy.Request, outcome: str) -> None:

@@ -63,6 +63,8 @@ from typing import Any, cast
 
 import redis
 import scrapy
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.spiders import CrawlSpider, Spider
@@ -87,6 +89,15 @@ SETTLE_EVERY = 0.5
 
 RECOVER_EVERY = 1.0
 """Seconds between looks for claims of stopped workers (at start and while idle)."""
+
+REACTOR_TIMEOUT = 5.0
+"""Seconds a start key call made on Scrapy's reactor (claims, while idle) may wait for
+Redis, with no retry: a frozen or dead Redis must not block the reactor (SIGTERM would
+not be handled). A claim that failed is sent again with the same field at the next
+read, which gets the same batch back."""
+
+READ_AGAIN = 5.0
+"""Seconds before the next read of the start key after one that failed."""
 
 _SOURCES = {
     "claim": (BASE, "lua/start_claim.lua"),
@@ -301,6 +312,7 @@ class RedisMixin:
         if self.max_idle_time is None:
             self.max_idle_time = settings.max_idle_time
         self.server = connect(settings)
+        self._reactor_client = self._bounded_client(settings)
         if settings.start_urls_as_set and settings.start_urls_as_zset:
             raise ConfigError(
                 "REDIS_START_URLS_AS_ZSET",
@@ -317,8 +329,11 @@ class RedisMixin:
         self._schemes = frozenset(s.lower() for s in self.redis_start_url_schemes)
         self._closing = False
         self._idle_since = time.monotonic()
-        self._start_key = StartKey(self.server, self.redis_key, self._key_type)
+        self._start_key = StartKey(self._reactor_client, self.redis_key, self._key_type)
         self._seq = itertools.count(1)
+        self._retry_field: str | None = None  # a claim whose reply never came: sent again
+        self._read_after = 0.0  # a read failed: don't read before this (monotonic)
+        self._read_failing = False  # a failed read was logged (once per outage)
         self._worker: str | None = None  # the scheduler's worker id, once claiming
         self._feeder: Any = None  # the scheduler's Feeder, once claiming
         self._frontier: Any = None  # the scheduler's frontier (workers' heartbeats)
@@ -336,6 +351,24 @@ class RedisMixin:
             "Reading start URLs from redis key %r (batch size %d)",
             self.redis_key,
             self.redis_batch_size,
+        )
+
+    def _bounded_client(self, settings: Settings) -> Any:
+        """The client of the start key calls made on the reactor: each call waits
+        REACTOR_TIMEOUT seconds at most, with no retry (``self.server``, the spider's
+        client for its own code as in scrapy-redis, keeps redcrawl's retries). A Redis
+        Cluster URL keeps ``self.server``."""
+        from redcrawl.cluster import is_cluster_url
+        from redcrawl.connection import resolve_url
+
+        if is_cluster_url(resolve_url(settings)):
+            return self.server
+        return connect(
+            settings,
+            check=False,
+            retry=Retry(NoBackoff(), 0),
+            socket_timeout=REACTOR_TIMEOUT,
+            socket_connect_timeout=REACTOR_TIMEOUT,
         )
 
     # --- reading the key -----------------------------------------------------------
@@ -371,8 +404,11 @@ class RedisMixin:
         if how == "pop":
             return self.fetch_data(count), ""
         self.recover_claims()
-        field = f"{self._worker}#{next(self._seq)}"
-        return self._start_key.claim(field, count), field
+        field = self._retry_field or f"{self._worker}#{next(self._seq)}"
+        self._retry_field = field  # until the claim's reply is here
+        batch = self._start_key.claim(field, count)
+        self._retry_field = None
+        return batch, field
 
     def recover_claims(self, force: bool = False) -> int:
         """Give the claims of stopped workers back to the start key (at most every
@@ -472,6 +508,10 @@ class RedisMixin:
         how = self._claimer()
         if how == "none":
             return
+        if how == "claim" and (
+            time.monotonic() < self._read_after or self._feeder.stalled_for() > 0
+        ):
+            return  # Redis is not answering this worker: read the entries when it does
         try:
             batch, field = self._take(how, self.redis_batch_size or 16)
         except ConfigError as exc:
@@ -487,8 +527,19 @@ class RedisMixin:
             )
             return
         except RedcrawlError as exc:  # Redis away: the entries stay, read them when idle
-            self.logger.error("Could not read start entries from %r: %s", self.redis_key, exc)
+            self._read_after = time.monotonic() + READ_AGAIN
+            if not self._read_failing:  # once per outage, not at every idle look
+                self._read_failing = True
+                self.logger.warning(
+                    "Could not read start entries from %r (%s); they stay in Redis and are "
+                    "read when it answers again",
+                    self.redis_key,
+                    exc,
+                )
             return
+        if self._read_failing:
+            self._read_failing = False
+            self.logger.info("Reading start entries from %r again", self.redis_key)
         refused: list[str] = []
         for data in batch:
             try:
