@@ -243,3 +243,43 @@ def test_deferred_requests_are_not_logged_one_by_one_at_info(tmp_path: Path) -> 
         assert len(deferred) == 1, "\n".join(deferred)
     finally:
         server.stop()
+
+
+def test_ctrl_c_twice_gives_the_workers_leases_back(
+    tmp_path: Path,
+    own_redis: OwnRedis,  # noqa: F811
+) -> None:
+    """Ctrl-C twice on a worker holding leases (Scrapy's forced, unclean shutdown): the
+    requests it held are back in the crawl when the process has exited (not a lease TTL
+    later), and its log says so once. Seen before: nothing in the log, its requests in
+    flight until their leases expired (60 s here), the worker still listed as alive."""
+    client = own_redis.client()
+    slow = SiteConfig(
+        products=60, per_page=10, categories=3, tracking_params=False, slow_every=1, slow_delay=3
+    )  # a product page takes 3 s: the graceful close waits for them, the second ^C does not
+    with (
+        ShopSite(slow) as site,
+        start_spider(
+            "outage_spider.py",
+            tmp_path,
+            redis_url=own_redis.url,
+            crawl="ctrlc",
+            settings={**WORKER, "REDCRAWL_LEASE_TTL": 60},
+            args={"url": site.url + "/"},
+        ) as worker,
+    ):
+        wait_for(
+            lambda: any(p.startswith("/product/") for p in site.hits()),
+            timeout=60,
+            what="product pages on their way",
+        )
+        worker.proc.send_signal(signal.SIGINT)
+        time.sleep(0.2)
+        worker.proc.send_signal(signal.SIGINT)
+        worker.proc.wait(timeout=60)
+        log = worker.output()
+        c = frontier(client, "ctrlc").counts()
+    assert "forcing unclean shutdown" in log, log[-3000:]
+    assert c.in_flight == 0 and c.conserved, c
+    told = [line for line in redcrawl_lines(log, "WARNING") if "forced" in line]
+    assert len(told) == 1, log[-3000:]

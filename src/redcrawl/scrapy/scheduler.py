@@ -31,6 +31,7 @@ anything else (2xx, 3xx handled by Scrapy, 404, ``IgnoreRequest``) -> DONE.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -204,6 +205,7 @@ class Scheduler(BaseScheduler):
         self._failure: str | None = None
         self._outage_since: float | None = None  # an outage was logged: since when
         self._told_deferred: set[tuple[str, int]] = set()  # (site, status) logged at INFO
+        self._shutdown_trigger: Any = None  # the reactor's "before shutdown" trigger
         self._closing = False
         self._polite = False  # the frontier enforces fleet-wide politeness (set at open)
         self._robots: robots.RobotsTxtMiddleware | None = None  # (set at open)
@@ -313,6 +315,9 @@ class Scheduler(BaseScheduler):
             polite=self.frontier.politeness is not None,
         )
         self.feeder.start()
+        self._shutdown_trigger = cast(Any, reactor).addSystemEventTrigger(
+            "before", "shutdown", self._on_forced_shutdown
+        )
         self._watchdog = task.LoopingCall(self._watch)
         self._watchdog.start(WATCH, now=False)
         log.info("redcrawl: worker %s on crawl %r (%s)", self.worker, crawl, self._redis_name())
@@ -416,6 +421,11 @@ class Scheduler(BaseScheduler):
 
     def close(self, reason: str) -> None:
         self._closing = True
+        if self._shutdown_trigger is not None:
+            from twisted.internet import reactor
+
+            cast(Any, reactor).removeSystemEventTrigger(self._shutdown_trigger)
+            self._shutdown_trigger = None
         if self._watchdog is not None and self._watchdog.running:
             self._watchdog.stop()
         if self._poll_call is not None and self._poll_call.active():
@@ -459,6 +469,37 @@ class Scheduler(BaseScheduler):
             )
         finally:
             self.frontier.client.close()
+
+    def _on_forced_shutdown(self) -> None:
+        """The reactor stops and this scheduler was not closed: Scrapy's forced shutdown
+        (Ctrl-C or SIGTERM twice), which never closes the spider. Send what is buffered
+        (children, acks) and give back what this worker holds (fetched again, no attempt
+        spent), waiting CLOSE_WAIT_GONE seconds at most, so the crawl has its requests
+        back now, not when their leases expire; then say so, once."""
+        self._shutdown_trigger = None
+        if self._closing or self.feeder is None or self.frontier is None:
+            return
+        self._closing = True
+        held = [lease for _, lease in self._handed_out.values()]
+        self._handed_out.clear()
+        self._successors.clear()
+        if held:
+            self.feeder.release(held)
+        if self.feeder.stop(timeout=CLOSE_WAIT_GONE) and self.feeder.error is None:
+            with contextlib.suppress(RedcrawlError):  # (its heartbeat ends by itself)
+                self.frontier.forget_worker(self.worker)
+            log.warning(
+                "redcrawl: forced shutdown: the %d request(s) in progress were given back "
+                "to the crawl (fetched again by a worker, no attempt spent)",
+                len(held),
+            )
+        else:
+            log.warning(
+                "redcrawl: forced shutdown: could not give this worker's requests back to "
+                "Redis; they come back to the crawl when their leases expire "
+                "(REDCRAWL_LEASE_TTL = %s s)",
+                self.settings.lease_ttl,
+            )
 
     def _politeness_stats(self) -> None:
         """The crawl-wide politeness counters as they are at this worker's close
