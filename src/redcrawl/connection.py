@@ -188,7 +188,7 @@ def _login_refused(url: str, exc: Exception) -> RedisUnavailable:
     needed = "required" in str(exc).lower()
     return RedisUnavailable(
         redact(url),
-        exc,
+        f"authentication failed: {exc}",
         problem=(
             "Redis requires a password and none was given"
             if needed
