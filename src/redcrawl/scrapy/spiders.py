@@ -534,7 +534,7 @@ class RedisMixin:
                     "Could not read start entries from %r (%s); they stay in Redis and are "
                     "read when it answers again",
                     self.redis_key,
-                    exc,
+                    exc.__cause__ or exc,  # (not ConnectionLost's advice: the worker goes on)
                 )
             return
         if self._read_failing:
