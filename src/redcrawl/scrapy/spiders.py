@@ -72,6 +72,7 @@ from scrapy.spiders import CrawlSpider, Spider
 from redcrawl.callbacks import callback_problem, resolve_callback
 from redcrawl.connection import connect
 from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
+from redcrawl.frontier.records import stored_int
 from redcrawl.keys import start_claims, start_refused
 from redcrawl.scrapy import lifecycle
 from redcrawl.scripts import BASE, Scripts
@@ -422,10 +423,7 @@ class RedisMixin:
         if not any(w != self._worker for w in owners):
             self._claims_elsewhere = False
             return 0
-        frontier = self._frontier
-        back, live = self._start_key.recover_stopped(
-            self._worker, frontier.workers(), frontier.server_time()
-        )
+        back, live = self._start_key.recover_stopped(self._worker, *self._heartbeats())
         self._claims_elsewhere = bool(live)
         if back:
             self.logger.warning(
@@ -436,6 +434,30 @@ class RedisMixin:
             )
             self.crawler.stats.inc_value("redcrawl/start_entries/recovered", back)
         return back
+
+    def _heartbeats(self) -> tuple[dict[str, float], float]:
+        """The workers' heartbeat deadlines (as ``FrontierCore.workers``) and the server's
+        clock, read in one round with the bounded client (on the reactor: not the
+        scheduler's client, whose retries wait minutes while Redis is frozen). A Redis
+        Cluster URL reads them through the frontier (its bounded client is
+        ``self.server``, as unbounded)."""
+        frontier = self._frontier
+        client = self._reactor_client
+        if client is self.server:
+            return frontier.workers(), frontier.server_time()
+        parts = getattr(frontier, "parts", None) or [frontier]
+        with redis_errors("workers"):
+            pipe = client.pipeline(transaction=False)
+            for part in parts:
+                pipe.hgetall(part.keys.workers)
+            pipe.time()
+            *raws, (sec, usec) = pipe.execute()
+        out: dict[str, float] = {}
+        for raw in raws:
+            for name, value in raw.items():
+                worker = name.decode(errors="replace")
+                out[worker] = max((stored_int(value) or 0) / 1000, out.get(worker, 0.0))
+        return out, float(sec) + float(usec) / 1e6
 
     def _refuse(self, data: bytes, reason: str) -> str:
         """Log and count a refused entry; returns its record for the refused list."""
