@@ -345,6 +345,7 @@ class RedisMixin:
         self._next_recover = 0.0
         self._claims_elsewhere = False  # live workers held claims at the last look
         self._told_refused = False
+        self._settle_failing = False  # a failed claim clearing was logged (once per outage)
         crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self._active, signal=signals.response_received)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
@@ -492,16 +493,35 @@ class RedisMixin:
         self._feeder.flush(0.0)  # store them now, not at the next tick (does not wait)
         self._settle_claims()
 
-    def _settle_claims(self) -> None:
+    def _settle_claims(self, force: bool = False) -> None:
         """Clear the claims of the batches whose requests are stored; look again in
-        :data:`SETTLE_EVERY` seconds while some are not (one such call at a time)."""
+        :data:`SETTLE_EVERY` seconds while some are not (one such call at a time). While
+        Redis is not answering (the feeder stalled, or a start key call failed less than
+        :data:`READ_AGAIN` seconds ago) nothing is sent unless ``force`` (at close): a
+        call would block the reactor up to :data:`REACTOR_TIMEOUT` seconds each time. A
+        failure is logged once per outage."""
+        quiet = time.monotonic() < self._read_after or self._feeder.stalled_for() > 0
         try:
-            while self._pending and self._feeder.stored_through(self._pending[0][1]):
+            while (
+                self._pending
+                and (force or not quiet)
+                and self._feeder.stored_through(self._pending[0][1])
+            ):
                 field, _, refused = self._pending[0]
                 self._start_key.settle(field, refused)
                 self._pending.popleft()
+                if self._settle_failing:
+                    self._settle_failing = False
+                    self.logger.info("Clearing start entries claims again")
         except RedcrawlError as exc:
-            self.logger.warning("Could not clear a start entries claim yet: %s", exc)
+            self._read_after = time.monotonic() + READ_AGAIN
+            if not self._settle_failing:
+                self._settle_failing = True
+                self.logger.warning(
+                    "Could not clear a start entries claim (%s); it is cleared when Redis "
+                    "answers again",
+                    exc.__cause__ or exc,
+                )
         waiting = self._settle_call is not None and self._settle_call.active()
         if self._pending and not self._closing and not waiting:
             from twisted.internet import reactor
@@ -515,7 +535,7 @@ class RedisMixin:
         if self._settle_call is not None and self._settle_call.active():
             self._settle_call.cancel()
         if self._pending:
-            self._settle_claims()
+            self._settle_claims(force=True)
         if self._pending:
             self.logger.warning(
                 "%d claimed batch(es) of start entries were not stored; they go back to %r "
