@@ -536,6 +536,8 @@ class RedisMixin:
             self._settle_call.cancel()
         if self._pending:
             self._settle_claims(force=True)
+        if self._retry_field is not None:
+            self._give_back_unanswered()
         if self._pending:
             self.logger.warning(
                 "%d claimed batch(es) of start entries were not stored; they go back to %r "
@@ -543,6 +545,30 @@ class RedisMixin:
                 len(self._pending),
                 self.redis_key,
             )
+
+    def _give_back_unanswered(self) -> None:
+        """At close: the claim whose reply never came (it would have been sent again at
+        the next read) goes back to the key now, not at another worker's recover pass
+        (one bounded attempt; if it fails, that pass still gives it back)."""
+        field, self._retry_field = self._retry_field, None
+        assert field is not None
+        try:
+            back = self._start_key.recover([field])
+        except RedcrawlError as exc:
+            self.logger.warning(
+                "Could not give back the start entries of a claim whose reply never came "
+                "(%s); they go back to %r once this worker's heartbeat is gone",
+                exc.__cause__ or exc,
+                self.redis_key,
+            )
+            return
+        if back:
+            self.logger.info(
+                "Gave %d start entries back to %r: their claim's reply never came",
+                back,
+                self.redis_key,
+            )
+            self.crawler.stats.inc_value("redcrawl/start_entries/recovered", back)
 
     def next_requests(self) -> Iterator[Any]:
         if self._refused or self._closing:
