@@ -448,6 +448,8 @@ class Scheduler(BaseScheduler):
         if stopped and self._polite:
             self._politeness_stats()
         if not stopped and feeder.error is not None:
+            if self._failure is None:  # (the watchdog is stopped: nothing said it yet)
+                self._fail(*self._refused_call(feeder.error))
             return  # Redis refused a call: said (CRITICAL), nothing more was sent
         if not stopped:
             log.error(
@@ -496,8 +498,9 @@ class Scheduler(BaseScheduler):
         else:
             log.warning(
                 "redcrawl: forced shutdown: could not give this worker's requests back to "
-                "Redis; they come back to the crawl when their leases expire "
+                "Redis (%s); they come back to the crawl when their leases expire "
                 "(REDCRAWL_LEASE_TTL = %s s)",
+                self.feeder.error or f"no answer within {CLOSE_WAIT_GONE:.0f} s",
                 self.settings.lease_ttl,
             )
 
@@ -535,9 +538,12 @@ class Scheduler(BaseScheduler):
         if before_start:
             lifecycle.refuse_start(self.crawler, reason, message)
             return
-        log.critical("redcrawl: %s; closing the spider (reason %r, exit code 1)", message, reason)
+        closing = "the spider is closing" if self._closing else "closing the spider"
+        log.critical("redcrawl: %s; %s (reason %r, exit code 1)", message, closing, reason)
         self.stats.set_value("redcrawl/failure", reason)
         lifecycle.fail_process(self.crawler)
+        if self._closing:
+            return  # (at close: the engine is stopping it already)
         from twisted.internet import reactor
 
         cast(Any, reactor).callLater(0, lifecycle.stop_crawler, self.crawler, reason)
@@ -547,17 +553,8 @@ class Scheduler(BaseScheduler):
         up when Redis has not answered for REDCRAWL_REDIS_OUTAGE_LIMIT seconds."""
         assert self.feeder is not None
         self._merge_stats()
-        if isinstance(self.feeder.error, CrawlVanished):  # (docs/cluster.md, Durability)
-            self._fail("crawl_vanished", str(self.feeder.error))
-        elif isinstance(self.feeder.error, RedisOutOfMemory):  # (it says what to do)
-            self._fail("redis_error", str(self.feeder.error))
-        elif self.feeder.error is not None:
-            self._fail(
-                "redis_error",
-                f"Redis refused a call: {self.feeder.error}; this worker sends nothing more "
-                "to Redis, and the requests it holds come back when their leases expire "
-                f"(REDCRAWL_LEASE_TTL = {self.settings.lease_ttl} s)",
-            )
+        if self.feeder.error is not None:
+            self._fail(*self._refused_call(self.feeder.error))
         stalled = self.feeder.stalled_for()
         self._tell_outage(stalled)
         if stalled > self.settings.redis_outage_limit:
@@ -567,6 +564,20 @@ class Scheduler(BaseScheduler):
                 f"(REDCRAWL_REDIS_OUTAGE_LIMIT = {self.settings.redis_outage_limit} s); "
                 "this worker's leases come back to the crawl when they expire",
             )
+
+    def _refused_call(self, error: BaseException) -> tuple[str, str]:
+        """The failure reason and CRITICAL line of a call Redis refused (the feeder's
+        ``error``)."""
+        if isinstance(error, CrawlVanished):  # (docs/cluster.md, Durability)
+            return "crawl_vanished", str(error)
+        if isinstance(error, RedisOutOfMemory):  # (it says what to do)
+            return "redis_error", str(error)
+        return (
+            "redis_error",
+            f"Redis refused a call: {error}; this worker sends nothing more to Redis, and "
+            "the requests it holds come back when their leases expire "
+            f"(REDCRAWL_LEASE_TTL = {self.settings.lease_ttl} s)",
+        )
 
     def _tell_outage(self, stalled: float) -> None:
         """Say once that Redis has stopped answering (after OUTAGE_NOTICE seconds: redis-py
