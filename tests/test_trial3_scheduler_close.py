@@ -7,6 +7,9 @@ the scheduler's watchdog says nothing by itself."""
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import threading
 
 import pytest
 import redis
@@ -19,6 +22,7 @@ from redcrawl.fingerprint import fingerprint
 from redcrawl.frontier import open_frontier
 from redcrawl.scrapy import Scheduler
 from redcrawl.settings import Settings
+from tests.conftest import RedisServer
 
 from .test_outage import OwnRedis, own_redis  # noqa: F401 (a fixture)
 
@@ -67,3 +71,38 @@ def test_a_final_round_refused_at_a_graceful_close_is_said(
     told = [r for r in caplog.records if r.levelno >= logging.CRITICAL]
     assert len(told) == 1, [r.getMessage() for r in caplog.records]
     assert "out of memory" in told[0].getMessage(), told[0].getMessage()
+
+
+def test_ctrl_c_twice_does_not_wait_on_a_redis_frozen_while_signing_off(
+    redis7: RedisServer,
+    redis7_client: redis.Redis,
+    own_redis: OwnRedis,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Scrapy's forced shutdown: the feeder has given the requests back, then Redis
+    freezes as the worker signs off (forget_worker). The shutdown ends anyway (the
+    reactor is stopping and Scrapy ignores further Ctrl-C: a wait here is a hang until
+    SIGKILL), and its line says the requests were given back. Here the sign-off's
+    client is on a frozen server with redcrawl's retries (minutes)."""
+    scheduler = _scheduler(redis7.url, redis7_client, "ctrlc")
+    feeder = scheduler.feeder
+    assert feeder is not None and scheduler.frontier is not None
+    from redcrawl.connection import connect
+
+    frozen = open_frontier(connect(Settings(redis_url=own_redis.url)), Settings(), "ctrlc")
+    os.kill(own_redis.server.pid, signal.SIGSTOP)
+    try:
+        scheduler.frontier = frozen  # the feeder keeps its own (answering) frontier
+        done = threading.Event()
+
+        def shutdown() -> None:
+            scheduler._on_forced_shutdown()
+            done.set()
+
+        with caplog.at_level(logging.INFO):
+            threading.Thread(target=shutdown, daemon=True).start()
+            assert done.wait(60), "the forced shutdown waited on the frozen Redis"
+    finally:
+        os.kill(own_redis.server.pid, signal.SIGCONT)
+    told = [r.getMessage() for r in caplog.records if "forced shutdown" in r.getMessage()]
+    assert len(told) == 1 and "given back" in told[0], told

@@ -150,6 +150,7 @@ class Feeder:
         self._starved = False  # a lease call got nothing since the last heartbeat
         self._stop = False
         self._closed = False
+        self._stop_sent = False  # the stop's round (stores, acks, releases) reached Redis
         self.error: BaseException | None = None
         """A fatal error of the thread (Redis refused a call): the caller should stop."""
         self._thread = threading.Thread(target=self._run, name=f"redcrawl-io {worker}", daemon=True)
@@ -319,6 +320,13 @@ class Feeder:
         self._thread.join(timeout)
         return not self._thread.is_alive() and self._closed
 
+    def stop_sent(self) -> bool:
+        """Whether the stop's round (what was buffered, the leases given back) reached
+        Redis, even if :meth:`stop` returned False because what follows it (the last
+        heartbeat, the counters) did not finish in time."""
+        with self._cond:
+            return self._stop_sent
+
     # --- the I/O thread -----------------------------------------------------------------
     def _inc(self, name: str, n: int = 1) -> None:
         if n:
@@ -431,6 +439,9 @@ class Feeder:
                 self._call_since = now
             try:
                 self._step(push, acks, nacks, releases, n, now, frees, defers, starts)
+                if stopping:
+                    with self._cond:
+                        self._stop_sent = True
                 if beat:
                     self._beat()
                     next_beat = time.monotonic() + self.heartbeat

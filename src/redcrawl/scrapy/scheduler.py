@@ -38,6 +38,7 @@ import os
 import re
 import secrets
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping
@@ -487,22 +488,40 @@ class Scheduler(BaseScheduler):
         self._successors.clear()
         if held:
             self.feeder.release(held)
-        if self.feeder.stop(timeout=CLOSE_WAIT_GONE) and self.feeder.error is None:
-            with contextlib.suppress(RedcrawlError):  # (its heartbeat ends by itself)
-                self.frontier.forget_worker(self.worker)
+        stopped = self.feeder.stop(timeout=CLOSE_WAIT_GONE)
+        if self.feeder.stop_sent():  # (the last heartbeat or counters may be on their way)
+            if stopped:
+                self._sign_off_bounded()
             log.warning(
                 "redcrawl: forced shutdown: the %d request(s) in progress were given back "
                 "to the crawl (fetched again by a worker, no attempt spent)",
                 len(held),
             )
         else:
+            error = self.feeder.error
             log.warning(
                 "redcrawl: forced shutdown: could not give this worker's requests back to "
                 "Redis (%s); they come back to the crawl when their leases expire "
                 "(REDCRAWL_LEASE_TTL = %s s)",
-                self.feeder.error or f"no answer within {CLOSE_WAIT_GONE:.0f} s",
+                error if error is not None else f"no answer within {CLOSE_WAIT_GONE:.0f} s",
                 self.settings.lease_ttl,
             )
+
+    def _sign_off_bounded(self) -> None:
+        """forget_worker, waiting CLOSE_WAIT_GONE seconds at most (on a thread of its own:
+        the frontier's client retries for minutes, and at a forced shutdown Scrapy ignores
+        the next Ctrl-C, so a wait on a Redis that died right then is a hang until
+        SIGKILL). Not done: the heartbeat ends by itself."""
+        frontier, worker = self.frontier, self.worker
+        assert frontier is not None
+
+        def forget() -> None:
+            with contextlib.suppress(RedcrawlError):
+                frontier.forget_worker(worker)
+
+        thread = threading.Thread(target=forget, name=f"redcrawl-signoff {worker}", daemon=True)
+        thread.start()
+        thread.join(CLOSE_WAIT_GONE)
 
     def _politeness_stats(self) -> None:
         """The crawl-wide politeness counters as they are at this worker's close
