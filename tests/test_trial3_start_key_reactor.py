@@ -10,6 +10,7 @@ import logging
 import os
 import signal
 from collections.abc import Iterator
+from typing import Any, cast
 
 import pytest
 import redis
@@ -30,6 +31,10 @@ KEY = "shop:start_urls"
 ENTRIES = [f"http://a.example/{i}" for i in range(4)]
 
 
+def _texts(raw: Any) -> list[str]:
+    return [e.decode() for e in raw]
+
+
 class Shop(RedisSpider):
     name = "shop"
 
@@ -42,7 +47,7 @@ def _spider(url: str) -> Shop:
 
         install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
         crawler = get_crawler(Shop, {"REDCRAWL_REDIS_URL": url})
-    return Shop.from_crawler(crawler)
+    return cast(Shop, Shop.from_crawler(crawler))
 
 
 def _claiming(spider: Shop, client: redis.Redis, crawl: str) -> Feeder:
@@ -84,7 +89,7 @@ def test_recovering_claims_reads_heartbeats_with_the_bounded_client(
 
     assert spider.recover_claims(force=True) == 3  # w-gone has no heartbeat: back
 
-    assert sorted(e.decode() for e in redis7_client.lrange(KEY, 0, -1)) == ENTRIES
+    assert sorted(_texts(redis7_client.lrange(KEY, 0, -1))) == ENTRIES
 
 
 def test_settling_claims_while_redis_is_frozen_waits_once_and_says_so_once(
@@ -128,5 +133,5 @@ def test_closing_gives_back_a_claim_whose_reply_never_came(
 
     spider._spider_closed(spider, "finished")
 
-    assert [e.decode() for e in redis7_client.lrange(KEY, 0, -1)] == ENTRIES
+    assert _texts(redis7_client.lrange(KEY, 0, -1)) == ENTRIES
     assert redis7_client.hlen(StartKey(redis7_client, KEY, "list").claims) == 0
