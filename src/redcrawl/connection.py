@@ -133,7 +133,7 @@ def connect(
         except redis.exceptions.AuthenticationError as exc:
             raise _login_refused(url, exc) from None
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise RedisUnavailable(redact(url), exc, fix=_tls_fix(url)) from None
+            raise RedisUnavailable(redact(url), exc, fix=_tls_fix(url, exc)) from None
         except redis.exceptions.ResponseError as exc:
             db = client.connection_pool.connection_kwargs.get("db", 0)
             if "DB index is out of range" in str(exc):
@@ -184,7 +184,19 @@ def _check_database_path(url: str) -> None:
 
 
 def _login_refused(url: str, exc: Exception) -> RedisUnavailable:
-    """The server refused the client's login (no password given, or a wrong one)."""
+    """The server refused the client's login (no password given, a wrong one, or one
+    given to a server that has none)."""
+    if "without any password configured" in str(exc):
+        return RedisUnavailable(
+            redact(url),
+            f"authentication failed: {exc}",
+            problem="the URL gives a password but Redis has no password configured",
+            fix=(
+                "Remove the password from REDCRAWL_REDIS_URL / REDIS_URL (and "
+                "REDIS_PARAMS), or configure it on the server (requirepass, or an ACL "
+                "user)."
+            ),
+        )
     needed = "required" in str(exc).lower()
     return RedisUnavailable(
         redact(url),
@@ -203,9 +215,18 @@ def _login_refused(url: str, exc: Exception) -> RedisUnavailable:
     )
 
 
-def _tls_fix(url: str) -> str | None:
-    """For a ``rediss://`` URL that could not connect: the likely reason."""
+_TLS_LOOKING = ("ssl", "tls", "certificate", "handshake", "timeout", "timed out", "eof")
+"""Words of a failed connection that TLS may explain (a plain server given a TLS
+handshake waits for a command that never comes: the connect times out)."""
+
+
+def _tls_fix(url: str, exc: BaseException) -> str | None:
+    """For a ``rediss://`` URL that could not connect in a way TLS may explain: the
+    likely reason (not for e.g. a connection refused: nothing listens there)."""
     if not url.startswith(("rediss:", "rediss+")):
+        return None
+    text = f"{type(exc).__name__} {exc}".lower()
+    if not any(word in text for word in _TLS_LOOKING):
         return None
     return (
         "The URL asks for TLS (rediss://): if the server does not use TLS, write redis:// "
