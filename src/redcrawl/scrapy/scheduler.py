@@ -91,6 +91,10 @@ __all__ = ["Scheduler", "seed"]
 
 log = logging.getLogger(__name__)
 
+TOLD_DEFERRED_MAX = 10_000
+"""(site, status) pairs whose first deferral a worker remembers having logged at INFO (the
+next ones go at DEBUG); when full, it forgets them all (memory bounded on a broad crawl)."""
+
 LOCAL_SEEN_MAX = 200_000
 """Fingerprints a worker remembers to answer enqueue_request without Redis (~20 MB): the
 ones it stored, and the ones it leased (stored by any worker: a duplicate for Redis too,
@@ -952,6 +956,8 @@ class Scheduler(BaseScheduler):
                 response.status,
             )
         else:  # once per site and status at INFO: a throttling site defers thousands
+            if len(self._told_deferred) >= TOLD_DEFERRED_MAX:
+                self._told_deferred.clear()  # (a broad crawl: its sites may be told again)
             self._told_deferred.add((site, response.status))
             log.info(
                 "redcrawl: %s answered %d: deferred (no attempt spent), its site blocked for "
