@@ -553,6 +553,8 @@ class RedisMixin:
         field, self._retry_field = self._retry_field, None
         assert field is not None
         try:
+            if self._feeder.stalled_for() > 0:  # (it would wait 5 s more at close)
+                raise RedcrawlError("Redis is not answering this worker")
             back = self._start_key.recover([field])
         except RedcrawlError as exc:
             self.logger.warning(
