@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 from typing import Any, cast
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import redis
 import redis.exceptions
@@ -112,6 +112,7 @@ def connect(
         **({} if settings.redis_db is None else {"db": settings.redis_db}),
         **overrides,
     }
+    _check_database_path(url)
     try:
         client = redis.Redis.from_url(url, **params)
     except ValueError as exc:
@@ -130,9 +131,24 @@ def connect(
             probe.ping()
             enabled = _cluster_enabled(probe)
         except redis.exceptions.AuthenticationError as exc:
-            raise RedisUnavailable(redact(url), f"authentication failed: {exc}") from None
+            raise _login_refused(url, exc) from None
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            raise RedisUnavailable(redact(url), exc) from None
+            raise RedisUnavailable(redact(url), exc, fix=_tls_fix(url, exc)) from None
+        except redis.exceptions.ResponseError as exc:
+            db = client.connection_pool.connection_kwargs.get("db", 0)
+            if "DB index is out of range" in str(exc):
+                raise ConfigError(
+                    "REDCRAWL_REDIS_URL",
+                    f"{redact(url)}: the server has no database {db} ({exc}): name a database "
+                    "below the server's `databases` setting (16 by default: 0 to 15) in "
+                    "REDCRAWL_REDIS_URL / REDIS_URL (redis://host:port/N) or REDIS_DB",
+                ) from None
+            raise RedisUnavailable(
+                redact(url),
+                exc,
+                problem="Redis refused this client's first command",
+                fix="Check the server's configuration and the user's rights (ACL) for PING.",
+            ) from None
         finally:
             probe.close()
         if enabled:
@@ -144,6 +160,79 @@ def connect(
                 f"{_as_cluster(url)} (docs/cluster.md)",
             )
     return client
+
+
+_DATABASE_PATH = re.compile(r"(/\d*)?/?")
+
+
+def _check_database_path(url: str) -> None:
+    """A ``redis://`` / ``rediss://`` URL's path must be empty or a database number:
+    redis-py takes ``/abc`` as database 0 and ``/1/2`` as database 12 without a word."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return  # (redis-py says what is wrong with it)
+    if parts.scheme not in ("redis", "rediss"):
+        return
+    path = unquote(parts.path)
+    if _DATABASE_PATH.fullmatch(path) is None:
+        raise ConfigError(
+            "REDCRAWL_REDIS_URL",
+            f"{redact(url)}: its path {path!r} is not a database number; write "
+            "redis://host:port/N for database N (no path: database 0), or set REDIS_DB",
+        )
+
+
+def _login_refused(url: str, exc: Exception) -> RedisUnavailable:
+    """The server refused the client's login (no password given, a wrong one, or one
+    given to a server that has none)."""
+    if "without any password configured" in str(exc):
+        return RedisUnavailable(
+            redact(url),
+            f"authentication failed: {exc}",
+            problem="the URL gives a password but Redis has no password configured",
+            fix=(
+                "Remove the password from REDCRAWL_REDIS_URL / REDIS_URL (and "
+                "REDIS_PARAMS), or configure it on the server (requirepass, or an ACL "
+                "user)."
+            ),
+        )
+    needed = "required" in str(exc).lower()
+    return RedisUnavailable(
+        redact(url),
+        f"authentication failed: {exc}",
+        problem=(
+            "Redis requires a password and none was given"
+            if needed
+            else "Redis refused the user name or password"
+        ),
+        fix=(
+            "Put the password in the URL (redis://:PASSWORD@host:port/0, or "
+            "redis://USER:PASSWORD@host:port/0 for an ACL user; percent-encode any @ : / in "
+            "it) in REDCRAWL_REDIS_URL / REDIS_URL, or give it as REDIS_PARAMS = "
+            "{'password': ...}."
+        ),
+    )
+
+
+_TLS_LOOKING = ("ssl", "tls", "certificate", "handshake", "timeout", "timed out", "eof")
+"""Words of a failed connection that TLS may explain (a plain server given a TLS
+handshake waits for a command that never comes: the connect times out)."""
+
+
+def _tls_fix(url: str, exc: BaseException) -> str | None:
+    """For a ``rediss://`` URL that could not connect in a way TLS may explain: the
+    likely reason (not for e.g. a connection refused: nothing listens there)."""
+    if not url.startswith(("rediss:", "rediss+")):
+        return None
+    text = f"{type(exc).__name__} {exc}".lower()
+    if not any(word in text for word in _TLS_LOOKING):
+        return None
+    return (
+        "The URL asks for TLS (rediss://): if the server does not use TLS, write redis:// "
+        "instead; if it does, check the port and the certificates (REDIS_PARAMS ssl_*). "
+        + RedisUnavailable.DEFAULT_FIX
+    )
 
 
 def _cluster_enabled(client: redis.Redis) -> bool:

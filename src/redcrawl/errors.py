@@ -17,6 +17,7 @@ boundary (``raise ConnectionLost(...) from exc``) so callers never need to impor
     ├── LockError              a distributed lock was not held by its owner
     └── FrontierError          Redis refused a frontier operation
         ├── LayoutMismatch     this worker's settings would change the crawl's layout
+        ├── RedisOutOfMemory   Redis refused a write: its maxmemory is reached
         └── CrawlVanished      the crawl's state disappeared under a worker (failover, purge)
 """
 
@@ -35,6 +36,7 @@ __all__ = [
     "LayoutMismatch",
     "LockError",
     "RedcrawlError",
+    "RedisOutOfMemory",
     "RedisUnavailable",
     "UnknownSpider",
 ]
@@ -73,14 +75,20 @@ class ConnectionError_(RedcrawlError, ConnectionError):
 
 
 class RedisUnavailable(ConnectionError_):
-    """The configured Redis server did not answer."""
+    """The configured Redis server did not answer (or refused this client's login:
+    ``problem`` and ``fix`` then say so instead of the default words)."""
 
-    def __init__(self, url: str, cause: object) -> None:
+    DEFAULT_FIX = (
+        "Check that the server is running and that REDCRAWL_REDIS_URL / REDIS_URL point at "
+        "it, or unset them to use the embedded Redis."
+    )
+
+    def __init__(
+        self, url: str, cause: object, *, problem: str | None = None, fix: str | None = None
+    ) -> None:
         self.url = url
         super().__init__(
-            f"cannot reach Redis at {url} ({cause}). Check that the server is running and "
-            "that REDCRAWL_REDIS_URL / REDIS_URL point at it, or unset them to use the "
-            "embedded Redis."
+            f"{problem or 'cannot reach Redis'} at {url} ({cause}). {fix or self.DEFAULT_FIX}"
         )
 
 
@@ -102,6 +110,20 @@ class LayoutMismatch(FrontierError):
 
     PREFIX = "crawl layout mismatch"
     """How the frontier's scripts begin this refusal (``lua/lib.lua``)."""
+
+
+class RedisOutOfMemory(FrontierError):
+    """Redis refused a write because it reached its ``maxmemory`` (policy ``noeviction``,
+    as redcrawl requires): nothing of the refused call was applied."""
+
+    def __init__(self, what: str, cause: object) -> None:
+        super().__init__(
+            f"Redis is out of memory: it refused {what} because its maxmemory is reached "
+            f"({cause}); nothing of that call was stored. Free memory or raise maxmemory "
+            "(CONFIG SET maxmemory ..., or in redis.conf; REDCRAWL_DEDUPE=bloom shrinks the "
+            "fingerprint filter), then start the workers again: the requests they held come "
+            "back when their leases expire (REDCRAWL_LEASE_TTL)"
+        )
 
 
 class CrawlVanished(FrontierError):

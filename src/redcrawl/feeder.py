@@ -150,6 +150,7 @@ class Feeder:
         self._starved = False  # a lease call got nothing since the last heartbeat
         self._stop = False
         self._closed = False
+        self._stop_sent = False  # the stop's round (stores, acks, releases) reached Redis
         self.error: BaseException | None = None
         """A fatal error of the thread (Redis refused a call): the caller should stop."""
         self._thread = threading.Thread(target=self._run, name=f"redcrawl-io {worker}", daemon=True)
@@ -319,6 +320,13 @@ class Feeder:
         self._thread.join(timeout)
         return not self._thread.is_alive() and self._closed
 
+    def stop_sent(self) -> bool:
+        """Whether the stop's round (what was buffered, the leases given back) reached
+        Redis, even if :meth:`stop` returned False because what follows it (the last
+        heartbeat, the counters) did not finish in time."""
+        with self._cond:
+            return self._stop_sent
+
     # --- the I/O thread -----------------------------------------------------------------
     def _inc(self, name: str, n: int = 1) -> None:
         if n:
@@ -431,6 +439,9 @@ class Feeder:
                 self._call_since = now
             try:
                 self._step(push, acks, nacks, releases, n, now, frees, defers, starts)
+                if stopping:
+                    with self._cond:
+                        self._stop_sent = True
                 if beat:
                     self._beat()
                     next_beat = time.monotonic() + self.heartbeat
@@ -450,7 +461,8 @@ class Feeder:
                 with self._cond:
                     if self._failing_since is None:
                         self._failing_since = self._call_since
-                        log.error(
+                        # (the caller says it to its user: see stalled_for())
+                        log.debug(
                             "redcrawl: Redis is not answering (%s); this worker goes "
                             "on with what it holds and keeps trying",
                             exc,
@@ -459,7 +471,8 @@ class Feeder:
                     self._cond.wait(1.0)
                 continue
             except RedcrawlError as exc:
-                log.error("redcrawl: Redis refused a call of worker %s: %s", self.worker, exc)
+                # (the caller says it to its user: see error)
+                log.debug("redcrawl: Redis refused a call of worker %s: %s", self.worker, exc)
                 with self._cond:
                     self.error = exc
                     self._call_since = None
@@ -470,7 +483,7 @@ class Feeder:
                 self._settled_gen = gen
                 self._cond.notify_all()
                 if self._failing_since is not None:
-                    log.warning(
+                    log.debug(
                         "redcrawl: Redis answers again after %.1f s",
                         time.monotonic() - self._failing_since,
                     )

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis.exceptions
 
-from redcrawl.errors import ConnectionLost, FrontierError, LayoutMismatch
+from redcrawl.errors import ConnectionLost, FrontierError, LayoutMismatch, RedisOutOfMemory
 
 __all__ = ["NOT_RUN", "TRANSIENT", "pool_for", "redis_errors"]
 
@@ -58,7 +58,8 @@ def redis_errors(what: str) -> Iterator[None]:
     """Convert Redis client exceptions raised during ``what`` into redcrawl's errors:
     a lost connection into :class:`ConnectionLost`, a refused command (``ResponseError``,
     which includes a script's ``error_reply``) into :class:`FrontierError`
-    (:class:`LayoutMismatch` when the crawl's layout refused this worker's settings)."""
+    (:class:`LayoutMismatch` when the crawl's layout refused this worker's settings,
+    :class:`RedisOutOfMemory` when Redis reached its maxmemory)."""
     try:
         yield
     except (*TRANSIENT, *CLUSTER_TRANSIENT) as exc:
@@ -67,6 +68,8 @@ def redis_errors(what: str) -> Iterator[None]:
             "nothing was acknowledged that was not stored — restart the worker when Redis is "
             "back and expired leases will be handed out again"
         ) from exc
+    except redis.exceptions.OutOfMemoryError as exc:  # (a ResponseError: "OOM ...")
+        raise RedisOutOfMemory(what, exc) from exc
     except redis.exceptions.ResponseError as exc:
         error = LayoutMismatch if str(exc).startswith(LayoutMismatch.PREFIX) else FrontierError
         raise error(f"Redis refused {what}: {exc}") from exc

@@ -31,16 +31,19 @@ anything else (2xx, 3xx handled by Scrapy, 404, ``IgnoreRequest``) -> DONE.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
 import re
 import secrets
 import socket
+import threading
 import time
 from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
+from urllib.parse import urlsplit
 
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
@@ -60,6 +63,7 @@ from redcrawl.errors import (
     EncodeError,
     LayoutMismatch,
     RedcrawlError,
+    RedisOutOfMemory,
 )
 from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter_for
@@ -87,6 +91,10 @@ __all__ = ["Scheduler", "seed"]
 
 log = logging.getLogger(__name__)
 
+TOLD_DEFERRED_MAX = 10_000
+"""(site, status) pairs whose first deferral a worker remembers having logged at INFO (the
+next ones go at DEBUG); when full, it forgets them all (memory bounded on a broad crawl)."""
+
 LOCAL_SEEN_MAX = 200_000
 """Fingerprints a worker remembers to answer enqueue_request without Redis (~20 MB): the
 ones it stored, and the ones it leased (stored by any worker: a duplicate for Redis too,
@@ -99,6 +107,10 @@ wait two ticks at most; see :mod:`redcrawl.feeder`)."""
 
 WATCH = 0.25
 """Seconds between the reactor's looks at the I/O thread (counters, Redis outage)."""
+
+OUTAGE_NOTICE = 5.0
+"""Seconds without an answer from Redis before the worker logs (once) that it waits for
+it; it logs (once) when Redis answers again."""
 
 FLUSH_WAIT = 5.0
 """Seconds flush() waits for the buffered requests to be stored."""
@@ -196,6 +208,9 @@ class Scheduler(BaseScheduler):
         self._poll_call: Any = None
         self._startup_error: ConfigError | None = None  # a wrong setting, said at open
         self._failure: str | None = None
+        self._outage_since: float | None = None  # an outage was logged: since when
+        self._told_deferred: set[tuple[str, int]] = set()  # (site, status) logged at INFO
+        self._shutdown_trigger: Any = None  # the reactor's "before shutdown" trigger
         self._closing = False
         self._polite = False  # the frontier enforces fleet-wide politeness (set at open)
         self._robots: robots.RobotsTxtMiddleware | None = None  # (set at open)
@@ -305,16 +320,12 @@ class Scheduler(BaseScheduler):
             polite=self.frontier.politeness is not None,
         )
         self.feeder.start()
+        self._shutdown_trigger = cast(Any, reactor).addSystemEventTrigger(
+            "before", "shutdown", self._on_forced_shutdown
+        )
         self._watchdog = task.LoopingCall(self._watch)
         self._watchdog.start(WATCH, now=False)
-        log.info(
-            "redcrawl: worker %s on crawl %r (%s)",
-            self.worker,
-            crawl,
-            redact(self.settings.redis_url)
-            if self.settings.redis_url
-            else f"embedded Redis in {self.settings.embedded_dir}",
-        )
+        log.info("redcrawl: worker %s on crawl %r (%s)", self.worker, crawl, self._redis_name())
 
     def _check_layout(self) -> None:
         """Raise the frontier's layout mismatch error now if this worker's settings
@@ -415,6 +426,11 @@ class Scheduler(BaseScheduler):
 
     def close(self, reason: str) -> None:
         self._closing = True
+        if self._shutdown_trigger is not None:
+            from twisted.internet import reactor
+
+            cast(Any, reactor).removeSystemEventTrigger(self._shutdown_trigger)
+            self._shutdown_trigger = None
         if self._watchdog is not None and self._watchdog.running:
             self._watchdog.stop()
         if self._poll_call is not None and self._poll_call.active():
@@ -436,6 +452,10 @@ class Scheduler(BaseScheduler):
         self._merge_stats()
         if stopped and self._polite:
             self._politeness_stats()
+        if not stopped and feeder.error is not None:
+            if self._failure is None:  # (the watchdog is stopped: nothing said it yet)
+                self._fail(*self._refused_call(feeder.error))
+            return  # Redis refused a call: said (CRITICAL), nothing more was sent
         if not stopped:
             log.error(
                 "redcrawl: could not reach Redis at close: this worker's unsettled "
@@ -456,6 +476,56 @@ class Scheduler(BaseScheduler):
             )
         finally:
             self.frontier.client.close()
+
+    def _on_forced_shutdown(self) -> None:
+        """The reactor stops and this scheduler was not closed: Scrapy's forced shutdown
+        (Ctrl-C or SIGTERM twice), which never closes the spider. Send what is buffered
+        (children, acks) and give back what this worker holds (fetched again, no attempt
+        spent), waiting CLOSE_WAIT_GONE seconds at most, so the crawl has its requests
+        back now, not when their leases expire; then say so, once."""
+        self._shutdown_trigger = None
+        if self._closing or self.feeder is None or self.frontier is None:
+            return
+        self._closing = True
+        held = [lease for _, lease in self._handed_out.values()]
+        self._handed_out.clear()
+        self._successors.clear()
+        if held:
+            self.feeder.release(held)
+        stopped = self.feeder.stop(timeout=CLOSE_WAIT_GONE)
+        if self.feeder.stop_sent():  # (the last heartbeat or counters may be on their way)
+            if stopped:
+                self._sign_off_bounded()
+            log.warning(
+                "redcrawl: forced shutdown: the %d request(s) in progress were given back "
+                "to the crawl (fetched again by a worker, no attempt spent)",
+                len(held),
+            )
+        else:
+            error = self.feeder.error
+            log.warning(
+                "redcrawl: forced shutdown: could not give this worker's requests back to "
+                "Redis (%s); they come back to the crawl when their leases expire "
+                "(REDCRAWL_LEASE_TTL = %s s)",
+                error if error is not None else f"no answer within {CLOSE_WAIT_GONE:.0f} s",
+                self.settings.lease_ttl,
+            )
+
+    def _sign_off_bounded(self) -> None:
+        """forget_worker, waiting CLOSE_WAIT_GONE seconds at most (on a thread of its own:
+        the frontier's client retries for minutes, and at a forced shutdown Scrapy ignores
+        the next Ctrl-C, so a wait on a Redis that died right then is a hang until
+        SIGKILL). Not done: the heartbeat ends by itself."""
+        frontier, worker = self.frontier, self.worker
+        assert frontier is not None
+
+        def forget() -> None:
+            with contextlib.suppress(RedcrawlError):
+                frontier.forget_worker(worker)
+
+        thread = threading.Thread(target=forget, name=f"redcrawl-signoff {worker}", daemon=True)
+        thread.start()
+        thread.join(CLOSE_WAIT_GONE)
 
     def _politeness_stats(self) -> None:
         """The crawl-wide politeness counters as they are at this worker's close
@@ -491,9 +561,12 @@ class Scheduler(BaseScheduler):
         if before_start:
             lifecycle.refuse_start(self.crawler, reason, message)
             return
-        log.critical("redcrawl: %s; closing the spider (reason %r, exit code 1)", message, reason)
+        closing = "the spider is closing" if self._closing else "closing the spider"
+        log.critical("redcrawl: %s; %s (reason %r, exit code 1)", message, closing, reason)
         self.stats.set_value("redcrawl/failure", reason)
         lifecycle.fail_process(self.crawler)
+        if self._closing:
+            return  # (at close: the engine is stopping it already)
         from twisted.internet import reactor
 
         cast(Any, reactor).callLater(0, lifecycle.stop_crawler, self.crawler, reason)
@@ -503,11 +576,10 @@ class Scheduler(BaseScheduler):
         up when Redis has not answered for REDCRAWL_REDIS_OUTAGE_LIMIT seconds."""
         assert self.feeder is not None
         self._merge_stats()
-        if isinstance(self.feeder.error, CrawlVanished):  # (docs/cluster.md, Durability)
-            self._fail("crawl_vanished", str(self.feeder.error))
-        elif self.feeder.error is not None:
-            self._fail("redis_error", f"Redis refused a call: {self.feeder.error}")
+        if self.feeder.error is not None:
+            self._fail(*self._refused_call(self.feeder.error))
         stalled = self.feeder.stalled_for()
+        self._tell_outage(stalled)
         if stalled > self.settings.redis_outage_limit:
             self._fail(
                 "redis_unavailable",
@@ -515,6 +587,47 @@ class Scheduler(BaseScheduler):
                 f"(REDCRAWL_REDIS_OUTAGE_LIMIT = {self.settings.redis_outage_limit} s); "
                 "this worker's leases come back to the crawl when they expire",
             )
+
+    def _refused_call(self, error: BaseException) -> tuple[str, str]:
+        """The failure reason and CRITICAL line of a call Redis refused (the feeder's
+        ``error``)."""
+        if isinstance(error, CrawlVanished):  # (docs/cluster.md, Durability)
+            return "crawl_vanished", str(error)
+        if isinstance(error, RedisOutOfMemory):  # (it says what to do)
+            return "redis_error", str(error)
+        return (
+            "redis_error",
+            f"Redis refused a call: {error}; this worker sends nothing more to Redis, and "
+            "the requests it holds come back when their leases expire "
+            f"(REDCRAWL_LEASE_TTL = {self.settings.lease_ttl} s)",
+        )
+
+    def _tell_outage(self, stalled: float) -> None:
+        """Say once that Redis has stopped answering (after OUTAGE_NOTICE seconds: redis-py
+        resends the call meanwhile, so nothing else would say it), and once that it
+        answers again."""
+        if stalled >= OUTAGE_NOTICE and self._outage_since is None:
+            self._outage_since = time.monotonic() - stalled
+            log.warning(
+                "redcrawl: Redis (%s) has not answered for %.0f s; this worker goes on with "
+                "what it holds and waits for it, and gives up after "
+                "REDCRAWL_REDIS_OUTAGE_LIMIT = %s s (exit code 1)",
+                self._redis_name(),
+                stalled,
+                self.settings.redis_outage_limit,
+            )
+        elif not stalled and self._outage_since is not None:
+            log.info(
+                "redcrawl: Redis answers again, after %.1f s",
+                time.monotonic() - self._outage_since,
+            )
+            self._outage_since = None
+
+    def _redis_name(self) -> str:
+        """The crawl's Redis as logs name it (password hidden)."""
+        if self.settings.redis_url:
+            return redact(self.settings.redis_url)
+        return f"embedded Redis in {self.settings.embedded_dir}"
 
     def _merge_stats(self) -> None:
         assert self.feeder is not None
@@ -835,11 +948,25 @@ class Scheduler(BaseScheduler):
         self.feeder.held = len(self._handed_out)
         self.feeder.defer(lease, str(response.status), self._retry_after(response))
         self.stats.inc_value(f"redcrawl/deferred/{response.status}")
-        log.info(
-            "redcrawl: %s answered %d: deferred, its site blocked for the fleet",
-            request.url,
-            response.status,
-        )
+        site = urlsplit(request.url).netloc
+        if (site, response.status) in self._told_deferred:
+            log.debug(
+                "redcrawl: %s answered %d: deferred, its site blocked for the fleet",
+                request.url,
+                response.status,
+            )
+        else:  # once per site and status at INFO: a throttling site defers thousands
+            if len(self._told_deferred) >= TOLD_DEFERRED_MAX:
+                self._told_deferred.clear()  # (a broad crawl: its sites may be told again)
+            self._told_deferred.add((site, response.status))
+            log.info(
+                "redcrawl: %s answered %d: deferred (no attempt spent), its site blocked for "
+                "the fleet; this worker logs its site's next ones at DEBUG (counted in the "
+                "stats, redcrawl/deferred/%d)",
+                request.url,
+                response.status,
+                response.status,
+            )
         return True
 
     def _free_slot(self, request: scrapy.Request, outcome: str) -> None:

@@ -63,6 +63,8 @@ from typing import Any, cast
 
 import redis
 import scrapy
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 from scrapy import signals
 from scrapy.exceptions import DontCloseSpider
 from scrapy.spiders import CrawlSpider, Spider
@@ -70,6 +72,7 @@ from scrapy.spiders import CrawlSpider, Spider
 from redcrawl.callbacks import callback_problem, resolve_callback
 from redcrawl.connection import connect
 from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
+from redcrawl.frontier.records import stored_int
 from redcrawl.keys import start_claims, start_refused
 from redcrawl.scrapy import lifecycle
 from redcrawl.scripts import BASE, Scripts
@@ -87,6 +90,15 @@ SETTLE_EVERY = 0.5
 
 RECOVER_EVERY = 1.0
 """Seconds between looks for claims of stopped workers (at start and while idle)."""
+
+REACTOR_TIMEOUT = 5.0
+"""Seconds a start key call made on Scrapy's reactor (claims, while idle) may wait for
+Redis, with no retry: a frozen or dead Redis must not block the reactor (SIGTERM would
+not be handled). A claim that failed is sent again with the same field at the next
+read, which gets the same batch back."""
+
+READ_AGAIN = 5.0
+"""Seconds before the next read of the start key after one that failed."""
 
 _SOURCES = {
     "claim": (BASE, "lua/start_claim.lua"),
@@ -301,6 +313,7 @@ class RedisMixin:
         if self.max_idle_time is None:
             self.max_idle_time = settings.max_idle_time
         self.server = connect(settings)
+        self._reactor_client = self._bounded_client(settings)
         if settings.start_urls_as_set and settings.start_urls_as_zset:
             raise ConfigError(
                 "REDIS_START_URLS_AS_ZSET",
@@ -317,8 +330,11 @@ class RedisMixin:
         self._schemes = frozenset(s.lower() for s in self.redis_start_url_schemes)
         self._closing = False
         self._idle_since = time.monotonic()
-        self._start_key = StartKey(self.server, self.redis_key, self._key_type)
+        self._start_key = StartKey(self._reactor_client, self.redis_key, self._key_type)
         self._seq = itertools.count(1)
+        self._retry_field: str | None = None  # a claim whose reply never came: sent again
+        self._read_after = 0.0  # a read failed: don't read before this (monotonic)
+        self._read_failing = False  # a failed read was logged (once per outage)
         self._worker: str | None = None  # the scheduler's worker id, once claiming
         self._feeder: Any = None  # the scheduler's Feeder, once claiming
         self._frontier: Any = None  # the scheduler's frontier (workers' heartbeats)
@@ -329,6 +345,7 @@ class RedisMixin:
         self._next_recover = 0.0
         self._claims_elsewhere = False  # live workers held claims at the last look
         self._told_refused = False
+        self._settle_failing = False  # a failed claim clearing was logged (once per outage)
         crawler.signals.connect(self.spider_idle, signal=signals.spider_idle)
         crawler.signals.connect(self._active, signal=signals.response_received)
         crawler.signals.connect(self._spider_closed, signal=signals.spider_closed)
@@ -336,6 +353,24 @@ class RedisMixin:
             "Reading start URLs from redis key %r (batch size %d)",
             self.redis_key,
             self.redis_batch_size,
+        )
+
+    def _bounded_client(self, settings: Settings) -> Any:
+        """The client of the start key calls made on the reactor: each call waits
+        REACTOR_TIMEOUT seconds at most, with no retry (``self.server``, the spider's
+        client for its own code as in scrapy-redis, keeps redcrawl's retries). A Redis
+        Cluster URL keeps ``self.server``."""
+        from redcrawl.cluster import is_cluster_url
+        from redcrawl.connection import resolve_url
+
+        if is_cluster_url(resolve_url(settings)):
+            return self.server
+        return connect(
+            settings,
+            check=False,
+            retry=Retry(NoBackoff(), 0),
+            socket_timeout=REACTOR_TIMEOUT,
+            socket_connect_timeout=REACTOR_TIMEOUT,
         )
 
     # --- reading the key -----------------------------------------------------------
@@ -371,8 +406,11 @@ class RedisMixin:
         if how == "pop":
             return self.fetch_data(count), ""
         self.recover_claims()
-        field = f"{self._worker}#{next(self._seq)}"
-        return self._start_key.claim(field, count), field
+        field = self._retry_field or f"{self._worker}#{next(self._seq)}"
+        self._retry_field = field  # until the claim's reply is here
+        batch = self._start_key.claim(field, count)
+        self._retry_field = None
+        return batch, field
 
     def recover_claims(self, force: bool = False) -> int:
         """Give the claims of stopped workers back to the start key (at most every
@@ -386,10 +424,7 @@ class RedisMixin:
         if not any(w != self._worker for w in owners):
             self._claims_elsewhere = False
             return 0
-        frontier = self._frontier
-        back, live = self._start_key.recover_stopped(
-            self._worker, frontier.workers(), frontier.server_time()
-        )
+        back, live = self._start_key.recover_stopped(self._worker, *self._heartbeats())
         self._claims_elsewhere = bool(live)
         if back:
             self.logger.warning(
@@ -400,6 +435,30 @@ class RedisMixin:
             )
             self.crawler.stats.inc_value("redcrawl/start_entries/recovered", back)
         return back
+
+    def _heartbeats(self) -> tuple[dict[str, float], float]:
+        """The workers' heartbeat deadlines (as ``FrontierCore.workers``) and the server's
+        clock, read in one round with the bounded client (on the reactor: not the
+        scheduler's client, whose retries wait minutes while Redis is frozen). A Redis
+        Cluster URL reads them through the frontier (its bounded client is
+        ``self.server``, as unbounded)."""
+        frontier = self._frontier
+        client = self._reactor_client
+        if client is self.server:
+            return frontier.workers(), frontier.server_time()
+        parts = getattr(frontier, "parts", None) or [frontier]
+        with redis_errors("workers"):
+            pipe = client.pipeline(transaction=False)
+            for part in parts:
+                pipe.hgetall(part.keys.workers)
+            pipe.time()
+            *raws, (sec, usec) = pipe.execute()
+        out: dict[str, float] = {}
+        for raw in raws:
+            for name, value in raw.items():
+                worker = name.decode(errors="replace")
+                out[worker] = max((stored_int(value) or 0) / 1000, out.get(worker, 0.0))
+        return out, float(sec) + float(usec) / 1e6
 
     def _refuse(self, data: bytes, reason: str) -> str:
         """Log and count a refused entry; returns its record for the refused list."""
@@ -434,16 +493,35 @@ class RedisMixin:
         self._feeder.flush(0.0)  # store them now, not at the next tick (does not wait)
         self._settle_claims()
 
-    def _settle_claims(self) -> None:
+    def _settle_claims(self, force: bool = False) -> None:
         """Clear the claims of the batches whose requests are stored; look again in
-        :data:`SETTLE_EVERY` seconds while some are not (one such call at a time)."""
+        :data:`SETTLE_EVERY` seconds while some are not (one such call at a time). While
+        Redis is not answering (the feeder stalled, or a start key call failed less than
+        :data:`READ_AGAIN` seconds ago) nothing is sent unless ``force`` (at close): a
+        call would block the reactor up to :data:`REACTOR_TIMEOUT` seconds each time. A
+        failure is logged once per outage."""
+        quiet = time.monotonic() < self._read_after or self._feeder.stalled_for() > 0
         try:
-            while self._pending and self._feeder.stored_through(self._pending[0][1]):
+            while (
+                self._pending
+                and (force or not quiet)
+                and self._feeder.stored_through(self._pending[0][1])
+            ):
                 field, _, refused = self._pending[0]
                 self._start_key.settle(field, refused)
                 self._pending.popleft()
+                if self._settle_failing:
+                    self._settle_failing = False
+                    self.logger.info("Clearing start entries claims again")
         except RedcrawlError as exc:
-            self.logger.warning("Could not clear a start entries claim yet: %s", exc)
+            self._read_after = time.monotonic() + READ_AGAIN
+            if not self._settle_failing:
+                self._settle_failing = True
+                self.logger.warning(
+                    "Could not clear a start entries claim (%s); it is cleared when Redis "
+                    "answers again",
+                    exc.__cause__ or exc,
+                )
         waiting = self._settle_call is not None and self._settle_call.active()
         if self._pending and not self._closing and not waiting:
             from twisted.internet import reactor
@@ -457,7 +535,9 @@ class RedisMixin:
         if self._settle_call is not None and self._settle_call.active():
             self._settle_call.cancel()
         if self._pending:
-            self._settle_claims()
+            self._settle_claims(force=True)
+        if self._retry_field is not None:
+            self._give_back_unanswered()
         if self._pending:
             self.logger.warning(
                 "%d claimed batch(es) of start entries were not stored; they go back to %r "
@@ -466,12 +546,42 @@ class RedisMixin:
                 self.redis_key,
             )
 
+    def _give_back_unanswered(self) -> None:
+        """At close: the claim whose reply never came (it would have been sent again at
+        the next read) goes back to the key now, not at another worker's recover pass
+        (one bounded attempt; if it fails, that pass still gives it back)."""
+        field, self._retry_field = self._retry_field, None
+        assert field is not None
+        try:
+            if self._feeder.stalled_for() > 0:  # (it would wait 5 s more at close)
+                raise RedcrawlError("Redis is not answering this worker")
+            back = self._start_key.recover([field])
+        except RedcrawlError as exc:
+            self.logger.warning(
+                "Could not give back the start entries of a claim whose reply never came "
+                "(%s); they go back to %r once this worker's heartbeat is gone",
+                exc.__cause__ or exc,
+                self.redis_key,
+            )
+            return
+        if back:
+            self.logger.info(
+                "Gave %d start entries back to %r: their claim's reply never came",
+                back,
+                self.redis_key,
+            )
+            self.crawler.stats.inc_value("redcrawl/start_entries/recovered", back)
+
     def next_requests(self) -> Iterator[Any]:
         if self._refused or self._closing:
             return
         how = self._claimer()
         if how == "none":
             return
+        if how == "claim" and (
+            time.monotonic() < self._read_after or self._feeder.stalled_for() > 0
+        ):
+            return  # Redis is not answering this worker: read the entries when it does
         try:
             batch, field = self._take(how, self.redis_batch_size or 16)
         except ConfigError as exc:
@@ -487,8 +597,19 @@ class RedisMixin:
             )
             return
         except RedcrawlError as exc:  # Redis away: the entries stay, read them when idle
-            self.logger.error("Could not read start entries from %r: %s", self.redis_key, exc)
+            self._read_after = time.monotonic() + READ_AGAIN
+            if not self._read_failing:  # once per outage, not at every idle look
+                self._read_failing = True
+                self.logger.warning(
+                    "Could not read start entries from %r (%s); they stay in Redis and are "
+                    "read when it answers again",
+                    self.redis_key,
+                    exc.__cause__ or exc,  # (not ConnectionLost's advice: the worker goes on)
+                )
             return
+        if self._read_failing:
+            self._read_failing = False
+            self.logger.info("Reading start entries from %r again", self.redis_key)
         refused: list[str] = []
         for data in batch:
             try:
