@@ -8,7 +8,7 @@ import socket
 import pytest
 import redis
 
-from redcrawl.connection import _login_refused, connect
+from redcrawl.connection import login_refused, connect
 from redcrawl.errors import RedisUnavailable
 from redcrawl.settings import Settings
 
@@ -28,7 +28,7 @@ def test_a_password_for_a_server_without_one_says_to_remove_it(
     name or password" and advice to put the password in the URL."""
     with pytest.raises(redis.exceptions.AuthenticationError) as caught:
         redis7_client.execute_command("AUTH", "some-pw")
-    message = str(_login_refused("redis://:some-pw@127.0.0.1:6379/0", caught.value))
+    message = str(login_refused("redis://:some-pw@127.0.0.1:6379/0", caught.value))
     assert "no password" in message and "remove" in message.lower(), message
     assert "some-pw" not in message, message
 

@@ -20,7 +20,7 @@ from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster, Transactio
 from redis.retry import Retry
 
 from redcrawl import scripts
-from redcrawl.connection import SOCKET_TIMEOUT, redact
+from redcrawl.connection import SOCKET_TIMEOUT, login_refused, redact
 from redcrawl.errors import ConfigError, RedisUnavailable
 from redcrawl.settings import Settings
 
@@ -490,7 +490,7 @@ def connect_cluster(
     try:
         client = ClusterClient(url=plain, startup_nodes=startup, **params)
     except redis.exceptions.AuthenticationError as exc:
-        raise RedisUnavailable(redact(url), f"authentication failed: {exc}") from None
+        raise login_refused(url, exc) from None
     except ValueError as exc:
         raise ConfigError("REDCRAWL_REDIS_URL", f"{redact(url)}: {exc}") from None
     except redis.exceptions.RedisClusterException as exc:

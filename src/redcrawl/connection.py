@@ -131,7 +131,7 @@ def connect(
             probe.ping()
             enabled = _cluster_enabled(probe)
         except redis.exceptions.AuthenticationError as exc:
-            raise _login_refused(url, exc) from None
+            raise login_refused(url, exc) from None
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             raise RedisUnavailable(redact(url), exc, fix=_tls_fix(url, exc)) from None
         except redis.exceptions.ResponseError as exc:
@@ -183,7 +183,7 @@ def _check_database_path(url: str) -> None:
         )
 
 
-def _login_refused(url: str, exc: Exception) -> RedisUnavailable:
+def login_refused(url: str, exc: Exception) -> RedisUnavailable:
     """The server refused the client's login (no password given, a wrong one, or one
     given to a server that has none)."""
     if "without any password configured" in str(exc):
