@@ -8,7 +8,7 @@ import socket
 import pytest
 import redis
 
-from redcrawl.connection import login_refused, connect
+from redcrawl.connection import connect, login_refused
 from redcrawl.errors import RedisUnavailable
 from redcrawl.settings import Settings
 
