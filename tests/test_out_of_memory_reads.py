@@ -4,6 +4,7 @@ then (``redcrawl status``, the API, a worker's "finished" check) must still be r
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -11,7 +12,7 @@ import redis
 
 from redcrawl.envelope import Envelope
 from redcrawl.frontier.streams import StreamsFrontier
-from tests.conftest import FrontierFactory
+from tests.conftest import FrontierFactory, RedisServer
 
 
 @pytest.fixture
@@ -64,3 +65,30 @@ def test_inspection_and_listing_while_redis_is_out_of_memory(
     assert info is not None and info.state == "in_flight"
     if isinstance(f, StreamsFrontier):
         assert f.shards()
+
+
+def test_status_says_redis_is_out_of_memory(
+    redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """The counts, and the reason the workers stopped, in one command."""
+    from typer.testing import CliRunner
+
+    from redcrawl.cli import app
+
+    seeded = CliRunner().invoke(
+        app, ["seed", "https://a.example/", "--redis-url", redis7.url, "--crawl", "full"]
+    )
+    assert seeded.exit_code == 0, seeded.output
+    before = str(redis7_client.config_get("maxmemory")["maxmemory"])
+    try:
+        _fill(redis7_client)
+        shown = CliRunner().invoke(app, ["status", "--redis-url", redis7.url, "--crawl", "full"])
+        as_json = CliRunner().invoke(
+            app, ["status", "--redis-url", redis7.url, "--crawl", "full", "--json"]
+        )
+    finally:
+        redis7_client.config_set("maxmemory", before)
+    assert shown.exit_code == 0, shown.output
+    assert "warning: Redis uses" in shown.output and "maxmemory" in shown.output, shown.output
+    assert "ready" in shown.output
+    assert "maxmemory" in json.loads(as_json.output)["memory_warning"]

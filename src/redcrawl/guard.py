@@ -111,6 +111,16 @@ def check_memory(settings: Settings, maxmemory: int, used: int) -> str | None:
     )
 
 
+def memory_warning(client: Any, settings: Settings) -> str | None:
+    """:func:`check_memory` of the server now (None when INFO is not allowed): for an
+    operator's ``status``, which must work most when Redis is full."""
+    try:
+        _policy, maxmemory, used = _memory_info(client)
+    except NotAllowed:
+        return None
+    return check_memory(settings, maxmemory, used)
+
+
 def check_memory_policy(client: Any, settings: Settings) -> list[str]:
     """The server-wide checks (eviction policy, memory use): raises :class:`ConfigError`
     for an evicting server; returns warnings to log."""

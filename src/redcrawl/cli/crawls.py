@@ -35,6 +35,7 @@ from redcrawl.cli._common import (
 )
 from redcrawl.connection import EmbeddedRedis, redact
 from redcrawl.frontier import open_frontier
+from redcrawl.guard import memory_warning
 from redcrawl.politeness.describe import PolitenessSummary, politeness_summary
 from redcrawl.urls import url_problem
 
@@ -63,6 +64,7 @@ def status(
     workers = {w: until - now for w, until in frontier.workers().items()}
     sock = None if settings.redis_url else EmbeddedRedis(settings.embedded_dir).socket
     polite = politeness_summary(frontier)
+    memory = memory_warning(client, settings)
     if as_json:
         out = {
             **{f: getattr(c, f) for f in c.__dataclass_fields__},
@@ -75,6 +77,7 @@ def status(
             "paused": frontier.is_paused(),
             "workers": {w: {"alive": left > 0} for w, left in workers.items()},
             "politeness": dataclasses.asdict(polite) if polite else None,
+            "memory_warning": memory,
             "redis": {
                 "url": redact(settings.redis_url) if settings.redis_url else None,
                 "socket": str(sock) if sock else None,
@@ -89,6 +92,8 @@ def status(
         typer.echo(
             f"worker {w}: " + (f"alive ({left:.0f}s of heartbeat left)" if left > 0 else "gone")
         )
+    if memory is not None:
+        typer.echo(f"warning: {memory}")
     if sock is not None:
         typer.echo(f"embedded Redis: unix socket {sock} (redis-cli -s {sock})")
     else:
