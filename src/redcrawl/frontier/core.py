@@ -192,6 +192,18 @@ class Held:
     records keep no lease state: :func:`~redcrawl.frontier.records.lease_state_out`)."""
 
 
+def heartbeat_deadlines(hashes: Iterable[Mapping[bytes, bytes]]) -> dict[str, float]:
+    """Worker id -> heartbeat deadline (seconds since the epoch; 0 for a corrupt one: the
+    scripts read it as a stopped heartbeat), the latest over ``hashes`` (the workers hash
+    of each partition)."""
+    out: dict[str, float] = {}
+    for raw in hashes:
+        for name, value in raw.items():
+            worker, until = name.decode(errors="replace"), (stored_int(value) or 0) / 1000
+            out[worker] = max(until, out.get(worker, 0.0))
+    return out
+
+
 def consistent_read(
     client: Any, queue: Callable[[Any], None], *, raise_on_error: bool = True
 ) -> list[Any]:
@@ -889,7 +901,7 @@ class FrontierCore(PolitenessOps, ABC):
         the scripts read it as a stopped heartbeat)."""
         with redis_errors("workers"):
             raw = self.client.hgetall(self.keys.workers)
-        return {k.decode(errors="replace"): (stored_int(v) or 0) / 1000 for k, v in raw.items()}
+        return heartbeat_deadlines([raw])
 
     def forget_worker(self, worker: str) -> None:
         """Remove a worker's heartbeat (it is closing; its leases are already given back)

@@ -64,7 +64,13 @@ from redcrawl.frontier.base import (
     RequestInfo,
     Settled,
 )
-from redcrawl.frontier.core import MAINTAIN_LIMIT, FrontierCore, HeartbeatCounters, Held
+from redcrawl.frontier.core import (
+    MAINTAIN_LIMIT,
+    FrontierCore,
+    HeartbeatCounters,
+    Held,
+    heartbeat_deadlines,
+)
 from redcrawl.frontier.durability import ReplicaWait
 from redcrawl.frontier.lists import ListsFrontier
 from redcrawl.frontier.records import stored_int, stored_layout
@@ -774,12 +780,7 @@ class PartitionedFrontier(FrontierCore):
 
     def workers(self) -> dict[str, float]:
         """Each worker's latest heartbeat deadline over the partitions (one round)."""
-        out: dict[str, float] = {}
-        for raw in self._hashes(lambda k: k.workers, "workers"):
-            for name, value in raw.items():
-                worker, until = name.decode(errors="replace"), (stored_int(value) or 0) / 1000
-                out[worker] = max(until, out.get(worker, 0.0))
-        return out
+        return heartbeat_deadlines(self._hashes(lambda k: k.workers, "workers"))
 
     def forget_worker(self, worker: str) -> None:
         for sub in self.parts:

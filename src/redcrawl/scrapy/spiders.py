@@ -72,7 +72,7 @@ from scrapy.spiders import CrawlSpider, Spider
 from redcrawl.callbacks import callback_problem, resolve_callback
 from redcrawl.connection import connect
 from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
-from redcrawl.frontier.records import stored_int
+from redcrawl.frontier.core import heartbeat_deadlines
 from redcrawl.keys import start_claims, start_refused
 from redcrawl.scrapy import lifecycle
 from redcrawl.scripts import BASE, Scripts
@@ -453,12 +453,7 @@ class RedisMixin:
                 pipe.hgetall(part.keys.workers)
             pipe.time()
             *raws, (sec, usec) = pipe.execute()
-        out: dict[str, float] = {}
-        for raw in raws:
-            for name, value in raw.items():
-                worker = name.decode(errors="replace")
-                out[worker] = max((stored_int(value) or 0) / 1000, out.get(worker, 0.0))
-        return out, float(sec) + float(usec) / 1e6
+        return heartbeat_deadlines(raws), float(sec) + float(usec) / 1e6
 
     def _refuse(self, data: bytes, reason: str) -> str:
         """Log and count a refused entry; returns its record for the refused list."""
