@@ -111,7 +111,9 @@ def test_snapshot_metrics_and_status_of_p4_equal_p1(client: redis.Redis, clock: 
     def series(name: str) -> list[str]:
         lines = [x for x in text.splitlines() if f'crawl="{name}"' in x]
         lines = [x.replace(f'crawl="{name}"', 'crawl="C"') for x in lines]
-        skip = ("age_seconds", "heartbeat", "leases_held")  # (time; per-partition leases)
+        # (time; per-partition leases; a rate over the real time between two heartbeats:
+        # 5,799.9 against 7,000 once in CI, under load)
+        skip = ("age_seconds", "heartbeat", "leases_held", "per_second")
         return sorted(x for x in lines if not any(word in x for word in skip))
 
     assert series("parts") == series("one")
