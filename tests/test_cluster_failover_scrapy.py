@@ -103,6 +103,20 @@ def _stalled(procs: list[subprocess.Popen[bytes]], reader: FrontierCore) -> bool
     return False
 
 
+def _why(codes: list[int], texts: list[str]) -> str:
+    """The exit codes, each log's ERROR and CRITICAL lines (with the traceback that
+    follows one) and its last lines: the stats dump alone fills the end of a log."""
+    out = [f"exit codes: {codes}"]
+    for i, text in enumerate(texts):
+        lines = text.splitlines()
+        bad = [n for n, line in enumerate(lines) if "] ERROR:" in line or "] CRITICAL:" in line]
+        picked = sorted({k for n in bad for k in range(n, min(n + 12, len(lines)))})
+        out.append(f"--- w{i} (exit {codes[i]}):")
+        out += [lines[k] for k in picked[:120]]
+        out += ["[last lines]", *lines[-15:]]
+    return "\n".join(out)
+
+
 def _stat(text: str, name: str) -> int:
     found = re.search(rf"'redcrawl/{name}': (\d+)", text)
     return int(found.group(1)) if found else 0
@@ -174,7 +188,7 @@ def _run(
                 p.wait()
     texts = [x.read_text() for x in logs]
     vanished = sum("reason 'crawl_vanished'" in t for t in texts)
-    assert stalled or all(c == 0 for c in codes) or vanished, [t[-3000:] for t in texts]
+    assert stalled or all(c == 0 for c in codes) or vanished, _why(codes, texts)
     fetched = {(h, p): n for h in kit.hosts for p, n in kit.fetched(h).items()}
     pages = [(h, p) for h in kit.hosts for p in kit.pages(h)]
     lost = sum(1 for page in pages if not fetched.get(page))

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -178,7 +179,10 @@ def test_redis_out_of_memory_stops_workers_saying_so_and_loses_nothing(
     client = own_redis.client()
     client.config_set("maxmemory-policy", "noeviction")
     settings = {**WORKER, "REDCRAWL_LEASE_TTL": 3}
-    with ShopSite(SITE) as site:
+    # Product pages take 0.5 s: the crawl lasts about 15 s, so Redis fills up mid-crawl
+    # even when a loaded CI machine starves this test for seconds (with 0.1 s pages the
+    # whole crawl once ended, in 4 s, before the fill below had started).
+    with ShopSite(replace(SITE, slow_delay=0.5)) as site:
         with start_spider(
             "outage_spider.py",
             tmp_path,
@@ -195,6 +199,7 @@ def test_redis_out_of_memory_stops_workers_saying_so_and_loses_nothing(
                 while True:  # another program fills Redis up
                     client.set(f"junk:{n}", b"x" * 10_000)
                     n += 1
+            assert set(site.hits()) != site.canonical_pages(), "the crawl ended before the fill"
             run = worker.wait(timeout=60)
             log = worker.output()
         assert run.returncode == 1, log[-3000:]
