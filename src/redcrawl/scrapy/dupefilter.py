@@ -20,6 +20,7 @@ from redcrawl.dedupe import Filter
 from redcrawl.envelope import Envelope
 from redcrawl.fingerprint import canonicalizer_for, request_fingerprint
 from redcrawl.frontier import FrontierCore, PartitionedFrontier, open_frontier
+from redcrawl.scrapy.one_off import local_dupefilter, one_off_command
 from redcrawl.settings import Settings
 
 if TYPE_CHECKING:
@@ -49,7 +50,12 @@ class DupeFilter:
         self._fingerprinter = custom_fingerprinter(crawler) if crawler is not None else None
 
     @classmethod
-    def from_crawler(cls, crawler: Crawler) -> DupeFilter:
+    def from_crawler(cls, crawler: Crawler) -> Any:
+        """This filter, or Scrapy's own under a one-off command (``scrapy shell``,
+        ``parse``...: :mod:`redcrawl.scrapy.one_off`)."""
+        command = one_off_command()
+        if command is not None:
+            return local_dupefilter(crawler, command)
         return cls(
             Settings.from_scrapy(crawler.settings),
             debug=crawler.settings.getbool("DUPEFILTER_DEBUG"),

@@ -54,6 +54,7 @@ from twisted.internet.defer import Deferred
 
 from redcrawl.keys import CrawlKeys
 from redcrawl.scrapy import counters, lifecycle
+from redcrawl.scrapy.one_off import one_off_command
 from redcrawl.scrapy.robots_fetch import _MISSING, RobotsFetcher
 from redcrawl.scrapy.robots_fetch import LOCAL_MAX as LOCAL_MAX  # (re-exported, as before)
 from redcrawl.scrapy.robots_fetch import LOOKUP_BATCH as LOOKUP_BATCH
@@ -80,6 +81,8 @@ class RobotsTxtMiddleware(RobotsFetcher):
 
     def __init__(self, crawler: Crawler, settings: Settings) -> None:
         if not crawler.settings.getbool("ROBOTSTXT_OBEY"):
+            raise NotConfigured
+        if one_off_command() is not None:  # Scrapy's own obeys, with no cache in Redis
             raise NotConfigured
         super().__init__(crawler, settings)
 

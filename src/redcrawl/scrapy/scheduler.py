@@ -75,6 +75,7 @@ from redcrawl.lock import CrawlLock
 from redcrawl.politeness import KeyMode, parse_retry_after, politeness_key
 from redcrawl.politeness.describe import fleet_limits
 from redcrawl.scrapy import counters, defer, lifecycle, robots
+from redcrawl.scrapy.one_off import local_scheduler, one_off_command
 from redcrawl.seed import seed as seed
 from redcrawl.settings import Settings, startup_notes, startup_warnings
 from redcrawl.transport import redis_errors
@@ -217,7 +218,12 @@ class Scheduler(BaseScheduler):
         self._auto_throttled = False  # fleet-wide AutoThrottle on (set at open)
 
     @classmethod
-    def from_crawler(cls, crawler: Crawler) -> Scheduler:
+    def from_crawler(cls, crawler: Crawler) -> Any:
+        """This scheduler, or Scrapy's own under a one-off command (``scrapy shell``,
+        ``parse``...: :mod:`redcrawl.scrapy.one_off`)."""
+        command = one_off_command()
+        if command is not None:
+            return local_scheduler(crawler, command)
         try:
             settings = Settings.from_scrapy(crawler.settings)
             dupefilter = None

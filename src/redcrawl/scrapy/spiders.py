@@ -75,6 +75,7 @@ from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
 from redcrawl.frontier.core import heartbeat_deadlines
 from redcrawl.keys import start_claims, start_refused
 from redcrawl.scrapy import lifecycle
+from redcrawl.scrapy.one_off import one_off_command
 from redcrawl.scripts import BASE, Scripts
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
@@ -281,12 +282,21 @@ class RedisMixin:
     logger: Any
 
     _refused = False  # setup_redis failed: the crawl is refused (lifecycle.refuse_start)
+    _one_off: str | None = None  # a one-off Scrapy command runs: no start URLs from Redis
 
     def _setup_or_refuse(self, crawler: Any) -> None:
         """:meth:`setup_redis`, or, when a setting is wrong or Redis can't be reached, the
         crawl refused with one CRITICAL line and exit code 1 (raised here, while Scrapy
         builds the spider, it would end as an asyncio traceback): the spider then yields
-        nothing and the scheduler does not open."""
+        nothing and the scheduler does not open. Under a one-off Scrapy command (``scrapy
+        shell``, ``parse``...) the spider leaves Redis alone (:mod:`redcrawl.scrapy.one_off`)."""
+        command = one_off_command()
+        if command is not None:
+            self._one_off = command
+            self.logger.info(
+                "redcrawl: `scrapy %s`: this spider reads no start URLs from Redis", command
+            )
+            return
         try:
             self.setup_redis(crawler)
         except (ConfigError, ConnectionError_) as exc:
@@ -568,7 +578,7 @@ class RedisMixin:
             self.crawler.stats.inc_value("redcrawl/start_entries/recovered", back)
 
     def next_requests(self) -> Iterator[Any]:
-        if self._refused or self._closing:
+        if self._one_off is not None or self._refused or self._closing:
             return
         how = self._claimer()
         if how == "none":
