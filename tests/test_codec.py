@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import json
 import pkgutil
@@ -530,6 +531,18 @@ def test_lambda_and_foreign_callbacks_are_encode_errors(spider: MySpider) -> Non
     # Without a spider there is nothing to name a callback by.
     with pytest.raises(EncodeError):
         from_request(scrapy.Request("http://x/", callback=spider.parse), None)
+
+
+def test_a_partial_callback_is_refused_with_the_cb_kwargs_way_to_write_it(
+    spider: MySpider,
+) -> None:
+    """``callback=partial(self.parse_item, page=2)``, the way to pass arguments before
+    Scrapy's cb_kwargs: refused (a worker cannot look it up by name), and the message
+    says how to write it."""
+    request = scrapy.Request("http://x/", callback=functools.partial(spider.parse, page=2))
+    with pytest.raises(EncodeError, match="partial") as info:
+        from_request(request, spider)
+    assert "cb_kwargs={" in str(info.value)
 
 
 def test_request_with_unstorable_meta_fails_at_encode(spider: MySpider) -> None:

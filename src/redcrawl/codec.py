@@ -157,8 +157,9 @@ def _callback_name(spider: Any, func: Any, url: str, what: str) -> str | None:
     if name is None:
         raise EncodeError(
             f"request {url}: {what} {func!r} is not a method of the spider. Callbacks "
-            "must be spider methods, not lambdas or module functions, so a worker can "
-            "look them up by name"
+            "must be spider methods, not lambdas, partials or module functions, so a worker "
+            "can look them up by name; pass a callback's arguments with cb_kwargs, e.g. "
+            "Request(url, callback=self.parse_item, cb_kwargs={'page': 2})"
         )
     problem = callback_problem(spider, name) if spider is not None else None
     if problem is not None:
