@@ -70,6 +70,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 
 from redcrawl.errors import ConfigError, RedcrawlError, UnknownSpider
 from redcrawl.failure_file import FAILURE_FILE_ENV
+from redcrawl.feeds import WORKER_TOKEN, per_worker
 
 if TYPE_CHECKING:
     from redcrawl.frontier import Counts
@@ -168,12 +169,14 @@ def worker_command(
     spider_args: Iterable[str] | Mapping[str, object] = (),
     redcrawl: bool = True,
     python_args: Sequence[str] = (),
+    outputs: Sequence[str] = (),
 ) -> list[str]:
     """The command line of one Scrapy worker: ``scrapy runspider FILE`` for a ``.py``
     path, else ``scrapy crawl NAME``, on redcrawl's scheduler and dupefilter (unless
-    ``redcrawl`` is off, for comparisons), with ``-s NAME=VALUE`` for each setting and
-    ``-a NAME=VALUE`` for each spider argument. ``python_args`` go to the interpreter
-    before ``-m scrapy`` (e.g. ``["-m", "cProfile", "-o", "out.prof"]``)."""
+    ``redcrawl`` is off, for comparisons), with ``-s NAME=VALUE`` for each setting,
+    ``-a NAME=VALUE`` for each spider argument and ``-o FILE`` for each of ``outputs``
+    (feeds, appended to). ``python_args`` go to the interpreter before ``-m scrapy``
+    (e.g. ``["-m", "cProfile", "-o", "out.prof"]``)."""
     spider = str(spider)
     verb = "runspider" if spider.endswith(".py") else "crawl"
     cmd = [sys.executable, *python_args, "-m", "scrapy", verb, spider]
@@ -181,6 +184,8 @@ def worker_command(
         cmd += ["-s", item]
     for item in _pairs(spider_args):
         cmd += ["-a", item]
+    for output in outputs:
+        cmd += ["-o", output]
     return cmd
 
 
@@ -580,13 +585,14 @@ class Fleet:
     """N copies of ``command``, supervised until each has exited for good.
 
     ``env`` is every worker's environment; worker *i* also gets
-    ``REDCRAWL_WORKER_ID=<worker_id_prefix>w<i>``. With ``log_dir`` worker *i*'s output
-    goes to ``log_dir/w<i>.log`` (made anew by :meth:`run`), else to this process's
-    stdout/stderr. ``unfinished()`` says whether the crawl still has work (a crashed
-    worker is restarted only then); ``on_crash(worker_id)`` is called each time a worker
-    has exited, whatever its status (give back what it still holds); ``tick()`` is
-    called about every ``tick_interval`` seconds while workers run; ``on_event`` gets
-    every :class:`WorkerEvent`.
+    ``REDCRAWL_WORKER_ID=<worker_id_prefix>w<i>``, and ``w<i>`` in place of
+    :data:`redcrawl.feeds.WORKER_TOKEN` in its command (a feed file of its own). With
+    ``log_dir`` worker *i*'s output goes to ``log_dir/w<i>.log`` (made anew by :meth:`run`),
+    else to this process's stdout/stderr. ``unfinished()`` says whether the crawl still has
+    work (a crashed worker is restarted only then); ``on_crash(worker_id)`` is called each
+    time a worker has exited, whatever its status (give back what it still holds);
+    ``tick()`` is called about every ``tick_interval`` seconds while workers run;
+    ``on_event`` gets every :class:`WorkerEvent`.
     """
 
     def __init__(
@@ -657,13 +663,13 @@ class Fleet:
                 what = f"restart {worker.restarts}" if worker.restarts else "start"
                 log.write(
                     f"--- redcrawl: worker {worker.name} ({what}) at {stamp}: "
-                    f"{' '.join(self.command)}\n".encode()
+                    f"{' '.join(self.command).replace(WORKER_TOKEN, worker.name)}\n".encode()
                 )
                 log.flush()
                 worker.log_start = log.tell()
             # the child keeps its own copy of the log's descriptor; ours is closed
             worker.proc = subprocess.Popen(
-                self.command,
+                [part.replace(WORKER_TOKEN, worker.name) for part in self.command],
                 cwd=self.cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -1030,6 +1036,7 @@ def run_workers(
     crawl: str,
     settings_args: Iterable[str] = (),
     spider_args: Iterable[str] = (),
+    outputs: Sequence[str] = (),
     cwd: str | Path | None = None,
     env: Mapping[str, str] | None = None,
     log_dir: Path | None = None,
@@ -1040,7 +1047,8 @@ def run_workers(
 ) -> FleetResult:
     """Run ``spider`` in ``workers`` Scrapy processes on the frontier of ``crawl`` (in the
     Redis ``settings`` name, the embedded one started if need be) until every worker has
-    exited for good; see :class:`Fleet`. Worker output goes to ``log_dir`` (None: this
+    exited for good; see :class:`Fleet`. Each of ``outputs`` (``-o FILE``) becomes a feed
+    file per worker (:mod:`redcrawl.feeds`). Worker output goes to ``log_dir`` (None: this
     process's stdout/stderr). ``progress`` is called about twice a second."""
     from redis.backoff import NoBackoff
     from redis.retry import Retry
@@ -1099,7 +1107,10 @@ def run_workers(
         # the crawl as -s too: a worker's -s beats its environment, so a --set
         # SCHEDULER_QUEUE_KEY=... must not move the workers to another crawl
         worker_command(
-            spider, settings=[*settings_args, f"REDCRAWL_CRAWL={crawl}"], spider_args=spider_args
+            spider,
+            settings=[*settings_args, f"REDCRAWL_CRAWL={crawl}"],
+            spider_args=spider_args,
+            outputs=[per_worker(output) for output in outputs],
         ),
         workers=workers,
         cwd=cwd,

@@ -28,6 +28,7 @@ from redcrawl.cli._common import (
 )
 from redcrawl.connection import connect, stop_embedded
 from redcrawl.errors import LayoutMismatch
+from redcrawl.feeds import for_worker, output_problem, remove_parts
 from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.frontier.records import stored_layout
 from redcrawl.keys import validate_crawl_name
@@ -173,6 +174,26 @@ def _limits_change(frontier: FrontierCore, settings: Settings) -> str:
     )
 
 
+def _outputs(output: list[str] | None, overwrite_output: list[str] | None) -> list[str]:
+    """The feeds of ``-o`` or ``-O`` (not both), each checked (exit 2 naming the fix)."""
+    if output and overwrite_output:
+        raise _fail("use only one of -o/--output and -O/--overwrite-output", EXIT_USAGE)
+    for item in output or overwrite_output or []:
+        if (problem := output_problem(item)) is not None:
+            raise _fail(f"{'-o' if output else '-O'} {problem}", EXIT_USAGE)
+    return output or overwrite_output or []
+
+
+def _prepare_outputs(outputs: list[str], *, overwrite: bool, workers: int) -> None:
+    """``-O``: the files of an earlier run removed; then where the items go, said."""
+    for item in outputs if overwrite else []:
+        for old in remove_parts(item):
+            console.print(f"-O: removed {_show(old)} (an earlier run's)", highlight=False)
+    for item in outputs:
+        last = f" ... {for_worker(item, f'w{workers - 1}')}" if workers > 1 else ""
+        console.print(f"items: {for_worker(item, 'w0')}{last} (a file per worker)", highlight=False)
+
+
 @app.command()
 @_guard
 def crawl(
@@ -197,6 +218,23 @@ def crawl(
     arg: Annotated[
         list[str] | None,
         typer.Option("--arg", "-a", help="A spider argument, NAME=VALUE (as scrapy crawl -a)."),
+    ] = None,
+    output: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Feed FILE (as scrapy crawl -o), one per worker: items.jsonl gives "
+            "items.w0.jsonl, items.w1.jsonl, ...; appended to, also when resumed.",
+        ),
+    ] = None,
+    overwrite_output: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--overwrite-output",
+            "-O",
+            help="As -o, but first remove the files of an earlier run (items.w*.jsonl).",
+        ),
     ] = None,
     logs: Annotated[
         str | None,
@@ -226,6 +264,7 @@ def crawl(
         for item in items or []:
             if "=" not in item:
                 raise _fail(f"{flag} {item!r}: give NAME=VALUE", EXIT_USAGE)
+    outputs = _outputs(output, overwrite_output)
     name = check_spider(spider)  # before anything starts: exit 2 with the spider list
     # the workers' redcrawl settings given with --set apply here too (progress, counts)
     settings = Settings.from_mapping(
@@ -249,6 +288,7 @@ def crawl(
         )
     console.print(_politeness(settings, crawl_id, workers), highlight=False)
     _say_state(settings, crawl_id)
+    _prepare_outputs(outputs, overwrite=bool(overwrite_output), workers=workers)
     display = ProgressDisplay(console) if progress and log_dir is not None else None
     with log_lock, display if display is not None else contextlib.nullcontext():
         result = run_workers(
@@ -258,6 +298,7 @@ def crawl(
             crawl=crawl_id,
             settings_args=setting or [],
             spider_args=arg or [],
+            outputs=outputs,
             log_dir=log_dir,
             progress=display,
             on_event=lambda e: _on_event(e, log_dir),
