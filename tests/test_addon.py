@@ -1,0 +1,83 @@
+"""``ADDONS = {"redcrawl.scrapy.Addon": 0}`` (redcrawl.scrapy.addon): the Scrapy add-on
+puts a project on redcrawl with one line, and says so when the project's own settings
+keep another scheduler."""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+from pathlib import Path
+
+import pytest
+import redis
+from scrapy.settings import Settings as ScrapySettings
+
+from redcrawl.demo import ShopSite, SiteConfig
+from redcrawl.redis_server import RedisServer
+from redcrawl.scrapy import Addon, Scheduler
+from redcrawl.workers import worker_command
+from tests.scrapy_projects.harness import FAST, HERE, clean_env, frontier
+
+
+class MyScheduler(Scheduler):
+    pass
+
+
+def test_the_addon_sets_redcrawls_scheduler_and_dupefilter() -> None:
+    settings = ScrapySettings()
+    Addon().update_settings(settings)
+    assert settings["SCHEDULER"] == "redcrawl.scrapy.Scheduler"
+    assert settings["DUPEFILTER_CLASS"] == "redcrawl.scrapy.DupeFilter"
+
+
+def test_a_project_scheduler_that_is_not_redcrawls_is_kept_and_said(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = ScrapySettings()
+    settings.set("SCHEDULER", "scrapy_redis.scheduler.Scheduler", "project")
+    with caplog.at_level(logging.WARNING):
+        Addon().update_settings(settings)
+    assert settings["SCHEDULER"] == "scrapy_redis.scheduler.Scheduler"  # the project wins
+    assert "SCHEDULER = 'scrapy_redis.scheduler.Scheduler'" in caplog.text
+    assert "remove that line" in caplog.text
+
+
+def test_a_subclass_of_redcrawls_scheduler_is_not_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    settings = ScrapySettings()
+    settings.set("SCHEDULER", f"{__name__}.MyScheduler", "project")
+    with caplog.at_level(logging.WARNING):
+        Addon().update_settings(settings)
+    assert caplog.text == ""
+
+
+@pytest.mark.slow
+def test_a_crawl_with_the_addon_alone_runs_on_the_frontier(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """No SCHEDULER or DUPEFILTER_CLASS anywhere: only the add-on."""
+    config = SiteConfig(products=20, per_page=10, categories=2, tracking_params=False)
+    with ShopSite(config) as site:
+        cmd = worker_command(
+            HERE / "shop_spider.py",
+            settings={
+                **FAST,
+                "REDCRAWL_REDIS_URL": redis7.url,
+                "REDCRAWL_CRAWL": "addon",
+                "RC_TEST_OUT": str(tmp_path / "out.json"),
+                "ADDONS": json.dumps({"redcrawl.scrapy.Addon": 0}),
+            },
+            spider_args={"url": site.url + "/"},
+            redcrawl=False,
+        )
+        assert not any("SCHEDULER" in part for part in cmd), cmd
+        done = subprocess.run(
+            cmd, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        pages = site.canonical_pages()
+        assert set(site.hits()) == pages
+    counts = frontier(redis7_client, "addon").counts()
+    assert counts.finished and counts.done == len(pages), counts
