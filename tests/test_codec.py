@@ -10,7 +10,7 @@ import pkgutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgpack
 import pytest
@@ -539,7 +539,8 @@ def test_a_partial_callback_is_refused_with_the_cb_kwargs_way_to_write_it(
     """``callback=partial(self.parse_item, page=2)``, the way to pass arguments before
     Scrapy's cb_kwargs: refused (a worker cannot look it up by name), and the message
     says how to write it."""
-    request = scrapy.Request("http://x/", callback=functools.partial(spider.parse, page=2))
+    callback = functools.partial(cast(Any, spider.parse), page=2)
+    request = scrapy.Request("http://x/", callback=callback)
     with pytest.raises(EncodeError, match="partial") as info:
         from_request(request, spider)
     assert "cb_kwargs={" in str(info.value)

@@ -49,6 +49,7 @@ def start_worker(
     the test hands it a lease)."""
     crawler = get_crawler(Spider, {"REDCRAWL_POLITENESS_START_WINDOW": WINDOW, **scrapy_settings})
     scheduler = Scheduler.from_crawler(crawler)
+    assert isinstance(scheduler, Scheduler)
     f = polite(
         make_frontier,
         politeness_concurrency=2,

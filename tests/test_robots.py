@@ -177,6 +177,7 @@ def test_a_late_start_is_given_back_for_keys_with_a_delay_from_any_source(
 
     crawler = get_crawler(Spider, {"ROBOTSTXT_OBEY": crawl_delay is not None, **settings})
     scheduler = Scheduler.from_crawler(crawler)
+    assert isinstance(scheduler, Scheduler)
     scheduler.frontier = make_frontier(politeness_concurrency=2)
     if crawler.settings.getbool("ROBOTSTXT_OBEY"):
         mw = RobotsTxtMiddleware.from_crawler(crawler)

@@ -37,6 +37,7 @@ def _scheduler(url: str, client: redis.Redis, crawl: str) -> Scheduler:
         install_reactor("twisted.internet.asyncioreactor.AsyncioSelectorReactor")
         crawler = get_crawler(Spider, {"REDCRAWL_REDIS_URL": url})
     scheduler = Scheduler.from_crawler(crawler)
+    assert isinstance(scheduler, Scheduler)
     front = open_frontier(client, Settings(), crawl)
     scheduler.frontier = front
     scheduler.spider = Spider(name=crawl)

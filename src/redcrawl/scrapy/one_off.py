@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from scrapy.core.scheduler import BaseScheduler
     from scrapy.crawler import Crawler
 
 __all__ = ["ONE_OFF_COMMANDS", "local_dupefilter", "local_scheduler", "one_off_command"]
@@ -75,7 +76,7 @@ def one_off_command(orig_argv: Sequence[str] | None = None) -> str | None:
     return None
 
 
-def local_scheduler(crawler: Crawler, command: str) -> Any:
+def local_scheduler(crawler: Crawler, command: str) -> BaseScheduler:
     """Scrapy's own scheduler (its dupefilter built from ``DUPEFILTER_CLASS``: redcrawl's
     hands over too, :func:`local_dupefilter`), with one INFO line saying so."""
     from scrapy.core.scheduler import Scheduler
