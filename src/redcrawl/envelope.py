@@ -6,10 +6,11 @@ version 1 unless an extension type (:mod:`redcrawl.msgpack_types`) is inside;
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from msgpack import packb, unpackb
+from msgpack import Packer, unpackb
 
 from redcrawl.errors import DecodeError, EncodeError
 from redcrawl.msgpack_types import ext_counts, ext_hook, pack, pack_default, storage_problem
@@ -51,6 +52,16 @@ class Envelope:
     Scrapy scheduler, to fail at enqueue time), so that the frontier's record does not
     encode it again. Whoever sets it changes the envelope no more; a copy made with
     ``dataclasses.replace`` starts without it."""
+
+
+_packers = threading.local()
+"""This thread's msgpack packer, as ``p`` (absent while it packs: a nested encode, from
+project code that a value's packing runs, gets a new one). A packer resets itself after
+each value, and after an error."""
+
+
+def _new_packer() -> Packer:
+    return Packer(use_bin_type=True, strict_types=True, default=pack_default)
 
 
 def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:  # noqa: C901 (one branch per optional envelope field: the hot path, flat)
@@ -105,7 +116,13 @@ def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:  # noqa: C901 (
         d["f"] = env.fingerprint
     before = ext_counts[0]
     try:
-        data: bytes = packb(d, use_bin_type=True, strict_types=True, default=pack_default)
+        # a packer of this thread's own, taken while in use (msgpack's packb makes a new
+        # one per call: a third of encoding a typical envelope)
+        packer = _packers.__dict__.pop("p", None) or _new_packer()
+        try:
+            data: bytes = packer.pack(d)
+        finally:
+            _packers.p = packer
         if ext_counts[0] != before:  # an extension type inside: only version 2 readers can read it
             if data[1:4] == b"\xa1v\x01":  # fixmap, then "v": 1 (encode's first key)
                 data = b"%c\xa1v\x02%s" % (data[0], data[4:])
