@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import redis.connection
 import redis.exceptions
 
 from redcrawl.errors import FrontierError
@@ -73,6 +74,29 @@ class PendingSettle:
         return self.outcome
 
 
+def _pack(conn: Any, commands: list[tuple[Any, ...]]) -> list[bytes]:
+    """``conn.pack_commands(commands)``: straight through hiredis when the connection
+    packs with it anyway (redis-py's serializer first copies each argument in a Python
+    generator, about as much again as hiredis takes; a settle call has a few arguments
+    per request). Anything hiredis refuses (a bool, None, a bytearray) goes redis-py's
+    way, which converts it or raises as it always did."""
+    if _hiredis_pack is not None and type(getattr(conn, "_command_packer", None)) is _Hiredis:
+        try:
+            return [b"".join([_hiredis_pack(command) for command in commands])]
+        except TypeError:
+            pass
+    packed: list[bytes] = conn.pack_commands(commands)
+    return packed
+
+
+_hiredis_pack: Any = None
+_Hiredis: Any = getattr(redis.connection, "HiredisRespSerializer", None)
+if _Hiredis is not None and getattr(redis.connection, "HIREDIS_AVAILABLE", False):
+    import hiredis
+
+    _hiredis_pack = hiredis.pack_command
+
+
 class SettlePipe:
     """The connection and queue of a frontier's pending settles."""
 
@@ -101,14 +125,10 @@ class SettlePipe:
                 if not self.loaded:  # so that NOSCRIPT is only ever a server restart
                     f.client.script_load(script.script)
                     self.loaded = True
-            self.conn.send_packed_command(
-                self.conn.pack_commands(
-                    [
-                        ("EVALSHA", script.sha, len(keys), *keys, *f._argv(args))
-                        for args in call.calls
-                    ]
-                )
-            )
+            commands = [
+                ("EVALSHA", script.sha, len(keys), *keys, *f._argv(args)) for args in call.calls
+            ]
+            self.conn.send_packed_command(_pack(self.conn, commands))
             call.sent = True
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             self._break()
