@@ -22,7 +22,6 @@ def test_an_error_leaves_the_packer_clean() -> None:
     assert encode(Envelope(url=URL, meta={"k": 1})) == first
 
 
-
 INNER = Envelope(url=URL + "/inner", meta={"x": [1, 2, 3]})
 inner_bytes: list[bytes] = []
 

@@ -63,7 +63,7 @@ import importlib
 import inspect
 import re
 from types import MethodType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from redcrawl.callbacks import callback_problem
 from redcrawl.envelope import FORMAT_VERSION as FORMAT_VERSION
@@ -180,7 +180,7 @@ def _method_name(spider: Any, target: Any, fname: str) -> str | None:
     return None
 
 
-_MISSING = object()
+_MISSING: Any = object()
 
 _REQUEST: Any = None
 """``scrapy.Request``, once :func:`_request_class` ran (an import statement on the hot
@@ -333,14 +333,14 @@ def to_request(env: Envelope, spider: scrapy.Spider | None = None) -> scrapy.Req
                     kwargs[key] = value
         fast = _FAST_CLASSES.get(cls, _MISSING)
         if fast is _MISSING:
-            fast = _FAST_CLASSES[cls] = _trusting_class(cls)
+            fast = _FAST_CLASSES[cls] = _trusting_class(cast(Any, cls))
         if fast is None or not _PLAIN_URL(url) or "#!" in url:
             return cls(**kwargs)
         # Scrapy's URL escaping (safe_url_string) is most of what building a Request
         # costs, and a stored URL has already been through it (it is a Request's .url):
         # build through a subclass that keeps the URL as it is, then hand out the class
         # itself. Same object, same type, registered with trackref as usual.
-        request = cls.__new__(cls)
+        request: scrapy.Request = cls.__new__(cls)
         request.__class__ = fast
         fast.__init__(request, **kwargs)
         request.__class__ = cls
