@@ -61,3 +61,20 @@ def test_threads_encode_alike() -> None:
     for t in threads:
         t.join()
     assert all(g == want for g in got)
+
+
+def test_a_large_envelope_does_not_pin_its_buffer_in_the_thread() -> None:
+    """msgpack's packer never shrinks its buffer: after a large envelope (or a failed
+    one) the thread's packer is dropped, not kept (found by a review: 8 threads that had
+    each encoded one 7 MB envelope held 166 MB)."""
+    from redcrawl import envelope
+
+    encode(Envelope(url=URL))
+    assert "p" in envelope._packers.__dict__  # kept after a small one
+    encode(Envelope(url=URL, body=b"x" * 1_000_000))
+    assert "p" not in envelope._packers.__dict__
+    with pytest.raises(EncodeError):
+        encode(Envelope(url=URL, meta={"k": object()}))
+    assert "p" not in envelope._packers.__dict__
+    encode(Envelope(url=URL))
+    assert "p" in envelope._packers.__dict__

@@ -44,3 +44,30 @@ def test_what_hiredis_refuses_goes_redis_py_s_way(odd: Any) -> None:
 def test_unstorable_arguments_raise_as_before(bad: Any) -> None:
     with pytest.raises(redis.exceptions.DataError):
         _pack(Connection(), _commands(bad))
+
+
+def test_a_large_command_is_sent_alone_and_small_ones_together() -> None:
+    """As redis-py's pack_commands: small commands joined in pieces of at most 6,000
+    bytes, a larger one sent as it is (the batch is not copied into one bytes)."""
+    conn = Connection()
+    big = b"x" * 50_000
+    commands = [*_commands(), *_commands(big), *_commands()]
+    packed = _pack(conn, commands)
+    assert _joined(packed) == _joined(conn.pack_commands(commands))
+    if _hiredis_pack is not None:
+        assert any(len(piece) > 50_000 for piece in packed)
+        assert all(len(piece) <= 6000 for piece in packed if len(piece) < 50_000)
+
+
+def test_a_hiredis_without_pack_command_falls_back_to_redis_py(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """redis-py 5.0 accepts a hiredis before 2.1, which has no pack_command (it then packs
+    in Python itself): found by a review, the module failed to import there."""
+    hiredis = pytest.importorskip("hiredis")
+    from redcrawl.frontier import settle
+
+    monkeypatch.delattr(hiredis, "pack_command", raising=False)
+    assert settle._hiredis_packer() is None
+    monkeypatch.setattr(redis.connection, "HIREDIS_PACK_AVAILABLE", False, raising=False)
+    assert settle._hiredis_packer() is None

@@ -55,6 +55,8 @@ class Envelope:
 
 
 _packers = threading.local()
+_KEEP_PACKER_BELOW = 65536
+"""A thread's packer is kept for its next encode only after an envelope this small."""
 """This thread's msgpack packer, as ``p`` (absent while it packs: a nested encode, from
 project code that a value's packing runs, gets a new one). A packer resets itself after
 each value, and after an error."""
@@ -119,9 +121,10 @@ def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:  # noqa: C901 (
         # a packer of this thread's own, taken while in use (msgpack's packb makes a new
         # one per call: a third of encoding a typical envelope)
         packer = _packers.__dict__.pop("p", None) or _new_packer()
-        try:
-            data: bytes = packer.pack(d)
-        finally:
+        data: bytes = packer.pack(d)
+        # kept for the next encode only after a small envelope: msgpack's buffer never
+        # shrinks, and a large one (or a failed pack) would pin its size per thread
+        if len(data) <= _KEEP_PACKER_BELOW:
             _packers.p = packer
         if ext_counts[0] != before:  # an extension type inside: only version 2 readers can read it
             if data[1:4] == b"\xa1v\x01":  # fixmap, then "v": 1 (encode's first key)

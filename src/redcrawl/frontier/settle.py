@@ -79,22 +79,53 @@ def _pack(conn: Any, commands: list[tuple[Any, ...]]) -> list[bytes]:
     packs with it anyway (redis-py's serializer first copies each argument in a Python
     generator, about as much again as hiredis takes; a settle call has a few arguments
     per request). Anything hiredis refuses (a bool, None, a bytearray) goes redis-py's
-    way, which converts it or raises as it always did."""
+    way, which converts it or raises as it always did. Small commands are joined into
+    pieces of up to ``_CUTOFF`` bytes and a large one is sent as it is, as redis-py's
+    ``pack_commands`` does (no copy of a whole large batch into one)."""
     if _hiredis_pack is not None and type(getattr(conn, "_command_packer", None)) is _Hiredis:
         try:
-            return [b"".join([_hiredis_pack(command) for command in commands])]
+            packed = [_hiredis_pack(command) for command in commands]
         except TypeError:
             pass
+        else:
+            out: list[bytes] = []
+            pieces: list[bytes] = []
+            size = 0
+            for chunk in packed:
+                if pieces and (size + len(chunk) > _CUTOFF):
+                    out.append(b"".join(pieces))
+                    pieces, size = [], 0
+                if len(chunk) > _CUTOFF:
+                    out.append(chunk)
+                else:
+                    pieces.append(chunk)
+                    size += len(chunk)
+            if pieces:
+                out.append(b"".join(pieces))
+            return out
     packed: list[bytes] = conn.pack_commands(commands)
     return packed
 
 
-_hiredis_pack: Any = None
-_Hiredis: Any = getattr(redis.connection, "HiredisRespSerializer", None)
-if _Hiredis is not None and getattr(redis.connection, "HIREDIS_AVAILABLE", False):
-    import hiredis
+def _hiredis_packer() -> Any:
+    """hiredis's ``pack_command`` when redis-py packs with it (redis-py 5.0 with a hiredis
+    before 2.1 has none and uses its Python serializer: so do we), else None."""
+    if getattr(redis.connection, "HiredisRespSerializer", None) is None:
+        return None
+    if not getattr(redis.connection, "HIREDIS_AVAILABLE", False):
+        return None
+    if not getattr(redis.connection, "HIREDIS_PACK_AVAILABLE", True):
+        return None
+    try:
+        import hiredis
+    except ImportError:
+        return None
+    return getattr(hiredis, "pack_command", None)
 
-    _hiredis_pack = hiredis.pack_command
+
+_Hiredis: Any = getattr(redis.connection, "HiredisRespSerializer", None)
+_hiredis_pack: Any = _hiredis_packer()
+_CUTOFF = 6000  # (redis-py's Connection._buffer_cutoff)
 
 
 class SettlePipe:
