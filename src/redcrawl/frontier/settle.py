@@ -103,8 +103,8 @@ def _pack(conn: Any, commands: list[tuple[Any, ...]]) -> list[bytes]:
             if pieces:
                 out.append(b"".join(pieces))
             return out
-    packed: list[bytes] = conn.pack_commands(commands)
-    return packed
+    by_redis_py: list[bytes] = conn.pack_commands(commands)
+    return by_redis_py
 
 
 def _hiredis_packer() -> Any:
