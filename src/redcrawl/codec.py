@@ -62,6 +62,7 @@ import functools
 import importlib
 import inspect
 import re
+from types import MethodType
 from typing import TYPE_CHECKING, Any, cast
 
 from redcrawl.callbacks import callback_problem
@@ -70,6 +71,7 @@ from redcrawl.envelope import MAX_ENVELOPE_BYTES as MAX_ENVELOPE_BYTES
 from redcrawl.envelope import PLAIN_VERSION as PLAIN_VERSION
 from redcrawl.envelope import READ_VERSIONS as READ_VERSIONS
 from redcrawl.envelope import Envelope as Envelope
+from redcrawl.envelope import blank
 from redcrawl.envelope import decode as decode
 from redcrawl.envelope import encode as encode
 from redcrawl.errors import DecodeError, EncodeError
@@ -141,19 +143,11 @@ def _callback_name(spider: Any, func: Any, url: str, what: str) -> str | None:
         target = getattr(func, "__func__", None)
         if spider is not None and target is not None:
             fname = target.__name__
-            candidates = [fname]
-            if fname.startswith("__") and not fname.endswith("__"):  # name-mangled private
-                candidates += [f"_{c.__name__.lstrip('_')}{fname}" for c in type(spider).__mro__]
-            for candidate in candidates:
-                found = getattr(spider, candidate, None)
-                if getattr(found, "__func__", None) is target:
-                    name = str(candidate)
-                    break
+            # the common case first: a method found under its own name
+            if getattr(getattr(spider, fname, None), "__func__", None) is target:
+                name = fname
             else:
-                for member_name, member in inspect.getmembers(spider, predicate=inspect.ismethod):
-                    if member.__func__ is target:
-                        name = str(member_name)
-                        break
+                name = _method_name(spider, target, fname)
     if name is None:
         raise EncodeError(
             f"request {url}: {what} {func!r} is not a method of the spider. Callbacks "
@@ -170,14 +164,35 @@ def _callback_name(spider: Any, func: Any, url: str, what: str) -> str | None:
     return name
 
 
-_MISSING = object()
+def _method_name(spider: Any, target: Any, fname: str) -> str | None:
+    """The name of the method of ``spider`` whose function is ``target``, when it is not
+    ``fname``: a name-mangled private method, or one bound under another name."""
+    candidates = []
+    if fname.startswith("__") and not fname.endswith("__"):  # name-mangled private
+        candidates += [f"_{c.__name__.lstrip('_')}{fname}" for c in type(spider).__mro__]
+    for candidate in candidates:
+        found = getattr(spider, candidate, None)
+        if getattr(found, "__func__", None) is target:
+            return str(candidate)
+    for member_name, member in inspect.getmembers(spider, predicate=inspect.ismethod):
+        if member.__func__ is target:
+            return str(member_name)
+    return None
 
 
-def _peek(request: Any, name: str) -> Any:
-    """``request.<name>`` without making an empty container: Scrapy 2.13+ creates one on
-    first access to the public property, which costs more than the rest of encoding."""
-    value = getattr(request, "_" + name, _MISSING)
-    return getattr(request, name) if value is _MISSING else value
+_MISSING: Any = object()
+
+_REQUEST: Any = None
+"""``scrapy.Request``, once :func:`_request_class` ran (an import statement on the hot
+path costs a tenth of a microsecond; scrapy is imported lazily)."""
+
+
+def _request_class() -> Any:
+    global _REQUEST
+    import scrapy
+
+    _REQUEST = scrapy.Request
+    return _REQUEST
 
 
 def from_request(
@@ -187,12 +202,8 @@ def from_request(
     fingerprint: bytes | None = None,
 ) -> Envelope:
     """Scrapy request -> Envelope. Callbacks must be methods of ``spider`` (by name)."""
-    import scrapy
-
     cls = type(request)
-    cls_path = None
-    extra: dict[str, Any] = {}
-    if cls is not scrapy.Request:
+    if cls is not _REQUEST and cls is not _request_class():
         cls_path = f"{cls.__module__}.{cls.__name__}"
         if cls_path not in _ALLOWED_CLASSES:
             raise EncodeError(
@@ -200,26 +211,52 @@ def from_request(
                 f"redcrawl.codec.allow_request_class({cls_path!r}) at import time of your "
                 "project"
             )
-        extra = {a: getattr(request, a) for a in cls.attributes if a not in _BASE_ATTRS}
-    headers = _peek(request, "headers")
-    return Envelope(
-        url=request.url,
-        method=request.method,
-        headers=[(bytes(k), list(v)) for k, v in headers.items()] if headers else [],
-        body=request.body,
-        cookies=_peek(request, "cookies") or None,
-        meta=_peek(request, "meta") or {},
-        callback=_callback_name(spider, request.callback, request.url, "callback"),
-        errback=_callback_name(spider, request.errback, request.url, "errback"),
-        priority=request.priority,
-        flags=_peek(request, "flags") or [],
-        dont_filter=request.dont_filter,
-        cb_kwargs=_peek(request, "cb_kwargs") or {},
-        encoding=request.encoding,
-        request_class=cls_path,
-        extra=extra,
-        fingerprint=fingerprint,
-    )
+        env = blank(request.url)
+        env.request_class = cls_path
+        env.extra = {a: getattr(request, a) for a in cls.attributes if a not in _BASE_ATTRS}
+    else:
+        env = blank(request.url)
+    url = env.url
+    # (the containers read from their slots: Scrapy 2.13+ creates an empty one on first
+    # access to the public property, which costs more than the rest of encoding)
+    headers = getattr(request, "_headers", _MISSING)
+    if headers is _MISSING:
+        headers = request.headers
+    if headers:
+        env.headers = [(bytes(k), list(v)) for k, v in headers.items()]
+    env.method = request.method
+    env.body = request.body
+    cookies = getattr(request, "_cookies", _MISSING)
+    if cookies is _MISSING:
+        cookies = request.cookies
+    if cookies:
+        env.cookies = cookies
+    meta = getattr(request, "_meta", _MISSING)
+    if meta is _MISSING:
+        meta = request.meta
+    if meta:
+        env.meta = meta
+    callback = request.callback
+    if callback is not None:
+        env.callback = _callback_name(spider, callback, url, "callback")
+    errback = request.errback
+    if errback is not None:
+        env.errback = _callback_name(spider, errback, url, "errback")
+    env.priority = request.priority
+    flags = getattr(request, "_flags", _MISSING)
+    if flags is _MISSING:
+        flags = request.flags
+    if flags:
+        env.flags = flags
+    env.dont_filter = request.dont_filter
+    cb_kwargs = getattr(request, "_cb_kwargs", _MISSING)
+    if cb_kwargs is _MISSING:
+        cb_kwargs = request.cb_kwargs
+    if cb_kwargs:
+        env.cb_kwargs = cb_kwargs
+    env.encoding = request.encoding
+    env.fingerprint = fingerprint
+    return env
 
 
 def _load_class(path: str) -> type[scrapy.Request]:
@@ -248,7 +285,7 @@ def _method(spider: Any, name: str | None, what: str) -> Any:
     if problem is not None:
         raise DecodeError(f"{what} {problem}; refused (spider {spider.name!r})")
     fn = getattr(spider, name, None)
-    if not inspect.ismethod(fn) or fn.__self__ is not spider:
+    if type(fn) is not MethodType or fn.__self__ is not spider:
         raise DecodeError(f"{what} {name!r} is not a method of spider {spider.name!r}")
     return fn
 
@@ -257,16 +294,21 @@ def to_request(env: Envelope, spider: scrapy.Spider | None = None) -> scrapy.Req
     """Envelope -> Scrapy request, callbacks resolved on ``spider`` (without a spider the
     request has no callback, so Scrapy uses the spider's default ``parse``). Whatever the
     envelope holds, the only error is :class:`DecodeError`."""
-    import scrapy
-
     try:
         if env.unresolved:
             env.meta = resolve_items(env.meta)
             env.cb_kwargs = resolve_items(env.cb_kwargs)
             env.unresolved = False
-        cls = _load_class(env.request_class) if env.request_class else scrapy.Request
-        kwargs: dict[str, Any] = {"url": env.url}
+        cls = _load_class(env.request_class) if env.request_class else _REQUEST or _request_class()
+        url = env.url
+        kwargs: dict[str, Any] = {"url": url}
         # Only what differs from Request's defaults: construction is a worker's hot path.
+        if env.callback:
+            kwargs["callback"] = _method(spider, env.callback, "callback")
+        if env.priority:
+            kwargs["priority"] = env.priority
+        if env.meta:
+            kwargs["meta"] = env.meta
         if env.method != "GET":
             kwargs["method"] = env.method
         if env.headers:
@@ -275,34 +317,30 @@ def to_request(env: Envelope, spider: scrapy.Spider | None = None) -> scrapy.Req
             kwargs["body"] = env.body
         if env.cookies:
             kwargs["cookies"] = env.cookies
-        if env.meta:
-            kwargs["meta"] = env.meta
         if env.encoding != "utf-8":
             kwargs["encoding"] = env.encoding
-        if env.priority:
-            kwargs["priority"] = env.priority
         if env.dont_filter:
             kwargs["dont_filter"] = True
         if env.flags:
             kwargs["flags"] = env.flags
         if env.cb_kwargs:
             kwargs["cb_kwargs"] = env.cb_kwargs
-        if env.callback:
-            kwargs["callback"] = _method(spider, env.callback, "callback")
         if env.errback:
             kwargs["errback"] = _method(spider, env.errback, "errback")
-        for key, value in env.extra.items():
-            if key in cls.attributes:
-                kwargs[key] = value
-        plain = _PLAIN_URL(env.url) and "#!" not in env.url
-        fast = _trusting_class(cast(Any, cls)) if plain else None
-        if fast is None:
+        if env.extra:
+            for key, value in env.extra.items():
+                if key in cls.attributes:
+                    kwargs[key] = value
+        fast = _FAST_CLASSES.get(cls, _MISSING)
+        if fast is _MISSING:
+            fast = _FAST_CLASSES[cls] = _trusting_class(cast(Any, cls))
+        if fast is None or not _PLAIN_URL(url) or "#!" in url:
             return cls(**kwargs)
         # Scrapy's URL escaping (safe_url_string) is most of what building a Request
         # costs, and a stored URL has already been through it (it is a Request's .url):
         # build through a subclass that keeps the URL as it is, then hand out the class
         # itself. Same object, same type, registered with trackref as usual.
-        request = cls.__new__(cls)
+        request: scrapy.Request = cls.__new__(cls)
         request.__class__ = fast
         fast.__init__(request, **kwargs)
         request.__class__ = cls
@@ -313,6 +351,10 @@ def to_request(env: Envelope, spider: scrapy.Spider | None = None) -> scrapy.Req
         raise DecodeError(
             f"cannot rebuild request {env.url!r}: {exc.__class__.__name__}: {exc}"
         ) from None
+
+
+_FAST_CLASSES: dict[Any, Any] = {}
+"""Request class -> its :func:`_trusting_class` (None: built the ordinary way)."""
 
 
 # An http(s) URL in the form Scrapy's URL escaping (safe_url_string) leaves as it is:

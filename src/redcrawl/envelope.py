@@ -6,10 +6,11 @@ version 1 unless an extension type (:mod:`redcrawl.msgpack_types`) is inside;
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from msgpack import packb, unpackb
+from msgpack import Packer, unpackb
 
 from redcrawl.errors import DecodeError, EncodeError
 from redcrawl.msgpack_types import ext_counts, ext_hook, pack, pack_default, storage_problem
@@ -51,6 +52,18 @@ class Envelope:
     Scrapy scheduler, to fail at enqueue time), so that the frontier's record does not
     encode it again. Whoever sets it changes the envelope no more; a copy made with
     ``dataclasses.replace`` starts without it."""
+
+
+_packers = threading.local()
+_KEEP_PACKER_BELOW = 65536
+"""A thread's packer is kept for its next encode only after an envelope this small."""
+"""This thread's msgpack packer, as ``p`` (absent while it packs: a nested encode, from
+project code that a value's packing runs, gets a new one). A packer resets itself after
+each value, and after an error."""
+
+
+def _new_packer() -> Packer:
+    return Packer(use_bin_type=True, strict_types=True, default=pack_default)
 
 
 def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:  # noqa: C901 (one branch per optional envelope field: the hot path, flat)
@@ -105,7 +118,14 @@ def encode(env: Envelope, *, fingerprint: bool = True) -> bytes:  # noqa: C901 (
         d["f"] = env.fingerprint
     before = ext_counts[0]
     try:
-        data: bytes = packb(d, use_bin_type=True, strict_types=True, default=pack_default)
+        # a packer of this thread's own, taken while in use (msgpack's packb makes a new
+        # one per call: a third of encoding a typical envelope)
+        packer = _packers.__dict__.pop("p", None) or _new_packer()
+        data: bytes = packer.pack(d)
+        # kept for the next encode only after a small envelope: msgpack's buffer never
+        # shrinks, and a large one (or a failed pack) would pin its size per thread
+        if len(data) <= _KEEP_PACKER_BELOW:
+            _packers.p = packer
         if ext_counts[0] != before:  # an extension type inside: only version 2 readers can read it
             if data[1:4] == b"\xa1v\x01":  # fixmap, then "v": 1 (encode's first key)
                 data = b"%c\xa1v\x02%s" % (data[0], data[4:])
@@ -147,23 +167,60 @@ def stored_bytes(env: Envelope) -> bytes:
     return data if data is not None else encode(env, fingerprint=False)
 
 
-# short key -> (Envelope attribute, required type or None for "any")
-_FIELDS: dict[str, tuple[str, type | tuple[type, ...] | None]] = {
-    "m": ("method", str),
-    "h": ("headers", list),
-    "b": ("body", bytes),
-    "c": ("cookies", None),
-    "mt": ("meta", dict),
-    "cb": ("callback", str),
-    "eb": ("errback", str),
-    "p": ("priority", int),
-    "fl": ("flags", list),
-    "df": ("dont_filter", bool),
-    "k": ("cb_kwargs", dict),
-    "e": ("encoding", str),
-    "cls": ("request_class", str),
-    "x": ("extra", dict),
-    "f": ("fingerprint", bytes),
+def blank(url: str) -> Envelope:
+    """``Envelope(url=url)``, built without the dataclass constructor's keyword handling
+    (a third of decoding a typical envelope): for :func:`decode` and
+    :func:`~redcrawl.codec.from_request`, which set the other fields themselves. Every
+    field is set here, at its default (a test compares it with ``Envelope(url=url)``)."""
+    env = _new(Envelope)
+    env.url = url
+    env.method = "GET"
+    env.headers = []
+    env.body = b""
+    env.cookies = None
+    env.meta = {}
+    env.callback = None
+    env.errback = None
+    env.priority = 0
+    env.flags = []
+    env.dont_filter = False
+    env.cb_kwargs = {}
+    env.encoding = "utf-8"
+    env.request_class = None
+    env.extra = {}
+    env.fingerprint = None
+    env.unresolved = False
+    env.stored = None
+    return env
+
+
+_new = object.__new__
+
+
+def _setter(name: str) -> Any:
+    return Envelope.__dict__[name].__set__  # (the slot's own setter)
+
+
+# short key -> (setter of the Envelope attribute, required type or None for "any")
+_FIELDS: dict[str, tuple[Any, type | tuple[type, ...] | None]] = {
+    key: (_setter(attr), kind)
+    for key, (attr, kind) in {
+        "m": ("method", str),
+        "h": ("headers", list),
+        "b": ("body", bytes),
+        "c": ("cookies", None),
+        "mt": ("meta", dict),
+        "cb": ("callback", str),
+        "eb": ("errback", str),
+        "p": ("priority", int),
+        "fl": ("flags", list),
+        "df": ("dont_filter", bool),
+        "k": ("cb_kwargs", dict),
+        "e": ("encoding", str),
+        "cls": ("request_class", str),
+        "x": ("extra", dict),
+        "f": ("fingerprint", bytes),
+    }.items()
 }
 
 
@@ -176,7 +233,7 @@ def decode(data: bytes) -> Envelope:
         raise
     except Exception as exc:  # msgpack raises a variety of ValueError subclasses
         raise DecodeError(f"envelope is not valid msgpack ({exc.__class__.__name__}: {exc})")
-    if not isinstance(d, dict):
+    if type(d) is not dict:  # (msgpack makes plain dicts)
         raise DecodeError(f"envelope is a {type(d).__name__}, not a map")
     version = d.get("v")
     if type(version) is not int or version not in READ_VERSIONS:
@@ -186,26 +243,29 @@ def decode(data: bytes) -> Envelope:
             "request"
         )
     url = d.get("u")
-    if not isinstance(url, str) or not url:
+    if type(url) is not str or not url:
         raise DecodeError("envelope has no URL")
-    kwargs: dict[str, Any] = {}
+    env = blank(url)
+    fields = _FIELDS
     for key, value in d.items():
-        spec = _FIELDS.get(key)
+        spec = fields.get(key)
         if spec is None:
             continue  # "v", "u", or a field this version does not know: ignored
-        attr, kind = spec
+        setter, kind = spec
         if (kind is not None and not isinstance(value, kind)) or (
-            kind is int and isinstance(value, bool)
+            kind is int and type(value) is bool
         ):
             raise DecodeError(f"envelope field {key!r} has type {type(value).__name__}")
-        kwargs[attr] = value
-    if "headers" in kwargs:
-        kwargs["headers"] = _decode_headers(kwargs["headers"])
-    if "cb_kwargs" in kwargs and not all(type(k) is str for k in kwargs["cb_kwargs"]):
+        setter(env, value)
+    if "h" in d:
+        env.headers = _decode_headers(env.headers)
+    if "k" in d and not all(type(k) is str for k in env.cb_kwargs):
         raise DecodeError("envelope cb_kwargs has a key that is not a string")
-    if "flags" in kwargs and not all(isinstance(f, str) for f in kwargs["flags"]):
+    if "fl" in d and not all(isinstance(f, str) for f in env.flags):
         raise DecodeError("envelope flags are not all strings")
-    return Envelope(url=url, unresolved=ext_counts[1] != before, **kwargs)
+    if ext_counts[1] != before:
+        env.unresolved = True
+    return env
 
 
 def _decode_headers(headers: list[Any]) -> list[tuple[bytes, list[bytes]]]:

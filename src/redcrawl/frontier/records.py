@@ -82,11 +82,6 @@ def push_time(data: bytes) -> float | None:
     return ms / 1000
 
 
-def _strip_stamp(body: bytes) -> bytes:
-    # (matched at its place, not searched for: search would try every position)
-    return body[:-8] if _STAMP.match(body, max(0, len(body) - 8)) else body
-
-
 def record_key(data: bytes) -> str | None:
     """The politeness key stored in a record (None: the crawl has no politeness)."""
     return _split_key(data.split(b"|", 3)[-1])[0]
@@ -98,9 +93,6 @@ def record_holds_slot(data: bytes) -> bool:
     return data.split(b"|", 3)[-1][:1] == b"K"
 
 
-_HEAD_NUMBER = re.compile(rb"-?[0-9]{1,15}")
-"""A number of a record's header, as ``parse_head`` in ``lua/lib.lua`` reads it (Lua
-would print anything past 2^53 as ``1e+20``)."""
 _INTEGER = re.compile(rb"-?[0-9]{1,18}")
 """A counter or time as the scripts accept it (``int_ok`` in ``lua/lib.lua``)."""
 _LAYOUT = re.compile(rb"[a-z][a-z/0-9]* [-0-9,]* [a-z]+[ A-Za-z0-9.+-]*")
@@ -176,24 +168,45 @@ def stored_layout(control: dict[bytes, bytes]) -> bytes | None:
     )
 
 
+_HEAD = re.compile(rb"(-?[0-9]{1,15})\|([0-9]{1,15})\|([^|]*)\|")
+"""A record's state header, as ``parse_head`` in ``lua/lib.lua`` reads it: priority,
+attempts (numbers of at most 15 digits: Lua would print anything past 2^53 as ``1e+20``),
+lease token."""
+
+
 def parse_record(data: bytes) -> tuple[int, int, str, bytes]:
     """(priority, attempts, lease token, envelope bytes) of a stored record."""
-    parts = data.split(b"|", 3)
+    m = _HEAD.match(data)
     try:
-        if len(parts) != 4:
+        if m is None:
             raise ValueError
-        p, a = parts[0], parts[1]
-        # (bytes.isdigit: ASCII digits only; the regex only for a negative priority)
-        if not (0 < len(a) <= 15 and a.isdigit()) or not (
-            (0 < len(p) <= 15 and p.isdigit()) or _HEAD_NUMBER.fullmatch(p)
-        ):
-            raise ValueError
-        body = _split_key(_strip_stamp(parts[3]))[1]
-        return int(parts[0]), int(parts[1]), parts[2].decode(), body
+        p, a, token = m.groups()
+        return int(p), int(a), token.decode(), _envelope_part(data, m.end())
     except (ValueError, UnicodeDecodeError):
         raise DecodeError("stored record has no state header") from None
 
 
+def _envelope_part(data: bytes, start: int) -> bytes:
+    """The envelope bytes of a record whose header ends at ``start``: without the push
+    stamp at its end and the politeness key before it."""
+    # (the stamp matched at its place, and only past its first byte: a search would
+    # try every position)
+    if data[-8:-7] == b"\x7f" and _STAMP.match(data, len(data) - 8):
+        body = data[start:-8]
+    else:
+        body = data[start:]
+    return _split_key(body)[1] if body[:1] in (b"K", b"k") else body
+
+
 def from_record(data: bytes) -> Envelope:
     """The envelope of a stored record; :class:`DecodeError` if corrupt."""
-    return codec.decode(parse_record(data)[3])
+    m = _HEAD.match(data)
+    if m is None:
+        raise DecodeError("stored record has no state header")
+    token = m.group(3)
+    if token and not token.isascii():  # (as parse_record: a token must be text)
+        try:
+            token.decode()
+        except UnicodeDecodeError:
+            raise DecodeError("stored record has no state header") from None
+    return codec.decode(_envelope_part(data, m.end()))

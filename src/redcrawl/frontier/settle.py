@@ -10,6 +10,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import redis.connection
 import redis.exceptions
 
 from redcrawl.errors import FrontierError
@@ -73,6 +74,60 @@ class PendingSettle:
         return self.outcome
 
 
+def _pack(conn: Any, commands: list[tuple[Any, ...]]) -> list[bytes]:
+    """``conn.pack_commands(commands)``: straight through hiredis when the connection
+    packs with it anyway (redis-py's serializer first copies each argument in a Python
+    generator, about as much again as hiredis takes; a settle call has a few arguments
+    per request). Anything hiredis refuses (a bool, None, a bytearray) goes redis-py's
+    way, which converts it or raises as it always did. Small commands are joined into
+    pieces of up to ``_CUTOFF`` bytes and a large one is sent as it is, as redis-py's
+    ``pack_commands`` does (no copy of a whole large batch into one)."""
+    if _hiredis_pack is not None and type(getattr(conn, "_command_packer", None)) is _Hiredis:
+        try:
+            packed = [_hiredis_pack(command) for command in commands]
+        except TypeError:
+            pass
+        else:
+            out: list[bytes] = []
+            pieces: list[bytes] = []
+            size = 0
+            for chunk in packed:
+                if pieces and (size + len(chunk) > _CUTOFF):
+                    out.append(b"".join(pieces))
+                    pieces, size = [], 0
+                if len(chunk) > _CUTOFF:
+                    out.append(chunk)
+                else:
+                    pieces.append(chunk)
+                    size += len(chunk)
+            if pieces:
+                out.append(b"".join(pieces))
+            return out
+    by_redis_py: list[bytes] = conn.pack_commands(commands)
+    return by_redis_py
+
+
+def _hiredis_packer() -> Any:
+    """hiredis's ``pack_command`` when redis-py packs with it (redis-py 5.0 with a hiredis
+    before 2.1 has none and uses its Python serializer: so do we), else None."""
+    if getattr(redis.connection, "HiredisRespSerializer", None) is None:
+        return None
+    if not getattr(redis.connection, "HIREDIS_AVAILABLE", False):
+        return None
+    if not getattr(redis.connection, "HIREDIS_PACK_AVAILABLE", True):
+        return None
+    try:
+        import hiredis
+    except ImportError:
+        return None
+    return getattr(hiredis, "pack_command", None)
+
+
+_Hiredis: Any = getattr(redis.connection, "HiredisRespSerializer", None)
+_hiredis_pack: Any = _hiredis_packer()
+_CUTOFF = 6000  # (redis-py's Connection._buffer_cutoff)
+
+
 class SettlePipe:
     """The connection and queue of a frontier's pending settles."""
 
@@ -101,14 +156,10 @@ class SettlePipe:
                 if not self.loaded:  # so that NOSCRIPT is only ever a server restart
                     f.client.script_load(script.script)
                     self.loaded = True
-            self.conn.send_packed_command(
-                self.conn.pack_commands(
-                    [
-                        ("EVALSHA", script.sha, len(keys), *keys, *f._argv(args))
-                        for args in call.calls
-                    ]
-                )
-            )
+            commands = [
+                ("EVALSHA", script.sha, len(keys), *keys, *f._argv(args)) for args in call.calls
+            ]
+            self.conn.send_packed_command(_pack(self.conn, commands))
             call.sent = True
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
             self._break()
