@@ -31,6 +31,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import redis
+
 from redcrawl.transport import redis_errors
 
 __all__ = ["BASE", "Scripts", "by_sha", "exists", "source", "text"]
@@ -103,8 +105,19 @@ class Scripts:
         what: str | None = None,
     ) -> Any:
         """Run script ``name`` (on ``client``, e.g. a pipeline, or this registry's client),
-        with Redis errors converted for ``what`` (default: the script's name)."""
+        with Redis errors converted for ``what`` (default: the script's name).
+
+        redis-py answers ``NOSCRIPT`` by loading the script and calling it again; when the
+        server still lacks it, the load went to another server than the call (a Redis
+        Cluster client whose map a failover has just made out of date: seen as a worker
+        stopped by "Redis refused disown: No matching script"), and the call is sent
+        once more as ``EVAL``, with the script's text: it runs wherever the call lands,
+        and that server keeps it for the next ``EVALSHA``. A call that got ``NOSCRIPT``
+        did not run, so nothing runs twice."""
+        script = self._scripts[name]
+        target = client or self.client
         with redis_errors(what or name):
-            return self._scripts[name](
-                keys=list(keys), args=list(args), client=client or self.client
-            )
+            try:
+                return script(keys=list(keys), args=list(args), client=target)
+            except redis.exceptions.NoScriptError:
+                return target.eval(script.script, len(keys), *keys, *args)
