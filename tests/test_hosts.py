@@ -338,3 +338,18 @@ def test_the_hosts_panel_costs_the_same_round_trips_for_5_and_for_30_keys(
     assert (len(few.hosts), len(many.hosts)) == (5, 30)
     assert few_trips == many_trips <= 4, (few_trips, many_trips)
     assert all(line.delay == 0.5 and line.concurrency == 2 for line in many.hosts)
+
+
+def test_a_key_no_request_has_is_said_so(make_frontier: FrontierFactory) -> None:
+    """An operator's override on a key nobody leases (``127.0.0.1:8080`` where keys are
+    hosts without their port) was stored without a word (an operator trial)."""
+    f = polite(make_frontier)
+    f.push(site("a.test", 2))
+    h = Hosts(f)
+    (note,) = h.set("127.0.0.1:8080", concurrency=1).notes
+    assert "no request of the crawl has this key" in note and "without their port" in note
+    (note,) = h.show("b.test").notes
+    assert "no request of the crawl has this key" in note and "port" not in note
+    assert h.show("a.test").notes == []
+    f.ack(f.lease("w", 10))
+    assert h.show("a.test").notes == []  # (it had requests: its state says so)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -97,6 +98,13 @@ def _detail(
                 kind=entry.kind if entry else None,
                 expires_at=float(expires) / 1000 if expires is not None else None,
             )
+        )
+    if sum(per_tier) == 0 and not any(v is not None for v in state[:4]) and not robots:
+        port = re.fullmatch(r"[^:\[\]]+:\d+", key) is not None
+        notes.append(
+            "no request of the crawl has this key now (nothing ready or in flight, no state)"
+            + (": keys are host names without their port" if port else "")
+            + "; an override set here applies when requests with this key come"
         )
     detail = HostDetail(
         crawl=crawl,
