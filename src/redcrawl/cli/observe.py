@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import urllib.parse
 from enum import StrEnum
 from typing import Annotated
 
@@ -26,6 +27,7 @@ from redcrawl.cli._common import (
     app,
     console,
 )
+from redcrawl.connection import redact
 from redcrawl.metrics.snapshot import MAX_CRAWLS, SnapshotReader
 
 
@@ -79,7 +81,14 @@ def exporter(
     registry.register(
         RedisCollector(SnapshotReader(client, settings, crawls=crawl or (), max_crawls=max_crawls))
     )
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:  # the port is in use, the address is not this machine's, ...
+        raise _fail(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; give another --port "
+            "(or stop what listens there)",
+            EXIT_USAGE,
+        ) from None
     console.print(f"serving metrics on http://{host}:{server.server_port}/metrics", highlight=False)
     try:
         while True:
@@ -107,17 +116,41 @@ def watch(
     (the rules of deploy/prometheus/alerts.yml, evaluated on Redis directly: no Prometheus
     needed). A webhook that is down is retried at each poll; nothing stops the watch but
     Ctrl-C."""
-    from redcrawl.metrics.watch import Watchdog
+    from redcrawl.metrics.watch import Watchdog, webhook_site
 
+    if problem := _webhook_problem(webhook):
+        raise _fail(f"--webhook {webhook!r}: {problem}", EXIT_USAGE)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     settings = _settings(redis_url)
     client = _connect(settings)
     reader = SnapshotReader(client, settings, crawls=crawl or (), max_crawls=max_crawls)
     dog = Watchdog(
-        reader, webhook, echo=lambda n: console.print(n.payload()["text"], highlight=False)
+        reader,
+        webhook,
+        echo=lambda n: console.print(n.payload()["text"], highlight=False, soft_wrap=True),
+    )
+    which = ", ".join(crawl) if crawl else f"every crawl (up to {max_crawls})"
+    console.print(
+        f"watching {which} in {redact(settings.redis_url or 'the embedded Redis')} every "
+        f"{interval:g} s; alerts go to {webhook_site(webhook)}",
+        highlight=False,
+        soft_wrap=True,
     )
     with contextlib.suppress(KeyboardInterrupt):
         dog.run(interval, polls=polls)
+
+
+def _webhook_problem(url: str) -> str | None:
+    """Why ``url`` cannot take the watchdog's POSTs, or None."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return "give an http:// or https:// URL (e.g. a Slack incoming webhook)"
+    if not parts.hostname:
+        return "the URL names no host"
+    return None
 
 
 @app.command()

@@ -17,6 +17,7 @@ import json
 import logging
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import deque
 from collections.abc import Callable
@@ -26,9 +27,17 @@ from typing import Any
 from redcrawl.metrics.rules import Finding, History, Labels, Thresholds, rules, window
 from redcrawl.metrics.snapshot import SnapshotReader
 
-__all__ = ["Notification", "Watchdog"]
+__all__ = ["Notification", "Watchdog", "webhook_site"]
 
 log = logging.getLogger(__name__)
+
+
+def webhook_site(url: str) -> str:
+    """``url`` without its path and query, for logs: a webhook's path is often its secret
+    (Slack's incoming webhooks)."""
+    parts = urllib.parse.urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return f"{parts.scheme}://{host}/..." if parts.path not in ("", "/") else url
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +144,7 @@ class Watchdog:
                 log.warning(
                     "watch: webhook %s did not take the notification (%s); "
                     "%d waiting, retried at the next poll",
-                    self.webhook,
+                    webhook_site(self.webhook),
                     exc,
                     len(self.outbox),
                 )
