@@ -3,13 +3,21 @@ stranger gives it. Real redis-server, real processes."""
 
 from __future__ import annotations
 
+import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
+
+from redcrawl.redis_server import RedisServer as Server
+from redcrawl.redis_server import free_port
 
 from .conftest import RedisServer
 
@@ -77,3 +85,61 @@ def test_watch_says_what_it_watches_at_start(redis7: RedisServer, tmp_path: Path
     assert out.returncode == 0, out.stderr
     assert "watching every crawl" in out.stderr
     assert "http://127.0.0.1:9/..." in out.stderr  # the path may be a secret
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def test_serve_starts_while_redis_is_down_and_is_ready_once_it_is_up(tmp_path: Path) -> None:
+    # deploy/kubernetes/serve.yaml probes /v1/health (liveness) and /v1/ready (readiness):
+    # an API started before its Redis must answer them, not exit. Before: `serve` exited 3
+    # ("cannot reach Redis") when Redis was down at its start, a crash loop until it was up.
+    redis_port, api_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "redcrawl",
+            "serve",
+            "--redis-url",
+            f"redis://127.0.0.1:{redis_port}/0",
+            "--port",
+            str(api_port),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{api_port}"
+    server = None
+    try:
+        for _ in range(300):
+            assert proc.poll() is None, proc.communicate()[0]
+            try:
+                status, _body = _get(f"{base}/v1/health")
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert status == 200
+        status, body = _get(f"{base}/v1/ready")
+        assert status == 503, body
+        assert "Redis" in json.loads(body)["detail"]
+        server = Server(port=redis_port)
+        status, body = _get(f"{base}/v1/ready")
+        assert status == 200, body
+        status, body = _get(f"{base}/v1/crawls")
+        assert (status, json.loads(body)) == (200, {"crawls": []})
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=30)[0]
+        if server is not None:
+            server.stop()
+    assert "not reachable" in out, out

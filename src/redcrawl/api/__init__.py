@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from redcrawl.errors import ConfigError
+from redcrawl.errors import ConfigError, ConnectionError_
 from redcrawl.settings import Settings
 
 if TYPE_CHECKING:
@@ -61,12 +61,22 @@ def serve(settings: Settings) -> None:
     from redcrawl.connection import connect
     from redcrawl.guard import check_memory_policy
 
-    client = connect(settings)
     try:
-        for warning in check_memory_policy(client, settings):  # an evicting server: refused
-            _warn(f"redcrawl API: {warning}")
-    finally:
-        client.close()
+        client = connect(settings)
+    except ConnectionError_ as exc:
+        # the API answers /v1/health and, with 503 until Redis is up, /v1/ready (the
+        # probes of deploy/kubernetes/serve.yaml): not a crash loop while Redis starts
+        _warn(
+            f"redcrawl API: Redis is not reachable now ({exc}); serving anyway: /v1/ready "
+            "and every call that reads Redis answer 503 until it is (its eviction policy is "
+            "not checked then)"
+        )
+    else:
+        try:
+            for warning in check_memory_policy(client, settings):  # an evicting server: refused
+                _warn(f"redcrawl API: {warning}")
+        finally:
+            client.close()
     if open_access(settings):
         _warn(
             f"redcrawl API: no tokens configured: open WITHOUT authentication, on "
