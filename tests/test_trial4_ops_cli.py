@@ -15,11 +15,18 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import redis
 
+from redcrawl.codec import Envelope
+from redcrawl.fingerprint import fingerprint
+from redcrawl.frontier import open_frontier
 from redcrawl.redis_server import RedisServer as Server
 from redcrawl.redis_server import free_port
+from redcrawl.settings import Settings
 
 from .conftest import RedisServer
+
+URL = "http://127.0.0.1:9/page"
 
 
 def _run(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -143,3 +150,67 @@ def test_serve_starts_while_redis_is_down_and_is_ready_once_it_is_up(tmp_path: P
         if server is not None:
             server.stop()
     assert "not reachable" in out, out
+
+
+def test_watch_and_exporter_say_a_crawl_given_that_does_not_exist(
+    redis7: RedisServer, redis7_client: redis.Redis, tmp_path: Path
+) -> None:
+    # a typo in --crawl: before, watched / exported as zeros without a word
+    s = Settings(redis_url=redis7.url)
+    open_frontier(redis7_client, s, "shop").push([Envelope(url=URL, fingerprint=fingerprint(URL))])
+    out = _run(
+        [
+            "watch",
+            "--webhook",
+            "http://127.0.0.1:9/hook",
+            "--redis-url",
+            redis7.url,
+            "--crawl",
+            "shpo",
+            "--interval",
+            "0.1",
+            "--polls",
+            "1",
+        ],
+        tmp_path,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "warning: no crawl named 'shpo'" in out.stderr
+    assert "crawls there: shop" in out.stderr
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "redcrawl",
+            "exporter",
+            "--redis-url",
+            redis7.url,
+            "--port",
+            str(port),
+            "--crawl",
+            "shpo",
+            "--crawl",
+            "shop",
+        ],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        for _ in range(300):
+            assert proc.poll() is None, proc.communicate()[0]
+            try:
+                status, _body = _get(f"http://127.0.0.1:{port}/metrics")
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert status == 200
+    finally:
+        proc.send_signal(signal.SIGINT)
+        text = proc.communicate(timeout=30)[0]
+    assert proc.returncode == 0, text
+    assert "warning: no crawl named 'shpo'" in text
+    assert "'shop'" not in text.split("crawls there:")[0]  # the one that exists is not named

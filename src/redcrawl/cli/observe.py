@@ -11,6 +11,7 @@ import urllib.parse
 from enum import StrEnum
 from typing import Annotated
 
+import redis
 import typer
 from rich.console import Console
 
@@ -18,17 +19,20 @@ from redcrawl.cli._common import (
     EXIT_USAGE,
     CrawlName,
     RedisUrl,
+    _alive,
     _connect,
     _crawl,
+    _crawls,
     _existing,
     _fail,
     _guard,
     _settings,
+    _where,
     app,
     console,
 )
-from redcrawl.connection import redact
 from redcrawl.metrics.snapshot import MAX_CRAWLS, SnapshotReader
+from redcrawl.settings import Settings
 
 
 class HostsSort(StrEnum):
@@ -77,6 +81,7 @@ def exporter(
         ) from None
     settings = _settings(redis_url)
     client = _connect(settings)
+    _warn_missing(settings, client, crawl or [])
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
         RedisCollector(SnapshotReader(client, settings, crawls=crawl or (), max_crawls=max_crawls))
@@ -123,6 +128,7 @@ def watch(
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     settings = _settings(redis_url)
     client = _connect(settings)
+    _warn_missing(settings, client, crawl or [])
     reader = SnapshotReader(client, settings, crawls=crawl or (), max_crawls=max_crawls)
     dog = Watchdog(
         reader,
@@ -131,13 +137,33 @@ def watch(
     )
     which = ", ".join(crawl) if crawl else f"every crawl (up to {max_crawls})"
     console.print(
-        f"watching {which} in {redact(settings.redis_url or 'the embedded Redis')} every "
+        f"watching {which} in {_where(settings)} every "
         f"{interval:g} s; alerts go to {webhook_site(webhook)}",
         highlight=False,
         soft_wrap=True,
     )
     with contextlib.suppress(KeyboardInterrupt):
         dog.run(interval, polls=polls)
+
+
+def _warn_missing(settings: Settings, client: redis.Redis, names: list[str]) -> None:
+    """Say each crawl of ``names`` that does not exist (yet): a typo in ``--crawl`` would
+    otherwise be watched or exported as zeros without a word. Not an error: a crawl may be
+    created after the exporter or the watchdog starts."""
+    missing = [
+        n for n, ok in zip(names, _alive(client, settings.key_prefix, names), strict=True) if not ok
+    ]
+    if not missing:
+        return
+    crawls = _crawls(client, settings.key_prefix)
+    listed = f"crawls there: {', '.join(crawls)}" if crawls else "it holds no crawl"
+    for name in missing:
+        console.print(
+            f"[yellow]warning:[/] no crawl named {name!r} in {_where(settings)} (yet); it reads "
+            f"as empty (0) until a request is pushed to it; {listed}",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _webhook_problem(url: str) -> str | None:
