@@ -186,8 +186,8 @@ def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested
             if loc[:2] == ("path", "crawl"):
                 try:
                     validate_crawl_name(str(e.get("input", "")))
-                except ConfigError as bad:
-                    msg = str(bad)
+                except ConfigError as bad:  # said as the path's, not a setting's
+                    msg = str(bad).removeprefix(f"setting {bad.setting}: ")
             errors.append(m.ErrorItem(loc=clean(location(loc)), msg=clean(msg)))
         detail = "; ".join(f"{x.loc}: {x.msg}" for x in errors[:5])
         if len(errors) > 5:
