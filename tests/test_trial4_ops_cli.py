@@ -214,3 +214,12 @@ def test_watch_and_exporter_say_a_crawl_given_that_does_not_exist(
     assert proc.returncode == 0, text
     assert "warning: no crawl named 'shpo'" in text
     assert "'shop'" not in text.split("crawls there:")[0]  # the one that exists is not named
+
+
+def test_exporter_port_out_of_range_is_a_usage_error(redis7: RedisServer, tmp_path: Path) -> None:
+    # before: OverflowError traceback from bind(), exit 1
+    out = _run(["exporter", "--redis-url", redis7.url, "--port", "70000"], tmp_path)
+    text = out.stdout + out.stderr
+    assert out.returncode == 2, text
+    assert "Traceback" not in text
+    assert "--port" in text

@@ -64,7 +64,9 @@ Crawls = Annotated[
 def exporter(
     redis_url: RedisUrl = None,
     crawl: Crawls = None,
-    port: Annotated[int, typer.Option(help="Port of the /metrics endpoint.")] = 9808,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port of the /metrics endpoint (0: any free one).")
+    ] = 9808,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     max_crawls: MaxCrawls = MAX_CRAWLS,
 ) -> None:
@@ -91,7 +93,7 @@ def exporter(
     except OSError as exc:  # the port is in use, the address is not this machine's, ...
         raise _fail(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}; give another --port "
-            "(or stop what listens there)",
+            "(or --host), or stop what listens there",
             EXIT_USAGE,
         ) from None
     console.print(f"serving metrics on http://{host}:{server.server_port}/metrics", highlight=False)
