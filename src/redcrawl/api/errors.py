@@ -30,6 +30,8 @@ from redcrawl.connection import redact
 from redcrawl.errors import ConfigError, ConnectionError_, FrontierError
 from redcrawl.keys import validate_crawl_name
 from redcrawl.settings import Settings
+from redcrawl.transport import CLUSTER_TRANSIENT
+from redcrawl.transport import TRANSIENT as REDIS_TRANSIENT
 
 __all__ = [
     "RESPONSES",
@@ -127,6 +129,10 @@ class StateErrors(APIRoute):
                 return await handler(request)
             except self.PASS:
                 raise
+            except (*REDIS_TRANSIENT, *CLUSTER_TRANSIENT) as exc:
+                # a Redis call made outside the frontier (the crawl registry, a snapshot):
+                # Redis is down, the crawl is not corrupt (503, not 500 "purge it")
+                raise ConnectionError_(f"lost the Redis connection ({exc})") from exc
             except Exception as exc:
                 if isinstance(exc, Invalid | Unreadable):
                     raise
@@ -142,6 +148,17 @@ class Invalid(Exception):
     def __init__(self, loc: str, msg: str) -> None:
         self.loc, self.msg = loc, clean(msg)
         super().__init__(f"{loc}: {msg}")
+
+
+WORKER_ADVICE = (
+    "; nothing was acknowledged that was not stored — restart the worker when Redis is "
+    "back and expired leases will be handed out again"
+)
+"""What :func:`redcrawl.transport.redis_errors` tells a worker: not for an API caller."""
+
+
+def _for_callers(exc: Exception) -> str:
+    return str(exc).replace(WORKER_ADVICE, "")
 
 
 def location(parts: tuple[int | str, ...]) -> str:
@@ -233,7 +250,7 @@ def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested
         where = redact(settings.redis_url) if settings.redis_url else "the embedded Redis"
         return error(
             503,
-            f"Redis ({where}) is unavailable: {exc}. Check that the server "
+            f"Redis ({where}) is unavailable: {_for_callers(exc)}. Check that the server "
             "is running and reachable, then retry.",
         )
 
