@@ -223,3 +223,40 @@ def test_exporter_port_out_of_range_is_a_usage_error(redis7: RedisServer, tmp_pa
     assert out.returncode == 2, text
     assert "Traceback" not in text
     assert "--port" in text
+
+
+def test_exporter_scrape_while_redis_is_down_answers_up_0_within_a_scrape_timeout(
+    tmp_path: Path,
+) -> None:
+    # Prometheus gives a scrape 10 s by default (scrape_timeout); a scrape that takes
+    # longer is lost, and redcrawl_up 0 with it. Before: the exporter's client retried as
+    # a worker does (~36 s of backoff) before answering redcrawl_up 0.
+    server = Server()
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "redcrawl", "exporter", "--redis-url", server.url]
+        + ["--port", str(port)],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}/metrics"
+    try:
+        for _ in range(300):
+            assert proc.poll() is None, proc.communicate()[0]
+            try:
+                status, body = _get(url)
+                break
+            except OSError:
+                time.sleep(0.1)
+        assert status == 200 and "redcrawl_up 1.0" in body
+        server.stop()
+        with urllib.request.urlopen(url, timeout=10) as resp:  # Prometheus' default
+            body = resp.read().decode()
+        assert "redcrawl_up 0.0" in body
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+        server.stop()

@@ -13,6 +13,8 @@ from typing import Annotated
 
 import redis
 import typer
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 from rich.console import Console
 
 from redcrawl.cli._common import (
@@ -31,6 +33,7 @@ from redcrawl.cli._common import (
     app,
     console,
 )
+from redcrawl.connection import connect, resolve_url
 from redcrawl.metrics.snapshot import MAX_CRAWLS, SnapshotReader
 from redcrawl.settings import Settings
 
@@ -82,8 +85,19 @@ def exporter(
             "the exporter needs prometheus-client: pip install 'redcrawl[api]'", EXIT_USAGE
         ) from None
     settings = _settings(redis_url)
-    client = _connect(settings)
-    _warn_missing(settings, client, crawl or [])
+    checked = _connect(settings)
+    _warn_missing(settings, checked, crawl or [])
+    checked.close()
+    # a scrape fails fast on an outage (redcrawl_up 0) instead of retrying as a worker
+    # does for ~30 s: Prometheus gives a scrape 10 s by default
+    client = connect(
+        settings,
+        url=resolve_url(settings),
+        check=False,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+        socket_timeout=5,
+        socket_connect_timeout=3,
+    )
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
         RedisCollector(SnapshotReader(client, settings, crawls=crawl or (), max_crawls=max_crawls))
