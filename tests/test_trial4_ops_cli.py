@@ -234,8 +234,15 @@ def test_exporter_scrape_while_redis_is_down_answers_up_0_within_a_scrape_timeou
     server = Server()
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "redcrawl", "exporter", "--redis-url", server.url]
-        + ["--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "redcrawl",
+            "exporter",
+            "--redis-url",
+            server.url,
+            *("--port", str(port)),
+        ],
         cwd=tmp_path,
         env={k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")},
         stdout=subprocess.PIPE,
@@ -260,3 +267,24 @@ def test_exporter_scrape_while_redis_is_down_answers_up_0_within_a_scrape_timeou
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=60)
         server.stop()
+
+
+def test_purge_of_a_crawl_that_does_not_exist_is_an_error(
+    redis7: RedisServer, redis7_client: redis.Redis, tmp_path: Path
+) -> None:
+    # docs/cli.md: a crawl that does not exist is "error: no crawl named ...", exit 1, for
+    # purge too (the API's DELETE answers 404). Before: "purged crawl shpo", exit 0: a typo
+    # looked like a purge done
+    s = Settings(redis_url=redis7.url)
+    shop = open_frontier(redis7_client, s, "shop")
+    shop.push([Envelope(url=URL, fingerprint=fingerprint(URL))])
+    out = _run(["purge", "--yes", "--redis-url", redis7.url, "--crawl", "shpo"], tmp_path)
+    text = out.stdout + out.stderr
+    assert out.returncode == 1, text
+    assert "error: no crawl named 'shpo'" in text and "crawls there: shop" in text
+    assert "purged" not in text
+    assert shop.counts().accepted == 1
+    out = _run(["purge", "--yes", "--redis-url", redis7.url, "--crawl", "shop"], tmp_path)
+    assert out.returncode == 0 and "purged crawl shop" in out.stdout, out.stderr
+    out = _run(["purge", "--yes", "--redis-url", redis7.url, "--crawl", "shop"], tmp_path)
+    assert out.returncode == 1 and "no crawl named 'shop'" in out.stderr  # purged already

@@ -302,6 +302,7 @@ def purge(
     settings = _settings(redis_url)
     client = _connect(settings)
     name = _crawl(settings, crawl_name, client)
+    _existing(settings, client, name)  # a typo is not "purged" (the API's DELETE: 404)
     frontier = open_frontier(client, settings, name, follow_layout=True)
     if not yes and not typer.confirm(f"Delete everything of crawl {name!r}?"):
         raise typer.Exit(EXIT_FAILED)
