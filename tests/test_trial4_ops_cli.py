@@ -288,3 +288,38 @@ def test_purge_of_a_crawl_that_does_not_exist_is_an_error(
     assert out.returncode == 0 and "purged crawl shop" in out.stdout, out.stderr
     out = _run(["purge", "--yes", "--redis-url", redis7.url, "--crawl", "shop"], tmp_path)
     assert out.returncode == 1 and "no crawl named 'shop'" in out.stderr  # purged already
+
+
+def _crawl_keys(client: redis.Redis, name: str) -> list[bytes]:
+    return [k for k in client.scan_iter(match=f"rc:{{{name}*", count=1000)]
+
+
+def test_purge_removes_a_crawl_whose_stats_are_gone_but_queues_are_left(
+    redis7: RedisServer, redis7_client: redis.Redis, tmp_path: Path
+) -> None:
+    # the review of 66cb707: purge asked only the stats hash whether the crawl exists, so
+    # leftover state without it was "no crawl named ...", exit 1, and nothing was deleted
+    s = Settings(redis_url=redis7.url)
+    shop = open_frontier(redis7_client, s, "shop")
+    shop.push([Envelope(url=URL, fingerprint=fingerprint(URL))])
+    redis7_client.delete(shop.keys.stats)
+    assert _crawl_keys(redis7_client, "shop")
+    out = _run(["purge", "--yes", "--redis-url", redis7.url, "--crawl", "shop"], tmp_path)
+    assert out.returncode == 0 and "purged crawl shop" in out.stdout, out.stderr
+    left = [k for k in _crawl_keys(redis7_client, "shop") if k != shop.keys.stats.encode()]
+    assert left == []
+
+
+def test_purge_removes_a_crawl_with_only_a_worker_registered(
+    redis7: RedisServer, redis7_client: redis.Redis, tmp_path: Path
+) -> None:
+    # a worker that leased before anything was pushed: control, workers, calls only
+    s = Settings(redis_url=redis7.url)
+    shop = open_frontier(redis7_client, s, "shop")
+    assert shop.lease("w1", 1) == []
+    shop.renew("w1")
+    assert redis7_client.exists(shop.keys.workers)
+    out = _run(["purge", "--yes", "--redis-url", redis7.url, "--crawl", "shop"], tmp_path)
+    assert out.returncode == 0 and "purged crawl shop" in out.stdout, out.stderr
+    left = [k for k in _crawl_keys(redis7_client, "shop") if k != shop.keys.stats.encode()]
+    assert left == []
