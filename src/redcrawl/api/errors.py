@@ -30,7 +30,7 @@ from redcrawl.connection import redact
 from redcrawl.errors import ConfigError, ConnectionError_, FrontierError
 from redcrawl.keys import validate_crawl_name
 from redcrawl.settings import Settings
-from redcrawl.transport import CLUSTER_TRANSIENT
+from redcrawl.transport import CLUSTER_TRANSIENT, WORKER_ADVICE
 from redcrawl.transport import TRANSIENT as REDIS_TRANSIENT
 
 __all__ = [
@@ -148,13 +148,6 @@ class Invalid(Exception):
     def __init__(self, loc: str, msg: str) -> None:
         self.loc, self.msg = loc, clean(msg)
         super().__init__(f"{loc}: {msg}")
-
-
-WORKER_ADVICE = (
-    "; nothing was acknowledged that was not stored — restart the worker when Redis is "
-    "back and expired leases will be handed out again"
-)
-"""What :func:`redcrawl.transport.redis_errors` tells a worker: not for an API caller."""
 
 
 def _for_callers(exc: Exception) -> str:
