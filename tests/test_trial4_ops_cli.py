@@ -102,6 +102,69 @@ def _get(url: str) -> tuple[int, str]:
         return exc.code, exc.read().decode()
 
 
+def _wait_http(proc: subprocess.Popen[str], url: str) -> tuple[int, str]:
+    """The first answer of ``url`` served by ``proc`` (tried up to 300 times)."""
+    for _ in range(300):
+        if proc.poll() is not None:
+            pytest.fail(f"the process exited ({proc.returncode}): {proc.communicate()[0]}")
+        try:
+            return _get(url)
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"{url} did not answer after 300 tries")
+
+
+def _serve(redis_url: str, api_port: int, cwd: Path) -> subprocess.Popen[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
+    args = ["serve", "--redis-url", redis_url, "--port", str(api_port)]
+    return subprocess.Popen(
+        [sys.executable, "-m", "redcrawl", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _stop(proc: subprocess.Popen[str], server: Server | None = None) -> str:
+    """Interrupt ``proc`` and return its output; killed (and ``server`` stopped) whatever
+    happens."""
+    try:
+        proc.send_signal(signal.SIGINT)
+        return proc.communicate(timeout=30)[0]
+    finally:
+        try:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        finally:
+            if server is not None:
+                server.stop()
+
+
+def test_serve_started_while_redis_is_down_refuses_an_evicting_server_once_it_is_up(
+    tmp_path: Path,
+) -> None:
+    # the review of a5e82d2: started while Redis was down, serve skipped the eviction
+    # policy check for its whole life (with Redis up at its start it exits 2)
+    redis_port, api_port = free_port(), free_port()
+    proc = _serve(f"redis://127.0.0.1:{redis_port}/0", api_port, tmp_path)
+    base = f"http://127.0.0.1:{api_port}"
+    server = None
+    try:
+        assert _wait_http(proc, f"{base}/v1/health")[0] == 200
+        server = Server(
+            port=redis_port, extra=["--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru"]
+        )
+        for path in ("/v1/ready", "/v1/crawls", "/v1/ready"):
+            status, body = _get(base + path)
+            assert status == 503, (path, body)
+            assert "maxmemory-policy is allkeys-lru" in json.loads(body)["detail"], body
+    finally:
+        _stop(proc, server)
+
+
 def test_serve_starts_while_redis_is_down_and_is_ready_once_it_is_up(tmp_path: Path) -> None:
     # deploy/kubernetes/serve.yaml probes /v1/health (liveness) and /v1/ready (readiness):
     # an API started before its Redis must answer them, not exit. Before: `serve` exited 3

@@ -43,11 +43,12 @@ def create_app(
     client: redis.Redis | None = None,
     *,
     clock: Callable[[], float] | None = None,
+    check_server: bool = False,
 ) -> FastAPI:
     """The FastAPI app (see :mod:`redcrawl.api.app`); FastAPI is imported only here."""
     from redcrawl.api.app import create_app as build
 
-    return build(settings, client, clock=clock)
+    return build(settings, client, clock=clock, check_server=check_server)
 
 
 def serve(settings: Settings) -> None:
@@ -61,6 +62,7 @@ def serve(settings: Settings) -> None:
     from redcrawl.connection import connect
     from redcrawl.guard import check_memory_policy
 
+    checked = False
     try:
         client = connect(settings)
     except ConnectionError_ as exc:
@@ -69,7 +71,7 @@ def serve(settings: Settings) -> None:
         _warn(
             f"redcrawl API: Redis is not reachable now ({exc}); serving anyway: /v1/ready "
             "and every call that reads Redis answer 503 until it is (its eviction policy is "
-            "not checked then)"
+            "checked when it first answers: an evicting server is refused then, 503)"
         )
     else:
         try:
@@ -77,6 +79,7 @@ def serve(settings: Settings) -> None:
                 _warn(f"redcrawl API: {warning}")
         finally:
             client.close()
+        checked = True
     if open_access(settings):
         _warn(
             f"redcrawl API: no tokens configured: open WITHOUT authentication, on "
@@ -84,7 +87,7 @@ def serve(settings: Settings) -> None:
             "REDCRAWL_API_ADMIN_TOKENS to require tokens."
         )
     uvicorn.run(
-        build(settings),
+        build(settings, check_server=not checked),
         host=bind_address(settings.api_host),
         port=settings.api_port,
         log_level="info",

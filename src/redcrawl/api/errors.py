@@ -37,6 +37,7 @@ __all__ = [
     "RESPONSES",
     "TRANSIENT",
     "Invalid",
+    "ServerRefused",
     "StateErrors",
     "Unreadable",
     "clean",
@@ -140,6 +141,11 @@ class StateErrors(APIRoute):
                 raise Unreadable(crawl if isinstance(crawl, str) else None, exc) from exc
 
         return answer
+
+
+class ServerRefused(ConnectionError_):
+    """The API refuses to use its Redis server (an evicting one, found when ``serve``
+    started while it was down): every Redis call answers 503 with the reason."""
 
 
 class Invalid(Exception):
@@ -250,6 +256,10 @@ def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested
     @app.exception_handler(ConnectionError_)
     async def on_lost(request: Request, exc: ConnectionError_) -> JSONResponse:
         return unavailable(exc)
+
+    @app.exception_handler(ServerRefused)
+    async def on_refused_server(request: Request, exc: ServerRefused) -> JSONResponse:
+        return error(503, str(exc))
 
     @app.exception_handler(FrontierError)
     async def on_refused(request: Request, exc: FrontierError) -> JSONResponse:
