@@ -165,6 +165,24 @@ def test_serve_started_while_redis_is_down_refuses_an_evicting_server_once_it_is
         _stop(proc, server)
 
 
+@pytest.mark.parametrize("auth", ["", ":wrong@"])
+def test_serve_with_a_refused_login_exits_3_at_start(tmp_path: Path, auth: str) -> None:
+    # the review of a5e82d2: a missing or wrong password was taken as "Redis is down":
+    # serve served 503 forever instead of saying it and exiting 3
+    server = Server()
+    try:
+        with redis.Redis.from_url(server.url) as admin:
+            admin.config_set("requirepass", "s3cret")
+        url = f"redis://{auth}127.0.0.1:{server.port}/0"
+        out = _run(["serve", "--redis-url", url, "--port", str(free_port())], tmp_path, 30)
+    finally:
+        server.stop()
+    text = out.stdout + out.stderr
+    assert out.returncode == 3, text
+    assert "password" in text
+    assert "serving anyway" not in text
+
+
 def test_serve_starts_while_redis_is_down_and_is_ready_once_it_is_up(tmp_path: Path) -> None:
     # deploy/kubernetes/serve.yaml probes /v1/health (liveness) and /v1/ready (readiness):
     # an API started before its Redis must answer them, not exit. Before: `serve` exited 3

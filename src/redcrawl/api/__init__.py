@@ -66,6 +66,8 @@ def serve(settings: Settings) -> None:
     try:
         client = connect(settings)
     except ConnectionError_ as exc:
+        if not _unreachable(exc):
+            raise  # a refused login or command is not "Redis is starting": exit 3
         # the API answers /v1/health and, with 503 until Redis is up, /v1/ready (the
         # probes of deploy/kubernetes/serve.yaml): not a crash loop while Redis starts
         _warn(
@@ -93,6 +95,19 @@ def serve(settings: Settings) -> None:
         log_level="info",
         access_log=False,
     )
+
+
+def _unreachable(exc: ConnectionError_) -> bool:
+    """Whether ``connect`` failed because the server did not answer (connection refused,
+    a timeout): it may be starting. A refused login (``login_refused``), an ACL refusal or
+    a refused first command is a configuration error, said at start (exit 3)."""
+    import redis.exceptions
+
+    cause = exc.__cause__ or exc.__context__
+    refused = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
+    return isinstance(
+        cause, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError
+    ) and not isinstance(cause, refused)
 
 
 def _warn(message: str) -> None:
