@@ -62,6 +62,33 @@ Crawls = Annotated[
 ]
 
 
+EXPORTER_RETRIES = 1
+"""Retries of a Redis command in a scrape (after the first attempt)."""
+EXPORTER_SOCKET_TIMEOUT = 2.0
+"""Seconds a scrape waits for Redis's reply to a command (a hung server: SIGSTOP, a
+full machine) before the attempt fails."""
+EXPORTER_CONNECT_TIMEOUT = 1.0
+"""Seconds a scrape waits for a connection (a host that drops packets)."""
+EXPORTER_BACKOFF = ExponentialBackoff(cap=0.5, base=0.05)
+
+
+def exporter_client(settings: Settings) -> redis.Redis:
+    """The exporter's Redis client: a scrape fails fast on an outage (``redcrawl_up 0``)
+    instead of retrying as a worker does for ~30 s, inside Prometheus's default 10 s
+    ``scrape_timeout`` even when the server is hung: (1 + EXPORTER_RETRIES) attempts of at
+    most EXPORTER_CONNECT_TIMEOUT + EXPORTER_SOCKET_TIMEOUT each, plus the backoff between
+    them (about 6 s at worst; about 4 s with a hung server, well under 1 s refused)."""
+    client: redis.Redis = connect(
+        settings,
+        url=resolve_url(settings),
+        check=False,
+        retry=Retry(EXPORTER_BACKOFF, EXPORTER_RETRIES),
+        socket_timeout=EXPORTER_SOCKET_TIMEOUT,
+        socket_connect_timeout=EXPORTER_CONNECT_TIMEOUT,
+    )
+    return client
+
+
 @app.command()
 @_guard
 def exporter(
@@ -88,16 +115,7 @@ def exporter(
     checked = _connect(settings)
     _warn_missing(settings, checked, crawl or [])
     checked.close()
-    # a scrape fails fast on an outage (redcrawl_up 0) instead of retrying as a worker
-    # does for ~30 s: Prometheus gives a scrape 10 s by default
-    client = connect(
-        settings,
-        url=resolve_url(settings),
-        check=False,
-        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
-        socket_timeout=5,
-        socket_connect_timeout=3,
-    )
+    client = exporter_client(settings)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
         RedisCollector(SnapshotReader(client, settings, crawls=crawl or (), max_crawls=max_crawls))
