@@ -189,34 +189,11 @@ def test_serve_starts_while_redis_is_down_and_is_ready_once_it_is_up(tmp_path: P
     # an API started before its Redis must answer them, not exit. Before: `serve` exited 3
     # ("cannot reach Redis") when Redis was down at its start, a crash loop until it was up.
     redis_port, api_port = free_port(), free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("REDCRAWL_")}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "redcrawl",
-            "serve",
-            "--redis-url",
-            f"redis://127.0.0.1:{redis_port}/0",
-            "--port",
-            str(api_port),
-        ],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    proc = _serve(f"redis://127.0.0.1:{redis_port}/0", api_port, tmp_path)
     base = f"http://127.0.0.1:{api_port}"
     server = None
     try:
-        for _ in range(300):
-            assert proc.poll() is None, proc.communicate()[0]
-            try:
-                status, _body = _get(f"{base}/v1/health")
-                break
-            except OSError:
-                time.sleep(0.1)
+        status, _body = _wait_http(proc, f"{base}/v1/health")
         assert status == 200
         status, body = _get(f"{base}/v1/ready")
         assert status == 503, body
@@ -227,10 +204,7 @@ def test_serve_starts_while_redis_is_down_and_is_ready_once_it_is_up(tmp_path: P
         status, body = _get(f"{base}/v1/crawls")
         assert (status, json.loads(body)) == (200, {"crawls": []})
     finally:
-        proc.send_signal(signal.SIGINT)
-        out = proc.communicate(timeout=30)[0]
-        if server is not None:
-            server.stop()
+        out = _stop(proc, server)
     assert "not reachable" in out, out
 
 
@@ -282,17 +256,10 @@ def test_watch_and_exporter_say_a_crawl_given_that_does_not_exist(
         text=True,
     )
     try:
-        for _ in range(300):
-            assert proc.poll() is None, proc.communicate()[0]
-            try:
-                status, _body = _get(f"http://127.0.0.1:{port}/metrics")
-                break
-            except OSError:
-                time.sleep(0.1)
+        status, _body = _wait_http(proc, f"http://127.0.0.1:{port}/metrics")
         assert status == 200
     finally:
-        proc.send_signal(signal.SIGINT)
-        text = proc.communicate(timeout=30)[0]
+        text = _stop(proc)
     assert proc.returncode == 0, text
     assert "warning: no crawl named 'shpo'" in text
     assert "'shop'" not in text.split("crawls there:")[0]  # the one that exists is not named
