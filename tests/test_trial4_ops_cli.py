@@ -21,6 +21,7 @@ from redcrawl.cli.observe import exporter_client
 from redcrawl.codec import Envelope
 from redcrawl.fingerprint import fingerprint
 from redcrawl.frontier import open_frontier
+from redcrawl.metrics.watch import webhook_site
 from redcrawl.redis_server import RedisServer as Server
 from redcrawl.redis_server import free_port
 from redcrawl.settings import Settings
@@ -383,3 +384,34 @@ def test_purge_removes_a_crawl_with_only_a_worker_registered(
     assert out.returncode == 0 and "purged crawl shop" in out.stdout, out.stderr
     left = [k for k in _crawl_keys(redis7_client, "shop") if k != shop.keys.stats.encode()]
     assert left == []
+
+
+@pytest.mark.parametrize(
+    ("url", "site"),
+    [
+        ("https://u:SECRET@h.example/", "https://h.example/..."),
+        ("https://h.example/?token=SECRET", "https://h.example/..."),
+        ("https://h.example?token=SECRET#frag", "https://h.example/..."),
+        ("https://u:SECRET@h.example:8443/hooks/SECRET?x=SECRET", "https://h.example:8443/..."),
+        ("http://[::1]:9000/SECRET", "http://[::1]:9000/..."),
+        ("http://[::1]/", "http://[::1]/..."),
+    ],
+)
+def test_webhook_site_keeps_user_info_query_and_path_out_of_logs(url: str, site: str) -> None:
+    # the review of 8caf2c0: with an empty path or "/", the URL was logged whole
+    assert webhook_site(url) == site
+    assert "SECRET" not in webhook_site(url)
+
+
+@pytest.mark.parametrize("url", ["http://h:abc/x", "http://h:99999/x"])
+def test_watch_refuses_a_webhook_with_a_bad_port(
+    redis7: RedisServer, tmp_path: Path, url: str
+) -> None:
+    out = _run(
+        ["watch", "--webhook", url, "--redis-url", redis7.url, "--interval", "0.1", "--polls", "1"],
+        tmp_path,
+    )
+    text = out.stdout + out.stderr
+    assert out.returncode == 2, text
+    assert "error: --webhook" in text
+    assert "Traceback" not in text

@@ -204,6 +204,7 @@ def _webhook_problem(url: str) -> str | None:
     """Why ``url`` cannot take the watchdog's POSTs, or None."""
     try:
         parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError for a port that is not 0-65535)
     except ValueError as exc:
         return f"not a URL ({exc})"
     if parts.scheme not in ("http", "https"):

@@ -33,11 +33,17 @@ log = logging.getLogger(__name__)
 
 
 def webhook_site(url: str) -> str:
-    """``url`` without its path and query, for logs: a webhook's path is often its secret
-    (Slack's incoming webhooks)."""
-    parts = urllib.parse.urlsplit(url)
-    host = parts.netloc.rpartition("@")[2]
-    return f"{parts.scheme}://{host}/..." if parts.path not in ("", "/") else url
+    """``scheme://host[:port]/...`` of ``url``, for logs: never its path (often its secret:
+    Slack's incoming webhooks), user info, query or fragment, whatever the path."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "the webhook"
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    return f"{parts.scheme}://{host}{'' if port is None else f':{port}'}/..."
 
 
 @dataclass(frozen=True, slots=True)
