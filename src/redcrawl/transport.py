@@ -16,7 +16,7 @@ import redis.exceptions
 
 from redcrawl.errors import ConnectionLost, FrontierError, LayoutMismatch, RedisOutOfMemory
 
-__all__ = ["NOT_RUN", "TRANSIENT", "pool_for", "redis_errors"]
+__all__ = ["NOT_RUN", "TRANSIENT", "WORKER_ADVICE", "pool_for", "redis_errors"]
 
 TRANSIENT = (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 """The client exceptions that mean the connection, not the command, failed."""
@@ -53,6 +53,14 @@ def pool_for(client: Any, key: str) -> Any:
     return getattr(getattr(node, "redis_connection", None), "connection_pool", None)
 
 
+WORKER_ADVICE = (
+    "; nothing was acknowledged that was not stored — restart the worker when Redis is "
+    "back and expired leases will be handed out again"
+)
+"""What :func:`redis_errors` tells a worker when the connection is lost (the API strips it:
+not for an API caller)."""
+
+
 @contextmanager
 def redis_errors(what: str) -> Iterator[None]:
     """Convert Redis client exceptions raised during ``what`` into redcrawl's errors:
@@ -64,9 +72,8 @@ def redis_errors(what: str) -> Iterator[None]:
         yield
     except (*TRANSIENT, *CLUSTER_TRANSIENT) as exc:
         raise ConnectionLost(
-            f"lost the Redis connection during {what} and the retries ran out ({exc}); "
-            "nothing was acknowledged that was not stored — restart the worker when Redis is "
-            "back and expired leases will be handed out again"
+            f"lost the Redis connection during {what} and the retries ran out ({exc})"
+            + WORKER_ADVICE
         ) from exc
     except redis.exceptions.OutOfMemoryError as exc:  # (a ResponseError: "OOM ...")
         raise RedisOutOfMemory(what, exc) from exc

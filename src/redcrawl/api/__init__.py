@@ -10,7 +10,7 @@ import logging
 import sys
 from typing import TYPE_CHECKING
 
-from redcrawl.errors import ConfigError
+from redcrawl.errors import ConfigError, ConnectionError_
 from redcrawl.settings import Settings
 
 if TYPE_CHECKING:
@@ -43,11 +43,12 @@ def create_app(
     client: redis.Redis | None = None,
     *,
     clock: Callable[[], float] | None = None,
+    check_server: bool = False,
 ) -> FastAPI:
     """The FastAPI app (see :mod:`redcrawl.api.app`); FastAPI is imported only here."""
     from redcrawl.api.app import create_app as build
 
-    return build(settings, client, clock=clock)
+    return build(settings, client, clock=clock, check_server=check_server)
 
 
 def serve(settings: Settings) -> None:
@@ -61,12 +62,26 @@ def serve(settings: Settings) -> None:
     from redcrawl.connection import connect
     from redcrawl.guard import check_memory_policy
 
-    client = connect(settings)
+    checked = False
     try:
-        for warning in check_memory_policy(client, settings):  # an evicting server: refused
-            _warn(f"redcrawl API: {warning}")
-    finally:
-        client.close()
+        client = connect(settings)
+    except ConnectionError_ as exc:
+        if not _unreachable(exc):
+            raise  # a refused login or command is not "Redis is starting": exit 3
+        # the API answers /v1/health and, with 503 until Redis is up, /v1/ready (the
+        # probes of deploy/kubernetes/serve.yaml): not a crash loop while Redis starts
+        _warn(
+            f"redcrawl API: Redis is not reachable now ({exc}); serving anyway: /v1/ready "
+            "and every call that reads Redis answer 503 until it is (its eviction policy is "
+            "checked when it first answers: an evicting server is refused then, 503)"
+        )
+    else:
+        try:
+            for warning in check_memory_policy(client, settings):  # an evicting server: refused
+                _warn(f"redcrawl API: {warning}")
+        finally:
+            client.close()
+        checked = True
     if open_access(settings):
         _warn(
             f"redcrawl API: no tokens configured: open WITHOUT authentication, on "
@@ -74,12 +89,25 @@ def serve(settings: Settings) -> None:
             "REDCRAWL_API_ADMIN_TOKENS to require tokens."
         )
     uvicorn.run(
-        build(settings),
+        build(settings, check_server=not checked),
         host=bind_address(settings.api_host),
         port=settings.api_port,
         log_level="info",
         access_log=False,
     )
+
+
+def _unreachable(exc: ConnectionError_) -> bool:
+    """Whether ``connect`` failed because the server did not answer (connection refused,
+    a timeout): it may be starting. A refused login (``login_refused``), an ACL refusal or
+    a refused first command is a configuration error, said at start (exit 3)."""
+    import redis.exceptions
+
+    cause = exc.__cause__ or exc.__context__
+    refused = (redis.exceptions.AuthenticationError, redis.exceptions.AuthorizationError)
+    return isinstance(
+        cause, redis.exceptions.ConnectionError | redis.exceptions.TimeoutError
+    ) and not isinstance(cause, refused)
 
 
 def _warn(message: str) -> None:

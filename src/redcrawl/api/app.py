@@ -43,11 +43,14 @@ def create_app(
     client: redis.Redis | None = None,
     *,
     clock: Callable[[], float] | None = None,
+    check_server: bool = False,
 ) -> FastAPI:
     """The control-plane app. ``client``: a Redis client to use (else one is connected at
     startup and closed at shutdown). ``clock``: monotonic seconds for the rates (default
-    :func:`time.monotonic`; tests pass one they can advance)."""
-    ctx = Context(settings, client, clock=clock)
+    :func:`time.monotonic`; tests pass one they can advance). ``check_server``: check the
+    server's eviction policy at the first Redis call that reaches it (``serve`` started
+    while its Redis was down; an evicting server then answers 503 to every call)."""
+    ctx = Context(settings, client, clock=clock, check_server=check_server)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

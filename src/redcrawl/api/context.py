@@ -4,6 +4,8 @@ the crawls, the access dependencies and rate samples (one :class:`Context` per a
 from __future__ import annotations
 
 import dataclasses
+import logging
+import threading
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Annotated, Any
@@ -16,15 +18,20 @@ from pydantic import BeforeValidator
 
 from redcrawl.api import models as m
 from redcrawl.api.auth import require
+from redcrawl.api.errors import ServerRefused
 from redcrawl.api.rates import RateBook
+from redcrawl.errors import ConfigError
 from redcrawl.fingerprint import canonicalizer_for
 from redcrawl.frontier import Counts, FrontierCore, open_frontier
+from redcrawl.guard import check_memory_policy
 from redcrawl.keys import CRAWL_NAME_PATTERN, CrawlKeys
 from redcrawl.metrics.registry import alive
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
 __all__ = ["Context", "Crawl", "Limit", "frontier_for", "single_values"]
+
+log = logging.getLogger("redcrawl.api")
 
 Crawl = Annotated[str, Path(pattern=CRAWL_NAME_PATTERN, description="Crawl name.")]
 
@@ -72,6 +79,7 @@ class Context:
         client: redis.Redis | None,
         *,
         clock: Callable[[], float] | None = None,
+        check_server: bool = False,
     ) -> None:
         self.settings = settings
         self.redis = client
@@ -80,9 +88,32 @@ class Context:
         self.read: list[DependsParam] = [Depends(require(settings, "read"))]
         self.admin: list[DependsParam] = [Depends(require(settings, "admin"))]
         self.frontier = lru_cache(maxsize=256)(self._open)
+        self._guard_pending = check_server
+        self._guard_refusal: str | None = None
+        self._guard_lock = threading.Lock()
 
     def client(self) -> Any:
+        """The Redis client; with ``check_server`` (``serve`` started while its Redis
+        was down) the server's eviction policy is checked first, once it answers
+        (:func:`redcrawl.guard.check_memory_policy`): an evicting server is refused with
+        :class:`ServerRefused` (503) on every call, as ``serve`` exits 2 at start."""
+        if self._guard_pending or self._guard_refusal is not None:
+            self._guard()
         return self.redis
+
+    def _guard(self) -> None:
+        with self._guard_lock:
+            if self._guard_pending:
+                try:
+                    warnings = check_memory_policy(self.redis, self.settings)
+                except ConfigError as exc:  # (a Redis error propagates: checked next time)
+                    self._guard_refusal = str(exc)
+                    warnings = []
+                self._guard_pending = False
+                for warning in warnings:
+                    log.warning("redcrawl API: %s", warning)
+        if self._guard_refusal is not None:
+            raise ServerRefused(f"refused to use this Redis server: {self._guard_refusal}")
 
     def _open(self, crawl: str) -> FrontierCore:
         return frontier_for(self.client(), self.settings, crawl)

@@ -30,11 +30,14 @@ from redcrawl.connection import redact
 from redcrawl.errors import ConfigError, ConnectionError_, FrontierError
 from redcrawl.keys import validate_crawl_name
 from redcrawl.settings import Settings
+from redcrawl.transport import CLUSTER_TRANSIENT, WORKER_ADVICE
+from redcrawl.transport import TRANSIENT as REDIS_TRANSIENT
 
 __all__ = [
     "RESPONSES",
     "TRANSIENT",
     "Invalid",
+    "ServerRefused",
     "StateErrors",
     "Unreadable",
     "clean",
@@ -127,6 +130,10 @@ class StateErrors(APIRoute):
                 return await handler(request)
             except self.PASS:
                 raise
+            except (*REDIS_TRANSIENT, *CLUSTER_TRANSIENT) as exc:
+                # a Redis call made outside the frontier (the crawl registry, a snapshot):
+                # Redis is down, the crawl is not corrupt (503, not 500 "purge it")
+                raise ConnectionError_(f"lost the Redis connection ({exc})") from exc
             except Exception as exc:
                 if isinstance(exc, Invalid | Unreadable):
                     raise
@@ -136,12 +143,21 @@ class StateErrors(APIRoute):
         return answer
 
 
+class ServerRefused(ConnectionError_):
+    """The API refuses to use its Redis server (an evicting one, found when ``serve``
+    started while it was down): every Redis call answers 503 with the reason."""
+
+
 class Invalid(Exception):
     """A request the schema let through but redcrawl cannot store: answered with 422."""
 
     def __init__(self, loc: str, msg: str) -> None:
         self.loc, self.msg = loc, clean(msg)
         super().__init__(f"{loc}: {msg}")
+
+
+def _for_callers(exc: Exception) -> str:
+    return str(exc).replace(WORKER_ADVICE, "")
 
 
 def location(parts: tuple[int | str, ...]) -> str:
@@ -186,8 +202,8 @@ def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested
             if loc[:2] == ("path", "crawl"):
                 try:
                     validate_crawl_name(str(e.get("input", "")))
-                except ConfigError as bad:
-                    msg = str(bad)
+                except ConfigError as bad:  # said as the path's, not a setting's
+                    msg = str(bad).removeprefix(f"setting {bad.setting}: ")
             errors.append(m.ErrorItem(loc=clean(location(loc)), msg=clean(msg)))
         detail = "; ".join(f"{x.loc}: {x.msg}" for x in errors[:5])
         if len(errors) > 5:
@@ -233,13 +249,17 @@ def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested
         where = redact(settings.redis_url) if settings.redis_url else "the embedded Redis"
         return error(
             503,
-            f"Redis ({where}) is unavailable: {exc}. Check that the server "
+            f"Redis ({where}) is unavailable: {_for_callers(exc)}. Check that the server "
             "is running and reachable, then retry.",
         )
 
     @app.exception_handler(ConnectionError_)
     async def on_lost(request: Request, exc: ConnectionError_) -> JSONResponse:
         return unavailable(exc)
+
+    @app.exception_handler(ServerRefused)
+    async def on_refused_server(request: Request, exc: ServerRefused) -> JSONResponse:
+        return error(503, str(exc))
 
     @app.exception_handler(FrontierError)
     async def on_refused(request: Request, exc: FrontierError) -> JSONResponse:

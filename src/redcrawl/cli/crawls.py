@@ -36,7 +36,9 @@ from redcrawl.cli._common import (
 from redcrawl.connection import EmbeddedRedis, redact
 from redcrawl.frontier import open_frontier
 from redcrawl.guard import memory_warning
+from redcrawl.metrics.registry import leftovers
 from redcrawl.politeness.describe import PolitenessSummary, politeness_summary
+from redcrawl.transport import redis_errors
 from redcrawl.urls import url_problem
 
 # --- inspection and operator actions ------------------------------------------------------
@@ -302,6 +304,12 @@ def purge(
     settings = _settings(redis_url)
     client = _connect(settings)
     name = _crawl(settings, crawl_name, client)
+    # a typo is not "purged" (the API's DELETE: 404); but any state left of the crawl
+    # (its stats gone, only a worker registered) is purged
+    with redis_errors("reading what is stored of the crawl"):
+        left = leftovers(client, settings.key_prefix, name)
+    if not left:
+        _existing(settings, client, name)
     frontier = open_frontier(client, settings, name, follow_layout=True)
     if not yes and not typer.confirm(f"Delete everything of crawl {name!r}?"):
         raise typer.Exit(EXIT_FAILED)

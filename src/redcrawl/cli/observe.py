@@ -7,26 +7,35 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import urllib.parse
 from enum import StrEnum
 from typing import Annotated
 
+import redis
 import typer
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 from rich.console import Console
 
 from redcrawl.cli._common import (
     EXIT_USAGE,
     CrawlName,
     RedisUrl,
+    _alive,
     _connect,
     _crawl,
+    _crawls,
     _existing,
     _fail,
     _guard,
     _settings,
+    _where,
     app,
     console,
 )
+from redcrawl.connection import connect, resolve_url
 from redcrawl.metrics.snapshot import MAX_CRAWLS, SnapshotReader
+from redcrawl.settings import Settings
 
 
 class HostsSort(StrEnum):
@@ -53,12 +62,41 @@ Crawls = Annotated[
 ]
 
 
+EXPORTER_RETRIES = 1
+"""Retries of a Redis command in a scrape (after the first attempt)."""
+EXPORTER_SOCKET_TIMEOUT = 2.0
+"""Seconds a scrape waits for Redis's reply to a command (a hung server: SIGSTOP, a
+full machine) before the attempt fails."""
+EXPORTER_CONNECT_TIMEOUT = 1.0
+"""Seconds a scrape waits for a connection (a host that drops packets)."""
+EXPORTER_BACKOFF = ExponentialBackoff(cap=0.5, base=0.05)
+
+
+def exporter_client(settings: Settings) -> redis.Redis:
+    """The exporter's Redis client: a scrape fails fast on an outage (``redcrawl_up 0``)
+    instead of retrying as a worker does for ~30 s, inside Prometheus's default 10 s
+    ``scrape_timeout`` even when the server is hung: (1 + EXPORTER_RETRIES) attempts of at
+    most EXPORTER_CONNECT_TIMEOUT + EXPORTER_SOCKET_TIMEOUT each, plus the backoff between
+    them (about 6 s at worst; about 4 s with a hung server, well under 1 s refused)."""
+    client: redis.Redis = connect(
+        settings,
+        url=resolve_url(settings),
+        check=False,
+        retry=Retry(EXPORTER_BACKOFF, EXPORTER_RETRIES),
+        socket_timeout=EXPORTER_SOCKET_TIMEOUT,
+        socket_connect_timeout=EXPORTER_CONNECT_TIMEOUT,
+    )
+    return client
+
+
 @app.command()
 @_guard
 def exporter(
     redis_url: RedisUrl = None,
     crawl: Crawls = None,
-    port: Annotated[int, typer.Option(help="Port of the /metrics endpoint.")] = 9808,
+    port: Annotated[
+        int, typer.Option(min=0, max=65535, help="Port of the /metrics endpoint (0: any free one).")
+    ] = 9808,
     host: Annotated[str, typer.Option(help="Address to bind.")] = "127.0.0.1",
     max_crawls: MaxCrawls = MAX_CRAWLS,
 ) -> None:
@@ -74,12 +112,22 @@ def exporter(
             "the exporter needs prometheus-client: pip install 'redcrawl[api]'", EXIT_USAGE
         ) from None
     settings = _settings(redis_url)
-    client = _connect(settings)
+    checked = _connect(settings)
+    _warn_missing(settings, checked, crawl or [])
+    checked.close()
+    client = exporter_client(settings)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(
         RedisCollector(SnapshotReader(client, settings, crawls=crawl or (), max_crawls=max_crawls))
     )
-    server, _thread = start_http_server(port, addr=host, registry=registry)
+    try:
+        server, _thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:  # the port is in use, the address is not this machine's, ...
+        raise _fail(
+            f"cannot listen on {host}:{port}: {exc.strerror or exc}; give another --port "
+            "(or --host), or stop what listens there",
+            EXIT_USAGE,
+        ) from None
     console.print(f"serving metrics on http://{host}:{server.server_port}/metrics", highlight=False)
     try:
         while True:
@@ -107,17 +155,63 @@ def watch(
     (the rules of deploy/prometheus/alerts.yml, evaluated on Redis directly: no Prometheus
     needed). A webhook that is down is retried at each poll; nothing stops the watch but
     Ctrl-C."""
-    from redcrawl.metrics.watch import Watchdog
+    from redcrawl.metrics.watch import Watchdog, webhook_site
 
+    if problem := _webhook_problem(webhook):
+        raise _fail(f"--webhook {webhook!r}: {problem}", EXIT_USAGE)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(message)s")
     settings = _settings(redis_url)
     client = _connect(settings)
+    _warn_missing(settings, client, crawl or [])
     reader = SnapshotReader(client, settings, crawls=crawl or (), max_crawls=max_crawls)
     dog = Watchdog(
-        reader, webhook, echo=lambda n: console.print(n.payload()["text"], highlight=False)
+        reader,
+        webhook,
+        echo=lambda n: console.print(n.payload()["text"], highlight=False, soft_wrap=True),
+    )
+    which = ", ".join(crawl) if crawl else f"every crawl (up to {max_crawls})"
+    console.print(
+        f"watching {which} in {_where(settings)} every "
+        f"{interval:g} s; alerts go to {webhook_site(webhook)}",
+        highlight=False,
+        soft_wrap=True,
     )
     with contextlib.suppress(KeyboardInterrupt):
         dog.run(interval, polls=polls)
+
+
+def _warn_missing(settings: Settings, client: redis.Redis, names: list[str]) -> None:
+    """Say each crawl of ``names`` that does not exist (yet): a typo in ``--crawl`` would
+    otherwise be watched or exported as zeros without a word. Not an error: a crawl may be
+    created after the exporter or the watchdog starts."""
+    missing = [
+        n for n, ok in zip(names, _alive(client, settings.key_prefix, names), strict=True) if not ok
+    ]
+    if not missing:
+        return
+    crawls = _crawls(client, settings.key_prefix)
+    listed = f"crawls there: {', '.join(crawls)}" if crawls else "it holds no crawl"
+    for name in missing:
+        console.print(
+            f"[yellow]warning:[/] no crawl named {name!r} in {_where(settings)} (yet); it reads "
+            f"as empty (0) until a request is pushed to it; {listed}",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def _webhook_problem(url: str) -> str | None:
+    """Why ``url`` cannot take the watchdog's POSTs, or None."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018  (raises ValueError for a port that is not 0-65535)
+    except ValueError as exc:
+        return f"not a URL ({exc})"
+    if parts.scheme not in ("http", "https"):
+        return "give an http:// or https:// URL (e.g. a Slack incoming webhook)"
+    if not parts.hostname:
+        return "the URL names no host"
+    return None
 
 
 @app.command()

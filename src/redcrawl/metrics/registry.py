@@ -20,7 +20,7 @@ import redis
 
 from redcrawl.keys import CrawlKeys, crawl_of_stats_key, crawl_registry, stats_key_pattern
 
-__all__ = ["COMPLETE", "adopt", "alive", "all_crawls", "registered"]
+__all__ = ["COMPLETE", "adopt", "alive", "all_crawls", "leftovers", "registered"]
 
 COMPLETE = "{complete}"
 """The registry's member that says a full SCAN added every older crawl (a crawl name
@@ -84,3 +84,35 @@ def alive(client: Any, prefix: str, names: list[str]) -> list[bool]:
         pipe.hmget(CrawlKeys(name, prefix=prefix).stats, "accepted", "filtered", "partitions")
     replies = pipe.execute(raise_on_error=False)
     return [not isinstance(r, list) or any(x is not None for x in r) for r in replies]
+
+
+def leftovers(client: Any, prefix: str, name: str) -> bool:
+    """Whether anything of crawl ``name`` is stored, for ``purge``: it counts as
+    :func:`alive`, or any key purge deletes exists (:meth:`CrawlKeys.all_keys` but the
+    stats hash, whose id counters a purge keeps; the dedupe filters' keys, streams and
+    per-key politeness state by the SCAN patterns purge uses; any partition's keys). A
+    crawl whose stats are gone but whose queues, control or workers are left is there.
+    Errors are redis-py's."""
+    if alive(client, prefix, [name])[0]:
+        return True
+    keys = CrawlKeys(name, prefix=prefix)
+    if client.exists(*(k for k in keys.all_keys() if k != keys.stats)):
+        return True
+    patterns = [
+        keys.fp_done + ":*",
+        keys.fp_seen + ":*",
+        keys.stream_pattern(),
+        *keys.pol_patterns(),
+    ]
+    for pattern in patterns:
+        for _ in client.scan_iter(match=pattern, count=1000):
+            return True
+    # a partitioned crawl's partitions: ``<prefix>:{<crawl>/<p>}:…``; a partition's
+    # stats hash holding only a purge's id counters is no leftover
+    for raw in client.scan_iter(match=f"{prefix}:{{{name}/*}}:*", count=1000):
+        key = raw.decode() if isinstance(raw, bytes) else str(raw)
+        if not key.endswith("}:stats"):
+            return True
+        if any(x is not None for x in client.hmget(key, "accepted", "filtered", "partitions")):
+            return True
+    return False

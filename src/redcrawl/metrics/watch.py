@@ -17,6 +17,7 @@ import json
 import logging
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections import deque
 from collections.abc import Callable
@@ -26,9 +27,23 @@ from typing import Any
 from redcrawl.metrics.rules import Finding, History, Labels, Thresholds, rules, window
 from redcrawl.metrics.snapshot import SnapshotReader
 
-__all__ = ["Notification", "Watchdog"]
+__all__ = ["Notification", "Watchdog", "webhook_site"]
 
 log = logging.getLogger(__name__)
+
+
+def webhook_site(url: str) -> str:
+    """``scheme://host[:port]/...`` of ``url``, for logs: never its path (often its secret:
+    Slack's incoming webhooks), user info, query or fragment, whatever the path."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        host = parts.hostname or ""
+        port = parts.port
+    except ValueError:
+        return "the webhook"
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    return f"{parts.scheme}://{host}{'' if port is None else f':{port}'}/..."
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +150,7 @@ class Watchdog:
                 log.warning(
                     "watch: webhook %s did not take the notification (%s); "
                     "%d waiting, retried at the next poll",
-                    self.webhook,
+                    webhook_site(self.webhook),
                     exc,
                     len(self.outbox),
                 )
