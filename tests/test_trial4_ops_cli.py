@@ -59,7 +59,10 @@ def test_exporter_on_a_port_in_use_is_an_error_line_exit_2(
     assert "--port" in text
 
 
-@pytest.mark.parametrize("url", ["notaurl", "ftp://example.com/hook", "http://"])
+@pytest.mark.parametrize(
+    "url",
+    ["notaurl", "ftp://example.com/hook", "http://", "http://h:abc/x", "http://h:99999/x"],
+)
 def test_watch_refuses_a_webhook_that_is_not_an_http_url(
     redis7: RedisServer, tmp_path: Path, url: str
 ) -> None:
@@ -71,7 +74,7 @@ def test_watch_refuses_a_webhook_that_is_not_an_http_url(
     )
     text = out.stdout + out.stderr
     assert out.returncode == 2, text
-    assert "error: --webhook" in text
+    assert "error: --webhook" in text and "Traceback" not in text
     assert repr(url) in text
 
 
@@ -401,17 +404,3 @@ def test_webhook_site_keeps_user_info_query_and_path_out_of_logs(url: str, site:
     # the review of 8caf2c0: with an empty path or "/", the URL was logged whole
     assert webhook_site(url) == site
     assert "SECRET" not in webhook_site(url)
-
-
-@pytest.mark.parametrize("url", ["http://h:abc/x", "http://h:99999/x"])
-def test_watch_refuses_a_webhook_with_a_bad_port(
-    redis7: RedisServer, tmp_path: Path, url: str
-) -> None:
-    out = _run(
-        ["watch", "--webhook", url, "--redis-url", redis7.url, "--interval", "0.1", "--polls", "1"],
-        tmp_path,
-    )
-    text = out.stdout + out.stderr
-    assert out.returncode == 2, text
-    assert "error: --webhook" in text
-    assert "Traceback" not in text
