@@ -11,7 +11,7 @@ versions="${SCRAPY_MATRIX_VERSIONS-2.11.2 2.13.4}"
 tests=(tests/test_codec.py tests/test_crawl_e2e.py tests/test_scheduler.py tests/test_migration.py
        tests/test_start_entries.py tests/test_meta_types.py tests/test_callback_rule.py
        tests/test_start_claim.py tests/test_layout_refusal.py tests/test_spider_refusal.py
-       tests/test_one_off_commands.py tests/test_addon.py)
+       tests/test_addon.py)
 failed=0
 present=()
 for t in "${tests[@]}"; do [ -f "$t" ] && present+=("$t"); done
