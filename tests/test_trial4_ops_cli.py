@@ -44,6 +44,14 @@ def _run(args: list[str], cwd: Path, timeout: float = 60) -> subprocess.Complete
     )
 
 
+def _watch_once(
+    webhook: str, redis_url: str, cwd: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """``redcrawl watch`` for one quick poll."""
+    poll = ["--interval", "0.1", "--polls", "1"]
+    return _run(["watch", "--webhook", webhook, "--redis-url", redis_url, *extra, *poll], cwd)
+
+
 def test_exporter_on_a_port_in_use_is_an_error_line_exit_2(
     redis7: RedisServer, tmp_path: Path
 ) -> None:
@@ -68,10 +76,7 @@ def test_watch_refuses_a_webhook_that_is_not_an_http_url(
 ) -> None:
     # before: accepted, exit 0 after its polls; the bad URL was only said (as a warning)
     # when an alert fired, that is when it mattered
-    out = _run(
-        ["watch", "--webhook", url, "--redis-url", redis7.url, "--interval", "0.1", "--polls", "1"],
-        tmp_path,
-    )
+    out = _watch_once(url, redis7.url, tmp_path)
     text = out.stdout + out.stderr
     assert out.returncode == 2, text
     assert "error: --webhook" in text and "Traceback" not in text
@@ -80,20 +85,7 @@ def test_watch_refuses_a_webhook_that_is_not_an_http_url(
 
 def test_watch_says_what_it_watches_at_start(redis7: RedisServer, tmp_path: Path) -> None:
     # before: nothing at all was printed until an alert fired
-    out = _run(
-        [
-            "watch",
-            "--webhook",
-            "http://127.0.0.1:9/hook",
-            "--redis-url",
-            redis7.url,
-            "--interval",
-            "0.1",
-            "--polls",
-            "1",
-        ],
-        tmp_path,
-    )
+    out = _watch_once("http://127.0.0.1:9/hook", redis7.url, tmp_path)
     assert out.returncode == 0, out.stderr
     assert "watching every crawl" in out.stderr
     assert "http://127.0.0.1:9/..." in out.stderr  # the path may be a secret
@@ -218,22 +210,7 @@ def test_watch_and_exporter_say_a_crawl_given_that_does_not_exist(
     # a typo in --crawl: before, watched / exported as zeros without a word
     s = Settings(redis_url=redis7.url)
     open_frontier(redis7_client, s, "shop").push([Envelope(url=URL, fingerprint=fingerprint(URL))])
-    out = _run(
-        [
-            "watch",
-            "--webhook",
-            "http://127.0.0.1:9/hook",
-            "--redis-url",
-            redis7.url,
-            "--crawl",
-            "shpo",
-            "--interval",
-            "0.1",
-            "--polls",
-            "1",
-        ],
-        tmp_path,
-    )
+    out = _watch_once("http://127.0.0.1:9/hook", redis7.url, tmp_path, "--crawl", "shpo")
     assert out.returncode == 0, out.stderr
     assert "warning: no crawl named 'shpo'" in out.stderr
     assert "crawls there: shop" in out.stderr
