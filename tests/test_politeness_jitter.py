@@ -85,3 +85,31 @@ def test_a_slots_jitter_sets_the_range_of_its_key(
     assert all(100 <= g < 1900 for g in wide) and min(wide) < 500 and max(wide) > 1500, wide
     narrow = gaps(f, clock, "narrow.test")
     assert all(950 <= g < 1050 for g in narrow), narrow
+
+
+@pytest.mark.backends("lists", "streams")
+def test_the_jitter_never_takes_a_gap_below_the_sites_crawl_delay(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """Found by crawling a startproject project (``DOWNLOAD_DELAY = 1``, Scrapy's default
+    ``RANDOMIZE_DOWNLOAD_DELAY``) against a site whose robots.txt says ``Crawl-delay: 2``:
+    gaps of 1.1 s at the site. The jitter is Scrapy's, for the crawl's own delay; a site's
+    Crawl-delay is what the site asked for, a floor no draw goes under."""
+    f = make_frontier(
+        politeness_concurrency=100,
+        politeness_delay=1.0,
+        politeness_randomize=True,
+        politeness_start_window=0.0,
+    )
+    f.store_politeness(worker=True)
+    f.client.hset(f.keys.pol_override, "slow.test", json.dumps({"crawl_delay": 2}))
+    f.client.hset(f.keys.pol_override, "mild.test", json.dumps({"crawl_delay": 0.2}))
+    slow = gaps(f, clock, "slow.test")
+    assert all(g >= 2000 for g in slow), slow
+    # below the crawl's own delay, the Crawl-delay bites nowhere: Scrapy's range as before
+    mild = gaps(f, clock, "mild.test")
+    assert all(500 <= g < 1500 for g in mild) and min(mild) < 800, mild
+    # an operator's delay wins outright, jitter and all (the operator's choice)
+    f.client.hset(f.keys.pol_override, "ops.test", json.dumps({"crawl_delay": 2, "delay": 1}))
+    ops = gaps(f, clock, "ops.test")
+    assert all(500 <= g < 1500 for g in ops) and min(ops) < 800, ops

@@ -1,7 +1,7 @@
 -- charge.lua: fetch starts at a politeness key's site that its grants did not account for
 -- (crawls with politeness, lists backend; docs/politeness.md, "Starts after a wait"). Uses
 -- the queue layer's politeness helpers (limits, pol_state, opens_at, pol_rescore,
--- pol_idle_check, lease_since, jitter_factor, start_window in polite.lua).
+-- pol_idle_check, lease_since, pol_gap in polite.lua).
 -- KEYS, ARGV[1..4]: see lib.lua.
 -- ARGV[5..]: triples (kind, a, b):
 --   "r", key, ""     the robots.txt of the key's site is being downloaded now: a fetch
@@ -46,9 +46,7 @@ for i = 1, n do
       flags[i] = '0'
     else
       flags[i] = '1'
-      local gap = delay
-      if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor(lim[3])) end
-      if gap > 0 then gap = gap + start_window() end
+      local gap = pol_gap(lim)
       nxt = math.max(nxt, NOW + gap)
       redis.call('HSET', K_POL .. key, 'chg', NOW, 'next', nxt)
       local opens = math.max(nxt, num(v[5]))

@@ -8,8 +8,8 @@
 --   pol_unpop(keys)         slots back of granted ids that were not leased after all
 --   pol_release(recs)       slots back of requests leaving IN-FLIGHT (unhold, expiry)
 -- and the optional hooks slot_free (a slot back at response time) and defer_held
--- (429/503) of lib.lua's QUEUE LAYER block. charge.lua uses limits, opens_at, jitter_factor
--- and start_window. The queue layer defines lease_since(token) (declared here): when a
+-- (429/503) of lib.lua's QUEUE LAYER block. charge.lua uses limits, opens_at and pol_gap
+-- (the gap a start charges). The queue layer defines lease_since(token) (declared here): when a
 -- lease token was granted (ms), or nil.
 --
 -- KEYS: a crawl with politeness (POLITE set: layout "<ordering>/<mode>" for lists,
@@ -28,12 +28,13 @@
 -- Per key, the hash K_POL .. K holds "in" (in flight) and "next" (ms); it expires once
 -- the key is idle. The key's limits: the crawl's defaults (control "politeness"), its
 -- DOWNLOAD_SLOTS entry (K_POLS), then the override hash K_POLO (crawl_delay: the larger
--- of it and the configured delay; delay, concurrency: win outright; block_until; paused).
+-- of it and the configured delay, and a floor under the jitter; delay, concurrency: win
+-- outright; block_until; paused).
 local TWO32 = 4294967296
 -- What the rest of a script uses (nil for a crawl without politeness).
 local K_POL, K_POLO
 local open_key, pq_key, limits, pol_state, opens_at, pol_rescore, pol_idle_check
-local pol_release, pol_push, pol_grant, pol_unpop, start_window, jitter_factor
+local pol_release, pol_push, pol_grant, pol_unpop, pol_gap
 -- When the lease token was granted (ms), or nil if unknown: the queue layer's.
 local lease_since
 -- Everything else is defined only for a crawl with politeness, inside one function (a
@@ -42,7 +43,7 @@ local lease_since
 -- own: docs/politeness.md, "Cost"), whose locals end with it.
 if POLITE then
   K_POL, K_POLO, open_key, pq_key, limits, pol_state, opens_at, pol_rescore, pol_idle_check,
-    pol_release, pol_push, pol_grant, pol_unpop, start_window, jitter_factor = (function()
+    pol_release, pol_push, pol_grant, pol_unpop, pol_gap = (function()
   local OPEN_FULL = 4503599627370496  -- 2^52: not open until one of its leases ends
   local PAUSE_RECHECK = 1000
   local IDLE_TTL = 3600000
@@ -141,7 +142,8 @@ if POLITE then
     end
     return PC.def
   end
-  -- The key's limits: {conc, delay (ms), jitter (its range, or false), block (ms), paused}.
+  -- The key's limits: {conc, delay (ms), jitter (its range, or false), block (ms), paused,
+  -- floor (ms: robots.txt's Crawl-delay, which no jitter goes under; nil when none)}.
   local function limits(key)
     -- (PC.deflim: every key's limits, when nothing is set per key)
     local lim = PC.deflim or LIMITS[key]
@@ -170,15 +172,18 @@ if POLITE then
       if ad then auto = ad / 1000 end
     end
     if auto and auto > delay then delay = auto end
+    local floor
     if ov then
       local cd = pos_num(ov.crawl_delay, 0, 1e9)
       if cd and cd > delay then delay = cd end
-      delay = pos_num(ov.delay, 0, 1e9) or delay
+      local od = pos_num(ov.delay, 0, 1e9)
+      if od then delay = od elseif cd then floor = math.floor(cd * 1000 + 0.5) end
       conc = pos_num(ov.concurrency, 1, 1e9) or conc
       block = pos_num(ov.block_until, 0, 1e15) or 0
       paused = ov.paused == true
     end
-    lim = {math.floor(conc), math.floor(delay * 1000 + 0.5), jitter, math.floor(block), paused}
+    lim = {math.floor(conc), math.floor(delay * 1000 + 0.5), jitter, math.floor(block), paused,
+      floor}
     LIMITS[key] = lim
     return lim
   end
@@ -391,7 +396,7 @@ if POLITE then
     return PC.backoff
   end
 
-  local jitter_factor  -- (defined below, with the lease step)
+  local jitter_factor, pol_gap  -- (defined below, with the lease step)
 
   -- A 429/503 of a request of key, leased at since (ms; nil if unknown): one more failure
   -- and the key blocked for retry_ms (its Retry-After) or, without one, for the backoff
@@ -619,6 +624,20 @@ if POLITE then
     return 0.5 + u  -- [0.5, 1.5), as Scrapy's RANDOMIZE_DOWNLOAD_DELAY
   end
 
+  -- The gap (ms) a start of a key with these limits charges before the key's next: its
+  -- delay, times the jitter's factor (RANDOMIZE_DOWNLOAD_DELAY, as Scrapy's), never under
+  -- the site's Crawl-delay (the jitter is Scrapy's for the crawl's own delay; a site's
+  -- Crawl-delay is what it asked for), plus the start window when there is a gap at all.
+  pol_gap = function(lim)
+    local gap = lim[2]
+    if lim[3] and gap > 0 then
+      gap = math.floor(gap * jitter_factor(lim[3]))
+      if lim[6] and gap < lim[6] then gap = lim[6] end
+    end
+    if gap > 0 then gap = gap + start_window() end
+    return gap
+  end
+
   -- For a batch of grants of one key in tier t: how many schedule positions from cursor
   -- the weighted-fair schedule (sched: its tier digits, as numbers) takes to pick t again,
   -- skipping tiers with no open key (as pol_pop does); nil if it would pick another tier
@@ -752,9 +771,7 @@ if POLITE then
           end
         else
           local lim = limits(key)
-          local gap = lim[2]
-          if lim[3] and gap > 0 then gap = math.floor(gap * jitter_factor(lim[3])) end
-          if gap > 0 then gap = gap + start_window() end
+          local gap = pol_gap(lim)
           -- how many of the key to grant now: one; with no delay, as many as its free slots,
           -- its queue and the lease allow, while the tier schedule keeps picking this tier
           -- (one state read and write and one rescore per key, not per request)
@@ -864,6 +881,6 @@ if POLITE then
     repaired('counter ready held a non-integer; recounted: ' .. n)
   end
   return K_POL, K_POLO, open_key, pq_key, limits, pol_state, opens_at, pol_rescore,
-    pol_idle_check, pol_release, pol_push, pol_grant, pol_unpop, start_window, jitter_factor
+    pol_idle_check, pol_release, pol_push, pol_grant, pol_unpop, pol_gap
   end)()
 end
