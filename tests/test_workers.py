@@ -20,12 +20,14 @@ from pathlib import Path
 import pytest
 import redis
 
+from redcrawl.codec import Envelope
 from redcrawl.demo.run import SPIDER, demo_worker_settings
 from redcrawl.demo.site import ShopSite, SiteConfig
+from redcrawl.fingerprint import fingerprint
 from redcrawl.frontier import open_frontier
 from redcrawl.scrapy.pipelines import read_items
 from redcrawl.settings import Settings
-from redcrawl.workers import ExitCode, Fleet, WorkerEvent, worker_command
+from redcrawl.workers import ExitCode, Fleet, WorkerEvent, _Watch, worker_command
 
 from .conftest import RedisServer
 
@@ -279,6 +281,50 @@ def test_no_restart_once_the_crawl_is_finished(tmp_path: Path) -> None:
     ).run()
     assert result.restarts == 0 and result.returncodes == [1]
     assert [e.kind for e in events] == ["failed"]
+
+
+def test_a_crashed_worker_is_restarted_while_the_others_run_in_a_finished_crawl(
+    tmp_path: Path,
+) -> None:
+    """A fleet of RedisSpiders waiting for start URLs (``MAX_IDLE_TIME_BEFORE_CLOSE`` 0)
+    has a finished crawl for as long as the lull lasts: a worker killed then (the OOM
+    killer, an operator) was not restarted, and the fleet was one worker short for good.
+    While another worker runs, the crawl is not over: it is restarted."""
+    events: list[WorkerEvent] = []
+    marker = tmp_path / "crashed"
+    code = (
+        "import os, sys, time\n"
+        "w0 = os.environ['REDCRAWL_WORKER_ID'].endswith('w0')\n"
+        f"if w0 and not os.path.exists({str(marker)!r}):\n"
+        f"    open({str(marker)!r}, 'w').close(); sys.exit(1)\n"
+        "time.sleep(1.5)\n"
+    )
+    result = Fleet(
+        python(code),
+        workers=2,
+        log_dir=tmp_path,
+        backoff=0.01,
+        unfinished=lambda: False,
+        on_event=events.append,
+    ).run()
+    assert [e.kind for e in events] == ["restarting"], [e.message for e in events]
+    assert result.restarts == 1 and result.returncodes == [0, 0] and result.code == 0
+
+
+def test_a_crawl_nothing_was_pushed_to_yet_is_not_finished(redis7: RedisServer) -> None:
+    """Found by SIGKILLing a worker of ``redcrawl crawl`` 6 s in, while Scrapy was still
+    starting: nothing pushed yet reads as "nothing pending", i.e. finished, so the worker
+    was not restarted and the command exited 1 though the crawl finished."""
+    client = redis.Redis.from_url(redis7.url)
+    client.flushall()
+    frontier = open_frontier(client, Settings(), "fresh")
+    watch = _Watch(frontier, 60.0, None)
+    assert watch.unfinished()
+    (env,) = [Envelope(url="http://a.test/", fingerprint=fingerprint("http://a.test/"))]
+    frontier.push([env])
+    assert watch.unfinished()
+    frontier.ack(frontier.lease("w", 10))
+    assert not watch.unfinished()
 
 
 READY = "import signal, sys, time\n"

@@ -17,7 +17,8 @@ What the supervisor guarantees:
   worker's process group. Workers run in their own sessions (a terminal's Ctrl-C reaches
   only the supervisor, which forwards it once), and on Linux they get SIGTERM if the
   supervisor itself dies (``PR_SET_PDEATHSIG``), so none is left orphaned.
-* **Restarts.** A worker that exits non-zero while the crawl is unfinished is restarted
+* **Restarts.** A worker that exits non-zero while the crawl is unfinished (or another
+  worker still runs) is restarted
   after ``backoff * 2**k`` seconds (k = restarts so far), at most ``max_restarts`` times;
   each exit and restart is reported as a :class:`WorkerEvent`. After every exit, whatever
   its status, what the gone worker still holds is given back (``on_crash``), so its
@@ -708,6 +709,13 @@ class Fleet:
             return None
         return reason[:100] or None
 
+    def _goes_on(self, worker: _Worker) -> bool:
+        """Whether the crawl goes on without ``worker``, so that it is restarted after a
+        crash: the crawl is unfinished, or another worker still runs (a RedisSpider fleet
+        waiting for start URLs has a finished crawl for as long as the lull lasts)."""
+        others = any(w is not worker and w.running() for w in self.workers)
+        return others or self.unfinished()
+
     def _exited(self, worker: _Worker, rc: int, stopping: bool) -> None:
         worker.proc = None
         if worker.capture is not None:
@@ -804,7 +812,7 @@ class Fleet:
         if at_import is not None:  # said with where it is, as a failure at start
             at = f" at start ({at_import})"
             problems = "\n".join([*run.traceback, *run.problems])
-        if worker.restarts < self.max_restarts and self.unfinished():
+        if worker.restarts < self.max_restarts and self._goes_on(worker):
             delay = min(self.backoff_max, self.backoff * 2.0**worker.restarts)
             worker.restarts += 1
             worker.restart_at = time.monotonic() + delay
@@ -1015,8 +1023,10 @@ class _Watch:
         return got
 
     def unfinished(self) -> bool:
+        """Unknown (Redis unreachable: restart, it waits for Redis), work pending, or
+        nothing pushed yet (its workers are still starting) all read as unfinished."""
         read = self.read()
-        return read is None or not read[0].finished  # unknown: restart (it waits for Redis)
+        return read is None or not read[0].finished or read[0].accepted == 0
 
 
 def worker_id_prefix(crawl: str) -> str:
