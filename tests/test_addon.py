@@ -29,6 +29,13 @@ def test_the_addon_sets_redcrawls_scheduler_and_dupefilter() -> None:
     Addon().update_settings(settings)
     assert settings["SCHEDULER"] == "redcrawl.scrapy.Scheduler"
     assert settings["DUPEFILTER_CLASS"] == "redcrawl.scrapy.DupeFilter"
+    # local feed files flushed after each item (test_crawl_output.py kills a worker);
+    # a project's own FEED_STORAGES still wins, the other schemes are Scrapy's
+    storages = settings.getwithbase("FEED_STORAGES")
+    assert storages["file"] == storages[""] == "redcrawl.scrapy.feed_storage.FlushedFileFeedStorage"
+    assert storages["s3"] == "scrapy.extensions.feedexport.S3FeedStorage"
+    settings.set("FEED_STORAGES", {"file": "my.Storage"}, "project")
+    assert settings.getwithbase("FEED_STORAGES")["file"] == "my.Storage"
 
 
 def test_a_project_scheduler_that_is_not_redcrawls_is_kept_and_said(

@@ -49,6 +49,7 @@ import contextlib
 import ctypes
 import dataclasses
 import fcntl
+import json
 import os
 import re
 import secrets
@@ -185,6 +186,10 @@ def worker_command(
         cmd += ["-s", item]
     for item in _pairs(spider_args):
         cmd += ["-a", item]
+    if outputs and redcrawl:  # each item in its file before its request is done
+        from redcrawl.scrapy.feed_storage import FEED_STORAGES_BASE  # (imports Scrapy)
+
+        cmd += ["-s", f"FEED_STORAGES_BASE={json.dumps(FEED_STORAGES_BASE)}"]
     for output in outputs:
         cmd += ["-o", output]
     return cmd

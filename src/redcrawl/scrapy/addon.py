@@ -6,7 +6,9 @@ value of the project's own settings wins, as Scrapy's add-ons do; one that is no
 redcrawl's (a migrated project still naming scrapy-redis's scheduler) is said with a
 WARNING naming the line to remove, rather than leaving the crawl off redcrawl silently.
 Everything else (robots.txt, AutoThrottle, the 429/503 deferral) the scheduler sets up
-itself, as with the two settings written by hand.
+itself, as with the two settings written by hand. It also flushes local feed files after
+each item (``FEED_STORAGES_BASE``, :mod:`redcrawl.scrapy.feed_storage`), so that a SIGKILLed
+worker's ``-o`` file has every item of the requests it finished.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class Addon:
     """Scrapy add-on: redcrawl's scheduler and dupefilter (see the module docstring)."""
 
     def update_settings(self, settings: BaseSettings) -> None:
+        from redcrawl.scrapy.feed_storage import FEED_STORAGES_BASE
+
+        settings.set("FEED_STORAGES_BASE", FEED_STORAGES_BASE, "addon")
         for name, path in COMPONENTS.items():
             settings.set(name, path, "addon")
             value = settings.get(name)

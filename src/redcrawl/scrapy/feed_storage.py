@@ -1,0 +1,51 @@
+"""A local feed file that gets each item before its request is acknowledged.
+
+Scrapy writes a feed through a file buffer flushed when the spider closes; redcrawl
+acknowledges a request once its items are through the pipelines and exported
+(``item_scraped``), so a worker SIGKILLed with items in that buffer lost them for good:
+their requests were done. :class:`FlushedFileFeedStorage` flushes the file to the
+operating system after each write (one ``write`` call per JSON-lines item), so an item is
+in the file before its request is done; a request fetched again after a kill may write
+its item twice, never none. A power cut can still lose what the kernel had not written.
+
+Used for local files (``""`` and ``file``) by ``redcrawl crawl -o`` and the add-on
+(:data:`FEED_STORAGES_BASE`); a project's own ``FEED_STORAGES`` entries win.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import IO, Any
+
+from scrapy.extensions.feedexport import FileFeedStorage
+from scrapy.settings import default_settings
+
+__all__ = ["FEED_STORAGES_BASE", "FlushedFileFeedStorage"]
+
+
+class _FlushedWriter(io.BufferedWriter):
+    def write(self, data: Any) -> int:
+        n = super().write(data)
+        self.flush()
+        return n
+
+
+class FlushedFileFeedStorage(FileFeedStorage):
+    """Scrapy's local file storage, flushed after each write."""
+
+    def open(self, spider: Any) -> IO[bytes]:
+        path = Path(self.path)
+        if not path.parent.exists():
+            path.parent.mkdir(parents=True)
+        return _FlushedWriter(io.FileIO(path, self.write_mode))
+
+
+_PATH = f"{FlushedFileFeedStorage.__module__}.{FlushedFileFeedStorage.__qualname__}"
+
+FEED_STORAGES_BASE: dict[str, str] = {
+    **default_settings.FEED_STORAGES_BASE,
+    "": _PATH,
+    "file": _PATH,
+}
+"""Scrapy's ``FEED_STORAGES_BASE`` with local files flushed after each write."""
