@@ -76,6 +76,32 @@ def test_a_robots_txt_fetch_is_charged_and_a_waiter_after_it_is_refused(
 
 
 @pytest.mark.backends("lists", "streams")
+def test_a_waiter_refused_after_a_crawl_delay_came_waits_it_from_the_robots_txt_fetch(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """Found by crawling a startproject project (``DOWNLOAD_DELAY = 0.3``) against a site
+    whose robots.txt says ``Crawl-delay: 2``: its first page came 0.39 s after the
+    robots.txt fetch. The fetch was charged with the delay known then (0.3 s); the waiter
+    was refused, rightly, but granted again 0.3 s after the fetch. A refusal now holds
+    the key for the whole delay from the start charged last."""
+    f = _polite(make_frontier, politeness_delay=0.3)
+    f.push(_site("a.test", 3))
+    (first,) = f.lease("w1", 10)
+    clock.advance(0.1)
+    f.charge_fetch(["a.test"])  # robots.txt fetched from 0.1 to 0.4
+    clock.advance(0.3)
+    f.client.hset(f.keys.pol_override, "a.test", json.dumps({"crawl_delay": 2.0}))
+    clock.advance(0.05)
+    assert f.start_late([first]) == [False]
+    assert f.release([first]) == 1
+    clock.advance(1.6)  # 1.95 s after the robots.txt fetch
+    assert f.lease("w1", 10) == []
+    clock.advance(0.06)
+    assert [x.id for x in f.lease("w1", 10)] == [first.id]
+    assert f.counts().conserved
+
+
+@pytest.mark.backends("lists", "streams")
 def test_a_waiter_with_no_start_since_its_grant_starts_and_pushes_the_next_grant(
     make_frontier: FrontierFactory, clock: Clock
 ) -> None:

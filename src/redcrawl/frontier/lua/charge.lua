@@ -44,6 +44,14 @@ for i = 1, n do
       (since ~= nil and rdy <= since and chg + delay <= NOW)
     if not ok then
       flags[i] = '0'
+      -- (refused: the key waits a whole delay from the start charged last, which a charge
+      -- made before robots.txt's Crawl-delay was known set only the shorter delay after)
+      if chg + delay > nxt then
+        nxt = chg + delay
+        redis.call('HSET', K_POL .. key, 'next', nxt)
+        local opens = math.max(nxt, num(v[5]))
+        pol_rescore(key, opens_at(key, inn, opens))
+      end
     else
       flags[i] = '1'
       local gap = pol_gap(lim)
