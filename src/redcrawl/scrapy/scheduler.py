@@ -900,7 +900,19 @@ class Scheduler(BaseScheduler):
         else:
             retry, error = outcome
             self.feeder.nack(lease, error, retry=retry)  # after its children
-            log.info("redcrawl: failed %s (attempt %d): %s", request.url, lease.attempts, error)
+            if retry and lease.attempts < self.settings.max_attempts:
+                log.info("redcrawl: failed %s (attempt %d): %s", request.url, lease.attempts, error)
+            else:  # the frontier moves it to DEAD (nack.lua: attempts >= max_attempts)
+                log.warning(
+                    "redcrawl: failed %s, now in the dead letters after %d attempt%s "
+                    "(REDCRAWL_MAX_ATTEMPTS=%d): %s; `redcrawl dead` lists them, "
+                    "`redcrawl dead --requeue` puts them back",
+                    request.url,
+                    lease.attempts,
+                    "" if lease.attempts == 1 else "s",
+                    self.settings.max_attempts,
+                    error,
+                )
 
     def flush(self) -> None:
         """Store buffered requests and acknowledge finished ones now (RedisSpider calls

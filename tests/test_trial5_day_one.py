@@ -1,0 +1,129 @@
+"""Day-one bugs found by moving real third-party projects onto redcrawl as a stranger
+would (trial 5: rmax/scrapy-redis's example-project with its two class paths changed, as
+the README says, and scrapy/quotesbot with the add-on): real ``scrapy runspider``
+workers on a redis-server of the test session, against the demo shop site. Each test
+says what was seen before the fix."""
+
+from __future__ import annotations
+
+import re
+import textwrap
+from pathlib import Path
+
+import pytest
+import redis
+from scrapy.settings import Settings as ScrapySettings
+
+from redcrawl.demo import ShopSite, SiteConfig
+from redcrawl.redis_server import RedisServer
+from redcrawl.settings import startup_warnings
+from tests.conftest import need_module
+from tests.scrapy_projects.harness import frontier, run_spider
+
+pytestmark = pytest.mark.slow
+
+SITE = SiteConfig(products=6, per_page=3, categories=1, tracking_params=False)
+WORKER = {"CONCURRENT_REQUESTS": 4, "REDCRAWL_POLITENESS": "off"}
+
+
+def redcrawl_lines(log: str, level: str) -> list[str]:
+    """redcrawl's log lines of ``level``."""
+    return [line for line in log.splitlines() if re.search(rf"\[redcrawl[\w.]*\] {level}:", line)]
+
+
+def test_scrapy_redis_item_pipeline_left_in_settings_is_warned_about(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """scrapy-redis's example-project keeps ``scrapy_redis.pipelines.RedisPipeline`` in
+    ITEM_PIPELINES. With redcrawl on its embedded Redis (or on REDCRAWL_REDIS_URL only),
+    that pipeline writes to scrapy-redis's default, localhost:6379, where nothing may
+    listen: seen before, every item failed, every page was fetched 3 times and all 48 of
+    53 pages with items went to the dead letters, without a word at start. Now one
+    WARNING at start names the pipeline and where it writes."""
+    need_module("scrapy_redis", "pip install -e '.[test]'")
+    with ShopSite(SITE) as site:
+        run = run_spider(
+            "shop_spider.py",  # yields no item: nothing is written to localhost:6379
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="t5pipe",
+            settings={**WORKER, "ITEM_PIPELINES": '{"scrapy_redis.pipelines.RedisPipeline": 400}'},
+            args={"url": site.url + "/"},
+        ).ok()
+    warned = [line for line in redcrawl_lines(run.stderr, "WARNING") if "RedisPipeline" in line]
+    assert len(warned) == 1, run.tail()
+    assert "localhost:6379" in warned[0] and "REDIS_URL" in warned[0], warned
+
+
+def test_scrapy_redis_pipeline_warning_follows_scrapy_redis_settings() -> None:
+    """The warning is given only when the pipeline would not write to the crawl's Redis:
+    not when the project names scrapy-redis's Redis (REDIS_URL, REDIS_HOST/PORT), which
+    both then use."""
+    pipes = {"ITEM_PIPELINES": {"scrapy_redis.pipelines.RedisPipeline": 400}}
+
+    def warned(values: dict[str, object], env: dict[str, str]) -> list[str]:
+        found = startup_warnings(ScrapySettings(values, priority="project"), environ=env)
+        return [w for w in found if "RedisPipeline" in w]
+
+    assert len(warned(pipes, {})) == 1  # embedded Redis
+    assert len(warned(pipes, {"REDCRAWL_REDIS_URL": "redis://10.0.0.5:6379"})) == 1
+    assert warned({**pipes, "REDIS_URL": "redis://10.0.0.5:6379"}, {}) == []
+    assert warned({**pipes, "REDIS_HOST": "10.0.0.5"}, {}) == []
+    assert warned(pipes, {"REDCRAWL_REDIS_URL": "redis://localhost:6379"}) == []
+    assert warned({"ITEM_PIPELINES": {"myproject.pipelines.Store": 300}}, {}) == []
+
+
+FAILING_SPIDER = """
+import scrapy
+
+class FailingPipeline:
+    def process_item(self, item):
+        raise ConnectionError("Error 111 connecting to localhost:6379. Connection refused.")
+
+class ItemsSpider(scrapy.Spider):
+    name = "items"
+    custom_settings = {
+        "ITEM_PIPELINES": {"t5_failing_spider.FailingPipeline": 300},
+        "EXTENSIONS": {"rc_testkit.Report": 500},
+    }
+
+    def __init__(self, url=None, **kwargs):
+        super().__init__(**kwargs)
+        self.start_urls = [url]
+
+    def parse(self, response):
+        yield {"url": response.url}
+"""
+
+
+def test_a_request_that_goes_to_the_dead_letters_is_said_so(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """A page whose item pipeline always fails is retried, then dead-lettered. Seen before:
+    each attempt logged ``failed URL (attempt N): item pipeline error: ...`` at INFO, the
+    last one too, and nothing said the request was now dead (nor where to see it): the
+    user saw a crawl 'finished' with 48 of 53 pages dead. Now the last attempt's line is
+    a WARNING that says it went to the dead letters, after how many attempts, and how to
+    list and requeue them."""
+    spider = tmp_path / "t5_failing_spider.py"
+    spider.write_text(textwrap.dedent(FAILING_SPIDER))
+    with ShopSite(SITE) as site:
+        root = site.url + "/"
+        run = run_spider(
+            str(spider),
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="t5dead",
+            settings={**WORKER, "REDCRAWL_MAX_ATTEMPTS": 2},
+            args={"url": root},
+        )
+    assert run.returncode == 0, run.tail()
+    counts = frontier(redis7_client, "t5dead").counts()
+    assert counts.dead == 1 and counts.finished, counts
+    dead = [line for line in redcrawl_lines(run.stderr, "WARNING") if "dead letters" in line]
+    assert len(dead) == 1, run.tail()
+    assert root in dead[0] and "2 attempts" in dead[0], dead
+    assert "REDCRAWL_MAX_ATTEMPTS" in dead[0] and "redcrawl dead" in dead[0], dead
+    assert "item pipeline error" in dead[0], dead
+    retried = [line for line in redcrawl_lines(run.stderr, "INFO") if "failed " in line]
+    assert len(retried) == 1 and "(attempt 1)" in retried[0], retried
