@@ -127,3 +127,39 @@ def test_a_request_that_goes_to_the_dead_letters_is_said_so(
     assert "item pipeline error" in dead[0], dead
     retried = [line for line in redcrawl_lines(run.stderr, "INFO") if "failed " in line]
     assert len(retried) == 1 and "(attempt 1)" in retried[0], retried
+
+
+def test_a_worker_resuming_an_unfinished_crawl_says_so(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """scrapy-redis's example-project README: stop `scrapy crawl dmoz`, run it again and
+    see `Resuming crawl (9019 requests scheduled)`. Seen before: redcrawl said a finished
+    crawl was finished, but nothing when it resumed one (the second run's log looked
+    like a fresh crawl's). Now one INFO line with what is left; none on a new crawl."""
+    big = SiteConfig(products=40, per_page=4, categories=2, tracking_params=False)
+    settings = {**WORKER, "CONCURRENT_REQUESTS": 1, "CLOSESPIDER_PAGECOUNT": 3}
+    with ShopSite(big) as site:
+        first = run_spider(
+            "shop_spider.py",
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="t5resume",
+            tag="first",
+            settings=settings,
+            args={"url": site.url + "/"},
+        )
+        left = frontier(redis7_client, "t5resume").counts()
+        second = run_spider(
+            "shop_spider.py",
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="t5resume",
+            tag="second",
+            settings=settings,
+            args={"url": site.url + "/"},
+        )
+    assert first.returncode == 0 and second.returncode == 0, second.tail()
+    assert left.pending > 0 and not left.finished, left
+    assert not [line for line in first.stderr.splitlines() if "resuming crawl" in line]
+    [line] = [line for line in redcrawl_lines(second.stderr, "INFO") if "resuming crawl" in line]
+    assert f"{left.pending} request(s) left" in line and f"{left.done} done" in line, line

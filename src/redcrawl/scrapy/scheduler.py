@@ -400,7 +400,9 @@ class Scheduler(BaseScheduler):
         )
 
     def _warn_if_finished(self) -> None:
-        """A finished persistent crawl fetches nothing when run again: say so."""
+        """A finished persistent crawl fetches nothing when run again: say so. One left
+        unfinished is resumed: say that too, with its counts (scrapy-redis's 'Resuming
+        crawl (N requests scheduled)', which a migrated project's users look for)."""
         assert self.frontier is not None
         counts = self.frontier.counts()
         if counts.finished and counts.done:
@@ -409,6 +411,18 @@ class Scheduler(BaseScheduler):
                 "`--recrawl` to crawl again (or SCHEDULER_FLUSH_ON_START)",
                 self.frontier.crawl,
                 counts.done,
+            )
+        elif counts.pending:
+            log.info(
+                "redcrawl: resuming crawl %r: %d request(s) left (%d ready, %d delayed, "
+                "%d in flight), %d done, %d dead",
+                self.frontier.crawl,
+                counts.pending,
+                counts.ready,
+                counts.delayed,
+                counts.in_flight,
+                counts.done,
+                counts.dead,
             )
 
     def _flush_once(self) -> None:
