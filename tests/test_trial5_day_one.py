@@ -7,6 +7,8 @@ says what was seen before the fix."""
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from redcrawl.redis_server import RedisServer
 from redcrawl.settings import startup_warnings
 from tests.conftest import need_module
 from tests.scrapy_projects.harness import frontier, run_spider
+from tests.test_workers import cli_env
 
 pytestmark = pytest.mark.slow
 
@@ -59,7 +62,7 @@ def test_scrapy_redis_pipeline_warning_follows_scrapy_redis_settings() -> None:
     """The warning is given only when the pipeline would not write to the crawl's Redis:
     not when the project names scrapy-redis's Redis (REDIS_URL, REDIS_HOST/PORT), which
     both then use."""
-    pipes = {"ITEM_PIPELINES": {"scrapy_redis.pipelines.RedisPipeline": 400}}
+    pipes: dict[str, object] = {"ITEM_PIPELINES": {"scrapy_redis.pipelines.RedisPipeline": 400}}
 
     def warned(values: dict[str, object], env: dict[str, str]) -> list[str]:
         found = startup_warnings(ScrapySettings(values, priority="project"), environ=env)
@@ -78,7 +81,7 @@ import scrapy
 
 class FailingPipeline:
     def process_item(self, item):
-        raise ConnectionError("Error 111 connecting to localhost:6379. Connection refused.")
+        raise ConnectionError("[Errno 111] connecting to localhost:6379: Connection refused")
 
 class ItemsSpider(scrapy.Spider):
     name = "items"
@@ -163,3 +166,43 @@ def test_a_worker_resuming_an_unfinished_crawl_says_so(
     assert not [line for line in first.stderr.splitlines() if "resuming crawl" in line]
     [line] = [line for line in redcrawl_lines(second.stderr, "INFO") if "resuming crawl" in line]
     assert f"{left.pending} request(s) left" in line and f"{left.done} done" in line, line
+
+
+def test_redcrawl_crawl_ending_with_dead_letters_says_where_they_are(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """`redcrawl crawl` of the example-project with RedisPipeline left in: seen before, it
+    ended with exit 0 and a table with `dead 48` in it, not a word more (the workers'
+    WARNINGs are in their logs). Now one line says how many, the first one's error and
+    the command that lists them (the exit code stays 0 without --fail-on-dead)."""
+    spider = tmp_path / "t5_failing_spider.py"
+    spider.write_text(
+        textwrap.dedent(FAILING_SPIDER).replace('"EXTENSIONS": {"rc_testkit.Report": 500},', "")
+    )
+    with ShopSite(SITE) as site:
+        cmd = [
+            sys.executable,
+            "-m",
+            "redcrawl.cli",
+            "crawl",
+            str(spider),
+            "-w",
+            "1",
+            "--crawl",
+            "t5cli",
+            "--arg",
+            f"url={site.url}/",
+            "--set",
+            "REDCRAWL_MAX_ATTEMPTS=1",
+            "--set",
+            "REDCRAWL_POLITENESS=off",
+            "--no-progress",
+        ]
+        env = {**cli_env(redis7.url), "COLUMNS": "400"}
+        done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, timeout=100)
+    out = done.stdout.decode() + done.stderr.decode()
+    assert done.returncode == 0, out[-3000:]
+    [line] = [line for line in out.splitlines() if "dead letter" in line]
+    assert line.startswith("1 dead letter"), line
+    assert "redcrawl dead --crawl t5cli" in line and "item pipeline error" in line, line
+    assert "[Errno 111]" in line, line  # the error as it is, not read as rich markup

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from redcrawl.cli._common import (
     EXIT_DEAD_LETTERS,
@@ -27,7 +28,7 @@ from redcrawl.cli._common import (
     console,
 )
 from redcrawl.connection import connect, stop_embedded
-from redcrawl.errors import LayoutMismatch
+from redcrawl.errors import LayoutMismatch, RedcrawlError
 from redcrawl.feeds import for_worker, output_problem, remove_parts
 from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.frontier.records import stored_layout
@@ -335,7 +336,26 @@ def crawl(
     elif code == 0 and fail_on_dead and c.dead:
         console.print(f"[red]{c.dead:,} dead letter(s)[/]: see `redcrawl dead --crawl {crawl_id}`")
         code = EXIT_DEAD_LETTERS
+    elif c.dead:
+        _say_dead(frontier, c.dead, crawl_id)
     raise typer.Exit(code)
+
+
+def _say_dead(frontier: FrontierCore, dead: int, crawl_id: str) -> None:
+    """A crawl that finished with dead letters: how many, the oldest one's error, and
+    the command that lists them (the table alone said `dead 48` and nothing more)."""
+    first = ""
+    with contextlib.suppress(RedcrawlError):  # only a hint: the counts were read already
+        rows = frontier.dead(1)
+        if rows:
+            first = escape(f" (the first: {rows[0].url}: {rows[0].error})")
+    console.print(
+        f"[yellow]{dead:,} dead letter(s)[/]{first}: `redcrawl dead --crawl {crawl_id}` lists "
+        "them, `--requeue` puts them back",
+        highlight=False,
+        soft_wrap=True,
+        markup=True,
+    )
 
 
 @app.command()
