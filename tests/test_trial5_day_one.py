@@ -6,6 +6,7 @@ says what was seen before the fix."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from redcrawl.settings import startup_warnings
 from tests.conftest import need_module
 from tests.scrapy_projects.harness import frontier, run_spider
 from tests.test_workers import cli_env
+
+SHOP_SPIDER = Path(__file__).parent / "scrapy_projects" / "shop_spider.py"
 
 pytestmark = pytest.mark.slow
 
@@ -206,3 +209,45 @@ def test_redcrawl_crawl_ending_with_dead_letters_says_where_they_are(
     assert line.startswith("1 dead letter"), line
     assert "redcrawl dead --crawl t5cli" in line and "item pipeline error" in line, line
     assert "[Errno 111]" in line, line  # the error as it is, not read as rich markup
+
+
+def test_redcrawl_crawl_with_persist_off_reports_what_it_did(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """A scrapy-redis project with SCHEDULER_PERSIST = False run with `redcrawl crawl -w 2`:
+    its last worker removes the crawl's state at the end, as documented. Seen before: the
+    command then ended with a table of zeros, state 'empty (nothing accepted; no live
+    workers)', after crawling 53 pages: it looked as if nothing had been crawled. Now it
+    says the state was removed (SCHEDULER_PERSIST off) and shows the last counts it saw."""
+    with ShopSite(SITE) as site:
+        pages = len(site.canonical_pages())
+        cmd = [
+            sys.executable,
+            "-m",
+            "redcrawl.cli",
+            "crawl",
+            str(SHOP_SPIDER),
+            "-w",
+            "2",
+            "--crawl",
+            "t5persist",
+            "--arg",
+            f"url={site.url}/",
+            "--set",
+            "SCHEDULER_PERSIST=False",
+            "--set",
+            "REDCRAWL_POLITENESS=off",
+            "--no-progress",
+        ]
+        env = {**cli_env(redis7.url), "COLUMNS": "400"}
+        env["PYTHONPATH"] += os.pathsep + str(SHOP_SPIDER.parent)  # its rc_testkit
+        done = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, timeout=100)
+        hits = site.hits()
+        assert set(hits) == site.canonical_pages(), hits
+    out = done.stdout.decode() + done.stderr.decode()
+    assert done.returncode == 0, out[-3000:]
+    assert frontier(redis7_client, "t5persist").counts().accepted == 0  # removed, as documented
+    assert "nothing accepted" not in out, out[-3000:]
+    assert "SCHEDULER_PERSIST is off" in out, out[-3000:]
+    [accepted] = [line for line in out.splitlines() if "│ accepted" in line]
+    assert accepted.split("│")[2].strip() == str(pages), accepted

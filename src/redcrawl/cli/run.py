@@ -37,6 +37,7 @@ from redcrawl.politeness.describe import fleet_limits
 from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
 from redcrawl.workers import (
+    Tick,
     WorkerEvent,
     check_spider,
     claim_log_dir,
@@ -291,6 +292,14 @@ def crawl(
     _say_state(settings, crawl_id)
     _prepare_outputs(outputs, overwrite=bool(overwrite_output), workers=workers)
     display = ProgressDisplay(console) if progress and log_dir is not None else None
+    seen: list[Tick] = []  # the last counts read with something accepted
+
+    def on_tick(tick: Tick) -> None:
+        if tick.counts.accepted:
+            seen[:] = [tick]
+        if display is not None:
+            display(tick)
+
     with log_lock, display if display is not None else contextlib.nullcontext():
         result = run_workers(
             spider,
@@ -301,14 +310,30 @@ def crawl(
             spider_args=arg or [],
             outputs=outputs,
             log_dir=log_dir,
-            progress=display,
+            progress=on_tick,
             on_event=lambda e: _on_event(e, log_dir),
             max_restarts=max_restarts,
         )
     client = connect(settings)
     frontier = open_frontier(client, settings, crawl_id)
     c = frontier.counts()
-    _print_counts(c, crawl_id, frontier.stats(), _state(frontier, c))
+    if not c.accepted and not settings.persist and seen:
+        # SCHEDULER_PERSIST off: the last worker removed the crawl's state as it finished,
+        # so what Redis holds now is nothing: show what was last seen instead of zeros
+        last = seen[0]
+        console.print(
+            f"crawl {crawl_id} finished and its state was removed by its last worker "
+            "(SCHEDULER_PERSIST is off): its counts as last seen while it ran "
+            f"({last.elapsed:.0f} s in; items lag by up to a heartbeat), the workers' logs "
+            "have each one's stats",
+            highlight=False,
+            soft_wrap=True,
+        )
+        _print_counts(
+            last.counts, crawl_id, last.stats, "removed at its end (SCHEDULER_PERSIST off)"
+        )
+    else:
+        _print_counts(c, crawl_id, frontier.stats(), _state(frontier, c))
     if log_dir is not None:
         console.print(f"worker logs: {_show(log_dir)}/", highlight=False)
     # exit 5 is decided by the counts read here, the ones the message below is about
