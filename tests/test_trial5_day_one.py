@@ -17,7 +17,9 @@ import pytest
 import redis
 from scrapy.settings import Settings as ScrapySettings
 
+from redcrawl.codec import Envelope
 from redcrawl.demo import ShopSite, SiteConfig
+from redcrawl.fingerprint import fingerprint
 from redcrawl.redis_server import RedisServer
 from redcrawl.settings import startup_warnings
 from tests.conftest import need_module
@@ -125,7 +127,8 @@ def test_a_request_that_goes_to_the_dead_letters_is_said_so(
         )
     assert run.returncode == 0, run.tail()
     counts = frontier(redis7_client, "t5dead").counts()
-    assert counts.dead == 1 and counts.finished, counts
+    assert counts.dead == 3 and counts.finished, counts
+    # the first at WARNING, the others of the same reason at DEBUG (no flood)
     dead = [line for line in redcrawl_lines(run.stderr, "WARNING") if "dead letters" in line]
     assert len(dead) == 1, run.tail()
     assert root in dead[0] and "2 attempts" in dead[0], dead
@@ -251,3 +254,37 @@ def test_redcrawl_crawl_with_persist_off_reports_what_it_did(
     assert "SCHEDULER_PERSIST is off" in out, out[-3000:]
     [accepted] = [line for line in out.splitlines() if "│ accepted" in line]
     assert accepted.split("│")[2].strip() == str(pages), accepted
+
+
+def test_a_stored_request_whose_callback_is_gone_is_said_when_dead_lettered(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """A crawl stopped, its spider's callback renamed (or a scrapy-redis crawl imported
+    whose callbacks this spider lacks), then resumed: the stored request cannot be
+    rebuilt and goes to the dead letters at once, by design. Seen before: without a
+    single log line (only the stats' `redcrawl/dead`); now a WARNING names the URL, the
+    reason and `redcrawl dead`."""
+    with ShopSite(SITE) as site:
+        root = site.url + "/"
+        gone = f"{site.url}/category/0"
+        f = frontier(redis7_client, "t5gone")
+        f.push(
+            [
+                Envelope(url=url, callback="parse_old_name", fingerprint=fingerprint(url))
+                for url in (gone, gone + "?page=2", gone + "?page=3")
+            ]
+        )
+        run = run_spider(
+            "shop_spider.py",
+            tmp_path,
+            redis_url=redis7.url,
+            crawl="t5gone",
+            settings={"CONCURRENT_REQUESTS": 4},  # politeness on, as the crawl made above
+            args={"url": root},
+        ).ok()
+    counts = f.counts()
+    assert counts.dead == 3 and counts.finished, counts
+    # the first at WARNING, the others of the same reason at DEBUG (no flood)
+    dead = [line for line in redcrawl_lines(run.stderr, "WARNING") if "dead letters" in line]
+    assert len(dead) == 1, run.tail()
+    assert gone in dead[0] and "parse_old_name" in dead[0] and "redcrawl dead" in dead[0], dead

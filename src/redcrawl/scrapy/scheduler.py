@@ -211,6 +211,7 @@ class Scheduler(BaseScheduler):
         self._failure: str | None = None
         self._outage_since: float | None = None  # an outage was logged: since when
         self._told_deferred: set[tuple[str, int]] = set()  # (site, status) logged at INFO
+        self._undecodable: set[str] = set()  # reasons of dead-lettered requests said at WARNING
         self._shutdown_trigger: Any = None  # the reactor's "before shutdown" trigger
         self._closing = False
         self._polite = False  # the frontier enforces fleet-wide politeness (set at open)
@@ -767,7 +768,9 @@ class Scheduler(BaseScheduler):
             try:
                 request = codec.to_request(lease.envelope, self.spider)
             except DecodeError as exc:
-                self.feeder.nack(lease, f"cannot rebuild the request: {exc}", retry=False)
+                error = f"cannot rebuild the request: {exc}"
+                self.feeder.nack(lease, error, retry=False)
+                self._say_undecodable(lease.envelope.url, error)
                 continue
             if len(lease.id) == 20:  # a fingerprint (not "#<seq>": dont_filter)
                 self._remember(lease.id)
@@ -895,6 +898,21 @@ class Scheduler(BaseScheduler):
         return len(self._successors)
 
     # --- finishing requests -------------------------------------------------------------
+    def _say_undecodable(self, url: str, error: str) -> None:
+        """A stored request this spider cannot rebuild went to the dead letters: a
+        WARNING for the first of each reason (a renamed callback may concern thousands of
+        stored requests), DEBUG for the others."""
+        first = error not in self._undecodable
+        self._undecodable.add(error)
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "redcrawl: %s is now in the dead letters, not fetched: %s; `redcrawl dead` lists "
+            "them, `redcrawl dead --requeue` puts them back once the spider can take them%s",
+            url,
+            error,
+            " (others for the same reason: DEBUG)" if first else "",
+        )
+
     def _on_finished(self, request: scrapy.Request) -> None:
         """The engine is done with ``request`` (called from lifecycle's hook)."""
         entry = self._handed_out.get(id(request))
