@@ -127,8 +127,7 @@ def test_a_request_that_goes_to_the_dead_letters_is_said_so(
         )
     assert run.returncode == 0, run.tail()
     counts = frontier(redis7_client, "t5dead").counts()
-    assert counts.dead == 3 and counts.finished, counts
-    # the first at WARNING, the others of the same reason at DEBUG (no flood)
+    assert counts.dead == 1 and counts.finished, counts
     dead = [line for line in redcrawl_lines(run.stderr, "WARNING") if "dead letters" in line]
     assert len(dead) == 1, run.tail()
     assert root in dead[0] and "2 attempts" in dead[0], dead
@@ -288,3 +287,92 @@ def test_a_stored_request_whose_callback_is_gone_is_said_when_dead_lettered(
     dead = [line for line in redcrawl_lines(run.stderr, "WARNING") if "dead letters" in line]
     assert len(dead) == 1, run.tail()
     assert gone in dead[0] and "parse_old_name" in dead[0] and "redcrawl dead" in dead[0], dead
+
+
+def crawlspider_entries() -> tuple[bytes, bytes, str, str]:
+    """Two scrapy-redis 0.9.1 queue entries, as its CrawlSpider's requests are: meta
+    ``link_text`` is what lxml's link extractor gives, an ``_ElementUnicodeResult`` (a
+    str subclass), which pickle stores by class. One plain entry beside it. With their
+    scrapy-redis fingerprints (hex, as in its dupefilter)."""
+    from scrapy import Request
+    from scrapy.http import HtmlResponse
+    from scrapy.linkextractors import LinkExtractor
+
+    from tests.test_import_scrapy_redis import sr_entry, sr_fingerprint
+
+    page = HtmlResponse("http://a.example/", body=b'<a href="/cat1/">Cat 1</a>', encoding="utf-8")
+    [link] = LinkExtractor().extract_links(page)
+    assert type(link.text).__name__ == "_ElementUnicodeResult", type(link.text)
+    lxml_entry = sr_entry(Request(link.url, meta={"rule": 0, "link_text": link.text}))
+    plain_entry = sr_entry(Request("http://a.example/cat2/", meta={"rule": 0}))
+    return (
+        lxml_entry,
+        plain_entry,
+        sr_fingerprint(link.url),
+        sr_fingerprint("http://a.example/cat2/"),
+    )
+
+
+def import_cmd(redis_url: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "redcrawl.cli", "import-scrapy-redis", "dmoz", *extra]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a change of the import's contract that tests/test_import_scrapy_redis.py's "
+    "test_command pins (a partial import, exit 1): for its owner (cli/migrate.py's check "
+    "first, --partial; see the trial 5 report)",
+)
+def test_import_with_unreadable_queue_entries_writes_nothing(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """scrapy-redis's example-project, its dmoz CrawlSpider stopped mid-crawl, then
+    `redcrawl import-scrapy-redis dmoz` as docs/scrapy.md says. Seen before: all 18
+    queued requests refused (their meta's lxml string), and the dupefilter's 52 members
+    marked done, the refused requests' own among them (their fingerprints could not be
+    read): exit 1, but the crawl then ran to 'finished' without ever fetching those 18
+    pages. Now an import that would refuse any queued request writes nothing (exit 1,
+    saying why); --partial imports the rest knowing the loss."""
+    need_module("scrapy_redis", "pip install -e '.[test]'")
+    lxml_entry, plain_entry, lxml_fp, plain_fp = crawlspider_entries()
+    done_fp = "ab" * 20
+    redis7_client.zadd("dmoz:requests", {lxml_entry: 0, plain_entry: 0})
+    redis7_client.sadd("dmoz:dupefilter", lxml_fp, plain_fp, done_fp)
+    env = cli_env(redis7.url)
+    done = subprocess.run(
+        import_cmd(redis7.url), cwd=tmp_path, env=env, capture_output=True, timeout=60
+    )
+    out = done.stdout.decode() + done.stderr.decode()
+    assert done.returncode == 1, out
+    assert "nothing imported" in out and "--partial" in out, out
+    f = frontier(redis7_client, "dmoz")
+    assert f.counts().accepted == 0, f.counts()
+    assert f.done.contains([bytes.fromhex(lxml_fp), bytes.fromhex(done_fp)]) == [False, False]
+    assert redis7_client.zcard("dmoz:requests") == 2  # the source is only read
+    # --partial: the old behaviour, said: the readable request queued, the rest done
+    done = subprocess.run(
+        import_cmd(redis7.url, "--partial"), cwd=tmp_path, env=env, capture_output=True, timeout=60
+    )
+    out = done.stdout.decode() + done.stderr.decode()
+    assert done.returncode == 1, out
+    assert f.counts().ready == 1, f.counts()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs src/redcrawl/migrate.py (not this trial's file): RequestUnpickler to read "
+    "lxml's _ElementUnicodeResult (a str subclass, pickled through copyreg._reconstructor) "
+    "as a plain str; see the trial 5 report",
+)
+def test_import_reads_crawlspider_requests(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """Every scrapy-redis CrawlSpider queue holds requests whose meta ``link_text`` is an
+    lxml string: they must import as plain strings, not be refused."""
+    need_module("scrapy_redis", "pip install -e '.[test]'")
+    from redcrawl.migrate import import_scrapy_redis
+
+    lxml_entry, plain_entry, _, _ = crawlspider_entries()
+    redis7_client.zadd("dmoz:requests", {lxml_entry: 0, plain_entry: 0})
+    result = import_scrapy_redis(redis7_client, frontier(redis7_client, "dmoz"), "dmoz")
+    assert (result.refused, result.pushed) == (0, 2), result.examples
