@@ -23,7 +23,7 @@ from redcrawl.fingerprint import fingerprint
 from redcrawl.redis_server import RedisServer
 from redcrawl.settings import startup_warnings
 from tests.conftest import need_module
-from tests.scrapy_projects.harness import frontier, run_spider
+from tests.scrapy_projects.harness import finished_state, frontier, run_spider
 from tests.test_workers import cli_env
 
 SHOP_SPIDER = Path(__file__).parent / "scrapy_projects" / "shop_spider.py"
@@ -376,3 +376,29 @@ def test_import_reads_crawlspider_requests(
     redis7_client.zadd("dmoz:requests", {lxml_entry: 0, plain_entry: 0})
     result = import_scrapy_redis(redis7_client, frontier(redis7_client, "dmoz"), "dmoz")
     assert (result.refused, result.pushed) == (0, 2), result.examples
+
+
+def test_a_worker_opening_after_its_siblings_finished_the_crawl_is_not_told_to_purge(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """`redcrawl crawl toscrape-css -w 2` (quotesbot, 10 pages on a fast local site): w1
+    crawled all 10 pages before w0's spider opened, and w0 logged a WARNING 'crawl is
+    finished: 10 done; use `redcrawl purge` or `--recrawl` to crawl again' in a fresh
+    crawl. When another worker of the crawl is alive it is said at INFO, without the
+    advice; with none alive (a finished crawl run again) the WARNING stays."""
+    urls = ["http://a.example/1", "http://a.example/2"]
+    finished_state(redis7_client, "t5sib", *urls)
+    f = frontier(redis7_client, "t5sib")
+    f.renew("sibling-still-closing", ttl=60)  # a live worker of the crawl
+    run = run_spider(
+        "shop_spider.py", tmp_path, redis_url=redis7.url, crawl="t5sib", tag="sib"
+    ).ok()
+    assert not [line for line in redcrawl_lines(run.stderr, "WARNING") if "purge" in line]
+    said = [line for line in redcrawl_lines(run.stderr, "INFO") if "other live worker" in line]
+    assert len(said) == 1 and "is finished: 2 done" in said[0], run.tail()
+    redis7_client.hdel(f.keys.workers, "sibling-still-closing")
+    run = run_spider(
+        "shop_spider.py", tmp_path, redis_url=redis7.url, crawl="t5sib", tag="alone"
+    ).ok()
+    [warned] = [line for line in redcrawl_lines(run.stderr, "WARNING") if "is finished" in line]
+    assert "redcrawl purge" in warned, warned

@@ -407,6 +407,19 @@ class Scheduler(BaseScheduler):
         assert self.frontier is not None
         counts = self.frontier.counts()
         if counts.finished and counts.done:
+            # other live workers: they may have just finished it, as this one started (a
+            # small crawl, `redcrawl crawl -w N`): no advice to purge a crawl they did now
+            now = self.frontier.server_time()
+            alive = sum(until > now for w, until in self.frontier.workers().items())
+            if alive:
+                log.info(
+                    "redcrawl: crawl %r is finished: %d done, and %d other live worker(s) "
+                    "of it: nothing left for this one",
+                    self.frontier.crawl,
+                    counts.done,
+                    alive,
+                )
+                return
             log.warning(
                 "redcrawl: crawl %r is finished: %d done; use `redcrawl purge` or "
                 "`--recrawl` to crawl again (or SCHEDULER_FLUSH_ON_START)",
