@@ -85,7 +85,7 @@ FAILING_SPIDER = """
 import scrapy
 
 class FailingPipeline:
-    def process_item(self, item):
+    def process_item(self, item, *args):  # Scrapy < 2.13 passes the spider too
         raise ConnectionError("[Errno 111] connecting to localhost:6379: Connection refused")
 
 class ItemsSpider(scrapy.Spider):
