@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from redcrawl.cli._common import (
     EXIT_DEAD_LETTERS,
@@ -27,7 +28,7 @@ from redcrawl.cli._common import (
     console,
 )
 from redcrawl.connection import connect, stop_embedded
-from redcrawl.errors import LayoutMismatch
+from redcrawl.errors import LayoutMismatch, RedcrawlError
 from redcrawl.feeds import for_worker, output_problem, remove_parts
 from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.frontier.records import stored_layout
@@ -36,6 +37,7 @@ from redcrawl.politeness.describe import fleet_limits
 from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
 from redcrawl.workers import (
+    Tick,
     WorkerEvent,
     check_spider,
     claim_log_dir,
@@ -290,6 +292,14 @@ def crawl(
     _say_state(settings, crawl_id)
     _prepare_outputs(outputs, overwrite=bool(overwrite_output), workers=workers)
     display = ProgressDisplay(console) if progress and log_dir is not None else None
+    seen: list[Tick] = []  # the last counts read with something accepted
+
+    def on_tick(tick: Tick) -> None:
+        if tick.counts.accepted:
+            seen[:] = [tick]
+        if display is not None:
+            display(tick)
+
     with log_lock, display if display is not None else contextlib.nullcontext():
         result = run_workers(
             spider,
@@ -300,14 +310,30 @@ def crawl(
             spider_args=arg or [],
             outputs=outputs,
             log_dir=log_dir,
-            progress=display,
+            progress=on_tick,
             on_event=lambda e: _on_event(e, log_dir),
             max_restarts=max_restarts,
         )
     client = connect(settings)
     frontier = open_frontier(client, settings, crawl_id)
     c = frontier.counts()
-    _print_counts(c, crawl_id, frontier.stats(), _state(frontier, c))
+    if not c.accepted and not settings.persist and seen:
+        # SCHEDULER_PERSIST off: the last worker removed the crawl's state as it finished,
+        # so what Redis holds now is nothing: show what was last seen instead of zeros
+        last = seen[0]
+        console.print(
+            f"crawl {crawl_id} finished and its state was removed by its last worker "
+            "(SCHEDULER_PERSIST is off): its counts as last seen while it ran "
+            f"({last.elapsed:.0f} s in; items lag by up to a heartbeat), the workers' logs "
+            "have each one's stats",
+            highlight=False,
+            soft_wrap=True,
+        )
+        _print_counts(
+            last.counts, crawl_id, last.stats, "removed at its end (SCHEDULER_PERSIST off)"
+        )
+    else:
+        _print_counts(c, crawl_id, frontier.stats(), _state(frontier, c))
     if log_dir is not None:
         console.print(f"worker logs: {_show(log_dir)}/", highlight=False)
     # exit 5 is decided by the counts read here, the ones the message below is about
@@ -335,7 +361,26 @@ def crawl(
     elif code == 0 and fail_on_dead and c.dead:
         console.print(f"[red]{c.dead:,} dead letter(s)[/]: see `redcrawl dead --crawl {crawl_id}`")
         code = EXIT_DEAD_LETTERS
+    elif c.dead:
+        _say_dead(frontier, c.dead, crawl_id)
     raise typer.Exit(code)
+
+
+def _say_dead(frontier: FrontierCore, dead: int, crawl_id: str) -> None:
+    """A crawl that finished with dead letters: how many, the oldest one's error, and
+    the command that lists them (the table alone said `dead 48` and nothing more)."""
+    first = ""
+    with contextlib.suppress(RedcrawlError):  # only a hint: the counts were read already
+        rows = frontier.dead(1)
+        if rows:
+            first = escape(f" (the first: {rows[0].url}: {rows[0].error})")
+    console.print(
+        f"[yellow]{dead:,} dead letter(s)[/]{first}: `redcrawl dead --crawl {crawl_id}` lists "
+        "them, `--requeue` puts them back",
+        highlight=False,
+        soft_wrap=True,
+        markup=True,
+    )
 
 
 @app.command()

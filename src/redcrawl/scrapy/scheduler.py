@@ -211,6 +211,7 @@ class Scheduler(BaseScheduler):
         self._failure: str | None = None
         self._outage_since: float | None = None  # an outage was logged: since when
         self._told_deferred: set[tuple[str, int]] = set()  # (site, status) logged at INFO
+        self._undecodable: set[str] = set()  # reasons of dead-lettered requests said at WARNING
         self._shutdown_trigger: Any = None  # the reactor's "before shutdown" trigger
         self._closing = False
         self._polite = False  # the frontier enforces fleet-wide politeness (set at open)
@@ -400,15 +401,42 @@ class Scheduler(BaseScheduler):
         )
 
     def _warn_if_finished(self) -> None:
-        """A finished persistent crawl fetches nothing when run again: say so."""
+        """A finished persistent crawl fetches nothing when run again: say so. One left
+        unfinished is resumed: say that too, with its counts (scrapy-redis's 'Resuming
+        crawl (N requests scheduled)', which a migrated project's users look for)."""
         assert self.frontier is not None
         counts = self.frontier.counts()
         if counts.finished and counts.done:
+            # other live workers: they may have just finished it, as this one started (a
+            # small crawl, `redcrawl crawl -w N`): no advice to purge a crawl they did now
+            now = self.frontier.server_time()
+            alive = sum(until > now for w, until in self.frontier.workers().items())
+            if alive:
+                log.info(
+                    "redcrawl: crawl %r is finished: %d done, and %d other live worker(s) "
+                    "of it: nothing left for this one",
+                    self.frontier.crawl,
+                    counts.done,
+                    alive,
+                )
+                return
             log.warning(
                 "redcrawl: crawl %r is finished: %d done; use `redcrawl purge` or "
                 "`--recrawl` to crawl again (or SCHEDULER_FLUSH_ON_START)",
                 self.frontier.crawl,
                 counts.done,
+            )
+        elif counts.pending:
+            log.info(
+                "redcrawl: resuming crawl %r: %d request(s) left (%d ready, %d delayed, "
+                "%d in flight), %d done, %d dead",
+                self.frontier.crawl,
+                counts.pending,
+                counts.ready,
+                counts.delayed,
+                counts.in_flight,
+                counts.done,
+                counts.dead,
             )
 
     def _flush_once(self) -> None:
@@ -753,7 +781,9 @@ class Scheduler(BaseScheduler):
             try:
                 request = codec.to_request(lease.envelope, self.spider)
             except DecodeError as exc:
-                self.feeder.nack(lease, f"cannot rebuild the request: {exc}", retry=False)
+                error = f"cannot rebuild the request: {exc}"
+                self.feeder.nack(lease, error, retry=False)
+                self._say_undecodable(lease.envelope.url, error)
                 continue
             if len(lease.id) == 20:  # a fingerprint (not "#<seq>": dont_filter)
                 self._remember(lease.id)
@@ -881,6 +911,21 @@ class Scheduler(BaseScheduler):
         return len(self._successors)
 
     # --- finishing requests -------------------------------------------------------------
+    def _say_undecodable(self, url: str, error: str) -> None:
+        """A stored request this spider cannot rebuild went to the dead letters: a
+        WARNING for the first of each reason (a renamed callback may concern thousands of
+        stored requests), DEBUG for the others."""
+        first = error not in self._undecodable
+        self._undecodable.add(error)
+        log.log(
+            logging.WARNING if first else logging.DEBUG,
+            "redcrawl: %s is now in the dead letters, not fetched: %s; `redcrawl dead` lists "
+            "them, `redcrawl dead --requeue` puts them back once the spider can take them%s",
+            url,
+            error,
+            " (others for the same reason: DEBUG)" if first else "",
+        )
+
     def _on_finished(self, request: scrapy.Request) -> None:
         """The engine is done with ``request`` (called from lifecycle's hook)."""
         entry = self._handed_out.get(id(request))
@@ -900,7 +945,19 @@ class Scheduler(BaseScheduler):
         else:
             retry, error = outcome
             self.feeder.nack(lease, error, retry=retry)  # after its children
-            log.info("redcrawl: failed %s (attempt %d): %s", request.url, lease.attempts, error)
+            if retry and lease.attempts < self.settings.max_attempts:
+                log.info("redcrawl: failed %s (attempt %d): %s", request.url, lease.attempts, error)
+            else:  # the frontier moves it to DEAD (nack.lua: attempts >= max_attempts)
+                log.warning(
+                    "redcrawl: failed %s, now in the dead letters after %d attempt%s "
+                    "(REDCRAWL_MAX_ATTEMPTS=%d): %s; `redcrawl dead` lists them, "
+                    "`redcrawl dead --requeue` puts them back",
+                    request.url,
+                    lease.attempts,
+                    "" if lease.attempts == 1 else "s",
+                    self.settings.max_attempts,
+                    error,
+                )
 
     def flush(self) -> None:
         """Store buffered requests and acknowledge finished ones now (RedisSpider calls

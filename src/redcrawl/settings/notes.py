@@ -9,6 +9,7 @@ import contextlib
 import os
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from redcrawl.errors import ConfigError
 from redcrawl.settings.model import Settings, scrapy_layers
@@ -94,9 +95,13 @@ def startup_notes(scrapy_settings: Any, *, environ: Mapping[str, str] | None = N
     return notes
 
 
-def startup_warnings(scrapy_settings: Any) -> list[str]:
+def startup_warnings(
+    scrapy_settings: Any, *, environ: Mapping[str, str] | None = None
+) -> list[str]:
     """Lines to log at WARNING when a crawl starts: each scrapy-redis setting given that
-    redcrawl ignores, with why. Pure, like :func:`startup_notes`."""
+    redcrawl ignores, with why, and scrapy-redis components left in the project that
+    write to another Redis than the crawl's. Pure, like :func:`startup_notes`."""
+    env = os.environ if environ is None else environ
     given = _given(scrapy_settings, {})
     for name in IGNORED:
         value = scrapy_settings.get(name)
@@ -130,7 +135,60 @@ def startup_warnings(scrapy_settings: Any) -> list[str]:
             "scrapy-redis's filter would only log them, on its own Redis connection. Set "
             "DUPEFILTER_CLASS = 'redcrawl.scrapy.DupeFilter'."
         )
+    warnings += _scrapy_redis_components(scrapy_settings, env)
     return warnings
+
+
+_SCRAPY_REDIS_REDIS = ("REDIS_URL", "REDIS_HOST", "REDIS_PORT")
+"""The settings scrapy-redis's own components (RedisPipeline, RedisStatsCollector) read
+to find their Redis (``scrapy_redis.connection.get_redis_from_settings``)."""
+
+
+def _scrapy_redis_components(scrapy_settings: Any, environ: Mapping[str, str]) -> list[str]:
+    """scrapy-redis's RedisPipeline / RedisStatsCollector kept in a migrated project
+    write to the Redis scrapy-redis's settings name; with none named, localhost:6379
+    (scrapy-redis's default). Said when that is not the crawl's Redis (the embedded one,
+    or one named by REDCRAWL_REDIS_URL only): where nothing listens, every item fails and
+    its page is retried, then dead-lettered."""
+    params = scrapy_settings.get("REDIS_PARAMS") or {}
+    if isinstance(params, str):
+        try:
+            params = parse_dict("REDIS_PARAMS", params)
+        except ConfigError:
+            params = {}
+    if any(scrapy_settings.get(n) for n in _SCRAPY_REDIS_REDIS) or (
+        isinstance(params, Mapping) and any(params.get(k) for k in ("url", "host", "port"))
+    ):
+        return []  # scrapy-redis's components and redcrawl read the same settings
+    pipelines = scrapy_settings.getdict("ITEM_PIPELINES") or {}
+    found = [_class_path(c) for c in pipelines if _class_path(c).startswith("scrapy_redis.")]
+    stats = _class_path(scrapy_settings.get("STATS_CLASS") or "")
+    if stats.startswith("scrapy_redis."):
+        found.append(f"STATS_CLASS {stats}")
+    if not found:
+        return []
+    try:
+        url = Settings.from_scrapy(scrapy_settings, environ=environ).redis_url
+    except ConfigError:
+        return []  # said as the start's own error
+    if url is not None:
+        parts = urlsplit(url)
+        if (
+            parts.scheme == "redis"
+            and parts.hostname in ("localhost", "127.0.0.1")
+            and (parts.port or 6379) == 6379
+            and parts.path in ("", "/", "/0")
+        ):
+            return []  # the crawl's Redis is scrapy-redis's default one
+    crawl = "redcrawl's embedded Redis" if url is None else f"the crawl's Redis ({_redacted(url)})"
+    return [
+        f"{', '.join(found)}: a scrapy-redis component, which writes to the Redis "
+        "scrapy-redis's settings name (REDIS_URL, REDIS_HOST / REDIS_PORT); none is set, "
+        f"so it writes to scrapy-redis's default localhost:6379, not to {crawl}. If no "
+        "Redis listens there every item fails, and redcrawl retries its page, then "
+        "dead-letters it (REDCRAWL_MAX_ATTEMPTS). Set REDIS_URL for both, or remove it "
+        "(ITEM_PIPELINES)."
+    ]
 
 
 def _redacted(url: str) -> str:
