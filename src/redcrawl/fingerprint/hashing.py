@@ -41,18 +41,13 @@ def _digest(
 ) -> bytes:
     """SHA-1 of the JSON Scrapy builds (keys sorted), optionally with a "version" key.
     ``headers_json=None`` leaves the "headers" member out, as scrapy-redis does."""
-    headers = "" if headers_json is None else ', "headers": ' + headers_json
+    headers = "" if headers_json is None else f', "headers": {headers_json}'
+    tail = "}" if version is None else f', "version": {_json_string(version)}}}'
+    # (one string built at once: a chain of + copies the growing text at each step)
     data = (
-        '{"body": "'
-        + body.hex()
-        + '"'
-        + headers
-        + ', "method": '
-        + _json_string(method)
-        + ', "url": '
-        + _json_string(url)
+        f'{{"body": "{body.hex()}"{headers}, "method": {_json_string(method)}, '
+        f'"url": {_json_string(url)}{tail}'
     )
-    data += "}" if version is None else ', "version": ' + _json_string(version) + "}"
     return hashlib.sha1(data.encode("ascii"), usedforsecurity=False).digest()
 
 
@@ -154,6 +149,9 @@ def fingerprint(
     )
 
 
+_NO_SLOT: Any = object()
+
+
 def request_fingerprint(
     request: Request,
     *,
@@ -172,14 +170,18 @@ def request_fingerprint(
     ``RFPDupeFilter.request_fingerprint(request)`` (as bytes), which always canonicalises
     the URL (``verbatim_url`` is not honoured there).
     """
-    meta = request.meta
+    # (the meta dict from its slot: Scrapy creates an empty one on first access to the
+    # public property, which costs as much as hashing; None means no meta)
+    meta = getattr(request, "_meta", _NO_SLOT)
+    if meta is _NO_SLOT:
+        meta = request.meta
     version: str | None = None
-    if version_meta_key is not None:
+    if version_meta_key is not None and meta:
         value = meta.get(version_meta_key)
         if value is not None:
             version = value if isinstance(value, str) else str(value)
     url = request.url
-    if mode == "scrapy-redis" or not meta.get("verbatim_url"):
+    if mode == "scrapy-redis" or not (meta and meta.get("verbatim_url")):
         if canonicalizer is not None:
             url = canonicalizer.canonicalize(url)
         url = _canonical_url(url, False)

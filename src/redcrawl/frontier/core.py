@@ -66,6 +66,7 @@ from redcrawl.frontier.base import (
     Settled,
     fair_schedule,
     format_id,
+    new_lease,
     parse_id,
 )
 from redcrawl.frontier.durability import WAITED, CrawlIdentity, ReplicaWait, works
@@ -341,11 +342,11 @@ class FrontierCore(PolitenessOps, ABC):
         crawl is new or was created with it (older crawls keep their layout)."""
         return None
 
-    def _record(self, env: Envelope) -> bytes:
+    def _record(self, env: Envelope, stamp: bytes = b"") -> bytes:
         """The stored record of a pushed request (with its politeness key if the crawl
-        has politeness)."""
+        has politeness, and its push ``stamp`` if given)."""
         if self.politeness is None:
-            return record(env)
+            return record(env, None, stamp)
         slot = env.meta.get("download_slot") if isinstance(env.meta, dict) else None
         try:
             key = politeness_key(env.url, slot, cast(KeyMode, self.politeness))
@@ -354,7 +355,7 @@ class FrontierCore(PolitenessOps, ABC):
                 f"request {env.url!r} has no politeness key: {exc}; fix the "
                 "URL, or set meta['download_slot'] to a string"
             ) from exc
-        return record(env, key)
+        return record(env, key, stamp)
 
     # --- plumbing ------------------------------------------------------------------
     def _created_dedupe(self) -> str | None:
@@ -422,13 +423,13 @@ class FrontierCore(PolitenessOps, ABC):
             except FrontierError as exc:  # e.g. an ACL without this key: readers SCAN
                 log.warning("crawl %s not added to the crawl registry: %s", self.crawl, exc)
         args: list[Any] = []
-        hints, base = self.dedupe.hints, self._fpd
+        hints, base, record_of = self.dedupe.hints, self._fpd, self._record
         extra = self._push_extra(envelopes)
         for i, env in enumerate(envelopes):
             fp = env.fingerprint
             if env.dont_filter or fp is None:
                 fp = b""
-            args += (self._record(env) + stamp, fp, env.priority)
+            args += (record_of(env, stamp), fp, env.priority)
             if extra is not None:
                 args += extra[i]
             args += hints(fp, base)  # (the dedupe member and bucket: last, see op_push)
@@ -474,7 +475,7 @@ class FrontierCore(PolitenessOps, ABC):
                 continue
             if len(rid) == 20:
                 env.fingerprint = rid
-            leases.append(Lease(rid, token, worker, attempts, env, received, granted))
+            leases.append(new_lease(rid, token, worker, attempts, env, received, granted))
         if bad:
             log.error(
                 "dead-lettering %d undecodable request(s) in crawl %s: %s",

@@ -40,15 +40,16 @@ __all__ = [
 ]
 
 
-def record(env: Envelope, key: str | None = None) -> bytes:
+def record(env: Envelope, key: str | None = None, stamp: bytes = b"") -> bytes:
     """The stored form of a new request: the state header ``<priority>|<attempts>|<lease
-    token>|``, its politeness ``key`` if given (``K<length>:<key>``), and the encoded
-    envelope (without the fingerprint, which is the id)."""
+    token>|``, its politeness ``key`` if given (``K<length>:<key>``), the encoded
+    envelope (without the fingerprint, which is the id) and its push ``stamp`` if given
+    (:func:`push_time`'s format), built in one piece."""
     body = stored_bytes(env)  # (encoded once: by the Scrapy scheduler at enqueue time)
-    if key is not None:
-        k = key.encode()
-        body = b"K%d:%s%s" % (len(k), k, body)
-    return b"%d|0||%s" % (env.priority, body)
+    if key is None:
+        return b"%d|0||%s%s" % (env.priority, body, stamp)
+    k = key.encode()
+    return b"%d|0||K%d:%s%s%s" % (env.priority, len(k), k, body, stamp)
 
 
 _KEY_PREFIX = re.compile(rb"[Kk]([0-9]{1,6}):")
