@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, cast
+from typing import Protocol
 
 from redcrawl.codec import Envelope
 
@@ -27,7 +27,6 @@ __all__ = [
     "Settled",
     "fair_schedule",
     "format_id",
-    "new_lease",
     "parse_id",
 ]
 
@@ -103,41 +102,6 @@ _set_id, _set_token, _set_worker, _set_attempts, _set_envelope, _set_received, _
     Lease.__dict__[name].__set__
     for name in ("id", "token", "worker", "attempts", "envelope", "received", "granted")
 )
-
-
-class _LeaseLayout:
-    """:class:`Lease`'s slots without its frozen ``__setattr__`` (see :func:`new_lease`)."""
-
-    __slots__ = Lease.__slots__
-
-
-def new_lease(
-    id: bytes,
-    token: str,
-    worker: str,
-    attempts: int,
-    envelope: Envelope,
-    received: float,
-    granted: float,
-) -> Lease:
-    """``Lease(id, token, worker, attempts, envelope, received, granted)``, for the
-    frontier's loop over a lease reply (one per leased request): the fields are stored
-    into an object of the same slots with plain attribute stores, which then becomes a
-    Lease (the same memory layout, so its class may change). The constructor sets each
-    field through its slot's descriptor: about 6.5k instructions against 3k here."""
-    lease: Any = _new(_LeaseLayout)
-    lease.id = id
-    lease.token = token
-    lease.worker = worker
-    lease.attempts = attempts
-    lease.envelope = envelope
-    lease.received = received
-    lease.granted = granted
-    lease.__class__ = Lease
-    return cast(Lease, lease)
-
-
-_new = object.__new__
 
 
 @dataclass(frozen=True, slots=True)

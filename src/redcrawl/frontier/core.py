@@ -66,7 +66,6 @@ from redcrawl.frontier.base import (
     Settled,
     fair_schedule,
     format_id,
-    new_lease,
     parse_id,
 )
 from redcrawl.frontier.durability import WAITED, CrawlIdentity, ReplicaWait, works
@@ -475,7 +474,7 @@ class FrontierCore(PolitenessOps, ABC):
                 continue
             if len(rid) == 20:
                 env.fingerprint = rid
-            leases.append(new_lease(rid, token, worker, attempts, env, received, granted))
+            leases.append(Lease(rid, token, worker, attempts, env, received, granted))
         if bad:
             log.error(
                 "dead-lettering %d undecodable request(s) in crawl %s: %s",
