@@ -7,6 +7,7 @@ it from the settings and what the crawl was created with.
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass, replace
 from typing import Any, Literal
 
@@ -222,6 +223,11 @@ def split(fp: bytes, bucket_bits: int) -> tuple[int, int]:
 _MEMBER_MASK = (1 << 63) - 1
 
 
+_HEAD_MEMBER = struct.Struct(">I4xQ")
+"""A fingerprint's first 4 bytes (the bucket is their first 3) and bytes 8..16 (the
+member), in one unpack: two slices and two ``int.from_bytes`` cost half as much again."""
+
+
 def hinted(fp: bytes, bucket_bits: int, base: bytes = b"") -> bytes:
     """Exact mode: a fingerprint as the frontier's ack takes it from a client that knows
     the crawl's plan: the 20 bytes, one byte (the member's length), the member and the
@@ -233,8 +239,9 @@ def hinted(fp: bytes, bucket_bits: int, base: bytes = b"") -> bytes:
     is."""
     if len(fp) != 20:
         return fp
-    member = b"%d" % (int.from_bytes(fp[8:16], "big") & _MEMBER_MASK)
-    bucket = int.from_bytes(fp[:3], "big") & ((1 << bucket_bits) - 1)
+    head, low = _HEAD_MEMBER.unpack_from(fp)
+    member = b"%d" % (low & _MEMBER_MASK)
+    bucket = (head >> 8) & ((1 << bucket_bits) - 1)
     if base:
         return b"%s%c%s%s:%d" % (fp, len(member), member, base, bucket)
     return b"%s%c%s%d" % (fp, len(member), member, bucket)
@@ -244,8 +251,8 @@ def member_bucket(fp: bytes, bucket_bits: int) -> tuple[bytes, bytes]:
     """Exact mode: the member and level-0 bucket of :func:`split` as decimal text, as a
     push sends them beside a 20-byte fingerprint (``op_push`` in
     ``frontier/lua/ops.lua``), so that Lua neither computes, formats nor cuts them out."""
-    member = b"%d" % (int.from_bytes(fp[8:16], "big") & _MEMBER_MASK)
-    return member, b"%d" % (int.from_bytes(fp[:3], "big") & ((1 << bucket_bits) - 1))
+    head, low = _HEAD_MEMBER.unpack_from(fp)
+    return b"%d" % (low & _MEMBER_MASK), b"%d" % ((head >> 8) & ((1 << bucket_bits) - 1))
 
 
 def bucket_key(base: str, level: int, bucket: int) -> str:
