@@ -18,7 +18,17 @@ tests=(tests/test_codec.py tests/test_crawl_e2e.py tests/test_scheduler.py tests
 # whatever Scrapy runs it (src/redcrawl/scrapy/ calls the frontier's interface only). The
 # lists variant still SIGKILLs a worker mid-crawl on every version; the streams one runs on
 # the current Scrapy in the main phase.
-deselect=(--deselect "tests/test_crawl_e2e.py::test_three_workers_one_sigkilled_crawl_completes[streams]")
+# Nor the tests of these files that touch no Scrapy API at all (Lua scripts and msgpack
+# only; about 6 s per version, and no Redis Cluster to start): the start-key claims on a
+# cluster and through a reply-dropping proxy, and decoding random bytes and maps into
+# envelopes (test_codec's round trips through scrapy.Request stay).
+deselect=(
+  --deselect "tests/test_crawl_e2e.py::test_three_workers_one_sigkilled_crawl_completes[streams]"
+  --deselect tests/test_start_claim.py::test_claims_work_on_a_redis_cluster
+  --deselect tests/test_start_claim.py::test_a_claim_whose_reply_is_lost_is_answered_with_the_same_batch
+  --deselect tests/test_codec.py::test_decode_random_bytes_only_ever_raises_decode_error
+  --deselect tests/test_codec.py::test_decode_random_maps_only_ever_raises_decode_error
+)
 failed=0
 present=()
 for t in "${tests[@]}"; do [ -f "$t" ] && present+=("$t"); done
