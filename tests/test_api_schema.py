@@ -160,12 +160,25 @@ def test_every_operation_was_exercised(schema_server: tuple[str, ApiServer]) -> 
     )
 
 
+SUBMIT_REFUSED_ANYWAY = (
+    '\n[[operations]]\ninclude-name = "POST /v1/crawls/{crawl}/requests"\n'
+    "phases.coverage.enabled = false\n"
+)
+"""The read-token run leaves out one phase of one operation: the coverage phase of POST
+.../requests, 27 of the 35 CPU-seconds of a run (schemathesis draws about 300 bodies whose
+URLs match the URL pattern). With a read token every one of them is refused (403) by the
+admin dependency before the body is validated, whatever the body; the admin run sends the
+same bodies to the handler. The read run's examples, fuzzing and stateful phases still send
+it bodies (refused), as does ``test_all_checks[read]`` (12 valid and 12 invalid)."""
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("kind", list(KINDS))
 def test_black_box_run_reports_no_failures(kind: str, redis7: RedisServer, tmp_path: Path) -> None:
     """`st run --checks all` against a live `redcrawl serve`, as an outside audit runs it
-    (coverage, fuzzing and stateful phases): 0 failures, 0 errors."""
+    (examples, coverage, fuzzing and stateful phases; the read run without one
+    operation's coverage phase: see SUBMIT_REFUSED_ANYWAY): 0 failures, 0 errors."""
     if shutil.which("st") is None:
         need("schemathesis's st command", "pip install schemathesis")
     redis.Redis.from_url(redis7.url).flushall()
@@ -201,7 +214,7 @@ def test_black_box_run_reports_no_failures(kind: str, redis7: RedisServer, tmp_p
         config.write_text(
             '[checks.negative_data_rejection]\nexpected-statuses = ["400", '
             '"401", "403", "404", "405", "406", "409", "413", "415", "422", '
-            '"428", "429", "5xx"]\n'
+            '"428", "429", "5xx"]\n' + (SUBMIT_REFUSED_ANYWAY if kind == "read" else "")
         )
         run = subprocess.run(
             [
