@@ -190,6 +190,24 @@ def test_embedded_start_and_reuse(tmp_path: Path, embedded: list[EmbeddedRedis])
     client.close()
 
 
+def test_embedded_start_and_stop_log_no_failed_operation(
+    tmp_path: Path, embedded: list[EmbeddedRedis], caplog: pytest.LogCaptureFixture
+) -> None:
+    """At Scrapy's default log level (DEBUG) every worker logged redis-py's "Operation
+    failed, with connection: ... details: not connected" twice: the probes before the
+    server listens, and the SHUTDOWN that the server answers by closing. Both expected,
+    neither a failure: not logged."""
+    caplog.set_level(logging.DEBUG)
+    (tmp_path / "rc").mkdir()
+    (tmp_path / "rc" / "redis.sock").touch()  # a stale socket file: probed, refused
+    server = EmbeddedRedis(tmp_path / "rc")
+    embedded.append(server)
+    server.start()
+    server.stop()
+    failed = [r.getMessage() for r in caplog.records if "Operation failed" in r.getMessage()]
+    assert failed == [], failed
+
+
 def test_embedded_data_persists_across_stop_and_start(
     tmp_path: Path, embedded: list[EmbeddedRedis]
 ) -> None:

@@ -33,7 +33,7 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from redcrawl.errors import ConfigError, RedcrawlError, RedisUnavailable
-from redcrawl.redis_server import bundled_binary, server_args, spawn, wait_ready
+from redcrawl.redis_server import bundled_binary, quiet_probes, server_args, spawn, wait_ready
 from redcrawl.settings import Settings
 
 __all__ = ["EmbeddedRedis", "redis_server_binary", "resolve_url", "stop_embedded"]
@@ -100,9 +100,10 @@ class EmbeddedRedis:
     def _alive(self) -> bool:
         if not self.socket.exists():
             return False
+        probe = _no_retry_client(unix_socket_path=str(self.socket), socket_timeout=1)
         try:
-            probe = _no_retry_client(unix_socket_path=str(self.socket), socket_timeout=1)
-            return bool(probe.ping())
+            with quiet_probes(), contextlib.closing(probe):
+                return bool(probe.ping())
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError, OSError):
             return False
 
@@ -168,7 +169,7 @@ class EmbeddedRedis:
             proc = None  # ours died; whatever serves the folder now is another process
         pid = _read_pid(self.directory) if proc is None else proc.pid
         errors = (redis.exceptions.ConnectionError, redis.exceptions.ResponseError, OSError)
-        with contextlib.suppress(*errors):
+        with contextlib.suppress(*errors), quiet_probes():
             _no_retry_client(unix_socket_path=str(self.socket), socket_timeout=5).shutdown()
         if proc is not None:
             try:

@@ -30,7 +30,7 @@ from redcrawl.redis_server.binary import (
     server_version,
 )
 from redcrawl.redis_server.cluster import LocalCluster
-from redcrawl.redis_server.process import RedisServer, spawn, wait_ready
+from redcrawl.redis_server.process import RedisServer, quiet_probes, spawn, wait_ready
 
 __all__ = [
     "DEBIAN_BINARIES",
@@ -42,6 +42,7 @@ __all__ = [
     "find_binary",
     "free_port",
     "free_ports",
+    "quiet_probes",
     "server_args",
     "server_version",
     "spawn",

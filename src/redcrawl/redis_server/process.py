@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import logging
 import os
 import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -29,7 +30,7 @@ from redis.retry import Retry
 
 from redcrawl.redis_server.binary import Persistence, find_binary, free_port, server_args
 
-__all__ = ["RedisServer", "server_pid", "spawn", "wait_ready"]
+__all__ = ["RedisServer", "quiet_probes", "server_pid", "spawn", "wait_ready"]
 
 
 def spawn(
@@ -47,6 +48,25 @@ def spawn(
     )
 
 
+@contextlib.contextmanager
+def quiet_probes() -> Iterator[None]:
+    """redis-py (8+) logs each failed operation at DEBUG ("Operation failed, with
+    connection: ... details: not connected"), which a probe of a server not listening yet
+    and a SHUTDOWN (answered by closing the connection) always are: at Scrapy's default
+    log level every worker showed two such lines. Kept to INFO while a probe runs (start
+    and stop: no other Redis call of the process is under way then)."""
+    logger = logging.getLogger("redis.client")
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.DEBUG:
+        yield
+        return
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def wait_ready(
     proc: subprocess.Popen[bytes] | None, timeout: float = 10.0, **connection: Any
 ) -> bool:
@@ -59,7 +79,7 @@ def wait_ready(
         retry=Retry(NoBackoff(), 0), socket_connect_timeout=1, socket_timeout=5, **connection
     )
     deadline = time.monotonic() + timeout
-    try:
+    with quiet_probes(), contextlib.closing(probe):
         while True:
             try:
                 if (
@@ -78,8 +98,6 @@ def wait_ready(
             if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
                 return False
             time.sleep(0.02)
-    finally:
-        probe.close()
 
 
 def server_pid(client: redis.Redis) -> int:
