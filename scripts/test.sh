@@ -83,8 +83,14 @@ if [ -z "${SKIP_SCRAPY_MATRIX:-}" ]; then
   SCRAPY_MATRIX_INSTALLED=1 SCRAPY_MATRIX_MARK=serial bash scripts/scrapy_matrix.sh || serial_rc=$?
   [ "$rc" -ne 0 ] || rc=$serial_rc
 fi
-echo "== pytest, serial phase (timing-sensitive tests, alone) and the coverage floor"
-python3 -m pytest -q -p no:cacheprovider -m serial --durations=20 \
+# SERIAL_WORKERS=2 runs the serial tests two at a time (not the default: not yet shown to
+# hold on CI's machine; they mostly wait, tests/test_politeness_fleet.py used 0.55 of one
+# core over its 156 s alone, so two at a time should take about 60% of the phase's time)
+serial_workers="${SERIAL_WORKERS:-1}"
+serial_xdist=()
+[ "$serial_workers" -le 1 ] || serial_xdist=(-p no:benchmark -n "$serial_workers" --dist loadgroup)
+echo "== pytest, serial phase (timing-sensitive tests, $serial_workers at a time) and the coverage floor"
+python3 -m pytest -q -p no:cacheprovider "${serial_xdist[@]}" -m serial --durations=20 \
   --cov=redcrawl --cov-append --cov-report=term --cov-fail-under="$COVERAGE_FLOOR" || serial_rc=$?
 [ "$rc" -ne 0 ] || rc=$serial_rc
 exit "$rc"
