@@ -38,6 +38,31 @@ def test_the_addon_sets_redcrawls_scheduler_and_dupefilter() -> None:
     assert settings.getwithbase("FEED_STORAGES")["file"] == "my.Storage"
 
 
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_the_flushed_feed_storage_has_each_item_in_the_file_before_close(
+    tmp_path: Path, overwrite: bool
+) -> None:
+    """On every Scrapy of the matrix (its FileFeedStorage's signature and write mode):
+    what an exporter wrote is in the file at once, not in a buffer a SIGKILL loses."""
+    from scrapy.exporters import JsonLinesItemExporter
+
+    from redcrawl.scrapy.feed_storage import FlushedFileFeedStorage
+
+    path = tmp_path / "new" / "items.jsonl"
+    path.parent.mkdir()
+    path.write_text('{"url": "earlier"}\n')
+    storage = FlushedFileFeedStorage(str(path), feed_options={"overwrite": overwrite})
+    file = storage.open(None)
+    exporter = JsonLinesItemExporter(file)
+    exporter.start_exporting()
+    exporter.export_item({"url": "a"})
+    before = [] if overwrite else ['{"url": "earlier"}']
+    assert path.read_text().splitlines() == [*before, '{"url": "a"}']
+    exporter.finish_exporting()
+    storage.store(file)
+    assert path.read_text().splitlines() == [*before, '{"url": "a"}']
+
+
 def test_a_project_scheduler_that_is_not_redcrawls_is_kept_and_said(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

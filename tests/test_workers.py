@@ -9,6 +9,7 @@ Python programs as "workers" so they need no Scrapy and take a second.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from redcrawl.demo.run import SPIDER, demo_worker_settings
 from redcrawl.demo.site import ShopSite, SiteConfig
 from redcrawl.fingerprint import fingerprint
 from redcrawl.frontier import open_frontier
+from redcrawl.scrapy.feed_storage import FEED_STORAGES_BASE
 from redcrawl.scrapy.pipelines import read_items
 from redcrawl.settings import Settings
 from redcrawl.workers import ExitCode, Fleet, WorkerEvent, _Watch, worker_command
@@ -297,7 +299,9 @@ def test_a_crashed_worker_is_restarted_while_the_others_run_in_a_finished_crawl(
         "w0 = os.environ['REDCRAWL_WORKER_ID'].endswith('w0')\n"
         f"if w0 and not os.path.exists({str(marker)!r}):\n"
         f"    open({str(marker)!r}, 'w').close(); sys.exit(1)\n"
-        "time.sleep(1.5)\n"
+        f"while not os.path.exists({str(marker)!r}):\n"
+        "    time.sleep(0.01)\n"
+        "time.sleep(1.0)\n"  # (w1 runs on after w0's crash: w0's restart is due in 0.01 s)
     )
     result = Fleet(
         python(code),
@@ -309,6 +313,34 @@ def test_a_crashed_worker_is_restarted_while_the_others_run_in_a_finished_crawl(
     ).run()
     assert [e.kind for e in events] == ["restarting"], [e.message for e in events]
     assert result.restarts == 1 and result.returncodes == [0, 0] and result.code == 0
+
+
+def test_a_restart_due_after_the_crawl_finished_meanwhile_is_dropped(tmp_path: Path) -> None:
+    """w0 crashes while w1 runs: its restart is due in 1 s. w1 finishes the crawl and
+    exits before that: w0 is not started into a finished crawl (with SCHEDULER_PERSIST
+    = False, one whose state the last worker removed: it would crawl it all again)."""
+    events: list[WorkerEvent] = []
+    marker = tmp_path / "crashed"
+    code = (
+        "import os, sys, time\n"
+        "if os.environ['REDCRAWL_WORKER_ID'].endswith('w0'):\n"
+        f"    open({str(marker)!r}, 'w').close(); sys.exit(1)\n"
+        f"while not os.path.exists({str(marker)!r}):\n"
+        "    time.sleep(0.01)\n"
+        "time.sleep(0.4)\n"  # (running when w0's exit is read; gone before its restart)
+    )
+    result = Fleet(
+        python(code),
+        workers=2,
+        log_dir=tmp_path,
+        backoff=1.0,
+        unfinished=lambda: False,
+        on_event=events.append,
+    ).run()
+    assert [e.kind for e in events] == ["restarting", "exited"], [e.message for e in events]
+    assert events[-1].message == "worker w0 not restarted: the crawl finished meanwhile"
+    assert result.restarts == 1 and result.returncodes == [0, 0] and result.code == 0
+    assert (tmp_path / "w0.log").read_text().count("--- redcrawl: worker w0") == 1
 
 
 def test_a_crawl_nothing_was_pushed_to_yet_is_not_finished(redis7: RedisServer) -> None:
@@ -324,6 +356,10 @@ def test_a_crawl_nothing_was_pushed_to_yet_is_not_finished(redis7: RedisServer) 
     frontier.push([env])
     assert watch.unfinished()
     frontier.ack(frontier.lease("w", 10))
+    assert not watch.unfinished()
+    # the last worker of a SCHEDULER_PERSIST = False crawl removed its state: finished
+    frontier.purge()
+    assert frontier.counts().accepted == 0
     assert not watch.unfinished()
 
 
@@ -395,6 +431,8 @@ def test_one_command_builder() -> None:
         "DUPEFILTER_CLASS=redcrawl.scrapy.DupeFilter",
         "-s",
         "LOG_LEVEL=INFO",
+        "-s",
+        f"FEED_STORAGES_BASE={json.dumps(FEED_STORAGES_BASE)}",
         "-a",
         "url=http://a",
     ]

@@ -17,8 +17,8 @@ What the supervisor guarantees:
   worker's process group. Workers run in their own sessions (a terminal's Ctrl-C reaches
   only the supervisor, which forwards it once), and on Linux they get SIGTERM if the
   supervisor itself dies (``PR_SET_PDEATHSIG``), so none is left orphaned.
-* **Restarts.** A worker that exits non-zero while the crawl is unfinished (or another
-  worker still runs) is restarted
+* **Restarts.** A worker that exits non-zero while the crawl is unfinished (work pending,
+  or nothing pushed yet) or another worker still runs is restarted
   after ``backoff * 2**k`` seconds (k = restarts so far), at most ``max_restarts`` times;
   each exit and restart is reported as a :class:`WorkerEvent`. After every exit, whatever
   its status, what the gone worker still holds is given back (``on_crash``), so its
@@ -184,12 +184,12 @@ def worker_command(
     cmd = [sys.executable, *python_args, "-m", "scrapy", verb, spider]
     for item in (*(REDCRAWL_COMPONENTS if redcrawl else ()), *_pairs(settings)):
         cmd += ["-s", item]
-    for item in _pairs(spider_args):
-        cmd += ["-a", item]
-    if outputs and redcrawl:  # each item in its file before its request is done
+    if redcrawl:  # each item of a local feed in its file before its request is done
         from redcrawl.scrapy.feed_storage import FEED_STORAGES_BASE  # (imports Scrapy)
 
         cmd += ["-s", f"FEED_STORAGES_BASE={json.dumps(FEED_STORAGES_BASE)}"]
+    for item in _pairs(spider_args):
+        cmd += ["-a", item]
     for output in outputs:
         cmd += ["-o", output]
     return cmd
@@ -595,8 +595,9 @@ class Fleet:
     :data:`redcrawl.feeds.WORKER_TOKEN` in its command (a feed file of its own). With
     ``log_dir`` worker *i*'s output goes to ``log_dir/w<i>.log`` (made anew by :meth:`run`),
     else to this process's stdout/stderr. ``unfinished()`` says whether the crawl still has
-    work (a crashed worker is restarted only then); ``on_crash(worker_id)`` is called each
-    time a worker has exited, whatever its status (give back what it still holds);
+    work (a crashed worker is restarted only then, or while another worker runs);
+    ``on_crash(worker_id)`` is called each time a worker has exited, whatever its status
+    (give back what it still holds);
     ``tick()`` is called about every ``tick_interval`` seconds while workers run;
     ``on_event`` gets every :class:`WorkerEvent`.
     """
@@ -720,6 +721,21 @@ class Fleet:
         waiting for start URLs has a finished crawl for as long as the lull lasts)."""
         others = any(w is not worker and w.running() for w in self.workers)
         return others or self.unfinished()
+
+    def _finished_meanwhile(self, worker: _Worker) -> None:
+        """A restart is due, but the crawl finished during its backoff and no other
+        worker runs: a restart would only start and close again (or, once the last worker
+        removed the state with SCHEDULER_PERSIST = False, crawl it all over)."""
+        worker.restart_at = None
+        worker.returncode = 0
+        self.on_event(
+            WorkerEvent(
+                "exited",
+                worker.name,
+                f"worker {worker.name} not restarted: the crawl finished meanwhile",
+                0,
+            )
+        )
 
     def _exited(self, worker: _Worker, rc: int, stopping: bool) -> None:
         worker.proc = None
@@ -922,7 +938,10 @@ class Fleet:
                     now = time.monotonic()
                     for w in self.workers:
                         if w.restart_at is not None and now >= w.restart_at and not stopping:
-                            self._start(w)
+                            if self._goes_on(w):
+                                self._start(w)
+                            else:
+                                self._finished_meanwhile(w)
                     if all(w.proc is None and w.restart_at is None for w in self.workers):
                         break
                     if now >= next_tick:
@@ -1001,6 +1020,8 @@ class _Watch:
         self.outage_limit = outage_limit
         self.on_event = on_event or (lambda event: None)
         self.down = False
+        self.seen_work = False
+        """Whether a read ever found something accepted."""
 
     def _reachable(self, exc: RedcrawlError | None) -> None:
         if exc is not None and not self.down:
@@ -1025,13 +1046,19 @@ class _Watch:
             self._reachable(exc)
             return None
         self._reachable(None)
+        if got[0].accepted:
+            self.seen_work = True
         return got
 
     def unfinished(self) -> bool:
         """Unknown (Redis unreachable: restart, it waits for Redis), work pending, or
-        nothing pushed yet (its workers are still starting) all read as unfinished."""
+        nothing pushed yet (its workers are still starting) all read as unfinished; a
+        crawl with nothing accepted after work was seen was removed by its last worker
+        (SCHEDULER_PERSIST = False): finished."""
         read = self.read()
-        return read is None or not read[0].finished or read[0].accepted == 0
+        if read is None:
+            return True
+        return not read[0].finished or (read[0].accepted == 0 and not self.seen_work)
 
 
 def worker_id_prefix(crawl: str) -> str:
@@ -1113,7 +1140,8 @@ def run_workers(
     )
 
     def tick() -> None:
-        if progress is None or (read := watch.read()) is None:
+        read = watch.read()  # (also without a progress line: watch.seen_work)
+        if progress is None or read is None:
             return
         running = sum(w.running() for w in fleet.workers)
         progress(Tick(*read, time.monotonic() - started, running))

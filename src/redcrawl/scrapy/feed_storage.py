@@ -4,12 +4,14 @@ Scrapy writes a feed through a file buffer flushed when the spider closes; redcr
 acknowledges a request once its items are through the pipelines and exported
 (``item_scraped``), so a worker SIGKILLed with items in that buffer lost them for good:
 their requests were done. :class:`FlushedFileFeedStorage` flushes the file to the
-operating system after each write (one ``write`` call per JSON-lines item), so an item is
+operating system after each write (one ``write`` call per JSON-lines or CSV item, a few
+per XML item), so an item is
 in the file before its request is done; a request fetched again after a kill may write
 its item twice, never none. A power cut can still lose what the kernel had not written.
 
-Used for local files (``""`` and ``file``) by ``redcrawl crawl -o`` and the add-on
-(:data:`FEED_STORAGES_BASE`); a project's own ``FEED_STORAGES`` entries win.
+Used for local files (``""`` and ``file``) by ``redcrawl crawl`` (its ``-o`` and a project's
+``FEEDS``) and the add-on (:data:`FEED_STORAGES_BASE`); a project's own ``FEED_STORAGES``
+entries win.
 """
 
 from __future__ import annotations
@@ -36,8 +38,7 @@ class FlushedFileFeedStorage(FileFeedStorage):
 
     def open(self, spider: Any) -> IO[bytes]:
         path = Path(self.path)
-        if not path.parent.exists():
-            path.parent.mkdir(parents=True)
+        path.parent.mkdir(parents=True, exist_ok=True)  # (N workers may race to make it)
         return _FlushedWriter(io.FileIO(path, self.write_mode))
 
 

@@ -11,9 +11,12 @@
 --                    no grant of the key came after its own (the state's "rdy", written at
 --                    each grant, is not after the lease's time) and no start was charged
 --                    within the key's delay before now (the state's "chg"): then its start
---                    is charged. Otherwise the worker gives it back (release).
--- A charge: "chg" = now, "next" = max(next, now + the key's gap: its delay, jittered as at
--- a grant, plus the start window), the key's score raised to match in every tier's open
+--                    is charged. Otherwise the worker gives it back (release), and the
+--                    key's "next" is raised to the last charged start plus the delay
+--                    (robots.txt's Crawl-delay may have come after that start's charge),
+--                    its score with it.
+-- A charge: "chg" = now, "next" = max(next, now + the key's gap: pol_gap, as at a
+-- grant), the key's score raised to match in every tier's open
 -- zset; a key with nothing in flight gets its idle expiry (as pol_idle_check).
 -- Returns one flag per triple: "1" charged (may start), "0" refused (give it back), "-"
 -- nothing to do (not held under that token, or no politeness: every flag "-").
