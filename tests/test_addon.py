@@ -53,7 +53,7 @@ def test_the_flushed_feed_storage_has_each_item_in_the_file_before_close(
     path.write_text('{"url": "earlier"}\n')
     storage = FlushedFileFeedStorage(str(path), feed_options={"overwrite": overwrite})
     file = storage.open(None)
-    exporter = JsonLinesItemExporter(file)
+    exporter = JsonLinesItemExporter(file)  # type: ignore[arg-type]  # (any binary file)
     exporter.start_exporting()
     exporter.export_item({"url": "a"})
     before = [] if overwrite else ['{"url": "earlier"}']

@@ -211,7 +211,8 @@ class Scheduler(BaseScheduler):
         self._failure: str | None = None
         self._outage_since: float | None = None  # an outage was logged: since when
         self._told_deferred: set[tuple[str, int]] = set()  # (site, status) logged at INFO
-        self._undecodable: set[str] = set()  # reasons of dead-lettered requests said at WARNING
+        # reasons of dead-lettered requests already said at WARNING (_first_of)
+        self._said: set[str] = set()
         self._shutdown_trigger: Any = None  # the reactor's "before shutdown" trigger
         self._closing = False
         self._polite = False  # the frontier enforces fleet-wide politeness (set at open)
@@ -293,7 +294,7 @@ class Scheduler(BaseScheduler):
         if self.settings.flush_on_start:
             self._flush_once()
         self.fingerprinter = fingerprinter_for(self.settings, client, self.frontier.keys)
-        self._warn_if_finished()
+        self._say_crawl_state()
         self.frontier.renew(self.worker)
         self._unhook = lifecycle.on_request_finished(self.crawler, self._on_finished)
         lifecycle.mark_start_requests(self.crawler)
@@ -400,7 +401,13 @@ class Scheduler(BaseScheduler):
             fleet_limits(self.settings, robots=self.crawler.settings.getbool("ROBOTSTXT_OBEY")),
         )
 
-    def _warn_if_finished(self) -> None:
+    def _live_others(self) -> int:
+        """Workers of the crawl, other than this one, whose heartbeat is current."""
+        assert self.frontier is not None
+        now = self.frontier.server_time()
+        return sum(until > now and w != self.worker for w, until in self.frontier.workers().items())
+
+    def _say_crawl_state(self) -> None:
         """A finished persistent crawl fetches nothing when run again: say so. One left
         unfinished is resumed: say that too, with its counts (scrapy-redis's 'Resuming
         crawl (N requests scheduled)', which a migrated project's users look for)."""
@@ -409,8 +416,7 @@ class Scheduler(BaseScheduler):
         if counts.finished and counts.done:
             # other live workers: they may have just finished it, as this one started (a
             # small crawl, `redcrawl crawl -w N`): no advice to purge a crawl they did now
-            now = self.frontier.server_time()
-            alive = sum(until > now for w, until in self.frontier.workers().items())
+            alive = self._live_others()
             if alive:
                 log.info(
                     "redcrawl: crawl %r is finished: %d done, and %d other live worker(s) "
@@ -426,7 +432,8 @@ class Scheduler(BaseScheduler):
                 self.frontier.crawl,
                 counts.done,
             )
-        elif counts.pending:
+        elif counts.pending and counts.done + counts.dead and not self._live_others():
+            # (not a fresh crawl whose other workers of `redcrawl crawl -w N` began it)
             log.info(
                 "redcrawl: resuming crawl %r: %d request(s) left (%d ready, %d delayed, "
                 "%d in flight), %d done, %d dead",
@@ -911,12 +918,19 @@ class Scheduler(BaseScheduler):
         return len(self._successors)
 
     # --- finishing requests -------------------------------------------------------------
+    def _first_of(self, reason: str) -> bool:
+        """Whether ``reason`` (a dead letter's error, its URL left out) is said for the
+        first time: at WARNING then, the others quieter (a renamed callback or a site gone
+        down may concern thousands of requests). At most 100 reasons are kept."""
+        if reason in self._said or len(self._said) >= 100:
+            return False
+        self._said.add(reason)
+        return True
+
     def _say_undecodable(self, url: str, error: str) -> None:
         """A stored request this spider cannot rebuild went to the dead letters: a
-        WARNING for the first of each reason (a renamed callback may concern thousands of
-        stored requests), DEBUG for the others."""
-        first = error not in self._undecodable
-        self._undecodable.add(error)
+        WARNING for the first of each reason, DEBUG for the others."""
+        first = self._first_of(error.replace(repr(url), "").replace(url, ""))
         log.log(
             logging.WARNING if first else logging.DEBUG,
             "redcrawl: %s is now in the dead letters, not fetched: %s; `redcrawl dead` lists "
@@ -948,15 +962,20 @@ class Scheduler(BaseScheduler):
             if retry and lease.attempts < self.settings.max_attempts:
                 log.info("redcrawl: failed %s (attempt %d): %s", request.url, lease.attempts, error)
             else:  # the frontier moves it to DEAD (nack.lua: attempts >= max_attempts)
-                log.warning(
-                    "redcrawl: failed %s, now in the dead letters after %d attempt%s "
-                    "(REDCRAWL_MAX_ATTEMPTS=%d): %s; `redcrawl dead` lists them, "
-                    "`redcrawl dead --requeue` puts them back",
+                # (a WARNING for the first of each kind of error, INFO for the others: a
+                # site gone down must not flood the log)
+                first = self._first_of(error.replace(request.url, "").split(":", 1)[0])
+                log.log(
+                    logging.WARNING if first else logging.INFO,
+                    "redcrawl: failed %s, now in the dead letters %s: %s; `redcrawl dead` "
+                    "lists them, `redcrawl dead --requeue` puts them back%s",
                     request.url,
-                    lease.attempts,
-                    "" if lease.attempts == 1 else "s",
-                    self.settings.max_attempts,
+                    f"after {lease.attempts} attempt{'' if lease.attempts == 1 else 's'} "
+                    f"(REDCRAWL_MAX_ATTEMPTS={self.settings.max_attempts})"
+                    if retry
+                    else "(not retryable)",
                     error,
+                    " (others failing the same way: INFO)" if first else "",
                 )
 
     def flush(self) -> None:
