@@ -270,6 +270,86 @@ def test_unpickler_refuses_globals_without_running_them(payload: object, tmp_pat
     assert not marker.exists()
 
 
+def lxml_string(text: str) -> str:
+    """What a CrawlSpider's link extractor puts in meta["link_text"]: lxml's string."""
+    from lxml import etree
+
+    value = etree.XPath("string()")(etree.fromstring(f"<a>{text}</a>"))
+    assert type(value).__name__ == "_ElementUnicodeResult"
+    return cast("str", value)
+
+
+# a str subclass as protocols 0 and 1 would store it: copyreg._reconstructor(cls, str, s)
+RECONSTRUCTOR_P0 = (
+    b"(dp0\nVurl\np1\nVhttp://a.example/\np2\nsVmeta\np3\n(dp4\nVlink_text\np5\n"
+    b"ccopy_reg\n_reconstructor\np6\n(clxml.etree\n_ElementUnicodeResult\np7\n"
+    b"c__builtin__\nstr\np8\nVCat 1\np9\ntp10\nRp11\nss."
+)
+
+
+@pytest.mark.parametrize("protocol", range(2, pickle.HIGHEST_PROTOCOL + 1))
+def test_lxml_string_in_meta_is_read_as_a_plain_str(protocol: int) -> None:
+    """A CrawlSpider's requests carry lxml's string in meta["link_text"]; pickle (2..5:
+    0 and 1 cannot pickle it) names its class: NEWOBJ(lxml.etree._ElementUnicodeResult,
+    ("text",)). It is read as the plain str, not the subclass (nothing of lxml imported)."""
+    request = Request("http://a.example/c", meta={"rule": 0, "link_text": lxml_string("Cat 1")})
+    d = request.to_dict(spider=SPIDER)
+    if protocol == 2:  # pickles bytes (the body) through _codecs.encode: not read
+        del d["body"]
+    data = pickle.dumps(d, protocol=protocol)
+    assert b"_ElementUnicodeResult" in data
+    d = unpickle_request_dict(data)
+    assert d["meta"] == {"rule": 0, "link_text": "Cat 1"}
+    assert type(d["meta"]["link_text"]) is str
+    # the same with copyreg._reconstructor (protocols 0, 1), and an empty link text
+    d = unpickle_request_dict(RECONSTRUCTOR_P0)
+    assert d["meta"] == {"link_text": "Cat 1"} and type(d["meta"]["link_text"]) is str
+    empty = pickle.dumps({"url": "http://a.example/", "t": lxml_string("")}, protocol=protocol)
+    assert unpickle_request_dict(empty)["t"] == ""
+
+
+class MyStr(str):
+    """A str subclass of a project: its name does not say it is a str (refused)."""
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(
+            pickle.dumps({"url": "http://a.example/", "t": MyStr("x")}, protocol=p),
+            id=f"other-str-subclass-p{p}",
+        )
+        for p in range(pickle.HIGHEST_PROTOCOL + 1)
+    ]
+    + [
+        # the stand-ins take one plain string, nothing else
+        pytest.param(
+            b"\x80\x02clxml.etree\n_ElementUnicodeResult\n]\x85\x81.", id="newobj-of-a-list"
+        ),
+        pytest.param(
+            b"\x80\x02clxml.etree\n_ElementUnicodeResult\nX\x01\x00\x00\x00aX\x01\x00\x00\x00b\x86\x81.",
+            id="newobj-of-two-strings",
+        ),
+        pytest.param(b"\x80\x02c__builtin__\nstr\nC\x01x\x85R.", id="str-of-bytes"),
+        pytest.param(
+            RECONSTRUCTOR_P0.replace(b"clxml.etree\n_ElementUnicodeResult", b"c__main__\nMyStr"),
+            id="reconstructor-of-another-class",
+        ),
+        pytest.param(
+            RECONSTRUCTOR_P0.replace(b"c__builtin__\nstr", b"c__builtin__\nobject"),
+            id="reconstructor-of-another-base",
+        ),
+        pytest.param(
+            RECONSTRUCTOR_P0.replace(b"VCat 1\np9\n", b"(lp9\n"), id="reconstructor-of-a-list"
+        ),
+        pytest.param(b"\x80\x02ccopyreg\n__newobj__\n.", id="copyreg-newobj"),
+    ],
+)
+def test_str_stand_ins_take_only_their_shape(data: bytes) -> None:
+    with pytest.raises(RefusedEntry, match="refused"):
+        unpickle_request_dict(data)
+
+
 def test_extension_registry_is_refused_too(tmp_path: Path) -> None:
     """EXT opcodes name a global through copyreg's registry: they go through find_class."""
     import copyreg

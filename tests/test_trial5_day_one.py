@@ -358,12 +358,6 @@ def test_import_with_unreadable_queue_entries_writes_nothing(
     assert f.counts().ready == 1, f.counts()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs src/redcrawl/migrate.py (not this trial's file): RequestUnpickler to read "
-    "lxml's _ElementUnicodeResult (a str subclass, pickled through copyreg._reconstructor) "
-    "as a plain str; see the trial 5 report",
-)
 def test_import_reads_crawlspider_requests(
     tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
 ) -> None:
@@ -374,8 +368,12 @@ def test_import_reads_crawlspider_requests(
 
     lxml_entry, plain_entry, _, _ = crawlspider_entries()
     redis7_client.zadd("dmoz:requests", {lxml_entry: 0, plain_entry: 0})
-    result = import_scrapy_redis(redis7_client, frontier(redis7_client, "dmoz"), "dmoz")
+    f = frontier(redis7_client, "dmoz")
+    result = import_scrapy_redis(redis7_client, f, "dmoz")
     assert (result.refused, result.pushed) == (0, 2), result.examples
+    metas = [lease.envelope.meta for lease in f.lease("w", 10)]
+    assert {"rule": 0, "link_text": "Cat 1"} in metas, metas
+    assert all(type(m.get("link_text", "")) is str for m in metas), metas
 
 
 def test_a_worker_opening_after_its_siblings_finished_the_crawl_is_not_told_to_purge(

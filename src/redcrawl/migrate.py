@@ -24,8 +24,10 @@ A scrapy-redis crawl lives in two keys (by default ``<spider>:requests`` and
    refuses every global (a scrapy-redis request dict needs none: it is built of dicts,
    lists, tuples, str, bytes, int, float, bool and None only; measured by pickling
    ``Request``, ``FormRequest`` and ``JsonRequest`` dicts with scrapy-redis's own
-   ``picklecompat``). Anything that needs a class or a function (an object in meta, a
-   forged ``__reduce__``) is refused before it is built: counted and reported, never run.
+   ``picklecompat``) but one: lxml's string, which a ``CrawlSpider``'s requests carry in
+   ``meta["link_text"]``, is read as a plain ``str``. Anything else that needs a class or
+   a function (an object in meta, a forged ``__reduce__``) is refused before it is built:
+   counted and reported, never run.
    Accepted entries become envelopes (callbacks stay method names, checked against the
    spider when a worker rebuilds the request) and are **pushed as READY**, in the order
    scrapy-redis would have popped them, with their priority.
@@ -106,22 +108,63 @@ class RefusedEntry(ValueError):
     """A queue entry that is not a Scrapy request dict (or could not be read as one)."""
 
 
+class _PlainStr:
+    """The stand-in for a str subclass an entry names: ``_PlainStr(s)`` (pickle's
+    ``NEWOBJ``/``REDUCE``) is ``s`` itself, a plain ``str``; nothing else is accepted.
+    Never instantiated (``__new__`` returns the string), nothing imported."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:  # returns the str, not a _PlainStr
+        if kwargs or len(args) != 1 or type(args[0]) is not str:
+            raise pickle.UnpicklingError(
+                "refused: a str subclass built from something other than one string"
+            )
+        return args[0]
+
+
+def _reconstructor(cls: Any, base: Any, state: Any) -> str:
+    """The stand-in for ``copyreg._reconstructor`` (protocols 0 and 1), for the one shape
+    of a str subclass: ``_reconstructor(<a str stand-in>, str, "text")`` is ``"text"``."""
+    if cls is not _PlainStr or base is not _PlainStr or type(state) is not str:
+        raise pickle.UnpicklingError(
+            "refused: copyreg._reconstructor other than of a str subclass from a string"
+        )
+    return state
+
+
 class RequestUnpickler(pickle.Unpickler):
     """An unpickler for scrapy-redis queue entries that builds plain data only.
 
-    ``find_class`` refuses every global, so a pickle can neither name a class nor call a
-    function (``REDUCE``, ``NEWOBJ``, ``INST``, ``OBJ`` and the extension registry all get
-    their callable through it); persistent ids are refused too. Containers and scalars
-    are built by pickle's own opcodes, which is all a ``Request.to_dict()`` needs."""
+    ``find_class`` refuses every global but the few in :attr:`STAND_INS`, which it maps to
+    stand-ins of its own (never importing or calling what the entry names), so a pickle
+    can neither name a class nor call a function (``REDUCE``, ``NEWOBJ``, ``INST``,
+    ``OBJ`` and the extension registry all get their callable through it); persistent ids
+    are refused too. Containers and scalars are built by pickle's own opcodes, which is
+    all a ``Request.to_dict()`` needs."""
 
-    SAFE_GLOBALS: frozenset[tuple[str, str]] = frozenset()
-    """Globals an entry may name. Empty: scrapy-redis's pickles of Scrapy's request dicts
-    name none. Value types whose constructors have no side effect (``datetime``,
-    ``decimal.Decimal``) belong here once the codec stores them; objects never do."""
+    STAND_INS: dict[tuple[str, str], Any] = {
+        # a CrawlSpider's meta["link_text"]: lxml's "smart string" (a str subclass, a
+        # C type). Pickled (protocol 2..5, measured with lxml 4.9 and 6.1; 0 and 1
+        # cannot pickle it) as NEWOBJ(lxml.etree._ElementUnicodeResult, ("text",)),
+        # without state; read as the plain str "text" (its getparent() is lost: it
+        # pointed to no element once pickled)
+        ("lxml.etree", "_ElementUnicodeResult"): _PlainStr,
+        # a str subclass pickled with protocol 0 or 1: _reconstructor(cls, str, "text");
+        # cls must be a stand-in above (another class's name does not say it is a str)
+        ("copyreg", "_reconstructor"): _reconstructor,
+        ("copy_reg", "_reconstructor"): _reconstructor,  # protocols 0..2 say copy_reg
+        ("builtins", "str"): _PlainStr,
+        ("__builtin__", "str"): _PlainStr,
+    }
+    """Globals an entry may name, each mapped to a stand-in that builds a plain value:
+    what a stand-in returns is always of a builtin type. Nothing else: scrapy-redis's
+    pickles of Scrapy's request dicts name no other global. Value types whose
+    constructors have no side effect (``datetime``, ``decimal.Decimal``) could be added
+    once the codec stores them; objects never."""
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in self.SAFE_GLOBALS:
-            return super().find_class(module, name)
+        stand_in = self.STAND_INS.get((module, name))
+        if stand_in is not None:
+            return stand_in
         raise pickle.UnpicklingError(
             f"refused: the entry needs {module}.{name}; a Scrapy request dict needs no "
             "class or function"
