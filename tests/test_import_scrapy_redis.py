@@ -394,10 +394,16 @@ def test_malicious_queue_entry_is_counted_and_never_run(
         "srspider:requests", {good: -3, pickle.dumps(Touch(marker)): 0, b"\x80\x05garbage": 0}
     )
     frontier = frontier_of(redis_client)
-    result = import_scrapy_redis(redis_client, frontier, "srspider")
+    # any entry refused: nothing is written (the dupefilter would mark its page done)
+    stopped = import_scrapy_redis(redis_client, frontier, "srspider")
+    assert (stopped.stopped, stopped.queue_read, stopped.refused) == (True, 3, 2)
+    assert not redis_client.keys("rc:*")
+    assert any("--partial" in w for w in stopped.warnings)
+    result = import_scrapy_redis(redis_client, frontier, "srspider", partial=True)
     assert not marker.exists()
     assert (result.queue_read, result.pushed, result.refused) == (3, 1, 2)
     assert any("posix.system" in e or "os.system" in e for e in result.examples)
+    assert any("stay in the scrapy-redis queue" in w for w in result.warnings)
     [lease] = frontier.lease("w", 10)
     assert lease.envelope.url == "http://a.example/x?b=1&a=2"
     assert lease.envelope.meta == {"depth": 2, "link_text": "hi", "rule": 0}
@@ -558,10 +564,21 @@ def test_command(redis_client: redis.Redis, tmp_path: Path) -> None:
     assert dry.exit_code == 1, dry.output  # one entry refused
     assert "2 would be queued" in dry.output and "1 refused" in dry.output
     assert not redis_client.keys("rc:*")
-    done = runner.invoke(cli_app(), args)
+    assert "unless --partial" in " ".join(dry.output.split())
+    # an import that would leave a request behind writes nothing (before: it imported
+    # the rest and marked every dupefilter member done, the refused request's page too)
+    stopped = runner.invoke(cli_app(), args)
+    assert stopped.exit_code == 1, stopped.output
+    text = " ".join(stopped.output.split())
+    assert "nothing imported" in text and "--partial" in text, text
+    assert not redis_client.keys("rc:*")
+    # --partial: the rest, the loss said
+    done = runner.invoke(cli_app(), [*args, "--partial"])
     assert done.exit_code == 1, done.output
     assert "2 were queued" in done.output and "1 were marked done" in done.output
-    assert "could not be imported" in " ".join(done.output.split())
+    text = " ".join(done.output.split())
+    assert "1 queued request(s) were not imported" in text, text
+    assert "stay in the scrapy-redis queue" in text, text
     assert not (tmp_path / "pwned").exists()
     assert frontier_of(redis_client, "moved").counts().ready == 2
     again = runner.invoke(cli_app(), args)

@@ -50,7 +50,7 @@ import json
 import pickle
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from redcrawl import codec
@@ -277,6 +277,10 @@ class MigrationResult:
     source_changed: bool = False
     """The queue's length changed while it was read: scrapy-redis workers were running."""
     dry_run: bool = False
+    stopped: bool = False
+    """Nothing was written: entries were refused or unstorable, and ``partial`` was not
+    given (the queue was read, the dupefilter was not)."""
+    partial: bool = False
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -360,6 +364,7 @@ def import_scrapy_redis(
     batch: int = 1000,
     dry_run: bool = False,
     force: bool = False,
+    partial: bool = False,
     progress: Callable[[str, int], None] | None = None,
 ) -> MigrationResult:
     """Move scrapy-redis's queue and dupefilter of ``spider`` from ``source`` (a redis-py
@@ -368,7 +373,12 @@ def import_scrapy_redis(
     ``queue_key`` and ``dupefilter_key`` are scrapy-redis's templates (``%(spider)s`` is
     replaced). ``queue_class`` names the scrapy-redis queue class when the queue is a list
     (FifoQueue, the default, or LifoQueue); a sorted set is a PriorityQueue. With
-    ``dry_run`` everything is read and checked but nothing is written. ``progress`` is
+    ``dry_run`` everything is read and checked but nothing is written. Without
+    ``partial``, the queue is read once first and nothing is written (``stopped``) when
+    any entry is refused or unstorable: a queued request's fingerprint is in the
+    dupefilter, and a member that belongs to no imported request is marked DONE, so a
+    request left behind would never be fetched. ``partial=True`` imports the rest anyway,
+    that loss accepted (the warnings say it). ``progress`` is
     called as ``progress(stage, count)``. See the module docstring for what is done.
 
     Raises :class:`~redcrawl.errors.ConfigError` when the crawl cannot take scrapy-redis
@@ -377,7 +387,7 @@ def import_scrapy_redis(
     """
     qkey = queue_key % {"spider": spider}
     dkey = dupefilter_key % {"spider": spider}
-    result = MigrationResult(queue_key=qkey, dupefilter_key=dkey, dry_run=dry_run)
+    result = MigrationResult(queue_key=qkey, dupefilter_key=dkey, dry_run=dry_run, partial=partial)
     if frontier.settings.canonicalize:
         raise ConfigError(
             "REDCRAWL_CANONICALIZE",
@@ -425,10 +435,14 @@ def import_scrapy_redis(
                 f"crawl {frontier.crawl!r} uses {mode.decode()!r} "
                 "fingerprints: the import would be refused"
             )
-    else:
-        crawl_fingerprint_mode(frontier.client, frontier.keys, "scrapy-redis")
     fingerprinter = Fingerprinter(mode="scrapy-redis")
     lock = CrawlLock(frontier.client, frontier.keys, "migrate", ttl=LOCK_TTL)
+    if not dry_run and not partial and kind != "none":
+        check = _check_queue(source, frontier, result, fingerprinter, kind, order, batch, progress)
+        if check is not None:
+            return check
+    if not dry_run:
+        crawl_fingerprint_mode(frontier.client, frontier.keys, "scrapy-redis")
     if not dry_run and not lock.acquire(wait=0):
         raise ConfigError(
             "--crawl",
@@ -475,7 +489,67 @@ def import_scrapy_redis(
     finally:
         if lock.acquired:
             lock.release()
+    _say_loss(result)
     return result
+
+
+def _say_loss(result: MigrationResult) -> None:
+    """Warn of queued requests a dry run or a partial import leaves behind."""
+    left = result.refused + result.unstorable
+    if left and result.dry_run and not result.partial:
+        result.warnings.append(
+            f"{left:,} queued request(s) cannot be imported: the import will write nothing "
+            "(their pages are in the dupefilter and would be marked done, never fetched) "
+            "unless --partial (partial=True) accepts that loss"
+        )
+    elif left:
+        were = "would be" if result.dry_run else "were"
+        result.warnings.append(
+            f"--partial: {left:,} queued request(s) {were} not imported and stay in the "
+            f"scrapy-redis queue; their pages {were} marked done here (the dupefilter holds "
+            "their fingerprints), so redcrawl will not fetch them: let scrapy-redis "
+            "workers fetch them"
+        )
+
+
+def _check_queue(
+    source: Any,
+    frontier: FrontierCore,
+    result: MigrationResult,
+    fingerprinter: Fingerprinter,
+    kind: str,
+    order: Ordering,
+    batch: int,
+    progress: Callable[[str, int], None] | None,
+) -> MigrationResult | None:
+    """Read the whole queue, writing nothing; the result to return (``stopped``) when an
+    entry cannot be imported, else None (the import may go on)."""
+    check = replace(result, warnings=list(result.warnings), dry_run=True)
+    _import_queue(
+        source,
+        frontier,
+        check,
+        fingerprinter,
+        kind,
+        order,
+        reverse=frontier.settings.ordering == "lifo",
+        batch=batch,
+        dry_run=True,
+        lock=CrawlLock(frontier.client, frontier.keys, "migrate", ttl=LOCK_TTL),
+        progress=progress,
+    )
+    left = check.refused + check.unstorable
+    if not left:
+        return None
+    check.dry_run, check.stopped = False, True
+    check.warnings.append(
+        f"nothing was imported: {left:,} queued request(s) cannot be (see above). Their "
+        "pages are in the scrapy-redis dupefilter, so importing the rest would mark them "
+        "done here and redcrawl would never fetch them. Let the scrapy-redis workers "
+        "finish those (or remove them from the queue), or import the rest anyway with "
+        "--partial (partial=True), those pages lost"
+    )
+    return check
 
 
 def _note(result: MigrationResult, position: int, reason: str) -> None:
