@@ -409,6 +409,36 @@ def test_malicious_queue_entry_is_counted_and_never_run(
     assert lease.envelope.meta == {"depth": 2, "link_text": "hi", "rule": 0}
 
 
+def test_partial_import_keeps_pages_of_requests_it_could_read_out_of_done(
+    redis_client: redis.Redis,
+) -> None:
+    """--partial: a request read but not imported (a field of the wrong type, a request
+    class redcrawl does not allow) has a known fingerprint: its dupefilter member is not
+    marked done, so its page is fetched when found again. An entry refused unread (a
+    global) has none: its member is marked done (the loss --partial accepts)."""
+    good, wrong, custom = (f"http://a.example/{n}" for n in ("good", "wrong", "custom"))
+    entries = {
+        sr_entry(Request(good)): 0,
+        pickle.dumps({"url": wrong, "method": "GET", "headers": "x"}): 0,
+        pickle.dumps({"url": custom, "method": "GET", "_class": "proj.http.MyRequest"}): 0,
+        pickle.dumps({"url": "http://a.example/obj", "x": Touch(Path("/nonexistent/x"))}): 0,
+    }
+    redis_client.zadd("srspider:requests", entries)
+    members = [sr_fingerprint(u) for u in (good, wrong, custom, "http://a.example/obj")]
+    redis_client.sadd("srspider:dupefilter", *members)
+    frontier = frontier_of(redis_client)
+    result = import_scrapy_redis(redis_client, frontier, "srspider", partial=True)
+    assert (result.pushed, result.refused + result.unstorable) == (1, 3), result.examples
+    assert (result.queued_members, result.left_members, result.done_added) == (1, 2, 1)
+    assert frontier.done.contains([bytes.fromhex(m) for m in members]) == [
+        False,  # queued
+        False,
+        False,
+        True,  # unread: marked done
+    ]
+    assert any("2 were kept out of the done import" in w for w in result.warnings)
+
+
 def test_queue_kept_whole_callbacks_by_name_in_pop_order(redis_client: redis.Redis) -> None:
     """A FifoQueue (LPUSH, RPOP): every field kept, callbacks as names, pushed in the
     order scrapy-redis would have popped them; dont_filter requests without a

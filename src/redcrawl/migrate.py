@@ -272,6 +272,10 @@ class MigrationResult:
     """... of which were DONE here already (a repeated import)."""
     queued_members: int = 0
     """Dupefilter members of queued requests (pushed, so not marked done)."""
+    left_members: int = 0
+    """Dupefilter members of queued requests that were read but not imported (refused
+    or unstorable, with ``partial``): not marked done either, so their pages are
+    fetched when a crawl finds them again."""
     invalid_members: int = 0
     """Dupefilter members that are not 40 hex digits (skipped)."""
     source_changed: bool = False
@@ -451,7 +455,7 @@ def import_scrapy_redis(
             "crashed",
         )
     try:
-        queued = _import_queue(
+        queued, left = _import_queue(
             source,
             frontier,
             result,
@@ -470,6 +474,7 @@ def import_scrapy_redis(
                 frontier,
                 result,
                 queued,
+                left,
                 batch=batch,
                 dry_run=dry_run,
                 lock=lock,
@@ -506,9 +511,10 @@ def _say_loss(result: MigrationResult) -> None:
         were = "would be" if result.dry_run else "were"
         result.warnings.append(
             f"--partial: {left:,} queued request(s) {were} not imported and stay in the "
-            f"scrapy-redis queue; their pages {were} marked done here (the dupefilter holds "
-            "their fingerprints), so redcrawl will not fetch them: let scrapy-redis "
-            "workers fetch them"
+            "scrapy-redis queue: let scrapy-redis workers fetch them. Of their pages, "
+            f"{result.left_members:,} {were} kept out of the done import (fetched if the "
+            "crawl finds them again); the others, unreadable, are marked done when the "
+            "dupefilter holds them, and redcrawl will not fetch them"
         )
 
 
@@ -570,11 +576,14 @@ def _import_queue(
     dry_run: bool,
     lock: CrawlLock,
     progress: Callable[[str, int], None] | None,
-) -> set[bytes]:
-    """Push the queue's requests; returns their fingerprints."""
-    if kind == "none":
-        return set()
+) -> tuple[set[bytes], set[bytes]]:
+    """Push the queue's requests; returns their fingerprints, and those of the requests
+    read but not imported (refused or unstorable; an entry refused before it was read
+    has none)."""
     fingerprints: set[bytes] = set()
+    left: set[bytes] = set()
+    if kind == "none":
+        return fingerprints, left
     pending: list[codec.Envelope] = []
 
     def flush() -> None:
@@ -593,8 +602,10 @@ def _import_queue(
         )
         for position, data in _entries(source, result.queue_key, kind, order, reverse, batch):
             result.queue_read += 1
+            d: dict[str, Any] | None = None
             try:
-                env = request_dict_to_envelope(unpickle_request_dict(bytes(data)))
+                d = unpickle_request_dict(bytes(data))
+                env = request_dict_to_envelope(d)
                 # rebuilt as the worker will (class allowed, URL valid), fingerprinted
                 # as scrapy-redis did it: equal to its dupefilter member
                 request = codec.to_request(codec.decode(codec.encode(env)))
@@ -604,10 +615,12 @@ def _import_queue(
             except RefusedEntry as exc:
                 result.refused += 1
                 _note(result, position, str(exc))
+                _leave(left, d, fingerprinter)
                 continue
             except (EncodeError, DecodeError) as exc:
                 result.unstorable += 1
                 _note(result, position, f"cannot be stored: {exc}")
+                _leave(left, d, fingerprinter)
                 continue
             if env.fingerprint is not None:
                 fingerprints.add(env.fingerprint)
@@ -626,7 +639,26 @@ def _import_queue(
             f"the queue changed while it was read ({size_before} -> {size_after} entries): "
             "stop every scrapy-redis worker, then run the import again with --force"
         )
-    return fingerprints
+    return fingerprints, left
+
+
+def _leave(left: set[bytes], d: dict[str, Any] | None, fingerprinter: Fingerprinter) -> None:
+    """Add to ``left`` the scrapy-redis fingerprint of the request dict ``d`` (read, but
+    not imported), when it has one: its dupefilter member is then not marked done."""
+    if d is None or d.get("dont_filter") is True:
+        return
+    from scrapy import Request
+
+    method, body = d.get("method"), d.get("body")
+    try:
+        request = Request(
+            d["url"],
+            method=method if isinstance(method, str) else "GET",
+            body=body if isinstance(body, bytes | str) else b"",
+        )
+        left.add(fingerprinter.request(request))
+    except Exception:  # a URL Scrapy refuses: no fingerprint to keep out
+        return
 
 
 def _import_dupefilter(
@@ -634,6 +666,7 @@ def _import_dupefilter(
     frontier: FrontierCore,
     result: MigrationResult,
     queued: set[bytes],
+    left: set[bytes],
     *,
     batch: int,
     dry_run: bool,
@@ -668,6 +701,9 @@ def _import_dupefilter(
                 continue
             if fp in queued:
                 result.queued_members += 1
+                continue
+            if fp in left:
+                result.left_members += 1
                 continue
             pending.append(fp)
             if len(pending) >= batch:

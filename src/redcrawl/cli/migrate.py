@@ -233,6 +233,11 @@ def _report(r: MigrationResult, crawl: str) -> None:
             f"dupefilter {r.dupefilter_key}: {r.dupefilter_read:,} read, {r.done_added:,} "
             f"{verb} marked done, {r.done_already:,} already done, {r.queued_members:,} "
             f"belong to queued requests, {r.invalid_members:,} invalid"
+            + (
+                f", {r.left_members:,} belong to requests not imported (not marked done)"
+                if r.left_members
+                else ""
+            )
         )
     for example in r.examples:
         console.print(f"[yellow]  {example}[/]")
