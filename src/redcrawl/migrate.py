@@ -27,14 +27,18 @@ A scrapy-redis crawl lives in two keys (by default ``<spider>:requests`` and
    ``picklecompat``) but one: lxml's string, which a ``CrawlSpider``'s requests carry in
    ``meta["link_text"]``, is read as a plain ``str``. Anything else that needs a class or
    a function (an object in meta, a forged ``__reduce__``) is refused before it is built:
-   counted and reported, never run.
+   counted and reported, never run. When any entry is refused (or cannot be stored),
+   nothing is written unless ``partial=True``: the queue is read once first, because such
+   an entry's page is in the dupefilter and step 3 would mark it done, never fetched.
    Accepted entries become envelopes (callbacks stay method names, checked against the
    spider when a worker rebuilds the request) and are **pushed as READY**, in the order
    scrapy-redis would have popped them, with their priority.
 3. The **dupefilter** members that do not belong to a queued request are added to the
    crawl's DONE filter: those requests were fetched (or popped by a worker that died: a
    scrapy-redis worker's popped requests are lost with it, and nothing can tell them
-   apart).
+   apart). With ``partial=True``, the members of requests that were read but not
+   imported are left out too (their pages stay fetchable); an entry refused unread has
+   no known fingerprint, and its member is marked done.
 
 The source is only read (run it with the scrapy-redis workers stopped: the queue is read
 in pages, and a queue that changes meanwhile is reported). The import holds the crawl's
