@@ -557,7 +557,7 @@ def _check_queue(
         "pages are in the scrapy-redis dupefilter, so importing the rest would mark them "
         "done here and redcrawl would never fetch them. Let the scrapy-redis workers "
         "finish those (or remove them from the queue), or import the rest anyway with "
-        "--partial (partial=True), those pages lost"
+        "--partial (partial=True), which says what it loses"
     )
     return check
 

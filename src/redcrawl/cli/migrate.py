@@ -245,17 +245,10 @@ def _report(r: MigrationResult, crawl: str) -> None:
         console.print(f"[yellow]warning:[/] {warning}")
     left = r.refused + r.unstorable
     if left and r.stopped:
-        console.print(
-            f"[red]nothing imported: {left:,} queued request(s) cannot be[/] (see above); "
-            "--partial imports the rest, those pages lost to redcrawl"
-        )
+        console.print(f"[red]nothing imported: {left:,} queued request(s) cannot be[/] (above)")
     elif left:
-        console.print(
-            f"[red]{left:,} queued request(s) {'would not be' if r.dry_run else 'were not'} "
-            "imported[/] (see above; they stay in the scrapy-redis queue, their pages "
-            f"marked done); the rest {verb} imported"
-            + ("" if r.partial or not r.dry_run else " with --partial, else nothing")
-        )
+        were = "would not be" if r.dry_run else "were not"
+        console.print(f"[red]{left:,} queued request(s) {were} imported[/] (above)")
 
 
 @app.command("migrate")
