@@ -270,6 +270,86 @@ def test_unpickler_refuses_globals_without_running_them(payload: object, tmp_pat
     assert not marker.exists()
 
 
+def lxml_string(text: str) -> str:
+    """What a CrawlSpider's link extractor puts in meta["link_text"]: lxml's string."""
+    from lxml import etree
+
+    value = etree.XPath("string()")(etree.fromstring(f"<a>{text}</a>"))
+    assert type(value).__name__ == "_ElementUnicodeResult"
+    return cast("str", value)
+
+
+# a str subclass as protocols 0 and 1 would store it: copyreg._reconstructor(cls, str, s)
+RECONSTRUCTOR_P0 = (
+    b"(dp0\nVurl\np1\nVhttp://a.example/\np2\nsVmeta\np3\n(dp4\nVlink_text\np5\n"
+    b"ccopy_reg\n_reconstructor\np6\n(clxml.etree\n_ElementUnicodeResult\np7\n"
+    b"c__builtin__\nstr\np8\nVCat 1\np9\ntp10\nRp11\nss."
+)
+
+
+@pytest.mark.parametrize("protocol", range(2, pickle.HIGHEST_PROTOCOL + 1))
+def test_lxml_string_in_meta_is_read_as_a_plain_str(protocol: int) -> None:
+    """A CrawlSpider's requests carry lxml's string in meta["link_text"]; pickle (2..5:
+    0 and 1 cannot pickle it) names its class: NEWOBJ(lxml.etree._ElementUnicodeResult,
+    ("text",)). It is read as the plain str, not the subclass (nothing of lxml imported)."""
+    request = Request("http://a.example/c", meta={"rule": 0, "link_text": lxml_string("Cat 1")})
+    d = request.to_dict(spider=SPIDER)
+    if protocol == 2:  # pickles bytes (the body) through _codecs.encode: not read
+        del d["body"]
+    data = pickle.dumps(d, protocol=protocol)
+    assert b"_ElementUnicodeResult" in data
+    d = unpickle_request_dict(data)
+    assert d["meta"] == {"rule": 0, "link_text": "Cat 1"}
+    assert type(d["meta"]["link_text"]) is str
+    # the same with copyreg._reconstructor (protocols 0, 1), and an empty link text
+    d = unpickle_request_dict(RECONSTRUCTOR_P0)
+    assert d["meta"] == {"link_text": "Cat 1"} and type(d["meta"]["link_text"]) is str
+    empty = pickle.dumps({"url": "http://a.example/", "t": lxml_string("")}, protocol=protocol)
+    assert unpickle_request_dict(empty)["t"] == ""
+
+
+class MyStr(str):
+    """A str subclass of a project: its name does not say it is a str (refused)."""
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        pytest.param(
+            pickle.dumps({"url": "http://a.example/", "t": MyStr("x")}, protocol=p),
+            id=f"other-str-subclass-p{p}",
+        )
+        for p in range(pickle.HIGHEST_PROTOCOL + 1)
+    ]
+    + [
+        # the stand-ins take one plain string, nothing else
+        pytest.param(
+            b"\x80\x02clxml.etree\n_ElementUnicodeResult\n]\x85\x81.", id="newobj-of-a-list"
+        ),
+        pytest.param(
+            b"\x80\x02clxml.etree\n_ElementUnicodeResult\nX\x01\x00\x00\x00aX\x01\x00\x00\x00b\x86\x81.",
+            id="newobj-of-two-strings",
+        ),
+        pytest.param(b"\x80\x02c__builtin__\nstr\nC\x01x\x85R.", id="str-of-bytes"),
+        pytest.param(
+            RECONSTRUCTOR_P0.replace(b"clxml.etree\n_ElementUnicodeResult", b"c__main__\nMyStr"),
+            id="reconstructor-of-another-class",
+        ),
+        pytest.param(
+            RECONSTRUCTOR_P0.replace(b"c__builtin__\nstr", b"c__builtin__\nobject"),
+            id="reconstructor-of-another-base",
+        ),
+        pytest.param(
+            RECONSTRUCTOR_P0.replace(b"VCat 1\np9\n", b"(lp9\n"), id="reconstructor-of-a-list"
+        ),
+        pytest.param(b"\x80\x02ccopyreg\n__newobj__\n.", id="copyreg-newobj"),
+    ],
+)
+def test_str_stand_ins_take_only_their_shape(data: bytes) -> None:
+    with pytest.raises(RefusedEntry, match="refused"):
+        unpickle_request_dict(data)
+
+
 def test_extension_registry_is_refused_too(tmp_path: Path) -> None:
     """EXT opcodes name a global through copyreg's registry: they go through find_class."""
     import copyreg
@@ -314,13 +394,49 @@ def test_malicious_queue_entry_is_counted_and_never_run(
         "srspider:requests", {good: -3, pickle.dumps(Touch(marker)): 0, b"\x80\x05garbage": 0}
     )
     frontier = frontier_of(redis_client)
-    result = import_scrapy_redis(redis_client, frontier, "srspider")
+    # any entry refused: nothing is written (the dupefilter would mark its page done)
+    stopped = import_scrapy_redis(redis_client, frontier, "srspider")
+    assert (stopped.stopped, stopped.queue_read, stopped.refused) == (True, 3, 2)
+    assert not redis_client.keys("rc:*")
+    assert any("--partial" in w for w in stopped.warnings)
+    result = import_scrapy_redis(redis_client, frontier, "srspider", partial=True)
     assert not marker.exists()
     assert (result.queue_read, result.pushed, result.refused) == (3, 1, 2)
     assert any("posix.system" in e or "os.system" in e for e in result.examples)
+    assert any("stay in the scrapy-redis queue" in w for w in result.warnings)
     [lease] = frontier.lease("w", 10)
     assert lease.envelope.url == "http://a.example/x?b=1&a=2"
     assert lease.envelope.meta == {"depth": 2, "link_text": "hi", "rule": 0}
+
+
+def test_partial_import_keeps_pages_of_requests_it_could_read_out_of_done(
+    redis_client: redis.Redis,
+) -> None:
+    """--partial: a request read but not imported (a field of the wrong type, a request
+    class redcrawl does not allow) has a known fingerprint: its dupefilter member is not
+    marked done, so its page is fetched when found again. An entry refused unread (a
+    global) has none: its member is marked done (the loss --partial accepts)."""
+    good, wrong, custom = (f"http://a.example/{n}" for n in ("good", "wrong", "custom"))
+    entries = {
+        sr_entry(Request(good)): 0,
+        pickle.dumps({"url": wrong, "method": "GET", "headers": "x"}): 0,
+        pickle.dumps({"url": custom, "method": "GET", "_class": "proj.http.MyRequest"}): 0,
+        pickle.dumps({"url": "http://a.example/obj", "x": Touch(Path("/nonexistent/x"))}): 0,
+    }
+    redis_client.zadd("srspider:requests", entries)
+    members = [sr_fingerprint(u) for u in (good, wrong, custom, "http://a.example/obj")]
+    redis_client.sadd("srspider:dupefilter", *members)
+    frontier = frontier_of(redis_client)
+    result = import_scrapy_redis(redis_client, frontier, "srspider", partial=True)
+    assert (result.pushed, result.refused + result.unstorable) == (1, 3), result.examples
+    assert (result.queued_members, result.left_members, result.done_added) == (1, 2, 1)
+    assert frontier.done.contains([bytes.fromhex(m) for m in members]) == [
+        False,  # queued
+        False,
+        False,
+        True,  # unread: marked done
+    ]
+    assert any("2 were kept out of the done import" in w for w in result.warnings)
 
 
 def test_queue_kept_whole_callbacks_by_name_in_pop_order(redis_client: redis.Redis) -> None:
@@ -478,10 +594,21 @@ def test_command(redis_client: redis.Redis, tmp_path: Path) -> None:
     assert dry.exit_code == 1, dry.output  # one entry refused
     assert "2 would be queued" in dry.output and "1 refused" in dry.output
     assert not redis_client.keys("rc:*")
-    done = runner.invoke(cli_app(), args)
+    assert "unless --partial" in " ".join(dry.output.split())
+    # an import that would leave a request behind writes nothing (before: it imported
+    # the rest and marked every dupefilter member done, the refused request's page too)
+    stopped = runner.invoke(cli_app(), args)
+    assert stopped.exit_code == 1, stopped.output
+    text = " ".join(stopped.output.split())
+    assert "nothing imported" in text and "--partial" in text, text
+    assert not redis_client.keys("rc:*")
+    # --partial: the rest, the loss said
+    done = runner.invoke(cli_app(), [*args, "--partial"])
     assert done.exit_code == 1, done.output
     assert "2 were queued" in done.output and "1 were marked done" in done.output
-    assert "could not be imported" in " ".join(done.output.split())
+    text = " ".join(done.output.split())
+    assert "1 queued request(s) were not imported" in text, text
+    assert "stay in the scrapy-redis queue" in text, text
     assert not (tmp_path / "pwned").exists()
     assert frontier_of(redis_client, "moved").counts().ready == 2
     again = runner.invoke(cli_app(), args)

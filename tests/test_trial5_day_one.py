@@ -317,12 +317,6 @@ def import_cmd(redis_url: str, *extra: str) -> list[str]:
     return [sys.executable, "-m", "redcrawl.cli", "import-scrapy-redis", "dmoz", *extra]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a change of the import's contract that tests/test_import_scrapy_redis.py's "
-    "test_command pins (a partial import, exit 1): for its owner (cli/migrate.py's check "
-    "first, --partial; see the trial 5 report)",
-)
 def test_import_with_unreadable_queue_entries_writes_nothing(
     tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
 ) -> None:
@@ -332,12 +326,21 @@ def test_import_with_unreadable_queue_entries_writes_nothing(
     marked done, the refused requests' own among them (their fingerprints could not be
     read): exit 1, but the crawl then ran to 'finished' without ever fetching those 18
     pages. Now an import that would refuse any queued request writes nothing (exit 1,
-    saying why); --partial imports the rest knowing the loss."""
+    saying why); --partial imports the rest knowing the loss. The lxml string is read
+    now (the test below): the unreadable entry here holds an object in its meta."""
     need_module("scrapy_redis", "pip install -e '.[test]'")
-    lxml_entry, plain_entry, lxml_fp, plain_fp = crawlspider_entries()
-    done_fp = "ab" * 20
-    redis7_client.zadd("dmoz:requests", {lxml_entry: 0, plain_entry: 0})
-    redis7_client.sadd("dmoz:dupefilter", lxml_fp, plain_fp, done_fp)
+    from datetime import datetime
+
+    from scrapy import Request
+
+    from tests.test_import_scrapy_redis import sr_entry, sr_fingerprint
+
+    _, plain_entry, _, plain_fp = crawlspider_entries()
+    bad_url = "http://a.example/cat1/"
+    bad_entry = sr_entry(Request(bad_url, meta={"rule": 0, "seen": datetime(2024, 1, 1)}))
+    bad_fp, done_fp = sr_fingerprint(bad_url), "ab" * 20
+    redis7_client.zadd("dmoz:requests", {bad_entry: 0, plain_entry: 0})
+    redis7_client.sadd("dmoz:dupefilter", bad_fp, plain_fp, done_fp)
     env = cli_env(redis7.url)
     done = subprocess.run(
         import_cmd(redis7.url), cwd=tmp_path, env=env, capture_output=True, timeout=60
@@ -347,7 +350,7 @@ def test_import_with_unreadable_queue_entries_writes_nothing(
     assert "nothing imported" in out and "--partial" in out, out
     f = frontier(redis7_client, "dmoz")
     assert f.counts().accepted == 0, f.counts()
-    assert f.done.contains([bytes.fromhex(lxml_fp), bytes.fromhex(done_fp)]) == [False, False]
+    assert f.done.contains([bytes.fromhex(bad_fp), bytes.fromhex(done_fp)]) == [False, False]
     assert redis7_client.zcard("dmoz:requests") == 2  # the source is only read
     # --partial: the old behaviour, said: the readable request queued, the rest done
     done = subprocess.run(
@@ -358,12 +361,6 @@ def test_import_with_unreadable_queue_entries_writes_nothing(
     assert f.counts().ready == 1, f.counts()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs src/redcrawl/migrate.py (not this trial's file): RequestUnpickler to read "
-    "lxml's _ElementUnicodeResult (a str subclass, pickled through copyreg._reconstructor) "
-    "as a plain str; see the trial 5 report",
-)
 def test_import_reads_crawlspider_requests(
     tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
 ) -> None:
@@ -374,8 +371,12 @@ def test_import_reads_crawlspider_requests(
 
     lxml_entry, plain_entry, _, _ = crawlspider_entries()
     redis7_client.zadd("dmoz:requests", {lxml_entry: 0, plain_entry: 0})
-    result = import_scrapy_redis(redis7_client, frontier(redis7_client, "dmoz"), "dmoz")
+    f = frontier(redis7_client, "dmoz")
+    result = import_scrapy_redis(redis7_client, f, "dmoz")
     assert (result.refused, result.pushed) == (0, 2), result.examples
+    metas = [lease.envelope.meta for lease in f.lease("w", 10)]
+    assert {"rule": 0, "link_text": "Cat 1"} in metas, metas
+    assert all(type(m.get("link_text", "")) is str for m in metas), metas
 
 
 def test_a_worker_opening_after_its_siblings_finished_the_crawl_is_not_told_to_purge(

@@ -24,15 +24,21 @@ A scrapy-redis crawl lives in two keys (by default ``<spider>:requests`` and
    refuses every global (a scrapy-redis request dict needs none: it is built of dicts,
    lists, tuples, str, bytes, int, float, bool and None only; measured by pickling
    ``Request``, ``FormRequest`` and ``JsonRequest`` dicts with scrapy-redis's own
-   ``picklecompat``). Anything that needs a class or a function (an object in meta, a
-   forged ``__reduce__``) is refused before it is built: counted and reported, never run.
+   ``picklecompat``) but one: lxml's string, which a ``CrawlSpider``'s requests carry in
+   ``meta["link_text"]``, is read as a plain ``str``. Anything else that needs a class or
+   a function (an object in meta, a forged ``__reduce__``) is refused before it is built:
+   counted and reported, never run. When any entry is refused (or cannot be stored),
+   nothing is written unless ``partial=True``: the queue is read once first, because such
+   an entry's page is in the dupefilter and step 3 would mark it done, never fetched.
    Accepted entries become envelopes (callbacks stay method names, checked against the
    spider when a worker rebuilds the request) and are **pushed as READY**, in the order
    scrapy-redis would have popped them, with their priority.
 3. The **dupefilter** members that do not belong to a queued request are added to the
    crawl's DONE filter: those requests were fetched (or popped by a worker that died: a
    scrapy-redis worker's popped requests are lost with it, and nothing can tell them
-   apart).
+   apart). With ``partial=True``, the members of requests that were read but not
+   imported are left out too (their pages stay fetchable); an entry refused unread has
+   no known fingerprint, and its member is marked done.
 
 The source is only read (run it with the scrapy-redis workers stopped: the queue is read
 in pages, and a queue that changes meanwhile is reported). The import holds the crawl's
@@ -48,7 +54,7 @@ import json
 import pickle
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from redcrawl import codec
@@ -106,22 +112,63 @@ class RefusedEntry(ValueError):
     """A queue entry that is not a Scrapy request dict (or could not be read as one)."""
 
 
+class _PlainStr:
+    """The stand-in for a str subclass an entry names: ``_PlainStr(s)`` (pickle's
+    ``NEWOBJ``/``REDUCE``) is ``s`` itself, a plain ``str``; nothing else is accepted.
+    Never instantiated (``__new__`` returns the string), nothing imported."""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:  # returns the str, not a _PlainStr
+        if kwargs or len(args) != 1 or type(args[0]) is not str:
+            raise pickle.UnpicklingError(
+                "refused: a str subclass built from something other than one string"
+            )
+        return args[0]
+
+
+def _reconstructor(cls: Any, base: Any, state: Any) -> str:
+    """The stand-in for ``copyreg._reconstructor`` (protocols 0 and 1), for the one shape
+    of a str subclass: ``_reconstructor(<a str stand-in>, str, "text")`` is ``"text"``."""
+    if cls is not _PlainStr or base is not _PlainStr or type(state) is not str:
+        raise pickle.UnpicklingError(
+            "refused: copyreg._reconstructor other than of a str subclass from a string"
+        )
+    return state
+
+
 class RequestUnpickler(pickle.Unpickler):
     """An unpickler for scrapy-redis queue entries that builds plain data only.
 
-    ``find_class`` refuses every global, so a pickle can neither name a class nor call a
-    function (``REDUCE``, ``NEWOBJ``, ``INST``, ``OBJ`` and the extension registry all get
-    their callable through it); persistent ids are refused too. Containers and scalars
-    are built by pickle's own opcodes, which is all a ``Request.to_dict()`` needs."""
+    ``find_class`` refuses every global but the few in :attr:`STAND_INS`, which it maps to
+    stand-ins of its own (never importing or calling what the entry names), so a pickle
+    can neither name a class nor call a function (``REDUCE``, ``NEWOBJ``, ``INST``,
+    ``OBJ`` and the extension registry all get their callable through it); persistent ids
+    are refused too. Containers and scalars are built by pickle's own opcodes, which is
+    all a ``Request.to_dict()`` needs."""
 
-    SAFE_GLOBALS: frozenset[tuple[str, str]] = frozenset()
-    """Globals an entry may name. Empty: scrapy-redis's pickles of Scrapy's request dicts
-    name none. Value types whose constructors have no side effect (``datetime``,
-    ``decimal.Decimal``) belong here once the codec stores them; objects never do."""
+    STAND_INS: dict[tuple[str, str], Any] = {
+        # a CrawlSpider's meta["link_text"]: lxml's "smart string" (a str subclass, a
+        # C type). Pickled (protocol 2..5, measured with lxml 4.9 and 6.1; 0 and 1
+        # cannot pickle it) as NEWOBJ(lxml.etree._ElementUnicodeResult, ("text",)),
+        # without state; read as the plain str "text" (its getparent() is lost: it
+        # pointed to no element once pickled)
+        ("lxml.etree", "_ElementUnicodeResult"): _PlainStr,
+        # a str subclass pickled with protocol 0 or 1: _reconstructor(cls, str, "text");
+        # cls must be a stand-in above (another class's name does not say it is a str)
+        ("copyreg", "_reconstructor"): _reconstructor,
+        ("copy_reg", "_reconstructor"): _reconstructor,  # protocols 0..2 say copy_reg
+        ("builtins", "str"): _PlainStr,
+        ("__builtin__", "str"): _PlainStr,
+    }
+    """Globals an entry may name, each mapped to a stand-in that builds a plain value:
+    what a stand-in returns is always of a builtin type. Nothing else: scrapy-redis's
+    pickles of Scrapy's request dicts name no other global. Value types whose
+    constructors have no side effect (``datetime``, ``decimal.Decimal``) could be added
+    once the codec stores them; objects never."""
 
     def find_class(self, module: str, name: str) -> Any:
-        if (module, name) in self.SAFE_GLOBALS:
-            return super().find_class(module, name)
+        stand_in = self.STAND_INS.get((module, name))
+        if stand_in is not None:
+            return stand_in
         raise pickle.UnpicklingError(
             f"refused: the entry needs {module}.{name}; a Scrapy request dict needs no "
             "class or function"
@@ -229,11 +276,19 @@ class MigrationResult:
     """... of which were DONE here already (a repeated import)."""
     queued_members: int = 0
     """Dupefilter members of queued requests (pushed, so not marked done)."""
+    left_members: int = 0
+    """Dupefilter members of queued requests that were read but not imported (refused
+    or unstorable, with ``partial``): not marked done either, so their pages are
+    fetched when a crawl finds them again."""
     invalid_members: int = 0
     """Dupefilter members that are not 40 hex digits (skipped)."""
     source_changed: bool = False
     """The queue's length changed while it was read: scrapy-redis workers were running."""
     dry_run: bool = False
+    stopped: bool = False
+    """Nothing was written: entries were refused or unstorable, and ``partial`` was not
+    given (the queue was read, the dupefilter was not)."""
+    partial: bool = False
     warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -317,6 +372,7 @@ def import_scrapy_redis(
     batch: int = 1000,
     dry_run: bool = False,
     force: bool = False,
+    partial: bool = False,
     progress: Callable[[str, int], None] | None = None,
 ) -> MigrationResult:
     """Move scrapy-redis's queue and dupefilter of ``spider`` from ``source`` (a redis-py
@@ -325,7 +381,12 @@ def import_scrapy_redis(
     ``queue_key`` and ``dupefilter_key`` are scrapy-redis's templates (``%(spider)s`` is
     replaced). ``queue_class`` names the scrapy-redis queue class when the queue is a list
     (FifoQueue, the default, or LifoQueue); a sorted set is a PriorityQueue. With
-    ``dry_run`` everything is read and checked but nothing is written. ``progress`` is
+    ``dry_run`` everything is read and checked but nothing is written. Without
+    ``partial``, the queue is read once first and nothing is written (``stopped``) when
+    any entry is refused or unstorable: a queued request's fingerprint is in the
+    dupefilter, and a member that belongs to no imported request is marked DONE, so a
+    request left behind would never be fetched. ``partial=True`` imports the rest anyway,
+    that loss accepted (the warnings say it). ``progress`` is
     called as ``progress(stage, count)``. See the module docstring for what is done.
 
     Raises :class:`~redcrawl.errors.ConfigError` when the crawl cannot take scrapy-redis
@@ -334,7 +395,7 @@ def import_scrapy_redis(
     """
     qkey = queue_key % {"spider": spider}
     dkey = dupefilter_key % {"spider": spider}
-    result = MigrationResult(queue_key=qkey, dupefilter_key=dkey, dry_run=dry_run)
+    result = MigrationResult(queue_key=qkey, dupefilter_key=dkey, dry_run=dry_run, partial=partial)
     if frontier.settings.canonicalize:
         raise ConfigError(
             "REDCRAWL_CANONICALIZE",
@@ -382,10 +443,14 @@ def import_scrapy_redis(
                 f"crawl {frontier.crawl!r} uses {mode.decode()!r} "
                 "fingerprints: the import would be refused"
             )
-    else:
-        crawl_fingerprint_mode(frontier.client, frontier.keys, "scrapy-redis")
     fingerprinter = Fingerprinter(mode="scrapy-redis")
     lock = CrawlLock(frontier.client, frontier.keys, "migrate", ttl=LOCK_TTL)
+    if not dry_run and not partial and kind != "none":
+        check = _check_queue(source, frontier, result, fingerprinter, kind, order, batch, progress)
+        if check is not None:
+            return check
+    if not dry_run:
+        crawl_fingerprint_mode(frontier.client, frontier.keys, "scrapy-redis")
     if not dry_run and not lock.acquire(wait=0):
         raise ConfigError(
             "--crawl",
@@ -394,7 +459,7 @@ def import_scrapy_redis(
             "crashed",
         )
     try:
-        queued = _import_queue(
+        queued, left = _import_queue(
             source,
             frontier,
             result,
@@ -413,6 +478,7 @@ def import_scrapy_redis(
                 frontier,
                 result,
                 queued,
+                left,
                 batch=batch,
                 dry_run=dry_run,
                 lock=lock,
@@ -432,7 +498,68 @@ def import_scrapy_redis(
     finally:
         if lock.acquired:
             lock.release()
+    _say_loss(result)
     return result
+
+
+def _say_loss(result: MigrationResult) -> None:
+    """Warn of queued requests a dry run or a partial import leaves behind."""
+    left = result.refused + result.unstorable
+    if left and result.dry_run and not result.partial:
+        result.warnings.append(
+            f"{left:,} queued request(s) cannot be imported: the import will write nothing "
+            "(their pages are in the dupefilter and would be marked done, never fetched) "
+            "unless --partial (partial=True) accepts that loss"
+        )
+    elif left:
+        were = "would be" if result.dry_run else "were"
+        result.warnings.append(
+            f"--partial: {left:,} queued request(s) {were} not imported and stay in the "
+            "scrapy-redis queue: let scrapy-redis workers fetch them. Of their pages, "
+            f"{result.left_members:,} {were} kept out of the done import (fetched if the "
+            "crawl finds them again); the others, unreadable, are marked done when the "
+            "dupefilter holds them, and redcrawl will not fetch them"
+        )
+
+
+def _check_queue(
+    source: Any,
+    frontier: FrontierCore,
+    result: MigrationResult,
+    fingerprinter: Fingerprinter,
+    kind: str,
+    order: Ordering,
+    batch: int,
+    progress: Callable[[str, int], None] | None,
+) -> MigrationResult | None:
+    """Read the whole queue, writing nothing; the result to return (``stopped``) when an
+    entry cannot be imported, else None (the import may go on)."""
+    check = replace(result, warnings=list(result.warnings), dry_run=True)
+    _import_queue(
+        source,
+        frontier,
+        check,
+        fingerprinter,
+        kind,
+        order,
+        reverse=frontier.settings.ordering == "lifo",
+        batch=batch,
+        dry_run=True,
+        lock=CrawlLock(frontier.client, frontier.keys, "migrate", ttl=LOCK_TTL),
+        progress=progress,
+    )
+    left = check.refused + check.unstorable
+    if not left:
+        return None
+    check.dry_run, check.stopped = False, True
+    check.warnings.append(
+        f"nothing was imported: {left:,} queued request(s) cannot be (see above). Their "
+        "pages are in the scrapy-redis dupefilter, so importing the rest would mark them "
+        "done here and redcrawl would never fetch them. Let the scrapy-redis workers "
+        "finish those (or remove them from the queue), or import the rest anyway with "
+        "--partial (partial=True), which says what it loses"
+    )
+    return check
 
 
 def _note(result: MigrationResult, position: int, reason: str) -> None:
@@ -453,11 +580,14 @@ def _import_queue(
     dry_run: bool,
     lock: CrawlLock,
     progress: Callable[[str, int], None] | None,
-) -> set[bytes]:
-    """Push the queue's requests; returns their fingerprints."""
-    if kind == "none":
-        return set()
+) -> tuple[set[bytes], set[bytes]]:
+    """Push the queue's requests; returns their fingerprints, and those of the requests
+    read but not imported (refused or unstorable; an entry refused before it was read
+    has none)."""
     fingerprints: set[bytes] = set()
+    left: set[bytes] = set()
+    if kind == "none":
+        return fingerprints, left
     pending: list[codec.Envelope] = []
 
     def flush() -> None:
@@ -476,8 +606,10 @@ def _import_queue(
         )
         for position, data in _entries(source, result.queue_key, kind, order, reverse, batch):
             result.queue_read += 1
+            d: dict[str, Any] | None = None
             try:
-                env = request_dict_to_envelope(unpickle_request_dict(bytes(data)))
+                d = unpickle_request_dict(bytes(data))
+                env = request_dict_to_envelope(d)
                 # rebuilt as the worker will (class allowed, URL valid), fingerprinted
                 # as scrapy-redis did it: equal to its dupefilter member
                 request = codec.to_request(codec.decode(codec.encode(env)))
@@ -487,10 +619,12 @@ def _import_queue(
             except RefusedEntry as exc:
                 result.refused += 1
                 _note(result, position, str(exc))
+                _leave(left, d, fingerprinter)
                 continue
             except (EncodeError, DecodeError) as exc:
                 result.unstorable += 1
                 _note(result, position, f"cannot be stored: {exc}")
+                _leave(left, d, fingerprinter)
                 continue
             if env.fingerprint is not None:
                 fingerprints.add(env.fingerprint)
@@ -509,7 +643,26 @@ def _import_queue(
             f"the queue changed while it was read ({size_before} -> {size_after} entries): "
             "stop every scrapy-redis worker, then run the import again with --force"
         )
-    return fingerprints
+    return fingerprints, left
+
+
+def _leave(left: set[bytes], d: dict[str, Any] | None, fingerprinter: Fingerprinter) -> None:
+    """Add to ``left`` the scrapy-redis fingerprint of the request dict ``d`` (read, but
+    not imported), when it has one: its dupefilter member is then not marked done."""
+    if d is None or d.get("dont_filter") is True:
+        return
+    from scrapy import Request
+
+    method, body = d.get("method"), d.get("body")
+    try:
+        request = Request(
+            d["url"],
+            method=method if isinstance(method, str) else "GET",
+            body=body if isinstance(body, bytes | str) else b"",
+        )
+        left.add(fingerprinter.request(request))
+    except Exception:  # a URL Scrapy refuses: no fingerprint to keep out
+        return
 
 
 def _import_dupefilter(
@@ -517,6 +670,7 @@ def _import_dupefilter(
     frontier: FrontierCore,
     result: MigrationResult,
     queued: set[bytes],
+    left: set[bytes],
     *,
     batch: int,
     dry_run: bool,
@@ -551,6 +705,9 @@ def _import_dupefilter(
                 continue
             if fp in queued:
                 result.queued_members += 1
+                continue
+            if fp in left:
+                result.left_members += 1
                 continue
             pending.append(fp)
             if len(pending) >= batch:

@@ -159,13 +159,22 @@ def import_scrapy_redis_command(
             "dont_filter requests are queued again).",
         ),
     ] = False,
+    partial: Annotated[
+        bool,
+        typer.Option(
+            "--partial",
+            help="Import although some queued requests cannot be (without it nothing is "
+            "written then): those stay in the scrapy-redis queue and their pages are "
+            "marked done, so redcrawl never fetches them.",
+        ),
+    ] = False,
 ) -> None:
     """Move an unfinished scrapy-redis crawl into a redcrawl crawl: its queued requests
     become ready requests, its dupefilter's other fingerprints become done, and the crawl
     keeps scrapy-redis's fingerprints so that nothing scrapy-redis fetched is fetched again.
     Stop the scrapy-redis workers first; the scrapy-redis keys are only read. Queue entries
     are unpickled once, refusing anything but plain Scrapy request dicts (never running
-    code from them)."""
+    code from them); when any is refused nothing is imported (exit 1) unless --partial."""
     settings = _settings(redis_url)
     name = crawl_name or settings.crawl_name(spider)
     if queue_key is None:  # SCHEDULER_QUEUE_KEY is read as the crawl name's template
@@ -194,6 +203,7 @@ def import_scrapy_redis_command(
             batch=batch,
             dry_run=dry_run,
             force=force,
+            partial=partial,
             progress=lambda stage, n: console.print(f"{stage}: read {n:,}", end="\r"),
         )
     finally:
@@ -206,7 +216,7 @@ def import_scrapy_redis_command(
 
 
 def _report(r: MigrationResult, crawl: str) -> None:
-    verb = "would be" if r.dry_run else "were"
+    verb = "would be" if r.dry_run or r.stopped else "were"
     typer.echo(f"{'dry run: ' if r.dry_run else ''}crawl {crawl} (scrapy-redis fingerprints)")
     if r.queue_type == "none":
         typer.echo(f"queue {r.queue_key}: not found (nothing was queued)")
@@ -216,21 +226,29 @@ def _report(r: MigrationResult, crawl: str) -> None:
             f"read, {r.pushed:,} {verb} queued, {r.already_known:,} already known, "
             f"{r.refused:,} refused, {r.unstorable:,} not storable"
         )
-    typer.echo(
-        f"dupefilter {r.dupefilter_key}: {r.dupefilter_read:,} read, {r.done_added:,} "
-        f"{verb} marked done, {r.done_already:,} already done, {r.queued_members:,} "
-        f"belong to queued requests, {r.invalid_members:,} invalid"
-    )
+    if r.stopped:
+        typer.echo(f"dupefilter {r.dupefilter_key}: not read (nothing imported)")
+    else:
+        typer.echo(
+            f"dupefilter {r.dupefilter_key}: {r.dupefilter_read:,} read, {r.done_added:,} "
+            f"{verb} marked done, {r.done_already:,} already done, {r.queued_members:,} "
+            f"belong to queued requests, {r.invalid_members:,} invalid"
+            + (
+                f", {r.left_members:,} belong to requests not imported (not marked done)"
+                if r.left_members
+                else ""
+            )
+        )
     for example in r.examples:
         console.print(f"[yellow]  {example}[/]")
     for warning in r.warnings:
         console.print(f"[yellow]warning:[/] {warning}")
-    if r.refused or r.unstorable:
-        console.print(
-            f"[red]{r.refused + r.unstorable:,} queued request(s) could not be "
-            "imported[/] (see above; they stay in the scrapy-redis queue); the rest "
-            f"{verb} imported"
-        )
+    left = r.refused + r.unstorable
+    if left and r.stopped:
+        console.print(f"[red]nothing imported: {left:,} queued request(s) cannot be[/] (above)")
+    elif left:
+        were = "would not be" if r.dry_run else "were not"
+        console.print(f"[red]{left:,} queued request(s) {were} imported[/] (above)")
 
 
 @app.command("migrate")
