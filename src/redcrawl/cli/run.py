@@ -37,6 +37,7 @@ from redcrawl.politeness.describe import fleet_limits
 from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
 from redcrawl.workers import (
+    FleetResult,
     Tick,
     WorkerEvent,
     check_spider,
@@ -314,10 +315,24 @@ def crawl(
             on_event=lambda e: _on_event(e, log_dir),
             max_restarts=max_restarts,
         )
+    raise typer.Exit(_report_end(settings, crawl_id, result, seen, log_dir, fail_on_dead))
+
+
+def _report_end(
+    settings: Settings,
+    crawl_id: str,
+    result: FleetResult,
+    seen: list[Tick],
+    log_dir: Path | None,
+    fail_on_dead: bool,
+) -> int:
+    """The crawl's counts at its end, what is left to do, and the command's exit code."""
     client = connect(settings)
     frontier = open_frontier(client, settings, crawl_id)
     c = frontier.counts()
-    if not c.accepted and not settings.persist and seen:
+    removed = not c.accepted and not settings.persist and bool(seen)
+    dead = seen[0].counts.dead if removed else c.dead
+    if removed:
         # SCHEDULER_PERSIST off: the last worker removed the crawl's state as it finished,
         # so what Redis holds now is nothing: show what was last seen instead of zeros
         last = seen[0]
@@ -358,12 +373,23 @@ def crawl(
         )
     elif result.signal is not None:
         console.print("stopped: run the same command again to resume the crawl")
-    elif code == 0 and fail_on_dead and c.dead:
-        console.print(f"[red]{c.dead:,} dead letter(s)[/]: see `redcrawl dead --crawl {crawl_id}`")
+    elif removed and dead:
+        # (removed with the state: `redcrawl dead` has nothing left to list)
+        console.print(
+            f"[{'red' if fail_on_dead else 'yellow'}]{dead:,} dead letter(s)[/] as last seen, "
+            "removed with the crawl's state (SCHEDULER_PERSIST is off); the workers' logs "
+            "name them",
+            highlight=False,
+            soft_wrap=True,
+        )
+        if code == 0 and fail_on_dead:
+            code = EXIT_DEAD_LETTERS
+    elif code == 0 and fail_on_dead and dead:
+        console.print(f"[red]{dead:,} dead letter(s)[/]: see `redcrawl dead --crawl {crawl_id}`")
         code = EXIT_DEAD_LETTERS
-    elif c.dead:
-        _say_dead(frontier, c.dead, crawl_id)
-    raise typer.Exit(code)
+    elif dead:
+        _say_dead(frontier, dead, crawl_id)
+    return code
 
 
 def _say_dead(frontier: FrontierCore, dead: int, crawl_id: str) -> None:
@@ -373,7 +399,8 @@ def _say_dead(frontier: FrontierCore, dead: int, crawl_id: str) -> None:
     with contextlib.suppress(RedcrawlError):  # only a hint: the counts were read already
         rows = frontier.dead(1)
         if rows:
-            first = escape(f" (the first: {rows[0].url}: {rows[0].error})")
+            error = (rows[0].error or "").strip().splitlines()[:1] or [""]
+            first = escape(f" (the first: {rows[0].url}: {error[0][:200]})")
     console.print(
         f"[yellow]{dead:,} dead letter(s)[/]{first}: `redcrawl dead --crawl {crawl_id}` lists "
         "them, `--requeue` puts them back",
