@@ -301,7 +301,7 @@ def test_a_crashed_worker_is_restarted_while_the_others_run_in_a_finished_crawl(
         f"    open({str(marker)!r}, 'w').close(); sys.exit(1)\n"
         f"while not os.path.exists({str(marker)!r}):\n"
         "    time.sleep(0.01)\n"
-        "time.sleep(1.0)\n"  # (w1 runs on after w0's crash: w0's restart is due in 0.01 s)
+        "time.sleep(2.0)\n"  # (w1 runs on after w0's crash: w0's restart is due in 0.01 s)
     )
     result = Fleet(
         python(code),
@@ -316,7 +316,7 @@ def test_a_crashed_worker_is_restarted_while_the_others_run_in_a_finished_crawl(
 
 
 def test_a_restart_due_after_the_crawl_finished_meanwhile_is_dropped(tmp_path: Path) -> None:
-    """w0 crashes while w1 runs: its restart is due in 1 s. w1 finishes the crawl and
+    """w0 crashes while w1 runs: its restart is due in 4 s. w1 finishes the crawl and
     exits before that: w0 is not started into a finished crawl (with SCHEDULER_PERSIST
     = False, one whose state the last worker removed: it would crawl it all again)."""
     events: list[WorkerEvent] = []
@@ -327,13 +327,13 @@ def test_a_restart_due_after_the_crawl_finished_meanwhile_is_dropped(tmp_path: P
         f"    open({str(marker)!r}, 'w').close(); sys.exit(1)\n"
         f"while not os.path.exists({str(marker)!r}):\n"
         "    time.sleep(0.01)\n"
-        "time.sleep(0.4)\n"  # (running when w0's exit is read; gone before its restart)
+        "time.sleep(1.5)\n"  # (running when w0's exit is read; gone before its restart)
     )
     result = Fleet(
         python(code),
         workers=2,
         log_dir=tmp_path,
-        backoff=1.0,
+        backoff=4.0,
         unfinished=lambda: False,
         on_event=events.append,
     ).run()
