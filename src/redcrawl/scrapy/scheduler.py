@@ -456,10 +456,9 @@ class Scheduler(BaseScheduler):
                     "could not take the crawl's flush lock within 30 s: another worker is "
                     f"flushing it; retry, or delete {lock.key} if a crashed worker left it"
                 )
-            now = self.frontier.server_time()
-            alive = [w for w, until in self.frontier.workers().items() if until > now]
+            alive = self._live_others()
             if alive:
-                log.info("redcrawl: not flushing: crawl already running (%d worker(s))", len(alive))
+                log.info("redcrawl: not flushing: crawl already running (%d worker(s))", alive)
             else:
                 self.frontier.purge()
                 log.info("redcrawl: flushed crawl %r on start", self.frontier.crawl)
@@ -583,11 +582,7 @@ class Scheduler(BaseScheduler):
         """SCHEDULER_PERSIST = False: remove the crawl's state when the crawl is finished
         and no other worker is alive (never under another worker's feet)."""
         assert self.frontier is not None
-        now = self.frontier.server_time()
-        others = [
-            w for w, until in self.frontier.workers().items() if until > now and w != self.worker
-        ]
-        if not others and self.frontier.counts().finished:
+        if not self._live_others() and self.frontier.counts().finished:
             self.frontier.purge()
             log.info("redcrawl: crawl finished and SCHEDULER_PERSIST is off: purged it")
 
