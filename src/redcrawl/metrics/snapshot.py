@@ -103,6 +103,9 @@ TOP_WORKERS = 50
 """Most workers per crawl listed one by one (the most recent heartbeats first)."""
 OPEN_SAMPLE = 20
 """Open politeness keys per tier whose ready queues are read for the leasable estimate."""
+PURGE_KEEPS = ("seq", "leases")
+"""The stats fields a purge keeps (frontier/lua/purge.lua): a stats hash holding nothing
+else is a purged crawl's."""
 LEASE_SAMPLE = 50
 """Leases with the oldest deadlines whose holders are read (lists): a worker whose
 heartbeat stopped holds the oldest ones (a live worker's are renewed)."""
@@ -257,7 +260,7 @@ class SnapshotReader:
         prefix = self.settings.key_prefix
         listed, complete = registered(self.client, prefix)
         if complete:  # the crawl registry has every crawl: no SCAN
-            names = sorted(listed)
+            names = self._existing(sorted(listed))
             return names[: self.max_crawls], max(0, len(names) - self.max_crawls)
         found: set[str] = set()
         with self._lock:
@@ -286,8 +289,31 @@ class SnapshotReader:
             for name in names:
                 pipe.exists(CrawlKeys(name, prefix).stats)
             found = {n for n, there in zip(names, pipe.execute(), strict=True) if there}
-        names = sorted(found | listed)
+        names = self._existing(sorted(found | listed))
         return names[: self.max_crawls], max(0, len(names) - self.max_crawls)
+
+    def _existing(self, names: list[str]) -> list[str]:
+        """``names`` without the purged crawls (one pipelined ``HRANDFIELD stats 3``
+        each): a purge keeps only the id counters of the crawl's stats hash
+        (:data:`PURGE_KEEPS`), so its key still exists, but ``crawls``, ``GET /v1/crawls``
+        and the dashboard no longer list it, and neither do the metrics (nor do they write
+        its dashboard history again). Any other field in the hash (counts, a worker's
+        heartbeat counters: a fleet still waiting for its first URL) keeps it listed (of
+        3 fields drawn from a hash of more than 2, one is such a field); so does a stats
+        key that is not a hash (reported as corrupt)."""
+        if not names:
+            return names
+        pipe = self.client.pipeline(transaction=False)
+        for name in names:
+            pipe.hrandfield(CrawlKeys(name, self.settings.key_prefix).stats, 3)
+        replies = pipe.execute(raise_on_error=False)
+        return [
+            name
+            for name, fields in zip(names, replies, strict=True)
+            # (an error, e.g. a Redis before 6.2 without HRANDFIELD: listed, as before)
+            if not isinstance(fields, list)
+            or {f.decode() if isinstance(f, bytes) else f for f in fields} - set(PURGE_KEEPS)
+        ]
 
     def frontier(self, crawl: str) -> FrontierCore:
         """The crawl's frontier, opened once (concurrent scrapes share the reader)."""
