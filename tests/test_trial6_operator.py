@@ -4,7 +4,15 @@ docs/api.md, docs/metrics.md). What it found, one test each."""
 from __future__ import annotations
 
 import hashlib
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 
+import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -13,6 +21,8 @@ from redcrawl.frontier import open_frontier
 from redcrawl.metrics.collector import render
 from redcrawl.metrics.snapshot import SnapshotReader
 from redcrawl.settings import Settings
+
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 def _env(url: str) -> Envelope:
@@ -48,3 +58,51 @@ def test_a_purged_crawl_leaves_the_metrics(redis7_client: redis.Redis) -> None:
     # pushed to again, it is back
     open_frontier(redis7_client, settings, "gone").push([_env("http://a.example/again")])
     assert _crawls_in(render(reader).decode()) == {"kept", "gone"}
+
+
+class _NotRedis(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # (a Redis client's first bytes are no HTTP request)
+        self.send_error(400)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def http_port() -> Iterator[int]:
+    """A loopback port where an HTTP server answers: what REDIS_URL names when it has the
+    wrong port (or a proxy's)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _NotRedis)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="needs the connection.py change in the trial-6 report: redis-py's InvalidResponse "
+    "(not a ConnectionError) escapes connect()'s probe as a traceback",
+)
+def test_a_redis_url_naming_a_server_that_is_not_redis_is_an_error_line(
+    http_port: int, tmp_path: Path
+) -> None:
+    """`redcrawl status --redis-url redis://host:PORT/0` where PORT is an HTTP server (a
+    wrong port; in the trial a black-holed address answered by a proxy): a 40-line
+    traceback ending in `redis.exceptions.InvalidResponse: Protocol error, got "<" as reply
+    type byte`, exit 1. `redcrawl crawl` and a `scrapy crawl` worker did the same."""
+    url = f"redis://:s3cretPW@127.0.0.1:{http_port}/0"
+    done = subprocess.run(
+        [sys.executable, "-m", "redcrawl", "status", "--crawl", "c", "--redis-url", url],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "200"},
+        timeout=60,
+    )
+    out = done.stdout + done.stderr
+    assert "Traceback" not in out, out
+    assert done.returncode == 3, out
+    assert "error:" in out and "not" in out and "Redis" in out, out
+    assert "s3cretPW" not in out, out
