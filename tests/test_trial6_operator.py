@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 import redis
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,6 +22,9 @@ from redcrawl.frontier import open_frontier
 from redcrawl.metrics.collector import render
 from redcrawl.metrics.snapshot import SnapshotReader
 from redcrawl.settings import Settings
+
+from .apikit import AUTH_ADMIN, ApiServer, api_settings
+from .conftest import RedisServer
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -106,3 +110,26 @@ def test_a_redis_url_naming_a_server_that_is_not_redis_is_an_error_line(
     assert done.returncode == 3, out
     assert "error:" in out and "not" in out and "Redis" in out, out
     assert "s3cretPW" not in out, out
+
+
+@pytest.fixture
+def api(redis7: RedisServer, redis7_client: redis.Redis) -> Iterator[httpx.Client]:
+    server = ApiServer(api_settings(redis7.url), redis7_client)
+    try:
+        with httpx.Client(base_url=server.url, headers=AUTH_ADMIN, timeout=10) as c:
+            yield c
+    finally:
+        server.stop()
+
+
+def test_a_hosts_key_that_cannot_exist_is_a_404_that_reads(api: httpx.Client) -> None:
+    """`GET /v1/crawls/shop/hosts/a%01b` answered 404 `no politeness key can be it has
+    control characters; no politeness key has any`."""
+    r = api.post("/v1/crawls/c/requests", json={"requests": [{"url": "http://a.test/"}]})
+    assert r.status_code == 200, r.text
+    for path in ("a%01b", "é" * 200):
+        r = api.get(f"/v1/crawls/c/hosts/{path}")
+        assert r.status_code == 404, r.text
+        detail = r.json()["detail"]
+        assert detail.startswith("no such politeness key: "), detail
+        assert "can be it" not in detail, detail

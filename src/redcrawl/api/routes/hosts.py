@@ -47,7 +47,7 @@ def router(ctx: Context) -> APIRouter:
             return check_key(key)
         except BadHostInput as exc:
             # (over 255 bytes, control characters: such a key cannot exist)
-            raise HTTPException(404, f"no politeness key can be {exc.problem}") from None
+            raise HTTPException(404, f"no such politeness key: {exc.problem}") from None
 
     def out(d: HostDetail) -> m.HostOut:
         return m.HostOut.model_validate(d)
