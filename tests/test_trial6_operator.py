@@ -133,3 +133,49 @@ def test_a_hosts_key_that_cannot_exist_is_a_404_that_reads(api: httpx.Client) ->
         detail = r.json()["detail"]
         assert detail.startswith("no such politeness key: "), detail
         assert "can be it" not in detail, detail
+
+
+def test_stop_embedded_while_in_use_names_the_flag_that_forces_it(tmp_path: Path) -> None:
+    """`redcrawl stop-embedded` while a crawl uses the embedded Redis ended in `Stop them
+    first, or force it`: with what, the user had to find in `--help`."""
+    env = {**os.environ, "PYTHONPATH": str(SRC), "COLUMNS": "300"}
+    env.pop("REDCRAWL_REDIS_URL", None)
+    user = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time\n"
+            "from redcrawl.connection import connect\n"
+            "from redcrawl.settings import Settings\n"
+            "connect(Settings()).ping()\n"
+            "print('up', flush=True)\n"
+            "time.sleep(60)\n",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert user.stdout is not None and user.stdout.readline() == "up\n"
+        done = subprocess.run(
+            [sys.executable, "-m", "redcrawl", "stop-embedded"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=60,
+        )
+        out = done.stdout + done.stderr
+        assert done.returncode == 1, out
+        assert f"pid {user.pid}" in out and "--force" in out, out
+    finally:
+        user.kill()
+        user.communicate()
+        subprocess.run(
+            [sys.executable, "-m", "redcrawl", "stop-embedded", "--force"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            timeout=60,
+        )

@@ -503,7 +503,16 @@ def stop_embedded_command(
     stops by itself when the last process using it exits; this is for a server left
     running after its last user was killed."""
     settings = _settings(None)
-    if stop_embedded(settings, force=force):
+    try:
+        stopped = stop_embedded(settings, force=force)
+    except RedcrawlError as exc:
+        if force or type(exc) is not RedcrawlError:  # (in use: a plain RedcrawlError)
+            raise
+        # the library's words, and the flag that forces it
+        raise _fail(
+            f"{exc} with `redcrawl stop-embedded --force` (they lose their Redis)", EXIT_FAILED
+        ) from None
+    if stopped:
         typer.echo(f"stopped the embedded Redis in {settings.embedded_dir.resolve()}")
     else:
         typer.echo(f"no embedded Redis running in {settings.embedded_dir.resolve()}")
