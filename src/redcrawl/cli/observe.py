@@ -48,7 +48,7 @@ MaxCrawls = Annotated[
     typer.Option(
         "--max-crawls",
         min=1,
-        help="Most crawls read per scrape (found by a SCAN over the crawls' stats keys only).",
+        help="Most crawls read per scrape or poll (from the crawl registry, docs/metrics.md).",
     ),
 ]
 Crawls = Annotated[
@@ -56,7 +56,7 @@ Crawls = Annotated[
     typer.Option(
         "--crawl",
         envvar="REDCRAWL_CRAWL",
-        help="A crawl to export (repeat for more). "
+        help="A crawl to read (repeat for more). "
         "Default: every crawl in the Redis, up to --max-crawls.",
     ),
 ]
@@ -153,8 +153,8 @@ def watch(
 ) -> None:
     """Watch the crawls and POST an alert to WEBHOOK when a rule starts or stops firing
     (the rules of deploy/prometheus/alerts.yml, evaluated on Redis directly: no Prometheus
-    needed). A webhook that is down is retried at each poll; nothing stops the watch but
-    Ctrl-C."""
+    needed). A webhook that is down is retried at each poll; the watch runs until Ctrl-C
+    or SIGTERM (or --polls)."""
     from redcrawl.metrics.watch import Watchdog, webhook_site
 
     if problem := _webhook_problem(webhook):
