@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import html
 import itertools
+import json
 import socket
 import struct
 import threading
@@ -60,12 +61,14 @@ __all__ = [
     "SITEKIT_FILE",
     "Fault",
     "Fetch",
+    "Handover",
     "HostSummary",
     "MultiSite",
     "Recorder",
     "SiteKitSpider",
     "SiteSpec",
     "format_summary",
+    "read_handovers",
     "serving",
 ]
 
@@ -119,6 +122,32 @@ class Fetch:
     path: str
     end: float | None = None
     status: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Handover:
+    """One request a worker's scheduler handed to Scrapy (``SiteKitSpider(handovers=...)``):
+    its URL, when (``time.monotonic()``, the same clock as :attr:`Fetch.start`), and when
+    the frontier granted it (None: unknown, e.g. not redcrawl's scheduler)."""
+
+    url: str
+    at: float
+    granted: float | None
+
+
+def read_handovers(paths: Sequence[Path]) -> list[Handover]:
+    """Every hand-over the workers wrote to ``paths`` (missing files: none; a partly
+    written last line, from a killed worker: left out), in order of time."""
+    seen: list[Handover] = []
+    for path in paths:
+        with contextlib.suppress(FileNotFoundError), path.open() as lines:
+            for line in lines:
+                try:
+                    r = json.loads(line)
+                except ValueError:
+                    continue
+                seen.append(Handover(r["url"], r["at"], r["granted"]))
+    return sorted(seen, key=lambda h: h.at)
 
 
 class Recorder:
@@ -382,23 +411,56 @@ class SiteKitSpider(scrapy.Spider):
     response and no queued request for that long, asking its scheduler every 50 ms. For
     scrapy-redis fleets only, whose scheduler knows nothing of requests in flight at
     other workers and would close a worker that finds the shared queue momentarily empty
-    (see bench/crawl_spider.py); redcrawl keeps its workers open by itself."""
+    (see bench/crawl_spider.py); redcrawl keeps its workers open by itself.
+
+    ``handovers`` (a file path, default none): append one JSON line per request the
+    scheduler hands to Scrapy (:class:`Handover`: its URL, when ``next_request`` returned
+    it, and, on redcrawl's scheduler, when the frontier granted it, ``Lease.granted``), on
+    the machine's monotonic clock like the sites' stamps. Read with
+    :func:`read_handovers`: it tells a request that was handed over late from one that
+    was handed over on time and reached its site late."""
 
     name = "sitekit"
 
-    def __init__(self, urls: str = "", idle_grace: str | float = 0, **kwargs: Any) -> None:
+    def __init__(
+        self, urls: str = "", idle_grace: str | float = 0, handovers: str = "", **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
         self.roots = [u for u in urls.split(",") if u]
         self.idle_grace = float(idle_grace)
         self.last_busy = time.monotonic()
         self._poll: Any = None
+        self.handovers = handovers
 
     @classmethod
     def from_crawler(cls, crawler: Any, *args: Any, **kwargs: Any) -> SiteKitSpider:
         spider = super().from_crawler(crawler, *args, **kwargs)
         crawler.signals.connect(spider._on_response, signals.response_received)
         crawler.signals.connect(spider._on_idle, signals.spider_idle)
+        if spider.handovers:
+            crawler.signals.connect(spider._record_handovers, signals.spider_opened)
         return spider
+
+    def _record_handovers(self, spider: Any) -> None:
+        engine = self.crawler.engine
+        slot = getattr(engine, "_slot", None) or getattr(engine, "slot", None)
+        scheduler = getattr(slot, "scheduler", None)
+        if scheduler is None:
+            return
+        out = open(self.handovers, "a", buffering=1)  # noqa: SIM115 (a line each, till exit)
+        lease_of = getattr(scheduler, "lease_of", None)
+        plain = scheduler.next_request
+
+        def next_request() -> Any:
+            request = plain()
+            if request is not None:
+                lease = lease_of(request) if lease_of is not None else None
+                granted = getattr(lease, "granted", 0.0) or None
+                line = {"url": request.url, "at": time.monotonic(), "granted": granted}
+                out.write(json.dumps(line) + "\n")  # before the download: a kill keeps it
+            return request
+
+        scheduler.next_request = next_request
 
     async def start(self) -> AsyncIterator[Any]:
         # dont_filter=False: every worker yields the same roots, one of them fetches each
