@@ -84,11 +84,6 @@ def http_port() -> Iterator[int]:
     server.server_close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="needs the connection.py change in the trial-6 report: redis-py's InvalidResponse "
-    "(not a ConnectionError) escapes connect()'s probe as a traceback",
-)
 def test_a_redis_url_naming_a_server_that_is_not_redis_is_an_error_line(
     http_port: int, tmp_path: Path
 ) -> None:

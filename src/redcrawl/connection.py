@@ -134,6 +134,14 @@ def connect(
             raise login_refused(url, exc) from None
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             raise RedisUnavailable(redact(url), exc, fix=_tls_fix(url, exc)) from None
+        except redis.exceptions.InvalidResponse as exc:  # e.g. an HTTP port
+            raise RedisUnavailable(
+                redact(url),
+                exc,
+                problem="no Redis server answers (the server there speaks another protocol)",
+                fix="Check the host and port in REDCRAWL_REDIS_URL / REDIS_URL: they name "
+                "another kind of server.",
+            ) from None
         except redis.exceptions.ResponseError as exc:
             db = client.connection_pool.connection_kwargs.get("db", 0)
             if "DB index is out of range" in str(exc):
