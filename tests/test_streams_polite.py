@@ -13,7 +13,7 @@ import pytest
 import redis
 
 from redcrawl.codec import Envelope
-from redcrawl.errors import FrontierError
+from redcrawl.errors import FrontierError, LayoutMismatch
 from redcrawl.frontier import StreamsFrontier, open_frontier
 from redcrawl.frontier.streams import GROUP
 from redcrawl.settings import Settings
@@ -121,6 +121,22 @@ def test_a_streams_crawl_created_without_politeness_keeps_its_layout(
     # the API and the CLI open either layout
     again = open_frontier(redis_client, Settings(politeness=False), "new", follow_layout=True)
     assert isinstance(again, StreamsFrontier) and again.politeness == "host"
+
+
+def test_a_lists_crawl_opened_as_streams_is_refused_without_a_false_warning(
+    redis_client: redis.Redis, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a polite lists crawl opened by a worker set to the streams backend: the layout
+    # refusal names the backend; no warning that the crawl lacks politeness (it has it)
+    open_frontier(redis_client, Settings(), "lst").push(site("a.test", 2))
+    with caplog.at_level(logging.WARNING), pytest.raises(LayoutMismatch, match="lists"):
+        open_frontier(redis_client, Settings(backend="streams"), "lst").lease("w", 1)
+    assert "without fleet-wide politeness" not in caplog.text
+    # and the other way round
+    open_frontier(redis_client, Settings(backend="streams"), "str").push(site("a.test", 2))
+    with caplog.at_level(logging.WARNING), pytest.raises(LayoutMismatch, match="streams"):
+        open_frontier(redis_client, Settings(), "str").lease("w", 1)
+    assert "without fleet-wide politeness" not in caplog.text
 
 
 def test_purge_deletes_the_per_key_queues(

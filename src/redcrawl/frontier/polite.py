@@ -96,6 +96,9 @@ class PolitenessOps:
         if raw is None:
             return self.settings.politeness_key
         head = raw.decode(errors="replace").split(" ", 1)[0]
+        if head.startswith("streams/") != mark.startswith("streams/"):
+            # the other backend's crawl: the layout check refuses it, naming the backend
+            return self.settings.politeness_key
         if head.rpartition(mark)[2] not in ("host", "domain"):
             log.warning(
                 "crawl %s was created without fleet-wide politeness and keeps its "
