@@ -72,17 +72,32 @@ def all_crawls(client: Any, prefix: str) -> list[str]:
     return sorted(names | found)
 
 
-def alive(client: Any, prefix: str, names: list[str]) -> list[bool]:
-    """Whether each crawl exists, for every lister (the API, ``redcrawl crawls``): its
-    stats hold counts, or say how many partitions it has (a partitioned crawl's counts
-    are its partitions'). A purge keeps only the id and lease-token counters (``seq``,
-    ``leases``: old leases must stay stale), so a purged crawl is listed by none until a
-    request is pushed to it again. A stats key that is not a hash counts (it is reported
-    as corrupt). Errors are redis-py's."""
+PURGE_KEEPS = ("seq", "leases")
+"""The stats fields a purge keeps (frontier/lua/purge.lua: old leases must stay stale)."""
+
+
+def alive(client: Any, prefix: str, names: list[str], *, waiting: bool = False) -> list[bool]:
+    """Whether each crawl exists, for every lister (the API, ``redcrawl crawls``, the
+    metrics): its stats hold counts, or say how many partitions it has (a partitioned
+    crawl's counts are its partitions'). A purge keeps only the id and lease-token
+    counters (:data:`PURGE_KEEPS`), so a purged crawl is listed by none until a request
+    is pushed to it again. ``waiting``: a crawl whose stats hold any other field counts
+    too (a fleet's heartbeat counters before its first URL: the metrics show such a
+    fleet; one pipelined ``HRANDFIELD stats 3`` per crawl, of which one field is not a
+    purge's when the hash has more than two). A stats key that is not a hash counts (it
+    is reported as corrupt); so does any crawl on a Redis without ``HRANDFIELD`` (before
+    6.2) when ``waiting``. Errors are redis-py's."""
     pipe = client.pipeline(transaction=False)
     for name in names:
-        pipe.hmget(CrawlKeys(name, prefix=prefix).stats, "accepted", "filtered", "partitions")
+        stats = CrawlKeys(name, prefix=prefix).stats
+        if waiting:
+            pipe.hrandfield(stats, 3)
+        else:
+            pipe.hmget(stats, "accepted", "filtered", "partitions")
     replies = pipe.execute(raise_on_error=False)
+    if waiting:
+        keeps = {f.encode() for f in PURGE_KEEPS} | set(PURGE_KEEPS)
+        return [not isinstance(r, list) or bool(set(r) - keeps) for r in replies]
     return [not isinstance(r, list) or any(x is not None for x in r) for r in replies]
 
 

@@ -75,7 +75,7 @@ from redcrawl.frontier.partitioned import PartitionedFrontier
 from redcrawl.frontier.records import stored_int
 from redcrawl.frontier.streams import GROUP
 from redcrawl.keys import CrawlKeys, crawl_of_stats_key, stats_key_pattern
-from redcrawl.metrics.registry import adopt, registered
+from redcrawl.metrics.registry import adopt, alive, registered
 from redcrawl.settings import Settings
 
 __all__ = [
@@ -103,9 +103,6 @@ TOP_WORKERS = 50
 """Most workers per crawl listed one by one (the most recent heartbeats first)."""
 OPEN_SAMPLE = 20
 """Open politeness keys per tier whose ready queues are read for the leasable estimate."""
-PURGE_KEEPS = ("seq", "leases")
-"""The stats fields a purge keeps (frontier/lua/purge.lua): a stats hash holding nothing
-else is a purged crawl's."""
 LEASE_SAMPLE = 50
 """Leases with the oldest deadlines whose holders are read (lists): a worker whose
 heartbeat stopped holds the oldest ones (a live worker's are renewed)."""
@@ -293,26 +290,14 @@ class SnapshotReader:
         return names[: self.max_crawls], max(0, len(names) - self.max_crawls)
 
     def _existing(self, names: list[str]) -> list[str]:
-        """``names`` without the purged crawls (one pipelined ``HRANDFIELD stats 3``
-        each): a purge keeps only the id counters of the crawl's stats hash
-        (:data:`PURGE_KEEPS`), so its key still exists, but ``crawls``, ``GET /v1/crawls``
-        and the dashboard no longer list it, and neither do the metrics (nor do they write
-        its dashboard history again). Any other field in the hash (counts, a worker's
-        heartbeat counters: a fleet still waiting for its first URL) keeps it listed (of
-        3 fields drawn from a hash of more than 2, one is such a field); so does a stats
-        key that is not a hash (reported as corrupt)."""
-        if not names:
-            return names
-        pipe = self.client.pipeline(transaction=False)
-        for name in names:
-            pipe.hrandfield(CrawlKeys(name, self.settings.key_prefix).stats, 3)
-        replies = pipe.execute(raise_on_error=False)
+        """``names`` without the purged crawls (:func:`~redcrawl.metrics.registry.alive`,
+        a fleet waiting for its first URL kept): the metrics no longer show a purged
+        crawl, nor write its dashboard history again."""
+        prefix = self.settings.key_prefix
         return [
-            name
-            for name, fields in zip(names, replies, strict=True)
-            # (an error, e.g. a Redis before 6.2 without HRANDFIELD: listed, as before)
-            if not isinstance(fields, list)
-            or {f.decode() if isinstance(f, bytes) else f for f in fields} - set(PURGE_KEEPS)
+            n
+            for n, ok in zip(names, alive(self.client, prefix, names, waiting=True), strict=True)
+            if ok
         ]
 
     def frontier(self, crawl: str) -> FrontierCore:
