@@ -21,6 +21,8 @@ import redis
 
 from redcrawl.demo import ShopSite, SiteConfig
 from redcrawl.frontier import FrontierCore
+from redcrawl.frontier.final import read_final
+from redcrawl.keys import FINAL_TTL, CrawlKeys
 from tests.conftest import RedisServer
 from tests.scrapy_projects import outcomes_spider as oc
 from tests.scrapy_projects.harness import (
@@ -507,8 +509,12 @@ def test_persist_false_purges_the_crawl_unless_another_worker_is_alive(
             worker.wait().ok()
         assert site_gone.hits() == site_kept.hits() == once_each(site_gone)
 
-    # purged: only the counters naming ids and lease tokens stay (so old leases stay stale)
-    assert crawl_keys(redis7_client, "gone") == [b"rc:{gone}:stats"]
+    # purged: only the counters naming ids and lease tokens stay (so old leases stay stale),
+    # and the finished crawl's counts for `redcrawl crawl`, which expire
+    assert crawl_keys(redis7_client, "gone") == [b"rc:{gone}:final", b"rc:{gone}:stats"]
+    assert 0 < redis7_client.ttl("rc:{gone}:final") <= FINAL_TTL
+    final = read_final(redis7_client, CrawlKeys("gone"))
+    assert final is not None and final[0].done == len(once_each(site_gone)) and final[0].finished
     assert set(redis7_client.hkeys("rc:{gone}:stats")) <= {b"seq", b"leases"}
     assert crawl_keys(redis7_client, "kept") != []
     kept = frontier(redis7_client, "kept")

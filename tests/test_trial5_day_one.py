@@ -31,6 +31,7 @@ SHOP_SPIDER = Path(__file__).parent / "scrapy_projects" / "shop_spider.py"
 pytestmark = pytest.mark.slow
 
 SITE = SiteConfig(products=6, per_page=3, categories=1, tracking_params=False)
+SITE_URL = "http://127.0.0.1:9/page"
 WORKER = {"CONCURRENT_REQUESTS": 4, "REDCRAWL_POLITENESS": "off"}
 
 
@@ -235,6 +236,32 @@ def test_fail_on_dead_counts_the_dead_letters_a_persist_off_crawl_removed(
     assert frontier(redis7_client, "t5deadoff").counts().accepted == 0  # removed
     assert done.returncode == 4, out[-3000:]
     assert "removed with the crawl's state" in out, out[-3000:]
+
+
+def test_fail_on_dead_counts_a_removed_crawls_dead_letters_the_progress_never_saw(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """The test above failed in a CI run under load: the whole crawl (one page, its dead
+    letter and the removal) ran between two progress reads, so the command had no count
+    "as last seen" and exited 0 with a table of zeros. The last worker now leaves the
+    finished crawl's counts (with a day's expiry) before it removes the state, and the
+    command reports those. Here, the end of a run whose progress saw nothing."""
+    from redcrawl.cli.run import _report_end
+    from redcrawl.frontier.final import write_final
+    from redcrawl.settings import Settings
+    from redcrawl.workers import FleetResult
+
+    settings = Settings(redis_url=redis7.url, persist=False)
+    f = frontier(redis7_client, "t5unseen")
+    f.push([Envelope(url=SITE_URL, fingerprint=fingerprint(SITE_URL))])
+    (lease,) = f.lease("w", 1)
+    assert f.nack(lease, "item pipeline error", retry=False) == "dead"
+    counts, stats = f.counts(), f.stats()
+    f.purge()
+    write_final(f.client, f.keys, counts, stats)  # what the last worker's close does
+    result = FleetResult(returncodes=[0], restarts=0, signal=None, logs=[])
+    code = _report_end(settings, "t5unseen", result, [], None, True)
+    assert code == 4
 
 
 def test_redcrawl_crawl_with_persist_off_reports_what_it_did(

@@ -42,6 +42,8 @@ HISTORY_MINUTES = 60
 """Samples kept in :attr:`CrawlKeys.history` (one per minute: the last hour)."""
 HISTORY_TTL = 2 * 3600
 """Seconds :attr:`CrawlKeys.history` outlives its last write."""
+FINAL_TTL = 24 * 3600
+"""Seconds :attr:`CrawlKeys.final` lives."""
 
 CALL_SLOTS = 16
 """Slots per worker in the ``calls`` hash: more than the lease/settle calls a worker ever
@@ -261,6 +263,13 @@ class CrawlKeys:
 
     # --- observation ---------------------------------------------------------------
     @property
+    def final(self) -> str:
+        """STRING (JSON): a finished crawl's counts and stats, left by the worker that
+        removed its state (``SCHEDULER_PERSIST`` off), written after that purge, for
+        ``redcrawl crawl`` to report; expires after :data:`FINAL_TTL` seconds."""
+        return self._k("final")
+
+    @property
     def history(self) -> str:
         """ZSET epoch minute (score) -> ``<minute>:<done>:<accepted>``: one sample of the
         crawl's counters per minute (the last one read in that minute), the last
@@ -391,6 +400,7 @@ class CrawlKeys:
             self.robots_expiry,
             self.robots_bytes,
             self.history,
+            self.final,
         ]
 
     def pol_patterns(self) -> list[str]:

@@ -31,11 +31,13 @@ from redcrawl.connection import connect, stop_embedded
 from redcrawl.errors import LayoutMismatch, RedcrawlError
 from redcrawl.feeds import for_worker, output_problem, remove_parts
 from redcrawl.frontier import FrontierCore, open_frontier
+from redcrawl.frontier.final import clear_final, read_final
 from redcrawl.frontier.records import stored_layout
-from redcrawl.keys import validate_crawl_name
+from redcrawl.keys import CrawlKeys, validate_crawl_name
 from redcrawl.politeness.describe import fleet_limits
 from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
+from redcrawl.transport import redis_errors
 from redcrawl.workers import (
     FleetResult,
     Tick,
@@ -291,6 +293,13 @@ def crawl(
         )
     console.print(_politeness(settings, crawl_id, workers), highlight=False)
     _say_state(settings, crawl_id)
+    if not settings.persist:  # (an earlier run's final counts are not this run's)
+        client = connect(settings)
+        try:
+            with redis_errors("clearing an earlier run's final counts"):
+                clear_final(client, CrawlKeys(crawl_id, prefix=settings.key_prefix))
+        finally:
+            client.close()
     _prepare_outputs(outputs, overwrite=bool(overwrite_output), workers=workers)
     display = ProgressDisplay(console) if progress and log_dir is not None else None
     seen: list[Tick] = []  # the last counts read with something accepted
@@ -330,11 +339,24 @@ def _report_end(
     client = connect(settings)
     frontier = open_frontier(client, settings, crawl_id)
     c = frontier.counts()
-    removed = not c.accepted and not settings.persist and bool(seen)
-    dead = seen[0].counts.dead if removed else c.dead
-    if removed:
+    final = None
+    if not c.accepted and not settings.persist:
+        with redis_errors("reading the crawl's final counts"):
+            final = read_final(client, frontier.keys)
+    removed = final is not None or (not c.accepted and not settings.persist and bool(seen))
+    dead = final[0].dead if final else seen[0].counts.dead if removed else c.dead
+    if final is not None:
         # SCHEDULER_PERSIST off: the last worker removed the crawl's state as it finished,
-        # so what Redis holds now is nothing: show what was last seen instead of zeros
+        # leaving its counts (frontier/final.py)
+        console.print(
+            f"crawl {crawl_id} finished and its state was removed by its last worker "
+            "(SCHEDULER_PERSIST is off): its counts as that worker left them",
+            highlight=False,
+            soft_wrap=True,
+        )
+        _print_counts(final[0], crawl_id, final[1], "removed at its end (SCHEDULER_PERSIST off)")
+    elif removed:
+        # (no counts left: a worker before they were, or they expired) what was last seen
         last = seen[0]
         console.print(
             f"crawl {crawl_id} finished and its state was removed by its last worker "
@@ -376,7 +398,8 @@ def _report_end(
     elif removed and dead:
         # (removed with the state: `redcrawl dead` has nothing left to list)
         console.print(
-            f"[{'red' if fail_on_dead else 'yellow'}]{dead:,} dead letter(s)[/] as last seen, "
+            f"[{'red' if fail_on_dead else 'yellow'}]{dead:,} dead letter(s)[/]"
+            f"{'' if final else ' as last seen'}, "
             "removed with the crawl's state (SCHEDULER_PERSIST is off); the workers' logs "
             "name them",
             highlight=False,

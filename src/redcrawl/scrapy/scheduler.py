@@ -69,6 +69,7 @@ from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter_for
 from redcrawl.frontier import FrontierCore, Lease, open_frontier
 from redcrawl.frontier.core import slot_outcome
+from redcrawl.frontier.final import write_final
 from redcrawl.frontier.records import stored_layout
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
@@ -582,8 +583,14 @@ class Scheduler(BaseScheduler):
         """SCHEDULER_PERSIST = False: remove the crawl's state when the crawl is finished
         and no other worker is alive (never under another worker's feet)."""
         assert self.frontier is not None
-        if not self._live_others() and self.frontier.counts().finished:
+        if self._live_others():
+            return
+        counts = self.frontier.counts()
+        if counts.finished:
+            stats = self.frontier.stats()
             self.frontier.purge()
+            # (its counts, for `redcrawl crawl` to report: frontier/final.py)
+            write_final(self.frontier.client, self.frontier.keys, counts, stats)
             log.info("redcrawl: crawl finished and SCHEDULER_PERSIST is off: purged it")
 
     # --- failing loudly ----------------------------------------------------------------
