@@ -403,27 +403,35 @@ def frontier_settings(url: str, polite: bool) -> Any:
     )
 
 
-def frontier_client(url: str, polite: bool, worker: str, batch: int, go: Any, out: Any) -> None:
-    """One client: settle (ack the previous batch, lease the next) until nothing is left."""
+def frontier_client(
+    url: str, polite: bool, worker: str, batch: int, go: Any, out: Any
+) -> tuple[int, float, int]:
+    """One client: settle (ack the previous batch, lease the next) until nothing is left.
+    Returns (and puts on ``out``) the requests it leased and acked, its CPU time (s) and
+    how many of its leases came back empty."""
     from redcrawl.frontier import open_frontier
 
     client = redis.Redis.from_url(url)
     f = open_frontier(client, frontier_settings(url, polite), "bench")
-    done = 0
+    done = empty = 0
     if go is not None:
         go.wait()
+    cpu0 = time.process_time()
     res = f.settle(lease=(worker, batch))
     while True:
         if not res.leases:
             c = f.counts()
             if c.ready + c.delayed == 0:
                 break
+            empty += 1
             time.sleep(0.001)  # every open key's slots are held by other clients
         done += len(res.leases)
         res = f.settle(ack=res.leases, lease=(worker, batch))
+    cpu = time.process_time() - cpu0
     client.close()
     if out is not None:
-        out.put(done)
+        out.put((done, cpu, empty))
+    return done, cpu, empty
 
 
 @dataclass
@@ -434,6 +442,10 @@ class FrontierRun:
     """Redis CPU per request (µs) during lease+ack."""
     mem: int
     """Redis memory after the push (B)."""
+    client_us: float = 0.0
+    """The clients' own CPU per request (µs): they share the machine with Redis."""
+    empty: int = 0
+    """Leases that came back empty (every open key's slots held by other clients)."""
 
 
 def frontier_once(
@@ -454,17 +466,23 @@ def frontier_once(
     t0 = time.perf_counter()
     if go is not None and out is not None:
         go.set()
-        done = sum(out.get() for _ in procs)
+        outs = [out.get() for _ in procs]
         for pr in procs:
             pr.join()
     else:
-        frontier_client(url, polite, "w0", batch, None, None)
-        done = n
+        outs = [frontier_client(url, polite, "w0", batch, None, None)]
     elapsed = time.perf_counter() - t0
     cpu = redis_cpu(admin) - cpu0
+    done = sum(o[0] for o in outs)
     if done != n:
         print(f"  (warning: {done} of {n} requests leased and acked)", flush=True)
-    return FrontierRun(rate=n / elapsed, cpu_us=cpu / n * 1e6, mem=mem)
+    return FrontierRun(
+        rate=n / elapsed,
+        cpu_us=cpu / n * 1e6,
+        mem=mem,
+        client_us=sum(o[1] for o in outs) / n * 1e6,
+        empty=sum(o[2] for o in outs),
+    )
 
 
 def frontier_instructions(args: argparse.Namespace) -> int:
@@ -573,7 +591,8 @@ def frontier_bench(args: argparse.Namespace) -> int:
                 print(
                     f"  round {rnd + 1} politeness {'on ' if polite else 'off'} "
                     f"lease+ack {run.rate:10,.0f}/s  Redis CPU {run.cpu_us:5.1f} µs/request  "
-                    f"memory after push {run.mem / 1e6:7.1f} MB",
+                    f"clients' CPU {run.client_us:5.1f} µs/request  empty leases "
+                    f"{run.empty:,}  memory after push {run.mem / 1e6:7.1f} MB",
                     flush=True,
                 )
 
@@ -582,11 +601,13 @@ def frontier_bench(args: argparse.Namespace) -> int:
 
         on, off = med(True, "rate"), med(False, "rate")
         con, coff = med(True, "cpu_us"), med(False, "cpu_us")
+        kon, koff = med(True, "client_us"), med(False, "client_us")
         per_key = (med(True, "mem") - med(False, "mem")) / args.keys
         print(
             f"median lease+ack: on {on:,.0f}/s, off {off:,.0f}/s, on/off {on / off:.2f}; "
             f"Redis CPU per request: on {con:.1f} µs, off {coff:.1f} µs, off/on "
-            f"{coff / con:.2f}; Redis memory per host key with ready work (on minus off, "
+            f"{coff / con:.2f}; clients' CPU per request: on {kon:.1f} µs, off {koff:.1f} µs; "
+            f"Redis memory per host key with ready work (on minus off, "
             f"{args.n // args.keys} requests each): {per_key:,.0f} B"
         )
         write_json(
