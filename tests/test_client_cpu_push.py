@@ -60,7 +60,7 @@ def test_digest_is_the_json_scrapy_hashes() -> None:
         )
 
 
-@pytest.mark.parametrize("key", [None, "example.com"])
+@pytest.mark.parametrize("key", [None, "example.com", "bücher.example", "K3:a|b", ""])
 def test_record_with_its_stamp_in_one_piece(key: str | None) -> None:
     env = Envelope(url="http://example.com/a", callback="parse", priority=-2)
     stamp = push_stamp(1_764_000_000_123)
@@ -70,3 +70,6 @@ def test_record_with_its_stamp_in_one_piece(key: str | None) -> None:
     assert parse_record(whole)[:3] == (-2, 0, "")
     assert record_key(whole) == key
     assert from_record(whole) == from_record(record(env, key)) == env
+    if key is not None:  # a record whose slot went back at response time (``k``)
+        freed = whole.replace(b"||K", b"||k", 1)
+        assert from_record(freed) == env and parse_record(freed)[3] == parse_record(whole)[3]

@@ -169,10 +169,11 @@ def stored_layout(control: dict[bytes, bytes]) -> bytes | None:
     )
 
 
-_HEAD = re.compile(rb"(-?[0-9]{1,15})\|([0-9]{1,15})\|([^|]*)\|")
+_HEAD = re.compile(rb"(-?[0-9]{1,15})\|([0-9]{1,15})\|([^|]*)\|(?:[Kk]([0-9]{1,6}):)?")
 """A record's state header, as ``parse_head`` in ``lua/lib.lua`` reads it: priority,
 attempts (numbers of at most 15 digits: Lua would print anything past 2^53 as ``1e+20``),
-lease token."""
+lease token; then the length of the politeness key that follows, if there is one (as
+:data:`_KEY_PREFIX`: one match for both, the key itself not decoded)."""
 
 
 def parse_record(data: bytes) -> tuple[int, int, str, bytes]:
@@ -181,22 +182,23 @@ def parse_record(data: bytes) -> tuple[int, int, str, bytes]:
     try:
         if m is None:
             raise ValueError
-        p, a, token = m.groups()
-        return int(p), int(a), token.decode(), _envelope_part(data, m.end())
+        p, a, token, _ = m.groups()
+        return int(p), int(a), token.decode(), _envelope_part(data, m)
     except (ValueError, UnicodeDecodeError):
         raise DecodeError("stored record has no state header") from None
 
 
-def _envelope_part(data: bytes, start: int) -> bytes:
-    """The envelope bytes of a record whose header ends at ``start``: without the push
-    stamp at its end and the politeness key before it."""
+def _envelope_part(data: bytes, head: re.Match[bytes]) -> bytes:
+    """The envelope bytes of a record whose header (with its politeness key's length, if
+    any) is ``head``: without the push stamp at its end and the key before it."""
+    start, key_len = head.end(), head.group(4)
+    if key_len is not None:
+        start += int(key_len)
     # (the stamp matched at its place, and only past its first byte: a search would
     # try every position)
     if data[-8:-7] == b"\x7f" and _STAMP.match(data, len(data) - 8):
-        body = data[start:-8]
-    else:
-        body = data[start:]
-    return _split_key(body)[1] if body[:1] in (b"K", b"k") else body
+        return data[start:-8]
+    return data[start:]
 
 
 def from_record(data: bytes) -> Envelope:
@@ -210,4 +212,4 @@ def from_record(data: bytes) -> Envelope:
             token.decode()
         except UnicodeDecodeError:
             raise DecodeError("stored record has no state header") from None
-    return codec.decode(_envelope_part(data, m.end()))
+    return codec.decode(_envelope_part(data, m))
