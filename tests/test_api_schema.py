@@ -39,9 +39,9 @@ load_all_checks()
 ALL_CHECKS = [c for c in CHECKS.get_all() if callable(c) and not isinstance(c, type)]
 
 pytestmark = pytest.mark.xdist_group("api_schema")
-"""One pytest-xdist worker runs this whole module, in file order: the last test counts the
-calls the black box made in this process (scripts/test.sh runs xdist with
-``--dist loadgroup``)."""
+"""One pytest-xdist worker runs this whole module (but the black-box runs), in file order:
+the last test counts the calls the schemathesis tests made in this process
+(scripts/test.sh runs xdist with ``--dist loadgroup``)."""
 
 
 @pytest.fixture(scope="module", params=list(KINDS))
@@ -174,7 +174,12 @@ it bodies (refused), as does ``test_all_checks[read]`` (12 valid and 12 invalid)
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize(
+    "kind",
+    # (a group of its own each: these runs count nothing for the module's last test, and
+    # at 30 s to 150 s each they are better spread over the xdist workers)
+    [pytest.param(k, marks=pytest.mark.xdist_group(f"api_black_box_{k}")) for k in KINDS],
+)
 def test_black_box_run_reports_no_failures(kind: str, redis7: RedisServer, tmp_path: Path) -> None:
     """`st run --checks all` against a live `redcrawl serve`, as an outside audit runs it
     (examples, coverage, fuzzing and stateful phases; the read run without one
