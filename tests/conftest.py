@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -27,6 +28,13 @@ from redcrawl.settings import Settings
 from .proxykit import ReplyDropper
 
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    # Started in the background by a shell without job control (`bash .ci/run &` in a
+    # script), this process and every command the tests start would ignore SIGINT, and
+    # the tests that stop a command as Ctrl-C does (exporter, top, the demo site, crawl)
+    # would wait out their timeouts: a handled signal is reset to the default by exec
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 _free_port = free_port  # the name test modules import
 
