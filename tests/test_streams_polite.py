@@ -137,6 +137,13 @@ def test_a_lists_crawl_opened_as_streams_is_refused_without_a_false_warning(
     with caplog.at_level(logging.WARNING), pytest.raises(LayoutMismatch, match="streams"):
         open_frontier(redis_client, Settings(), "str").lease("w", 1)
     assert "without fleet-wide politeness" not in caplog.text
+    # a polite streams crawl of 8 shards opened by a worker set to 4 (a review found this
+    # one still warned, and the refusal then named the worker's layout without politeness)
+    open_frontier(redis_client, Settings(backend="streams", shards=8), "s8").push(site("a.test", 2))
+    with caplog.at_level(logging.WARNING), pytest.raises(LayoutMismatch) as refused:
+        open_frontier(redis_client, Settings(backend="streams", shards=4), "s8").lease("w", 1)
+    assert "without fleet-wide politeness" not in caplog.text
+    assert "streams/4/host" in str(refused.value), refused.value
 
 
 def test_purge_deletes_the_per_key_queues(

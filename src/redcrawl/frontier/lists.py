@@ -69,7 +69,7 @@ class ListsFrontier(FrontierCore):
         return self.settings.ordering
 
     def _politeness_mode(self) -> str | None:
-        return self._stored_politeness_mode("/")
+        return self._stored_politeness_mode(self.settings.ordering)
 
     def _push_extra(self, envelopes: Sequence[Envelope]) -> None:
         return None  # PUSH_STRIDE 3: nothing after (record, fingerprint, priority)

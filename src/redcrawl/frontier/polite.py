@@ -84,11 +84,12 @@ class PolitenessOps:
         raise NotImplementedError  # FrontierCore's
 
     # --- shared by the queue layers (lists, streams) -------------------------------
-    def _stored_politeness_mode(self, mark: str) -> str | None:
+    def _stored_politeness_mode(self, plain: str) -> str | None:
         """The key mode if this crawl has politeness: asked for by the settings and the
-        crawl is new or was created with it (its stored layout ends in ``mark`` + the
-        key mode: "/" for lists, "fifo/host"; "streams/<shards>/" for streams). A crawl
-        created without it keeps its layout, with a warning."""
+        crawl is new or was created with it (its stored layout ends in the key mode:
+        "fifo/host", "streams/8/host"). A crawl whose stored layout is ``plain`` (this
+        worker's layout without politeness: "fifo", "streams/4") keeps it, with a warning;
+        any other layout is the layout check's to refuse, naming both."""
         if not self.settings.politeness:
             return None
         with redis_errors("reading the crawl layout"):
@@ -96,18 +97,15 @@ class PolitenessOps:
         if raw is None:
             return self.settings.politeness_key
         head = raw.decode(errors="replace").split(" ", 1)[0]
-        if head.startswith("streams/") != mark.startswith("streams/"):
-            # the other backend's crawl: the layout check refuses it, naming the backend
+        if head != plain:  # created with politeness, or a layout this worker refuses
             return self.settings.politeness_key
-        if head.rpartition(mark)[2] not in ("host", "domain"):
-            log.warning(
-                "crawl %s was created without fleet-wide politeness and keeps its "
-                "layout: each worker limits itself (purge the crawl, or use a new "
-                "crawl name, to have the frontier enforce the limits)",
-                self.crawl,
-            )
-            return None
-        return self.settings.politeness_key
+        log.warning(
+            "crawl %s was created without fleet-wide politeness and keeps its "
+            "layout: each worker limits itself (purge the crawl, or use a new "
+            "crawl name, to have the frontier enforce the limits)",
+            self.crawl,
+        )
+        return None
 
     def _pol_ready_ids(self, limit: int, ordering: str) -> Iterator[tuple[int, list[bytes]]]:
         """Ready ids in the per-key queues (``ordering``: theirs), key by key, in the order

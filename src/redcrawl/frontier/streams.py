@@ -126,7 +126,7 @@ class StreamsFrontier(FrontierCore):
 
     # --- the queue layer (see redcrawl.frontier.core) ------------------------------
     def _politeness_mode(self) -> str | None:
-        return self._stored_politeness_mode(f"streams/{self.settings.shards}/")
+        return self._stored_politeness_mode(f"streams/{self.settings.shards}")
 
     def _script_keys(self) -> list[str]:
         keys = self.keys.script_keys(self.settings.shards)
