@@ -443,7 +443,8 @@ class FrontierRun:
     mem: int
     """Redis memory after the push (B)."""
     client_us: float = 0.0
-    """The clients' own CPU per request (µs): they share the machine with Redis."""
+    """The clients' own CPU per request (µs; their polls after empty leases included):
+    they share the machine with Redis."""
     empty: int = 0
     """Leases that came back empty (every open key's slots held by other clients)."""
 

@@ -20,7 +20,8 @@ import redis
 from redcrawl.cli.observe import exporter_client
 from redcrawl.codec import Envelope
 from redcrawl.fingerprint import fingerprint
-from redcrawl.frontier import open_frontier
+from redcrawl.frontier import Counts, open_frontier
+from redcrawl.frontier.final import write_final
 from redcrawl.metrics.watch import webhook_site
 from redcrawl.redis_server import RedisServer as Server
 from redcrawl.redis_server import free_port
@@ -329,6 +330,11 @@ def test_purge_of_a_crawl_that_does_not_exist_is_an_error(
     assert out.returncode == 0 and "purged crawl shop" in out.stdout, out.stderr
     out = _run(["purge", "--yes", "--redis-url", redis7.url, "--crawl", "shop"], tmp_path)
     assert out.returncode == 1 and "no crawl named 'shop'" in out.stderr  # purged already
+    # one whose last worker removed it (SCHEDULER_PERSIST off), leaving its final counts
+    # for `redcrawl crawl`: gone too (a review found purge saying "purged" here)
+    write_final(redis7_client, shop.keys, Counts(1, 0, 0, 0, 0, 1, 0), {})
+    out = _run(["purge", "--yes", "--redis-url", redis7.url, "--crawl", "shop"], tmp_path)
+    assert out.returncode == 1 and "no crawl named 'shop'" in out.stderr, out.stdout
 
 
 def _crawl_keys(client: redis.Redis, name: str) -> list[bytes]:

@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -239,7 +240,7 @@ def test_fail_on_dead_counts_the_dead_letters_a_persist_off_crawl_removed(
 
 
 def test_fail_on_dead_counts_a_removed_crawls_dead_letters_the_progress_never_saw(
-    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+    redis7: RedisServer, redis7_client: redis.Redis, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """The test above failed in a CI run under load: the whole crawl (one page, its dead
     letter and the removal) ran between two progress reads, so the command had no count
@@ -247,9 +248,9 @@ def test_fail_on_dead_counts_a_removed_crawls_dead_letters_the_progress_never_sa
     finished crawl's counts (with a day's expiry) before it removes the state, and the
     command reports those. Here, the end of a run whose progress saw nothing."""
     from redcrawl.cli.run import _report_end
-    from redcrawl.frontier.final import write_final
+    from redcrawl.frontier.final import server_ms, write_final
     from redcrawl.settings import Settings
-    from redcrawl.workers import FleetResult
+    from redcrawl.workers import FleetResult, Tick
 
     settings = Settings(redis_url=redis7.url, persist=False)
     f = frontier(redis7_client, "t5unseen")
@@ -257,11 +258,20 @@ def test_fail_on_dead_counts_a_removed_crawls_dead_letters_the_progress_never_sa
     (lease,) = f.lease("w", 1)
     assert f.nack(lease, "item pipeline error", retry=False) == "dead"
     counts, stats = f.counts(), f.stats()
+    started = server_ms(f.client)  # (the command's start)
     f.purge()
     write_final(f.client, f.keys, counts, stats)  # what the last worker's close does
     result = FleetResult(returncodes=[0], restarts=0, signal=None, logs=[])
-    code = _report_end(settings, "t5unseen", result, [], None, True)
-    assert code == 4
+    assert _report_end(settings, "t5unseen", result, [], None, True, started) == 4
+    # counts kept by an earlier run (before this command started) are not this run's: what
+    # the progress saw instead ("as last seen"), else Redis's (empty), exit 0
+    later = server_ms(f.client) + 1
+    tick = Tick(counts=replace(counts, dead=2), stats=stats, elapsed=3.0, running=1)
+    capsys.readouterr()
+    assert _report_end(settings, "t5unseen", result, [tick], None, True, later) == 4
+    said = " ".join("".join(capsys.readouterr()).split())
+    assert "2 dead letter(s) as last seen" in said, said[-400:]
+    assert _report_end(settings, "t5unseen", result, [], None, True, later) == 0
 
 
 def test_redcrawl_crawl_with_persist_off_reports_what_it_did(
@@ -302,9 +312,10 @@ def test_redcrawl_crawl_with_persist_off_reports_what_it_did(
     assert frontier(redis7_client, "t5persist").counts().accepted == 0  # removed, as documented
     assert "nothing accepted" not in out, out[-3000:]
     assert "SCHEDULER_PERSIST is off" in out, out[-3000:]
-    # (the counts as last seen, read every 0.5 s: they may lag the very end)
+    # the counts its last worker left as it removed the state (exact), not as last seen
+    assert "as that worker left them" in " ".join(out.split()), out[-3000:]
     [accepted] = [line for line in out.splitlines() if "│ accepted" in line]
-    assert 0 < int(accepted.split("│")[2].strip().replace(",", "")) <= pages, accepted
+    assert int(accepted.split("│")[2].strip().replace(",", "")) == pages, accepted
 
 
 def test_a_stored_request_whose_callback_is_gone_is_said_when_dead_lettered(

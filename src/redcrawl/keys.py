@@ -21,6 +21,7 @@ from redcrawl.errors import ConfigError
 
 __all__ = [
     "CRAWL_NAME_PATTERN",
+    "FINAL_TTL",
     "HISTORY_MINUTES",
     "HISTORY_TTL",
     "MAX_PARTITIONS",

@@ -31,9 +31,9 @@ from redcrawl.connection import connect, stop_embedded
 from redcrawl.errors import LayoutMismatch, RedcrawlError
 from redcrawl.feeds import for_worker, output_problem, remove_parts
 from redcrawl.frontier import FrontierCore, open_frontier
-from redcrawl.frontier.final import clear_final, read_final
+from redcrawl.frontier.final import read_final, server_ms
 from redcrawl.frontier.records import stored_layout
-from redcrawl.keys import CrawlKeys, validate_crawl_name
+from redcrawl.keys import validate_crawl_name
 from redcrawl.politeness.describe import fleet_limits
 from redcrawl.progress import ProgressDisplay
 from redcrawl.settings import Settings
@@ -123,6 +123,16 @@ def _politeness(settings: Settings, crawl: str, workers: int) -> str:
         "scrapy-redis each worker took these: raise them for sites that can take more, or "
         f"set REDCRAWL_POLITENESS=off for that{change}"
     )
+
+
+def _server_ms(settings: Settings) -> int:
+    """Redis's clock now (ms)."""
+    client = connect(settings)
+    try:
+        with redis_errors("reading the server's clock"):
+            return server_ms(client)
+    finally:
+        client.close()
 
 
 def _say_state(settings: Settings, crawl: str) -> None:
@@ -293,13 +303,7 @@ def crawl(
         )
     console.print(_politeness(settings, crawl_id, workers), highlight=False)
     _say_state(settings, crawl_id)
-    if not settings.persist:  # (an earlier run's final counts are not this run's)
-        client = connect(settings)
-        try:
-            with redis_errors("clearing an earlier run's final counts"):
-                clear_final(client, CrawlKeys(crawl_id, prefix=settings.key_prefix))
-        finally:
-            client.close()
+    started = _server_ms(settings)  # (final counts kept before this are an earlier run's)
     _prepare_outputs(outputs, overwrite=bool(overwrite_output), workers=workers)
     display = ProgressDisplay(console) if progress and log_dir is not None else None
     seen: list[Tick] = []  # the last counts read with something accepted
@@ -324,7 +328,7 @@ def crawl(
             on_event=lambda e: _on_event(e, log_dir),
             max_restarts=max_restarts,
         )
-    raise typer.Exit(_report_end(settings, crawl_id, result, seen, log_dir, fail_on_dead))
+    raise typer.Exit(_report_end(settings, crawl_id, result, seen, log_dir, fail_on_dead, started))
 
 
 def _report_end(
@@ -334,16 +338,19 @@ def _report_end(
     seen: list[Tick],
     log_dir: Path | None,
     fail_on_dead: bool,
+    started: int = 0,
 ) -> int:
-    """The crawl's counts at its end, what is left to do, and the command's exit code."""
+    """The crawl's counts at its end, what is left to do, and the command's exit code.
+    ``started``: when the command started (Redis's clock, ms), for the final counts."""
     client = connect(settings)
     frontier = open_frontier(client, settings, crawl_id)
     c = frontier.counts()
+    gone = not c.accepted and not settings.persist  # (its last worker may have purged it)
     final = None
-    if not c.accepted and not settings.persist:
+    if gone:
         with redis_errors("reading the crawl's final counts"):
-            final = read_final(client, frontier.keys)
-    removed = final is not None or (not c.accepted and not settings.persist and bool(seen))
+            final = read_final(client, frontier.keys, started)
+    removed = final is not None or (gone and bool(seen))
     dead = final[0].dead if final else seen[0].counts.dead if removed else c.dead
     if final is not None:
         # SCHEDULER_PERSIST off: the last worker removed the crawl's state as it finished,
@@ -356,7 +363,8 @@ def _report_end(
         )
         _print_counts(final[0], crawl_id, final[1], "removed at its end (SCHEDULER_PERSIST off)")
     elif removed:
-        # (no counts left: a worker before they were, or they expired) what was last seen
+        # (no counts left: a worker of an older version, or one that could not write
+        # them) what was last seen
         last = seen[0]
         console.print(
             f"crawl {crawl_id} finished and its state was removed by its last worker "

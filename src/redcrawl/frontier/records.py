@@ -172,8 +172,8 @@ def stored_layout(control: dict[bytes, bytes]) -> bytes | None:
 _HEAD = re.compile(rb"(-?[0-9]{1,15})\|([0-9]{1,15})\|([^|]*)\|(?:[Kk]([0-9]{1,6}):)?")
 """A record's state header, as ``parse_head`` in ``lua/lib.lua`` reads it: priority,
 attempts (numbers of at most 15 digits: Lua would print anything past 2^53 as ``1e+20``),
-lease token; then the length of the politeness key that follows, if there is one (as
-:data:`_KEY_PREFIX`: one match for both, the key itself not decoded)."""
+lease token; then (here only, in the same match) the length of the politeness key that
+follows, if there is one (as :data:`_KEY_PREFIX`; the key itself is not decoded)."""
 
 
 def parse_record(data: bytes) -> tuple[int, int, str, bytes]:

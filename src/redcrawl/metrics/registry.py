@@ -106,12 +106,14 @@ def leftovers(client: Any, prefix: str, name: str) -> bool:
     :func:`alive`, or any key purge deletes exists (:meth:`CrawlKeys.all_keys` but the
     stats hash, whose id counters a purge keeps; the dedupe filters' keys, streams and
     per-key politeness state by the SCAN patterns purge uses; any partition's keys). A
-    crawl whose stats are gone but whose queues, control or workers are left is there.
+    crawl whose stats are gone but whose queues, control or workers are left is there;
+    one that removed itself at its end, leaving only its final counts
+    (:mod:`redcrawl.frontier.final`), is not.
     Errors are redis-py's."""
     if alive(client, prefix, [name])[0]:
         return True
     keys = CrawlKeys(name, prefix=prefix)
-    if client.exists(*(k for k in keys.all_keys() if k != keys.stats)):
+    if client.exists(*(k for k in keys.all_keys() if k not in (keys.stats, keys.final))):
         return True
     patterns = [
         keys.fp_done + ":*",

@@ -586,12 +586,22 @@ class Scheduler(BaseScheduler):
         if self._live_others():
             return
         counts = self.frontier.counts()
-        if counts.finished:
-            stats = self.frontier.stats()
-            self.frontier.purge()
-            # (its counts, for `redcrawl crawl` to report: frontier/final.py)
-            write_final(self.frontier.client, self.frontier.keys, counts, stats)
-            log.info("redcrawl: crawl finished and SCHEDULER_PERSIST is off: purged it")
+        if not counts.finished:
+            return
+        stats = self.frontier.stats()
+        self.frontier.purge()
+        log.info("redcrawl: crawl finished and SCHEDULER_PERSIST is off: purged it")
+        if not counts.accepted:
+            return  # (an empty crawl: `redcrawl crawl` says so from what Redis holds)
+        try:  # its counts, for `redcrawl crawl` to report (frontier/final.py)
+            with redis_errors("keeping the finished crawl's counts"):
+                write_final(self.frontier.client, self.frontier.keys, counts, stats)
+        except RedcrawlError as exc:
+            log.warning(
+                "redcrawl: could not keep the finished crawl's counts (%s): `redcrawl "
+                "crawl` shows the counts it last saw",
+                exc,
+            )
 
     # --- failing loudly ----------------------------------------------------------------
     def _fail(self, reason: str, message: str, *, before_start: bool = False) -> None:
