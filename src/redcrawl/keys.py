@@ -275,7 +275,7 @@ class CrawlKeys:
         """ZSET epoch minute (score) -> ``<minute>:<done>:<accepted>``: one sample of the
         crawl's counters per minute (the last one read in that minute), the last
         :data:`HISTORY_MINUTES` minutes, written when the dashboard is read; expires
-        :data:`HISTORY_TTL` seconds after the last write (not part of ``purge``)."""
+        :data:`HISTORY_TTL` seconds after the last write (a purge deletes it)."""
         return self._k("hist")
 
     def worker_counters(self, worker: str) -> str:

@@ -72,6 +72,16 @@ def all_crawls(client: Any, prefix: str) -> list[str]:
     return sorted(names | found)
 
 
+COUNT_FIELDS = ("accepted", "filtered", "partitions")
+"""Stats fields of which one is set in a crawl that exists (a partitioned crawl's anchor:
+``partitions``)."""
+
+
+def _has_counts(fields: list[Any]) -> bool:
+    """Whether an ``HMGET`` of :data:`COUNT_FIELDS` found any."""
+    return any(x is not None for x in fields)
+
+
 PURGE_KEEPS = ("seq", "leases")
 """The stats fields a purge keeps (frontier/lua/purge.lua: old leases must stay stale)."""
 
@@ -93,12 +103,12 @@ def alive(client: Any, prefix: str, names: list[str], *, waiting: bool = False) 
         if waiting:
             pipe.hrandfield(stats, 3)
         else:
-            pipe.hmget(stats, "accepted", "filtered", "partitions")
+            pipe.hmget(stats, *COUNT_FIELDS)
     replies = pipe.execute(raise_on_error=False)
     if waiting:
         keeps = {f.encode() for f in PURGE_KEEPS} | set(PURGE_KEEPS)
         return [not isinstance(r, list) or bool(set(r) - keeps) for r in replies]
-    return [not isinstance(r, list) or any(x is not None for x in r) for r in replies]
+    return [not isinstance(r, list) or _has_counts(r) for r in replies]
 
 
 def leftovers(client: Any, prefix: str, name: str) -> bool:
@@ -130,6 +140,6 @@ def leftovers(client: Any, prefix: str, name: str) -> bool:
         key = raw.decode() if isinstance(raw, bytes) else str(raw)
         if not key.endswith("}:stats"):
             return True
-        if any(x is not None for x in client.hmget(key, "accepted", "filtered", "partitions")):
+        if _has_counts(client.hmget(key, *COUNT_FIELDS)):
             return True
     return False
