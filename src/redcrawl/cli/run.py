@@ -31,7 +31,12 @@ from redcrawl.connection import connect, stop_embedded
 from redcrawl.errors import LayoutMismatch, RedcrawlError
 from redcrawl.feeds import for_worker, output_problem, remove_parts
 from redcrawl.frontier import FrontierCore, open_frontier
-from redcrawl.frontier.final import read_final, server_ms
+from redcrawl.frontier.final import (
+    COMMAND_PURGES_ENV,
+    purge_if_finished,
+    read_final,
+    server_ms,
+)
 from redcrawl.frontier.records import stored_layout
 from redcrawl.keys import validate_crawl_name
 from redcrawl.politeness.describe import fleet_limits
@@ -327,8 +332,42 @@ def crawl(
             progress=on_tick,
             on_event=lambda e: _on_event(e, log_dir),
             max_restarts=max_restarts,
+            # SCHEDULER_PERSIST off: the workers leave the crawl's removal to this command
+            env=None if settings.persist else {COMMAND_PURGES_ENV: "1"},
         )
+    if not settings.persist:
+        _purge_finished(settings, crawl_id)
     raise typer.Exit(_report_end(settings, crawl_id, result, seen, log_dir, fail_on_dead, started))
+
+
+def _purge_finished(settings: Settings, crawl_id: str) -> None:
+    """SCHEDULER_PERSIST off: remove the crawl's state now that every worker of this
+    command has exited, if the crawl is finished and no other worker of it is alive
+    (another command's, a `scrapy crawl`: it removes it when it is done), leaving its
+    counts for the report (frontier/final.py). Not done by the workers themselves: a
+    worker that starts late, after the others finished a small crawl, found it removed
+    and crawled it all over again."""
+    frontier = open_frontier(connect(settings), settings, crawl_id)
+    try:
+        purged = purge_if_finished(frontier)
+    except RedcrawlError as exc:
+        console.print(
+            f"[yellow]warning:[/] could not remove the finished crawl's state "
+            f"(SCHEDULER_PERSIST is off): {escape(str(exc))}; `redcrawl purge --crawl "
+            f"{crawl_id}` removes it",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
+    finally:
+        frontier.client.close()
+    if purged is not None and purged[1] is not None:
+        console.print(
+            f"[yellow]warning:[/] could not keep the finished crawl's counts: "
+            f"{escape(purged[1])}; the counts below are the ones last seen",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _report_end(

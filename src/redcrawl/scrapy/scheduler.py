@@ -69,7 +69,7 @@ from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter_for
 from redcrawl.frontier import FrontierCore, Lease, open_frontier
 from redcrawl.frontier.core import slot_outcome
-from redcrawl.frontier.final import write_final
+from redcrawl.frontier.final import COMMAND_PURGES_ENV, purge_if_finished
 from redcrawl.frontier.records import stored_layout
 from redcrawl.guard import MemoryWatch, check_server
 from redcrawl.lock import CrawlLock
@@ -506,9 +506,11 @@ class Scheduler(BaseScheduler):
             )
             return
         try:
+            # signed off first: of workers closing at the same moment, the last to take
+            # the purge lock then sees no other live worker (each one saw the others alive)
+            self.frontier.forget_worker(self.worker)
             if not self.settings.persist:
                 self._purge_if_last()
-            self.frontier.forget_worker(self.worker)
         except RedcrawlError as exc:
             log.error(
                 "redcrawl: could not sign this worker off at close (%s); its leases "
@@ -581,26 +583,21 @@ class Scheduler(BaseScheduler):
 
     def _purge_if_last(self) -> None:
         """SCHEDULER_PERSIST = False: remove the crawl's state when the crawl is finished
-        and no other worker is alive (never under another worker's feet)."""
+        and no other worker is alive (never under another worker's feet). Not a worker of
+        ``redcrawl crawl``: its command does it once all its workers have exited (one of
+        them may not have started yet: frontier/final.py)."""
         assert self.frontier is not None
-        if self._live_others():
+        if os.environ.get(COMMAND_PURGES_ENV):
             return
-        counts = self.frontier.counts()
-        if not counts.finished:
+        purged = purge_if_finished(self.frontier, exclude=self.worker)
+        if purged is None:
             return
-        stats = self.frontier.stats()
-        self.frontier.purge()
         log.info("redcrawl: crawl finished and SCHEDULER_PERSIST is off: purged it")
-        if not counts.accepted:
-            return  # (an empty crawl: `redcrawl crawl` says so from what Redis holds)
-        try:  # its counts, for `redcrawl crawl` to report (frontier/final.py)
-            with redis_errors("keeping the finished crawl's counts"):
-                write_final(self.frontier.client, self.frontier.keys, counts, stats)
-        except RedcrawlError as exc:
+        if purged[1] is not None:
             log.warning(
                 "redcrawl: could not keep the finished crawl's counts (%s): `redcrawl "
                 "crawl` shows the counts it last saw",
-                exc,
+                purged[1],
             )
 
     # --- failing loudly ----------------------------------------------------------------
