@@ -129,3 +129,48 @@ def test_purge_if_finished_removes_a_finished_crawl_once_after_its_last_worker(
     assert purge_if_finished(f) is None  # nothing left to remove: the counts stay
     final = read_final(redis7_client, f.keys)
     assert final is not None and final[0].done == 3 and final[0].accepted == 3
+
+
+def test_status_of_a_crawl_removed_at_its_end_says_so_with_its_counts(
+    tmp_path: Path, redis7: RedisServer, redis7_client: redis.Redis
+) -> None:
+    """After a persist-off crawl (`scrapy crawl`, or `redcrawl crawl`), the README's next
+    step, `redcrawl status`, said only `error: no crawl named 'shop' in ...; it holds no
+    crawl`, as for a typo, while its counts were kept a day (`rc:{shop}:final`). It is
+    still no crawl (exit 1, as the API's 404), but the line says it finished and was
+    removed, with those counts; `dead` too (its dead letters went with it)."""
+    from redcrawl.codec import Envelope
+    from redcrawl.fingerprint import fingerprint
+    from redcrawl.frontier.final import purge_if_finished
+
+    f = frontier(redis7_client, "t7gone")
+    urls = [f"http://127.0.0.1:9/p{i}" for i in range(3)]
+    f.push([Envelope(url=u, fingerprint=fingerprint(u)) for u in urls])
+    a, b, c = f.lease("w", 3)
+    f.ack([a, b])
+    assert f.nack(c, "HTTP 500", retry=False) == "dead"
+    f.forget_worker("w")
+    assert purge_if_finished(f) is not None
+    env = cli_env(redis7.url)
+    for command in ("status", "dead"):
+        done = subprocess.run(
+            [sys.executable, "-m", "redcrawl.cli", command, "--crawl", "t7gone"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            timeout=60,
+        )
+        out = done.stdout.decode() + done.stderr.decode()
+        assert done.returncode == 1, out
+        assert "no crawl named 't7gone'" in out, out
+        assert "SCHEDULER_PERSIST" in out and "2 done, 1 dead" in out, out
+    # a typo is said as before
+    done = subprocess.run(
+        [sys.executable, "-m", "redcrawl.cli", "status", "--crawl", "t7typo"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=60,
+    )
+    out = done.stdout.decode() + done.stderr.decode()
+    assert done.returncode == 1 and "SCHEDULER_PERSIST" not in out, out

@@ -15,7 +15,7 @@ from rich.table import Table
 from redcrawl.connection import EmbeddedRedis, connect, redact, resolve_url
 from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
 from redcrawl.frontier import Counts
-from redcrawl.keys import validate_crawl_name
+from redcrawl.keys import CrawlKeys, validate_crawl_name
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 from redcrawl.workers import (
@@ -191,7 +191,30 @@ def _existing(settings: Settings, client: redis.Redis, name: str) -> None:
     if not _alive(client, settings.key_prefix, [name])[0]:
         crawls = _crawls(client, settings.key_prefix)
         listed = f"crawls there: {', '.join(crawls)}" if crawls else "it holds no crawl"
-        raise _fail(f"no crawl named {name!r} in {_where(settings)}; {listed}", EXIT_FAILED)
+        raise _fail(
+            f"no crawl named {name!r} in {_where(settings)}{_removed(settings, client, name)}; "
+            f"{listed}",
+            EXIT_FAILED,
+        )
+
+
+def _removed(settings: Settings, client: redis.Redis, name: str) -> str:
+    """', it finished and ... removed ...' with the counts its last worker left, for a
+    crawl removed at its end (SCHEDULER_PERSIST off: frontier/final.py), else ''."""
+    from redcrawl.frontier.final import read_final
+
+    try:
+        final = read_final(client, CrawlKeys(name, prefix=settings.key_prefix))
+    except (redis.RedisError, RedcrawlError):
+        return ""  # (only a hint)
+    if final is None:
+        return ""
+    c, stats = final
+    return (
+        ": it finished and its state was removed at its end (SCHEDULER_PERSIST is off), "
+        f"leaving its counts: {c.accepted:,} accepted, {c.done:,} done, {c.dead:,} dead, "
+        f"{stats.get('items', 0):,} items (kept a day after it finished)"
+    )
 
 
 def _state(frontier: Any, c: Counts) -> str:
