@@ -392,11 +392,11 @@ def _report_end(
     removed = final is not None or (gone and bool(seen))
     dead = final[0].dead if final else seen[0].counts.dead if removed else c.dead
     if final is not None:
-        # SCHEDULER_PERSIST off: the last worker removed the crawl's state as it finished,
-        # leaving its counts (frontier/final.py)
+        # SCHEDULER_PERSIST off: this command (or the last worker of the crawl) removed its
+        # state as it finished, leaving its counts (frontier/final.py)
         console.print(
-            f"crawl {crawl_id} finished and its state was removed by its last worker "
-            "(SCHEDULER_PERSIST is off): its counts as that worker left them",
+            f"crawl {crawl_id} finished and its state was removed at its end "
+            "(SCHEDULER_PERSIST is off): its counts as they were then",
             highlight=False,
             soft_wrap=True,
         )
@@ -406,7 +406,7 @@ def _report_end(
         # them) what was last seen
         last = seen[0]
         console.print(
-            f"crawl {crawl_id} finished and its state was removed by its last worker "
+            f"crawl {crawl_id} finished and its state was removed at its end "
             "(SCHEDULER_PERSIST is off): its counts as last seen while it ran "
             f"({last.elapsed:.0f} s in; items lag by up to a heartbeat), the workers' logs "
             "have each one's stats",
