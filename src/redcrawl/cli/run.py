@@ -395,8 +395,8 @@ def _report_end(
         # SCHEDULER_PERSIST off: this command (or the last worker of the crawl) removed its
         # state as it finished, leaving its counts (frontier/final.py)
         console.print(
-            f"crawl {crawl_id} finished and its state was removed at its end "
-            "(SCHEDULER_PERSIST is off): its counts as they were then",
+            f"crawl {crawl_id} finished and its state was removed once its last worker was "
+            "done (SCHEDULER_PERSIST is off): its counts as that worker left them",
             highlight=False,
             soft_wrap=True,
         )
@@ -406,8 +406,8 @@ def _report_end(
         # them) what was last seen
         last = seen[0]
         console.print(
-            f"crawl {crawl_id} finished and its state was removed at its end "
-            "(SCHEDULER_PERSIST is off): its counts as last seen while it ran "
+            f"crawl {crawl_id} finished and its state was removed once its last worker was "
+            "done (SCHEDULER_PERSIST is off): its counts as last seen while it ran "
             f"({last.elapsed:.0f} s in; items lag by up to a heartbeat), the workers' logs "
             "have each one's stats",
             highlight=False,
