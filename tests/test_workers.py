@@ -363,6 +363,21 @@ def test_a_crawl_nothing_was_pushed_to_yet_is_not_finished(redis7: RedisServer) 
     assert not watch.unfinished()
 
 
+def test_the_commands_outage_warning_does_not_tell_to_restart_the_worker() -> None:
+    """Trial 7: the command's outage warning carried the workers' advice ("restart the
+    worker when Redis is back") into a line that then says the workers go on by
+    themselves."""
+    server = RedisServer()
+    frontier = open_frontier(redis.Redis.from_url(server.url), Settings(), "down")
+    events: list[WorkerEvent] = []
+    watch = _Watch(frontier, 60.0, events.append)
+    server.stop()
+    assert watch.read() is None
+    (warning,) = [e.message for e in events]
+    assert "Redis unreachable" in warning and "workers go on" in warning, warning
+    assert "restart the worker" not in warning, warning
+
+
 READY = "import signal, sys, time\n"
 """Workers below print 'ready' once their SIGINT handler is set."""
 

@@ -73,6 +73,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 from redcrawl.errors import ConfigError, RedcrawlError, UnknownSpider
 from redcrawl.failure_file import FAILURE_FILE_ENV
 from redcrawl.feeds import WORKER_TOKEN, per_worker
+from redcrawl.transport import WORKER_ADVICE
 
 if TYPE_CHECKING:
     from redcrawl.frontier import Counts
@@ -1029,7 +1030,9 @@ class _Watch:
                 WorkerEvent(
                     "warning",
                     "all",
-                    f"warning: Redis unreachable ({exc}); the workers go on with what they "
+                    # (without the advice a worker's own error carries: they go on)
+                    f"warning: Redis unreachable ({str(exc).replace(WORKER_ADVICE, '')}); "
+                    "the workers go on with what they "
                     "hold and wait for it up to REDCRAWL_REDIS_OUTAGE_LIMIT "
                     f"({self.outage_limit:g} s)",
                 )
