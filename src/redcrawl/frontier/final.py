@@ -1,6 +1,6 @@
 """A finished crawl's last counts, kept when its state is removed (``SCHEDULER_PERSIST``
-off): the last worker writes them just after it purges the crawl, with the server's time,
-and ``redcrawl crawl`` reports them at its end if they were written after it started,
+off): whoever removes the crawl (below) writes them just after its purge, with the
+server's time, and ``redcrawl crawl`` reports them at its end if they were written after it started,
 whether or not its progress reads ever saw the crawl running (a crawl can start and finish
 between two of them). Stored under :attr:`~redcrawl.keys.CrawlKeys.final` as JSON, for
 :data:`~redcrawl.keys.FINAL_TTL` seconds (a purge deletes them).
