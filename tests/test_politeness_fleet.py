@@ -419,7 +419,7 @@ def test_retry_after_blocks_the_host_for_every_worker(
         host = kit.hosts[0]
         [throttled] = [f for f in kit.fetches(host) if f.status == 429]
         check_blocked_after(kit, host, throttled, 3.0, "429 Retry-After: 3")
-        check_politeness(kit)
+        check_politeness(kit, handovers_of(procs))
         assert throttled.end is not None
         others = [
             f
@@ -455,7 +455,7 @@ def test_503_without_retry_after_backs_off_then_recovers(
         for n, f in enumerate(failed, start=1):
             shortest = policy.delay(BackoffState(failures=n), rand=0.0)
             check_blocked_after(kit, host, f, shortest, f"503 number {n}")
-        check_politeness(kit)
+        check_politeness(kit, handovers_of(procs))
         last = failed[-1]
         assert last.end is not None
         longest = policy.delay(BackoffState(failures=len(failed)), rand=1.0)
