@@ -127,6 +127,33 @@ def test_bad_input_exits_2_naming_the_flag(
     assert crawl.client.hget(crawl.keys.pol_override, "a.test") is None
 
 
+@pytest.mark.parametrize(
+    ("args", "flag"),
+    [
+        (["set", "a.test", "--delay", "-1"], "--delay"),
+        (["set", "a.test", "--concurrency", "0"], "--concurrency"),
+        (["block", "a.test", "--for", "31d"], "--for"),
+        (["show", ""], "KEY"),
+    ],
+)
+def test_bad_input_is_refused_before_redis_is_asked(args: list[str], flag: str) -> None:
+    """A bad value gets its exit 2 naming the flag whatever the crawl and the Redis: not a
+    'no crawl named' (exit 1) or 'cannot reach Redis' (exit 3) that hides it."""
+    url = "redis://127.0.0.1:1/0"  # (nothing listens on port 1)
+    result = runner.invoke(app, ["hosts", *args, "--redis-url", url, "--crawl", "nope"])
+    assert result.exit_code == 2, result.output
+    assert flag in result.output, result.output
+
+
+def test_a_block_too_long_is_told_in_the_units_given() -> None:
+    with pytest.raises(BadHostInput) as e:
+        duration("31d")
+    assert "31d" in e.value.problem and "30d" in e.value.problem, e.value.problem
+    with pytest.raises(BadHostInput) as e:
+        duration("0.5ms")
+    assert "1ms" in e.value.problem, e.value.problem
+
+
 def test_typer_refuses_what_is_not_a_number(redis7: RedisServer, crawl: FrontierCore) -> None:
     code, out = hosts(redis7, "set", "a.test", "--concurrency", "1.5")
     assert code == 2 and "--concurrency" in out

@@ -28,6 +28,12 @@ from redcrawl.cli._common import (
 )
 from redcrawl.frontier import open_frontier
 from redcrawl.politeness.hosts import UNSET, BadHostInput, HostDetail, HostPage, Hosts, Sort
+from redcrawl.politeness.hosts_records import (
+    MAX_BLOCK,
+    check_concurrency,
+    check_delay,
+    check_key,
+)
 
 hosts_app = typer.Typer(
     help="See and steer fleet-wide politeness per key (host), live: list the keys with "
@@ -67,7 +73,12 @@ def _bad_input(fn: Any) -> Any:
     return wrapper
 
 
-def _hosts(ctx: typer.Context, redis_url: str | None, crawl_name: str | None) -> Hosts:
+def _hosts(
+    ctx: typer.Context, redis_url: str | None, crawl_name: str | None, key: str | None = None
+) -> Hosts:
+    """The crawl's :class:`Hosts`; ``key`` (a command's KEY) checked before Redis is asked."""
+    if key is not None:
+        check_key(key)
     given = ctx.obj
     if isinstance(given, dict):  # flags given to `redcrawl hosts` before the subcommand
         redis_url = redis_url or given.get("redis_url")
@@ -84,11 +95,16 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400
 
 
 def duration(text: str) -> float:
-    """``10m``, ``90s``, ``1.5h``, ``2d``, ``500ms`` or plain seconds, as seconds."""
+    """``10m``, ``90s``, ``1.5h``, ``2d``, ``500ms`` or plain seconds, as seconds: a block's
+    length, 1 ms to 30 days (told in the units given when it is not)."""
     m = _DURATION.match(text)
     if not m:
         raise BadHostInput("block_for", f"{text!r}: give a duration like 90s, 10m, 2h or 1d")
-    return float(m.group(1)) * _UNITS[m.group(2)]
+    seconds = float(m.group(1)) * _UNITS[m.group(2)]
+    if not 0.001 <= seconds <= MAX_BLOCK:
+        what = "more than 30d" if seconds > MAX_BLOCK else "less than 1ms"
+        raise BadHostInput("block_for", f"{text.strip()!r} is {what}: give 1ms to 30d")
+    return seconds
 
 
 def _when(at: float | None, now: float) -> str:
@@ -216,7 +232,7 @@ def show(
 ) -> None:
     """One key: ready, in flight, its limits and where they come from, blocks, robots.txt,
     and why it is not served right now."""
-    _show(_hosts(ctx, redis_url, crawl_name).show(key), as_json)
+    _show(_hosts(ctx, redis_url, crawl_name, key).show(key), as_json)
 
 
 @hosts_app.command("set")
@@ -242,7 +258,12 @@ def set_(
     lease obeys it."""
     if delay is None and concurrency is None and paused is None:
         raise _fail("give --delay, --concurrency, --pause or --resume", EXIT_USAGE)
-    h = _hosts(ctx, redis_url, crawl_name)
+    # (bad values refused before Redis is asked: the same checks Hosts.set makes)
+    if delay is not None:
+        check_delay(delay)
+    if concurrency is not None:
+        check_concurrency(concurrency)
+    h = _hosts(ctx, redis_url, crawl_name, key)
     d = h.set(
         key,
         delay=UNSET if delay is None else delay,
@@ -265,7 +286,7 @@ def block(
 ) -> None:
     """Serve nothing of a key for a while (every worker), from now on the server's clock."""
     seconds = duration(for_)
-    _show(_hosts(ctx, redis_url, crawl_name).set(key, block_for=seconds), as_json)
+    _show(_hosts(ctx, redis_url, crawl_name, key).set(key, block_for=seconds), as_json)
 
 
 @hosts_app.command("unblock")
@@ -279,7 +300,7 @@ def unblock(
     as_json: AsJson = False,
 ) -> None:
     """Lift the operator's block of a key (a block after 429/503 responses runs its course)."""
-    _show(_hosts(ctx, redis_url, crawl_name).set(key, block_until=None), as_json)
+    _show(_hosts(ctx, redis_url, crawl_name, key).set(key, block_until=None), as_json)
 
 
 @hosts_app.command("reset")
@@ -294,4 +315,4 @@ def reset(
 ) -> None:
     """Drop the operator's override of a key (robots.txt's Crawl-delay and AutoThrottle's
     delay stay)."""
-    _show(_hosts(ctx, redis_url, crawl_name).reset(key), as_json)
+    _show(_hosts(ctx, redis_url, crawl_name, key).reset(key), as_json)

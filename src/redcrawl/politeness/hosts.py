@@ -62,6 +62,9 @@ from redcrawl.politeness.hosts_records import (
     Sort,
     _number,
     _Unset,
+    check_block_for,
+    check_concurrency,
+    check_delay,
     check_key,
 )
 from redcrawl.scripts import BASE, Scripts
@@ -319,14 +322,12 @@ class Hosts:
             if delay is None:
                 remove.append("delay")
             else:
-                fields["delay"] = _number("delay", delay, 0, MAX_DELAY)
+                fields["delay"] = check_delay(delay)
         if concurrency is not UNSET:
             if concurrency is None:
                 remove.append("concurrency")
             else:
-                fields["concurrency"] = int(
-                    _number("concurrency", concurrency, 1, MAX_CONCURRENCY, whole=True)
-                )
+                fields["concurrency"] = check_concurrency(concurrency)
         if block_until is not UNSET and block_for is not UNSET:
             raise BadHostInput("block_for", "give block_until or block_for, not both")
         now = self._now_ms()
@@ -346,7 +347,7 @@ class Hosts:
                 fields["block_until"] = int(at * 1000)
         block_ms = ""
         if block_for is not UNSET:
-            block_ms = str(int(_number("block_for", block_for, 0.001, MAX_BLOCK) * 1000))
+            block_ms = str(int(check_block_for(block_for) * 1000))
         if paused is not UNSET:
             if paused is None or paused is False:
                 remove.append("paused")

@@ -187,6 +187,21 @@ def check_key(key: Any) -> str:
     return key
 
 
+def check_delay(value: Any) -> float:
+    """An override's delay (seconds, 0 to :data:`MAX_DELAY`), else :class:`BadHostInput`."""
+    return _number("delay", value, 0, MAX_DELAY)
+
+
+def check_concurrency(value: Any) -> int:
+    """An override's concurrency (1 to :data:`MAX_CONCURRENCY`), else :class:`BadHostInput`."""
+    return int(_number("concurrency", value, 1, MAX_CONCURRENCY, whole=True))
+
+
+def check_block_for(value: Any) -> float:
+    """A block's length (seconds, 1 ms to :data:`MAX_BLOCK`), else :class:`BadHostInput`."""
+    return _number("block_for", value, 0.001, MAX_BLOCK)
+
+
 def _number(name: str, value: Any, low: float, high: float, *, whole: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise BadHostInput(name, f"{value!r} is not a number")
