@@ -33,8 +33,8 @@ __all__ = [
     "serving",
 ]
 
-READ = "read-token-1"
-ADMIN = "admin-token-1"
+READ = "read-token-of-the-tests-1"
+ADMIN = "admin-token-of-the-tests-1"
 AUTH_READ = {"Authorization": f"Bearer {READ}"}
 AUTH_ADMIN = {"Authorization": f"Bearer {ADMIN}"}
 MAX_BATCH = 10

@@ -324,8 +324,24 @@ def test_serve_refuses_non_loopback_without_tokens() -> None:
         assert "REDCRAWL_API_ADMIN_TOKENS" in str(exc.value)
     for host in ("127.0.0.1", "::1", "localhost", "127.0.0.2"):
         check_bind(Settings(api_host=host))
-    check_bind(Settings(api_host="0.0.0.0", api_admin_tokens=("t",)))
-    check_bind(Settings(api_host="0.0.0.0", api_tokens=("t",)))
+    check_bind(Settings(api_host="0.0.0.0", api_admin_tokens=("t" * 16,)))
+    check_bind(Settings(api_host="0.0.0.0", api_tokens=("t" * 16,)))
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "0.0.0.0"])
+@pytest.mark.parametrize(
+    ("field", "name"),
+    [("api_tokens", "REDCRAWL_API_TOKENS"), ("api_admin_tokens", "REDCRAWL_API_ADMIN_TOKENS")],
+)
+def test_serve_refuses_a_short_token(host: str, field: str, name: str) -> None:
+    """A token anyone could guess (under 16 characters) guards nothing: `serve` refuses
+    it, naming the setting but not the token, loopback or not."""
+    good = "g" * 16
+    for tokens in (("hunter2",), (good, "abcdefghijklmno")):
+        with pytest.raises(ConfigError, match=name) as exc:
+            serve(Settings(api_host=host, redis_url="redis://127.0.0.1:1/0", **{field: tokens}))
+        assert "16" in str(exc.value) and tokens[-1] not in str(exc.value)
+    check_bind(Settings(api_host=host, **{field: (good,)}))
 
 
 def test_redcrawl_serve_command(

@@ -24,9 +24,28 @@ __all__ = ["check_bind", "create_app", "serve"]
 log = logging.getLogger(__name__)
 
 
+MIN_TOKEN_CHARS = 16
+"""The shortest API token served: a shorter one can be guessed (``openssl rand -hex 24``
+gives 48 characters)."""
+
+
 def check_bind(settings: Settings) -> None:
-    """Refuse to serve an API without tokens beyond this machine."""
+    """Refuse to serve an API without tokens beyond this machine, or with a token short
+    enough to guess (loopback or not: other users of the machine reach it too)."""
     from redcrawl.api.auth import loopback_host, open_access
+
+    for name, tokens in (
+        ("REDCRAWL_API_ADMIN_TOKENS", settings.api_admin_tokens),
+        ("REDCRAWL_API_TOKENS", settings.api_tokens),
+    ):
+        short = [t for t in tokens if len(t) < MIN_TOKEN_CHARS]
+        if short:
+            raise ConfigError(
+                name,
+                f"{len(short)} of its tokens {'is' if len(short) == 1 else 'are'} shorter than "
+                f"{MIN_TOKEN_CHARS} characters ({len(short[0])}), short enough to guess. Give "
+                "random tokens, e.g. from `openssl rand -hex 24`",
+            )
 
     if open_access(settings) and not loopback_host(settings.api_host):
         raise ConfigError(

@@ -557,13 +557,15 @@ SPECS: tuple[Spec, ...] = (
     Spec(
         "api_tokens",
         _str_tuple,
-        "Bearer tokens of the HTTP API with read access (comma-separated).",
+        "Bearer tokens of the HTTP API with read access (comma-separated; at least 16 "
+        "characters each: `redcrawl serve` refuses shorter ones).",
     ),
     Spec(
         "api_admin_tokens",
         _str_tuple,
         "Bearer tokens of the HTTP API with admin access: "
-        "submit, requeue, reclaim, pause, resume, purge (comma-separated).",
+        "submit, requeue, reclaim, pause, resume, purge (comma-separated; at least 16 "
+        "characters each).",
     ),
     Spec("api_max_batch", _number(int, 1, 100_000), "Most requests in one submit call."),
     Spec(
