@@ -680,6 +680,11 @@ def test_startup_notes_for_scrapy_redis_defaults_left_out() -> None:
     assert "SCHEDULER_PERSIST" in joined and "scrapy-redis's default is False" in joined
     assert "SCHEDULER_QUEUE_CLASS" in joined and "highest priority first" in joined
     assert "embedded Redis" in joined and "localhost:6379" in joined
+    # a plain Scrapy project (quotesbot) gets the same notes: each says what Scrapy itself
+    # does too, not only scrapy-redis
+    persist, order = notes[0], notes[1]
+    assert "Scrapy's own scheduler" in persist, persist
+    assert "Scrapy's own scheduler" in order, order
 
 
 def test_startup_notes_explain_mapped_and_ignored_settings() -> None:

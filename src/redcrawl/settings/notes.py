@@ -46,10 +46,11 @@ def startup_notes(scrapy_settings: Any, *, environ: Mapping[str, str] | None = N
     if not {"SCHEDULER_PERSIST", "REDCRAWL_PERSIST"} & set(given):
         notes.append(
             "SCHEDULER_PERSIST is not set: the crawl's state (queue, fingerprints) is kept "
-            "when the crawl closes (REDCRAWL_PERSIST=true), while scrapy-redis's default is "
-            "False. Running the spider again resumes the crawl, and a finished crawl fetches "
-            "nothing new: `redcrawl purge` starts it over; set SCHEDULER_PERSIST = False to "
-            "remove the state once the whole crawl is finished."
+            "in Redis when the crawl closes (REDCRAWL_PERSIST=true), while Scrapy's own "
+            "scheduler forgets it and scrapy-redis's default is False. Running the spider "
+            "again resumes the crawl, and a finished crawl fetches nothing new: `redcrawl "
+            "purge` starts it over; set SCHEDULER_PERSIST = False to remove the state once "
+            "the whole crawl is finished."
         )
     if "REDCRAWL_ORDERING" not in given:
         if "SCHEDULER_QUEUE_CLASS" in given:
@@ -70,9 +71,9 @@ def startup_notes(scrapy_settings: Any, *, environ: Mapping[str, str] | None = N
             notes.append(
                 "SCHEDULER_QUEUE_CLASS is not set: requests are taken first in, first out "
                 f"within priority tiers picked by weighted fair choice ({weights}), so low "
-                "priorities are never starved; scrapy-redis's default PriorityQueue takes "
-                "the highest priority first, always. Set REDCRAWL_ORDERING=priority (or "
-                "SCHEDULER_QUEUE_CLASS) for that."
+                "priorities are never starved; Scrapy's own scheduler and scrapy-redis's "
+                "default PriorityQueue take the highest priority first, always. Set "
+                "REDCRAWL_ORDERING=priority (or SCHEDULER_QUEUE_CLASS) for that."
             )
     hosts = [
         n
