@@ -472,13 +472,33 @@ def test_workers_with_another_layout_are_refused(make_frontier: FrontierFactory)
     f = make_frontier(ordering="fifo")
     f.push(urls(2))
     other = make_frontier(ordering="priority")
-    with pytest.raises(FrontierError, match="REDCRAWL_ORDERING"):
+    with pytest.raises(FrontierError, match="REDCRAWL_ORDERING") as refused:
         other.lease("w", 1)
+    assert "upgrade" not in str(refused.value)  # a setting differs, not the version
     with pytest.raises(FrontierError, match="layout mismatch"):
         make_frontier(tier_weights=(1, 1), tier_bounds=(0,)).push(urls(1, "http://x/"))
     assert f.counts().ready == 2
     f.purge()
     assert other.push(urls(1)).accepted == 1  # a purged crawl takes a new layout
+
+
+@pytest.mark.backends("lists")
+def test_a_crawl_made_by_a_newer_redcrawl_says_upgrade(make_frontier: FrontierFactory) -> None:
+    """A crawl whose layout has a mark this worker does not know (the same settings, by a
+    newer redcrawl) is refused saying to upgrade the worker, not to change a setting."""
+    from redcrawl.errors import FrontierError
+
+    f = make_frontier()
+    f.push(urls(1))
+    stored = f.client.hget(f.keys.control, "layout")
+    assert stored is not None and stored.endswith(b" +pushtime")
+    newer = stored[: -len(b" +pushtime")] + b" +futuremark +pushtime"
+    f.client.hset(f.keys.control, mapping={"layout": newer, "layout.copy": newer})
+    with pytest.raises(FrontierError, match="layout mismatch") as refused:
+        make_frontier().lease("w", 1)
+    message = str(refused.value)
+    assert "upgrade this worker" in message and "+futuremark" in message, message
+    assert "REDCRAWL_ORDERING" not in message, message
 
 
 def test_push_with_delay_waits_in_delayed(make_frontier: FrontierFactory, clock: Clock) -> None:

@@ -216,15 +216,21 @@ do
       rest = string.sub(rest, 1, -#lout_mark - 1); FMT.lout = true
     end
     if rest ~= layout then
+      -- (the same settings, with a mark of a newer redcrawl this worker does not know:
+      -- upgrading it is the answer, not a setting)
+      if string.sub(rest, 1, #layout + 2) == layout .. ' +' then
+        return redis.error_reply('crawl layout mismatch: the crawl was created with "' ..
+          created .. '" and this worker uses "' .. layout .. '": the same settings, by a ' ..
+          'newer redcrawl (the mark "' .. string.sub(rest, #layout + 2) .. '" is unknown ' ..
+          'here); upgrade this worker to the redcrawl version of the others')
+      end
       return redis.error_reply('crawl layout mismatch: the crawl was created with ' ..
         'backend/ordering, tier bounds and dedupe "' .. created .. '" and this worker uses "' ..
         layout .. '"; give every worker the same REDCRAWL_BACKEND, REDCRAWL_SHARDS, ' ..
         'REDCRAWL_ORDERING (SCHEDULER_QUEUE_CLASS), REDCRAWL_TIER_BOUNDS, ' ..
         'REDCRAWL_DEDUPE, REDCRAWL_DEDUPE_CAPACITY, REDCRAWL_DEDUPE_ERROR_RATE and ' ..
         'REDCRAWL_RECRAWL_AFTER, REDCRAWL_POLITENESS and REDCRAWL_POLITENESS_KEY (lists: ' ..
-        '"<ordering>/<key mode>" is a crawl with fleet-wide politeness), or purge the crawl ' ..
-        '(a layout ending in "+slotmark", "+leasestate" or "+pushtime" that this worker does ' ..
-        'not accept needs a newer redcrawl: upgrade this worker)')
+        '"<ordering>/<key mode>" is a crawl with fleet-wide politeness), or purge the crawl')
     end
   end
 
