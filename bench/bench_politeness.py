@@ -31,8 +31,10 @@ backend, ``REDCRAWL_POLITENESS`` on), so its columns should read 1.0x.
 requests spread over ``--keys`` hosts are pushed, then leased and acked by one client in
 ``settle`` round trips of 64 (ack the previous batch, lease the next) with politeness on
 (no delay, concurrency 8 per host) and off, alternating by round on the same server;
-printed: lease+ack throughput of each, the ratio on/off, and Redis memory per host key
-with ready work (politeness on minus off, after the push, divided by ``--keys``).
+printed: lease+ack throughput of each, the ratio on/off, Redis's and the clients' CPU per
+request, the time inside the scripts per request split into the Redis commands they ran
+and the Lua around them (``INFO commandstats``), and Redis memory per host key with ready
+work (politeness on minus off, after the push, divided by ``--keys``).
 
 ``--frontier --instructions`` runs the same workload (``--n`` defaults to 10,000 over 1,000
 hosts then) with one client against ``/usr/bin/redis-server`` under valgrind's callgrind:
@@ -447,6 +449,13 @@ class FrontierRun:
     they share the machine with Redis."""
     empty: int = 0
     """Leases that came back empty (every open key's slots held by other clients)."""
+    script_us: float = 0.0
+    """Time inside the frontier's scripts per request (µs, ``INFO commandstats``: evalsha;
+    wall time, so with clients on the same cores it includes Redis being preempted)."""
+    command_us: float = 0.0
+    """Of it, the time in the Redis commands the scripts ran (µs per request); the rest is
+    the Lua around them (the interpreter, its tables and strings, the calls' arguments and
+    replies converted)."""
 
 
 def frontier_once(
@@ -463,6 +472,7 @@ def frontier_once(
     for pr in procs:
         pr.start()
     time.sleep(0.5 if procs else 0)
+    stats0 = command_stats(admin)
     cpu0 = redis_cpu(admin)
     t0 = time.perf_counter()
     if go is not None and out is not None:
@@ -474,6 +484,9 @@ def frontier_once(
         outs = [frontier_client(url, polite, "w0", batch, None, None)]
     elapsed = time.perf_counter() - t0
     cpu = redis_cpu(admin) - cpu0
+    calls = stats_delta(stats0, command_stats(admin))
+    script = sum(usec for cmd, (_, usec) in calls.items() if cmd in ("evalsha", "eval"))
+    inner = sum(usec for cmd, (_, usec) in calls.items() if cmd not in ("evalsha", "eval"))
     done = sum(o[0] for o in outs)
     if done != n:
         print(f"  (warning: {done} of {n} requests leased and acked)", flush=True)
@@ -483,6 +496,8 @@ def frontier_once(
         mem=mem,
         client_us=sum(o[1] for o in outs) / n * 1e6,
         empty=sum(o[2] for o in outs),
+        script_us=script / n,
+        command_us=inner / n,
     )
 
 
@@ -592,7 +607,9 @@ def frontier_bench(args: argparse.Namespace) -> int:
                 print(
                     f"  round {rnd + 1} politeness {'on ' if polite else 'off'} "
                     f"lease+ack {run.rate:10,.0f}/s  Redis CPU {run.cpu_us:5.1f} µs/request  "
-                    f"clients' CPU {run.client_us:5.1f} µs/request  empty leases "
+                    f"clients' CPU {run.client_us:5.1f} µs/request  scripts {run.script_us:5.1f} "
+                    f"µs/request (commands {run.command_us:4.1f}, Lua "
+                    f"{run.script_us - run.command_us:4.1f})  empty leases "
                     f"{run.empty:,}  memory after push {run.mem / 1e6:7.1f} MB",
                     flush=True,
                 )
