@@ -6,7 +6,6 @@ partition, spaces every site's page fetches (tests/test_politeness_fleet.py's cr
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
 import pytest
@@ -20,10 +19,11 @@ from redcrawl.settings import Settings
 from .conftest import RedisServer
 from .sitekit import SiteSpec, format_summary, serving
 from .test_politeness_fleet import (
-    CLOCK_TOLERANCE,
     ROBOTS,
     check_crawl_complete,
+    check_gaps,
     fleet,
+    handovers_of,
     wait_all,
 )
 
@@ -51,13 +51,7 @@ def test_robots_crawl_delay_kept_by_a_fleet_on_a_partitioned_crawl(
         robots = {h: kit.robots_fetches(h) for h in kit.hosts}
         assert set(robots.values()) == {1}, f"robots.txt fetches per host {robots}:\n{table}"
         assert not {h for h in kit.hosts if kit.fetched(h)["/p/1"]}, table
-        for h in kit.hosts:
-            starts = kit.starts(h, robots=False)
-            gap = min((b - a for a, b in itertools.pairwise(starts)), default=None)
-            assert gap is None or gap >= 1.0 - CLOCK_TOLERANCE, (
-                f"Crawl-delay 1 not kept at {h} (partition {partition_of(h, P)}): "
-                f"{gap:.3f}s\n{table}"
-            )
+        check_gaps(kit, handovers_of(procs), 1.0)  # (Crawl-delay: 1)
     snap = SnapshotReader(client, Settings(), crawls=["polite-parts"]).read().crawls[0]
     assert snap.counts.done == snap.counts.accepted > 0
     assert snap.stats.get("robots_disallowed") == 4  # /p/1 of each site, summed
