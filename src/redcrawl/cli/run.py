@@ -86,8 +86,10 @@ def _check_layout(settings: Settings, crawl: str) -> None:
     (e.g. REDCRAWL_POLITENESS=off to go faster), rather than have every worker die at
     start with a traceback. Checked by the frontier's own scripts (a maintenance step, as
     every worker runs); a new crawl is left for the workers to create."""
-    frontier = open_frontier(connect(settings), settings, crawl)
+    client = connect(settings)
     try:
+        # (a partitioned crawl's partition count is checked by open_frontier itself)
+        frontier = open_frontier(client, settings, crawl)
         if stored_layout(frontier.client.hgetall(frontier.keys.control)) is None:
             return
         frontier.maintain()
@@ -96,7 +98,7 @@ def _check_layout(settings: Settings, crawl: str) -> None:
             f"crawl {crawl} was created with other settings than these: {exc}", EXIT_USAGE
         ) from None
     finally:
-        frontier.client.close()
+        client.close()
 
 
 def _politeness(settings: Settings, crawl: str, workers: int) -> str:
