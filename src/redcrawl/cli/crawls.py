@@ -33,7 +33,7 @@ from redcrawl.cli._common import (
     _where,
     app,
 )
-from redcrawl.connection import EmbeddedRedis, redact
+from redcrawl.connection import EmbeddedRedis, redact, redis_cli_hint
 from redcrawl.frontier import open_frontier
 from redcrawl.guard import memory_warning
 from redcrawl.metrics.registry import leftovers
@@ -99,7 +99,7 @@ def status(
     if sock is not None:
         typer.echo(f"embedded Redis: unix socket {sock} (redis-cli -s {sock})")
     else:
-        typer.echo(f"Redis: {_where(settings)}")
+        typer.echo(f"Redis: {_where(settings)} (look inside: {redis_cli_hint(settings)})")
 
 
 def _politeness_line(p: PolitenessSummary) -> str:
