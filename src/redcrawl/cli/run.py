@@ -486,7 +486,9 @@ def _say_dead(frontier: FrontierCore, dead: int, crawl_id: str) -> None:
 @_guard
 def demo(
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=32)] = 4,
-    products: Annotated[int, typer.Option(help="Product pages in the demo shop.")] = 3000,
+    products: Annotated[
+        int, typer.Option(min=0, max=1_000_000, help="Product pages in the demo shop.")
+    ] = 3000,
     directory: Annotated[
         Path,
         typer.Option(
