@@ -25,6 +25,7 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from redcrawl.api import models as m
+from redcrawl.api.inputs import UNION_TAGS
 from redcrawl.api.limits import BodyTooLarge
 from redcrawl.connection import redact
 from redcrawl.errors import ConfigError, ConnectionError_, FrontierError
@@ -161,9 +162,12 @@ def _for_callers(exc: Exception) -> str:
 
 
 def location(parts: tuple[int | str, ...]) -> str:
-    """("body", "requests", 3, "url") -> "requests[3].url"."""
+    """("body", "requests", 3, "url") -> "requests[3].url" (the tags of the input's
+    unions, :data:`~redcrawl.api.inputs.UNION_TAGS`, left out)."""
     out = ""
     for p in parts[1:] if parts and parts[0] in ("body", "path", "query") else parts:
+        if p in UNION_TAGS:
+            continue
         out += f"[{p}]" if isinstance(p, int) else (f".{p}" if out else str(p))
     return out or "body"
 

@@ -9,7 +9,16 @@ import math
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    JsonValue,
+    Tag,
+    field_validator,
+)
 
 from redcrawl.callbacks import callback_name_problem, framework_names
 from redcrawl.settings import PRIORITY_LIMIT
@@ -70,11 +79,34 @@ HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]{1,256}$"
 HeaderName = Annotated[str, Field(pattern=HEADER_NAME_PATTERN)]
 HeaderValue = Annotated[str, Field(max_length=8192, pattern=r"^[^\r\n\x00]*$")]
 HeaderPair = tuple[HeaderName, HeaderValue]
+
+
+def _value_form(value: Any) -> str:
+    return "(many)" if isinstance(value, list) else "(one)"
+
+
+def _headers_form(value: Any) -> str:
+    return "(list)" if isinstance(value, list) else "(map)"
+
+
+# Each union below is checked in the form the caller sent (a list, or not), so that a bad
+# value is one error against that form, not one per form it was never meant for; the tags
+# (which no header name can be) are left out of an error's location (errors.location).
+HeaderValues = Annotated[
+    Annotated[HeaderValue, Tag("(one)")] | Annotated[list[HeaderValue], Tag("(many)")],
+    Discriminator(_value_form),
+]
 HeaderMap = Annotated[
-    dict[HeaderName, HeaderValue | list[HeaderValue]],
+    dict[HeaderName, HeaderValues],
     Field(max_length=MAX_HEADERS, json_schema_extra={"additionalProperties": False}),
 ]
 HeaderList = Annotated[list[HeaderPair], Field(max_length=MAX_HEADERS)]
+Headers = Annotated[
+    Annotated[HeaderMap, Tag("(map)")] | Annotated[HeaderList, Tag("(list)")],
+    Discriminator(_headers_form),
+]
+UNION_TAGS = frozenset({"(one)", "(many)", "(map)", "(list)"})
+"""The tags of the unions above, as they appear in a validation error's location."""
 
 
 def _whole(value: Any) -> Any:
@@ -175,7 +207,7 @@ class RequestIn(_Strict):
         description="Request body: text (sent as UTF-8), or base64 with body_base64.",
     )
     body_base64: bool = Field(default=False, description="The body is base64-encoded bytes.")
-    headers: HeaderMap | HeaderList = Field(
+    headers: Headers = Field(
         default_factory=dict,
         description="Headers: {name: value or [values]} or [[name, value], ...].",
     )
