@@ -4,8 +4,11 @@ docs/scrapy.md). Each test is a bug a user hit."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from redcrawl.frontier import open_frontier
 from redcrawl.redis_server import LocalCluster
 from redcrawl.settings import Settings
 
+from . import cluster
 from .sitekit import SITEKIT_FILE, SiteSpec, serving
 from .test_workers import cli_env
 
@@ -105,3 +109,145 @@ def test_status_prints_the_redis_cli_line_to_look_inside_the_cluster(
     assert proc.returncode == 0, out
     first = redis_cluster.url.removeprefix("redis+cluster://").split(",")[0]
     assert f"redis-cli -c -u redis://{first}" in out, out
+
+
+@pytest.mark.slow
+def test_a_tls_cluster_url_at_a_cluster_without_tls_names_the_fix(
+    redis_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """docs/scrapy.md (a wrong setting at start): "`rediss://` against a server without
+    TLS ... name[s] [its] fix", and docs/cluster.md: "TLS (`rediss+`) ... [is] that of a
+    `redis://` URL". On one server ``redcrawl status --redis-url rediss://...`` says "The
+    URL asks for TLS (rediss://): if the server does not use TLS, write redis:// instead".
+    Seen in trial 8: ``rediss+cluster://`` at the (plain) cluster says only "Redis
+    Cluster cannot be connected ... Timeout connecting to server. Check that the server is
+    running", after about 32 s (the single-server refusal takes 6 s):
+    ``redcrawl.cluster.connect_cluster`` raises ``RedisUnavailable`` without
+    ``connection._tls_fix``, whose advice should then name ``redis+cluster://``."""
+    first = redis_cluster.url.removeprefix("redis+cluster://").split(",")[0]
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "redcrawl.cli",
+            "status",
+            "--crawl",
+            "t8-tls",
+            "--redis-url",
+            f"rediss+cluster://{first}",
+        ],
+        cwd=tmp_path,
+        env=cli_env(redis_cluster.url),
+        capture_output=True,
+        text=True,
+        timeout=90,
+    )
+    out = " ".join((proc.stdout + proc.stderr).split())
+    assert proc.returncode == 3, out
+    assert "asks for TLS" in out, out
+    assert "redis+cluster://" in out.split("asks for TLS", 1)[1], out
+
+
+def test_a_mistyped_cluster_scheme_is_told_the_cluster_schemes(
+    redis_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """A user of docs/cluster.md who types ``redis-cluster://`` (or ``cluster://``) for
+    ``redis+cluster://``. Seen in trial 8: ``error: setting REDCRAWL_REDIS_URL:
+    redis-cluster://...: Redis URL must specify one of the following schemes (redis://,
+    rediss://, unix://)``, exit 2: redis-py's message, listing every scheme but the two
+    for a cluster, as if redcrawl had no cluster support."""
+    first = redis_cluster.url.removeprefix("redis+cluster://").split(",")[0]
+    for scheme in ("redis-cluster", "cluster"):
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "redcrawl.cli",
+                "status",
+                "--crawl",
+                "t8-scheme",
+                "--redis-url",
+                f"{scheme}://{first}",
+            ],
+            cwd=tmp_path,
+            env=cli_env(redis_cluster.url),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        out = " ".join((proc.stdout + proc.stderr).split())
+        assert proc.returncode == 2, out
+        assert "redis+cluster://" in out.split(f"{scheme}://{first}", 1)[1], out
+
+
+@pytest.mark.slow
+def test_ctrl_c_reaches_the_workers_while_the_cluster_does_not_answer(tmp_path: Path) -> None:
+    """docs/cli.md, "Redis outages": "The command's own reads (the progress line, whether
+    to restart a worker) give up after 2 s and are tried again: while Redis is unreachable
+    the progress line stops and one warning says so"; "Signals": Ctrl-C stops the workers
+    cleanly, each gets SIGINT. On one server the supervisor reads through a client
+    without retries and a 2 s timeout, so that "the loop that forwards signals must not
+    sit in redis-py's ~30 s of retries" (``workers._Watch``).
+    Seen in trial 8 on the cluster: with every node frozen (SIGSTOP, an outage without a
+    failover), a Ctrl-C reached the workers only when the cluster answered again, 25 s
+    later, and no "Redis unreachable" warning was said: the supervisor handles signals
+    between its reads (``Fleet.run``), and its fail-fast client is a ``ClusterClient``,
+    whose commands and pipelines wait out trouble for ``cluster.OUTAGE`` (30 s) whatever
+    ``retry`` and ``socket_timeout`` it was given (one ``counts()`` of a frozen master
+    took 36 s)."""
+    crawl = "t8-sigint"
+    with (
+        cluster.start(tmp_path / "cluster") as local,
+        serving([SiteSpec(pages=300, links=3, delay=0.2)]) as kit,
+    ):
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "redcrawl.cli",
+                "crawl",
+                str(SITEKIT_FILE),
+                "--workers",
+                "1",
+                "--crawl",
+                crawl,
+                "--no-progress",
+                "--set",
+                "TELNETCONSOLE_ENABLED=False",
+                "--arg",
+                "urls=" + ",".join(kit.roots),
+            ],
+            cwd=tmp_path,
+            env=cli_env(local.url),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        log = tmp_path / ".redcrawl" / "logs" / crawl / "w0.log"
+        frozen: list[int] = []
+        try:
+            deadline = time.monotonic() + 40
+            while sum(kit.fetched(kit.hosts[0]).values()) < 10:
+                assert proc.poll() is None and time.monotonic() < deadline
+                time.sleep(0.2)
+            frozen = [n.proc.pid for n in local.live() if n.proc is not None]
+            for pid in frozen:
+                os.kill(pid, signal.SIGSTOP)
+            time.sleep(1.0)
+            proc.send_signal(signal.SIGINT)
+            deadline = time.monotonic() + 10  # docs: the reads give up after 2 s
+            while "Received SIGINT" not in log.read_text(errors="replace"):
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            reached = "Received SIGINT" in log.read_text(errors="replace")
+        finally:
+            for pid in frozen:
+                os.kill(pid, signal.SIGCONT)
+            try:
+                out, _ = proc.communicate(timeout=45)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, _ = proc.communicate()
+    said = " ".join(out.split())
+    assert reached, "SIGINT not passed on to the worker within 10 s of Ctrl-C: " + said

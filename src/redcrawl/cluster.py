@@ -20,7 +20,7 @@ from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster, Transactio
 from redis.retry import Retry
 
 from redcrawl import scripts
-from redcrawl.connection import SOCKET_TIMEOUT, login_refused, redact
+from redcrawl.connection import SOCKET_TIMEOUT, _tls_fix, login_refused, redact
 from redcrawl.errors import ConfigError, RedisUnavailable
 from redcrawl.settings import Settings
 
@@ -128,7 +128,15 @@ class ClusterClient(RedisCluster):
 
     A retried script call is safe: every state-changing frontier script carries a nonce
     and replays its first outcome (see ``frontier/lua/ops.lua``).
+
+    ``outage`` (seconds, default :data:`OUTAGE`) bounds that wait, for this client and
+    its pipelines: a reader that must not stall (``redcrawl crawl``'s progress reads) gives
+    a short one.
     """
+
+    def __init__(self, *args: Any, outage: float = OUTAGE, **kwargs: Any) -> None:
+        self.outage = outage
+        super().__init__(*args, **kwargs)
 
     def execute_command(self, *args: Any, **kwargs: Any) -> Any:
         run: Any = super().execute_command
@@ -257,7 +265,7 @@ class ClusterClient(RedisCluster):
     def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
         if shard_hint:
             raise redis.exceptions.RedisClusterException("shard_hint is deprecated in cluster mode")
-        return _WaitingPipeline(
+        pipe = _WaitingPipeline(
             nodes_manager=self.nodes_manager,
             commands_parser=self.commands_parser,
             startup_nodes=self.nodes_manager.startup_nodes,
@@ -271,6 +279,8 @@ class ClusterClient(RedisCluster):
             transaction=transaction,
             event_dispatcher=self._event_dispatcher,
         )
+        pipe.outage = self.outage
+        return pipe
 
 
 class _WaitingPipeline(ClusterPipeline):
@@ -283,6 +293,8 @@ class _WaitingPipeline(ClusterPipeline):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.outage = OUTAGE
+        """How long :meth:`execute` waits out trouble (its client's ``outage``)."""
         self._aside: list[tuple[int, str, tuple[Any, ...]]] = []
         self.load_scripts_first = True
         """Whether :meth:`execute` checks (``SCRIPT EXISTS``) and loads the scripts of
@@ -441,7 +453,8 @@ def merge_infos(infos: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
 
 def _waiting(client: Any, call: Any) -> Any:
     """``call()``, retried on :data:`CLUSTER_TRANSIENT` errors with exponential backoff
-    (0.05 s doubling, at most 2 s apart) until :data:`OUTAGE` seconds have passed."""
+    (0.05 s doubling, at most 2 s apart) until the client's ``outage`` (default
+    :data:`OUTAGE`) seconds have passed."""
     deadline: float | None = None
     pause = 0.05
     while True:
@@ -451,7 +464,8 @@ def _waiting(client: Any, call: Any) -> Any:
             raise
         except CLUSTER_TRANSIENT as exc:
             now = time.monotonic()
-            deadline = deadline if deadline is not None else now + OUTAGE
+            if deadline is None:
+                deadline = now + getattr(client, "outage", OUTAGE)
             if now >= deadline:
                 raise
             log.debug("Redis Cluster: %s; retrying in %.2f s", exc, pause)
@@ -500,9 +514,9 @@ def connect_cluster(
                 f"{redact(url)}: the server is not a Redis Cluster node ({exc}); use "
                 "redis:// (or rediss://) for a single server",
             ) from None
-        raise RedisUnavailable(redact(url), exc) from None
+        raise RedisUnavailable(redact(url), exc, fix=_tls_fix(url, exc)) from None
     except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-        raise RedisUnavailable(redact(url), exc) from None
+        raise RedisUnavailable(redact(url), exc, fix=_tls_fix(url, exc)) from None
     if check:
         try:
             state = client.cluster_info().get("cluster_state")

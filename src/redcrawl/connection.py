@@ -116,7 +116,12 @@ def connect(
     try:
         client = redis.Redis.from_url(url, **params)
     except ValueError as exc:
-        raise ConfigError("REDCRAWL_REDIS_URL", f"{redact(url)}: {exc}") from None
+        more = (
+            "; or redis+cluster://host:port,... (rediss+cluster:// with TLS) for a Redis Cluster"
+            if "scheme" in str(exc)
+            else ""
+        )
+        raise ConfigError("REDCRAWL_REDIS_URL", f"{redact(url)}: {exc}{more}") from None
     if check:
         probe = redis.Redis.from_url(
             url,
@@ -236,8 +241,13 @@ def _tls_fix(url: str, exc: BaseException) -> str | None:
     text = f"{type(exc).__name__} {exc}".lower()
     if not any(word in text for word in _TLS_LOOKING):
         return None
+    tls, plain = (
+        ("rediss+cluster://", "redis+cluster://")
+        if url.startswith("rediss+")
+        else ("rediss://", "redis://")
+    )
     return (
-        "The URL asks for TLS (rediss://): if the server does not use TLS, write redis:// "
+        f"The URL asks for TLS ({tls}): if the server does not use TLS, write {plain} "
         "instead; if it does, check the port and the certificates (REDIS_PARAMS ssl_*). "
         + RedisUnavailable.DEFAULT_FIX
     )

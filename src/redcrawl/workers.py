@@ -599,8 +599,11 @@ class Fleet:
     work (a crashed worker is restarted only then, or while another worker runs);
     ``on_crash(worker_id)`` is called each time a worker has exited, whatever its status
     (give back what it still holds);
-    ``tick()`` is called about every ``tick_interval`` seconds while workers run;
-    ``on_event`` gets every :class:`WorkerEvent`.
+    ``tick()`` is called about every ``tick_interval`` seconds while workers run, on a
+    thread of its own (one at a time, the next once the last returned), so that a tick
+    stuck on an unanswering Redis never holds up the signals and exits this loop handles
+    (an exception it raises is raised by :meth:`run`); ``on_event`` gets every
+    :class:`WorkerEvent`.
     """
 
     def __init__(
@@ -637,6 +640,8 @@ class Fleet:
         self.on_event = on_event or (lambda event: None)
         self.tick = tick or (lambda: None)
         self.tick_interval = tick_interval
+        self._ticking: threading.Thread | None = None
+        self._tick_error: BaseException | None = None
         self.stop_timeout = stop_timeout
         self.workers = [
             _Worker(i, None if log_dir is None else log_dir / f"w{i}.log") for i in range(workers)
@@ -919,6 +924,24 @@ class Fleet:
                     os.killpg(w.proc.pid, signal.SIGKILL)
                 w.proc.wait()
 
+    def _tick_aside(self) -> None:
+        """``tick()`` on a daemon thread, unless the last one still runs; raises what an
+        earlier one raised."""
+        if self._tick_error is not None:
+            error, self._tick_error = self._tick_error, None
+            raise error
+        if self._ticking is not None and self._ticking.is_alive():
+            return
+
+        def tick() -> None:
+            try:
+                self.tick()
+            except BaseException as exc:  # (raised again by the loop, on its thread)
+                self._tick_error = exc
+
+        self._ticking = threading.Thread(target=tick, name="redcrawl-fleet-tick", daemon=True)
+        self._ticking.start()
+
     def run(self) -> FleetResult:
         """Start every worker and supervise them until none will run again."""
         if self.log_dir is not None:
@@ -946,7 +969,7 @@ class Fleet:
                     if all(w.proc is None and w.restart_at is None for w in self.workers):
                         break
                     if now >= next_tick:
-                        self.tick()
+                        self._tick_aside()
                         next_tick = now + self.tick_interval
                     time.sleep(min(0.1, self.tick_interval))
                 done = True
@@ -1098,6 +1121,7 @@ def run_workers(
     from redis.backoff import NoBackoff
     from redis.retry import Retry
 
+    from redcrawl.cluster import is_cluster_url
     from redcrawl.connection import connect, resolve_url
     from redcrawl.frontier import open_frontier
     from redcrawl.guard import check_server
@@ -1134,6 +1158,8 @@ def run_workers(
                 retry=Retry(NoBackoff(), 0),
                 socket_timeout=PROGRESS_TIMEOUT,
                 socket_connect_timeout=PROGRESS_TIMEOUT,
+                # (a cluster client waits out trouble itself, whatever its retry says)
+                **({"outage": PROGRESS_TIMEOUT} if is_cluster_url(url) else {}),
             ),
             settings,
             crawl,
