@@ -102,6 +102,8 @@ def test_only_http_entries_unless_the_spider_opts_in(
     ):
         assert text in run.stderr, text
     assert "Spider error" not in run.stderr and "Traceback" not in run.stderr
+    # where the refused entries are, with the redis-cli command for this crawl's Redis
+    assert f"`redis-cli -u {redis7.url} LRANGE " in run.stderr, run.stderr[-3000:]
 
 
 class Shop(RedisSpider):

@@ -70,7 +70,7 @@ from scrapy.exceptions import DontCloseSpider
 from scrapy.spiders import CrawlSpider, Spider
 
 from redcrawl.callbacks import callback_problem, resolve_callback
-from redcrawl.connection import connect
+from redcrawl.connection import connect, redis_cli_hint
 from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
 from redcrawl.frontier.core import heartbeat_deadlines
 from redcrawl.keys import start_claims, start_refused
@@ -473,9 +473,10 @@ class RedisMixin:
             self._told_refused = True
             self.logger.warning(
                 "Refused start entries are kept in the Redis list %r (newest first, the "
-                "last %d): see them with `redis-cli LRANGE %s 0 -1`, push fixed ones onto %r",
+                "last %d): see them with `%s LRANGE %s 0 -1`, push fixed ones onto %r",
                 self._start_key.refused,
                 REFUSED_MAX,
+                redis_cli_hint(self._rc_settings),
                 self._start_key.refused,
                 self.redis_key,
             )
