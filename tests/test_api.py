@@ -338,10 +338,12 @@ def test_serve_refuses_a_short_token(host: str, field: str, name: str) -> None:
     it, naming the setting but not the token, loopback or not."""
     good = "g" * 16
     for tokens in (("hunter2",), (good, "abcdefghijklmno")):
+        given: dict[str, Any] = {field: tokens}
         with pytest.raises(ConfigError, match=name) as exc:
-            serve(Settings(api_host=host, redis_url="redis://127.0.0.1:1/0", **{field: tokens}))
+            serve(Settings(api_host=host, redis_url="redis://127.0.0.1:1/0", **given))
         assert "16" in str(exc.value) and tokens[-1] not in str(exc.value)
-    check_bind(Settings(api_host=host, **{field: (good,)}))
+    fine: dict[str, Any] = {field: (good,)}
+    check_bind(Settings(api_host=host, **fine))
 
 
 def test_redcrawl_serve_command(
