@@ -132,6 +132,7 @@ def test_purge_asks_first(redis7: RedisServer, crawl: FrontierCore) -> None:
     invoke("seed", "https://a.example/1", "--redis-url", redis7.url, "--crawl", "cli")
     result = runner.invoke(app, ["purge", "--redis-url", redis7.url, "--crawl", "cli"], input="n\n")
     assert result.exit_code == 1 and crawl.counts().accepted == 1
+    assert "not purged: crawl cli is left as it was" in result.output, result.output
 
 
 @pytest.mark.slow

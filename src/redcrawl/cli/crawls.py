@@ -312,6 +312,6 @@ def purge(
         _existing(settings, client, name)
     frontier = open_frontier(client, settings, name, follow_layout=True)
     if not yes and not typer.confirm(f"Delete everything of crawl {name!r}?"):
-        raise typer.Exit(EXIT_FAILED)
+        raise _fail(f"not purged: crawl {name} is left as it was", EXIT_FAILED)
     frontier.purge()
     typer.echo(f"purged crawl {name}")

@@ -128,7 +128,7 @@ def _politeness(settings: Settings, crawl: str, workers: int) -> str:
         f"per-site limits for the whole fleet ({many}, and any other worker of the "
         f"crawl): {fleet_limits(settings)}. With "
         "scrapy-redis each worker took these: raise them for sites that can take more, or "
-        f"set REDCRAWL_POLITENESS=off for that{change}"
+        f"set REDCRAWL_POLITENESS=off to have each worker take them again{change}"
     )
 
 

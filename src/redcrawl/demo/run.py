@@ -128,7 +128,8 @@ def _run_demo(workers: int, products: int, directory: Path, progress: bool) -> i
     with ShopSite(config) as site, serving_dashboard(settings, frontier.client) as board:
         console.print(
             f"demo shop: {site.url} ({config.pages:,} pages, {config.products:,} "
-            f"products); {workers} workers; embedded Redis at {url}; worker logs "
+            f"products); {workers} worker{'' if workers == 1 else 's'}; embedded Redis at "
+            f"{url}; worker logs "
             f"in {logs}/"
         )
         console.print(f"dashboard: {board}")
