@@ -306,21 +306,31 @@ def run_kill_test(url: str, frontier: PartitionedFrontier, n: int, workers: int,
             env=env,
         )
 
-    # The victim starts first and is seen leasing before the others start: under a
-    # loaded CI the others once finished the crawl before it held anything.
+    # The victim starts first and has processed a batch before the others start: under a
+    # loaded CI the others once finished the crawl before it held anything. (Its log says
+    # so; polling for its leases once missed every one of them: it holds a batch for a
+    # moment only, and a poll of every partition on a loaded cluster takes longer.)
     victim = start(1)
-    deadline = time.monotonic() + 90
-    while not any(x.worker == "w1" for x in frontier.inflight(limit=10_000)):
-        assert time.monotonic() < deadline, "w1 never leased"
-        time.sleep(0.02)
-    procs = [victim if i == 1 else start(i) for i in range(workers)]
-    while frontier.counts().done < n // 3:
-        assert time.monotonic() < deadline, "workers made no progress"
-        time.sleep(0.02)
-    held = kill_while_holding(victim, "w1", frontier, deadline, logs[1])
-    for p in procs:
-        if p is not victim:
-            assert p.wait(timeout=180) == 0
+    procs = [victim]
+    try:
+        deadline = time.monotonic() + 90
+        while not (logs[1].exists() and logs[1].read_text()):
+            assert victim.poll() is None, f"w1 exited ({victim.returncode}) before leasing"
+            assert time.monotonic() < deadline, "w1 never leased"
+            time.sleep(0.02)
+        procs = [victim if i == 1 else start(i) for i in range(workers)]
+        while frontier.counts().done < n // 3:
+            assert time.monotonic() < deadline, "workers made no progress"
+            time.sleep(0.02)
+        held = kill_while_holding(victim, "w1", frontier, deadline, logs[1])
+        for p in procs:
+            if p is not victim:
+                assert p.wait(timeout=180) == 0
+    finally:  # a failed test leaves no worker behind to fail a later one on this xdist worker
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     c = frontier.counts()
     assert (c.accepted, c.done, c.dead, c.pending) == (n, n, 0, 0), c
     assert c.conserved
