@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shlex
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, cast
@@ -475,6 +476,27 @@ def _waiting(client: Any, call: Any) -> Any:
                 client.nodes_manager.initialize()
 
 
+def _cluster_state(client: ClusterClient) -> str:
+    """``cluster_state`` as the masters see it: the first that is not ``ok`` (a master
+    whose slots were taken from it says ``fail`` while the others still map them to it),
+    else ``ok``. A master that does not answer is skipped (the cluster may serve without
+    it: its replica takes over); when none answers, the last connection error."""
+    error: redis.exceptions.RedisError | None = None
+    answered = False
+    for node in client.masters():
+        try:
+            state = node.redis_connection.execute_command("CLUSTER INFO").get("cluster_state")
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            error = exc
+            continue
+        if state != "ok":
+            return str(state)
+        answered = True
+    if not answered and error is not None:
+        raise error
+    return "ok"
+
+
 def connect_cluster(
     settings: Settings, url: str, *, check: bool = True, **overrides: Any
 ) -> ClusterClient:
@@ -519,7 +541,7 @@ def connect_cluster(
         raise RedisUnavailable(redact(url), exc, fix=_tls_fix(url, exc)) from None
     if check:
         try:
-            state = client.cluster_info().get("cluster_state")
+            state = _cluster_state(client)
         except redis.exceptions.ResponseError:  # e.g. an ACL user without CLUSTER INFO
             state = "ok"
         except redis.exceptions.RedisError as exc:
@@ -528,6 +550,11 @@ def connect_cluster(
         if state != "ok":
             client.close()
             raise RedisUnavailable(
-                redact(url), f"cluster_state is {state!r}, not 'ok': fix the cluster first"
+                redact(url),
+                f"cluster_state is {state!r}, not 'ok'",
+                problem="the Redis Cluster answers but does not serve every slot",
+                fix="A master and its replicas may be down, or slots unassigned: look with "
+                f"`redis-cli -c -u {shlex.quote(redact(plain))} cluster nodes`, bring the "
+                "nodes back (or `redis-cli --cluster fix`), then run this again.",
             )
     return client

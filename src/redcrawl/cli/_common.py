@@ -4,6 +4,7 @@ of redcrawl's errors to exit codes, and the rules that pick the crawl and its Re
 from __future__ import annotations
 
 import functools
+import os
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +18,7 @@ from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
 from redcrawl.frontier import Counts
 from redcrawl.keys import CrawlKeys, validate_crawl_name
 from redcrawl.settings import Settings
-from redcrawl.transport import redis_errors
+from redcrawl.transport import WORKER_ADVICE, redis_errors
 from redcrawl.workers import (
     ExitCode,
     UnknownSpider,
@@ -82,19 +83,52 @@ def _fail(message: str, code: int) -> typer.Exit:
     return typer.Exit(code)
 
 
+_FLAG_WORDS = (
+    (
+        "REDCRAWL_REDIS_URL / REDIS_URL point at it, or unset them",
+        "--redis-url points at it, or leave it out",
+    ),
+    ("setting REDCRAWL_REDIS_URL:", "--redis-url:"),
+    ("REDCRAWL_REDIS_URL / REDIS_URL: they name", "--redis-url: it names"),
+    ("REDCRAWL_REDIS_URL / REDIS_URL", "--redis-url"),
+)
+"""Words of the errors about the Redis URL, and what they say instead when the URL came
+from ``--redis-url`` (the messages name the settings, the variables a worker reads)."""
+
+
+def _said(exc: RedcrawlError, flag: str | None) -> str:
+    """The error's message, naming ``--redis-url`` if the command was given one (``flag``:
+    its value; the same as REDCRAWL_REDIS_URL's when it came from the variable)."""
+    text = str(exc).replace(WORKER_ADVICE, "")  # (a command holds no leases)
+    if flag is None or flag == os.environ.get("REDCRAWL_REDIS_URL"):
+        return text
+    for words, instead in _FLAG_WORDS:
+        text = text.replace(words, instead)
+    return text
+
+
 def _guard(fn: Any) -> Any:
     """Turn redcrawl's errors into messages and exit codes."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        flag = kwargs.get("redis_url")
         try:
             return fn(*args, **kwargs)
         except (ConfigError, UnknownSpider) as exc:
-            raise _fail(str(exc), EXIT_USAGE) from None
+            raise _fail(_said(exc, flag), EXIT_USAGE) from None
         except ConnectionError_ as exc:
-            raise _fail(str(exc), EXIT_REDIS) from None
+            raise _fail(_said(exc, flag), EXIT_REDIS) from None
         except RedcrawlError as exc:
-            raise _fail(str(exc), EXIT_FAILED) from None
+            raise _fail(_said(exc, flag), EXIT_FAILED) from None
+        except redis.exceptions.RedisError as exc:  # (a call outside redis_errors: a bug)
+            try:
+                with redis_errors(f"`redcrawl {fn.__name__.replace('_', '-')}`"):
+                    raise exc
+            except RedcrawlError as mapped:
+                code = EXIT_REDIS if isinstance(mapped, ConnectionError_) else EXIT_FAILED
+                raise _fail(_said(mapped, flag), code) from None
+            raise _fail(f"Redis failed: {type(exc).__name__}: {exc}", EXIT_FAILED) from None
 
     return wrapper
 
@@ -144,7 +178,8 @@ def _crawls(client: redis.Redis, prefix: str) -> list[str]:
     complete (:func:`redcrawl.metrics.registry.all_crawls`)."""
     from redcrawl.metrics.registry import all_crawls
 
-    names = all_crawls(client, prefix)
+    with redis_errors("listing the crawls"):
+        names = all_crawls(client, prefix)
     return [n for n, ok in zip(names, _alive(client, prefix, names), strict=True) if ok]
 
 
