@@ -41,7 +41,7 @@ def test_rules_are_valid() -> None:
         timeout=60,
     )
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "SUCCESS: 8 rules found" in out.stdout
+    assert "SUCCESS: 9 rules found" in out.stdout
 
 
 def test_rules_unit_tests_pass() -> None:
@@ -122,4 +122,5 @@ def test_the_watchdog_uses_the_numbers_of_the_rules() -> None:
         t.duplicate_for,
     )
     check("RedcrawlPolitenessBlocked", [t.blocked_keys, t.blocked_ratio], [], t.blocked_for)
+    check("RedcrawlPartitionsLost", [], [], 0)
     assert set(rules) == {name for name, _f in watchdog_for}

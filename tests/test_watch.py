@@ -187,6 +187,35 @@ def test_redis_memory_over_80_percent(redis7_client: redis.Redis, sink: Sink) ->
     ]
 
 
+def test_a_partition_that_lost_its_state(redis7_client: redis.Redis, sink: Sink) -> None:
+    """A partitioned crawl's partition is emptied (its master came back empty): the alert
+    fires at once, the exported gauge says 1, and ``accept_loss`` resolves it."""
+    from redcrawl.metrics.collector import families
+
+    f = open_frontier(redis7_client, Settings(partitions=4), "parts")
+    push(f, 30)
+    d = dog(redis7_client, sink.url)
+    d.poll()
+    assert sink.seen() == []
+    keys = list(redis7_client.scan_iter(match="rc:{parts/1}:*"))
+    assert keys
+    redis7_client.delete(*keys)
+    d.poll()
+    gauge = {
+        s.labels["crawl"]: s.value
+        for fam in families(SnapshotReader(redis7_client, Settings()).read())
+        if fam.name == "redcrawl_partitions_lost"
+        for s in fam.samples
+    }
+    assert gauge == {"parts": 1}
+    f.accept_loss()
+    d.poll()
+    assert sink.seen() == [
+        ("firing", "RedcrawlPartitionsLost", {"crawl": "parts"}),
+        ("resolved", "RedcrawlPartitionsLost", {"crawl": "parts"}),
+    ]
+
+
 def test_a_webhook_that_is_down_is_retried_and_gets_each_transition_once(
     redis7_client: redis.Redis,
 ) -> None:

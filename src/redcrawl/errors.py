@@ -19,6 +19,7 @@ boundary (``raise ConnectionLost(...) from exc``) so callers never need to impor
         ├── LayoutMismatch     this worker's settings would change the crawl's layout
         ├── RedisOutOfMemory   Redis refused a write: its maxmemory is reached
         └── CrawlVanished      the crawl's state disappeared under a worker (failover, purge)
+            └── PartitionsLost partitions of a partitioned crawl lost their state
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ __all__ = [
     "FrontierError",
     "LayoutMismatch",
     "LockError",
+    "PartitionsLost",
     "RedcrawlError",
     "RedisOutOfMemory",
     "RedisUnavailable",
@@ -134,12 +136,38 @@ class CrawlVanished(FrontierError):
     persistence, or a purge or flush by someone else. Raised instead of reporting the
     crawl finished: its remaining work is lost, not done."""
 
-    def __init__(self, crawl: str, what: str) -> None:
+    def __init__(self, crawl: str, what: str, *, message: str | None = None) -> None:
         self.crawl = crawl
         super().__init__(
-            f"crawl {crawl!r} vanished while this worker was working on it ({what}): its "
+            message
+            or f"crawl {crawl!r} vanished while this worker was working on it ({what}): its "
             "state is gone from Redis, so its remaining requests were lost, not finished. "
             "If Redis failed over or restarted, check its persistence and replication "
             "(REDCRAWL_WAIT_REPLICAS, docs/cluster.md) and seed the crawl again; if "
             "someone purged it on purpose, stop its workers"
         )
+
+
+class PartitionsLost(CrawlVanished):
+    """Partitions of a partitioned crawl lost their state (their master came back empty)
+    while the others kept theirs: the crawl cannot be finished as it was (the requests
+    those partitions held are gone). Raised to a worker instead of reporting the crawl
+    finished; ``redcrawl status`` reports the partitions."""
+
+    def __init__(self, crawl: str, lost: Sequence[int], n: int) -> None:
+        self.lost = list(lost)
+        super().__init__(crawl, "", message=partitions_lost_text(crawl, self.lost, n))
+
+
+def partitions_lost_text(crawl: str, lost: Sequence[int], n: int) -> str:
+    """What :class:`PartitionsLost` says (``redcrawl status`` and the API say it too)."""
+    plural = len(lost) > 1
+    return (
+        f"crawl {crawl!r}: partition{'s' * plural} {', '.join(map(str, lost))} of 0..{n - 1} "
+        f"lost {'their' if plural else 'its'} state (a Redis master came back empty: a "
+        "restart without persistence, or a failover to a replica that never got it), and "
+        "with it the requests queued, in flight and done there; the other partitions are "
+        "intact. `redcrawl status` shows what is left; `redcrawl accept-loss` goes on "
+        "without them (seed the crawl again to fetch their sites anew), `redcrawl purge` "
+        "starts over"
+    )

@@ -81,6 +81,8 @@ def _form(
 
 def _state(c: CrawlSnapshot) -> str:
     n = c.counts
+    if c.lost_partitions:
+        return f"damaged: {c.lost_partitions} partition(s) lost (redcrawl status)"
     if c.paused:
         return "paused"
     if n.finished and n.accepted:

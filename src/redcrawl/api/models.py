@@ -178,6 +178,13 @@ class CrawlDetail(CrawlSummary):
         description="Requests robots.txt disallowed, crawl-wide: finished (done) without a "
         "fetch (redcrawl.scrapy.RobotsTxtMiddleware; added by each worker with its heartbeat).",
     )
+    lost_partitions: list[int] = Field(
+        default_factory=list,
+        description="Partitions of a partitioned crawl that lost their state (a Redis master "
+        "came back empty) since it was created, with the requests queued, in flight and done "
+        "there; empty when none did (and for a crawl of one partition). `redcrawl "
+        "accept-loss` goes on without them (docs/cluster.md, Durability).",
+    )
 
 
 class PendingItem(_Record):

@@ -253,7 +253,11 @@ def _removed(settings: Settings, client: redis.Redis, name: str) -> str:
 
 
 def _state(frontier: Any, c: Counts) -> str:
-    """finished / running / paused / stopped, with the number of live workers."""
+    """finished / running / paused / stopped, with the number of live workers; damaged
+    first, when partitions lost their state."""
+    lost = frontier.lost_partitions()
+    if lost:
+        return f"damaged: partition{'s' * (len(lost) > 1)} {', '.join(map(str, lost))} lost"
     if c.finished and c.accepted:
         return "finished"
     now = frontier.server_time()

@@ -34,6 +34,7 @@ from redcrawl.cli._common import (
     app,
 )
 from redcrawl.connection import EmbeddedRedis, redact, redis_cli_hint
+from redcrawl.errors import partitions_lost_text
 from redcrawl.frontier import open_frontier
 from redcrawl.guard import memory_warning
 from redcrawl.metrics.registry import leftovers
@@ -62,6 +63,7 @@ def status(
     c = frontier.counts()
     stats = frontier.stats()
     state = _state(frontier, c)
+    lost = frontier.lost_partitions()
     now = frontier.server_time()
     workers = {w: until - now for w, until in frontier.workers().items()}
     sock = None if settings.redis_url else EmbeddedRedis(settings.embedded_dir).socket
@@ -76,6 +78,7 @@ def status(
             "robots_disallowed": stats.get("robots_disallowed", 0),
             "orphaned": stats.get("orphaned", 0),
             "state": state,
+            "lost_partitions": lost,
             "paused": frontier.is_paused(),
             "workers": {w: {"alive": left > 0} for w, left in workers.items()},
             "politeness": dataclasses.asdict(polite) if polite else None,
@@ -88,6 +91,8 @@ def status(
         typer.echo(json.dumps(out))
         return
     _print_counts(c, name, stats, state)
+    if lost:
+        typer.echo(f"error: {partitions_lost_text(name, lost, frontier.settings.partitions)}")
     if polite is not None:
         typer.echo(_politeness_line(polite))
     for w, left in sorted(workers.items()):
@@ -291,6 +296,38 @@ def pause(redis_url: RedisUrl = None, crawl_name: CrawlName = None) -> None:
 def resume(redis_url: RedisUrl = None, crawl_name: CrawlName = None) -> None:
     """Resume a paused crawl."""
     _switch(redis_url, crawl_name, pause=False)
+
+
+@app.command("accept-loss")
+@_guard
+def accept_loss(
+    redis_url: RedisUrl = None,
+    crawl_name: CrawlName = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Don't ask.")] = False,
+) -> None:
+    """Go on with a partitioned crawl whose partitions lost their state (`status` says
+    "damaged"): what they held is given up, the rest is crawled on. Seed the crawl again
+    to fetch their sites anew."""
+    settings = _settings(redis_url)
+    client = _connect(settings)
+    name = _crawl(settings, crawl_name, client)
+    _existing(settings, client, name)
+    frontier = open_frontier(client, settings, name, follow_layout=True)
+    lost = frontier.lost_partitions()
+    if not lost:
+        typer.echo(f"crawl {name} lost no partition: nothing to accept")
+        return
+    which = ", ".join(map(str, lost))
+    if not yes and not typer.confirm(
+        f"Go on with crawl {name!r} without what partition(s) {which} held?"
+    ):
+        raise _fail(f"not accepted: crawl {name} is left as it was", EXIT_FAILED)
+    frontier.accept_loss()
+    typer.echo(
+        f"crawl {name} goes on without what partition(s) {which} held. A running worker "
+        "that worked there since they were lost stops with crawl_vanished when the crawl "
+        "ends: start it again. Seed the crawl again to fetch their sites anew"
+    )
 
 
 @app.command()

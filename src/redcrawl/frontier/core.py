@@ -770,6 +770,18 @@ class FrontierCore(PolitenessOps, ABC):
         with redis_errors("resume"):
             self.client.hdel(self.keys.control, "paused")
 
+    def lost_partitions(self) -> list[int]:
+        """The partitions that lost their state (a partitioned crawl's: see
+        :class:`~redcrawl.frontier.partitioned.PartitionedFrontier`); none here, a crawl
+        of one partition (one that lost its state is gone: a worker's :meth:`counts`
+        raises :class:`~redcrawl.errors.CrawlVanished`)."""
+        return []
+
+    def accept_loss(self) -> list[int]:
+        """Go on without what the lost partitions held (:meth:`lost_partitions`); returns
+        them. Nothing to do here."""
+        return []
+
     def is_paused(self) -> bool:
         with redis_errors("is_paused"):
             return bool(self.client.hget(self.keys.control, "paused") == b"1")

@@ -43,6 +43,7 @@ from __future__ import annotations
 import functools
 import logging
 import math
+import secrets
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -53,7 +54,7 @@ import redis
 
 from redcrawl.codec import Envelope
 from redcrawl.dedupe import Filter
-from redcrawl.errors import FrontierError, LayoutMismatch
+from redcrawl.errors import FrontierError, LayoutMismatch, PartitionsLost
 from redcrawl.frontier.base import (
     Counts,
     DeadInfo,
@@ -71,7 +72,7 @@ from redcrawl.frontier.core import (
     Held,
     heartbeat_deadlines,
 )
-from redcrawl.frontier.durability import ReplicaWait
+from redcrawl.frontier.durability import IDENTITY_FIELD, ReplicaWait
 from redcrawl.frontier.lists import ListsFrontier
 from redcrawl.frontier.records import stored_int, stored_layout
 from redcrawl.frontier.settle import PendingSettle
@@ -102,6 +103,10 @@ n goes to at most ceil(n / LEASE_SHARE) partitions, so that a call runs few scri
 (each has a fixed cost in Redis); the rotation spreads the calls over the partitions."""
 FINISHED_READS = 20
 """Most re-reads of the partitions to confirm that a crawl that reads empty is finished."""
+CLAIMED_FIELD = "parts.claimed"
+"""Set in the anchor's control hash once every partition was created ("1": each holds the
+crawl's identity, :meth:`PartitionedFrontier.lost_partitions` compares them; "0": a crawl
+created before they did)."""
 MARK = "partitioned/{} - parts"
 """The layout stored in a partitioned crawl's anchor (a one-partition worker's scripts
 refuse it: it is no layout of theirs)."""
@@ -186,10 +191,11 @@ class PartitionedFrontier(FrontierCore):
         self.keys = CrawlKeys(crawl, prefix=settings.key_prefix, tiers=settings.tiers)
         """The crawl's anchor (``{<crawl>}``): see the module docstring."""
         with redis_errors("reading the crawl layout"):
-            created = anchor_partitions(self.client.hgetall(self.keys.control))
+            control = self.client.hgetall(self.keys.control)
+        created = anchor_partitions(control)
         if created is not None and created != self.n:
             raise mismatch(crawl, created, self.n)
-        self._claimed = created == self.n
+        self._claimed = created == self.n and CLAIMED_FIELD.encode() in control
         self.parts: list[FrontierCore] = [
             self.PART(client, settings, crawl, clock=clock, partition=p) for p in range(self.n)
         ]
@@ -285,12 +291,18 @@ class PartitionedFrontier(FrontierCore):
             pipe.hsetnx(self.keys.control, "layout", mark)
             pipe.hsetnx(self.keys.control, "layout.copy", mark)
             pipe.hsetnx(self.keys.stats, "partitions", self.n)
+            pipe.hsetnx(self.keys.control, IDENTITY_FIELD, secrets.token_hex(8))
             pipe.hgetall(self.keys.control)
-            control = pipe.execute()[-1]
+            new_layout, _, _, new_id, control = pipe.execute()
         created = anchor_partitions(control)
         if created != self.n:
             raise mismatch(self.crawl, created or 1, self.n)
+        if CLAIMED_FIELD.encode() in control:
+            self._claimed = True  # (another process completed the claim)
+            return
         paused = control.get(b"paused") == b"1"
+        legacy = not new_layout and bool(new_id)
+        token, give = self._crawl_token(control[IDENTITY_FIELD.encode()], legacy)
         args = [
             self.settings.max_attempts,
             MAINTAIN_LIMIT,
@@ -306,7 +318,48 @@ class PartitionedFrontier(FrontierCore):
                     raise reply
         if paused:
             self._each_control(lambda pipe, key: pipe.hset(key, "paused", "1"))
+        with redis_errors("creating the partitioned crawl"):
+            pipe = self.client.pipeline(transaction=False)
+            for sub in self.parts if give else ():
+                pipe.hsetnx(sub.keys.control, IDENTITY_FIELD, token)
+            pipe.hset(
+                self.keys.control,
+                mapping={IDENTITY_FIELD: token, CLAIMED_FIELD: "1" if give is not None else "0"},
+            )
+            pipe.execute()
         self._claimed = True
+
+    def _crawl_token(self, anchor_id: bytes, legacy: bool) -> tuple[bytes, bool | None]:
+        """The crawl's identity, which every partition's control hash holds from the
+        crawl's creation on (:meth:`lost_partitions` compares them), and whether the
+        partitions are given it now (``anchor_id``: the anchor's, stored by this claim or
+        by another process's; ``legacy``: the anchor held its layout and no identity).
+
+        - A new crawl (no partition holds an identity), or a claim another process began
+          (they hold the anchor's only): the anchor's, True.
+        - The anchor's state was lost (partitions hold an identity that is not the
+          anchor's): theirs, False (a partition without it lost its state too).
+        - A crawl created before partitions held the crawl's identity (``legacy``; or
+          the partitions hold a different one each, as each worker gave each partition
+          its own): None, nothing to compare."""
+        if legacy:
+            return anchor_id, None
+        with redis_errors("creating the partitioned crawl"):
+            pipe = self.client.pipeline(transaction=False)
+            for sub in self.parts:
+                pipe.hget(sub.keys.control, IDENTITY_FIELD)
+            held = Counter(x for x in pipe.execute() if x is not None)
+        if not held or set(held) == {anchor_id}:
+            return anchor_id, True
+        (common, n), *_ = held.most_common(1)
+        if n == 1 and len(held) > 1:
+            return anchor_id, None
+        log.warning(
+            "crawl %r: its anchor (layout, paused flag, politeness defaults, robots.txt "
+            "cache) lost its state and was stored again; its partitions hold the crawl",
+            self.crawl,
+        )
+        return common, False
 
     @staticmethod
     def _count(sub: FrontierCore) -> Callable[[Any], Any]:
@@ -691,6 +744,8 @@ class PartitionedFrontier(FrontierCore):
     def purge(self) -> None:
         """Every partition's state, then the anchor's (its layout marker included: the
         crawl may then be created again with another P)."""
+        with redis_errors("purge"):  # (first: no partition is reported lost meanwhile)
+            self.client.hdel(self.keys.control, CLAIMED_FIELD)
         for sub in self.parts:
             sub.purge()
         with redis_errors("purge"):
@@ -737,7 +792,38 @@ class PartitionedFrontier(FrontierCore):
         if counts.finished and self.check_vanished:
             for sub in self.parts:  # a partition whose master came back empty
                 sub._identity.check()
+            lost = self.lost_partitions()  # (lost before this worker worked there)
+            if lost:
+                raise PartitionsLost(self.crawl, lost, self.n)
         return counts
+
+    def lost_partitions(self) -> list[int]:
+        """The partitions that lost their state since the crawl was created (their
+        control hash lacks the crawl's identity, or holds another: stored again by a
+        worker's call after its master came back empty). None for a crawl created before
+        partitions held the crawl's identity, or while it is being created or purged."""
+        with redis_errors("reading the partitions' identities"):
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hmget(self.keys.control, [IDENTITY_FIELD, CLAIMED_FIELD])
+            for sub in self.parts:
+                pipe.hget(sub.keys.control, IDENTITY_FIELD)
+            (crawl_id, claimed), *held = pipe.execute()
+        if claimed != b"1":
+            return []
+        return [p for p, found in enumerate(held) if found != crawl_id]
+
+    def accept_loss(self) -> list[int]:
+        """The crawl goes on without what its lost partitions held: they get the crawl's
+        identity again (what they hold now is kept). Returns the partitions accepted."""
+        lost = self.lost_partitions()
+        if lost:
+            with redis_errors("accepting the lost partitions"):
+                crawl_id = self.client.hget(self.keys.control, IDENTITY_FIELD)
+                pipe = self.client.pipeline(transaction=False)
+                for p in lost:
+                    pipe.hset(self.parts[p].keys.control, IDENTITY_FIELD, crawl_id)
+                pipe.execute()
+        return lost
 
     @property
     def check_vanished(self) -> bool:  # (FrontierCore's is a class attribute)

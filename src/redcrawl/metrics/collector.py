@@ -116,6 +116,12 @@ def families(snap: Snapshot) -> list[Metric]:
     )
     paused = _g("crawl_paused", "1 while the crawl is paused.", ["crawl"])
     finished = _g("crawl_finished", "1 when nothing is ready, delayed or in flight.", ["crawl"])
+    lost = _g(
+        "partitions_lost",
+        "Partitions of a partitioned crawl that lost their state since it was created (a "
+        "Redis master came back empty; `redcrawl accept-loss`); 0 for a crawl of one.",
+        ["crawl"],
+    )
     known = _g(
         "workers",
         "Workers with a heartbeat entry (alive or not; a worker that "
@@ -251,6 +257,7 @@ def families(snap: Snapshot) -> list[Metric]:
             tiers.add_metric([c.crawl, tier], ready)
         paused.add_metric([c.crawl], int(c.paused))
         finished.add_metric([c.crawl], int(n.finished))
+        lost.add_metric([c.crawl], c.lost_partitions)
         known.add_metric([c.crawl], c.workers_known)
         alive.add_metric([c.crawl], c.workers_alive)
         for w in c.workers:
@@ -292,6 +299,7 @@ def families(snap: Snapshot) -> list[Metric]:
         *counters.values(),
         paused,
         finished,
+        lost,
         known,
         alive,
         age,

@@ -193,6 +193,17 @@ def politeness_blocked(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Fi
             )
 
 
+def partitions_lost(snap: Snapshot, h: History, t: Thresholds) -> Iterator[Finding]:
+    for c in snap.crawls:
+        if c.lost_partitions:
+            yield Finding(
+                _crawl(c),
+                f"{c.lost_partitions} partition(s) lost their state (a Redis master came "
+                "back empty): `redcrawl status` names them, `redcrawl accept-loss` goes on "
+                "without them",
+            )
+
+
 RULES: tuple[tuple[str, Callable[[Thresholds], float], Callable[..., Iterator[Finding]]], ...] = (
     ("RedcrawlBacklogHigh", lambda t: t.backlog_for, backlog),
     ("RedcrawlWorkerHeartbeatLost", lambda t: 0.0, heartbeat),
@@ -202,6 +213,7 @@ RULES: tuple[tuple[str, Callable[[Thresholds], float], Callable[..., Iterator[Fi
     ("RedcrawlStreamPendingOld", lambda t: 0.0, pending_old),
     ("RedcrawlDuplicateItemsHigh", lambda t: t.duplicate_for, duplicates),
     ("RedcrawlPolitenessBlocked", lambda t: t.blocked_for, politeness_blocked),
+    ("RedcrawlPartitionsLost", lambda t: 0.0, partitions_lost),
 )
 """(alert name, its ``for`` seconds, its condition): the rules of alerts.yml."""
 

@@ -147,6 +147,8 @@ class CrawlSnapshot:
     worker_counters: dict[str, dict[str, float]] = field(default_factory=dict)
     """Counter hash of each live listed worker (``CrawlKeys.worker_counters``): pages,
     ok, failed, bytes, items, pages_per_s, success."""
+    lost_partitions: int = 0
+    """Partitions that lost their state (``FrontierCore.lost_partitions``)."""
     leasable: int = 0
     """Ready requests that can be leased now (estimate with politeness: module docstring)."""
     open_keys: int | None = None
@@ -317,11 +319,14 @@ class SnapshotReader:
         names, left_out = self.find_crawls()
         frontiers: list[FrontierCore] = []
         counts: list[Counts] = []
+        lost: list[int] = []
         unreadable = 0
         for name in names:  # each crawl's counts: one consistent read (a round trip)
             try:
                 f = self.frontier(name)
-                counts.append(f.counts())
+                c, gone = f.counts(), len(f.lost_partitions())  # (partitioned: a round)
+                counts.append(c)
+                lost.append(gone)
                 frontiers.append(f)
             except RedcrawlError as exc:  # e.g. corrupt counters: the other crawls still count
                 log.warning("metrics: crawl %s left out: %s", name, exc)
@@ -358,7 +363,7 @@ class SnapshotReader:
         out: list[CrawlSnapshot] = []
         grants: list[int] = []
         at = 2
-        for f, c, rows in zip(frontiers, counts, streams, strict=True):
+        for f, c, rows, gone in zip(frontiers, counts, streams, lost, strict=True):
             n = len(_subs(f))
             stats_raw, workers_raw = res[at : at + n], res[at + n : at + 2 * n]
             paused, pol_raw = res[at + 2 * n : at + 2 * n + 2]
@@ -367,6 +372,7 @@ class SnapshotReader:
             at += 2 * len(rows)
             tiers = 0 if rows or f.politeness is not None else f.keys.tiers
             snap = self._crawl(f, c, now, stats_raw, workers_raw, paused, rows, pend[::2])
+            snap.lost_partitions = gone
             if rows and f.politeness is None:  # (with politeness: per-key queues, as above)
                 for (_s, cls, _k), summary, length in zip(rows, pend[::2], pend[1::2], strict=True):
                     if isinstance(length, int):

@@ -103,7 +103,8 @@ class Top:
         states = Table(
             title=f"crawl {c.crawl} ({c.backend}"
             + (", paused" if c.paused else "")
-            + (", finished" if n.finished and n.accepted else "")
+            + (f", DAMAGED: {c.lost_partitions} partition(s) lost" if c.lost_partitions else "")
+            + (", finished" if n.finished and n.accepted and not c.lost_partitions else "")
             + ")"
         )
         for col in (

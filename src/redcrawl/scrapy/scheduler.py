@@ -64,6 +64,7 @@ from redcrawl.errors import (
     LayoutMismatch,
     RedcrawlError,
     RedisOutOfMemory,
+    partitions_lost_text,
 )
 from redcrawl.feeder import Feeder
 from redcrawl.fingerprint import Fingerprinter, canonicalizer_for, fingerprinter_for
@@ -264,6 +265,11 @@ class Scheduler(BaseScheduler):
             self._open(spider)
         except LayoutMismatch as exc:
             self._refuse_layout(exc)
+        except CrawlVanished as exc:  # a damaged crawl with nothing else left
+            if self.frontier is not None:
+                self.frontier.client.close()
+            self.frontier = None
+            self._fail("crawl_vanished", str(exc), before_start=True)
         except (ConfigError, ConnectionError_) as exc:  # a wrong setting, no Redis
             self._refuse_start(exc)
 
@@ -413,7 +419,13 @@ class Scheduler(BaseScheduler):
         unfinished is resumed: say that too, with its counts (scrapy-redis's 'Resuming
         crawl (N requests scheduled)', which a migrated project's users look for)."""
         assert self.frontier is not None
-        counts = self.frontier.counts()
+        counts = self.frontier.counts()  # (PartitionsLost for a finished damaged crawl)
+        lost = self.frontier.lost_partitions()
+        if lost:  # the rest is crawled; "finished" then stops each worker (docs/cluster.md)
+            log.error(
+                "redcrawl: %s",
+                partitions_lost_text(self.frontier.crawl, lost, self.settings.partitions),
+            )
         if counts.finished and counts.done:
             # other live workers: they may have just finished it, as this one started (a
             # small crawl, `redcrawl crawl -w N`): no advice to purge a crawl they did now

@@ -65,6 +65,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
             rates=ctx.rates.observe(crawl, c.done, c.accepted),
             politeness=politeness_summary(f),
             robots_disallowed=f.stats().get("robots_disallowed", 0),
+            lost_partitions=f.lost_partitions(),
         )
 
     @r.get(
