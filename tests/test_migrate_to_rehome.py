@@ -201,6 +201,7 @@ def test_one_partition_rehomes_into_four_with_nothing_lost(
     assert len(per) == 4 and sum(per.values()) == before.accepted - before.done
     assert result.rehome.requests == [per[q] for q in range(4)]
     copy = open_frontier(target, s.replace(partitions=4), CRAWL)  # as a worker opens it
+    assert copy.lost_partitions() == []  # (every partition holds the copy's identity)
     c = copy.counts()
     assert (c.accepted, c.filtered, c.done, c.dead, c.delayed, c.in_flight) == (
         before.accepted,
