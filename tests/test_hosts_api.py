@@ -74,6 +74,7 @@ def test_list_and_show(api: httpx.Client, worker: FrontierCore) -> None:
     d = api.get("/v1/crawls/c/hosts/a.test", headers=AUTH_READ).json()
     assert (d["ready"], d["in_flight"], d["why"]) == (1, 2, "all 2 slots in flight")
     assert d["concurrency"] == {"value": 2, "source": "default"}
+    assert isinstance(d["concurrency"]["value"], int)  # as `redcrawl hosts show --json`
     assert d["delay"] == {"value": 0.0, "source": "default"}
 
 

@@ -571,6 +571,17 @@ def test_dry_run_writes_nothing(redis_client: redis.Redis) -> None:
     assert crawl_fingerprint_mode(redis_client, frontier_of(redis_client).keys) == "scrapy"
 
 
+def test_a_dupefilter_without_a_queue_gets_no_queue_ordering_note(
+    redis_client: redis.Redis,
+) -> None:
+    """A finished scrapy-redis crawl leaves only its dupefilter: no note about the
+    ordering of a PriorityQueue that is not there (trial 9)."""
+    redis_client.sadd("srspider:dupefilter", sr_fingerprint("http://a.example/old"))
+    result = import_scrapy_redis(redis_client, frontier_of(redis_client), "srspider", dry_run=True)
+    assert (result.queue_type, result.done_added) == ("none", 1)
+    assert not any("PriorityQueue" in w for w in result.warnings), result.warnings
+
+
 # --- the commands ------------------------------------------------------------------------
 
 

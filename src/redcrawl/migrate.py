@@ -420,7 +420,7 @@ def import_scrapy_redis(
         )
     result.queue_type, result.queue_order = kind, order
     target = frontier.settings.ordering
-    if order == "priority" and target != "priority":
+    if kind != "none" and order == "priority" and target != "priority":  # (a queue there)
         result.warnings.append(
             f"the scrapy-redis queue is a PriorityQueue (strict priority) and the crawl's "
             f"ordering is {target}: priorities are kept but map to tiers (set "

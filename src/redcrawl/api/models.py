@@ -374,6 +374,10 @@ class HostLimit(_Record):
     )
 
 
+class HostConcurrency(HostLimit):
+    value: int  # (requests in flight: a whole number)
+
+
 class HostRobots(_Record):
     origin: str
     status: int | None = Field(description="HTTP status of robots.txt (0: download failed).")
@@ -414,7 +418,7 @@ class HostOut(_Record):
     ready: int
     ready_per_tier: list[int]
     in_flight: int
-    concurrency: HostLimit
+    concurrency: HostConcurrency
     delay: HostLimit
     randomize_delay: bool
     next_allowed: float | None
