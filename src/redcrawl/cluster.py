@@ -21,7 +21,13 @@ from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster, Transactio
 from redis.retry import Retry
 
 from redcrawl import scripts
-from redcrawl.connection import SOCKET_TIMEOUT, _tls_fix, login_refused, redact
+from redcrawl.connection import (
+    SOCKET_TIMEOUT,
+    _tls_fix,
+    login_refused,
+    redact,
+    refuse_tls_at_plain,
+)
 from redcrawl.errors import ConfigError, RedisUnavailable
 from redcrawl.settings import Settings
 
@@ -521,6 +527,8 @@ def connect_cluster(
         **{k: v for k, v in settings.redis_params.items() if k not in ("db", "retry")},
         **overrides,
     }
+    if check:
+        refuse_tls_at_plain(url, nodes[0])
     node: Any = ClusterNode
     startup = [node(host, port) for host, port in nodes[1:]]
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import socket
 from typing import Any, cast
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -113,6 +114,8 @@ def connect(
         **overrides,
     }
     _check_database_path(url)
+    if check:
+        refuse_tls_at_plain(url)
     try:
         client = redis.Redis.from_url(url, **params)
     except ValueError as exc:
@@ -233,6 +236,45 @@ _TLS_LOOKING = ("ssl", "tls", "certificate", "handshake", "timeout", "timed out"
 handshake waits for a command that never comes: the connect times out)."""
 
 
+def refuse_tls_at_plain(url: str, node: tuple[str, int] | None = None) -> None:
+    """For a TLS URL: :class:`RedisUnavailable` at once if its server (``node``: the
+    cluster node to ask) answers a plain ``PING`` (a server without TLS: the TLS
+    handshake would only time out there, for every retry and, on a cluster, every node:
+    90 s). Anything else (no answer, TLS, nothing listening, a malformed URL) is left to
+    the connection, which says what it finds."""
+    if not url.startswith(("rediss:", "rediss+")):
+        return
+    if node is None:
+        try:
+            where = urlsplit(url)
+            node = (where.hostname or "", where.port or 6379)
+        except ValueError:
+            return
+    host, port = node
+    try:
+        with socket.create_connection((host, port), timeout=2) as sock:
+            sock.sendall(b"PING\r\n")
+            reply = sock.recv(16)
+    except OSError:
+        return
+    if reply[:1] in (b"+", b"-"):  # a RESP reply: plain Redis
+        tls, plain = _schemes(url)
+        raise RedisUnavailable(
+            redact(url),
+            f"{host}:{port} answered a plain PING",
+            problem="the server does not use TLS",
+            fix=f"The URL asks for TLS ({tls}): write {plain} instead, or give the port "
+            "where the server listens with TLS (its tls-port).",
+        )
+
+
+def _schemes(url: str) -> tuple[str, str]:
+    """The TLS scheme of ``url`` and its plain counterpart."""
+    if url.startswith("rediss+"):
+        return "rediss+cluster://", "redis+cluster://"
+    return "rediss://", "redis://"
+
+
 def _tls_fix(url: str, exc: BaseException) -> str | None:
     """For a ``rediss://`` URL that could not connect in a way TLS may explain: the
     likely reason (not for e.g. a connection refused: nothing listens there)."""
@@ -241,11 +283,7 @@ def _tls_fix(url: str, exc: BaseException) -> str | None:
     text = f"{type(exc).__name__} {exc}".lower()
     if not any(word in text for word in _TLS_LOOKING):
         return None
-    tls, plain = (
-        ("rediss+cluster://", "redis+cluster://")
-        if url.startswith("rediss+")
-        else ("rediss://", "redis://")
-    )
+    tls, plain = _schemes(url)
     return (
         f"The URL asks for TLS ({tls}): if the server does not use TLS, write {plain} "
         "instead; if it does, check the port and the certificates (REDIS_PARAMS ssl_*). "
