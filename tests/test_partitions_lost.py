@@ -23,7 +23,7 @@ from redcrawl.codec import Envelope
 from redcrawl.errors import CrawlVanished, PartitionsLost
 from redcrawl.frontier import PartitionedFrontier
 from redcrawl.frontier.durability import IDENTITY_FIELD
-from redcrawl.frontier.partitioned import CLAIMED_FIELD
+from redcrawl.frontier.partitioned import CLAIMED_FIELD, CREATED_FIELD
 from redcrawl.redis_server import LocalCluster
 from redcrawl.workers import worker_command
 
@@ -66,15 +66,15 @@ def test_a_new_crawl_gives_every_partition_its_identity(redis7_client: redis.Red
     fill(f)
     anchor = redis7_client.hgetall(f.keys.control)
     assert anchor[CLAIMED_FIELD.encode()] == b"1"
-    held = [redis7_client.hget(sub.keys.control, IDENTITY_FIELD) for sub in f.parts]
-    assert held == [anchor[IDENTITY_FIELD.encode()]] * P
+    held = [redis7_client.hget(sub.keys.control, CREATED_FIELD) for sub in f.parts]
+    assert held == [anchor[CREATED_FIELD.encode()]] * P
     assert f.lost_partitions() == []
     # a second process opening it claims nothing new
     g = open_partitioned(redis7_client, P)
     fill(g, 1, "again")
     again = redis7_client.hgetall(g.keys.control)
-    assert [again[k.encode()] for k in (IDENTITY_FIELD, CLAIMED_FIELD)] == [
-        anchor[k.encode()] for k in (IDENTITY_FIELD, CLAIMED_FIELD)
+    assert [again[k.encode()] for k in (CREATED_FIELD, CLAIMED_FIELD)] == [
+        anchor[k.encode()] for k in (CREATED_FIELD, CLAIMED_FIELD)
     ]
     assert g.lost_partitions() == []
 
@@ -93,8 +93,8 @@ def test_a_lost_partition_is_reported_until_accepted(redis7_client: redis.Redis)
     with pytest.raises(PartitionsLost, match=r"partition 2 of 0\.\.3 lost its state") as e:
         drain(worker)  # its calls store partition 2's layout again; then "finished"
     assert f.counts().done == 3 * (P - 1) + 1
-    stored = redis7_client.hget(f.parts[2].keys.control, IDENTITY_FIELD)
-    assert stored not in (None, redis7_client.hget(f.keys.control, IDENTITY_FIELD))
+    control = redis7_client.hgetall(f.parts[2].keys.control)  # stored again, a worker's
+    assert IDENTITY_FIELD.encode() in control and CREATED_FIELD.encode() not in control
     assert f.lost_partitions() == [2]
     assert isinstance(e.value, CrawlVanished) and e.value.lost == [2]
     assert f.counts().finished  # a reader's counts are the sums, as before
@@ -115,14 +115,14 @@ def test_a_lost_anchor_takes_the_partitions_identity(
     it is reported."""
     f = open_partitioned(redis7_client, P)
     fill(f)
-    crawl_id = redis7_client.hget(f.keys.control, IDENTITY_FIELD)
+    crawl_id = redis7_client.hget(f.keys.control, CREATED_FIELD)
     redis7_client.delete(*f.keys.all_keys())
     lose(redis7_client, f, 1)
     with caplog.at_level(logging.WARNING):
         g = open_partitioned(redis7_client, P)
         fill(g, 1, "again")
     assert "its anchor" in caplog.text and "lost its state" in caplog.text
-    assert redis7_client.hget(g.keys.control, IDENTITY_FIELD) == crawl_id
+    assert redis7_client.hget(g.keys.control, CREATED_FIELD) == crawl_id
     assert g.lost_partitions() == [1]
 
 
@@ -132,7 +132,7 @@ def test_a_claim_cut_short_is_completed_not_reported(redis7_client: redis.Redis)
     f = open_partitioned(redis7_client, P)
     fill(f)
     redis7_client.hdel(f.keys.control, CLAIMED_FIELD)
-    redis7_client.hdel(f.parts[3].keys.control, IDENTITY_FIELD)
+    redis7_client.hdel(f.parts[3].keys.control, CREATED_FIELD)
     assert f.lost_partitions() == []  # (not claimed: nothing compared)
     g = open_partitioned(redis7_client, P)
     fill(g, 1, "again")
@@ -140,21 +140,25 @@ def test_a_claim_cut_short_is_completed_not_reported(redis7_client: redis.Redis)
     assert redis7_client.hget(g.keys.control, CLAIMED_FIELD) == b"1"
 
 
-def test_a_crawl_created_before_the_identities_is_not_checked(
+def test_a_crawl_created_before_the_identities_is_checked_from_then_on(
     redis7_client: redis.Redis,
 ) -> None:
-    """A crawl whose anchor held no identity (an older redcrawl: each worker gave each
-    partition its own) is marked unchecked, never reported lost."""
+    """A crawl of an older redcrawl (no creation identity anywhere; older workers' own
+    identities in the partitions they leased from): the first process of this one to
+    write to it gives every partition the crawl's, so no partition is reported lost, and
+    a loss after that is."""
     f = open_partitioned(redis7_client, P)
     fill(f)
-    redis7_client.hdel(f.keys.control, IDENTITY_FIELD, CLAIMED_FIELD)
+    redis7_client.hdel(f.keys.control, CREATED_FIELD, CLAIMED_FIELD)
     for p, sub in enumerate(f.parts):
+        redis7_client.hdel(sub.keys.control, CREATED_FIELD)
         redis7_client.hset(sub.keys.control, IDENTITY_FIELD, f"own{p}")
+    assert f.lost_partitions() == []
     g = open_partitioned(redis7_client, P)
     fill(g, 1, "again")
-    assert redis7_client.hget(g.keys.control, CLAIMED_FIELD) == b"0"
-    lose(redis7_client, g, 0)
     assert g.lost_partitions() == []
+    lose(redis7_client, g, 0)
+    assert g.lost_partitions() == [0]
 
 
 def test_a_purged_crawl_starts_afresh(redis7_client: redis.Redis) -> None:

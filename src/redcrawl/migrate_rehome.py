@@ -100,9 +100,12 @@ politeness)."""
 REQUEST_BATCH = 1000
 """Records per HSCAN round (each written in one pipelined round, a command per
 partition and structure)."""
-_CONTROL_SKIP = frozenset({b"layout", b"layout.copy", b"cursor", b"crawl.id", b"parts.claimed"})
-"""Control fields the copy keeps its own of: its layout, and the crawl's identity its
-creation gave the anchor and every partition (``PartitionedFrontier.lost_partitions``)."""
+_CONTROL_SKIP = frozenset(
+    {b"layout", b"layout.copy", b"cursor", b"crawl.id", b"parts.id", b"parts.claimed"}
+)
+"""Control fields the copy keeps its own of: its layout, and the identities its creation
+gave the anchor and every partition (``PartitionedFrontier.lost_partitions``; a worker's
+``crawl.id`` is set when it first works there)."""
 
 
 @dataclass

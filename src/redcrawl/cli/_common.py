@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import redis
 import typer
+from redis.exceptions import RedisClusterException
 from rich.console import Console
 from rich.table import Table
 
@@ -100,8 +101,8 @@ def _said(exc: RedcrawlError, flag: str | None) -> str:
     """The error's message, naming ``--redis-url`` if the command was given one (``flag``:
     its value; the same as REDCRAWL_REDIS_URL's when it came from the variable)."""
     text = str(exc).replace(WORKER_ADVICE, "")  # (a command holds no leases)
-    if flag is None or flag == os.environ.get("REDCRAWL_REDIS_URL"):
-        return text
+    if flag is None or flag == os.environ.get("REDCRAWL_REDIS_URL") or redact(flag) not in text:
+        return text  # (not about that URL: e.g. `migrate --to`'s)
     for words, instead in _FLAG_WORDS:
         text = text.replace(words, instead)
     return text
@@ -121,13 +122,15 @@ def _guard(fn: Any) -> Any:
             raise _fail(_said(exc, flag), EXIT_REDIS) from None
         except RedcrawlError as exc:
             raise _fail(_said(exc, flag), EXIT_FAILED) from None
-        except redis.exceptions.RedisError as exc:  # (a call outside redis_errors: a bug)
-            try:
+        except (redis.exceptions.RedisError, RedisClusterException) as exc:  # (a call outside
+            try:  # redis_errors: a bug) mapped as there, or said as it is
                 with redis_errors(f"`redcrawl {fn.__name__.replace('_', '-')}`"):
                     raise exc
             except RedcrawlError as mapped:
                 code = EXIT_REDIS if isinstance(mapped, ConnectionError_) else EXIT_FAILED
                 raise _fail(_said(mapped, flag), code) from None
+            except (redis.exceptions.RedisError, RedisClusterException):
+                pass
             raise _fail(f"Redis failed: {type(exc).__name__}: {exc}", EXIT_FAILED) from None
 
     return wrapper

@@ -94,7 +94,7 @@ def purge_if_finished(
         try:
             counts: Counts = frontier.counts()
         except CrawlVanished:
-            return None  # removed already, by another caller
+            return None  # removed already by another caller, or damaged: left in place
         if not counts.finished:
             return None
         if not counts.accepted:

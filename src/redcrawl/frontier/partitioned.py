@@ -72,7 +72,7 @@ from redcrawl.frontier.core import (
     Held,
     heartbeat_deadlines,
 )
-from redcrawl.frontier.durability import IDENTITY_FIELD, ReplicaWait
+from redcrawl.frontier.durability import ReplicaWait
 from redcrawl.frontier.lists import ListsFrontier
 from redcrawl.frontier.records import stored_int, stored_layout
 from redcrawl.frontier.settle import PendingSettle
@@ -103,10 +103,15 @@ n goes to at most ceil(n / LEASE_SHARE) partitions, so that a call runs few scri
 (each has a fixed cost in Redis); the rotation spreads the calls over the partitions."""
 FINISHED_READS = 20
 """Most re-reads of the partitions to confirm that a crawl that reads empty is finished."""
+CREATED_FIELD = "parts.id"
+"""The crawl's identity as its creation (:meth:`PartitionedFrontier._claim`) stored it in
+the anchor's control hash and in every partition's: only a claim and ``accept-loss`` write
+it (a worker's ``crawl.id``, :class:`~redcrawl.frontier.durability.CrawlIdentity`, is its
+own), so a partition without it, or with another, lost its state since."""
 CLAIMED_FIELD = "parts.claimed"
-"""Set in the anchor's control hash once every partition was created ("1": each holds the
-crawl's identity, :meth:`PartitionedFrontier.lost_partitions` compares them; "0": a crawl
-created before they did)."""
+"""Set ("1") in the anchor's control hash once every partition holds
+:data:`CREATED_FIELD` (:meth:`PartitionedFrontier.lost_partitions` compares them only
+then)."""
 MARK = "partitioned/{} - parts"
 """The layout stored in a partitioned crawl's anchor (a one-partition worker's scripts
 refuse it: it is no layout of theirs)."""
@@ -291,9 +296,9 @@ class PartitionedFrontier(FrontierCore):
             pipe.hsetnx(self.keys.control, "layout", mark)
             pipe.hsetnx(self.keys.control, "layout.copy", mark)
             pipe.hsetnx(self.keys.stats, "partitions", self.n)
-            pipe.hsetnx(self.keys.control, IDENTITY_FIELD, secrets.token_hex(8))
+            pipe.hsetnx(self.keys.control, CREATED_FIELD, secrets.token_hex(8))
             pipe.hgetall(self.keys.control)
-            new_layout, _, _, new_id, control = pipe.execute()
+            control = pipe.execute()[-1]
         created = anchor_partitions(control)
         if created != self.n:
             raise mismatch(self.crawl, created or 1, self.n)
@@ -301,8 +306,7 @@ class PartitionedFrontier(FrontierCore):
             self._claimed = True  # (another process completed the claim)
             return
         paused = control.get(b"paused") == b"1"
-        legacy = not new_layout and bool(new_id)
-        token, give = self._crawl_token(control[IDENTITY_FIELD.encode()], legacy)
+        token, give = self._crawl_token(control[CREATED_FIELD.encode()])
         args = [
             self.settings.max_attempts,
             MAINTAIN_LIMIT,
@@ -318,42 +322,34 @@ class PartitionedFrontier(FrontierCore):
                     raise reply
         if paused:
             self._each_control(lambda pipe, key: pipe.hset(key, "paused", "1"))
+        if give:  # (every partition's reply before the anchor says claimed: a cluster
+            with redis_errors("creating the partitioned crawl"):  # orders no pipeline)
+                pipe = self.client.pipeline(transaction=False)
+                for sub in self.parts:
+                    pipe.hsetnx(sub.keys.control, CREATED_FIELD, token)
+                pipe.execute()
         with redis_errors("creating the partitioned crawl"):
-            pipe = self.client.pipeline(transaction=False)
-            for sub in self.parts if give else ():
-                pipe.hsetnx(sub.keys.control, IDENTITY_FIELD, token)
-            pipe.hset(
-                self.keys.control,
-                mapping={IDENTITY_FIELD: token, CLAIMED_FIELD: "1" if give is not None else "0"},
-            )
-            pipe.execute()
+            self.client.hset(self.keys.control, mapping={CREATED_FIELD: token, CLAIMED_FIELD: 1})
         self._claimed = True
 
-    def _crawl_token(self, anchor_id: bytes, legacy: bool) -> tuple[bytes, bool | None]:
-        """The crawl's identity, which every partition's control hash holds from the
-        crawl's creation on (:meth:`lost_partitions` compares them), and whether the
-        partitions are given it now (``anchor_id``: the anchor's, stored by this claim or
-        by another process's; ``legacy``: the anchor held its layout and no identity).
+    def _crawl_token(self, anchor_id: bytes) -> tuple[bytes, bool]:
+        """The crawl's identity (:data:`CREATED_FIELD`), and whether the partitions are
+        given it now (``anchor_id``: the anchor's, stored by this claim or by another
+        process's).
 
-        - A new crawl (no partition holds an identity), or a claim another process began
-          (they hold the anchor's only): the anchor's, True.
+        - A new crawl, or one created before partitions held the crawl's identity (no
+          partition holds one), or a claim another process began (they hold the
+          anchor's only): the anchor's, True.
         - The anchor's state was lost (partitions hold an identity that is not the
-          anchor's): theirs, False (a partition without it lost its state too).
-        - A crawl created before partitions held the crawl's identity (``legacy``; or
-          the partitions hold a different one each, as each worker gave each partition
-          its own): None, nothing to compare."""
-        if legacy:
-            return anchor_id, None
+          anchor's): theirs, False (a partition without it lost its state too)."""
         with redis_errors("creating the partitioned crawl"):
             pipe = self.client.pipeline(transaction=False)
             for sub in self.parts:
-                pipe.hget(sub.keys.control, IDENTITY_FIELD)
+                pipe.hget(sub.keys.control, CREATED_FIELD)
             held = Counter(x for x in pipe.execute() if x is not None)
         if not held or set(held) == {anchor_id}:
             return anchor_id, True
-        (common, n), *_ = held.most_common(1)
-        if n == 1 and len(held) > 1:
-            return anchor_id, None
+        (common, _n), *_ = held.most_common(1)
         log.warning(
             "crawl %r: its anchor (layout, paused flag, politeness defaults, robots.txt "
             "cache) lost its state and was stored again; its partitions hold the crawl",
@@ -751,6 +747,12 @@ class PartitionedFrontier(FrontierCore):
         with redis_errors("purge"):
             self.client.delete(*self.keys.all_keys())
             Filter(self.client, self.dedupe, self.keys.fp_seen).clear()
+            # a claim by another process meanwhile gave purged partitions the old identity
+            # (the anchor still held it): the crawl created anew would take it for its own
+            pipe = self.client.pipeline(transaction=False)
+            for sub in self.parts:
+                pipe.hdel(sub.keys.control, CREATED_FIELD)
+            pipe.execute()
         self._claimed = False
         self._pol_stored = False
         self._ready = [0] * self.n
@@ -800,16 +802,19 @@ class PartitionedFrontier(FrontierCore):
     def lost_partitions(self) -> list[int]:
         """The partitions that lost their state since the crawl was created (their
         control hash lacks the crawl's identity, or holds another: stored again by a
-        worker's call after its master came back empty). None for a crawl created before
-        partitions held the crawl's identity, or while it is being created or purged."""
+        worker's call after its master came back empty). None while the crawl is being
+        created or purged, nor for one made by an older redcrawl until a process of this
+        one writes to it.
+        (The anchor is read first: partitions read after it say "claimed" hold what the
+        claim gave them, on a cluster too.)"""
         with redis_errors("reading the partitions' identities"):
+            crawl_id, claimed = self.client.hmget(self.keys.control, [CREATED_FIELD, CLAIMED_FIELD])
+            if claimed != b"1":
+                return []
             pipe = self.client.pipeline(transaction=False)
-            pipe.hmget(self.keys.control, [IDENTITY_FIELD, CLAIMED_FIELD])
             for sub in self.parts:
-                pipe.hget(sub.keys.control, IDENTITY_FIELD)
-            (crawl_id, claimed), *held = pipe.execute()
-        if claimed != b"1":
-            return []
+                pipe.hget(sub.keys.control, CREATED_FIELD)
+            held = pipe.execute()
         return [p for p, found in enumerate(held) if found != crawl_id]
 
     def accept_loss(self) -> list[int]:
@@ -818,10 +823,10 @@ class PartitionedFrontier(FrontierCore):
         lost = self.lost_partitions()
         if lost:
             with redis_errors("accepting the lost partitions"):
-                crawl_id = self.client.hget(self.keys.control, IDENTITY_FIELD)
+                crawl_id = self.client.hget(self.keys.control, CREATED_FIELD)
                 pipe = self.client.pipeline(transaction=False)
                 for p in lost:
-                    pipe.hset(self.parts[p].keys.control, IDENTITY_FIELD, crawl_id)
+                    pipe.hset(self.parts[p].keys.control, CREATED_FIELD, crawl_id)
                 pipe.execute()
         return lost
 
