@@ -176,6 +176,7 @@ def test_an_error_about_the_to_url_is_not_said_of_redis_url(
     )
     assert out.exit_code != 0 and "database 99" in out.output, out.output
     assert "--redis-url" not in out.output, out.output
+    assert "REDCRAWL_REDIS_URL" not in out.output and "in --to (redis://" in out.output
 
 
 def test_a_crawl_seeded_again_after_redis_lost_everything(

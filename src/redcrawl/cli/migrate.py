@@ -340,7 +340,8 @@ def _target(settings: Settings, url: str) -> redis.Redis:
     try:
         return connect(settings, url=url)
     except ConfigError as exc:
-        raise ConfigError("--to", str(exc).removeprefix(f"setting {exc.setting}: ")) from None
+        said = str(exc).removeprefix(f"setting {exc.setting}: ")
+        raise ConfigError("--to", said.replace("REDCRAWL_REDIS_URL / REDIS_URL", "--to")) from None
     except ConnectionError_ as exc:
         cause = re.search(r"\((.*)\)\. Check", str(exc))
         raise ConnectionError_(
