@@ -44,6 +44,8 @@ from redcrawl.urls import url_problem
 
 # --- inspection and operator actions ------------------------------------------------------
 
+Yes = Annotated[bool, typer.Option("--yes", "-y", help="Don't ask.")]
+
 
 @app.command()
 @_guard
@@ -303,7 +305,7 @@ def resume(redis_url: RedisUrl = None, crawl_name: CrawlName = None) -> None:
 def accept_loss(
     redis_url: RedisUrl = None,
     crawl_name: CrawlName = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Don't ask.")] = False,
+    yes: Yes = False,
 ) -> None:
     """Go on with a partitioned crawl whose partitions lost their state (`status` says
     "damaged"): what they held is given up, the rest is crawled on. Seed the crawl again
@@ -335,7 +337,7 @@ def accept_loss(
 def purge(
     redis_url: RedisUrl = None,
     crawl_name: CrawlName = None,
-    yes: Annotated[bool, typer.Option("--yes", "-y", help="Don't ask.")] = False,
+    yes: Yes = False,
 ) -> None:
     """Delete a crawl's whole state: queue, leases, dead letters, fingerprints."""
     settings = _settings(redis_url)
