@@ -41,7 +41,7 @@ def seed(
             raise EncodeError(f"{url!r}: {problem}; nothing was seeded")
     if callback is not None and (problem := callback_name_problem(callback)):
         raise EncodeError(f"callback {problem}; nothing was seeded")
-    frontier = open_frontier(client or connect(settings), settings, crawl)
+    frontier = open_frontier(client or connect(settings), settings, crawl, follow_layout=True)
     fp = fingerprinter_for(settings, frontier.client, frontier.keys)
     envs = [
         codec.Envelope(url=u, callback=callback, priority=priority, fingerprint=fp.url(u))

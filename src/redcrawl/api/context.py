@@ -139,9 +139,11 @@ class Context:
         return self.frontier(crawl)
 
     @staticmethod
-    def summary(crawl: str, c: Counts) -> dict[str, Any]:
-        """The counts as fields of a response (derived from :class:`Counts`)."""
-        return {"crawl": crawl, **dataclasses.asdict(c), "finished": c.finished}
+    def summary(crawl: str, c: Counts, lost: list[int]) -> dict[str, Any]:
+        """The counts as fields of a response (derived from :class:`Counts`); a crawl
+        whose partitions lost their state (``lost``) is not finished."""
+        finished = c.finished and not lost
+        return {"crawl": crawl, **dataclasses.asdict(c), "finished": finished}
 
     def server_time(self) -> float:
         with redis_errors("reading the server's clock"):

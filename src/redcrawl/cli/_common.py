@@ -15,8 +15,9 @@ from rich.console import Console
 from rich.table import Table
 
 from redcrawl.connection import EmbeddedRedis, connect, redact, resolve_url
-from redcrawl.errors import ConfigError, ConnectionError_, RedcrawlError
+from redcrawl.errors import ConfigError, ConnectionError_, LayoutMismatch, RedcrawlError
 from redcrawl.frontier import Counts
+from redcrawl.frontier.partitioned import anchor_lost, partitions_left
 from redcrawl.keys import CrawlKeys, validate_crawl_name
 from redcrawl.settings import Settings
 from redcrawl.transport import WORKER_ADVICE, redis_errors
@@ -227,6 +228,9 @@ def _existing(settings: Settings, client: redis.Redis, name: str) -> None:
     """Refuse a crawl that does not exist, as the API decides it (404): never made, or
     purged (a purge keeps its id counters, :func:`_alive`): exit 1."""
     if not _alive(client, settings.key_prefix, [name])[0]:
+        left = partitions_left(client, CrawlKeys(name, prefix=settings.key_prefix))
+        if left:  # a partitioned crawl whose anchor's master came back empty
+            raise _lost_anchor(name, left)
         crawls = _crawls(client, settings.key_prefix)
         listed = f"crawls there: {', '.join(crawls)}" if crawls else "it holds no crawl"
         raise _fail(
@@ -234,6 +238,14 @@ def _existing(settings: Settings, client: redis.Redis, name: str) -> None:
             f"{listed}",
             EXIT_FAILED,
         )
+
+
+def _lost_anchor(name: str, left: list[int]) -> typer.Exit:
+    """The error (exit 1) for a partitioned crawl whose anchor is gone while partitions
+    ``left`` remain (:func:`~redcrawl.frontier.partitioned.anchor_lost`)."""
+    return _fail(
+        str(anchor_lost(name, left)).removeprefix(f"{LayoutMismatch.PREFIX}: "), EXIT_FAILED
+    )
 
 
 def _removed(settings: Settings, client: redis.Redis, name: str) -> str:

@@ -26,6 +26,7 @@ from redcrawl.cli._common import (
     _existing,
     _fail,
     _guard,
+    _lost_anchor,
     _print_counts,
     _settings,
     _state,
@@ -36,7 +37,9 @@ from redcrawl.cli._common import (
 from redcrawl.connection import EmbeddedRedis, redact, redis_cli_hint
 from redcrawl.errors import partitions_lost_text
 from redcrawl.frontier import open_frontier
+from redcrawl.frontier.partitioned import partitions_left
 from redcrawl.guard import memory_warning
+from redcrawl.keys import CrawlKeys
 from redcrawl.metrics.registry import leftovers
 from redcrawl.politeness.describe import PolitenessSummary, politeness_summary
 from redcrawl.transport import redis_errors
@@ -347,7 +350,13 @@ def purge(
     # (its stats gone, only a worker registered) is purged
     with redis_errors("reading what is stored of the crawl"):
         left = leftovers(client, settings.key_prefix, name)
-    if not left:
+    keys = CrawlKeys(name, prefix=settings.key_prefix)
+    with redis_errors("reading the crawl layout"):
+        anchored = client.hexists(keys.control, "layout")
+    orphans = [] if anchored else partitions_left(client, keys)
+    if orphans and settings.partitions == 1:  # a lost anchor: purged with its P only
+        raise _lost_anchor(name, orphans)
+    if not left and not orphans:
         _existing(settings, client, name)
     frontier = open_frontier(client, settings, name, follow_layout=True)
     if not yes and not typer.confirm(f"Delete everything of crawl {name!r}?"):

@@ -33,6 +33,7 @@ from redcrawl.cli._common import (
     app,
     console,
 )
+from redcrawl.cluster import is_cluster_url
 from redcrawl.connection import connect, resolve_url
 from redcrawl.metrics.snapshot import MAX_CRAWLS, SnapshotReader
 from redcrawl.settings import Settings
@@ -78,13 +79,17 @@ def exporter_client(settings: Settings) -> redis.Redis:
     ``scrape_timeout`` even when the server is hung: (1 + EXPORTER_RETRIES) attempts of at
     most EXPORTER_CONNECT_TIMEOUT + EXPORTER_SOCKET_TIMEOUT each, plus the backoff between
     them (about 6 s at worst; about 4 s with a hung server, well under 1 s refused)."""
+    url = resolve_url(settings)
     client: redis.Redis = connect(
         settings,
-        url=resolve_url(settings),
+        url=url,
         check=False,
         retry=Retry(EXPORTER_BACKOFF, EXPORTER_RETRIES),
         socket_timeout=EXPORTER_SOCKET_TIMEOUT,
         socket_connect_timeout=EXPORTER_CONNECT_TIMEOUT,
+        # a cluster client waits out a failover (30 s): a scrape waits for nothing (the
+        # next scrape asks again)
+        **({"outage": 0.0} if is_cluster_url(url) else {}),
     )
     return client
 

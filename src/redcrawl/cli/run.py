@@ -28,7 +28,7 @@ from redcrawl.cli._common import (
     console,
 )
 from redcrawl.connection import connect, stop_embedded
-from redcrawl.errors import LayoutMismatch, RedcrawlError
+from redcrawl.errors import LayoutMismatch, RedcrawlError, partitions_lost_text
 from redcrawl.feeds import for_worker, output_problem, remove_parts
 from redcrawl.frontier import FrontierCore, open_frontier
 from redcrawl.frontier.final import (
@@ -148,10 +148,16 @@ def _say_state(settings: Settings, crawl: str) -> None:
     a paused one leases nothing until it is resumed."""
     frontier = open_frontier(connect(settings), settings, crawl)
     try:
-        c, paused = frontier.counts(), frontier.is_paused()
+        c, paused, lost = frontier.counts(), frontier.is_paused(), frontier.lost_partitions()
     finally:
         frontier.client.close()
-    if paused:
+    if lost:
+        console.print(
+            f"[bold red]error:[/] {partitions_lost_text(crawl, lost, settings.partitions)}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif paused:
         console.print(
             f"[yellow]note:[/] crawl {crawl} is paused: its workers lease nothing until "
             f"`redcrawl resume --crawl {crawl}` (Ctrl-C stops them)",

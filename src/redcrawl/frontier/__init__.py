@@ -27,9 +27,11 @@ from redcrawl.frontier.core import FrontierCore
 from redcrawl.frontier.lists import ListsFrontier
 from redcrawl.frontier.partitioned import (
     PartitionedFrontier,
+    anchor_lost,
     anchor_partitions,
     mismatch,
     partitioned_class,
+    partitions_left,
 )
 from redcrawl.frontier.records import stored_layout
 from redcrawl.frontier.settle import PendingSettle
@@ -93,10 +95,19 @@ def open_frontier(
         settings = _created_layout(control, settings, crawl)
     elif settings.partitions == 1 and created not in (None, 1):
         raise mismatch(crawl, created or 1, 1)
+    elif settings.partitions == 1 and created is None:  # a new crawl, or a lost anchor
+        left = partitions_left(client, anchor, LOST_ANCHOR_PROBE)
+        if left:
+            raise anchor_lost(crawl, partitions_left(client, anchor), 1)
     if settings.partitions > 1:
         return partitioned_class(settings.backend)(client, settings, crawl, clock=clock)
     cls: type[FrontierCore] = StreamsFrontier if settings.backend == "streams" else ListsFrontier
     return cls(client, settings, crawl, clock=clock)
+
+
+LOST_ANCHOR_PROBE = 16
+"""Partitions a one-partition worker looks for when it opens a new crawl (a partitioned
+crawl whose anchor was lost still has most of its first 16 partitions)."""
 
 
 def _created_layout(control: Any, settings: Settings, crawl: str) -> Settings:

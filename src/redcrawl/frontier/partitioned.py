@@ -76,7 +76,7 @@ from redcrawl.frontier.durability import ReplicaWait
 from redcrawl.frontier.lists import ListsFrontier
 from redcrawl.frontier.records import stored_int, stored_layout
 from redcrawl.frontier.settle import PendingSettle
-from redcrawl.frontier.streams import StreamsFrontier
+from redcrawl.frontier.streams import ShardInfo, StreamsFrontier
 from redcrawl.keys import CrawlKeys, partition_of
 from redcrawl.politeness import KeyMode, politeness_key
 from redcrawl.settings import Settings
@@ -117,6 +117,41 @@ MARK = "partitioned/{} - parts"
 refuse it: it is no layout of theirs)."""
 
 T = TypeVar("T")
+
+
+MOST_PARTITIONS = 1024
+"""The most partitions a crawl has (``REDCRAWL_PARTITIONS``'s bound)."""
+
+
+def partitions_left(client: Any, keys: CrawlKeys, below: int = MOST_PARTITIONS) -> list[int]:
+    """The partitions ``p < below`` of the crawl ``keys`` names whose control hash exists:
+    what a partitioned crawl left when its anchor's master came back empty (one pipelined
+    round of EXISTS; on a cluster one per master)."""
+    with redis_errors("looking for the crawl's partitions"):
+        pipe = client.pipeline(transaction=False)
+        for p in range(below):
+            pipe.exists(keys.part(p).control)
+        return [p for p, found in enumerate(pipe.execute()) if found]
+
+
+def anchor_lost(crawl: str, left: Sequence[int], n: int | None = None) -> LayoutMismatch:
+    """The refusal of a worker (``n``: its ``REDCRAWL_PARTITIONS``, when it is not the
+    crawl's) or a tool on a partitioned crawl whose anchor is gone while partitions
+    ``left`` remain."""
+    shown = ", ".join(map(str, left[:8])) + (", ..." if len(left) > 8 else "")
+    worker = (
+        f"; this worker has REDCRAWL_PARTITIONS={n}, and its count is not the crawl's"
+        if n is not None
+        else ""
+    )
+    return LayoutMismatch(
+        f"{LayoutMismatch.PREFIX}: crawl {crawl!r} is partitioned (partitions {shown} hold "
+        f"its state) but its anchor is gone (the Redis master holding {{{crawl}}} came back "
+        "empty: its layout, paused flag and politeness defaults with it)" + worker + ". "
+        "Start its workers with the REDCRAWL_PARTITIONS it was created with (at least "
+        f"{max(left, default=0) + 1}): the first stores the anchor again and `redcrawl "
+        "status` then reports what was lost; or purge it with that REDCRAWL_PARTITIONS"
+    )
 
 
 def anchor_partitions(control: dict[bytes, bytes]) -> int | None:
@@ -292,11 +327,15 @@ class PartitionedFrontier(FrontierCore):
             return
         mark = MARK.format(self.n)
         with redis_errors("creating the partitioned crawl"):
+            anchored = self.client.hexists(self.keys.control, "layout")
+        if not anchored:
+            self._check_count()
+        with redis_errors("creating the partitioned crawl"):
             pipe = self.client.pipeline(transaction=True)  # (one slot: the anchor's)
             pipe.hsetnx(self.keys.control, "layout", mark)
             pipe.hsetnx(self.keys.control, "layout.copy", mark)
             pipe.hsetnx(self.keys.stats, "partitions", self.n)
-            pipe.hsetnx(self.keys.control, CREATED_FIELD, secrets.token_hex(8))
+            pipe.hsetnx(self.keys.control, CREATED_FIELD, f"{secrets.token_hex(8)}/{self.n}")
             pipe.hgetall(self.keys.control)
             control = pipe.execute()[-1]
         created = anchor_partitions(control)
@@ -331,6 +370,22 @@ class PartitionedFrontier(FrontierCore):
         with redis_errors("creating the partitioned crawl"):
             self.client.hset(self.keys.control, mapping={CREATED_FIELD: token, CLAIMED_FIELD: 1})
         self._claimed = True
+
+    def _check_count(self) -> None:
+        """Before a new anchor is stored: :class:`LayoutMismatch` if partitions of the
+        crawl remain (its anchor was lost) whose count is not this worker's: their
+        identity says it (``<token>/<P>``), or a partition at or past P exists."""
+        with redis_errors("creating the partitioned crawl"):
+            pipe = self.client.pipeline(transaction=False)
+            for sub in self.parts:
+                pipe.hget(sub.keys.control, CREATED_FIELD)
+            if self.n < MOST_PARTITIONS:
+                pipe.exists(self.keys.part(self.n).control)
+            replies = pipe.execute()
+        counts = {x.rpartition(b"/")[2] for x in replies[: self.n] if x and b"/" in x}
+        beyond = any(replies[self.n :])
+        if beyond or counts - {str(self.n).encode()}:
+            raise anchor_lost(self.crawl, partitions_left(self.client, self.keys), self.n)
 
     def _crawl_token(self, anchor_id: bytes) -> tuple[bytes, bool]:
         """The crawl's identity (:data:`CREATED_FIELD`), and whether the partitions are
@@ -792,11 +847,11 @@ class PartitionedFrontier(FrontierCore):
             parts = again
         counts = _sum_counts(parts)
         if counts.finished and self.check_vanished:
-            for sub in self.parts:  # a partition whose master came back empty
-                sub._identity.check()
-            lost = self.lost_partitions()  # (lost before this worker worked there)
+            lost = self.lost_partitions()  # (first: its message says what to do)
             if lost:
                 raise PartitionsLost(self.crawl, lost, self.n)
+            for sub in self.parts:  # a partition whose master came back empty
+                sub._identity.check()
         return counts
 
     def lost_partitions(self) -> list[int]:
@@ -1129,6 +1184,16 @@ class PartitionedStreams(PartitionedFrontier):
 
     BACKEND = "streams"
     PART = StreamsFrontier
+
+    def shards(self, limit: int = 100) -> list[ShardInfo]:
+        """:meth:`StreamsFrontier.shards` of every partition (each stream's key names its
+        partition; request ids as the crawl prints them)."""
+        out: list[ShardInfo] = []
+        for p, sub in enumerate(self.parts):
+            for info in cast(StreamsFrontier, sub).shards(limit):
+                entries = [replace(e, id=_wrap_text(p, e.id)) for e in info.entries]
+                out.append(replace(info, entries=entries))
+        return out
 
 
 def partitioned_class(backend: str) -> type[PartitionedFrontier]:

@@ -256,7 +256,7 @@ def families(snap: Snapshot) -> list[Metric]:
         for tier, ready in c.ready_by_tier.items():
             tiers.add_metric([c.crawl, tier], ready)
         paused.add_metric([c.crawl], int(c.paused))
-        finished.add_metric([c.crawl], int(n.finished))
+        finished.add_metric([c.crawl], int(n.finished and not c.lost_partitions))
         lost.add_metric([c.crawl], c.lost_partitions)
         known.add_metric([c.crawl], c.workers_known)
         alive.add_metric([c.crawl], c.workers_alive)

@@ -11,6 +11,7 @@ from redcrawl.api.context import Context, Crawl, Limit
 from redcrawl.api.errors import TRANSIENT, StateErrors, Unreadable, responses, server_condition
 from redcrawl.errors import FrontierError
 from redcrawl.frontier import FrontierCore, StreamsFrontier
+from redcrawl.frontier.partitioned import PartitionedStreams
 from redcrawl.metrics.registry import all_crawls
 from redcrawl.politeness.describe import politeness_summary
 from redcrawl.transport import redis_errors
@@ -34,7 +35,9 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
         out = []
         for name in ordered[:limit]:
             try:
-                c = ctx.frontier(name).counts()
+                f = ctx.frontier(name)
+                c = f.counts()
+                summary = ctx.summary(name, c, f.lost_partitions())
             except TRANSIENT:
                 raise
             except Exception as exc:  # one broken crawl must not hide the others
@@ -43,7 +46,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
                 out.append(m.CrawlListItem(crawl=name, error=str(Unreadable(name, exc))))
                 continue
             ctx.rates.observe(name, c.done, c.accepted)
-            out.append(m.CrawlListItem(**ctx.summary(name, c)))
+            out.append(m.CrawlListItem(**summary))
         return m.CrawlList(crawls=out)
 
     @r.get(
@@ -58,14 +61,15 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
         c = f.counts()
         now = ctx.server_time()
         alive = sum(1 for deadline in f.workers().values() if deadline > now)
+        lost = f.lost_partitions()
         return m.CrawlDetail(
-            **ctx.summary(crawl, c),
+            **ctx.summary(crawl, c, lost),
             paused=f.is_paused(),
             workers_alive=alive,
             rates=ctx.rates.observe(crawl, c.done, c.accepted),
             politeness=politeness_summary(f),
             robots_disallowed=f.stats().get("robots_disallowed", 0),
-            lost_partitions=f.lost_partitions(),
+            lost_partitions=lost,
         )
 
     @r.get(
@@ -100,7 +104,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
     )
     def shards(crawl: Crawl, limit: Limit = 100) -> m.ShardList:
         f = ctx.existing(crawl)
-        if not isinstance(f, StreamsFrontier):
+        if not isinstance(f, StreamsFrontier | PartitionedStreams):
             raise HTTPException(
                 409,
                 f"crawl {crawl!r} uses the lists backend; shards exist "
