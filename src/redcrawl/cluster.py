@@ -12,11 +12,13 @@ import logging
 import shlex
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, cast
 
 import redis
+import redis.connection
 import redis.exceptions
-from redis.backoff import ExponentialBackoff
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.cluster import ClusterNode, ClusterPipeline, RedisCluster, TransactionStrategy
 from redis.retry import Retry
 
@@ -71,10 +73,12 @@ def is_cluster_url(url: str | None) -> bool:
     return bool(url) and str(url).partition("://")[0].lower() in CLUSTER_SCHEMES
 
 
-def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
+def cluster_nodes(
+    url: str, first: tuple[str, int] | None = None
+) -> tuple[str, list[tuple[str, int]]]:
     """The plain URL (``redis://`` or ``rediss://``, credentials, database and query kept,
-    first node as its host) and the (host, port) of every node a cluster URL names.
-    :class:`ConfigError` when the URL is not one."""
+    the first node, or ``first``, as its host) and the (host, port) of every node a
+    cluster URL names. :class:`ConfigError` when the URL is not one."""
     scheme, sep, rest = url.partition("://")
     plain = CLUSTER_SCHEMES.get(scheme.lower())
     if plain is None or not sep:
@@ -96,7 +100,7 @@ def cluster_nodes(url: str) -> tuple[str, list[tuple[str, int]]]:
             f"{redact(url)}: a Redis Cluster has only database 0; remove "
             f"{tail.partition('?')[0]!r} from the URL",
         )
-    first = nodes[0]
+    first = first or nodes[0]
     host = f"[{first[0]}]" if ":" in first[0] else first[0]
     return f"{plain}://{userinfo}{at}{host}:{first[1]}{tail}", nodes
 
@@ -482,19 +486,81 @@ def _waiting(client: Any, call: Any) -> Any:
                 client.nodes_manager.initialize()
 
 
-def _cluster_state(client: ClusterClient) -> str:
+PROBE_TIMEOUT = 3.0
+"""Seconds the cluster check waits for one master's ``CLUSTER INFO`` (a hung master,
+SIGSTOPped or swapping, must not hold up the check for the client's socket timeout)."""
+
+
+def _probe(node: ClusterNode, timeout: float) -> redis.Redis:
+    """A one-off client of ``node`` with its connection settings (password, TLS) but a
+    ``timeout`` for connecting and for each reply, and no retry."""
+    pool = node.redis_connection.connection_pool
+    kwargs = {
+        **pool.connection_kwargs,
+        "socket_timeout": timeout,
+        "socket_connect_timeout": timeout,
+        "retry": Retry(NoBackoff(), 0),
+    }
+    return redis.Redis(
+        connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    )
+
+
+def _answering(
+    plain: str, nodes: list[tuple[str, int]], timeout: float = PROBE_TIMEOUT
+) -> list[tuple[str, int]]:
+    """The nodes that answer a ``PING`` within ``timeout`` seconds (all asked at once; an
+    error reply, a refused login included, is an answer)."""
+    parse: Any = redis.connection.parse_url
+    options: dict[str, Any] = parse(plain)
+
+    def answers(node: tuple[str, int]) -> bool:
+        pool = redis.ConnectionPool(
+            **{
+                **options,
+                "host": node[0],
+                "port": node[1],
+                "socket_timeout": timeout,
+                "socket_connect_timeout": timeout,
+                "retry": Retry(NoBackoff(), 0),
+            }
+        )
+        try:
+            redis.Redis(connection_pool=pool).ping()
+        except redis.exceptions.AuthenticationError:
+            return True
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError):
+            return False
+        except redis.exceptions.RedisError:
+            return True
+        finally:
+            pool.disconnect()
+        return True
+
+    with ThreadPoolExecutor(len(nodes)) as pool:
+        return [node for node, ok in zip(nodes, pool.map(answers, nodes), strict=True) if ok]
+
+
+def cluster_state(client: ClusterClient, timeout: float = PROBE_TIMEOUT) -> str:
     """``cluster_state`` as the masters see it: the first that is not ``ok`` (a master
-    whose slots were taken from it says ``fail`` while the others still map them to it),
-    else ``ok``. A master that does not answer is skipped (the cluster may serve without
-    it: its replica takes over); when none answers, the last connection error."""
+    whose slots were taken from it says ``fail`` while the others still map them to it;
+    the others say ``fail`` once a master stopped answering for cluster-node-timeout),
+    else ``ok``. Each master gets ``timeout`` seconds to answer; one that does not is
+    skipped (the cluster may serve without it: its replica takes over); when none
+    answers, the last connection error."""
     error: redis.exceptions.RedisError | None = None
     answered = False
     for node in client.masters():
+        probe = _probe(node, timeout)
         try:
-            state = node.redis_connection.execute_command("CLUSTER INFO").get("cluster_state")
+            info: Any = probe.execute_command("CLUSTER INFO")  # type: ignore[no-untyped-call]
+            state = info.get("cluster_state")
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
             error = exc
             continue
+        finally:
+            probe.close()
+            probe.connection_pool.disconnect()
         if state != "ok":
             return str(state)
         answered = True
@@ -529,6 +595,12 @@ def connect_cluster(
     }
     if check:
         refuse_tls_at_plain(url, nodes[0])
+        # discovery asks the startup nodes in a random order, each with the full socket
+        # timeout: a hung one (SIGSTOP, swapping) would hold up the start for 30 s
+        answering = _answering(plain, nodes)
+        if answering and len(answering) < len(nodes):
+            plain, _ = cluster_nodes(url, answering[0])
+            nodes = answering
     node: Any = ClusterNode
     startup = [node(host, port) for host, port in nodes[1:]]
     try:
@@ -549,7 +621,7 @@ def connect_cluster(
         raise RedisUnavailable(redact(url), exc, fix=_tls_fix(url, exc)) from None
     if check:
         try:
-            state = _cluster_state(client)
+            state = cluster_state(client)
         except redis.exceptions.ResponseError:  # e.g. an ACL user without CLUSTER INFO
             state = "ok"
         except redis.exceptions.RedisError as exc:

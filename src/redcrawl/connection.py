@@ -31,6 +31,7 @@ from redcrawl.settings import Settings
 __all__ = [
     "EmbeddedRedis",  # re-exported from redcrawl.embedded, as are the next two
     "connect",
+    "connect_bounded",
     "redact",
     "redis_cli_hint",
     "redis_server_binary",
@@ -176,6 +177,34 @@ def connect(
                 f"{_as_cluster(url)} (docs/cluster.md)",
             )
     return client
+
+
+def connect_bounded(
+    settings: Settings,
+    *,
+    url: str | None = None,
+    socket_timeout: float,
+    connect_timeout: float,
+    retries: int,
+) -> redis.Redis:
+    """A client for the tools that must answer while Redis is hung or down (the API, the
+    exporter), not wait it out as a worker does: each command fails after ``1 + retries``
+    attempts of at most ``connect_timeout + socket_timeout`` seconds each, with a short
+    backoff between them (a refused connection: well under a second). A cluster client
+    waits for no failover either (the caller's next call asks again). Nothing is checked
+    at start: a Redis that is down answers at the first call."""
+    url = url or resolve_url(settings)
+    from redcrawl.cluster import is_cluster_url
+
+    return connect(
+        settings,
+        url=url,
+        check=False,
+        retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), retries),
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
+        **({"outage": 0.0} if is_cluster_url(url) else {}),
+    )
 
 
 _DATABASE_PATH = re.compile(r"(/\d*)?/?")

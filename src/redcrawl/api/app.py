@@ -2,8 +2,9 @@
 
 Endpoints are plain ``def`` functions, so FastAPI runs their blocking Redis calls in its
 threadpool. One Redis client serves the whole app: the one given to :func:`create_app`,
-or one made by :func:`redcrawl.connection.connect` at startup (with few retries, so a
-Redis outage answers 503 quickly instead of hanging requests).
+or one made by :func:`redcrawl.connection.connect_bounded` at startup (a short socket
+timeout and one retry, so a Redis that is down or hung answers 503 within seconds instead
+of hanging requests: :data:`API_SOCKET_TIMEOUT`).
 
 Order of checks for every call: ``Host`` and ``Origin`` (:mod:`redcrawl.api.hosts`), a
 declared ``Content-Length`` over the limit (:mod:`redcrawl.api.limits`), the bearer token
@@ -21,8 +22,6 @@ from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 from pydantic.json_schema import models_json_schema
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 
 from redcrawl.api import models as m
 from redcrawl.api import routes
@@ -30,12 +29,23 @@ from redcrawl.api.context import Context, frontier_for, single_values
 from redcrawl.api.errors import StateErrors, install
 from redcrawl.api.hosts import HostGuard, allowed_hosts
 from redcrawl.api.limits import BodyLimit
-from redcrawl.connection import connect
+from redcrawl.connection import connect_bounded
 from redcrawl.settings import Settings
 
 __all__ = ["create_app", "frontier_for"]
 
 API_VERSION = "1"
+
+API_SOCKET_TIMEOUT = 3.0
+"""Seconds a call waits for Redis's reply to a command before the attempt fails (a hung
+server: SIGSTOP, a full machine). Every Redis call the API makes is short: purges unlink
+(Redis frees the memory in the background), listings are paginated, requeues take 1,000
+dead letters at a time."""
+API_CONNECT_TIMEOUT = 2.0
+"""Seconds a call waits for a connection (a host that drops packets)."""
+API_RETRIES = 1
+"""Retries of a Redis command (after the first attempt): a hung Redis answers 503 after
+about 2 x (API_CONNECT_TIMEOUT + API_SOCKET_TIMEOUT) at worst, a refused one at once."""
 
 
 def create_app(
@@ -56,12 +66,11 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         own = ctx.redis is None
         if own:
-            ctx.redis = connect(
+            ctx.redis = connect_bounded(
                 settings,
-                check=False,
-                retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
-                socket_timeout=10,
-                socket_connect_timeout=3,
+                socket_timeout=API_SOCKET_TIMEOUT,
+                connect_timeout=API_CONNECT_TIMEOUT,
+                retries=API_RETRIES,
             )
         try:
             yield

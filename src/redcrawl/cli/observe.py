@@ -13,8 +13,6 @@ from typing import Annotated
 
 import redis
 import typer
-from redis.backoff import ExponentialBackoff
-from redis.retry import Retry
 from rich.console import Console
 
 from redcrawl.cli._common import (
@@ -33,8 +31,7 @@ from redcrawl.cli._common import (
     app,
     console,
 )
-from redcrawl.cluster import is_cluster_url
-from redcrawl.connection import connect, resolve_url
+from redcrawl.connection import connect_bounded
 from redcrawl.metrics.snapshot import MAX_CRAWLS, SnapshotReader
 from redcrawl.settings import Settings
 
@@ -70,7 +67,6 @@ EXPORTER_SOCKET_TIMEOUT = 2.0
 full machine) before the attempt fails."""
 EXPORTER_CONNECT_TIMEOUT = 1.0
 """Seconds a scrape waits for a connection (a host that drops packets)."""
-EXPORTER_BACKOFF = ExponentialBackoff(cap=0.5, base=0.05)
 
 
 def exporter_client(settings: Settings) -> redis.Redis:
@@ -79,19 +75,12 @@ def exporter_client(settings: Settings) -> redis.Redis:
     ``scrape_timeout`` even when the server is hung: (1 + EXPORTER_RETRIES) attempts of at
     most EXPORTER_CONNECT_TIMEOUT + EXPORTER_SOCKET_TIMEOUT each, plus the backoff between
     them (about 6 s at worst; about 4 s with a hung server, well under 1 s refused)."""
-    url = resolve_url(settings)
-    client: redis.Redis = connect(
+    return connect_bounded(
         settings,
-        url=url,
-        check=False,
-        retry=Retry(EXPORTER_BACKOFF, EXPORTER_RETRIES),
         socket_timeout=EXPORTER_SOCKET_TIMEOUT,
-        socket_connect_timeout=EXPORTER_CONNECT_TIMEOUT,
-        # a cluster client waits out a failover (30 s): a scrape waits for nothing (the
-        # next scrape asks again)
-        **({"outage": 0.0} if is_cluster_url(url) else {}),
+        connect_timeout=EXPORTER_CONNECT_TIMEOUT,
+        retries=EXPORTER_RETRIES,
     )
-    return client
 
 
 @app.command()

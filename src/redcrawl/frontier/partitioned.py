@@ -800,7 +800,7 @@ class PartitionedFrontier(FrontierCore):
         for sub in self.parts:
             sub.purge()
         with redis_errors("purge"):
-            self.client.delete(*self.keys.all_keys())
+            self.client.unlink(*self.keys.all_keys())
             Filter(self.client, self.dedupe, self.keys.fp_seen).clear()
             # a claim by another process meanwhile gave purged partitions the old identity
             # (the anchor still held it): the crawl created anew would take it for its own

@@ -7,6 +7,8 @@ from fastapi import APIRouter
 from redcrawl.api import models as m
 from redcrawl.api.context import Context
 from redcrawl.api.errors import RESPONSES, StateErrors, responses
+from redcrawl.cluster import ClusterClient, cluster_state
+from redcrawl.errors import ConnectionError_
 from redcrawl.transport import redis_errors
 
 
@@ -25,8 +27,17 @@ def router(ctx: Context) -> APIRouter:
 
     @r.get("/v1/ready", tags=["health"], summary="Redis answers", responses=responses(503))
     def ready() -> m.Health:
+        client = ctx.client()
         with redis_errors("ping"):
-            ctx.client().ping()
+            client.ping()
+            if isinstance(client, ClusterClient):
+                state = cluster_state(client)
+                if state != "ok":
+                    raise ConnectionError_(
+                        f"the Redis Cluster does not serve every slot (a master says "
+                        f"cluster_state:{state}): a master and its replicas may be down; "
+                        "retry later"
+                    )
         return m.Health(status="ok")
 
     return r
