@@ -806,3 +806,18 @@ def test_scrapy_crawl_dash_s_beats_the_environment(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     shown = json.loads(result.stdout.strip().splitlines()[-1])
     assert shown == {"max_attempts": 4, "lease_ttl": 45.0, "batch_size": 50, "prefetch": 9}
+
+
+@pytest.mark.parametrize("name", ["REDCRAWL_API_TOKENS", "REDCRAWL_API_ADMIN_TOKENS"])
+@pytest.mark.parametrize("value", [",,,", " , ", ","])
+def test_a_token_list_that_names_no_token_is_refused(name: str, value: str) -> None:
+    """A token setting that is set but names no token (a stray comma, a template that
+    filled in nothing) meant no token: `serve` then ran open (on loopback, with a warning)
+    where the operator asked for authentication. Empty (unset) is still no token."""
+    with pytest.raises(ConfigError, match=name) as exc:
+        Settings.from_env({name: value})
+    assert "no token" in str(exc.value)
+    assert Settings.from_env({name: ""}) == Settings.from_env({})
+    good = "g" * 16
+    field = name.removeprefix("REDCRAWL_").lower()
+    assert getattr(Settings.from_env({name: f"{good},,"}), field) == (good,)

@@ -103,6 +103,18 @@ def _str_tuple(name: str, v: Any) -> tuple[str, ...]:
     return tuple(s for s in (str(x).strip() for x in items) if s)
 
 
+def _tokens(name: str, v: Any) -> tuple[str, ...]:
+    """A token list: set but naming no token (``,,,``) is a mistake, not "no auth"."""
+    tokens = _str_tuple(name, v)
+    if not tokens and isinstance(v, str) and v.strip():
+        raise ConfigError(
+            name,
+            f"{v!r} names no token; give comma-separated tokens (at least 16 characters "
+            "each), or leave it empty for none",
+        )
+    return tokens
+
+
 def parse_dict(name: str, v: Any) -> dict[str, Any]:
     if isinstance(v, str):
         try:
@@ -556,13 +568,13 @@ SPECS: tuple[Spec, ...] = (
     Spec("api_port", _number(int, 1, 65535), "Port of `redcrawl serve`."),
     Spec(
         "api_tokens",
-        _str_tuple,
+        _tokens,
         "Bearer tokens of the HTTP API with read access (comma-separated; at least 16 "
         "characters each: `redcrawl serve` refuses shorter ones).",
     ),
     Spec(
         "api_admin_tokens",
-        _str_tuple,
+        _tokens,
         "Bearer tokens of the HTTP API with admin access: "
         "submit, requeue, reclaim, pause, resume, purge (comma-separated; at least 16 "
         "characters each).",
