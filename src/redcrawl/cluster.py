@@ -26,9 +26,11 @@ from redcrawl import scripts
 from redcrawl.connection import (
     SOCKET_TIMEOUT,
     _tls_fix,
+    check_userinfo,
     login_refused,
     redact,
     refuse_tls_at_plain,
+    scrub,
 )
 from redcrawl.errors import ConfigError, RedisUnavailable
 from redcrawl.settings import Settings
@@ -576,6 +578,7 @@ def connect_cluster(
     startup node). :class:`ConfigError` for a malformed URL or a server that is not a
     cluster node, :class:`RedisUnavailable` when no node answers. ``check`` also asks
     the cluster for ``cluster_state:ok``."""
+    check_userinfo(url)
     plain, nodes = cluster_nodes(url)
     if settings.redis_db not in (None, 0):
         raise ConfigError(
@@ -608,7 +611,7 @@ def connect_cluster(
     except redis.exceptions.AuthenticationError as exc:
         raise login_refused(url, exc) from None
     except ValueError as exc:
-        raise ConfigError("REDCRAWL_REDIS_URL", f"{redact(url)}: {exc}") from None
+        raise ConfigError("REDCRAWL_REDIS_URL", f"{redact(url)}: {scrub(str(exc), url)}") from None
     except redis.exceptions.RedisClusterException as exc:
         if "not enabled" in str(exc):
             raise ConfigError(

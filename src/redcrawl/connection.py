@@ -49,9 +49,28 @@ RETRIES = 12
 _QUERY_SECRET = re.compile(r"(?i)((?:^|&)password=)[^&]*")
 
 
+def _userinfo(url: str) -> str | None:
+    """What stands between ``//`` and the URL's last ``@``, when the URL parser would not
+    find it all in the netloc: a password holding ``/``, ``#`` or ``?`` unencoded ends the
+    netloc early, and the rest of it lands in the path, query or fragment."""
+    _, sep, rest = url.partition("//")
+    netloc = re.split(r"[/#?]", rest, maxsplit=1)[0]
+    if not (sep and netloc) or "@" not in rest or "@" in netloc or _HOSTS.fullmatch(netloc):
+        return None  # (no @; in the netloc; after hosts: in the database path or query)
+    return rest.rpartition("@")[0]
+
+
+_HOST = r"(?:\[[0-9A-Fa-f:.]+\]|[^:@\[\],]+)(?::\d*)?"
+_HOSTS = re.compile(rf"{_HOST}(?:,{_HOST})*")
+"""One host[:port] or more (a cluster URL's), as a URL's netloc without a user."""
+
+
 def redact(url: str) -> str:
     """The URL with its password replaced by ``***`` (for messages and logs). Never
     raises, whatever the URL."""
+    if (info := _userinfo(url)) is not None:
+        head, _, rest = url.partition("//")
+        return f"{head}//***@{rest[len(info) + 1 :]}"
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -65,6 +84,22 @@ def redact(url: str) -> str:
     if (netloc, query) == (parts.netloc, parts.query):
         return url
     return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` (e.g. a URL parser's complaint) with every part of ``url``'s user and
+    password replaced by ``***``."""
+    info = _userinfo(url)
+    if info is None:
+        try:
+            parts = urlsplit(url)
+            info = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else None
+        except ValueError:
+            info = None
+    for piece in sorted(re.split(r"[:/#?]", info or ""), key=len, reverse=True):
+        if len(piece) >= 3:
+            text = text.replace(piece, "***")
+    return text
 
 
 def redis_cli_hint(settings: Settings) -> str:
@@ -114,6 +149,7 @@ def connect(
         **({} if settings.redis_db is None else {"db": settings.redis_db}),
         **overrides,
     }
+    check_userinfo(url)
     _check_database_path(url)
     if check:
         refuse_tls_at_plain(url)
@@ -125,7 +161,9 @@ def connect(
             if "scheme" in str(exc)
             else ""
         )
-        raise ConfigError("REDCRAWL_REDIS_URL", f"{redact(url)}: {exc}{more}") from None
+        raise ConfigError(
+            "REDCRAWL_REDIS_URL", f"{redact(url)}: {scrub(str(exc), url)}{more}"
+        ) from None
     if check:
         probe = redis.Redis.from_url(
             url,
@@ -205,6 +243,18 @@ def connect_bounded(
         socket_connect_timeout=connect_timeout,
         **({"outage": 0.0} if is_cluster_url(url) else {}),
     )
+
+
+def check_userinfo(url: str) -> None:
+    """:class:`ConfigError` (the password not shown) for a URL whose user or password
+    holds ``/``, ``#`` or ``?`` unencoded: the URL parser would take the rest of it for
+    the host, path or query, and say so quoting it."""
+    if _userinfo(url) is not None:
+        raise ConfigError(
+            "REDCRAWL_REDIS_URL",
+            f"{redact(url)}: its user or password holds '/', '#' or '?', which end the "
+            "address part of a URL: percent-encode them (/ as %2F, # as %23, ? as %3F)",
+        )
 
 
 _DATABASE_PATH = re.compile(r"(/\d*)?/?")

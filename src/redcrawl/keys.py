@@ -36,7 +36,8 @@ __all__ = [
 ]
 
 CRAWL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:\-]{0,127}$"
-"""What a crawl name may be (it is a Redis Cluster hash tag, so no braces)."""
+"""What a crawl name may be (it is a Redis Cluster hash tag, so no braces). Match it whole
+(``fullmatch``): ``$`` also matches before a final newline."""
 _CRAWL_NAME = re.compile(CRAWL_NAME_PATTERN)
 
 HISTORY_MINUTES = 60
@@ -67,7 +68,7 @@ def partition_of(key: str, partitions: int) -> int:
 
 def validate_crawl_name(name: str) -> str:
     """Return ``name`` if it is usable as a crawl name, else raise :class:`ConfigError`."""
-    if not isinstance(name, str) or not _CRAWL_NAME.match(name):
+    if not isinstance(name, str) or not _CRAWL_NAME.fullmatch(name):
         raise ConfigError(
             "REDCRAWL_CRAWL",
             f"crawl name {name!r} must be 1-128 characters of letters, digits, '_', '.', ':' "
@@ -91,9 +92,17 @@ class CrawlKeys:
 
     def __post_init__(self) -> None:
         validate_crawl_name(self.crawl)
-        if not self.prefix or "{" in self.prefix or "}" in self.prefix:
+        if (
+            not self.prefix
+            or any(c in self.prefix for c in "{}*?[]\\")
+            or not self.prefix.isprintable()
+        ):
+            # (braces: the hash tag; glob characters: a purge's SCAN patterns would match
+            # another prefix's keys)
             raise ConfigError(
-                "REDCRAWL_KEY_PREFIX", f"{self.prefix!r}: give a non-empty prefix without braces"
+                "REDCRAWL_KEY_PREFIX",
+                f"{self.prefix!r}: give a non-empty prefix without braces, glob characters "
+                "(* ? [ ] \\) or control characters",
             )
         if not 1 <= self.tiers <= 16:
             raise ConfigError("REDCRAWL_TIERS", f"{self.tiers} tiers; use 1 to 16")
@@ -430,7 +439,7 @@ def crawl_of_stats_key(key: bytes | str, prefix: str = "rc") -> str | None:
     if not (text.startswith(head) and text.endswith(tail)):
         return None
     name = text[len(head) : -len(tail)]
-    return name if _CRAWL_NAME.match(name) else None
+    return name if _CRAWL_NAME.fullmatch(name) else None
 
 
 # --- RedisSpider start keys --------------------------------------------------------------

@@ -12,7 +12,7 @@ import ipaddress
 import re
 from urllib.parse import urlsplit
 
-__all__ = ["HTTP_SCHEMES", "url_problem"]
+__all__ = ["HTTP_SCHEMES", "loopback_host", "url_problem"]
 
 HTTP_SCHEMES = frozenset({"http", "https"})
 
@@ -67,3 +67,13 @@ def url_problem(url: str, schemes: frozenset[str] = HTTP_SCHEMES) -> str | None:
     else:
         host = hostport.split(":", 1)[0]
     return _host_problem(host)
+
+
+def loopback_host(host: str) -> bool:
+    """True if ``host`` only accepts connections from this machine."""
+    if host.strip().lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

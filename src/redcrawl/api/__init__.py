@@ -55,6 +55,16 @@ def check_bind(settings: Settings) -> None:
             "REDCRAWL_API_ADMIN_TOKENS (and REDCRAWL_API_TOKENS for read-only access), or "
             "bind 127.0.0.1",
         )
+    if open_access(settings):
+        beyond = [h for h in settings.api_allowed_hosts if not loopback_host(h)]
+        if beyond:
+            raise ConfigError(
+                "REDCRAWL_API_ALLOWED_HOSTS",
+                f"{', '.join(map(repr, beyond))} is not a loopback name, and no API token is "
+                "set: a web page served under that name (DNS rebinding) could submit, "
+                "requeue and purge crawls. Set REDCRAWL_API_ADMIN_TOKENS (and "
+                "REDCRAWL_API_TOKENS for read-only access), or remove it",
+            )
 
 
 def create_app(

@@ -13,6 +13,7 @@ from fastapi import Depends, HTTPException, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from redcrawl.settings import Settings
+from redcrawl.urls import loopback_host
 
 __all__ = ["Access", "loopback_host", "require"]
 
@@ -73,15 +74,3 @@ def require(settings: Settings, level: Access) -> Callable[..., None]:
         )
 
     return check
-
-
-def loopback_host(host: str) -> bool:
-    """True if ``host`` only accepts connections from this machine."""
-    import ipaddress
-
-    if host.strip().lower() in ("localhost", "localhost."):
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False

@@ -149,6 +149,11 @@ class ServerRefused(ConnectionError_):
     started while it was down): every Redis call answers 503 with the reason."""
 
 
+class NotReady(ConnectionError_):
+    """``/v1/ready`` (no token needed) answers 503 with this message alone: not where the
+    Redis is or as whom."""
+
+
 class Invalid(Exception):
     """A request the schema let through but redcrawl cannot store: answered with 422."""
 
@@ -263,6 +268,10 @@ def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested
 
     @app.exception_handler(ServerRefused)
     async def on_refused_server(request: Request, exc: ServerRefused) -> JSONResponse:
+        return error(503, str(exc))
+
+    @app.exception_handler(NotReady)
+    async def on_not_ready(request: Request, exc: NotReady) -> JSONResponse:
         return error(503, str(exc))
 
     @app.exception_handler(FrontierError)

@@ -34,6 +34,7 @@ from redcrawl.cli._common import (
 from redcrawl.connection import connect_bounded
 from redcrawl.metrics.snapshot import MAX_CRAWLS, SnapshotReader
 from redcrawl.settings import Settings
+from redcrawl.urls import loopback_host
 
 
 class HostsSort(StrEnum):
@@ -123,6 +124,13 @@ def exporter(
             EXIT_USAGE,
         ) from None
     console.print(f"serving metrics on http://{host}:{server.server_port}/metrics", highlight=False)
+    if not loopback_host(host):
+        typer.echo(
+            f"warning: {host} is not a loopback address: /metrics has no authentication, so "
+            "anyone who reaches this port reads every crawl's names, counts and workers, and "
+            "the Redis server's state; make sure only Prometheus can reach it",
+            err=True,
+        )
     try:
         while True:
             time.sleep(3600)

@@ -69,6 +69,8 @@ DEAD_ROWS = 50
 HOSTS_ROWS = 20
 """Politeness keys listed on a crawl's page (``?hosts=ready|inflight``: the order)."""
 _CRAWL_NAME = re.compile(CRAWL_NAME_PATTERN)
+_FLASH = re.compile(r"paused|resumed|requeued [0-9][0-9,]*")
+"""The banner messages the actions redirect with (``?done=``); any other is not shown."""
 _REQUEST_ID = re.compile(REQUEST_ID_PATTERN)
 
 
@@ -150,7 +152,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
         v = viewer(request)
         if v.level is None:
             return to_login(request)
-        if not _CRAWL_NAME.match(crawl) or not ctx.alive([crawl])[0]:
+        if not _CRAWL_NAME.fullmatch(crawl) or not ctx.alive([crawl])[0]:
             return page(
                 v,
                 "not found",
@@ -171,6 +173,8 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
         path = f"/crawls/{quote(crawl, safe='')}"
         keep = sticky(request)
         msg = request.query_params.get("done", "")
+        if not _FLASH.fullmatch(msg):  # (only what the actions say: no link's own words)
+            msg = ""
         body = [
             f'<p><a href="/{keep}">&larr; all crawls</a></p>'
             f"<h1>{escape(crawl)} <small id=state>{escape(_state(c))}</small></h1>"
@@ -263,8 +267,8 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
                 + "</p>",
                 status=403 if v.level == "read" else 401,
             )
-        raw = await request.body()
-        if len(raw) > MAX_FORM:
+        raw = await _form_body(request)
+        if raw is None:
             return page(v, "too large", "<h1>Form too large</h1>", status=413)
         form = _form_fields(raw)
         if not hmac.compare_digest(form.get("csrf", ""), access.csrf(v)):
@@ -275,7 +279,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
                 "does not match your session: reload the page and try again.</p>",
                 status=403,
             )
-        if not _CRAWL_NAME.match(crawl):
+        if not _CRAWL_NAME.fullmatch(crawl):
             return page(v, "not found", "<h1>No such crawl</h1>", status=404)
         if form.get("id") and not _REQUEST_ID.match(form["id"]):
             return page(
@@ -342,8 +346,12 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
 
     @r.post("/login")
     async def login(request: Request) -> Response:
-        raw = await request.body()
-        form = _form_fields(raw[:MAX_FORM])
+        # (no token yet: a login form is never over MAX_FORM, so no more of an anonymous
+        # body is read, whatever its declared length)
+        raw = await _form_body(request)
+        if raw is None:
+            return page(Viewer(None, ""), "too large", "<h1>Form too large</h1>", status=413)
+        form = _form_fields(raw)
         target = _local(form.get("next", "/"))
         if access.is_open:
             return RedirectResponse(target, status_code=303)
@@ -376,3 +384,17 @@ def _history(
 ) -> dict[str, Series]:
     """Record this minute's sample of each crawl and return each crawl's series."""
     return record_history(client, settings, crawls, now)
+
+
+async def _form_body(request: Request) -> bytes | None:
+    """The form's body, or None once it is over MAX_FORM (declared or read so far): the
+    rest is never read."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_FORM:
+        return None
+    raw = b""
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_FORM:
+            return None
+    return raw

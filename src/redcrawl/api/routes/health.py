@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from redcrawl.api import models as m
-from redcrawl.api.context import Context
-from redcrawl.api.errors import RESPONSES, StateErrors, responses
+from redcrawl.api.context import Context, log
+from redcrawl.api.errors import RESPONSES, NotReady, ServerRefused, StateErrors, responses
 from redcrawl.cluster import ClusterClient, cluster_state
 from redcrawl.errors import ConnectionError_
 from redcrawl.transport import redis_errors
@@ -27,17 +27,24 @@ def router(ctx: Context) -> APIRouter:
 
     @r.get("/v1/ready", tags=["health"], summary="Redis answers", responses=responses(503))
     def ready() -> m.Health:
-        client = ctx.client()
-        with redis_errors("ping"):
-            client.ping()
-            if isinstance(client, ClusterClient):
-                state = cluster_state(client)
-                if state != "ok":
-                    raise ConnectionError_(
-                        f"the Redis Cluster does not serve every slot (a master says "
-                        f"cluster_state:{state}): a master and its replicas may be down; "
-                        "retry later"
-                    )
+        # (no token needed, for probes: a 503 says Redis is unavailable, not where it is
+        # or as whom; the reason goes to the API's log)
+        try:
+            client = ctx.client()
+            with redis_errors("ping"):
+                client.ping()
+                if isinstance(client, ClusterClient):
+                    state = cluster_state(client)
+                    if state != "ok":
+                        raise ConnectionError_(
+                            "the Redis Cluster does not serve every slot (a master says "
+                            f"cluster_state:{state}): a master and its replicas may be down"
+                        )
+        except ServerRefused:
+            raise  # (the server's policy, said to every caller: nothing about where it is)
+        except ConnectionError_ as exc:
+            log.warning("redcrawl API: not ready: %s", exc)
+            raise NotReady("Redis is unavailable (the API's log says why); retry later") from None
         return m.Health(status="ok")
 
     return r
