@@ -267,10 +267,10 @@ def _removed(settings: Settings, client: redis.Redis, name: str) -> str:
     )
 
 
-def _state(frontier: Any, c: Counts) -> str:
+def _state(frontier: Any, c: Counts, lost: list[int] | None = None) -> str:
     """finished / running / paused / stopped, with the number of live workers; damaged
-    first, when partitions lost their state."""
-    lost = frontier.lost_partitions()
+    first, when partitions lost their state (``lost``: read here when not given)."""
+    lost = frontier.lost_partitions() if lost is None else lost
     if lost:
         return f"damaged: partition{'s' * (len(lost) > 1)} {', '.join(map(str, lost))} lost"
     if c.finished and c.accepted:

@@ -67,8 +67,8 @@ def status(
     frontier = open_frontier(client, settings, name, follow_layout=True)
     c = frontier.counts()
     stats = frontier.stats()
-    state = _state(frontier, c)
     lost = frontier.lost_partitions()
+    state = _state(frontier, c, lost)
     now = frontier.server_time()
     workers = {w: until - now for w, until in frontier.workers().items()}
     sock = None if settings.redis_url else EmbeddedRedis(settings.embedded_dir).socket
@@ -77,7 +77,7 @@ def status(
     if as_json:
         out = {
             **{f: getattr(c, f) for f in c.__dataclass_fields__},
-            "finished": c.finished,
+            "finished": c.finished and not lost,  # (a damaged crawl is never finished)
             "filtered_local": stats.get("filtered_local", 0),
             "items": stats.get("items", 0),
             "robots_disallowed": stats.get("robots_disallowed", 0),

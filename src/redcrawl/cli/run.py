@@ -392,6 +392,7 @@ def _report_end(
     client = connect(settings)
     frontier = open_frontier(client, settings, crawl_id)
     c = frontier.counts()
+    lost = frontier.lost_partitions()
     gone = not c.accepted and not settings.persist  # (its last worker may have purged it)
     final = None
     if gone:
@@ -425,15 +426,22 @@ def _report_end(
             last.counts, crawl_id, last.stats, "removed at its end (SCHEDULER_PERSIST off)"
         )
     else:
-        _print_counts(c, crawl_id, frontier.stats(), _state(frontier, c))
+        _print_counts(c, crawl_id, frontier.stats(), _state(frontier, c, lost))
     if log_dir is not None:
         console.print(f"worker logs: {_show(log_dir)}/", highlight=False)
     # exit 5 is decided by the counts read here, the ones the message below is about
     # (not by the fleet's own last read: the two reads may disagree)
     code = 0 if result.code == EXIT_UNFINISHED else result.code
-    if code == 0 and not c.finished:
+    if code == 0 and (lost or not c.finished):
         code = EXIT_UNFINISHED
-    if not c.finished:
+    if lost:  # (its workers stopped; a plain rerun would fetch the lost sites again)
+        text = partitions_lost_text(crawl_id, lost, frontier.settings.partitions)
+        console.print(
+            f"[bold red]error:[/] {text}",
+            highlight=False,
+            soft_wrap=True,
+        )
+    elif not c.finished:
         left = c.ready + c.delayed + c.in_flight
         why = (
             f"stopped by {signal.Signals(result.signal).name}"

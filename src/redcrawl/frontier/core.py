@@ -801,16 +801,17 @@ class FrontierCore(PolitenessOps, ABC):
             Filter(self.client, self.dedupe, self.keys.fp_seen).clear()
 
     # --- counters and workers ------------------------------------------------------
-    def counts(self, *, repaired: bool = False) -> Counts:
+    def counts(self, *, repaired: bool = False, check: bool = True) -> Counts:
         """A consistent snapshot of the conservation terms. A corrupt counter is repaired
         first (:meth:`repair`). :class:`~redcrawl.errors.CrawlVanished` instead of finished
         counts when the crawl's state vanished since this frontier worked on it
-        (:class:`~redcrawl.frontier.durability.CrawlIdentity`)."""
+        (:class:`~redcrawl.frontier.durability.CrawlIdentity`), unless ``check`` is off
+        (a partition's counts: its crawl checks, after the sum)."""
         with redis_errors("counts"):
             stored, ready, delayed, dead = self._count_states()
         stats = self._counters(stored, repaired)
         if stats is None:
-            return self._repaired_counts(repaired)
+            return self._repaired_counts(repaired, check)
         accepted, filtered, done, retried, reclaimed, requeued, in_flight = stats
         counts = Counts(
             accepted=accepted,
@@ -824,7 +825,7 @@ class FrontierCore(PolitenessOps, ABC):
             reclaimed=reclaimed,
             requeued=requeued,
         )
-        if counts.finished and self.check_vanished:
+        if counts.finished and self.check_vanished and check:
             self._identity.check()  # a crawl that vanished under this worker is not done
         return counts
 
@@ -841,7 +842,7 @@ class FrontierCore(PolitenessOps, ABC):
             )
         return None
 
-    def _repaired_counts(self, repaired: bool) -> Counts:
+    def _repaired_counts(self, repaired: bool, check: bool = True) -> Counts:
         assert not repaired
         try:
             done = self.repair()
@@ -856,7 +857,7 @@ class FrontierCore(PolitenessOps, ABC):
             self.crawl,
             "; ".join(done) or "(by another process)",
         )
-        return self.counts(repaired=True)
+        return self.counts(repaired=True, check=check)
 
     _OWN_COUNTERS = frozenset(
         (

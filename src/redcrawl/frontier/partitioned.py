@@ -436,22 +436,43 @@ class PartitionedFrontier(FrontierCore):
             pipe = self.client.pipeline(transaction=transaction)
             for _p, queue in calls:
                 queue(pipe)  # (each call: queue(pipe), a pipeline as the client)
-            waits = self._waits(pipe, [p for p, _ in calls]) if what == "settle" else 0
+            waits = self._waits(pipe, [p for p, _ in calls]) if what == "settle" else []
             replies = list(pipe.execute(raise_on_error=False))
+        for i, (_p, queue) in enumerate(calls):
+            if isinstance(replies[i], redis.exceptions.NoScriptError):
+                # it did not run: a failover moved its slot to a server without the
+                # scripts (the pipeline followed the MOVED with EVALSHA). Alone, the call
+                # loads its script where it runs (and waits for its replicas there).
+                try:
+                    replies[i] = queue(None)
+                except Exception as exc:  # (a round's replies: errors as objects)
+                    replies[i] = exc
         if waits:
-            for acked in replies[-waits:]:
-                assert self.replica_wait is not None
-                self.replica_wait.account(acked)
-            del replies[-waits:]
+            wait = self.replica_wait
+            assert wait is not None
+            for key, acked in zip(waits, replies[-len(waits) :], strict=True):
+                if isinstance(acked, redis.exceptions.ResponseError) and "replica" in str(acked):
+                    # the slot map was out of date (a planned failover): the calls followed
+                    # MOVED to the new master, the WAIT went to the old one. Asked again
+                    # where the calls ran (the map is up to date now), on the connection
+                    # they used (the pool gives the last one back first).
+                    try:
+                        acked = self.client.execute_command(
+                            *wait.command(), **wait.options(self.client, key)
+                        )
+                    except redis.exceptions.RedisError as exc:
+                        acked = exc
+                wait.account(acked)
+            del replies[-len(waits) :]
         return replies
 
-    def _waits(self, pipe: Any, touched: Sequence[int]) -> int:
+    def _waits(self, pipe: Any, touched: Sequence[int]) -> list[str]:
         """With ``REDCRAWL_WAIT_REPLICAS``: a WAIT queued on ``pipe`` for each node (each
         partition's master on a cluster, the server otherwise) the round's settle calls
-        went to; how many were queued."""
+        went to; a key of each, in order."""
         wait = self.replica_wait
         if wait is None:
-            return 0
+            return []
         node_of = getattr(self.client, "get_node_from_key", None)
         nodes: dict[Any, str] = {}
         for p in touched:
@@ -459,7 +480,7 @@ class PartitionedFrontier(FrontierCore):
             nodes.setdefault(node_of(key).name if node_of else "", key)
         for key in nodes.values():
             pipe.execute_command(*wait.command(), **wait.options(self.client, key))
-        return len(nodes)
+        return list(nodes.values())
 
     def _each_control(self, command: Callable[[Any, str], Any]) -> None:
         with redis_errors("changing the crawl's switches"):
@@ -828,11 +849,11 @@ class PartitionedFrontier(FrontierCore):
         self._read_at = time.monotonic()
         return out
 
-    def counts(self, *, repaired: bool = False) -> Counts:
+    def counts(self, *, repaired: bool = False, check: bool = True) -> Counts:
         """The sums of the partitions' counts. When every partition reads empty, they
         are read again until two reads in a row agree that none accepted or requeued
         anything in between (see the module docstring): "finished" is never true while a
-        partition holds work."""
+        partition holds work. ``check``: as :meth:`FrontierCore.counts`."""
         parts = self._part_counts()
         for _ in range(FINISHED_READS if self._cluster else 0):  # (one server: one MULTI)
             if any(c.pending for c in parts):
@@ -846,7 +867,7 @@ class PartitionedFrontier(FrontierCore):
                 break
             parts = again
         counts = _sum_counts(parts)
-        if counts.finished and self.check_vanished:
+        if counts.finished and self.check_vanished and check:
             lost = self.lost_partitions()  # (first: its message says what to do)
             if lost:
                 raise PartitionsLost(self.crawl, lost, self.n)
@@ -1073,8 +1094,8 @@ def _counts_of(sub: FrontierCore, reply: Any) -> Counts:
     """A partition's counts from its ``counts`` script's reply; read again the ordinary
     way (which repairs a corrupt counter, or raises) if the reply is an error or holds a
     corrupt counter."""
-    if isinstance(reply, Exception):
-        return sub.counts()
+    if isinstance(reply, Exception):  # (the crawl's counts check for lost state, after)
+        return sub.counts(check=False)
     values = sub._counters(reply[:7], False)
     ready = reply[7] if isinstance(reply[7], int) else stored_int(reply[7])
     if ready is not None and len(reply) > 10 and sub.politeness is not None:
@@ -1082,7 +1103,7 @@ def _counts_of(sub: FrontierCore, reply: Any) -> Counts:
         queued = stored_int(reply[10])
         ready = None if queued is None else ready + max(queued, 0)
     if values is None or ready is None:
-        return sub.counts()
+        return sub.counts(check=False)
     accepted, filtered, done, retried, reclaimed, requeued, in_flight = values
     return Counts(
         accepted=accepted,
