@@ -21,6 +21,7 @@ import secrets
 import shlex
 import shutil
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -85,7 +86,7 @@ class EmbeddedRedis:
         sock = self.directory / "redis.sock"
         if len(str(sock)) > 100:  # unix socket paths are limited to ~107 bytes
             digest = hashlib.sha1(str(self.directory).encode()).hexdigest()[:16]
-            sock = Path(tempfile.gettempdir()) / f"redcrawl-{digest}.sock"
+            sock = _runtime_dir() / f"redcrawl-{digest}.sock"
         self.socket = sock
 
     @property
@@ -98,8 +99,8 @@ class EmbeddedRedis:
         return f"redis-cli -s {shlex.quote(str(self.socket))}"
 
     def _alive(self) -> bool:
-        if not self.socket.exists():
-            return False
+        if not self.socket.exists() or not _private(self.socket.parent):
+            return False  # (a socket where others can write is not trusted to be ours)
         probe = _no_retry_client(unix_socket_path=str(self.socket), socket_timeout=1)
         try:
             with quiet_probes(), contextlib.closing(probe):
@@ -109,8 +110,22 @@ class EmbeddedRedis:
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
-        """Holds ``start.lock``: one process at a time starts, joins, leaves or stops."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        """Holds ``start.lock``: one process at a time starts, joins, leaves or stops.
+        The folder is its user's alone (0700): its append-only file holds every crawl's
+        requests (URLs with their query strings, headers, meta)."""
+        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _make_private(self.directory)
+        if self.socket.parent != self.directory:
+            self.socket.parent.mkdir(mode=0o700, exist_ok=True)
+            if not _private(self.socket.parent):
+                raise RedisUnavailable(
+                    self.url,
+                    f"{self.socket.parent} is not this user's alone (owner or mode)",
+                    problem="the embedded Redis's socket directory is not safe to use",
+                    fix="Remove that directory (another user may have made it), or set "
+                    "XDG_RUNTIME_DIR to a directory of your own, or run from a folder with "
+                    "a shorter path.",
+                )
         with open(self.directory / "start.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             yield
@@ -181,6 +196,34 @@ class EmbeddedRedis:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
             _wait_exited(pid, 5)
+
+
+def _runtime_dir() -> Path:
+    """Where a socket goes when the data folder's path is too long for one: the user's
+    ``XDG_RUNTIME_DIR`` when it is theirs alone, else ``redcrawl-<uid>`` in the temporary
+    directory (made 0700 at start, and used only while it is this user's alone)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and Path(runtime).is_dir() and _private(Path(runtime)):
+        return Path(runtime)
+    return Path(tempfile.gettempdir()) / f"redcrawl-{os.getuid()}"
+
+
+def _private(path: Path) -> bool:
+    """Whether ``path`` is a directory of this user's that no one else may write to."""
+    try:
+        st = path.stat()
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and not st.st_mode & 0o022
+
+
+def _make_private(path: Path) -> None:
+    """Close ``path`` (this user's) to everyone else: 0700, as made since; an older
+    folder (0755) is tightened."""
+    with contextlib.suppress(OSError):
+        st = path.stat()
+        if st.st_uid == os.getuid() and st.st_mode & 0o077:
+            path.chmod(stat.S_IMODE(st.st_mode) & 0o700)
 
 
 def _claim(users: Path) -> IO[str]:

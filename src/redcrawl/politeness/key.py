@@ -67,7 +67,7 @@ def politeness_key(url: str, download_slot: object = None, mode: KeyMode = "host
                 f"meta['download_slot'] is a {type(download_slot).__name__}, not a str: "
                 "give the slot a string name (or leave it unset to use the host)"
             )
-        return _bounded(download_slot)
+        return _printable(_bounded(download_slot))
     host = _host(url)
     if host is None:
         scheme = _scheme(url)
@@ -101,8 +101,17 @@ def _host(url: str) -> str | None:
         return None
     if ":" in host:
         return _ipv6(host)
-    host = host.rstrip(".")
+    host = _printable(host.rstrip("."))
     return host or None
+
+
+def _printable(key: str) -> str:
+    """``key`` with its control characters percent-encoded (``%1B``): a crawled link's
+    host may hold an ESC that Scrapy keeps, and a key is shown in the operator's terminal
+    and typed back into ``redcrawl hosts``."""
+    if key.isprintable():
+        return key
+    return "".join(c if c.isprintable() else f"%{ord(c):02X}" for c in key)
 
 
 def _ipv6(host: str) -> str:
