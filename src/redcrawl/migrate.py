@@ -58,6 +58,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from redcrawl import codec
+from redcrawl.envelope import MAX_ENVELOPE_BYTES
 from redcrawl.errors import ConfigError, DecodeError, EncodeError
 from redcrawl.fingerprint import MODE_FIELD, Fingerprinter, crawl_fingerprint_mode
 from redcrawl.frontier import FrontierCore
@@ -191,11 +192,38 @@ def unpickle_request_dict(data: bytes) -> dict[str, Any]:
         raise RefusedEntry(reason) from None
     if not isinstance(obj, dict):
         raise RefusedEntry(f"refused: a pickled {type(obj).__name__}, not a request dict")
+    _within_limit(obj)
     if not isinstance(obj.get("url"), str) or not obj["url"]:
         raise RefusedEntry("refused: the dict has no 'url' string")
     if not all(isinstance(k, str) for k in obj):
         raise RefusedEntry("refused: the dict has non-string keys")
     return obj
+
+
+def _within_limit(obj: Any) -> None:
+    """:class:`RefusedEntry` if ``obj`` written out (as the envelope's encoding writes
+    every reference to a shared list or dict again) is over the request size limit: a
+    pickle's memo lets 300 bytes name one list twice, 40 levels deep (2^40 leaves)."""
+    budget = MAX_ENVELOPE_BYTES
+    stack = [obj]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str | bytes | bytearray):
+            budget -= len(item) + 1
+        elif isinstance(item, dict):
+            budget -= 1 + len(item)
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            budget -= 1 + len(item)
+            stack.extend(item)
+        else:
+            budget -= 8
+        if budget < 0:
+            raise RefusedEntry(
+                f"refused: larger than the {MAX_ENVELOPE_BYTES}-byte request limit once its "
+                "shared parts are written out"
+            )
 
 
 def _typed(d: dict[str, Any], key: str, kind: type | tuple[type, ...], default: Any) -> Any:

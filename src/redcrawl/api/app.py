@@ -85,6 +85,8 @@ def create_app(
         dependencies=[Depends(single_values)],
         description="Submit requests to crawl frontiers, inspect and steer crawls. "
         "See docs/api.md.",
+        docs_url=None,  # (served below: pinned assets with their integrity)
+        redoc_url=None,
     )
     app.router.route_class = StateErrors
     app.add_middleware(BodyLimit, limit=settings.api_max_body)
@@ -136,7 +138,63 @@ def create_app(
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]
+    _doc_pages(app)
     return app
+
+
+SWAGGER_UI = "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5.35.0"
+REDOC = "https://cdn.jsdelivr.net/npm/redoc@2.5.4"
+ASSETS = {
+    f"{SWAGGER_UI}/swagger-ui-bundle.js": (
+        "sha384-gjRm0bEPMeTmMh5jT2cHccIwCUZSTd8YC+j0d0sXw0MdGEfScduGpSyF3ZSSLkX9"
+    ),
+    f"{SWAGGER_UI}/swagger-ui.css": (
+        "sha384-WlYgdmXYOOBWL5apwjDEZwN+U3HmXSSu5R6V5aGxEcf7z+KuRNwBhoxKVN1i3D5I"
+    ),
+    f"{REDOC}/bundles/redoc.standalone.js": (
+        "sha384-w447zOpYfw/1Tv/5AK9NfHTlQIqE3RVR6KY62jCyy9zNDgO64cMwGGP1Fj0zJVf5"
+    ),
+}
+"""The /docs and /redoc pages' assets: exact versions, each with its Subresource Integrity
+(sha384 of the file in the npm package, which the CDN serves as is): a browser runs them
+only if they are those bytes. (FastAPI's defaults load whatever swagger-ui-dist 5.x and
+redoc 2.x are latest into the API's origin.)"""
+
+
+def _doc_pages(app: FastAPI) -> None:
+    """``/docs`` (Swagger UI) and ``/redoc`` with :data:`ASSETS`."""
+    from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
+    from fastapi.responses import HTMLResponse
+
+    def pinned(page: HTMLResponse) -> HTMLResponse:
+        html = bytes(page.body).decode()
+        for url, digest in ASSETS.items():
+            html = html.replace(f'"{url}"', f'"{url}" integrity="{digest}" crossorigin="anonymous"')
+        return HTMLResponse(html)
+
+    @app.get("/docs", include_in_schema=False)
+    def docs() -> HTMLResponse:
+        return pinned(
+            get_swagger_ui_html(
+                openapi_url="/openapi.json",
+                title=f"{app.title} - Swagger UI",
+                swagger_js_url=f"{SWAGGER_UI}/swagger-ui-bundle.js",
+                swagger_css_url=f"{SWAGGER_UI}/swagger-ui.css",
+                swagger_favicon_url="data:,",
+            )
+        )
+
+    @app.get("/redoc", include_in_schema=False)
+    def redoc() -> HTMLResponse:
+        return pinned(
+            get_redoc_html(
+                openapi_url="/openapi.json",
+                title=f"{app.title} - ReDoc",
+                redoc_js_url=f"{REDOC}/bundles/redoc.standalone.js",
+                redoc_favicon_url="data:,",
+                with_google_fonts=False,
+            )
+        )
 
 
 def _block_window(schema: dict[str, Any]) -> None:

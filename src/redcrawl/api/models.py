@@ -24,6 +24,7 @@ from redcrawl.api.inputs import HostOverrideIn as HostOverrideIn
 from redcrawl.api.inputs import RequestIn as RequestIn
 from redcrawl.api.inputs import RequeueIn as RequeueIn
 from redcrawl.api.inputs import SubmitIn as SubmitIn
+from redcrawl.connection import redact
 from redcrawl.politeness.describe import PolitenessSummary
 
 if TYPE_CHECKING:
@@ -305,15 +306,27 @@ def envelope_view(env: Envelope | None) -> dict[str, Any]:
         name: getattr(env, name)
         for name in ("url", "method", "callback", "priority", "dont_filter")
     }
+    meta = jsonable(env.meta)
+    if isinstance(meta, dict) and isinstance(meta.get("proxy"), str):
+        meta["proxy"] = redact(meta["proxy"])
     return {
         **shown,
         "body": body,
         "body_base64": b64,
-        "meta": jsonable(env.meta),
+        "meta": meta,
         "headers": [
-            [k.decode("latin-1"), v.decode("latin-1")] for k, vs in env.headers for v in vs
+            [name, "***" if name.lower() in SECRET_HEADERS else v.decode("latin-1")]
+            for k, vs in env.headers
+            for name in [k.decode("latin-1")]
+            for v in vs
         ],
     }
+
+
+SECRET_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie"})
+"""Headers whose values the API never shows (a site's login, a proxy's password): the
+request keeps them, a caller with a read token reads ``***``. ``meta["proxy"]`` is shown
+with its password hidden too."""
 
 
 def jsonable(value: Any) -> Any:
