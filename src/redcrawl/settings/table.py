@@ -272,7 +272,12 @@ SPECS: tuple[Spec, ...] = (
         "spider's name (scrapy-redis's SCHEDULER_QUEUE_KEY template is honoured).",
         ("SCHEDULER_QUEUE_KEY",),
     ),
-    Spec("key_prefix", _str, "Prefix of every Redis key."),
+    Spec(
+        "key_prefix",
+        _str,
+        "Prefix of every Redis key (no braces, glob characters `* ? [ ] \\` or control "
+        "characters).",
+    ),
     Spec(
         "backend",
         _choice("lists", "streams"),
@@ -591,7 +596,8 @@ SPECS: tuple[Spec, ...] = (
         _str_tuple,
         "Extra `Host` names the HTTP API answers "
         "(comma-separated; `*`: any), e.g. the name clients use behind a proxy. By default "
-        "only the bound address (and localhost on loopback): DNS rebinding protection.",
+        "only the bound address (and localhost on loopback): DNS rebinding protection. "
+        "Without API tokens only loopback names are accepted.",
     ),
     Spec(
         "politeness",
