@@ -550,25 +550,25 @@ def cluster_state(client: ClusterClient, timeout: float = PROBE_TIMEOUT) -> str:
     else ``ok``. Each master gets ``timeout`` seconds to answer; one that does not is
     skipped (the cluster may serve without it: its replica takes over); when none
     answers, the last connection error."""
-    error: redis.exceptions.RedisError | None = None
-    answered = False
-    for node in client.masters():
+
+    def state_of(node: ClusterNode) -> str | redis.exceptions.RedisError:
         probe = _probe(node, timeout)
         try:
             info: Any = probe.execute_command("CLUSTER INFO")  # type: ignore[no-untyped-call]
-            state = info.get("cluster_state")
+            return str(info.get("cluster_state"))
         except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
-            error = exc
-            continue
+            return exc
         finally:
             probe.close()
             probe.connection_pool.disconnect()
-        if state != "ok":
-            return str(state)
-        answered = True
-    if not answered and error is not None:
-        raise error
-    return "ok"
+
+    masters = client.masters()
+    with ThreadPoolExecutor(max(len(masters), 1)) as pool:  # (all at once: one timeout)
+        states = list(pool.map(state_of, masters))
+    answered = [x for x in states if isinstance(x, str)]
+    if not answered and states:
+        raise cast(redis.exceptions.RedisError, states[-1])
+    return next((x for x in answered if x != "ok"), "ok")
 
 
 def connect_cluster(

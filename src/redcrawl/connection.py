@@ -52,17 +52,24 @@ _QUERY_SECRET = re.compile(r"(?i)((?:^|&)password=)[^&]*")
 def _userinfo(url: str) -> str | None:
     """What stands between ``//`` and the URL's last ``@``, when the URL parser would not
     find it all in the netloc: a password holding ``/``, ``#`` or ``?`` unencoded ends the
-    netloc early, and the rest of it lands in the path, query or fragment."""
+    netloc early, and the rest of it lands in the path, query or fragment. Told apart
+    from an ``@`` in a query value (``client_name=me@host``) by where it is: in the path
+    (a database number never holds one), or after a netloc that is no host list."""
     _, sep, rest = url.partition("//")
-    netloc = re.split(r"[/#?]", rest, maxsplit=1)[0]
-    if not (sep and netloc) or "@" not in rest or "@" in netloc or _HOSTS.fullmatch(netloc):
-        return None  # (no @; in the netloc; after hosts: in the database path or query)
-    return rest.rpartition("@")[0]
+    end = re.search(r"[/#?]", rest)
+    netloc = rest[: end.start()] if end else rest
+    if not (sep and netloc) or "@" not in rest or "@" in netloc:
+        return None  # (no @; in the netloc: the parser finds it)
+    path = re.split(r"[?#]", rest[end.start() :], maxsplit=1)[0] if end else ""
+    if "@" in path or not _HOSTS.fullmatch(netloc):
+        return rest.rpartition("@")[0]
+    return None  # (after a host list, in the query or fragment)
 
 
-_HOST = r"(?:\[[0-9A-Fa-f:.]+\]|[^:@\[\],]+)(?::\d*)?"
+_HOST = r"(?:\[[0-9A-Fa-f:.]+(?:%25[^\]]+)?\]|[^:@\[\],]+)(?::\d*)?"
 _HOSTS = re.compile(rf"{_HOST}(?:,{_HOST})*")
-"""One host[:port] or more (a cluster URL's), as a URL's netloc without a user."""
+"""One host[:port] or more (a cluster URL's), as a URL's netloc without a user (IPv6
+literals with a zone id too)."""
 
 
 def redact(url: str) -> str:
@@ -96,7 +103,8 @@ def scrub(text: str, url: str) -> str:
             info = parts.netloc.rpartition("@")[0] if "@" in parts.netloc else None
         except ValueError:
             info = None
-    for piece in sorted(re.split(r"[:/#?]", info or ""), key=len, reverse=True):
+    secret = (info or "").partition(":")[2]  # (the user name is no secret)
+    for piece in sorted(re.split(r"[:/#?]", secret), key=len, reverse=True):
         if len(piece) >= 3:
             text = text.replace(piece, "***")
     return text

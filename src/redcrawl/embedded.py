@@ -99,7 +99,9 @@ class EmbeddedRedis:
         return f"redis-cli -s {shlex.quote(str(self.socket))}"
 
     def _alive(self) -> bool:
-        if not self.socket.exists() or not _private(self.socket.parent):
+        if not self.socket.exists():
+            return False
+        if self.socket.parent != self.directory and not _private(self.socket.parent):
             return False  # (a socket where others can write is not trusted to be ours)
         probe = _no_retry_client(unix_socket_path=str(self.socket), socket_timeout=1)
         try:
@@ -145,6 +147,17 @@ class EmbeddedRedis:
         return self.url
 
     def _spawn(self, timeout: float) -> None:
+        pid = _read_pid(self.directory)
+        if pid is not None and _serves(pid, self.directory):
+            # never a second server on one append-only file: this one answers elsewhere
+            # (an older redcrawl put long folders' sockets in another place) or not at all
+            raise RedisUnavailable(
+                self.url,
+                f"redis-server pid {pid} already serves {self.directory} but does not answer "
+                f"at {self.socket}",
+                problem="the embedded Redis of this folder is running elsewhere or hung",
+                fix=f"Stop it (`kill {pid}`: it saves its data first) and run this again.",
+            )
         if self.socket.exists():
             self.socket.unlink()
         args = server_args(
@@ -199,12 +212,10 @@ class EmbeddedRedis:
 
 
 def _runtime_dir() -> Path:
-    """Where a socket goes when the data folder's path is too long for one: the user's
-    ``XDG_RUNTIME_DIR`` when it is theirs alone, else ``redcrawl-<uid>`` in the temporary
-    directory (made 0700 at start, and used only while it is this user's alone)."""
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    if runtime and Path(runtime).is_dir() and _private(Path(runtime)):
-        return Path(runtime)
+    """Where a socket goes when the data folder's path is too long for one:
+    ``redcrawl-<uid>`` in the temporary directory (made 0700 at start, and used only while
+    it is this user's alone). The same for every process of the user, whatever its
+    environment: two places would make two servers on one folder."""
     return Path(tempfile.gettempdir()) / f"redcrawl-{os.getuid()}"
 
 
@@ -259,6 +270,17 @@ def _live_claims(users: Path) -> list[int]:
                 continue
             path.unlink(missing_ok=True)  # its process died without leaving (SIGKILL)
     return live
+
+
+def _serves(pid: int, directory: Path) -> bool:
+    """Whether process ``pid`` is a live redis-server working in ``directory`` (its
+    ``dir``; a pid file left by a server that died may name another process now)."""
+    try:
+        cwd = os.readlink(f"/proc/{pid}/cwd")
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+    return Path(cwd) == directory and b"redis-server" in command
 
 
 def _read_pid(directory: Path) -> int | None:

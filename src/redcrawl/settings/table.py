@@ -597,7 +597,7 @@ SPECS: tuple[Spec, ...] = (
         "Extra `Host` names the HTTP API answers "
         "(comma-separated; `*`: any), e.g. the name clients use behind a proxy. By default "
         "only the bound address (and localhost on loopback): DNS rebinding protection. "
-        "Without API tokens only loopback names are accepted.",
+        "Other names (and `*`) need API tokens: an open API accepts only loopback names.",
     ),
     Spec(
         "politeness",
