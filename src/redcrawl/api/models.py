@@ -184,7 +184,7 @@ class CrawlDetail(CrawlSummary):
         description="Partitions of a partitioned crawl that lost their state (a Redis master "
         "came back empty) since it was created, with the requests queued, in flight and done "
         "there; empty when none did (and for a crawl of one partition). `redcrawl "
-        "accept-loss` goes on without them (docs/cluster.md, Durability).",
+        "accept-loss` goes on without them (docs/cluster.md, 'A partition that lost its state').",
     )
 
 
