@@ -361,3 +361,20 @@ def test_a_crawl_of_four_partitions_copies_with_every_partition(
         if copy.counts().finished:
             break
     assert copy.counts().done == URLS
+
+
+def test_the_target_can_come_from_the_environment(
+    source: redis.Redis, target: redis.Redis, redis62: RedisServer, redis7: RedisServer
+) -> None:
+    """A target URL with a password given as `--to` sits in the process list (`ps`) for
+    the whole copy (the security review): REDCRAWL_MIGRATE_TO takes it instead, as
+    REDCRAWL_SOURCE_URL takes `--source-url`."""
+    build(source, "lists")
+    result = runner.invoke(
+        app,
+        ["migrate", "--crawl", CRAWL, "--redis-url", redis62.url, "--dry-run"],
+        env={"REDCRAWL_MIGRATE_TO": redis7.url},
+    )
+    assert result.exit_code == 0, result.output
+    assert "would copy" in result.output
+    assert target.dbsize() == 0

@@ -51,7 +51,12 @@ def import_dupefilter(
     crawl_name: CrawlName = None,
     source_url: Annotated[
         str | None,
-        typer.Option("--source-url", help="Redis holding the set (default: the crawl's Redis)."),
+        typer.Option(
+            "--source-url",
+            envvar="REDCRAWL_SOURCE_URL",
+            show_envvar=True,
+            help="Redis holding the set (default: the crawl's Redis).",
+        ),
     ] = None,
     batch: Annotated[
         int, typer.Option(min=1, max=100_000, help="Fingerprints per round trip.")
@@ -115,6 +120,8 @@ def import_scrapy_redis_command(
         str | None,
         typer.Option(
             "--source-url",
+            envvar="REDCRAWL_SOURCE_URL",
+            show_envvar=True,
             help="Redis holding the scrapy-redis keys (default: the crawl's "
             "Redis, i.e. the project's REDIS_URL inside a scrapy-redis project).",
         ),
@@ -258,8 +265,11 @@ def migrate_command(
         str,
         typer.Option(
             "--to",
+            envvar="REDCRAWL_MIGRATE_TO",
+            show_envvar=True,
             help="The Redis to copy the crawl to: redis://host:port/db, or a Redis Cluster "
-            "as redis+cluster://host:port[,host:port...].",
+            "as redis+cluster://host:port[,host:port...]. With a password, give it in the "
+            "environment: the process list shows the command line.",
         ),
     ],
     redis_url: RedisUrl = None,

@@ -20,6 +20,12 @@ if TYPE_CHECKING:
     from redcrawl.politeness.backoff import BackoffPolicy
 
 
+COMMAND_ENV = frozenset({"REDCRAWL_MIGRATE_TO", "REDCRAWL_SOURCE_URL"})
+"""``REDCRAWL_*`` names that are not settings but a command's option (``redcrawl migrate
+--to``, ``--source-url``: a URL with a password is better kept out of the process list),
+so not unknown settings either (docs/cli.md)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """Every redcrawl setting, typed and validated. Immutable: use :meth:`replace`."""
@@ -170,7 +176,7 @@ class Settings:
         for name, value in values.items():
             spec = BY_NAME.get(name)
             if spec is None:
-                if strict_prefix and name.startswith("REDCRAWL_"):
+                if strict_prefix and name.startswith("REDCRAWL_") and name not in COMMAND_ENV:
                     known = [n for n in BY_NAME if n.startswith("REDCRAWL_")]
                     near = difflib.get_close_matches(name, known, n=2)
                     hint = f"did you mean {' or '.join(near)}? " if near else ""
