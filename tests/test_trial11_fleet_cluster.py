@@ -433,6 +433,7 @@ def damaged_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str
         yield {"rc": rc, "out": out.read_text(), "status": status.stdout + status.stderr}
 
 
+@pytest.mark.xdist_group("trial11_damaged_fleet")  # (one run of the fleet for both)
 @pytest.mark.cluster
 @pytest.mark.slow
 @pytest.mark.timeout(150)
@@ -455,6 +456,7 @@ def test_workers_stopped_by_a_lost_partition_say_what_was_lost(
     assert "accept-loss" in out, out[-4000:]
 
 
+@pytest.mark.xdist_group("trial11_damaged_fleet")  # (one run of the fleet for both)
 @pytest.mark.cluster
 @pytest.mark.slow
 @pytest.mark.timeout(150)
