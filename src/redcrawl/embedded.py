@@ -124,9 +124,8 @@ class EmbeddedRedis:
                     self.url,
                     f"{self.socket.parent} is not this user's alone (owner or mode)",
                     problem="the embedded Redis's socket directory is not safe to use",
-                    fix="Remove that directory (another user may have made it), or set "
-                    "XDG_RUNTIME_DIR to a directory of your own, or run from a folder with "
-                    "a shorter path.",
+                    fix="Remove that directory (another user may have made it), or run "
+                    "from a folder with a shorter path.",
                 )
         with open(self.directory / "start.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
