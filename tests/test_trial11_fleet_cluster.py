@@ -169,6 +169,43 @@ def _lease_everything(f: Any) -> list[Lease]:
     return got
 
 
+def _leased_on_a_replicated_master(
+    local: Any, settings: Settings, crawl: str
+) -> tuple[Any, Any, list[str], list[Lease], Any]:
+    """A 4-partition crawl with 5 requests per partition, all leased; the replica of a
+    master holding a partition (not the anchor's when one is elsewhere): (client,
+    frontier, hosts, leases, replica)."""
+    client = connect(settings)
+    client.flushall()
+    f: Any = open_frontier(client, settings, crawl)
+    hosts = [hosts_in(p, P, 1)[0] for p in range(P)]
+    assert f.push(envs(hosts, 5)).accepted == 5 * P
+    held = _lease_everything(f)
+    assert len(held) == 5 * P
+    anchor = local.master_of(f.keys.control).port
+    ports = [local.master_of(sub.keys.control).port for sub in f.parts]
+    port = next((x for x in ports if x != anchor), anchor)
+    victim = next(n for n in local.nodes if n.port == port)
+    (replica,) = local.replicas_of(victim)
+    return client, f, hosts, held, replica
+
+
+def _planned_failover(local: Any, replica: Any, timeout: float) -> bool:
+    """`CLUSTER FAILOVER` on ``replica``; whether it took over within ``timeout`` s (the
+    cluster is ok again either way)."""
+    subprocess.run(
+        [local.cli, "-p", str(replica.port), "CLUSTER", "FAILOVER"],
+        check=True,
+        capture_output=True,
+        timeout=10,
+    )
+    deadline = time.monotonic() + timeout
+    while replica not in local.masters() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    local.wait_ok(30)
+    return replica in local.masters()
+
+
 # --- a planned failover ----------------------------------------------------------------
 
 
@@ -188,29 +225,8 @@ def test_a_planned_failover_does_not_refuse_a_partitioned_settle(tmp_path: Path)
     every worker closes with reason 'redis_error' (see the fleet test below)."""
     with cluster.start(tmp_path / "cluster") as local:
         settings = Settings(redis_url=local.url, partitions=P)
-        client = connect(settings)
-        client.flushall()
-        f: Any = open_frontier(client, settings, "t11fo")
-        hosts = [hosts_in(p, P, 1)[0] for p in range(P)]
-        assert f.push(envs(hosts, 5)).accepted == 5 * P
-        held = _lease_everything(f)
-        assert len(held) == 5 * P
-        anchor = local.master_of(f.keys.control).port
-        ports = [local.master_of(sub.keys.control).port for sub in f.parts]
-        port = next((x for x in ports if x != anchor), anchor)
-        victim = next(n for n in local.nodes if n.port == port)
-        (replica,) = local.replicas_of(victim)
-        subprocess.run(
-            [local.cli, "-p", str(replica.port), "CLUSTER", "FAILOVER"],
-            check=True,
-            capture_output=True,
-            timeout=10,
-        )
-        deadline = time.monotonic() + 30
-        while replica not in local.masters():
-            assert time.monotonic() < deadline, "the replica did not take over"
-            time.sleep(0.05)
-        local.wait_ok(30)
+        client, f, hosts, held, replica = _leased_on_a_replicated_master(local, settings, "t11fo")
+        assert _planned_failover(local, replica, 30), "the replica did not take over"
         settled = f.settle(push=envs(hosts, 2, "child"), ack=held)  # the bug: refused
         assert settled.acked == 5 * P
         assert settled.pushed.accepted == 2 * P
@@ -238,33 +254,12 @@ def test_a_planned_failover_keeps_the_replica_wait_of_a_partitioned_settle(
     WAIT per master it touched". With one partition the same failover is waited for."""
     with cluster.start(tmp_path / "cluster") as local:
         settings = Settings(redis_url=local.url, partitions=P, wait_replicas=1)
-        client = connect(settings)
-        client.flushall()
-        f: Any = open_frontier(client, settings, "t11wait")
-        hosts = [hosts_in(p, P, 1)[0] for p in range(P)]
-        assert f.push(envs(hosts, 5)).accepted == 5 * P
-        held = _lease_everything(f)
-        assert len(held) == 5 * P
-        anchor = local.master_of(f.keys.control).port
-        ports = [local.master_of(sub.keys.control).port for sub in f.parts]
-        port = next((x for x in ports if x != anchor), anchor)
-        victim = next(n for n in local.nodes if n.port == port)
-        (replica,) = local.replicas_of(victim)
+        client, f, hosts, held, replica = _leased_on_a_replicated_master(local, settings, "t11wait")
         registry = f.parts[0]._scripts._scripts
         with replica.client() as r:
             for script in registry.values():
                 r.script_load(script.script)
-        subprocess.run(
-            [local.cli, "-p", str(replica.port), "CLUSTER", "FAILOVER"],
-            check=True,
-            capture_output=True,
-            timeout=10,
-        )
-        deadline = time.monotonic() + 30
-        while replica not in local.masters():
-            assert time.monotonic() < deadline, "the replica did not take over"
-            time.sleep(0.05)
-        local.wait_ok(30)
+        assert _planned_failover(local, replica, 30), "the replica did not take over"
         short = f.replica_wait.short
         settled = f.settle(push=envs(hosts, 2, "child"), ack=held)
         assert settled.acked == 5 * P
@@ -302,17 +297,7 @@ def test_a_planned_failover_under_a_polite_partitioned_fleet(tmp_path: Path) -> 
                 if proc.poll() is not None:
                     break
                 (replica,) = local.replicas_of(victim)
-                subprocess.run(
-                    [local.cli, "-p", str(replica.port), "CLUSTER", "FAILOVER"],
-                    check=True,
-                    capture_output=True,
-                    timeout=10,
-                )
-                deadline = time.monotonic() + 10
-                while replica not in local.masters() and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                local.wait_ok(30)
-                done += replica in local.masters()
+                done += _planned_failover(local, replica, 10)
                 time.sleep(1.0)
                 victim = next(n for n in local.masters() if n.port != replica.port)
             assert done, "no replica took over"
