@@ -277,3 +277,19 @@ def test_ipv6_literal_host_binds(redis7: RedisServer, tmp_path: Path) -> None:
         assert r.status_code == 200, r.text
     text = log.read_text()
     assert text.lower().count("without authentication") == 1, text  # said once
+
+
+def test_login_cookie_is_secure_behind_a_tls_proxy_on_loopback(serve_process: str) -> None:
+    """Behind a TLS-terminating proxy the API is reached over http, so the cookie's
+    ``Secure`` flag must come from the proxy's ``X-Forwarded-Proto``: uvicorn trusts it
+    from 127.0.0.1 and ::1 (``FORWARDED_ALLOW_IPS`` for a proxy elsewhere, as
+    docs/dashboard.md says). A direct http login gets no ``Secure``: the browser would
+    never send the cookie back."""
+    form = {"token": ADMIN, "next": "/"}
+    proxied = httpx.post(
+        f"{serve_process}/login", data=form, headers={"X-Forwarded-Proto": "https"}
+    )
+    direct = httpx.post(f"{serve_process}/login", data=form)
+    assert proxied.status_code == direct.status_code == 303
+    assert "secure" in proxied.headers["set-cookie"].lower().split("; ")
+    assert "secure" not in direct.headers["set-cookie"].lower().split("; ")
