@@ -113,6 +113,15 @@ class LayoutMismatch(FrontierError):
     PREFIX = "crawl layout mismatch"
     """How the frontier's scripts begin this refusal (``lua/lib.lua``)."""
 
+    NEWER = "by a newer redcrawl"
+    """In the refusal of a worker older than the crawl (same settings, an unknown mark)."""
+
+    @property
+    def newer_redcrawl(self) -> bool:
+        """The crawl has this worker's settings and a mark of a newer redcrawl: upgrading
+        the worker is the answer, not a setting."""
+        return self.NEWER in str(self)
+
 
 class RedisOutOfMemory(FrontierError):
     """Redis refused a write because it reached its ``maxmemory`` (policy ``noeviction``,

@@ -94,9 +94,12 @@ def _check_layout(settings: Settings, crawl: str) -> None:
             return
         frontier.maintain()
     except LayoutMismatch as exc:
-        raise _fail(
-            f"crawl {crawl} was created with other settings than these: {exc}", EXIT_USAGE
-        ) from None
+        what = (
+            "by a newer redcrawl than this one"
+            if exc.newer_redcrawl
+            else ("with other settings than these")
+        )
+        raise _fail(f"crawl {crawl} was created {what}: {exc}", EXIT_USAGE) from None
     finally:
         client.close()
 

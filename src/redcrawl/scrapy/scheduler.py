@@ -373,10 +373,15 @@ class Scheduler(BaseScheduler):
             self.frontier.client.close()
         self.frontier = None  # nothing more goes to Redis: close() has nothing to do
         detail = str(exc).split(LayoutMismatch.PREFIX + ": ", 1)[-1]
+        lead = (
+            f"crawl {crawl!r} was created by a newer redcrawl than this worker's"
+            if exc.newer_redcrawl
+            else f"crawl {crawl!r} was created with other settings than this worker's"
+            f"{layout_hint(str(exc), self.settings)}"
+        )
         self._fail(
             "layout_mismatch",
-            f"crawl {crawl!r} was created with other settings than this worker's"
-            f"{layout_hint(str(exc), self.settings)}. In full: {detail}",
+            f"{lead}. In full: {detail}",
             before_start=True,
         )
 
