@@ -132,6 +132,8 @@ class Feeder:
         self._frees: list[tuple[Lease, str]] = []  # slots back at response time
         self._defers: list[tuple[Lease, str, float | None]] = []  # 429/503 pushed back
         self._starts: list[Lease] = []  # late starts to ask the frontier about
+        # Scrapy's retries of held requests, to get a start reserved (retry_start)
+        self._retries: list[tuple[Lease, Callable[[float | None], None]]] = []
         self._stats: dict[str, int] = {}
         self._crawl_stats: dict[str, int] = {}
         self._gen = 0  # local changes (store/ack/nack) so far
@@ -228,6 +230,16 @@ class Feeder:
             self._gen += 1
             self._cond.notify_all()
 
+    def retry_start(self, lease: Lease, done: Callable[[float | None], None]) -> None:
+        """A held request is fetched again by Scrapy's RetryMiddleware: the thread asks the
+        frontier for its start (``FrontierCore.retry_start``) and calls ``done`` with the
+        seconds to wait (None: no longer held, or nothing to space), on this thread. Kept
+        while Redis does not answer; dropped when the feeder stops (the caller gives the
+        lease back)."""
+        with self._cond:
+            self._retries.append((lease, done))
+            self._cond.notify_all()
+
     def release(self, leases: list[Lease]) -> None:
         """Give leases back unprocessed (served next, not counted as an attempt)."""
         with self._cond:
@@ -281,6 +293,7 @@ class Feeder:
                 or self._frees
                 or self._defers
                 or self._starts
+                or self._retries
                 or self._call_since is not None
             )
 
@@ -373,6 +386,7 @@ class Feeder:
             or self._frees
             or self._defers
             or self._starts
+            or self._retries
             or len(self._push) >= self.batch_size
             or len(self._acks) >= self.batch_size
             or now >= next_beat
@@ -425,6 +439,7 @@ class Feeder:
                 self._nacks = []
                 frees, defers, starts = self._frees, self._defers, self._starts
                 self._frees, self._defers, self._starts = [], [], []
+                retries, self._retries = ([] if stopping else self._retries), []
                 releases = self._releases + self._excess()
                 self._releases = []
                 if stopping:
@@ -439,6 +454,11 @@ class Feeder:
                 self._call_since = now
             try:
                 self._step(push, acks, nacks, releases, n, now, frees, defers, starts)
+                if retries:
+                    waits = self.frontier.retry_start([lease for lease, _ in retries])
+                    for (_, done), wait in zip(retries, waits, strict=True):
+                        done(wait)
+                    retries = []
                 if stopping:
                     with self._cond:
                         self._stop_sent = True
@@ -459,6 +479,7 @@ class Feeder:
             except ConnectionError_ as exc:
                 # redis-py gave up retrying: keep everything, try again in a moment
                 with self._cond:
+                    self._retries[:0] = retries
                     if self._failing_since is None:
                         self._failing_since = self._call_since
                         # (the caller says it to its user: see stalled_for())

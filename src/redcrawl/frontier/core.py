@@ -114,6 +114,7 @@ _SCRIPTS = (
     "free",
     "defer",
     "charge",
+    "retry_start",
     "drop_auto_delay",
 )
 MAINTAIN_LIMIT = 1000

@@ -989,6 +989,9 @@ class PartitionedFrontier(FrontierCore):
         for p, group in routed.items():
             self.parts[p].charge_fetch(group)
 
+    def block_site(self, key: str, retry_after: float | None) -> None:
+        self.parts[partition_of(key, self.n)].block_site(key, retry_after)
+
     def start_late(self, leases: Sequence[Lease]) -> list[bool]:
         out = [True] * len(leases)
         split = [self._split(x) for x in leases]
@@ -996,6 +999,15 @@ class PartitionedFrontier(FrontierCore):
             flags = self.parts[p].start_late([split[i][1] for i in idx])
             for i, flag in zip(idx, flags, strict=True):
                 out[i] = flag
+        return out
+
+    def retry_start(self, leases: Sequence[Lease]) -> list[float | None]:
+        out: list[float | None] = [None] * len(leases)
+        split = [self._split(x) for x in leases]
+        for p, idx in self._group(split, lambda x: x[0]).items():
+            waits = self.parts[p].retry_start([split[i][1] for i in idx])
+            for i, wait in zip(idx, waits, strict=True):
+                out[i] = wait
         return out
 
     def defer(self, lease: Lease, reason: str, *, retry_after: float | None = None) -> str:

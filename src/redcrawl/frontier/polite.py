@@ -284,6 +284,16 @@ class PolitenessOps:
             args += ("r", key, "")
         self._run("charge", args)
 
+    def block_site(self, key: str, retry_after: float | None) -> None:
+        """The key's site pushed back outside any lease (its robots.txt answered 429/503):
+        the key is blocked for the fleet for ``retry_after`` seconds (its Retry-After) or,
+        without one, for the backoff of its failure count, as a deferral blocks it.
+        Nothing without politeness."""
+        if self.politeness is None:
+            return
+        ms = "" if retry_after is None else str(max(int(retry_after * 1000), 0))
+        self._run("charge", ["b", key, ms])
+
     def start_late(self, leases: Sequence[Lease]) -> list[bool]:
         """Granted requests that waited in their worker (for robots.txt) past their start
         window ask to start now: True for each that may (its start is charged: its key's
@@ -298,6 +308,21 @@ class PolitenessOps:
             args += ("s", lease.id, lease.token)
         flags = bytes(self._run("charge", args)).decode()
         return [f != "0" for f in flags]
+
+    def retry_start(self, leases: Sequence[Lease]) -> list[float | None]:
+        """Held requests that Scrapy's RetryMiddleware fetches again (their lease and slot
+        kept): a start is reserved for each at its key's site, a delay after the key's
+        last start and grant and past its blocks, and the key's next grant waits a delay
+        after it (``lua/retry_start.lua``). Returns the seconds each must wait before it
+        starts (0: now), or None for one no longer held (and for every one without
+        politeness: nothing to space)."""
+        if self.politeness is None or not leases:
+            return [None] * len(leases)
+        args: list[Any] = []
+        for lease in leases:
+            args += (lease.id, lease.token)
+        waits = self._run("retry_start", args)
+        return [None if int(w) < 0 else int(w) / 1000 for w in waits]
 
     def defer(self, lease: Lease, reason: str, *, retry_after: float | None = None) -> str:
         """The site pushed back (HTTP 429/503; ``reason`` is the status): the request goes

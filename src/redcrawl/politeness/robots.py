@@ -71,9 +71,10 @@ class RobotsEntry:
     @property
     def kind(self) -> Literal["rules", "allow", "error"]:
         """``rules``: parse the body (2xx, 3xx left after redirects); ``allow``: a 4xx,
-        nothing is disallowed (as Scrapy and Google do); ``error``: 5xx or a failed
-        download, nothing is disallowed (Scrapy's behaviour), cached for a shorter time."""
-        if self.status == 0 or self.status >= 500:
+        nothing is disallowed (as Scrapy and Google do); ``error``: 5xx, 429 (Too Many
+        Requests: the site said nothing about its rules) or a failed download, nothing is
+        disallowed (Scrapy's behaviour), cached for a shorter time."""
+        if self.status in (0, 429) or self.status >= 500:
             return "error"
         if 400 <= self.status < 500:
             return "allow"

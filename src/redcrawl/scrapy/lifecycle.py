@@ -297,8 +297,28 @@ class OutcomeMiddleware:
         scheduler = self._scheduler()
         record = getattr(scheduler, "record_failure", None)
         if record is not None:
-            record(request, f"download error: {type(exception).__name__}: {exception}")
+            record(
+                request,
+                f"download error: {type(exception).__name__}: {exception}",
+                retry=not isinstance(exception, _final_download_errors()),
+            )
         return None
+
+
+def _final_download_errors() -> tuple[type[BaseException], ...]:
+    """Download errors the same request meets on every fetch, which Scrapy never retries
+    either: a download cancelled (``DOWNLOAD_MAXSIZE``: the file will not shrink;
+    Scrapy's ``DownloadCancelledError``, ``CancelledError`` before 2.13) and a URL scheme
+    no handler downloads (``NotSupported``, ``UnsupportedURLSchemeError``). Such a request
+    goes to the dead letters at once, not after REDCRAWL_MAX_ATTEMPTS fetches. Scrapy's
+    engine never cancels a download in progress when it closes (it waits for them), so a
+    cancellation is not a worker stopping."""
+    import scrapy.exceptions
+    from twisted.internet.defer import CancelledError
+
+    names = ("NotSupported", "DownloadCancelledError", "UnsupportedURLSchemeError")
+    found = [getattr(scrapy.exceptions, n, None) for n in names]
+    return (CancelledError, *(c for c in found if isinstance(c, type)))
 
 
 def install_outcome_middleware(crawler: Crawler, scheduler: Any) -> None:

@@ -116,7 +116,8 @@ class RobotsTxtMiddleware(RobotsFetcher):
             waited_from = time.monotonic()
             parser = await maybe_deferred_to_future(waiter)
             self._check(parser, request)
-            if time.monotonic() - waited_from > self.settings.politeness_start_window:
+            late = time.monotonic() - waited_from > self.settings.politeness_start_window
+            if late or origin in self._pushed:  # (pushed back: the site is blocked now)
                 await maybe_deferred_to_future(self._start_after_wait(request))
             return
         self._check(parser, request)
@@ -125,8 +126,9 @@ class RobotsTxtMiddleware(RobotsFetcher):
         """``request`` waited here for robots.txt past its start window, but its site's
         delay was charged when it was granted: ask the frontier whether it may start now
         (its start charged) or must be given back (another start at its site came within
-        the delay: the robots.txt download, or a later grant). Fires None to go on, or
-        fails with :class:`RequestReleased`."""
+        the delay: the robots.txt download, or a later grant; or the site is blocked:
+        its robots.txt answered 429/503). Fires None to go on, or fails with
+        :class:`RequestReleased`."""
         scheduler = lifecycle.scheduler_of(self.crawler)
         lease_of = getattr(scheduler, "lease_of", None)
         lease = lease_of(request) if lease_of is not None else None

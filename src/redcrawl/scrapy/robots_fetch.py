@@ -27,6 +27,7 @@ from scrapy.utils.misc import load_object
 from twisted.internet.defer import Deferred
 
 from redcrawl.keys import CrawlKeys
+from redcrawl.politeness.backoff import parse_retry_after
 from redcrawl.politeness.key import KeyMode, politeness_key
 from redcrawl.politeness.robots import Lookup, RobotsCache, RobotsEntry
 from redcrawl.scrapy import lifecycle
@@ -74,6 +75,8 @@ class RobotsFetcher:
         self._waiters: dict[str, list[Deferred[Any]]] = {}
         self._remote: set[str] = set()  # another worker fetches these
         self._fetching: set[str] = set()  # we hold their lock and download them
+        # origins whose robots.txt answered 429/503 here: their waiters ask before they start
+        self._pushed: set[str] = set()
         self._capped: set[str] = set()
         self._first: dict[str, Request] = {}  # the request that first waited, per origin
         self._delays: dict[str, float] = {}  # Crawl-delay of origins in _local, when > 0
@@ -134,16 +137,36 @@ class RobotsFetcher:
         return d
 
     # --- the politeness key of a robots.txt download ------------------------------------
-    def _charge_fetch(self, origin: str) -> None:
+    def _charge_fetch(self, origin: str) -> bool:
         """The robots.txt download of ``origin`` is a fetch at its site: its politeness
-        key's next grant waits its delay from now (fire and forget)."""
+        key's next grant waits its delay from now (fire and forget). Whether the crawl
+        has fleet-wide politeness."""
         frontier = self._frontier()
         if frontier is None or getattr(frontier, "politeness", None) is None:
-            return
+            return False
         key = self._key_of(origin)
         self._in_thread(frontier.charge_fetch, [key]).addErrback(
             lambda f: log.debug("redcrawl: robots.txt fetch of %s not charged: %s", origin, f)
         )
+        return True
+
+    def _pushed_back(self, origin: str, response: Response) -> None:
+        """The site answered its robots.txt with a status of REDCRAWL_DEFER_HTTP_CODES
+        (429/503): its key is blocked for the fleet (its Retry-After, else the backoff),
+        as a deferral of one of its pages would block it (fire and forget)."""
+        frontier = self._frontier()
+        if frontier is None or getattr(frontier, "politeness", None) is None:
+            return
+        found = parse_retry_after(
+            response.headers.get(b"Retry-After"), time.time(), cap=self.settings.retry_after_cap
+        )
+        self.stats.inc_value(f"redcrawl/robots/deferred_{response.status}")
+        if len(self._pushed) >= 10_000:
+            self._pushed.clear()  # (a hint for the waiters of the moment: no history kept)
+        self._pushed.add(origin)
+        self._in_thread(
+            frontier.block_site, self._key_of(origin), None if found is None else found.delay
+        ).addErrback(lambda f: log.debug("redcrawl: the site of %s not blocked: %s", origin, f))
 
     def _frontier(self) -> Any:
         """The frontier of redcrawl's scheduler, or None (another scheduler, or no engine
@@ -253,11 +276,14 @@ class RobotsFetcher:
         if origin in self._fetching:
             return
         self._fetching.add(origin)
-        self._charge_fetch(origin)
+        polite = self._charge_fetch(origin)
         request = Request(
             f"{origin}/robots.txt",
             priority=self.DOWNLOAD_PRIORITY,
-            meta={"dont_obey_robotstxt": True},
+            # with fleet-wide politeness Scrapy's immediate retries are not spaced (a
+            # robots.txt is not a request the worker holds): a failure is cached for
+            # REDCRAWL_ROBOTS_ERROR_TTL and fetched again after it instead
+            meta={"dont_obey_robotstxt": True, "dont_retry": polite},
             callback=_no_callback(),
         )
         d = _engine_download(self.crawler, request)
@@ -271,6 +297,8 @@ class RobotsFetcher:
     def _downloaded(self, response: Response, origin: str, shared: bool) -> None:
         self.stats.inc_value("redcrawl/robots/fetched")
         self.stats.inc_value(f"robotstxt/response_status_count/{response.status}")
+        if response.status in self.settings.defer_http_codes:
+            self._pushed_back(origin, response)
         body = response.body[: self.settings.robots_max_body]
         entry = RobotsEntry(response.status, body if 200 <= response.status < 400 else b"")
         self._got(origin, entry, shared)

@@ -200,6 +200,7 @@ class Scheduler(BaseScheduler):
         self.spider: scrapy.Spider | None = None
         self._handed_out: dict[int, tuple[scrapy.Request, Lease]] = {}
         self._successors: deque[scrapy.Request] = deque()  # Scrapy's retries, on their lease
+        self._spacing: dict[int, scrapy.Request] = {}  # retries waiting for their start
         self._outcomes: dict[int, tuple[bool, str]] = {}  # id(request) -> (retry, error)
         self._marked: dict[int, scrapy.Request] = {}  # meta[MARK] -> handed out
         self._local_seen: set[bytes] = set()
@@ -501,6 +502,7 @@ class Scheduler(BaseScheduler):
         leftovers = [lease for _, lease in self._handed_out.values()]
         self._handed_out.clear()
         self._successors.clear()
+        self._spacing.clear()
         if leftovers:
             feeder.release(leftovers)
         # Redis gone: don't wait for it (what is not stored comes back by lease expiry:
@@ -550,6 +552,7 @@ class Scheduler(BaseScheduler):
         held = [lease for _, lease in self._handed_out.values()]
         self._handed_out.clear()
         self._successors.clear()
+        self._spacing.clear()
         if held:
             self.feeder.release(held)
         stopped = self.feeder.stop(timeout=CLOSE_WAIT_GONE)
@@ -731,6 +734,7 @@ class Scheduler(BaseScheduler):
             and not meta.get("redirect_times")
         )
         dont_filter = request.dont_filter and not start
+        _drop_inherited_slot(request)
         fp = None if dont_filter else self._fingerprint(request)
         if fp is not None and fp in self._local_seen:
             self._filtered(request)
@@ -774,10 +778,42 @@ class Scheduler(BaseScheduler):
         del self._handed_out[id(original)]
         self._outcomes.pop(id(original), None)
         del self._marked[mark]
-        self._successors.append(request)
         self._hand_out(request, entry[1])
         self.stats.inc_value("redcrawl/scrapy_retries")
+        if self._polite and self.feeder is not None:
+            self._space_retry(request, entry[1])
+        else:
+            self._successors.append(request)
         return True
+
+    def _space_retry(self, request: scrapy.Request, lease: Lease) -> None:
+        """With fleet-wide politeness a retry keeps its key's slot (Scrapy's retry never
+        reaches the response hooks that give it back), but its start must be spaced like
+        any other: the frontier reserves one a delay after its key's last start
+        (``FrontierCore.retry_start``, asked on the I/O thread) and the retry waits here
+        until then (docs/politeness.md, "Scrapy's retries")."""
+        from twisted.internet import reactor
+
+        self._spacing[id(request)] = request
+
+        def done(wait: float | None) -> None:  # (on the I/O thread)
+            cast(Any, reactor).callFromThread(self._retry_due, request, wait)
+
+        assert self.feeder is not None
+        self.feeder.retry_start(lease, done)
+
+    def _retry_due(self, request: scrapy.Request, wait: float | None) -> None:
+        if self._closing or self._spacing.get(id(request)) is not request:
+            return  # given back at close
+        if wait is not None and wait > 0:
+            from twisted.internet import reactor
+
+            self.stats.inc_value("redcrawl/politeness/retry_waited_ms", int(wait * 1000))
+            cast(Any, reactor).callLater(wait, self._retry_due, request, None)
+            return
+        del self._spacing[id(request)]
+        self._successors.append(request)
+        lifecycle.wake_engine(self.crawler)
 
     def _hand_out(self, request: scrapy.Request, lease: Lease) -> None:
         mark = next(self._serial)
@@ -1141,3 +1177,18 @@ class Scheduler(BaseScheduler):
         if now - self._finished_since < self.settings.idle_before_close:
             self._poke_later()
             raise DontCloseSpider
+
+
+def _drop_inherited_slot(request: scrapy.Request) -> None:
+    """A redirect to another host keeps the source's ``meta["download_slot"]`` (Scrapy's
+    downloader writes each request's slot, the host, into its meta, and RedirectMiddleware
+    copies the meta): that slot would be the redirect's politeness key, so its site would
+    be spaced and counted under the source's limits. Dropped when it is the previous
+    URL's host and not the new one's (a slot the spider chose is kept)."""
+    meta = request.meta
+    sources, slot = meta.get("redirect_urls"), meta.get("download_slot")
+    if not sources or not isinstance(slot, str):
+        return
+    previous = urlsplit(str(sources[-1])).hostname or ""
+    if slot == previous and slot != (urlsplit(request.url).hostname or ""):
+        del meta["download_slot"]

@@ -14,7 +14,11 @@
 --                    is charged. Otherwise the worker gives it back (release), and the
 --                    key's "next" is raised to the last charged start plus the delay
 --                    (robots.txt's Crawl-delay may have come after that start's charge),
---                    its score with it.
+--                    its score with it. Refused too while the key is blocked (429/503).
+--   "b", key, ms     the key's site answered its robots.txt with a status that pushes back
+--                    (429/503): the key is blocked for the fleet for ms (its Retry-After)
+--                    or, with ms "", for the backoff of its failure count (pol_fail, as a
+--                    deferral of one of its requests). Flag "1".
 -- A charge: "chg" = now, "next" = max(next, now + the key's gap: pol_gap, as at a
 -- grant), the key's score raised to match in every tier's open
 -- zset; a key with nothing in flight gets its idle expiry (as pol_idle_check).
@@ -27,7 +31,10 @@ for i = 1, n do
   local kind, a, b = ARGV[2 + 3 * i], ARGV[3 + 3 * i], ARGV[4 + 3 * i]
   local key, since = nil, nil
   flags[i] = '-'
-  if kind == 'r' then
+  if kind == 'b' then
+    pol_fail(a, tonumber(b), nil)
+    flags[i] = '1'
+  elseif kind == 'r' then
     key = a
   elseif kind == 's' then
     local rec = redis.call('HGET', K_REQ, a)
@@ -43,8 +50,8 @@ for i = 1, n do
     local delay = lim[2]
     local v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'rdy', 'chg', 'block')
     local inn, nxt, rdy, chg = math.max(num(v[1]), 0), num(v[2]), num(v[3]), num(v[4])
-    local ok = kind == 'r' or delay == 0 or
-      (since ~= nil and rdy <= since and chg + delay <= NOW)
+    local ok = kind == 'r' or ((delay == 0 or
+      (since ~= nil and rdy <= since and chg + delay <= NOW)) and num(v[5]) <= NOW)
     if not ok then
       flags[i] = '0'
       -- (refused: the key waits a whole delay from the start charged last, which a charge

@@ -9,7 +9,7 @@
 --   pol_release(recs)       slots back of requests leaving IN-FLIGHT (unhold, expiry)
 -- and the optional hooks slot_free (a slot back at response time) and defer_held
 -- (429/503) of lib.lua's QUEUE LAYER block. charge.lua uses limits, opens_at and pol_gap
--- (the gap a start charges). The queue layer defines lease_since(token) (declared here): when a
+-- (the gap a start charges) and pol_fail (a key's site pushed back: blocked). The queue layer defines lease_since(token) (declared here): when a
 -- lease token was granted (ms), or nil.
 --
 -- KEYS: a crawl with politeness (POLITE set: layout "<ordering>/<mode>" for lists,
@@ -34,7 +34,7 @@ local TWO32 = 4294967296
 -- What the rest of a script uses (nil for a crawl without politeness).
 local K_POL, K_POLO
 local open_key, pq_key, limits, pol_state, opens_at, pol_rescore, pol_idle_check
-local pol_release, pol_push, pol_grant, pol_unpop, pol_gap
+local pol_release, pol_push, pol_grant, pol_unpop, pol_gap, pol_fail
 -- When the lease token was granted (ms), or nil if unknown: the queue layer's.
 local lease_since
 -- Everything else is defined only for a crawl with politeness, inside one function (a
@@ -43,7 +43,7 @@ local lease_since
 -- own: docs/politeness.md, "Cost"), whose locals end with it.
 if POLITE then
   K_POL, K_POLO, open_key, pq_key, limits, pol_state, opens_at, pol_rescore, pol_idle_check,
-    pol_release, pol_push, pol_grant, pol_unpop, pol_gap = (function()
+    pol_release, pol_push, pol_grant, pol_unpop, pol_gap, pol_fail = (function()
   local OPEN_FULL = 4503599627370496  -- 2^52: not open until one of its leases ends
   local PAUSE_RECHECK = 1000
   local IDLE_TTL = 3600000
@@ -881,6 +881,6 @@ if POLITE then
     repaired('counter ready held a non-integer; recounted: ' .. n)
   end
   return K_POL, K_POLO, open_key, pq_key, limits, pol_state, opens_at, pol_rescore,
-    pol_idle_check, pol_release, pol_push, pol_grant, pol_unpop, pol_gap
+    pol_idle_check, pol_release, pol_push, pol_grant, pol_unpop, pol_gap, pol_fail
   end)()
 end

@@ -1,0 +1,106 @@
+"""Scrapy's retries of a held request, spaced for the fleet (``FrontierCore.retry_start``,
+``lua/retry_start.lua``): a retry keeps its lease and its slot, and its start is reserved
+a delay after its key's last start; the key's next grant waits a delay after the retry.
+Real Redis, the frontier's test clock. The worker's side (a retry held until its start)
+is tests/test_trial12_messy_sites.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from redcrawl.codec import Envelope
+from redcrawl.fingerprint import fingerprint
+from redcrawl.frontier import FrontierCore
+
+from .conftest import Clock, FrontierFactory
+
+
+def _site(host: str, n: int) -> list[Envelope]:
+    return [
+        Envelope(url=f"http://{host}/p{i}", fingerprint=fingerprint(f"http://{host}/p{i}"))
+        for i in range(n)
+    ]
+
+
+def _polite(make_frontier: FrontierFactory, **settings: object) -> FrontierCore:
+    params: dict[str, object] = {"politeness_concurrency": 2, "politeness_randomize": False}
+    f = make_frontier(**{**params, "politeness_start_window": 0.0, **settings})
+    assert f.politeness == "host"
+    return f
+
+
+@pytest.mark.backends("lists", "streams")
+def test_a_retry_starts_a_delay_after_its_grant_and_the_next_grant_a_delay_after_it(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """DOWNLOAD_DELAY=1, concurrency 2: a request granted at 0 fails at 0.05 and Scrapy
+    retries it. Its start is reserved at 1.0 (a delay after its grant), and the key's
+    next grant at 2.0, not at 1.0, where a delay-spaced grant would otherwise come."""
+    f = _polite(make_frontier, politeness_delay=1.0)
+    f.push(_site("a.test", 3))
+    (first,) = f.lease("w1", 10)
+    clock.advance(0.05)
+    (wait,) = f.retry_start([first])
+    assert wait == pytest.approx(0.95, abs=0.002)
+    clock.advance(0.95)  # the retry starts now
+    assert f.lease("w2", 10) == []
+    clock.advance(0.99)
+    assert f.lease("w2", 10) == []
+    clock.advance(0.02)
+    assert len(f.lease("w2", 10)) == 1
+    assert f.counts().conserved
+
+
+@pytest.mark.backends("lists", "streams")
+def test_a_second_retry_waits_a_delay_after_the_first(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """Two retries of the same request, each right after its failure: 1 s after the grant,
+    then 1 s after the first retry's start."""
+    f = _polite(make_frontier, politeness_delay=1.0)
+    f.push(_site("a.test", 1))
+    (first,) = f.lease("w1", 10)
+    clock.advance(0.1)
+    assert f.retry_start([first]) == [pytest.approx(0.9, abs=0.002)]
+    clock.advance(0.9 + 0.1)
+    assert f.retry_start([first]) == [pytest.approx(0.9, abs=0.002)]
+
+
+@pytest.mark.backends("lists", "streams")
+def test_without_a_delay_a_retry_starts_now_and_one_not_held_is_none(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    f = _polite(make_frontier)
+    f.push(_site("a.test", 2))
+    one, two = f.lease("w1", 10)
+    assert f.retry_start([one]) == [0]
+    assert f.release([two]) == 1
+    assert f.retry_start([two, one]) == [None, 0]
+
+
+@pytest.mark.backends("lists", "streams")
+def test_without_politeness_nothing_is_spaced(make_frontier: FrontierFactory) -> None:
+    f = make_frontier(politeness=False)
+    f.push(_site("a.test", 1))
+    (one,) = f.lease("w1", 10)
+    assert f.retry_start([one]) == [None]
+
+
+@pytest.mark.backends("lists", "streams")
+def test_a_site_blocked_by_its_robots_txt_is_not_granted_and_its_waiters_are_refused(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """robots.txt answered 429 with Retry-After: 2 (``block_site``): the key is granted
+    to no worker for 2 s, and a request granted before, waiting for that robots.txt, may
+    not start (``start_late``: given back) until the block ends."""
+    f = _polite(make_frontier)
+    f.push(_site("a.test", 3))
+    (waiter, _) = f.lease("w1", 2)
+    f.block_site("a.test", 2.0)
+    assert f.start_late([waiter]) == [False]
+    assert f.release([waiter]) == 1
+    clock.advance(1.9)
+    assert f.lease("w2", 10) == []
+    clock.advance(0.2)
+    assert len(f.lease("w2", 10)) == 1  # (the other slot is w1's second request's)
+    assert f.counts().conserved
