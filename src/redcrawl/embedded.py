@@ -134,14 +134,27 @@ class EmbeddedRedis:
     def start(self, timeout: float = 10.0) -> str:
         """Start the server unless one is already serving this folder, and count this
         object as one of its users until :meth:`stop`; return its URL."""
-        with self._locked():
-            if not self._alive():
-                self._spawn(timeout)
-            if self._claim is None:
-                self._claim = _claim(self.directory / "users")
-            if not self._at_exit:
-                atexit.register(self.stop)
-                self._at_exit = True
+        # a stop signal between the spawn and the claim would leave the server running,
+        # orphaned (SIGTERM/SIGHUP end the process without atexit; a KeyboardInterrupt
+        # raised in _spawn comes before the claim): held until both are done
+        stops = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+        try:
+            with self._locked():
+                if not self._alive():
+                    try:
+                        self._spawn(timeout)
+                    except BaseException:
+                        if self.proc is not None:
+                            self._shutdown()
+                        raise
+                if self._claim is None:
+                    self._claim = _claim(self.directory / "users")
+                if not self._at_exit:
+                    atexit.register(self.stop)
+                    self._at_exit = True
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         _announce(self)
         return self.url
 
@@ -179,9 +192,19 @@ class EmbeddedRedis:
         it (the AOF is flushed first). Harmless when called again."""
         if self._claim is None:
             return
-        if not self.directory.is_dir():  # removed under us: nothing left to share or stop
+        if not self.directory.is_dir():  # removed under us: nothing left to share
             _release(self._claim)
             self._claim = None
+            # but a server we started still runs, unreachable (its socket is gone) and
+            # holding the deleted files: stopped, not orphaned
+            proc, self.proc = self.proc, None
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
             return
         with self._locked():
             claim, self._claim = self._claim, None

@@ -102,6 +102,48 @@ REDCRAWL_COMPONENTS = (
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
+STOPS_RECEIVED: list[int] = []
+"""Stop signals received by :func:`stop_on_signals`'s handler (outside a fleet's run): a
+fleet that starts after one starts no worker (the KeyboardInterrupt of a Ctrl-C may have
+been raised in a ``__del__``, where Python ignores it)."""
+
+
+class Stopped(SystemExit):
+    """SIGTERM or SIGHUP outside a fleet's run (:func:`stop_on_signals`): the command
+    unwinds as on an error (``with`` blocks and atexit run: the embedded Redis it started
+    is stopped, not orphaned) and exits 128 + N."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(128 + signum)
+        self.signum = signum
+
+
+def _stop_now(signum: int, frame: FrameType | None) -> None:
+    STOPS_RECEIVED.append(signum)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    raise Stopped(signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """For a whole command that starts an embedded Redis or a fleet (``redcrawl crawl``,
+    ``demo``): a stop signal before or after the fleet runs unwinds the command instead
+    of ending it by the signal's default action (SIGTERM and SIGHUP skip atexit, so an
+    embedded Redis started by the command was left running). The fleet's own handlers
+    take over while it runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    STOPS_RECEIVED.clear()
+    previous = {s: signal.signal(s, _stop_now) for s in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
 PROGRESS_TIMEOUT = 2.0
 """Seconds a progress read of :func:`run_workers` may wait for Redis (no retries)."""
 
@@ -946,6 +988,8 @@ class Fleet:
         """Start every worker and supervise them until none will run again."""
         if self.log_dir is not None:
             self.log_dir.mkdir(parents=True, exist_ok=True)
+        if STOPS_RECEIVED:  # stopped before it started (its KeyboardInterrupt was lost)
+            return FleetResult([None for _ in self.workers], 0, STOPS_RECEIVED[0], self.logs)
         done = False
         self._failures = tempfile.mkdtemp(prefix="redcrawl-fleet-")
         with self._signal_handlers():
@@ -1140,12 +1184,14 @@ def run_workers(
 
     def release(worker_id: str) -> int:
         """Give back the leases of a worker process that exited (its scheduler adds a
-        random suffix to the id it was given): how many."""
+        random suffix to the id it was given): how many. On the fail-fast client: this
+        runs on the loop that handles signals, which must never sit in redis-py's ~30 s
+        of retries per gone worker (Redis gone: the leases come back when they expire)."""
         released = 0
-        for name in frontier.workers():
+        for name in watch.frontier.workers():
             if name == worker_id or name.startswith(worker_id + ":"):
-                released += frontier.release_worker(name)
-                frontier.forget_worker(name)
+                released += watch.frontier.release_worker(name)
+                watch.frontier.forget_worker(name)
         return released
 
     started = time.monotonic()

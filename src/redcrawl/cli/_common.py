@@ -3,6 +3,7 @@ of redcrawl's errors to exit codes, and the rules that pick the crawl and its Re
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 from pathlib import Path
@@ -109,6 +110,11 @@ def _said(exc: RedcrawlError, flag: str | None) -> str:
     return text
 
 
+_FULL = frozenset((errno.ENOSPC, errno.EROFS, errno.EDQUOT))
+"""Write errors :func:`_guard` says in one line (no space left, a read-only file system, a
+quota)."""
+
+
 def _guard(fn: Any) -> Any:
     """Turn redcrawl's errors into messages and exit codes."""
 
@@ -123,6 +129,12 @@ def _guard(fn: Any) -> Any:
             raise _fail(_said(exc, flag), EXIT_REDIS) from None
         except RedcrawlError as exc:
             raise _fail(_said(exc, flag), EXIT_FAILED) from None
+        except OSError as exc:
+            if exc.errno not in _FULL:
+                raise
+            # (the output or the folder: a full disk or a read-only one, said in one line)
+            where = f" ({exc.filename})" if exc.filename else " (the output)"
+            raise _fail(f"cannot write{where}: {exc.strerror}", EXIT_FAILED) from None
         except (redis.exceptions.RedisError, RedisClusterException) as exc:  # (a call outside
             try:  # redis_errors: a bug) mapped as there, or said as it is
                 with redis_errors(f"`redcrawl {fn.__name__.replace('_', '-')}`"):
@@ -133,6 +145,33 @@ def _guard(fn: Any) -> Any:
             except (redis.exceptions.RedisError, RedisClusterException):
                 pass
             raise _fail(f"Redis failed: {type(exc).__name__}: {exc}", EXIT_FAILED) from None
+
+    return wrapper
+
+
+def _stoppable(fn: Any) -> Any:
+    """For the commands that start an embedded Redis and a fleet (crawl, demo): SIGTERM or
+    SIGHUP before the workers start or after they end unwinds the command (the embedded
+    Redis it started is stopped: :func:`~redcrawl.workers.stop_on_signals`), said in one
+    line, exit 128 + N. (While the workers run, the fleet handles them.)"""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        import signal
+
+        from redcrawl.workers import Stopped, stop_on_signals
+
+        try:
+            with stop_on_signals():
+                return fn(*args, **kwargs)
+        except Stopped as exc:
+            console.print(
+                f"stopped by {signal.Signals(exc.signum).name}; run the same command again "
+                "(a crawl resumes where it stopped)",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(128 + exc.signum) from None
 
     return wrapper
 

@@ -24,6 +24,7 @@ from redcrawl.cli._common import (
     _print_counts,
     _settings,
     _state,
+    _stoppable,
     app,
     console,
 )
@@ -227,6 +228,7 @@ def _prepare_outputs(outputs: list[str], *, overwrite: bool, workers: int) -> No
 
 @app.command()
 @_guard
+@_stoppable
 def crawl(
     spider: Annotated[
         str,
@@ -501,6 +503,7 @@ def _say_dead(frontier: FrontierCore, dead: int, crawl_id: str) -> None:
 
 @app.command()
 @_guard
+@_stoppable
 def demo(
     workers: Annotated[int, typer.Option("--workers", "-w", min=1, max=32)] = 4,
     products: Annotated[
