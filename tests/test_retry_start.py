@@ -8,25 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from redcrawl.codec import Envelope
-from redcrawl.fingerprint import fingerprint
-from redcrawl.frontier import FrontierCore
-
 from .conftest import Clock, FrontierFactory
-
-
-def _site(host: str, n: int) -> list[Envelope]:
-    return [
-        Envelope(url=f"http://{host}/p{i}", fingerprint=fingerprint(f"http://{host}/p{i}"))
-        for i in range(n)
-    ]
-
-
-def _polite(make_frontier: FrontierFactory, **settings: object) -> FrontierCore:
-    params: dict[str, object] = {"politeness_concurrency": 2, "politeness_randomize": False}
-    f = make_frontier(**{**params, "politeness_start_window": 0.0, **settings})
-    assert f.politeness == "host"
-    return f
+from .test_robots import _polite, _site
 
 
 @pytest.mark.backends("lists", "streams")
