@@ -299,6 +299,8 @@ class RobotsFetcher:
         self.stats.inc_value(f"robotstxt/response_status_count/{response.status}")
         if response.status in self.settings.defer_http_codes:
             self._pushed_back(origin, response)
+        else:
+            self._pushed.discard(origin)
         body = response.body[: self.settings.robots_max_body]
         entry = RobotsEntry(response.status, body if 200 <= response.status < 400 else b"")
         self._got(origin, entry, shared)
