@@ -237,6 +237,22 @@ def test_a_planned_failover_does_not_refuse_a_partitioned_settle(tmp_path: Path)
 
 @pytest.mark.cluster
 @pytest.mark.timeout(90)
+def test_a_planned_failover_does_not_refuse_a_partitioned_heartbeat(tmp_path: Path) -> None:
+    """The same failover, then the worker's heartbeat (``renew``, one pipelined round over
+    the partitions): it was refused with "Redis refused renew: No matching script" (a
+    local CI run of the fleet test below, after the settle was fixed: both workers closed
+    with reason 'redis_error'), as the settle was. Its leases stay held after it."""
+    with cluster.start(tmp_path / "cluster") as local:
+        settings = Settings(redis_url=local.url, partitions=P)
+        client, f, _hosts, held, replica = _leased_on_a_replicated_master(local, settings, "t11hb")
+        assert _planned_failover(local, replica, 30), "the replica did not take over"
+        f.renew("w")  # the bug: refused
+        assert f.counts().in_flight == len(held) == 5 * P
+        client.close()
+
+
+@pytest.mark.cluster
+@pytest.mark.timeout(90)
 def test_a_planned_failover_keeps_the_replica_wait_of_a_partitioned_settle(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

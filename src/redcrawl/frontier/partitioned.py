@@ -743,8 +743,12 @@ class PartitionedFrontier(FrontierCore):
             if counters is not None:
                 counters.give_back(totals, mine)
             raise
-        for reply in replies:
-            if isinstance(reply, Exception):
+        for i, reply in enumerate(replies):
+            if i < len(self.parts) and isinstance(reply, redis.exceptions.NoScriptError):
+                # it did not run: a failover moved the partition's slot to a server without
+                # the scripts (as in _round). Alone, the renew loads its script there.
+                self.parts[i]._run("renew", [worker, ms])
+            elif isinstance(reply, Exception):
                 with redis_errors("renew"):
                     raise reply
         self._beat_at[worker] = dict.fromkeys(range(self.n), self._now())
