@@ -7,6 +7,7 @@ sleep)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -216,3 +217,34 @@ def test_ctrl_c_as_the_embedded_redis_starts_stops_the_demo_and_its_server(
         left = _clean(folder)
         assert rc in (130, -signal.SIGINT), f"try {attempt}: Ctrl-C unheard ({rc}):\n{out[:1500]}"
         assert not left, f"try {attempt}: left running after the command exited: {left}"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_demo_run_under_nohup_goes_on_through_hangups(tmp_path: Path) -> None:
+    """Seen (session 34's note, left then): ``nohup redcrawl demo`` (SIGHUP ignored, as
+    nohup, ``trap '' HUP`` or a daemon manager leave it) stopped on a hangup, because
+    the command's and the fleet's handlers took SIGHUP whatever its disposition was. A
+    hangup of the terminal a nohup'd crawl was started from must not stop it: here
+    SIGHUP goes to the whole process group every 0.2 s, from before the embedded Redis
+    starts until the demo exits, and the demo must finish its crawl."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "redcrawl", "demo", "--workers", "1", "--products", "30",
+         "--no-progress"],
+        cwd=tmp_path, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )  # fmt: skip
+    sent = 0
+    deadline = time.monotonic() + 90
+    while proc.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGHUP)
+            sent += 1
+        time.sleep(0.2)
+    rc, out = _stopped(proc, tmp_path, 10)
+    left = _clean(tmp_path)
+    assert sent >= 5, out[-2000:]
+    assert rc == 0, out[-2000:]
+    assert "stopped by" not in out and "stopping" not in out, out[-2000:]
+    assert not left, left

@@ -16,7 +16,8 @@ What the supervisor guarantees:
   closes cleanly: what it holds is finished or given back); a second one SIGKILLs every
   worker's process group. Workers run in their own sessions (a terminal's Ctrl-C reaches
   only the supervisor, which forwards it once), and on Linux they get SIGTERM if the
-  supervisor itself dies (``PR_SET_PDEATHSIG``), so none is left orphaned.
+  supervisor itself dies (``PR_SET_PDEATHSIG``), so none is left orphaned. A signal the
+  process was started ignoring stays ignored (SIGHUP under ``nohup``).
 * **Restarts.** A worker that exits non-zero while the crawl is unfinished (work pending,
   or nothing pushed yet) or another worker still runs is restarted
   after ``backoff * 2**k`` seconds (k = restarts so far), at most ``max_restarts`` times;
@@ -102,6 +103,13 @@ REDCRAWL_COMPONENTS = (
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
+
+def _stop_signals() -> list[signal.Signals]:
+    """The stop signals this process takes: not one it was started ignoring (``nohup``
+    ignores SIGHUP, so a nohup'd crawl goes on when its terminal hangs up)."""
+    return [s for s in STOP_SIGNALS if signal.getsignal(s) is not signal.SIG_IGN]
+
+
 STOPS_RECEIVED: list[int] = []
 """Stop signals received by :func:`stop_on_signals`'s handler (outside a fleet's run): a
 fleet that starts after one starts no worker (the KeyboardInterrupt of a Ctrl-C may have
@@ -136,7 +144,7 @@ def stop_on_signals() -> Iterator[None]:
         yield
         return
     STOPS_RECEIVED.clear()
-    previous = {s: signal.signal(s, _stop_now) for s in STOP_SIGNALS}
+    previous = {s: signal.signal(s, _stop_now) for s in _stop_signals()}
     try:
         yield
     finally:
@@ -944,7 +952,7 @@ class Fleet:
         if threading.current_thread() is not threading.main_thread():
             yield
             return
-        previous = {s: signal.signal(s, self._on_signal) for s in STOP_SIGNALS}
+        previous = {s: signal.signal(s, self._on_signal) for s in _stop_signals()}
         try:
             yield
         finally:
