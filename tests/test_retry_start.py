@@ -6,7 +6,11 @@ is tests/test_trial12_messy_sites.py."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
+
+from redcrawl.politeness.hosts import Hosts
 
 from .conftest import Clock, FrontierFactory
 from .test_robots import _polite, _site
@@ -87,3 +91,42 @@ def test_a_site_blocked_by_its_robots_txt_is_not_granted_and_its_waiters_are_ref
     clock.advance(0.2)
     assert len(f.lease("w2", 10)) == 1  # (the other slot is w1's second request's)
     assert f.counts().conserved
+
+
+@pytest.mark.backends("lists", "streams")
+def test_a_retry_of_a_paused_key_is_given_back_not_started(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """An operator paused the key (``redcrawl hosts set KEY --pause``: no new fetches at
+    that site, say because it answers 500s) while one of its requests was in a worker,
+    and Scrapy then retries that request: its start is not reserved; the worker must give
+    it back (``inf``: served again once the key is resumed)."""
+    f = _polite(make_frontier)
+    f.push(_site("a.test", 1))
+    (first,) = f.lease("w1", 10)
+    Hosts(f).set("a.test", paused=True)
+    assert f.retry_start([first]) == [math.inf]
+    assert f.release([first]) == 1
+    assert f.lease("w2", 10) == []
+    Hosts(f).set("a.test", paused=False)
+    assert len(f.lease("w2", 10)) == 1
+    assert f.counts().conserved
+
+
+@pytest.mark.backends("lists", "streams")
+def test_a_late_start_of_a_paused_or_operator_blocked_key_is_refused(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """A request that waited in its worker (for robots.txt) asks to start late
+    (``start_late``) after an operator paused or blocked its key: refused (given back),
+    as a 429's block refuses it."""
+    f = _polite(make_frontier)
+    f.push(_site("a.test", 1) + _site("b.test", 1))
+    a, b = f.lease("w1", 10)
+    hosts = Hosts(f)
+    hosts.set("a.test", paused=True)
+    hosts.set("b.test", block_for=60)
+    assert f.start_late([a, b]) == [False, False]
+    hosts.set("a.test", paused=False)
+    hosts.set("b.test", block_until=None)
+    assert f.start_late([a, b]) == [True, True]

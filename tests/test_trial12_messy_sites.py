@@ -16,7 +16,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -24,6 +24,7 @@ from pathlib import Path
 import redis
 
 from redcrawl.frontier import open_frontier
+from redcrawl.politeness.hosts import Hosts
 from redcrawl.settings import Settings
 from redcrawl.workers import worker_command
 
@@ -53,6 +54,7 @@ class Web:
 
     def __init__(self, hosts: int) -> None:
         self.answers: dict[tuple[str, str], list[Answer]] = {}
+        self.on_fetch: Callable[[str, str], None] = lambda host, path: None
         self.seen: dict[str, list[tuple[float, str, int]]] = {}
         self.lock = threading.Lock()
         self.hosts = [f"127.0.0.{2 + i}" for i in range(hosts)]
@@ -77,6 +79,7 @@ class Web:
                     queue = web.answers.get((host, self.path), [(404, {}, "not found")])
                     status, headers, body = queue.pop(0) if len(queue) > 1 else queue[0]
                     web.seen.setdefault(host, []).append((start, self.path, status))
+                web.on_fetch(host, self.path)
                 data = body.encode()
                 with contextlib.suppress(OSError):  # a client that gave up (DOWNLOAD_MAXSIZE)
                     self.send_response(status)
@@ -169,6 +172,40 @@ def test_scrapy_retry_of_a_500_waits_for_the_sites_download_delay(
     gaps = web.gaps(0)
     assert [p for _, _, p in gaps] == ["/flaky", "/flaky"], gaps
     assert all(g >= DELAY - TOLERANCE for g, _, _ in gaps), gaps
+
+
+def test_a_retry_of_a_site_paused_meanwhile_waits_for_its_resume(
+    redis7: RedisServer, tmp_path: Path
+) -> None:
+    """An operator pauses a site (``redcrawl hosts set KEY --pause``) while one of its
+    pages is being fetched, and the page answers 500. Seen (session 34, left then): Scrapy's
+    retry of it reached the site a delay later, while the site was paused (its start was
+    reserved whatever the key's pause). Now the worker gives it back and the site sees it
+    again only after the operator resumes the key, 3 s later."""
+    crawl = "trial12-paused-retry"
+    web = Web(1)
+    web.page(0, "/", links("/flaky"))
+    web.page(0, "/flaky", (500, {}, "oops"), links())
+    paused: list[Hosts] = []
+    resumed: list[float] = []
+
+    def resume() -> None:
+        paused[0].set(web.hosts[0], paused=False)
+        resumed.append(time.monotonic())
+
+    def pause_at_the_500(host: str, path: str) -> None:
+        if path == "/flaky" and not paused:  # (the worker made the crawl: open it now)
+            client = redis.Redis.from_url(redis7.url)
+            paused.append(Hosts(open_frontier(client, Settings(), crawl)))
+            paused[0].set(host, paused=True)
+            threading.Timer(3.0, resume).start()
+
+    web.on_fetch = pause_at_the_500
+    with web.serving():
+        crawl_once(redis7, crawl, [web.roots[0] + "/"], tmp_path)
+    flaky = [t for t, path, _ in sorted(web.seen[web.hosts[0]]) if path == "/flaky"]
+    assert len(flaky) == 2 and resumed, (flaky, resumed)
+    assert flaky[1] >= resumed[0], f"fetched again {resumed[0] - flaky[1]:.2f} s before the resume"
 
 
 def test_a_redirect_to_another_site_waits_for_that_sites_download_delay(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -314,15 +315,16 @@ class PolitenessOps:
         kept): a start is reserved for each at its key's site, a delay after the key's
         last start and grant and past its blocks, and the key's next grant waits a delay
         after it (``lua/retry_start.lua``). Returns the seconds each must wait before it
-        starts (0: now), or None for one no longer held (and for every one without
-        politeness: nothing to space)."""
+        starts (0: now), ``math.inf`` for one whose key an operator paused (the worker
+        gives it back: :meth:`release`), or None for one no longer held (and for every
+        one without politeness: nothing to space)."""
         if self.politeness is None or not leases:
             return [None] * len(leases)
         args: list[Any] = []
         for lease in leases:
             args += (lease.id, lease.token)
-        waits = self._run("retry_start", args)
-        return [None if int(w) < 0 else int(w) / 1000 for w in waits]
+        waits = [int(w) for w in self._run("retry_start", args)]
+        return [None if w == -1 else math.inf if w == -2 else w / 1000 for w in waits]
 
     def defer(self, lease: Lease, reason: str, *, retry_after: float | None = None) -> str:
         """The site pushed back (HTTP 429/503; ``reason`` is the status): the request goes

@@ -34,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
+import math
 import os
 import re
 import secrets
@@ -805,6 +806,10 @@ class Scheduler(BaseScheduler):
     def _retry_due(self, request: scrapy.Request, wait: float | None) -> None:
         if self._closing or self._spacing.get(id(request)) is not request:
             return  # given back at close
+        if wait == math.inf:  # its key is paused by an operator: served once resumed
+            del self._spacing[id(request)]
+            self._give_back(request, "redcrawl/politeness/paused_released")
+            return
         if wait is not None and wait > 0:
             from twisted.internet import reactor
 
@@ -915,6 +920,9 @@ class Scheduler(BaseScheduler):
         downloader middleware, e.g. for robots.txt): served next, no attempt spent, not
         acknowledged; its slot goes back. The caller then drops it (raise
         ``IgnoreRequest``). False if it is not held here."""
+        return self._give_back(request, "redcrawl/politeness/late_released")
+
+    def _give_back(self, request: scrapy.Request, stat: str) -> bool:
         lease = self._held_lease(request)
         if lease is None or self.feeder is None:
             return False
@@ -923,7 +931,7 @@ class Scheduler(BaseScheduler):
         self._outcomes.pop(id(request), None)
         self.feeder.held = len(self._handed_out)
         self.feeder.release([lease])
-        self.stats.inc_value("redcrawl/politeness/late_released")
+        self.stats.inc_value(stat)
         return True
 
     def _delay_bound(self, lease: Lease) -> bool:

@@ -14,7 +14,8 @@
 --                    is charged. Otherwise the worker gives it back (release), and the
 --                    key's "next" is raised to the last charged start plus the delay
 --                    (robots.txt's Crawl-delay may have come after that start's charge),
---                    its score with it. Refused too while the key is blocked (429/503).
+--                    its score with it. Refused too while the key is blocked (429/503,
+--                    or an operator's block_until) or paused by an operator.
 --   "b", key, ms     the key's site answered its robots.txt with a status that pushes back
 --                    (429/503): the key is blocked for the fleet for ms (its Retry-After)
 --                    or, with ms "", for the backoff of its failure count (pol_fail, as a
@@ -51,7 +52,8 @@ for i = 1, n do
     local v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'rdy', 'chg', 'block')
     local inn, nxt, rdy, chg = math.max(num(v[1]), 0), num(v[2]), num(v[3]), num(v[4])
     local ok = kind == 'r' or ((delay == 0 or
-      (since ~= nil and rdy <= since and chg + delay <= NOW)) and num(v[5]) <= NOW)
+      (since ~= nil and rdy <= since and chg + delay <= NOW)) and num(v[5]) <= NOW
+      and lim[4] <= NOW and not lim[5])
     if not ok then
       flags[i] = '0'
       -- (refused: the key waits a whole delay from the start charged last, which a charge

@@ -11,8 +11,11 @@
 -- delay ("chg") and its blocks (429/503, the operator's block_until); then "chg" = that
 -- start and "next" = it plus the key's gap (pol_gap, as at a grant), the key's score
 -- raised to match, so that no grant of the key comes within its delay of the retry.
+-- A request whose key an operator paused gets no start (the worker gives it back: served
+-- again once the key is resumed).
 -- Returns one wait per pair, in ms from now, as a list of integers: -1 for a request not
--- held under that token (or no politeness: every one -1), else >= 0.
+-- held under that token (or no politeness: every one -1), -2 for one whose key is paused,
+-- else >= 0.
 local n = (#ARGV - 4) / 2
 local waits = {}
 for i = 1, n do waits[i] = -1 end
@@ -26,14 +29,18 @@ for i = 1, n do
     local key = rec_key(rec)
     if key then
       local lim = limits(key)
-      local v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'chg', 'block')
-      local inn, nxt, chg, blk = math.max(num(v[1]), 0), num(v[2]), num(v[3]), num(v[4])
-      local start = math.max(NOW, nxt, blk, lim[4])
-      if lim[2] > 0 then start = math.max(start, chg + lim[2]) end
-      nxt = math.max(nxt, start + pol_gap(lim))
-      redis.call('HSET', K_POL .. key, 'chg', start, 'next', nxt)
-      pol_rescore(key, opens_at(key, inn, math.max(nxt, blk)))
-      waits[i] = start - NOW
+      if lim[5] then
+        waits[i] = -2
+      else
+        local v = redis.call('HMGET', K_POL .. key, 'in', 'next', 'chg', 'block')
+        local inn, nxt, chg, blk = math.max(num(v[1]), 0), num(v[2]), num(v[3]), num(v[4])
+        local start = math.max(NOW, nxt, blk, lim[4])
+        if lim[2] > 0 then start = math.max(start, chg + lim[2]) end
+        nxt = math.max(nxt, start + pol_gap(lim))
+        redis.call('HSET', K_POL .. key, 'chg', start, 'next', nxt)
+        pol_rescore(key, opens_at(key, inn, math.max(nxt, blk)))
+        waits[i] = start - NOW
+      end
     else
       waits[i] = 0
     end
