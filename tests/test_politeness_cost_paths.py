@@ -1,4 +1,4 @@
-"""The shortcuts of the cheaper polite lease+ack (docs/politeness.md, "Cost", fifth pass),
+"""The shortcuts of the cheaper polite lease+ack (bench/politeness-cost.md, fifth pass),
 against a real Redis on both backends: a key's state loses its expiry when work arrives,
 not at its grant; a full key's slot back reopens it without reading its tier mask when one
 tier has keys, and an idle key's state expires when none has; the tier schedule's cursor
