@@ -60,7 +60,17 @@ logs="$(mktemp -d "${TMPDIR:-/tmp}/redcrawl-ci.XXXXXX")"
 ) >"$logs/side.log" 2>&1 &
 side=$!
 
+# the machine's CPU use over a phase (from /proc/stat: busy / all jiffies), printed after
+# it: a phase far from busy could run more workers, one near 100% no more
+cpu_mark() { awk '/^cpu /{print $2+$3+$4+$7+$8, $2+$3+$4+$5+$6+$7+$8}' /proc/stat 2>/dev/null || echo "0 0"; }
+cpu_used() {
+  read -r b1 t1 <<<"$1"; read -r b2 t2 <<<"$(cpu_mark)"
+  awk -v b="$((b2 - b1))" -v t="$((t2 - t1))" -v n="$(nproc)" -v w="$2" \
+    'BEGIN { if (t > 0) printf "== %s: the machine'"'"'s %d cores were %.0f%% busy\n", w, n, 100 * b / t }'
+}
+
 rc=0
+parallel_cpu="$(cpu_mark)"
 echo "== pytest, parallel phase: $workers workers (Scrapy $(python3 -c 'import scrapy; print(scrapy.__version__)')); scripts/check and the Scrapy matrix alongside"
 # -p no:benchmark: a pytest-benchmark installed by hand (bench/ does not need it) warns that
 # xdist disables it, and filterwarnings=error makes that warning an internal error
@@ -69,6 +79,7 @@ echo "== pytest, parallel phase: $workers workers (Scrapy $(python3 -c 'import s
 # is left behind on one worker at the end; --durations: what to move next
 python3 -m pytest -q -p no:cacheprovider -p no:benchmark -n "$workers" --dist loadgroup \
   -m "not serial" --durations=40 --cov=redcrawl --cov-report= || rc=$?
+cpu_used "$parallel_cpu" "parallel phase (pytest, scripts/check and the Scrapy matrix)"
 
 side_rc=0
 wait "$side" || side_rc=$?
@@ -89,6 +100,7 @@ fi
 # ones (short bounds, windows between workers) one by one: see ALONE_FROM in
 # tests/conftest.py. The coverage floor is checked by the last run.
 serial_workers="${SERIAL_WORKERS:-1}"
+serial_cpu="$(cpu_mark)"
 cov_end=(--cov=redcrawl --cov-append --cov-report=term --cov-fail-under="$COVERAGE_FLOOR")
 if [ "$serial_workers" -le 1 ]; then
   echo "== pytest, serial phase (timing-sensitive tests, alone) and the coverage floor"
@@ -102,5 +114,6 @@ else
   python3 -m pytest -q -p no:cacheprovider -m "serial and alone" --durations=20 "${cov_end[@]}" ||
     { r=$?; [ "$serial_rc" -ne 0 ] || serial_rc=$r; }
 fi
+cpu_used "$serial_cpu" "serial phase"
 [ "$rc" -ne 0 ] || rc=$serial_rc
 exit "$rc"
