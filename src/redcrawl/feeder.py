@@ -133,7 +133,7 @@ class Feeder:
         self._defers: list[tuple[Lease, str, float | None]] = []  # 429/503 pushed back
         self._starts: list[Lease] = []  # late starts to ask the frontier about
         # Scrapy's retries of held requests, to get a start reserved (retry_start)
-        self._retries: list[tuple[Lease, Callable[[float | None], None]]] = []
+        self._retries: list[tuple[Lease, Callable[[float | None], None], bool]] = []
         self._stats: dict[str, int] = {}
         self._crawl_stats: dict[str, int] = {}
         self._gen = 0  # local changes (store/ack/nack) so far
@@ -230,14 +230,17 @@ class Feeder:
             self._gen += 1
             self._cond.notify_all()
 
-    def retry_start(self, lease: Lease, done: Callable[[float | None], None]) -> None:
+    def retry_start(
+        self, lease: Lease, done: Callable[[float | None], None], *, check: bool = False
+    ) -> None:
         """A held request is fetched again by Scrapy's RetryMiddleware: the thread asks the
-        frontier for its start (``FrontierCore.retry_start``) and calls ``done`` with the
-        seconds to wait (None: no longer held, or nothing to space), on this thread. Kept
-        while Redis does not answer; dropped when the feeder stops (the caller gives the
-        lease back)."""
+        frontier for its start (``FrontierCore.retry_start``; ``check``: whether the start
+        reserved before may be taken now) and calls ``done`` with the seconds to wait
+        (None: no longer held, or nothing to space; inf: give it back), on this thread.
+        Kept while Redis does not answer; dropped when the feeder stops (the caller gives
+        the lease back)."""
         with self._cond:
-            self._retries.append((lease, done))
+            self._retries.append((lease, done, check))
             self._cond.notify_all()
 
     def release(self, leases: list[Lease]) -> None:
@@ -455,8 +458,10 @@ class Feeder:
             try:
                 self._step(push, acks, nacks, releases, n, now, frees, defers, starts)
                 if retries:
-                    waits = self.frontier.retry_start([lease for lease, _ in retries])
-                    for (_, done), wait in zip(retries, waits, strict=True):
+                    waits = self.frontier.retry_start(
+                        [lease for lease, _, _ in retries], [c for _, _, c in retries]
+                    )
+                    for (_, done, _), wait in zip(retries, waits, strict=True):
                         done(wait)
                     retries = []
                 if stopping:

@@ -1005,11 +1005,14 @@ class PartitionedFrontier(FrontierCore):
                 out[i] = flag
         return out
 
-    def retry_start(self, leases: Sequence[Lease]) -> list[float | None]:
+    def retry_start(
+        self, leases: Sequence[Lease], check: Sequence[bool] = ()
+    ) -> list[float | None]:
         out: list[float | None] = [None] * len(leases)
         split = [self._split(x) for x in leases]
+        checks = [i < len(check) and check[i] for i in range(len(leases))]
         for p, idx in self._group(split, lambda x: x[0]).items():
-            waits = self.parts[p].retry_start([split[i][1] for i in idx])
+            waits = self.parts[p].retry_start([split[i][1] for i in idx], [checks[i] for i in idx])
             for i, wait in zip(idx, waits, strict=True):
                 out[i] = wait
         return out

@@ -310,19 +310,24 @@ class PolitenessOps:
         flags = bytes(self._run("charge", args)).decode()
         return [f != "0" for f in flags]
 
-    def retry_start(self, leases: Sequence[Lease]) -> list[float | None]:
+    def retry_start(
+        self, leases: Sequence[Lease], check: Sequence[bool] = ()
+    ) -> list[float | None]:
         """Held requests that Scrapy's RetryMiddleware fetches again (their lease and slot
         kept): a start is reserved for each at its key's site, a delay after the key's
-        last start and grant and past its blocks, and the key's next grant waits a delay
-        after it (``lua/retry_start.lua``). Returns the seconds each must wait before it
-        starts (0: now), ``math.inf`` for one whose key an operator paused (the worker
-        gives it back: :meth:`release`), or None for one no longer held (and for every
-        one without politeness: nothing to space)."""
+        last start and grant, and the key's next grant waits a delay after it
+        (``lua/retry_start.lua``); ``check[i]`` true: the start reserved before for
+        ``leases[i]`` has come, nothing is reserved (0, or ``inf`` if its key was paused
+        or blocked meanwhile). Returns the seconds each must wait before it starts (0:
+        now), ``math.inf`` for one to give back (:meth:`release`; served when its key
+        opens again): its key is paused or blocked, or its slot went back with its
+        response (a retry made in a callback), or None for one no longer held (and for
+        every one without politeness: nothing to space)."""
         if self.politeness is None or not leases:
             return [None] * len(leases)
         args: list[Any] = []
-        for lease in leases:
-            args += (lease.id, lease.token)
+        for i, lease in enumerate(leases):
+            args += (lease.id, lease.token, "c" if i < len(check) and check[i] else "r")
         waits = [int(w) for w in self._run("retry_start", args)]
         return [None if w == -1 else math.inf if w == -2 else w / 1000 for w in waits]
 

@@ -41,6 +41,7 @@ import secrets
 import socket
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, cast
@@ -202,6 +203,8 @@ class Scheduler(BaseScheduler):
         self._handed_out: dict[int, tuple[scrapy.Request, Lease]] = {}
         self._successors: deque[scrapy.Request] = deque()  # Scrapy's retries, on their lease
         self._spacing: dict[int, scrapy.Request] = {}  # retries waiting for their start
+        # handed-out requests whose slot went back with their response (_free_slot)
+        self._slot_back: weakref.WeakSet[scrapy.Request] = weakref.WeakSet()
         self._outcomes: dict[int, tuple[bool, str]] = {}  # id(request) -> (retry, error)
         self._marked: dict[int, scrapy.Request] = {}  # meta[MARK] -> handed out
         self._local_seen: set[bytes] = set()
@@ -776,6 +779,12 @@ class Scheduler(BaseScheduler):
             return False
         if request.meta.get("retry_times", 0) <= original.meta.get("retry_times", 0):
             return False
+        if original in self._slot_back:
+            # a retry made after the response (get_retry_request in a callback): its
+            # site's slot went back then, so it is a new request, granted a slot of its
+            # own (its meta keeps retry_times, so Scrapy's retry limit still holds)
+            self.stats.inc_value("redcrawl/scrapy_retries_after_response")
+            return False
         del self._handed_out[id(original)]
         self._outcomes.pop(id(original), None)
         del self._marked[mark]
@@ -787,34 +796,45 @@ class Scheduler(BaseScheduler):
             self._successors.append(request)
         return True
 
-    def _space_retry(self, request: scrapy.Request, lease: Lease) -> None:
+    def _space_retry(self, request: scrapy.Request, lease: Lease, check: bool = False) -> None:
         """With fleet-wide politeness a retry keeps its key's slot (Scrapy's retry never
         reaches the response hooks that give it back), but its start must be spaced like
         any other: the frontier reserves one a delay after its key's last start
         (``FrontierCore.retry_start``, asked on the I/O thread) and the retry waits here
-        until then (docs/politeness.md, "Scrapy's retries")."""
+        until then; then (``check``) the frontier is asked again whether its key was
+        paused or blocked meanwhile (docs/politeness.md, "Scrapy's retries")."""
         from twisted.internet import reactor
 
+        if check and (self._closing or self._spacing.get(id(request)) is not request):
+            return  # given back at close
         self._spacing[id(request)] = request
 
         def done(wait: float | None) -> None:  # (on the I/O thread)
-            cast(Any, reactor).callFromThread(self._retry_due, request, wait)
+            cast(Any, reactor).callFromThread(self._retry_due, request, lease, wait)
 
         assert self.feeder is not None
-        self.feeder.retry_start(lease, done)
+        self.feeder.retry_start(lease, done, check=check)
 
-    def _retry_due(self, request: scrapy.Request, wait: float | None) -> None:
+    def _retry_due(self, request: scrapy.Request, lease: Lease, wait: float | None) -> None:
+        """The frontier's answer for a retry (``retry_start``): None, the request is no
+        longer held here (its lease was taken back: the fleet serves it again), so it is
+        dropped unfetched; ``inf``, its key is paused or blocked: given back; else the
+        seconds to wait before it starts, asked again then."""
         if self._closing or self._spacing.get(id(request)) is not request:
             return  # given back at close
-        if wait == math.inf:  # its key is paused by an operator: served once resumed
+        if wait is None or wait == math.inf:
             del self._spacing[id(request)]
-            self._give_back(request, "redcrawl/politeness/paused_released")
+            if wait is None:
+                self._forget(request)
+                self.stats.inc_value("redcrawl/politeness/retry_not_held")
+            else:
+                self._give_back(request, "redcrawl/politeness/retry_released")
             return
-        if wait is not None and wait > 0:
+        if wait > 0:
             from twisted.internet import reactor
 
             self.stats.inc_value("redcrawl/politeness/retry_waited_ms", int(wait * 1000))
-            cast(Any, reactor).callLater(wait, self._retry_due, request, None)
+            cast(Any, reactor).callLater(wait, self._space_retry, request, lease, True)
             return
         del self._spacing[id(request)]
         self._successors.append(request)
@@ -923,16 +943,23 @@ class Scheduler(BaseScheduler):
         return self._give_back(request, "redcrawl/politeness/late_released")
 
     def _give_back(self, request: scrapy.Request, stat: str) -> bool:
-        lease = self._held_lease(request)
+        lease = self._forget(request)
         if lease is None or self.feeder is None:
             return False
+        self.feeder.release([lease])
+        self.stats.inc_value(stat)
+        return True
+
+    def _forget(self, request: scrapy.Request) -> Lease | None:
+        """Stop holding ``request`` here, unacknowledged; its lease (None: not held)."""
+        lease = self._held_lease(request)
+        if lease is None or self.feeder is None:
+            return None
         del self._handed_out[id(request)]
         self._marked.pop(request.meta.get(MARK, 0), None)
         self._outcomes.pop(id(request), None)
         self.feeder.held = len(self._handed_out)
-        self.feeder.release([lease])
-        self.stats.inc_value(stat)
-        return True
+        return lease
 
     def _delay_bound(self, lease: Lease) -> bool:
         """Whether the frontier spaced ``lease``'s key by a delay, as far as this worker
@@ -1127,6 +1154,7 @@ class Scheduler(BaseScheduler):
         lease = self._held_lease(request)
         if lease is not None and self.feeder is not None and self._polite:
             self.feeder.free(lease, outcome)
+            self._slot_back.add(request)
             # Lease again once the reactor is through with this response (its callback
             # runs now, unless it waits on something): a request granted while the
             # reactor is busy would start late, closer than DOWNLOAD_DELAY to the next
