@@ -13,6 +13,7 @@ Redis exceptions at the API boundary (:func:`install`).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
@@ -33,6 +34,8 @@ from redcrawl.keys import validate_crawl_name
 from redcrawl.settings import Settings
 from redcrawl.transport import CLUSTER_TRANSIENT, WORKER_ADVICE
 from redcrawl.transport import TRANSIENT as REDIS_TRANSIENT
+
+log = logging.getLogger("redcrawl.api")
 
 __all__ = [
     "RESPONSES",
@@ -139,6 +142,14 @@ class StateErrors(APIRoute):
                 if isinstance(exc, Invalid | Unreadable):
                     raise
                 crawl = request.path_params.get("crawl")
+                # (in the server's log with its traceback: a bug of ours answers the same
+                # 500 as a damaged crawl, and only the traceback tells them apart)
+                log.error(
+                    "%s %s: answered 500 (crawl state unreadable)",
+                    request.method,
+                    request.url.path,
+                    exc_info=exc,
+                )
                 raise Unreadable(crawl if isinstance(crawl, str) else None, exc) from exc
 
         return answer

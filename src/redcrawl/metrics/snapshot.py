@@ -408,7 +408,7 @@ class SnapshotReader:
         for f, c in zip(frontiers, crawls, strict=True):
             _ask_second(pipe, f, c, now_ms)
         res = iter(pipe.execute(raise_on_error=False))
-        sampled: list[tuple[int, list[str]]] = []  # (crawl index, sampled queue keys)
+        sampled: list[tuple[int, _OpenSample]] = []  # (crawl index, its open sample)
         expired: list[tuple[int, str, list[bytes]]] = []  # (crawl, leases key, tokens)
         for i, (f, c) in enumerate(zip(frontiers, crawls, strict=True)):
             subs = _subs(f)
@@ -425,60 +425,69 @@ class SnapshotReader:
                         expired.append((i, sub.keys.leases, tokens))
             c.leasable = 0 if c.paused else c.counts.ready
             if f.politeness is not None:
-                queues = self._open_queues(subs, c, iter(open_replies))
-                if queues and not c.paused:
-                    sampled.append((i, queues))
-                else:
-                    c.leasable = 0
+                sample = self._open_queues(subs, c, iter(open_replies))
+                c.leasable = 0
+                if sample.entries:
+                    sampled.append((i, sample))
         if sampled or expired:
             self._third_round(frontiers, crawls, grants, sampled, expired)
 
     @staticmethod
     def _open_queues(
         subs: Sequence[FrontierCore], c: CrawlSnapshot, res: Iterator[Any]
-    ) -> list[str]:
-        """Count the crawl's open keys (into ``c.open_keys``, summed over its partitions
-        ``subs``) from their replies in ``res``; returns the ready queues of the sampled
-        ones."""
-        c.open_keys, c.keys_ready, queues = 0, 0, []
+    ) -> _OpenSample:
+        """Count the crawl's keys with ready work (``c.keys_ready``, per tier) and blocked
+        ones from their replies in ``res`` (summed over its partitions ``subs``); returns
+        its open keys per tier with their sample (the third round counts them)."""
+        c.open_keys, c.keys_ready = 0, 0
+        sample = _OpenSample()
         blocked_sum: int | None = None
-        for f in subs:
+        for j, f in enumerate(subs):
             for t in range(f.keys.tiers):
                 n, members, ready = next(res), next(res), next(res)
                 if isinstance(ready, int):
                     c.keys_ready += ready
                 if isinstance(n, int) and isinstance(members, list):
-                    c.open_keys += n
-                    queues += [
-                        f"{f.keys.pol_queue_base}{t}:{m.decode(errors='replace')}" for m in members
-                    ]
+                    c.open_keys += n  # (per tier: made a count of sites in _estimate)
+                    sample.counts[(j, t)] = n
+                    sample.entries += [(j, t, bytes(m)) for m in members]
             blocked = next(res)
             if isinstance(blocked, int):
                 blocked_sum = (blocked_sum or 0) + blocked
         c.keys_blocked = blocked_sum
-        return queues
+        return sample
 
     def _third_round(
         self,
         frontiers: list[FrontierCore],
         crawls: list[CrawlSnapshot],
         grants: list[int],
-        sampled: list[tuple[int, list[str]]],
+        sampled: list[tuple[int, _OpenSample]],
         expired: list[tuple[int, str, list[bytes]]],
     ) -> None:
-        """The sampled open sites' queue lengths (the leasable estimate) and the holders
-        of the sampled expired leases (lists), in one pipeline."""
+        """The sampled open sites' ready queues in every tier (the open and leasable
+        estimates) and the holders of the sampled expired leases (lists), in one
+        pipeline."""
         pipe = self.client.pipeline(transaction=False)
-        for i, queues in sampled:
-            for q in queues:
-                if frontiers[i].settings.ordering == "priority":
-                    pipe.zcard(q)
-                else:
-                    pipe.llen(q)
+        for i, sample in sampled:
+            subs = _subs(frontiers[i])
+            for j, key in sample.sites():
+                sub = subs[j]
+                for t in range(sub.keys.tiers):
+                    q = sub.keys.pol_queue_base.encode() + str(t).encode() + b":" + key
+                    if sub.settings.ordering == "priority":
+                        pipe.zcard(q)
+                    else:
+                        pipe.llen(q)
         for _i, leases, tokens in expired:
             pipe.hmget(leases, tokens)
         lengths = iter(pipe.execute(raise_on_error=False))
-        self._estimate(crawls, grants, sampled, lengths)
+        for i, sample in sampled:
+            subs = _subs(frontiers[i])
+            for j, key in sample.sites():
+                got = [next(lengths) for _ in range(subs[j].keys.tiers)]
+                sample.ready[(j, key)] = [n if isinstance(n, int) else 0 for n in got]
+            _estimate(crawls[i], grants[i], sample)
         for i, _leases, _tokens in expired:
             records = next(lengths)
             c = crawls[i]
@@ -487,20 +496,6 @@ class SnapshotReader:
                 worker = _lease_holder(raw)
                 if worker in listed:
                     c.holding[worker] = c.holding.get(worker, 0) + 1
-
-    @staticmethod
-    def _estimate(
-        crawls: list[CrawlSnapshot],
-        grants: list[int],
-        sampled: list[tuple[int, list[str]]],
-        lengths: Iterator[Any],
-    ) -> None:
-        for i, queues in sampled:
-            c = crawls[i]
-            got = [n for n in (next(lengths) for _q in queues) if isinstance(n, int)]
-            each = [min(n, grants[i]) for n in got]
-            estimate = sum(each) * (c.open_keys or 0) / len(each) if each else 0
-            c.leasable = min(round(estimate), c.counts.ready)
 
     def _crawl(
         self,
@@ -568,6 +563,43 @@ class SnapshotReader:
             paused=paused == b"1",
             streams=pending,
         )
+
+
+@dataclass
+class _OpenSample:
+    """One crawl's open politeness keys: per (partition, tier) how many are open now
+    (``ZCOUNT``), the first ``OPEN_SAMPLE`` of each, and (third round) each sampled site's
+    ready queue length in every tier."""
+
+    counts: dict[tuple[int, int], int] = field(default_factory=dict)
+    entries: list[tuple[int, int, bytes]] = field(default_factory=list)  # (part, tier, key)
+    ready: dict[tuple[int, bytes], list[int]] = field(default_factory=dict)
+
+    def sites(self) -> list[tuple[int, bytes]]:
+        return list(dict.fromkeys((j, key) for j, _t, key in self.entries))
+
+
+def _estimate(c: CrawlSnapshot, grants: int, sample: _OpenSample) -> None:
+    """The crawl's open sites and leasable requests from its open sample. A site with
+    ready work in k tiers is open in each of them (one entry per tier), so each sampled
+    entry counts 1/k of a site, and of the requests its site may be granted at once (its
+    ready queues summed over its tiers, at most ``grants``); each tier's mean is scaled
+    to its open count. Exact while each tier has at most OPEN_SAMPLE open sites."""
+    per: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    for j, t, key in sample.entries:
+        queues = sample.ready.get((j, key), [])
+        k = max(1, sum(1 for n in queues if n > 0))
+        per.setdefault((j, t), []).append((1 / k, min(sum(queues), grants) / k))
+    sites = leasable = 0.0
+    for jt, n in sample.counts.items():
+        got = per.get(jt)
+        if not got:
+            sites += n  # (none sampled: the tier's count as it is)
+            continue
+        sites += n * sum(a for a, _ in got) / len(got)
+        leasable += n * sum(b for _, b in got) / len(got)
+    c.open_keys = round(sites)
+    c.leasable = 0 if c.paused else min(round(leasable), c.counts.ready)
 
 
 def _subs(f: FrontierCore) -> list[FrontierCore]:

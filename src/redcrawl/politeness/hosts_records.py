@@ -210,7 +210,8 @@ def _number(name: str, value: Any, low: float, high: float, *, whole: bool = Fal
     if whole and value != int(value):
         raise BadHostInput(name, f"{value!r}: give a whole number")
     if not low <= value <= high:
-        raise BadHostInput(name, f"{value!r} is out of range: give {_num(low)} to {_num(high)}")
+        give = f"{_num(low)} or more" if high == math.inf else f"{_num(low)} to {_num(high)}"
+        raise BadHostInput(name, f"{value!r} is out of range: give {give}")
     return float(value)
 
 

@@ -68,6 +68,10 @@ DEAD_ROWS = 50
 """Dead letters listed on a crawl's page (oldest first)."""
 HOSTS_ROWS = 20
 """Politeness keys listed on a crawl's page (``?hosts=ready|inflight``: the order)."""
+REQUEUE_STEP = 1000
+"""Dead letters requeued per atomic step by "requeue all N"."""
+REQUEUE_ALL_STEPS = 10_000
+"""At most this many steps per "requeue all" (10 million letters)."""
 _CRAWL_NAME = re.compile(CRAWL_NAME_PATTERN)
 _FLASH = re.compile(r"paused|resumed|requeued [0-9][0-9,]*")
 """The banner messages the actions redirect with (``?done=``); any other is not shown."""
@@ -298,8 +302,17 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per page 
             if what == "resume":
                 f.resume()
                 return "resumed"
-            ids = [form["id"]] if form.get("id") else None
-            return f"requeued {f.requeue_dead(ids):,}"
+            if form.get("id"):
+                return f"requeued {f.requeue_dead([form['id']]):,}"
+            # "requeue all N": every dead letter, 1,000 per atomic step (each step is
+            # short; a letter that dies again meanwhile may be requeued again)
+            total = 0
+            for _ in range(REQUEUE_ALL_STEPS):
+                n = f.requeue_dead(None, limit=REQUEUE_STEP)
+                total += n
+                if n < REQUEUE_STEP:
+                    break
+            return f"requeued {total:,}"
 
         done = await run_in_threadpool(run)
         back = {"done": done}
