@@ -143,8 +143,10 @@ class PolitenessOps:
     def store_politeness(self, *, worker: bool = False) -> None:
         """Store the crawl's default limits and per-key settings (DOWNLOAD_SLOTS) from
         this frontier's settings. A Scrapy worker (``worker``) sets them, the spider's
-        settings being the fleet's (the latest worker wins; a change is logged); other
-        users (API, CLI, tools) only when the crawl has none yet."""
+        settings being the fleet's (the latest worker wins; a change from another worker's
+        is logged); other users (API, CLI, tools) only when the crawl has none yet, and
+        they mark them as theirs (control ``politeness_tool``), so that the first worker
+        replaces them without a warning."""
         s = self.settings
         conc = s.politeness_concurrency_per_ip or s.politeness_concurrency
         mine = json.dumps(
@@ -179,12 +181,16 @@ class PolitenessOps:
             # the 429/503 backoff (REDCRAWL_BACKOFF_*): read by the Lua steps at each
             # failure and success, so a worker's change counts from the next one
             pipe.hget(self.keys.control, "backoff")
+            # the defaults a tool stored (`redcrawl seed` before any worker: from the
+            # project's settings, without a spider's custom_settings), not a worker's
+            pipe.hget(self.keys.control, "politeness_tool")
             if worker:
                 pipe.hset(self.keys.control, "backoff", backoff)
             else:
                 pipe.hsetnx(self.keys.control, "backoff", backoff)
             if worker:
                 pipe.hset(self.keys.control, "politeness", mine)
+                pipe.hdel(self.keys.control, "politeness_tool")
                 # (a Scrapy worker gives back a request it could not start within this
                 # window: grants of a key with a delay are spaced by delay + window)
                 pipe.hset(
@@ -196,9 +202,11 @@ class PolitenessOps:
                 pipe.hsetnx(self.keys.control, "politeness", mine)
             if slots and worker:
                 pipe.hset(self.keys.pol_slots, mapping=slots)
-            stored, stored_backoff = pipe.execute()[:2]
-            if slots and not worker and stored is None:
-                self.client.hset(self.keys.pol_slots, mapping=slots)
+            stored, stored_backoff, by_tool = pipe.execute()[:3]
+            if not worker and stored is None:
+                self.client.hset(self.keys.control, "politeness_tool", mine)
+                if slots:
+                    self.client.hset(self.keys.pol_slots, mapping=slots)
         if worker:
             self._drop_legacy_once()
         if (
@@ -214,7 +222,12 @@ class PolitenessOps:
                 stored_backoff.decode(errors="replace"),
                 backoff,
             )
-        if worker and stored is not None and stored.decode(errors="replace") != mine:
+        if (
+            worker
+            and stored is not None
+            and stored != by_tool  # (a tool's defaults: this worker's are the first)
+            and stored.decode(errors="replace") != mine
+        ):
             log.warning(
                 "crawl %s: the fleet-wide politeness defaults change from %s to this "
                 "worker's %s (give every worker the same CONCURRENT_REQUESTS_PER_DOMAIN, "

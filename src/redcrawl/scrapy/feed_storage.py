@@ -10,8 +10,8 @@ in the file before its request is done; a request fetched again after a kill may
 its item twice, never none. A power cut can still lose what the kernel had not written.
 
 Used for local files (``""`` and ``file``) by ``redcrawl crawl`` (its ``-o`` and a project's
-``FEEDS``) and the add-on (:data:`FEED_STORAGES_BASE`); a project's own ``FEED_STORAGES``
-entries win.
+``FEEDS``), the add-on (:data:`FEED_STORAGES_BASE`) and the scheduler at start
+(:func:`flush_local_feeds`); a project's own ``FEED_STORAGES`` entries win.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import IO, Any
 from scrapy.extensions.feedexport import FileFeedStorage
 from scrapy.settings import default_settings
 
-__all__ = ["FEED_STORAGES_BASE", "FlushedFileFeedStorage"]
+__all__ = ["FEED_STORAGES_BASE", "FlushedFileFeedStorage", "flush_local_feeds"]
 
 
 class _FlushedWriter(io.BufferedWriter):
@@ -50,3 +50,21 @@ FEED_STORAGES_BASE: dict[str, str] = {
     "file": _PATH,
 }
 """Scrapy's ``FEED_STORAGES_BASE`` with local files flushed after each write."""
+
+
+def flush_local_feeds(crawler: Any) -> list[str]:
+    """Make the crawler's feed exporter write local files with
+    :class:`FlushedFileFeedStorage` (the scheduler calls this at start: a project that
+    sets ``SCHEDULER`` by hand, without the add-on or ``redcrawl crawl``, lost a killed
+    worker's buffered feed items). Only where the storage is still Scrapy's own
+    ``FileFeedStorage``: a project's own storage wins. Returns the URI schemes changed."""
+    from scrapy.extensions.feedexport import FeedExporter
+
+    changed = []
+    for ext in getattr(getattr(crawler, "extensions", None), "middlewares", ()):
+        if isinstance(ext, FeedExporter):
+            for scheme in ("", "file"):
+                if ext.storages.get(scheme) is FileFeedStorage:
+                    ext.storages[scheme] = FlushedFileFeedStorage
+                    changed.append(scheme)
+    return changed

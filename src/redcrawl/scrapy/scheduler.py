@@ -79,6 +79,7 @@ from redcrawl.lock import CrawlLock
 from redcrawl.politeness import KeyMode, parse_retry_after, politeness_key
 from redcrawl.politeness.describe import fleet_limits
 from redcrawl.scrapy import counters, defer, lifecycle, robots
+from redcrawl.scrapy.feed_storage import flush_local_feeds
 from redcrawl.scrapy.one_off import local_scheduler, one_off_command
 from redcrawl.seed import seed as seed
 from redcrawl.settings import Settings, startup_notes, startup_warnings
@@ -248,6 +249,8 @@ class Scheduler(BaseScheduler):
             scheduler._startup_error = exc
             return scheduler
         scheduler = cls(crawler, settings, dupefilter)
+        if flush_local_feeds(crawler):
+            log.debug("redcrawl: local feed files are flushed after each item")
         crawler.signals.connect(scheduler._on_spider_error, signals.spider_error)
         crawler.signals.connect(scheduler._on_response, signals.response_received)
         crawler.signals.connect(scheduler._on_idle, signals.spider_idle)

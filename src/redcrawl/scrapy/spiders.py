@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -268,12 +269,33 @@ class StartKey:
         return self.recover(stopped), live
 
 
+def _spider_number(name: str, value: Any, low: float) -> float:
+    """A spider attribute that is a number (``redis_batch_size``, ``max_idle_time``),
+    perhaps given as a spider argument (a string); a ConfigError naming it otherwise."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    whole = name != "max_idle_time"
+    if not math.isfinite(number) or number < low or (whole and number != int(number)):
+        kind = "a whole number" if whole else "a number of seconds"
+        raise ConfigError(
+            f"spider attribute {name}",
+            f"{value!r} is not {kind} of at least {low:g} (set it on the spider or with "
+            f"`scrapy crawl SPIDER -a {name}=N`)",
+        )
+    return number
+
+
 class RedisMixin:
     """Reads start requests from a Redis key. Mix into a Spider (see module docs)."""
 
     redis_key: str | None = None
     redis_batch_size: int | None = None
     max_idle_time: float | None = None
+    redis_encoding: str = "utf-8"
+    """``REDIS_ENCODING``, for a ``make_request_from_data`` written for scrapy-redis (its
+    own decodes the entry with it); redcrawl reads start entries as UTF-8."""
     redis_start_url_schemes: Iterable[str] = HTTP_SCHEMES
     """URL schemes start entries may use; http and https unless the spider opts in."""
 
@@ -318,10 +340,14 @@ class RedisMixin:
             ) from None
         if not self.redis_key.strip():
             raise ConfigError("REDIS_START_URLS_KEY", "the start key name is empty: name one")
+        # (spider arguments, `-a max_idle_time=4`, come as strings: scrapy-redis converts them)
         if self.redis_batch_size is None:
             self.redis_batch_size = settings.start_urls_batch_size
+        self.redis_batch_size = int(_spider_number("redis_batch_size", self.redis_batch_size, 1))
         if self.max_idle_time is None:
             self.max_idle_time = settings.max_idle_time
+        self.max_idle_time = _spider_number("max_idle_time", self.max_idle_time, 0)
+        self.redis_encoding = str(crawler.settings.get("REDIS_ENCODING") or "utf-8")
         self.server = connect(settings)
         self._reactor_client = self._bounded_client(settings)
         if settings.start_urls_as_set and settings.start_urls_as_zset:

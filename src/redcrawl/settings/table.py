@@ -788,7 +788,8 @@ IGNORED = {
     "SCHEDULER_DUPEFILTER_CLASS": "the frontier filters duplicates itself, in the step that "
     "stores a request",
     "REDIS_ENCODING": "redcrawl's keys and envelopes are bytes; RedisSpider reads start "
-    "entries as UTF-8",
+    "entries as UTF-8 (a make_request_from_data of your own finds it as "
+    "self.redis_encoding, as on scrapy-redis)",
     "REDIS_DECODE_RESPONSES": "redcrawl needs Redis's replies as bytes and never decodes them",
     "DUPEFILTER_KEY": "fingerprints live under the crawl's keys",
     "REDIS_CLUSTER_NODES": "not read: name a Redis Cluster's nodes in the URL, "
