@@ -353,3 +353,30 @@ def test_a_key_no_request_has_is_said_so(make_frontier: FrontierFactory) -> None
     assert h.show("a.test").notes == []
     f.ack(f.lease("w", 10))
     assert h.show("a.test").notes == []  # (it had requests: its state says so)
+
+
+def test_the_list_reads_many_leased_requests_in_steps_and_misses_none(
+    make_frontier: FrontierFactory,
+) -> None:
+    """2,500 requests in flight, one per host, under leases of 300: the list reads their
+    records in steps of LIST_STEP_IDS (each one Lua call, bounded), going on where the
+    last stopped (inside a lease, or inside a stream's pending entries), and finds every
+    host once, complete."""
+    f = polite(make_frontier)
+    hosts = [f"h{i}.test" for i in range(2500)]
+    f.push([env for h in hosts for env in site(h, 1)])
+    for w in range(9):
+        f.lease(f"w{w}", 300)
+    assert f.counts().in_flight == 2500
+    h = Hosts(f)
+    listed: list[str] = []
+    cursor = None
+    while True:
+        page = h.top(limit=1000, sort="inflight", cursor=cursor)
+        assert page.complete and page.scanned == 2500, (page.complete, page.scanned)
+        listed += [row.key for row in page.hosts]
+        assert all(row.in_flight == 1 for row in page.hosts)
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    assert sorted(listed) == sorted(hosts)

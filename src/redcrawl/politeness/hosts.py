@@ -15,7 +15,8 @@ and the reason it waits are worked out from what is stored is
 Cost: every call is bounded whatever the crawl's size (no SCAN). :meth:`Hosts.top`
 reads at most :data:`LIST_KEYS_PER_TIER` keys from the head of each tier's ``open`` zset
 (the keys that open first) and the keys of at most :data:`LIST_LEASED_IDS` leased
-requests (one Lua step, ``lua/hosts_list.lua``); it says whether that was every key
+requests (``lua/hosts_list.lua``, in steps of at most :data:`LIST_STEP_IDS` records each,
+so no step holds Redis for long); it says whether that was every key
 (``complete``). A change is one Lua step (``lua/hosts_override.lua``) that merges the
 operator's fields into the key's JSON override (robots.txt's ``crawl_delay`` is kept;
 AutoThrottle's ``auto_delay`` is in the key's state hash, field ``ad``) and lowers the
@@ -46,6 +47,7 @@ from redcrawl.politeness.hosts_records import (
     LIST_KEYS_PER_TIER,
     LIST_LEASED_IDS,
     LIST_LEASES,
+    LIST_STEP_IDS,
     MAX_BLOCK,
     MAX_CONCURRENCY,
     MAX_DELAY,
@@ -73,6 +75,7 @@ from redcrawl.transport import redis_errors
 __all__ = [
     "LIST_KEYS_PER_TIER",
     "LIST_LEASED_IDS",
+    "LIST_STEP_IDS",
     "MAX_BLOCK",
     "MAX_CONCURRENCY",
     "MAX_DELAY",
@@ -158,25 +161,7 @@ class Hosts:
                 raise BadHostInput("cursor", "give the next_cursor of the previous page")
             start = int(cursor)
         tiers = self.keys.tiers
-        n = self.partitions  # (a partition reads its share of the bounds, not less than:)
-        bounds = [
-            max(LIST_KEYS_PER_TIER // n, 100),
-            max(LIST_LEASES // n, 100),
-            max(LIST_LEASED_IDS // n, 1000),
-            tiers,
-        ]
-        with redis_errors("listing politeness keys"):
-            pipe = self.f.client.pipeline(transaction=False)
-            for pk in self._part_keys():  # (one round: one per node on a cluster)
-                opens = (pk.open(t) for t in range(tiers))
-                self._scripts["list"](
-                    keys=[pk.inflight, pk.leases, pk.req, *opens, *self._streams(pk)],
-                    args=bounds,
-                    client=pipe,
-                )
-            lists = pipe.execute()
-        complete = all(bool(int(found[0])) for found in lists)
-        names = list(dict.fromkeys(_text(x) for found in lists for x in found[1:]))
+        names, complete = self._listed(tiers)
         # their numbers: short commands, pipelined (never one long script)
         width = tiers + 2
         replies: list[Any] = []
@@ -236,6 +221,48 @@ class Hosts:
             complete=complete,
             server_time=now / 1000,
         )
+
+    def _listed(self, tiers: int) -> tuple[list[str], bool]:
+        """The keys with ready work (the heads of the open zsets) or in flight (the
+        leased requests' records), each once, and whether that was every one."""
+        n = self.partitions  # (a partition reads its share of the bounds, not less than:)
+        head = max(LIST_KEYS_PER_TIER // n, 100)
+        leases, total = max(LIST_LEASES // n, 100), max(LIST_LEASED_IDS // n, 1000)
+        parts = self._part_keys()
+        # one step per partition at first (one round: one per node on a cluster), then
+        # as many more as the leased requests need, LIST_STEP_IDS records per step
+        cursors: dict[int, str] = {i: "" for i in range(len(parts))}
+        read = dict.fromkeys(cursors, 0)
+        complete, found = True, []
+        first = True
+        while cursors:
+            with redis_errors("listing politeness keys"):
+                pipe = self.f.client.pipeline(transaction=False)
+                for i, cursor in cursors.items():
+                    pk = parts[i]
+                    opens = (pk.open(t) for t in range(tiers))
+                    step = min(LIST_STEP_IDS, total - read[i])
+                    self._scripts["list"](
+                        keys=[pk.inflight, pk.leases, pk.req, *opens, *self._streams(pk)],
+                        args=[head if first else 0, leases, step, tiers, cursor],
+                        client=pipe,
+                    )
+                replies = pipe.execute()
+            first = False
+            going: dict[int, str] = {}
+            for (i, _), reply in zip(cursors.items(), replies, strict=True):
+                cut, cursor = bool(int(reply[0])), _text(reply[1])
+                complete = complete and not cut
+                found += reply[2:]
+                read[i] += LIST_STEP_IDS
+                if cursor:
+                    if read[i] >= total:
+                        complete = False  # (more leased requests than this reads)
+                    else:
+                        going[i] = cursor
+            cursors = going
+        names = list(dict.fromkeys(_text(x) for x in found))
+        return names, complete
 
     def show(self, key: str) -> HostDetail:
         """Everything about one key (a few reads in one round trip)."""

@@ -17,6 +17,7 @@ __all__ = [
     "LIST_KEYS_PER_TIER",
     "LIST_LEASED_IDS",
     "LIST_LEASES",
+    "LIST_STEP_IDS",
     "MAX_BLOCK",
     "MAX_CONCURRENCY",
     "MAX_DELAY",
@@ -54,6 +55,9 @@ LIST_LEASES = 1000
 """Most leases :meth:`Hosts.top` reads (soonest deadline first)."""
 LIST_LEASED_IDS = 10_000
 """Most leased requests :meth:`Hosts.top` reads the keys of."""
+LIST_STEP_IDS = 1000
+"""Most leased requests' records one step of :meth:`Hosts.top` reads (one Lua call: a few
+milliseconds of Redis at most)."""
 SHOW_MANY = 1000
 """Most keys :meth:`Hosts.show_many` reads in one call (one pipeline)."""
 OPERATOR_FIELDS: Final = ("delay", "concurrency", "block_until", "paused")
