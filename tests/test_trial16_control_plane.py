@@ -244,3 +244,41 @@ def test_dashboard_requeue_all_requeues_every_dead_letter_it_names(
 # --- a crawl purged elsewhere and made again with another layout: the API's stale frontier
 
 
+def test_a_crawl_purged_elsewhere_and_recreated_is_read_with_its_new_layout(
+    api: httpx.Client, api_server: ApiServer, redis7_client: redis.Redis
+) -> None:
+    """docs/api.md: "an existing crawl is always served with the backend (and shard count
+    or ordering) it was created with". ``redcrawl serve`` keeps each crawl's frontier
+    (``Context.frontier``, an ``lru_cache``; the snapshot reader of ``/metrics`` its own
+    dict), opened with the layout it read the first time. A purge made elsewhere
+    (``redcrawl purge``, another API process behind the balancer, a
+    ``SCHEDULER_PERSIST = False`` crawl removing itself) does not reach that cache, so a
+    crawl made again with another layout (here: the streams backend) was still read as
+    the old lists crawl: requests in flight 0 while 2 were leased (the conservation law
+    broken: ready + in flight != accepted), ``…/shards`` 409 "lists backend", and
+    ``/metrics`` the same stale numbers."""
+    crawl = "t16-relayout"
+    settings = api_server.settings
+    lists = open_frontier(redis7_client, settings, crawl)
+    submit(api, crawl, [{"url": "https://r0.example/first"}])
+    assert api.get(f"/v1/crawls/{crawl}").json()["ready"] == 1  # (read: frontier kept)
+    assert "t16-relayout" in api.get("/metrics").text
+
+    lists.purge()  # what `redcrawl purge` does, from another process
+    streams = open_frontier(redis7_client, settings.replace(backend="streams"), crawl)
+    urls = [f"https://r{i}.example/p" for i in range(5)]
+    streams.push([Envelope(url=u, fingerprint=hashlib.sha1(u.encode()).digest()) for u in urls])
+    held = streams.lease("w1", 2, ttl=600)
+    truth = streams.counts()
+    assert (truth.ready, truth.in_flight, truth.accepted) == (5 - len(held), len(held), 5)
+
+    d = api.get(f"/v1/crawls/{crawl}").json()
+    assert (d["ready"], d["in_flight"], d["accepted"]) == (
+        truth.ready,
+        truth.in_flight,
+        truth.accepted,
+    ), d
+    assert api.get(f"/v1/crawls/{crawl}/shards").status_code == 200
+    text = api.get("/metrics").text
+    m = re.search(rf'^redcrawl_requests\{{crawl="{crawl}",state="in_flight"\}} (\S+)$', text, re.M)
+    assert m and float(m.group(1)) == truth.in_flight

@@ -25,14 +25,14 @@ from pydantic.json_schema import models_json_schema
 
 from redcrawl.api import models as m
 from redcrawl.api import routes
-from redcrawl.api.context import Context, frontier_for, single_values
+from redcrawl.api.context import Context, single_values
 from redcrawl.api.errors import StateErrors, install
 from redcrawl.api.hosts import HostGuard, allowed_hosts
 from redcrawl.api.limits import BodyLimit
 from redcrawl.connection import connect_bounded
 from redcrawl.settings import Settings
 
-__all__ = ["create_app", "frontier_for"]
+__all__ = ["create_app"]
 
 API_VERSION = "1"
 

@@ -7,7 +7,6 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable
-from functools import lru_cache
 from typing import Annotated, Any
 
 import redis
@@ -22,14 +21,15 @@ from redcrawl.api.errors import ServerRefused
 from redcrawl.api.rates import RateBook
 from redcrawl.errors import ConfigError
 from redcrawl.fingerprint import canonicalizer_for
-from redcrawl.frontier import Counts, FrontierCore, open_frontier
+from redcrawl.frontier import Counts, FrontierCore
+from redcrawl.frontier.opened import OpenFrontiers
 from redcrawl.guard import check_memory_policy
 from redcrawl.keys import CRAWL_NAME_PATTERN, CrawlKeys
 from redcrawl.metrics.registry import alive
 from redcrawl.settings import Settings
 from redcrawl.transport import redis_errors
 
-__all__ = ["Context", "Crawl", "Limit", "frontier_for", "single_values"]
+__all__ = ["Context", "Crawl", "Limit", "single_values"]
 
 log = logging.getLogger("redcrawl.api")
 
@@ -65,11 +65,6 @@ async def single_values(request: Request) -> None:
             )
 
 
-def frontier_for(client: redis.Redis, settings: Settings, crawl: str) -> FrontierCore:
-    """The frontier of ``crawl``: the one place that picks a backend."""
-    return open_frontier(client, settings, crawl, follow_layout=True)
-
-
 class Context:
     """The app's shared state. ``redis``: the client (set at startup when not given)."""
 
@@ -87,7 +82,7 @@ class Context:
         self.canonicalizer = canonicalizer_for(settings)
         self.read: list[DependsParam] = [Depends(require(settings, "read"))]
         self.admin: list[DependsParam] = [Depends(require(settings, "admin"))]
-        self.frontier = lru_cache(maxsize=256)(self._open)
+        self.frontiers = OpenFrontiers(self.client, settings, 256)
         self._guard_pending = check_server
         self._guard_refusal: str | None = None
         self._guard_lock = threading.Lock()
@@ -115,8 +110,10 @@ class Context:
         if self._guard_refusal is not None:
             raise ServerRefused(f"refused to use this Redis server: {self._guard_refusal}")
 
-    def _open(self, crawl: str) -> FrontierCore:
-        return frontier_for(self.client(), self.settings, crawl)
+    def frontier(self, crawl: str) -> FrontierCore:
+        """The crawl's frontier (kept; opened again if the crawl was made again with
+        another layout since: :class:`~redcrawl.frontier.opened.OpenFrontiers`)."""
+        return self.frontiers.get(crawl)
 
     def stats_key(self, crawl: str) -> str:
         return CrawlKeys(crawl, prefix=self.settings.key_prefix, tiers=self.settings.tiers).stats

@@ -61,7 +61,6 @@ import json
 import logging
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,7 +69,8 @@ import msgpack
 import redis
 
 from redcrawl.errors import RedcrawlError
-from redcrawl.frontier import Counts, FrontierCore, open_frontier
+from redcrawl.frontier import Counts, FrontierCore
+from redcrawl.frontier.opened import Layout, OpenFrontiers
 from redcrawl.frontier.partitioned import PartitionedFrontier
 from redcrawl.frontier.records import stored_int
 from redcrawl.frontier.streams import GROUP
@@ -234,7 +234,7 @@ class SnapshotReader:
         self.max_crawls = max_crawls
         self.scan_budget = scan_budget
         self.top_workers = top_workers
-        self._frontiers: OrderedDict[str, FrontierCore] = OrderedDict()
+        self._frontiers = OpenFrontiers(lambda: self.client, settings, 4 * max_crawls)
         self._lock = threading.Lock()
         self._cursor: Any = 0
         """Where the SCAN of the crawls goes on at the next read (0: a new pass)."""
@@ -302,17 +302,11 @@ class SnapshotReader:
             if ok
         ]
 
-    def frontier(self, crawl: str) -> FrontierCore:
-        """The crawl's frontier, opened once (concurrent scrapes share the reader)."""
-        with self._lock:
-            f = self._frontiers.pop(crawl, None)
-        if f is None:
-            f = open_frontier(self.client, self.settings, crawl, follow_layout=True)
-        with self._lock:
-            self._frontiers[crawl] = f
-            while len(self._frontiers) > 4 * self.max_crawls:
-                self._frontiers.popitem(last=False)
-        return f
+    def frontier(self, crawl: str, layout: Layout | None = None) -> FrontierCore:
+        """The crawl's frontier, opened once (concurrent scrapes share the reader) and
+        again if the crawl was made again with another layout (``layout``: its stored
+        layout fields, if the caller read them)."""
+        return self._frontiers.get(crawl, layout)
 
     def read(self) -> Snapshot:
         started = time.perf_counter()
@@ -321,9 +315,11 @@ class SnapshotReader:
         counts: list[Counts] = []
         lost: list[int] = []
         unreadable = 0
-        for name in names:  # each crawl's counts: one consistent read (a round trip)
+        layouts = self._frontiers.layouts(names)  # (one round: reopened if changed)
+        for name, layout in zip(names, layouts, strict=True):
+            # each crawl's counts: one consistent read (a round trip)
             try:
-                f = self.frontier(name)
+                f = self.frontier(name, layout)
                 c, gone = f.counts(), len(f.lost_partitions())  # (partitioned: a round)
                 counts.append(c)
                 lost.append(gone)

@@ -161,7 +161,7 @@ def router(ctx: Context) -> APIRouter:  # noqa: C901 (one nested route per endpo
     )
     def purge(crawl: Crawl) -> m.PurgedOut:
         ctx.existing(crawl).purge()
-        ctx.frontier.cache_clear()  # re-created later, maybe with another layout
+        ctx.frontiers.clear()  # re-created later, maybe with another layout
         return m.PurgedOut(crawl=crawl, purged=True)
 
     return r
