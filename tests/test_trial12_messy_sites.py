@@ -274,3 +274,31 @@ def test_a_download_cancelled_by_download_maxsize_is_fetched_once(
     with web.lock:
         big = [p for _, p, _ in web.seen[web.hosts[0]] if p == "/big.html"]
     assert len(big) == 1, web.seen
+
+
+def test_a_redirect_drops_the_source_sites_address_slot_under_per_ip_concurrency() -> None:
+    """With ``CONCURRENT_REQUESTS_PER_IP``, Scrapy's downloader writes the address the
+    host resolved to into ``meta["download_slot"]`` (review 35's suspicion): a redirect
+    to another host copied it and was spaced under the source's address. Dropped like a
+    host slot; kept when the new host resolves to the same address (the same slot in
+    Scrapy too) and when the spider chose the slot."""
+    from scrapy import Request
+    from scrapy.resolver import dnscache
+
+    from redcrawl.scrapy.scheduler import _drop_inherited_slot
+
+    dnscache["src.test"] = "10.9.8.7"
+    dnscache["same.test"] = "10.9.8.7"
+    try:
+        meta = {"redirect_urls": ["http://src.test/a"], "download_slot": "10.9.8.7"}
+        moved = Request("http://other.test/b", meta=dict(meta))
+        _drop_inherited_slot(moved)
+        assert "download_slot" not in moved.meta
+        same = Request("http://same.test/b", meta=dict(meta))
+        _drop_inherited_slot(same)
+        assert same.meta["download_slot"] == "10.9.8.7"
+        chosen = Request("http://other.test/b", meta={**meta, "download_slot": "mine"})
+        _drop_inherited_slot(chosen)
+        assert chosen.meta["download_slot"] == "mine"
+    finally:
+        del dnscache["src.test"], dnscache["same.test"]

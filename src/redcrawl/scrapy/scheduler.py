@@ -1223,11 +1223,15 @@ def _drop_inherited_slot(request: scrapy.Request) -> None:
     downloader writes each request's slot, the host, into its meta, and RedirectMiddleware
     copies the meta): that slot would be the redirect's politeness key, so its site would
     be spaced and counted under the source's limits. Dropped when it is the previous
-    URL's host and not the new one's (a slot the spider chose is kept)."""
+    URL's host (or, with ``CONCURRENT_REQUESTS_PER_IP``, the address Scrapy resolved it to:
+    its slot then) and not the new one's (a slot the spider chose is kept)."""
+    from scrapy.resolver import dnscache
+
     meta = request.meta
     sources, slot = meta.get("redirect_urls"), meta.get("download_slot")
     if not sources or not isinstance(slot, str):
         return
     previous = urlsplit(str(sources[-1])).hostname or ""
-    if slot == previous and slot != (urlsplit(request.url).hostname or ""):
+    new = urlsplit(request.url).hostname or ""
+    if slot in (previous, dnscache.get(previous)) and slot not in (new, dnscache.get(new)):
         del meta["download_slot"]
