@@ -45,7 +45,10 @@ class OpenFrontiers:
             pipe = self._client().pipeline(transaction=False)
             for crawl in crawls:
                 pipe.hmget(self._control(crawl), "layout", "layout.copy")
-            return [tuple(r) if isinstance(r, list) else (r,) for r in pipe.execute()]
+            replies = pipe.execute(raise_on_error=False)
+        # (a reply that is an error, e.g. a control key of the wrong type: never equal to
+        # a kept frontier's, so the crawl is opened again, which says what is wrong)
+        return [tuple(r) if isinstance(r, list) else (r,) for r in replies]
 
     def get(self, crawl: str, layout: Layout | None = None) -> FrontierCore:
         """The crawl's frontier: the one kept if its crawl's layout is unchanged, else
