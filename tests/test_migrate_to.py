@@ -252,7 +252,7 @@ def test_bad_targets_say_what_to_do_and_change_nothing(
     cases = [
         (f"redis://127.0.0.1:{free_port()}", 3, "cannot reach the target Redis"),
         (f"redis+cluster://127.0.0.1:{redis7.port}", 2, "not a Redis Cluster node"),
-        ("ftp://127.0.0.1:1", 2, "setting --to"),
+        ("ftp://127.0.0.1:1", 2, "option --to"),
         (redis62.url, 2, "the target is the source itself"),
     ]
     for url, code_wanted, message in cases:

@@ -49,11 +49,15 @@ class RedcrawlError(Exception):
 
 
 class ConfigError(RedcrawlError, ValueError):
-    """A setting is unknown, malformed or out of range. The message names the setting."""
+    """A setting is unknown, malformed or out of range. The message names the setting (or
+    the command-line option or argument, ``kind``)."""
 
-    def __init__(self, setting: str, problem: str) -> None:
+    def __init__(self, setting: str, problem: str, *, kind: str | None = None) -> None:
         self.setting = setting
-        super().__init__(f"setting {setting}: {problem}")
+        self.problem = problem
+        if kind is None:  # a command-line option, a phrase of its own, else a setting
+            kind = "option" if setting.startswith("-") else "" if " " in setting else "setting"
+        super().__init__(f"{kind} {setting}: {problem}" if kind else f"{setting}: {problem}")
 
 
 class UnknownSpider(RedcrawlError):

@@ -445,6 +445,7 @@ def import_scrapy_redis(
             f"neither {qkey!r} nor {dkey!r} exists on the source "
             "Redis: check the spider name, --source-url and the key templates "
             "(SCHEDULER_QUEUE_KEY, SCHEDULER_DUPEFILTER_KEY)",
+            kind="argument",
         )
     result.queue_type, result.queue_order = kind, order
     target = frontier.settings.ordering

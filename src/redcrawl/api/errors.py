@@ -223,7 +223,7 @@ def install(app: FastAPI, settings: Settings) -> None:  # noqa: C901 (one nested
                 try:
                     validate_crawl_name(str(e.get("input", "")))
                 except ConfigError as bad:  # said as the path's, not a setting's
-                    msg = str(bad).removeprefix(f"setting {bad.setting}: ")
+                    msg = bad.problem
             errors.append(m.ErrorItem(loc=clean(location(loc)), msg=clean(msg)))
         detail = "; ".join(f"{x.loc}: {x.msg}" for x in errors[:5])
         if len(errors) > 5:

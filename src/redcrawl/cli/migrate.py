@@ -350,7 +350,7 @@ def _target(settings: Settings, url: str) -> redis.Redis:
     try:
         return connect(settings, url=url)
     except ConfigError as exc:
-        said = str(exc).removeprefix(f"setting {exc.setting}: ")
+        said = exc.problem
         raise ConfigError("--to", said.replace("REDCRAWL_REDIS_URL / REDIS_URL", "--to")) from None
     except ConnectionError_ as exc:
         cause = re.search(r"\((.*)\)\. Check", str(exc))
