@@ -130,3 +130,19 @@ def test_a_late_start_of_a_paused_or_operator_blocked_key_is_refused(
     hosts.set("a.test", paused=False)
     hosts.set("b.test", block_until=None)
     assert f.start_late([a, b]) == [True, True]
+
+
+@pytest.mark.backends("lists", "streams")
+def test_a_late_start_of_a_request_no_longer_held_is_refused(
+    make_frontier: FrontierFactory, clock: Clock
+) -> None:
+    """A request that waited in its worker (for robots.txt) while the fleet took its lease
+    back (the worker frozen or cut off longer than its lease) asks to start late: refused
+    (review 35: it was told to start, and fetched beside the request's new holder)."""
+    f = _polite(make_frontier)
+    f.push(_site("a.test", 1))
+    (waiter,) = f.lease("w1", 10)
+    assert f.release_worker("w1") == 1
+    assert f.start_late([waiter]) == [False]
+    (again,) = f.lease("w2", 10)
+    assert f.start_late([again]) == [True]

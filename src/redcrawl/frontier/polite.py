@@ -313,15 +313,16 @@ class PolitenessOps:
         window ask to start now: True for each that may (its start is charged: its key's
         next grant waits its delay from now), False for each that must be given back
         (:meth:`release`) because another start at its site came after its grant, within
-        its delay (docs/politeness.md, "Starts after a wait"). Without politeness, or
-        for a lease no longer held, True (nothing to space)."""
+        its delay (docs/politeness.md, "Starts after a wait"); False too for a lease no
+        longer held (the fleet took it back: another worker may hold the request now).
+        Without politeness, True (nothing to space)."""
         if self.politeness is None or not leases:
             return [True] * len(leases)
         args: list[Any] = []
         for lease in leases:
             args += ("s", lease.id, lease.token)
         flags = bytes(self._run("charge", args)).decode()
-        return [f != "0" for f in flags]
+        return [f not in "0n" for f in flags]
 
     def retry_start(
         self, leases: Sequence[Lease], check: Sequence[bool] = ()

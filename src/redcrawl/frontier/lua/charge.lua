@@ -23,8 +23,9 @@
 -- A charge: "chg" = now, "next" = max(next, now + the key's gap: pol_gap, as at a
 -- grant), the key's score raised to match in every tier's open
 -- zset; a key with nothing in flight gets its idle expiry (as pol_idle_check).
--- Returns one flag per triple: "1" charged (may start), "0" refused (give it back), "-"
--- nothing to do (not held under that token, or no politeness: every flag "-").
+-- Returns one flag per triple: "1" charged (may start), "0" refused (give it back), "n"
+-- not held under that token (not to be started: the fleet serves it again), "-" nothing
+-- to do (a request without a politeness key, or no politeness: every flag "-").
 local n = (#ARGV - 4) / 3
 if not POLITE then return string.rep('-', n) end
 local flags = {}
@@ -44,6 +45,8 @@ for i = 1, n do
     if p ~= nil and FMT.held(a, t, b) then
       key = rec_key(rec)
       since = lease_since(b)
+    else
+      flags[i] = 'n'  -- no longer held (its lease taken back): not to be started here
     end
   end
   if key then
