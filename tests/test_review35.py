@@ -19,7 +19,6 @@ from redcrawl.embedded import EmbeddedRedis
 from redcrawl.frontier import open_frontier
 from redcrawl.politeness.hosts import Hosts
 from redcrawl.settings import Settings
-from redcrawl.workers import worker_command
 
 from .conftest import RedisServer
 from .test_trial12_messy_sites import DELAY, ROOT, TOLERANCE, Web, crawl_once, links
@@ -169,37 +168,6 @@ class CallbackRetrySpider(scrapy.Spider):
 '''
 
 
-def _crawl(
-    server: RedisServer, crawl: str, spider: Path, urls: list[str], tmp_path: Path, *extra: str
-) -> None:
-    """One worker of ``spider`` crawls ``urls`` to the end with fleet-wide politeness; the
-    crawl must finish, conserved."""
-    client = redis.Redis.from_url(server.url)
-    client.flushall()
-    cmd = worker_command(
-        spider,
-        settings=[
-            "TELNETCONSOLE_ENABLED=False",
-            "LOG_LEVEL=INFO",
-            "REDCRAWL_IDLE_BEFORE_CLOSE=0.5",
-            *extra,
-        ],
-        spider_args={"urls": ",".join(urls)},
-    )
-    env = {
-        **os.environ,
-        "REDCRAWL_REDIS_URL": server.url,
-        "REDCRAWL_CRAWL": crawl,
-        "PYTHONPATH": str(ROOT / "src"),
-    }
-    log = tmp_path / "w0.log"
-    with log.open("wb") as out:
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=out, timeout=90)
-    assert proc.returncode == 0, log.read_text()[-3000:]
-    counts = open_frontier(client, Settings(), crawl).counts()
-    assert counts.finished and counts.conserved, counts
-
-
 def test_a_retry_from_a_callback_keeps_its_sites_concurrency(
     redis7: RedisServer, tmp_path: Path
 ) -> None:
@@ -248,14 +216,14 @@ def test_a_retry_from_a_callback_keeps_its_sites_concurrency(
 
     web.on_fetch = slow
     with web.serving():
-        _crawl(
+        crawl_once(
             redis7,
             crawl,
-            spider,
             [web.roots[0] + "/"],
             tmp_path,
             "CONCURRENT_REQUESTS_PER_DOMAIN=2",
             "DOWNLOAD_DELAY=0",
+            spider=spider,
         )
     assert state["flaky"] == 2, state
     assert state["most"] == 1, f"at once at a site limited to 1: {overlaps}"

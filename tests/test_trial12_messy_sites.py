@@ -120,15 +120,20 @@ def links(*hrefs: str) -> Answer:
 
 
 def crawl_once(
-    server: RedisServer, crawl: str, urls: list[str], tmp_path: Path, *extra: str
+    server: RedisServer,
+    crawl: str,
+    urls: list[str],
+    tmp_path: Path,
+    *extra: str,
+    spider: Path = SITEKIT_FILE,
 ) -> None:
-    """One worker crawls ``urls`` to the end with fleet-wide politeness (concurrency 2, a
-    1 s delay without jitter), Scrapy's retries on and the ``extra`` settings; the crawl
-    must finish, conserved."""
+    """One worker of ``spider`` crawls ``urls`` to the end with fleet-wide politeness
+    (concurrency 2, a 1 s delay without jitter), Scrapy's retries on and the ``extra``
+    settings (given last: they win); the crawl must finish, conserved."""
     client = redis.Redis.from_url(server.url)
     client.flushall()
     cmd = worker_command(
-        SITEKIT_FILE,
+        spider,
         settings=[
             "CONCURRENT_REQUESTS_PER_DOMAIN=2",
             f"DOWNLOAD_DELAY={DELAY}",
@@ -148,7 +153,7 @@ def crawl_once(
     }
     log = tmp_path / "w0.log"
     with log.open("wb") as out:
-        proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=out, timeout=60)
+        proc = subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=out, timeout=90)
     assert proc.returncode == 0, log.read_text()[-3000:]
     counts = open_frontier(client, Settings(), crawl).counts()
     assert counts.finished and counts.conserved, counts
